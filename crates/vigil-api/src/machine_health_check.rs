@@ -1,0 +1,101 @@
+//! MachineHealthCheck: Cluster API's health check for the Machines of one cluster, with the
+//! `cluster.x-k8s.io/v1beta1` field names so upstream manifests carry over.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Desired health criteria and remediation limits for the Machines of one cluster.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "vigil.dev",
+    version = "v1alpha1",
+    kind = "MachineHealthCheck",
+    namespaced,
+    status = "MachineHealthCheckStatus",
+    shortname = "mhc",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterName"}"#,
+    printcolumn = r#"{"name":"Expected","type":"integer","jsonPath":".status.expectedMachines"}"#,
+    printcolumn = r#"{"name":"Healthy","type":"integer","jsonPath":".status.currentHealthy"}"#,
+    printcolumn = r#"{"name":"Allowed","type":"integer","jsonPath":".status.remediationsAllowed"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineHealthCheckSpec {
+    /// Name of the Cluster whose Machines are checked.
+    pub cluster_name: String,
+    /// Machines to check; must not be empty.
+    pub selector: LabelSelector,
+    /// Node conditions that make a Machine unhealthy once held for their timeout (ORed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_conditions: Vec<UnhealthyCondition>,
+    /// Machine conditions that make a Machine unhealthy once held for their timeout (ORed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_machine_conditions: Vec<UnhealthyCondition>,
+    /// How long a Machine may go without a Node (default 10m; `0` disables; else at least 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_startup_timeout: Option<String>,
+    /// Remediation stops when more than this many (or this percentage of) targets are unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unhealthy: Option<IntOrString>,
+    /// Remediation is allowed only while the unhealthy count is within `[min-max]`; wins over
+    /// `maxUnhealthy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_range: Option<String>,
+    /// A template for external remediation objects, in the check's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation_template: Option<TemplateReference>,
+}
+
+/// A condition and how long it must hold before the target counts as unhealthy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct UnhealthyCondition {
+    /// Condition type, e.g. `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Condition status: `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Go duration, e.g. `300s`.
+    pub timeout: String,
+}
+
+/// Reference to a remediation template.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateReference {
+    /// apiVersion of the template, e.g. `infrastructure.cluster.x-k8s.io/v1beta1`.
+    pub api_version: String,
+    /// Kind of the template; must end in `Template`.
+    pub kind: String,
+    /// Name of the template.
+    pub name: String,
+    /// Namespace of the template (NodeHealthCheck only; a MachineHealthCheck uses its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// What the check observed, as the API shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineHealthCheckStatus {
+    /// Number of Machines this check targets.
+    #[serde(default)]
+    pub expected_machines: i32,
+    /// Number of targets that are healthy now.
+    #[serde(default)]
+    pub current_healthy: i32,
+    /// How many more Machines may be remediated before the short-circuit trips.
+    #[serde(default)]
+    pub remediations_allowed: i32,
+    /// Names of the targeted Machines, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
+    /// `RemediationAllowed` and `Paused`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The spec generation this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

@@ -1,0 +1,174 @@
+//! NodeHealthCheck: medik8s' health check for plain Nodes, with the
+//! `remediation.medik8s.io/v1alpha1` field names so upstream manifests carry over.
+
+use crate::machine_health_check::TemplateReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Desired health criteria, remediators and limits for a set of Nodes.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "vigil.dev",
+    version = "v1alpha1",
+    kind = "NodeHealthCheck",
+    status = "NodeHealthCheckStatus",
+    shortname = "nhc",
+    printcolumn = r#"{"name":"Observed","type":"integer","jsonPath":".status.observedNodes"}"#,
+    printcolumn = r#"{"name":"Healthy","type":"integer","jsonPath":".status.healthyNodes"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeHealthCheckSpec {
+    /// Nodes to check; must not be empty.
+    pub selector: LabelSelector,
+    /// Node conditions that make a Node unhealthy once held for their duration (ORed).
+    #[serde(default = "default_unhealthy_conditions")]
+    pub unhealthy_conditions: Vec<NodeUnhealthyCondition>,
+    /// Remediation is allowed only while at least this many (or this percentage of) Nodes are
+    /// healthy. Exactly one of `minHealthy` / `maxUnhealthy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_healthy: Option<IntOrString>,
+    /// Remediation is allowed only while at most this many (or this percentage of) Nodes are
+    /// not healthy. Exactly one of `minHealthy` / `maxUnhealthy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unhealthy: Option<IntOrString>,
+    /// The one remediator to use. Exactly one of this / `escalatingRemediations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation_template: Option<TemplateReference>,
+    /// Remediators to try in `order`, each for at most `timeout`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalating_remediations: Vec<EscalatingRemediation>,
+    /// While non-empty, no new remediation starts (ongoing ones go on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pause_requests: Vec<String>,
+    /// How long a Node must stay healthy before its remediation objects are removed; negative
+    /// waits for the `remediation.medik8s.io/manually-confirmed-healthy` Node annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_delay: Option<String>,
+    /// How long remediation stays blocked after the healthy count recovers from a storm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_cooldown_duration: Option<String>,
+}
+
+/// medik8s' defaults: a Node that is not Ready (False or Unknown) for five minutes.
+pub fn default_unhealthy_conditions() -> Vec<NodeUnhealthyCondition> {
+    ["False", "Unknown"]
+        .into_iter()
+        .map(|status| NodeUnhealthyCondition {
+            type_: "Ready".into(),
+            status: status.into(),
+            duration: "300s".into(),
+        })
+        .collect()
+}
+
+/// A Node condition and how long it must hold before the Node counts as unhealthy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct NodeUnhealthyCondition {
+    /// Condition type, e.g. `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Condition status: `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Go duration, e.g. `300s`.
+    pub duration: String,
+}
+
+/// One step of an escalation.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EscalatingRemediation {
+    /// The remediator of this step.
+    pub remediation_template: TemplateReference,
+    /// Position in the escalation; unique, lowest first.
+    pub order: i32,
+    /// How long this step may take before the next one starts (at least 1m).
+    pub timeout: String,
+}
+
+/// What the check observed, as the API shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeHealthCheckStatus {
+    /// Number of Nodes selected.
+    #[serde(default)]
+    pub observed_nodes: i32,
+    /// Number of selected Nodes that are healthy.
+    #[serde(default)]
+    pub healthy_nodes: i32,
+    /// Nodes found unhealthy, with the remediations made for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_nodes: Vec<UnhealthyNode>,
+    /// Disabled > Paused > Remediating > Enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Why the check is in its phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `Disabled`, `RemediationAllowed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// When the status last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
+    /// When the healthy count recovered from a storm; cleared once `stormCooldownDuration` passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_recovery_start_time: Option<Time>,
+    /// The spec generation this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A Node found unhealthy and what was done about it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnhealthyNode {
+    /// Node name.
+    pub name: String,
+    /// Remediation objects created for the Node, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remediations: Vec<NodeRemediation>,
+    /// When the Node was first seen healthy again (start of `healthyDelay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions_healthy_timestamp: Option<Time>,
+    /// True while a healthy Node keeps its remediation objects because of `healthyDelay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_delayed: Option<bool>,
+}
+
+/// One remediation object made for a Node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRemediation {
+    /// The remediation object.
+    pub resource: RemediationReference,
+    /// When it was created.
+    pub started: Time,
+    /// When NHC gave up on it and escalated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out: Option<Time>,
+    /// Name of the template it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_name: Option<String>,
+}
+
+/// Reference to a remediation object.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationReference {
+    /// apiVersion of the object.
+    pub api_version: String,
+    /// Kind of the object.
+    pub kind: String,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// Name of the object.
+    pub name: String,
+    /// UID of the object, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}

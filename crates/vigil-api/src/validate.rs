@@ -1,0 +1,482 @@
+//! Every admission rule of Vigil's resources, in one place. A spec that passes becomes a typed
+//! policy; only policies reach the engine, so an invalid spec can never cause remediation.
+//! `vigil validate`, the simulator and the controller all call these functions.
+
+use crate::duration::{format_go_duration, parse_go_duration};
+use crate::machine_health_check::{MachineHealthCheck, TemplateReference, UnhealthyCondition};
+use crate::node_health_check::NodeHealthCheck;
+use crate::selector::Selector;
+use crate::threshold::{IntOrPercent, UnhealthyRange};
+use crate::well_known::CLUSTER_NAME_LABEL;
+use jiff::SignedDuration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// One refused field: where, what value, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// JSON path of the field, e.g. `spec.unhealthyConditions[1].timeout`.
+    pub path: String,
+    /// The offending value as written (empty when the field is missing).
+    pub value: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}: {}", self.path, self.message)
+        } else {
+            write!(f, "{}: invalid value {:?}: {}", self.path, self.value, self.message)
+        }
+    }
+}
+
+/// All the problems found in one object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{object} is invalid: {}", .errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+pub struct ValidationErrors {
+    /// `Kind/namespace/name` of the object.
+    pub object: String,
+    /// Every refused field, in spec order.
+    pub errors: Vec<FieldError>,
+}
+
+/// A condition rule with its timeout parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionRule {
+    /// Condition type.
+    pub type_: String,
+    /// Condition status that counts as unhealthy.
+    pub status: String,
+    /// How long the condition must hold.
+    pub timeout: SignedDuration,
+}
+
+/// A template reference with its namespace resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TemplateRef {
+    /// apiVersion of the template (and of the objects made from it).
+    pub api_version: String,
+    /// Kind of the template, ending in `Template`.
+    pub kind: String,
+    /// Namespace of the template.
+    pub namespace: String,
+    /// Name of the template.
+    pub name: String,
+}
+
+impl TemplateRef {
+    /// Kind of the remediation objects made from this template (`XTemplate` → `X`).
+    pub fn remediation_kind(&self) -> &str {
+        self.kind.strip_suffix("Template").unwrap_or(&self.kind)
+    }
+}
+
+impl fmt::Display for TemplateRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// The short-circuit of a MachineHealthCheck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MhcShortCircuit {
+    /// `maxUnhealthy` (a percentage rounds down).
+    MaxUnhealthy(IntOrPercent),
+    /// `unhealthyRange`, inclusive.
+    Range(UnhealthyRange),
+}
+
+/// A validated MachineHealthCheck spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MhcPolicy {
+    /// Cluster whose Machines are checked.
+    pub cluster_name: String,
+    /// Selector including the cluster-name label.
+    pub selector: Selector,
+    /// Node condition rules.
+    pub node_conditions: Vec<ConditionRule>,
+    /// Machine condition rules.
+    pub machine_conditions: Vec<ConditionRule>,
+    /// `None` when disabled with `0`.
+    pub node_startup_timeout: Option<SignedDuration>,
+    /// When remediation stops.
+    pub short_circuit: MhcShortCircuit,
+    /// External remediation template, if any.
+    pub remediation_template: Option<TemplateRef>,
+}
+
+/// The threshold of a NodeHealthCheck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NhcThreshold {
+    /// `minHealthy` (a percentage rounds up).
+    MinHealthy(IntOrPercent),
+    /// `maxUnhealthy` (a percentage rounds down).
+    MaxUnhealthy(IntOrPercent),
+}
+
+/// One remediator of a NodeHealthCheck, in escalation order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemediationStep {
+    /// The template.
+    pub template: TemplateRef,
+    /// `order` as written (0 for a single `remediationTemplate`).
+    pub order: i32,
+    /// How long before escalating; `None` for a single template (it never times out).
+    pub timeout: Option<SignedDuration>,
+}
+
+/// What a NodeHealthCheck does once a healthy Node still has remediation objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthyDelay {
+    /// Remove them once the Node has been healthy this long (zero: at once).
+    After(SignedDuration),
+    /// Keep them until the Node carries the manually-confirmed-healthy annotation.
+    UntilConfirmed,
+}
+
+/// A validated NodeHealthCheck spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NhcPolicy {
+    /// Which Nodes are checked.
+    pub selector: Selector,
+    /// Node condition rules.
+    pub conditions: Vec<ConditionRule>,
+    /// When remediation stops.
+    pub threshold: NhcThreshold,
+    /// Remediators, lowest order first.
+    pub steps: Vec<RemediationStep>,
+    /// Whether `steps` came from `escalatingRemediations`.
+    pub escalating: bool,
+    /// Active pause requests.
+    pub pause_requests: Vec<String>,
+    /// What to do with a recovered Node's remediation objects.
+    pub healthy_delay: HealthyDelay,
+    /// How long to keep blocking after a storm.
+    pub storm_cooldown: SignedDuration,
+}
+
+/// Smallest non-zero `nodeStartupTimeout` upstream accepts.
+pub const MIN_NODE_STARTUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
+/// Default `nodeStartupTimeout`.
+pub const DEFAULT_NODE_STARTUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(600);
+/// Smallest escalation step timeout medik8s accepts.
+pub const MIN_ESCALATION_TIMEOUT: SignedDuration = SignedDuration::from_secs(60);
+
+#[derive(Default)]
+struct Collector {
+    errors: Vec<FieldError>,
+}
+
+impl Collector {
+    fn push(&mut self, path: impl Into<String>, value: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(FieldError { path: path.into(), value: value.into(), message: message.into() });
+    }
+
+    fn finish<T>(self, object: String, value: Option<T>) -> Result<T, ValidationErrors> {
+        match value {
+            Some(v) if self.errors.is_empty() => Ok(v),
+            _ => Err(ValidationErrors { object, errors: self.errors }),
+        }
+    }
+
+    fn selector(&mut self, path: &str, sel: &LabelSelector) -> Option<Selector> {
+        match Selector::compile(sel) {
+            Ok(s) => Some(s),
+            Err(problems) => {
+                for p in problems {
+                    let full = if p.path.is_empty() { path.to_string() } else { format!("{path}.{}", p.path) };
+                    self.push(full, p.value, p.message);
+                }
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, path: &str, text: &str) -> Option<SignedDuration> {
+        match parse_go_duration(text) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.push(path, text, e.to_string());
+                None
+            }
+        }
+    }
+
+    fn non_negative_duration(&mut self, path: &str, text: &str) -> Option<SignedDuration> {
+        let d = self.duration(path, text)?;
+        if d.is_negative() {
+            self.push(path, text, "must not be negative");
+            return None;
+        }
+        Some(d)
+    }
+
+    fn threshold(&mut self, path: &str, value: &IntOrString) -> Option<IntOrPercent> {
+        match IntOrPercent::parse(value) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.push(path, render_int_or_string(value), e.to_string());
+                None
+            }
+        }
+    }
+
+    fn condition_rule(&mut self, path: &str, type_: &str, status: &str, timeout_field: &str, timeout: &str) -> Option<ConditionRule> {
+        let mut ok = true;
+        if type_.trim().is_empty() {
+            self.push(format!("{path}.type"), type_, "must not be empty");
+            ok = false;
+        }
+        if !matches!(status, "True" | "False" | "Unknown") {
+            self.push(format!("{path}.status"), status, "must be one of True, False, Unknown");
+            ok = false;
+        }
+        let timeout = self.non_negative_duration(&format!("{path}.{timeout_field}"), timeout);
+        if !ok {
+            return None;
+        }
+        Some(ConditionRule { type_: type_.to_string(), status: status.to_string(), timeout: timeout? })
+    }
+
+    fn template(&mut self, path: &str, t: &TemplateReference, default_namespace: Option<&str>) -> Option<TemplateRef> {
+        let mut ok = true;
+        for (field, value) in [("apiVersion", &t.api_version), ("kind", &t.kind), ("name", &t.name)] {
+            if value.trim().is_empty() {
+                self.push(format!("{path}.{field}"), "", "must not be empty");
+                ok = false;
+            }
+        }
+        if !t.kind.is_empty() && (!t.kind.ends_with("Template") || t.kind == "Template") {
+            self.push(format!("{path}.kind"), &t.kind, "must name a template kind ending in Template, e.g. SelfNodeRemediationTemplate");
+            ok = false;
+        }
+        if !t.api_version.is_empty() && !t.api_version.contains('/') {
+            self.push(format!("{path}.apiVersion"), &t.api_version, "must be group/version: remediation templates are custom resources");
+            ok = false;
+        }
+        let namespace = match (default_namespace, t.namespace.as_deref()) {
+            (Some(own), Some(given)) if !given.is_empty() && given != own => {
+                self.push(format!("{path}.namespace"), given, format!("must be the health check's own namespace {own:?}"));
+                ok = false;
+                own.to_string()
+            }
+            (Some(own), _) => own.to_string(),
+            (None, Some(given)) if !given.is_empty() => given.to_string(),
+            (None, _) => {
+                self.push(format!("{path}.namespace"), "", "must not be empty: a NodeHealthCheck is cluster-scoped, so its templates need a namespace");
+                ok = false;
+                String::new()
+            }
+        };
+        ok.then(|| TemplateRef { api_version: t.api_version.clone(), kind: t.kind.clone(), namespace, name: t.name.clone() })
+    }
+}
+
+fn render_int_or_string(v: &IntOrString) -> String {
+    match v {
+        IntOrString::Int(n) => n.to_string(),
+        IntOrString::String(s) => s.clone(),
+    }
+}
+
+fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
+    let name = name.unwrap_or("<unnamed>");
+    match namespace {
+        Some(ns) => format!("{kind}/{ns}/{name}"),
+        None => format!("{kind}/{name}"),
+    }
+}
+
+fn rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> Vec<ConditionRule> {
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, u)| c.condition_rule(&format!("{path}[{i}]"), &u.type_, &u.status, "timeout", &u.timeout))
+        .collect()
+}
+
+/// Checks a MachineHealthCheck and returns its policy, or every problem found.
+pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, ValidationErrors> {
+    let spec = &mhc.spec;
+    let namespace = mhc.metadata.namespace.as_deref().unwrap_or("default");
+    let object = object_id("MachineHealthCheck", Some(namespace), mhc.metadata.name.as_deref());
+    let mut c = Collector::default();
+
+    if spec.cluster_name.trim().is_empty() {
+        c.push("spec.clusterName", "", "must not be empty");
+    }
+    let selector = c.selector("spec.selector", &spec.selector);
+    let node_conditions = rules(&mut c, "spec.unhealthyConditions", &spec.unhealthy_conditions);
+    let machine_conditions = rules(&mut c, "spec.unhealthyMachineConditions", &spec.unhealthy_machine_conditions);
+
+    let node_startup_timeout = match spec.node_startup_timeout.as_deref() {
+        None => Some(Some(DEFAULT_NODE_STARTUP_TIMEOUT)),
+        Some(text) => c.non_negative_duration("spec.nodeStartupTimeout", text).and_then(|d| {
+            if d.is_zero() {
+                Some(None)
+            } else if d < MIN_NODE_STARTUP_TIMEOUT {
+                c.push("spec.nodeStartupTimeout", text, format!(
+                    "must be 0 (disabled) or at least {}: a shorter timeout remediates Machines that are still booting",
+                    format_go_duration(MIN_NODE_STARTUP_TIMEOUT)
+                ));
+                None
+            } else {
+                Some(Some(d))
+            }
+        }),
+    };
+
+    let max_unhealthy = match &spec.max_unhealthy {
+        None => Some(IntOrPercent::Percent(100)),
+        Some(v) => c.threshold("spec.maxUnhealthy", v),
+    };
+    let range = match spec.unhealthy_range.as_deref() {
+        None => Some(None),
+        Some(text) => match UnhealthyRange::parse(text) {
+            Ok(r) => Some(Some(r)),
+            Err(e) => {
+                c.push("spec.unhealthyRange", text, e.to_string());
+                None
+            }
+        },
+    };
+    let short_circuit = match (range, max_unhealthy) {
+        (Some(Some(r)), _) => Some(MhcShortCircuit::Range(r)),
+        (Some(None), Some(m)) => Some(MhcShortCircuit::MaxUnhealthy(m)),
+        _ => None,
+    };
+    let remediation_template = match &spec.remediation_template {
+        None => Some(None),
+        Some(t) => c.template("spec.remediationTemplate", t, Some(namespace)).map(Some),
+    };
+
+    let policy = (|| {
+        Some(MhcPolicy {
+            cluster_name: spec.cluster_name.clone(),
+            selector: selector?.with_label(CLUSTER_NAME_LABEL, &spec.cluster_name),
+            node_conditions,
+            machine_conditions,
+            node_startup_timeout: node_startup_timeout?,
+            short_circuit: short_circuit?,
+            remediation_template: remediation_template?,
+        })
+    })();
+    c.finish(object, policy)
+}
+
+/// Checks a NodeHealthCheck and returns its policy, or every problem found.
+pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationErrors> {
+    let spec = &nhc.spec;
+    let object = object_id("NodeHealthCheck", None, nhc.metadata.name.as_deref());
+    let mut c = Collector::default();
+
+    let selector = c.selector("spec.selector", &spec.selector);
+    let conditions: Vec<ConditionRule> = spec
+        .unhealthy_conditions
+        .iter()
+        .enumerate()
+        .filter_map(|(i, u)| c.condition_rule(&format!("spec.unhealthyConditions[{i}]"), &u.type_, &u.status, "duration", &u.duration))
+        .collect();
+
+    let threshold = match (&spec.min_healthy, &spec.max_unhealthy) {
+        (Some(v), None) => c.threshold("spec.minHealthy", v).map(NhcThreshold::MinHealthy),
+        (None, Some(v)) => c.threshold("spec.maxUnhealthy", v).map(NhcThreshold::MaxUnhealthy),
+        (Some(min), Some(max)) => {
+            c.push("spec.minHealthy", render_int_or_string(min), format!(
+                "only one of minHealthy and maxUnhealthy may be set (maxUnhealthy is {:?})", render_int_or_string(max)));
+            None
+        }
+        (None, None) => {
+            c.push("spec.minHealthy", "", "one of minHealthy and maxUnhealthy must be set");
+            None
+        }
+    };
+
+    let steps = match (&spec.remediation_template, spec.escalating_remediations.is_empty()) {
+        (Some(t), true) => c
+            .template("spec.remediationTemplate", t, None)
+            .map(|template| vec![RemediationStep { template, order: 0, timeout: None }]),
+        (None, false) => {
+            let mut steps = Vec::new();
+            let mut seen_orders: BTreeMap<i32, usize> = BTreeMap::new();
+            let mut seen_templates: BTreeMap<TemplateRef, usize> = BTreeMap::new();
+            let mut ok = true;
+            for (i, e) in spec.escalating_remediations.iter().enumerate() {
+                let path = format!("spec.escalatingRemediations[{i}]");
+                if e.order < 0 {
+                    c.push(format!("{path}.order"), e.order.to_string(), "must not be negative");
+                    ok = false;
+                }
+                if let Some(first) = seen_orders.insert(e.order, i) {
+                    c.push(format!("{path}.order"), e.order.to_string(), format!(
+                        "must be unique: spec.escalatingRemediations[{first}] has the same order"));
+                    ok = false;
+                }
+                let timeout = c.non_negative_duration(&format!("{path}.timeout"), &e.timeout);
+                if let Some(t) = timeout
+                    && t < MIN_ESCALATION_TIMEOUT
+                {
+                    c.push(format!("{path}.timeout"), &e.timeout, "must be at least 1m: a remediator needs time to act");
+                    ok = false;
+                }
+                let template = c.template(&format!("{path}.remediationTemplate"), &e.remediation_template, None);
+                if let Some(t) = &template
+                    && let Some(first) = seen_templates.insert(t.clone(), i)
+                {
+                    c.push(format!("{path}.remediationTemplate"), t.to_string(), format!(
+                        "must be unique: spec.escalatingRemediations[{first}] uses the same template"));
+                    ok = false;
+                }
+                match (template, timeout) {
+                    (Some(template), Some(timeout)) => steps.push(RemediationStep { template, order: e.order, timeout: Some(timeout) }),
+                    _ => ok = false,
+                }
+            }
+            steps.sort_by_key(|s| s.order);
+            ok.then_some(steps)
+        }
+        (Some(_), false) => {
+            c.push("spec.remediationTemplate", "", "only one of remediationTemplate and escalatingRemediations may be set");
+            None
+        }
+        (None, true) => {
+            c.push("spec.remediationTemplate", "", "one of remediationTemplate and escalatingRemediations must be set");
+            None
+        }
+    };
+
+    for (i, p) in spec.pause_requests.iter().enumerate() {
+        if p.trim().is_empty() {
+            c.push(format!("spec.pauseRequests[{i}]"), "", "must not be empty: say who paused the check and why");
+        }
+    }
+
+    let healthy_delay = match spec.healthy_delay.as_deref() {
+        None => Some(HealthyDelay::After(SignedDuration::ZERO)),
+        Some(text) => c.duration("spec.healthyDelay", text).map(|d| {
+            if d.is_negative() { HealthyDelay::UntilConfirmed } else { HealthyDelay::After(d) }
+        }),
+    };
+    let storm_cooldown = match spec.storm_cooldown_duration.as_deref() {
+        None => Some(SignedDuration::ZERO),
+        Some(text) => c.non_negative_duration("spec.stormCooldownDuration", text),
+    };
+
+    let policy = (|| {
+        Some(NhcPolicy {
+            selector: selector?,
+            conditions,
+            threshold: threshold?,
+            escalating: !spec.escalating_remediations.is_empty(),
+            steps: steps?,
+            pause_requests: spec.pause_requests.clone(),
+            healthy_delay: healthy_delay?,
+            storm_cooldown: storm_cooldown?,
+        })
+    })();
+    c.finish(object, policy)
+}

@@ -1,0 +1,321 @@
+//! Read views of the objects the engine looks at but Vigil does not own: Cluster API Machines and
+//! Clusters (`v1beta1` or `v1beta2`), remediation templates and remediation objects. A view is
+//! read from the object's JSON once; what cannot be read is kept as a problem, never a panic, so
+//! one malformed object cannot stop a check.
+
+use crate::conditions::{ObservedCondition, read_list};
+use crate::well_known::{CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, INFRASTRUCTURE_READY, PAUSED_ANNOTATION};
+use jiff::Timestamp;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The Cluster API version an object is written in, which decides where its conditions live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CapiVersion {
+    /// `cluster.x-k8s.io/v1beta1`: legacy conditions in `status.conditions`, new ones in
+    /// `status.v1beta2.conditions`.
+    V1Beta1,
+    /// `cluster.x-k8s.io/v1beta2`: `metav1.Condition` in `status.conditions`, legacy ones in
+    /// `status.deprecated.v1beta1.conditions`.
+    V1Beta2,
+}
+
+impl CapiVersion {
+    /// The version an `apiVersion` string names, if it is Cluster API's.
+    pub fn from_api_version(api_version: &str) -> Option<Self> {
+        match api_version {
+            "cluster.x-k8s.io/v1beta1" => Some(CapiVersion::V1Beta1),
+            "cluster.x-k8s.io/v1beta2" => Some(CapiVersion::V1Beta2),
+            _ => None,
+        }
+    }
+}
+
+/// Object metadata common to every view.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Meta {
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `kind`.
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID, when the object came from an API server.
+    pub uid: Option<String>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Creation time.
+    pub created: Option<Timestamp>,
+    /// Whether deletion has started.
+    pub deleting: bool,
+    /// Owner references as (kind, name, uid).
+    pub owners: Vec<OwnerRef>,
+}
+
+/// An owner reference, as much as Vigil needs of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRef {
+    /// apiVersion of the owner.
+    pub api_version: String,
+    /// Kind of the owner.
+    pub kind: String,
+    /// Name of the owner.
+    pub name: String,
+    /// UID of the owner.
+    pub uid: String,
+}
+
+fn str_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+fn text(v: &Value, pointer: &str) -> Option<String> {
+    v.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+impl Meta {
+    /// Reads metadata; an object without a name cannot be addressed and is refused.
+    pub fn read(v: &Value, problems: &mut Vec<String>) -> Option<Meta> {
+        let name = text(v, "/metadata/name")?;
+        let created = match v.pointer("/metadata/creationTimestamp") {
+            None | Some(Value::Null) => None,
+            Some(t) => match t.as_str().and_then(|s| s.parse::<Timestamp>().ok()) {
+                Some(t) => Some(t),
+                None => {
+                    problems.push(format!("metadata.creationTimestamp: invalid value {t}: not an RFC 3339 time"));
+                    None
+                }
+            },
+        };
+        let owners = v
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .map(|o| OwnerRef {
+                        api_version: text(o, "/apiVersion").unwrap_or_default(),
+                        kind: text(o, "/kind").unwrap_or_default(),
+                        name: text(o, "/name").unwrap_or_default(),
+                        uid: text(o, "/uid").unwrap_or_default(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Meta {
+            api_version: text(v, "/apiVersion").unwrap_or_default(),
+            kind: text(v, "/kind").unwrap_or_default(),
+            namespace: text(v, "/metadata/namespace").unwrap_or_default(),
+            name,
+            uid: text(v, "/metadata/uid"),
+            labels: str_map(v.pointer("/metadata/labels")),
+            annotations: str_map(v.pointer("/metadata/annotations")),
+            created,
+            deleting: v.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
+            owners,
+        })
+    }
+
+    /// `namespace/name`, or `name` for cluster-scoped objects.
+    pub fn key(&self) -> String {
+        if self.namespace.is_empty() { self.name.clone() } else { format!("{}/{}", self.namespace, self.name) }
+    }
+}
+
+/// A Cluster API Machine as the MachineHealthCheck rules need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineView {
+    /// Metadata.
+    pub meta: Meta,
+    /// The API form it is written in.
+    pub version: CapiVersion,
+    /// `status.nodeRef.name`.
+    pub node_name: Option<String>,
+    /// `failureReason: failureMessage`, from either API form.
+    pub failure: Option<String>,
+    /// Conditions in the object's primary form (`status.conditions`).
+    pub conditions: Vec<ObservedCondition>,
+    /// Fields that could not be read; a Machine with problems gets no verdict.
+    pub problems: Vec<String>,
+}
+
+impl MachineView {
+    /// Reads a Machine; `None` only when the object has no name.
+    pub fn read(v: &Value) -> Option<MachineView> {
+        let mut problems = Vec::new();
+        let meta = Meta::read(v, &mut problems)?;
+        let version = match CapiVersion::from_api_version(&meta.api_version) {
+            Some(version) => version,
+            None => {
+                problems.push(format!("apiVersion: invalid value {:?}: expected cluster.x-k8s.io/v1beta1 or v1beta2", meta.api_version));
+                CapiVersion::V1Beta2
+            }
+        };
+        let failure_part = |field: &str| {
+            text(v, &format!("/status/{field}")).or_else(|| text(v, &format!("/status/deprecated/v1beta1/{field}")))
+        };
+        let failure = match (failure_part("failureReason"), failure_part("failureMessage")) {
+            (None, None) => None,
+            (Some(r), None) => Some(r),
+            (None, Some(m)) => Some(m),
+            (Some(r), Some(m)) => Some(format!("{r}: {m}")),
+        };
+        let (conditions, condition_problems) = read_list(v.pointer("/status/conditions"), "status.conditions");
+        problems.extend(condition_problems);
+        Some(MachineView { node_name: text(v, "/status/nodeRef/name"), meta, version, failure, conditions, problems })
+    }
+
+    /// Whether this Machine belongs to the control plane.
+    pub fn is_control_plane(&self) -> bool {
+        self.meta.labels.contains_key(CONTROL_PLANE_MACHINE_LABEL)
+    }
+}
+
+/// A Cluster API Cluster as the MachineHealthCheck rules need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterView {
+    /// Metadata.
+    pub meta: Meta,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// Whether the control plane has been initialized.
+    pub control_plane_initialized: bool,
+    /// When it was (the condition's transition time), if known.
+    pub control_plane_initialized_at: Option<Timestamp>,
+    /// Whether the cluster infrastructure is ready.
+    pub infrastructure_ready: bool,
+    /// When it became so, if known.
+    pub infrastructure_ready_at: Option<Timestamp>,
+    /// Fields that could not be read.
+    pub problems: Vec<String>,
+}
+
+impl ClusterView {
+    /// Reads a Cluster; `None` only when the object has no name.
+    pub fn read(v: &Value) -> Option<ClusterView> {
+        let mut problems = Vec::new();
+        let meta = Meta::read(v, &mut problems)?;
+        let (conditions, condition_problems) = read_list(v.pointer("/status/conditions"), "status.conditions");
+        problems.extend(condition_problems);
+        let flag = |pointer: &str| v.pointer(pointer).and_then(Value::as_bool).unwrap_or(false);
+        let at = |type_: &str| {
+            crate::conditions::find(&conditions, type_).filter(|c| c.status == "True").map(|c| c.last_transition_time)
+        };
+        let cp = at(CONTROL_PLANE_INITIALIZED);
+        let infra = at(INFRASTRUCTURE_READY);
+        Some(ClusterView {
+            paused: flag("/spec/paused"),
+            control_plane_initialized: cp.is_some() || flag("/status/initialization/controlPlaneInitialized"),
+            control_plane_initialized_at: cp.flatten(),
+            infrastructure_ready: infra.is_some()
+                || flag("/status/initialization/infrastructureProvisioned")
+                || flag("/status/infrastructureReady"),
+            infrastructure_ready_at: infra.flatten(),
+            meta,
+            problems,
+        })
+    }
+
+    /// Whether the Cluster carries the paused annotation (checked in addition to `spec.paused`).
+    pub fn has_paused_annotation(&self) -> bool {
+        self.meta.annotations.contains_key(PAUSED_ANNOTATION)
+    }
+}
+
+/// A remediation template: where it is and what objects made from it contain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateView {
+    /// Metadata.
+    pub meta: Meta,
+    /// `spec.template`, the body of remediation objects; `None` when the template lacks it.
+    pub template: Option<Value>,
+}
+
+impl TemplateView {
+    /// Reads a template; `None` only when the object has no name.
+    pub fn read(v: &Value) -> Option<TemplateView> {
+        let meta = Meta::read(v, &mut Vec::new())?;
+        let template = v.pointer("/spec/template").filter(|t| t.is_object()).cloned();
+        Some(TemplateView { meta, template })
+    }
+}
+
+/// A remediation object (External Remediation API), as much as the rules need of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemediationView {
+    /// Metadata.
+    pub meta: Meta,
+    /// Conditions (`Succeeded`, `PermanentNodeDeletionExpected`, …).
+    pub conditions: Vec<ObservedCondition>,
+}
+
+impl RemediationView {
+    /// Reads a remediation object; `None` only when the object has no name.
+    pub fn read(v: &Value) -> Option<RemediationView> {
+        let mut problems = Vec::new();
+        let meta = Meta::read(v, &mut problems)?;
+        let (conditions, _) = read_list(v.pointer("/status/conditions"), "status.conditions");
+        Some(RemediationView { meta, conditions })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_a_v1beta2_machine_with_deprecated_failure() {
+        let m = MachineView::read(&json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m1", "namespace": "ns", "labels": {"cluster.x-k8s.io/control-plane": ""},
+                         "creationTimestamp": "2030-01-01T00:00:00Z"},
+            "status": {"nodeRef": {"name": "n1"},
+                       "deprecated": {"v1beta1": {"failureReason": "UpdateError", "failureMessage": "boom"}},
+                       "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2030-01-01T00:00:00Z", "reason": "Ready"}]}
+        }))
+        .expect("named");
+        assert_eq!(m.version, CapiVersion::V1Beta2);
+        assert_eq!(m.node_name.as_deref(), Some("n1"));
+        assert_eq!(m.failure.as_deref(), Some("UpdateError: boom"));
+        assert!(m.is_control_plane());
+        assert!(m.problems.is_empty());
+    }
+
+    #[test]
+    fn reads_v1beta1_and_v1beta2_clusters_alike() {
+        let v1 = ClusterView::read(&json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "c"},
+            "spec": {"paused": true},
+            "status": {"infrastructureReady": true, "conditions": [
+                {"type": "ControlPlaneInitialized", "status": "True", "lastTransitionTime": "2030-01-01T00:01:00Z"}]}
+        }))
+        .expect("named");
+        assert!(v1.paused && v1.control_plane_initialized && v1.infrastructure_ready);
+        assert_eq!(v1.control_plane_initialized_at, Some("2030-01-01T00:01:00Z".parse().expect("ts")));
+        assert_eq!(v1.infrastructure_ready_at, None);
+        let v2 = ClusterView::read(&json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "c"},
+            "status": {"initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": false}}
+        }))
+        .expect("named");
+        assert!(!v2.paused && v2.control_plane_initialized && !v2.infrastructure_ready);
+    }
+
+    #[test]
+    fn a_malformed_machine_is_read_with_problems_not_refused() {
+        let m = MachineView::read(&json!({
+            "apiVersion": "example.com/v1", "kind": "Machine",
+            "metadata": {"name": "m1", "creationTimestamp": 42},
+            "status": {"conditions": "nope"}
+        }))
+        .expect("named");
+        assert_eq!(m.problems.len(), 3, "{:?}", m.problems);
+        assert!(MachineView::read(&json!({"metadata": {}})).is_none());
+    }
+}

@@ -1,0 +1,52 @@
+//! Label, annotation and condition names shared with Cluster API and medik8s; they are contracts
+//! with other controllers, so they live in one place.
+
+/// Label on Cluster API objects naming their Cluster.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// Label that marks a control-plane Machine.
+pub const CONTROL_PLANE_MACHINE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+/// Annotation that pauses reconciliation of a Cluster API object (and of an MHC).
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// Annotation that keeps a Machine out of health checking entirely.
+pub const SKIP_REMEDIATION_ANNOTATION: &str = "cluster.x-k8s.io/skip-remediation";
+/// Annotation by which a user asks for a Machine to be remediated now.
+pub const REMEDIATE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/remediate-machine";
+
+/// Node label that keeps a node out of NodeHealthCheck remediation.
+pub const EXCLUDE_FROM_REMEDIATION_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
+/// Remediation-object annotation naming the node it remediates.
+pub const NODE_NAME_ANNOTATION: &str = "remediation.medik8s.io/node-name";
+/// Remediation-object annotation naming the template it came from.
+pub const TEMPLATE_NAME_ANNOTATION: &str = "remediation.medik8s.io/template-name";
+/// Remediation-object annotation set when NHC gives up on it and escalates.
+pub const NHC_TIMED_OUT_ANNOTATION: &str = "remediation.medik8s.io/nhc-timed-out";
+/// Template annotation saying the remediator handles several objects per node (generateName).
+pub const MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION: &str =
+    "remediation.medik8s.io/multiple-templates-support";
+/// Node annotation by which an operator confirms a node healthy when `healthyDelay` is negative.
+pub const MANUALLY_CONFIRMED_HEALTHY_ANNOTATION: &str =
+    "remediation.medik8s.io/manually-confirmed-healthy";
+/// Node labels that mark a control-plane node.
+pub const CONTROL_PLANE_NODE_LABELS: [&str; 2] =
+    ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"];
+
+/// Machine condition carrying the health verdict.
+pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
+/// Machine condition asking the owner (MachineSet, KCP) to remediate.
+pub const OWNER_REMEDIATED: &str = "OwnerRemediated";
+/// Machine condition recording an external remediation request.
+pub const EXTERNALLY_REMEDIATED: &str = "ExternallyRemediated";
+/// Health-check condition saying whether the short-circuit allows remediation.
+pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
+/// Health-check condition saying the check is paused.
+pub const PAUSED: &str = "Paused";
+/// NodeHealthCheck condition saying the check cannot work (e.g. template missing).
+pub const DISABLED: &str = "Disabled";
+/// Remediation-object condition a remediator sets when it finished (True) or gave up (False).
+pub const SUCCEEDED: &str = "Succeeded";
+/// Remediation-object condition saying the node is expected to be deleted for good.
+pub const PERMANENT_NODE_DELETION_EXPECTED: &str = "PermanentNodeDeletionExpected";
+/// Cluster condition: the control plane has been initialized.
+pub const CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
+/// Cluster / Machine condition: infrastructure is ready.
+pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";

@@ -1,0 +1,1 @@
+//! Which health checks an object change concerns (being written).

@@ -1,0 +1,16 @@
+//! Vigil's decision engine: `decide(observed state, policy, now) -> plan`.
+//!
+//! No I/O, no clock reads, no async: the controller and the simulator gather state, call
+//! [`machine::decide`] or [`node::decide`], and apply the returned plan. Every health rule lives
+//! here, once. A plan carries the exact instant its verdicts can next change
+//! ([`plan::Plan::next_wake`]) so callers wake exactly then instead of polling.
+
+pub mod concerns;
+pub mod lookup;
+pub mod machine;
+pub mod machine_write;
+pub mod node;
+pub mod plan;
+
+pub use lookup::Lookup;
+pub use plan::{Action, Notice, NoticeKind, ObjectRef, Plan};

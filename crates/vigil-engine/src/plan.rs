@@ -1,0 +1,158 @@
+//! What the engine asks for: the check's new status, the writes to make, the notices to tell the
+//! operator, and when to look again.
+
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::Value;
+use vigil_api::conditions::DesiredCondition;
+use vigil_api::views::CapiVersion;
+
+/// Identifies an object the plan acts on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// apiVersion.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// One write. Actions are idempotent: applying a plan twice changes nothing the second time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Set these conditions on a Machine (only the ones that differ from what it carries);
+    /// see [`crate::machine_write`] for how each API form stores them.
+    SetMachineConditions {
+        /// The Machine.
+        machine: ObjectRef,
+        /// Its API form.
+        version: CapiVersion,
+        /// Conditions with the transition time to write.
+        conditions: Vec<(DesiredCondition, Timestamp)>,
+    },
+    /// Create a remediation object (a full manifest; `metadata.generateName` may stand for
+    /// the name).
+    CreateRemediation {
+        /// The manifest.
+        object: Value,
+        /// The target (Machine `namespace/name` or Node name) it remediates.
+        target: String,
+    },
+    /// Delete a remediation object.
+    DeleteRemediation {
+        /// The object.
+        object: ObjectRef,
+        /// The target it remediated.
+        target: String,
+    },
+    /// Add an annotation to a remediation object (medik8s' `nhc-timed-out`).
+    AnnotateRemediation {
+        /// The object.
+        object: ObjectRef,
+        /// Annotation key.
+        key: String,
+        /// Annotation value.
+        value: String,
+    },
+}
+
+/// What an operator is told (an Event in the controller, a line in the simulator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum NoticeKind {
+    /// A target was found unhealthy.
+    Unhealthy,
+    /// The owner was asked to remediate (`OwnerRemediated=False`).
+    RemediationRequested,
+    /// A remediation object was created (reported by the applier once it exists).
+    RemediationCreated,
+    /// A remediation object was deleted (reported by the applier once it is gone).
+    RemediationDeleted,
+    /// A remediation step timed out or failed and the next one starts.
+    RemediationTimedOut,
+    /// Every remediation step was tried; nothing is left.
+    NoTemplateLeft,
+    /// Remediation could not be requested for a target (template missing or invalid, …).
+    RemediationSkipped,
+    /// The short-circuit stopped remediation.
+    RemediationBlocked,
+    /// The short-circuit allows remediation again.
+    RemediationAllowed,
+    /// A target that was unhealthy is healthy again.
+    Healthy,
+    /// The check was paused.
+    Paused,
+    /// The check was resumed.
+    Resumed,
+    /// Vigil could not read what it needs and made no decision (safety first).
+    NoDecision,
+}
+
+impl NoticeKind {
+    /// Whether this calls for an operator's attention (a Warning event).
+    pub fn is_warning(self) -> bool {
+        matches!(
+            self,
+            NoticeKind::Unhealthy
+                | NoticeKind::NoTemplateLeft
+                | NoticeKind::RemediationSkipped
+                | NoticeKind::RemediationBlocked
+                | NoticeKind::RemediationTimedOut
+                | NoticeKind::NoDecision
+        )
+    }
+}
+
+/// One notice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Notice {
+    /// What happened.
+    pub kind: NoticeKind,
+    /// The target concerned (Machine `namespace/name` or Node name), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Machine-readable reason (a condition reason where there is one).
+    pub reason: String,
+    /// What happened and why, for a person.
+    pub message: String,
+}
+
+/// The engine's answer for one check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan<S> {
+    /// The check's status as it should be; write it only if it differs.
+    pub status: S,
+    /// Writes to make, in order.
+    pub actions: Vec<Action>,
+    /// What to tell the operator.
+    pub notices: Vec<Notice>,
+    /// The earliest instant at which a verdict can change without any object changing; `None`
+    /// when only a change to some object can change a verdict.
+    pub next_wake: Option<Timestamp>,
+}
+
+/// Tracks the earliest of several wake-up times.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Earliest(pub Option<Timestamp>);
+
+impl Earliest {
+    pub(crate) fn offer(&mut self, t: Timestamp) {
+        self.0 = Some(match self.0 {
+            Some(cur) if cur <= t => cur,
+            _ => t,
+        });
+    }
+}
