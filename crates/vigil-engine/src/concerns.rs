@@ -1,1 +1,118 @@
-//! Which health checks an object change concerns (being written).
+//! Which health checks an object change concerns. The controller maps watch events with these
+//! and the simulator wakes checks with them, so both wake exactly the same checks. A predicate
+//! may say yes too often (a wasted, idempotent decision) but must never miss a check whose
+//! verdict the change can alter.
+
+use crate::machine::is_target;
+use k8s_openapi::api::core::v1::Node;
+use vigil_api::validate::{MhcPolicy, NhcPolicy};
+use vigil_api::views::{Meta, MachineView};
+use vigil_api::{MachineHealthCheck, NodeHealthCheck};
+
+fn namespace_of(check: &MachineHealthCheck) -> &str {
+    check.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// A Machine concerns an MHC when it is (or was, per the last status) one of its targets.
+pub fn mhc_concerns_machine(check: &MachineHealthCheck, policy: &MhcPolicy, machine: &MachineView) -> bool {
+    machine.meta.namespace == namespace_of(check)
+        && (is_target(policy, machine)
+            || check.status.as_ref().is_some_and(|s| s.targets.binary_search(&machine.meta.name).is_ok()))
+}
+
+/// A Cluster concerns the MHCs that name it.
+pub fn mhc_concerns_cluster(check: &MachineHealthCheck, policy: &MhcPolicy, cluster: &Meta) -> bool {
+    cluster.namespace == namespace_of(check) && cluster.name == policy.cluster_name
+}
+
+/// A remediation object or template concerns an MHC when it is of its template's kinds in its
+/// namespace.
+pub fn mhc_concerns_remediation_object(check: &MachineHealthCheck, policy: &MhcPolicy, object: &Meta) -> bool {
+    policy.remediation_template.as_ref().is_some_and(|t| {
+        object.namespace == namespace_of(check)
+            && group_of(&object.api_version) == group_of(&t.api_version)
+            && (object.kind == t.remediation_kind() || (object.kind == t.kind && object.name == t.name))
+    })
+}
+
+/// A Node concerns an NHC when it is selected or still listed in its status.
+pub fn nhc_concerns_node(check: &NodeHealthCheck, policy: &NhcPolicy, node: &Node) -> bool {
+    let name = node.metadata.name.as_deref().unwrap_or("");
+    policy.selector.matches(node.metadata.labels.as_ref())
+        || check.status.as_ref().is_some_and(|s| s.unhealthy_nodes.iter().any(|u| u.name == name))
+}
+
+/// A remediation object concerns the NHC that owns it; a template, the NHCs that use it; any
+/// object of a step's kind may hold the control-plane lock, so it concerns every NHC using it.
+pub fn nhc_concerns_remediation_object(policy: &NhcPolicy, object: &Meta) -> bool {
+    policy.steps.iter().any(|s| {
+        let t = &s.template;
+        group_of(&object.api_version) == group_of(&t.api_version)
+            && object.namespace == t.namespace
+            && (object.kind == t.remediation_kind() || (object.kind == t.kind && object.name == t.name))
+    })
+}
+
+/// Whether a Node update can change any verdict: heartbeats (`lastHeartbeatTime`) and status
+/// fields no rule reads (images, addresses, capacity) never cause work.
+pub fn node_change_matters(old: &Node, new: &Node) -> bool {
+    if old.metadata.labels != new.metadata.labels
+        || old.metadata.annotations != new.metadata.annotations
+        || old.metadata.deletion_timestamp.is_some() != new.metadata.deletion_timestamp.is_some()
+    {
+        return true;
+    }
+    let conditions = |n: &Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .map(|cs| cs.iter().map(|c| (c.type_.clone(), c.status.clone(), c.last_transition_time.clone())).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    conditions(old) != conditions(new)
+}
+
+/// The API group of an `apiVersion` (`""` for the core group).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn node(status: &str, heartbeat: &str, transition: &str) -> Node {
+        Node {
+            metadata: Default::default(),
+            spec: None,
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: status.into(),
+                    last_heartbeat_time: Some(Time(heartbeat.parse().expect("ts"))),
+                    last_transition_time: Some(Time(transition.parse().expect("ts"))),
+                    message: None,
+                    reason: None,
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn heartbeats_alone_do_not_matter() {
+        let a = node("True", "2030-01-01T00:00:00Z", "2029-12-31T00:00:00Z");
+        let b = node("True", "2030-01-01T00:00:10Z", "2029-12-31T00:00:00Z");
+        assert!(!node_change_matters(&a, &b));
+        let c = node("False", "2030-01-01T00:00:20Z", "2030-01-01T00:00:20Z");
+        assert!(node_change_matters(&b, &c));
+    }
+
+    #[test]
+    fn groups() {
+        assert_eq!(group_of("v1"), "");
+        assert_eq!(group_of("cluster.x-k8s.io/v1beta2"), "cluster.x-k8s.io");
+    }
+}

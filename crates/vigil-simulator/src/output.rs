@@ -1,0 +1,123 @@
+//! What a simulation reports: one record per thing that happened, rendered as a readable
+//! timeline or as JSON lines (`--output json`), closed by the final status of every check.
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// One thing that happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Seconds since the scenario's start (millisecond precision).
+    pub t: f64,
+    /// What happened (`Unhealthy`, `RemediationCreated`, … — README "Output").
+    pub event: String,
+    /// `MachineHealthCheck/<ns>/<name>` or `NodeHealthCheck/<name>`; null for scenario and model
+    /// events.
+    pub check: Option<String>,
+    /// `<ns>/<name>` for Machines, `<name>` for Nodes; null when the event is about the check.
+    pub target: Option<String>,
+    /// Event-specific fields (reason, message, kind, namespace, name, …).
+    #[serde(flatten)]
+    pub details: Map<String, Value>,
+}
+
+/// Seconds since start, rounded to the millisecond.
+pub fn seconds(nanos: i128) -> f64 {
+    let millis = (nanos as f64 / 1e6).round();
+    millis / 1e3
+}
+
+/// The JSON-lines form: one event per line, then the `Final` line.
+pub fn json_lines(events: &[Event], final_statuses: &BTreeMap<String, Value>, end_t: f64) -> String {
+    let mut out = String::new();
+    for e in events {
+        out.push_str(&serde_json::to_string(e).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str(&json!({"t": end_t, "event": "Final", "checks": final_statuses}).to_string());
+    out.push('\n');
+    out
+}
+
+fn clock(t: f64) -> String {
+    let total_ms = (t * 1000.0).round() as i64;
+    let (h, rem) = (total_ms / 3_600_000, total_ms % 3_600_000);
+    let (m, rem) = (rem / 60_000, rem % 60_000);
+    let (s, ms) = (rem / 1000, rem % 1000);
+    if ms == 0 { format!("+{h:02}:{m:02}:{s:02}    ") } else { format!("+{h:02}:{m:02}:{s:02}.{ms:03}") }
+}
+
+/// The readable form.
+pub fn text(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Value>) -> String {
+    let mut out = format!("scenario {name}\n");
+    for e in events {
+        let detail = |k: &str| e.details.get(k).and_then(Value::as_str).unwrap_or("");
+        let what = match e.event.as_str() {
+            "RemediationCreated" | "RemediationDeleted" | "Applied" | "Deleted" | "RemediationFailed" => {
+                let ns = detail("namespace");
+                let obj = if ns.is_empty() { detail("name").to_string() } else { format!("{ns}/{}", detail("name")) };
+                format!("{} {obj}", detail("kind"))
+            }
+            "NodeConditionSet" => format!("{}={} {}", detail("type"), detail("status"), detail("reason")),
+            "MachineReplaced" => format!("replaced by {}", detail("replacement")),
+            _ => {
+                let reason = detail("reason");
+                let message = detail("message");
+                match (reason.is_empty(), message.is_empty()) {
+                    (true, true) => String::new(),
+                    (false, true) => reason.to_string(),
+                    (true, false) => message.to_string(),
+                    (false, false) => format!("{reason}: {message}"),
+                }
+            }
+        };
+        let who = match (&e.check, &e.target) {
+            (Some(c), Some(t)) => format!("{c} {t}"),
+            (Some(c), None) => c.clone(),
+            (None, Some(t)) => t.clone(),
+            (None, None) => String::new(),
+        };
+        out.push_str(&format!("{}  {:<20} {who}  {what}\n", clock(e.t), e.event));
+    }
+    out.push_str("final status:\n");
+    for (check, status) in final_statuses {
+        let s = |k: &str| status.get(k).map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        let conditions: Vec<String> = status
+            .get("conditions")
+            .and_then(Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| format!("{}={}", c["type"].as_str().unwrap_or(""), c["status"].as_str().unwrap_or("")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if check.starts_with("MachineHealthCheck/") {
+            out.push_str(&format!(
+                "  {check}: expected {} healthy {} remediationsAllowed {} [{}]\n",
+                s("expectedMachines"), s("currentHealthy"), s("remediationsAllowed"), conditions.join(" ")
+            ));
+        } else {
+            let unhealthy = status.get("unhealthyNodes").and_then(Value::as_array).map_or(0, Vec::len);
+            out.push_str(&format!(
+                "  {check}: phase {} observed {} healthy {} unhealthy {unhealthy} [{}]\n",
+                s("phase").trim_matches('"'), s("observedNodes"), s("healthyNodes"), conditions.join(" ")
+            ));
+        }
+    }
+    out
+}
+
+/// Every object of the store as multi-document YAML (`--dump`), workload-cluster objects
+/// marked with a `# cluster: <namespace>/<name>` comment.
+pub fn dump_yaml(store: &crate::store::Store) -> Result<String, serde_saphyr::SerializeError> {
+    let mut out = String::new();
+    for (key, object) in store.all() {
+        out.push_str("---\n");
+        if !key.cluster.is_empty() {
+            out.push_str(&format!("# cluster: {}\n", key.cluster));
+        }
+        out.push_str(&serde_saphyr::to_string(object)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,379 @@
+//! The scenario file, format v1: objects present at the start, a timeline of changes on a virtual
+//! clock, and optional stand-ins for the controllers around Vigil. The shape is a public contract
+//! (README "Scenario format"); it only grows by optional fields.
+
+use jiff::{SignedDuration, Timestamp};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use vigil_api::duration::parse_go_duration;
+
+/// Where the virtual clock starts when a scenario does not say.
+pub const DEFAULT_START: &str = "2030-01-01T00:00:00Z";
+
+/// A scenario as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawScenario {
+    name: String,
+    #[serde(default)]
+    start: Option<String>,
+    duration: String,
+    #[serde(default)]
+    objects: Vec<Value>,
+    #[serde(default)]
+    workload_clusters: BTreeMap<String, Vec<Value>>,
+    #[serde(default)]
+    timeline: Vec<RawStep>,
+    #[serde(default)]
+    models: Option<RawModels>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawStep {
+    at: String,
+    #[serde(default)]
+    apply: Option<Value>,
+    #[serde(default)]
+    delete: Option<ObjectId>,
+    #[serde(default)]
+    set_node_condition: Option<NodeConditionChange>,
+    #[serde(default)]
+    cluster: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawModels {
+    #[serde(default)]
+    owner: Option<RawOwner>,
+    #[serde(default)]
+    remediators: Vec<RawRemediator>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawOwner {
+    replace_after: String,
+    node_ready_after: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawRemediator {
+    kind: String,
+    #[serde(default)]
+    recover_after: Option<String>,
+    #[serde(default)]
+    succeeded: Option<bool>,
+    #[serde(default)]
+    after: Option<String>,
+}
+
+/// Names an object to delete.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectId {
+    /// apiVersion of the object.
+    pub api_version: String,
+    /// Kind of the object.
+    pub kind: String,
+    /// Name of the object.
+    pub name: String,
+    /// Namespace (omit for cluster-scoped objects).
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// Sets one condition on a Node, as a kubelet would.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeConditionChange {
+    /// Node name.
+    pub node: String,
+    /// Condition type, e.g. `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Reason to record.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Message to record.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Name, for output.
+    pub name: String,
+    /// Virtual time at the start.
+    pub start: Timestamp,
+    /// How long the run lasts.
+    pub duration: SignedDuration,
+    /// Objects present at the start (management cluster).
+    pub objects: Vec<Value>,
+    /// Nodes of workload clusters, keyed `namespace/clusterName`.
+    pub workload_clusters: BTreeMap<String, Vec<Value>>,
+    /// Changes, in time order (stable for equal times).
+    pub timeline: Vec<Step>,
+    /// Stand-ins for other controllers.
+    pub models: Models,
+}
+
+/// One change of the timeline.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Position in the file, for messages.
+    pub index: usize,
+    /// Offset from the start.
+    pub at: SignedDuration,
+    /// What changes.
+    pub change: Change,
+    /// Workload cluster it happens in (`namespace/clusterName`), or the management cluster.
+    pub cluster: Option<String>,
+}
+
+/// What a step changes.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Create or replace an object whole.
+    Apply(Value),
+    /// Delete an object.
+    Delete(ObjectId),
+    /// Set a Node condition.
+    SetNodeCondition(NodeConditionChange),
+}
+
+/// Stand-ins for the controllers around Vigil.
+#[derive(Debug, Clone, Default)]
+pub struct Models {
+    /// A MachineSet-like owner that replaces Machines marked `OwnerRemediated=False`.
+    pub owner: Option<OwnerModel>,
+    /// Remediators by remediation kind.
+    pub remediators: Vec<RemediatorModel>,
+}
+
+/// The owner model's timings.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnerModel {
+    /// Delay between the request and the replacement Machine.
+    pub replace_after: SignedDuration,
+    /// Delay between the replacement and its Node being Ready.
+    pub node_ready_after: SignedDuration,
+}
+
+/// What a remediator model does with the objects of its kind.
+#[derive(Debug, Clone)]
+pub struct RemediatorModel {
+    /// Remediation kind it handles, e.g. `SelfNodeRemediation`.
+    pub kind: String,
+    /// What it does, and after how long.
+    pub outcome: RemediatorOutcome,
+}
+
+/// A remediator model's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemediatorOutcome {
+    /// The Node is Ready again after this long (and the object reports `Succeeded=True`).
+    Recovers(SignedDuration),
+    /// The object reports `Succeeded=False` after this long; the Node stays as it is.
+    Fails(SignedDuration),
+}
+
+/// Why a scenario was refused: the entry and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file is not valid YAML of the scenario's shape.
+    #[error("not a valid scenario: {0}")]
+    Syntax(String),
+    /// One entry is wrong.
+    #[error("{entry}: {message}")]
+    Entry {
+        /// Path of the entry, e.g. `timeline[2].at`.
+        entry: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn entry(entry: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+    ScenarioError::Entry { entry: entry.into(), message: message.into() }
+}
+
+fn duration(path: &str, text: &str) -> Result<SignedDuration, ScenarioError> {
+    let d = parse_go_duration(text).map_err(|e| entry(path, format!("invalid value {text:?}: {e}")))?;
+    if d.is_negative() {
+        return Err(entry(path, format!("invalid value {text:?}: must not be negative")));
+    }
+    Ok(d)
+}
+
+impl Scenario {
+    /// Parses and checks a scenario file's text.
+    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+        let start_text = raw.start.as_deref().unwrap_or(DEFAULT_START);
+        let start: Timestamp = start_text
+            .parse()
+            .map_err(|_| entry("start", format!("invalid value {start_text:?}: expected an RFC 3339 time such as {DEFAULT_START}")))?;
+        let duration_value = duration("duration", &raw.duration)?;
+        if duration_value.is_zero() {
+            return Err(entry("duration", "must be greater than zero"));
+        }
+        for (i, o) in raw.objects.iter().enumerate() {
+            check_manifest(&format!("objects[{i}]"), o)?;
+        }
+        for (key, nodes) in &raw.workload_clusters {
+            check_cluster_key(&format!("workloadClusters[{key:?}]"), key)?;
+            for (i, n) in nodes.iter().enumerate() {
+                let path = format!("workloadClusters[{key:?}][{i}]");
+                check_manifest(&path, n)?;
+                if n.get("kind").and_then(Value::as_str) != Some("Node") {
+                    return Err(entry(path, "a workload cluster holds Nodes only"));
+                }
+            }
+        }
+        let mut timeline = Vec::with_capacity(raw.timeline.len());
+        for (index, step) in raw.timeline.into_iter().enumerate() {
+            let path = format!("timeline[{index}]");
+            let at = duration(&format!("{path}.at"), &step.at)?;
+            if at > duration_value {
+                return Err(entry(format!("{path}.at"), format!("invalid value {:?}: after the end of the scenario ({})", step.at, raw.duration)));
+            }
+            if let Some(cluster) = &step.cluster {
+                check_cluster_key(&format!("{path}.cluster"), cluster)?;
+                if !raw.workload_clusters.contains_key(cluster) {
+                    return Err(entry(format!("{path}.cluster"), format!("invalid value {cluster:?}: no such workload cluster in workloadClusters")));
+                }
+            }
+            let change = match (step.apply, step.delete, step.set_node_condition) {
+                (Some(m), None, None) => {
+                    check_manifest(&format!("{path}.apply"), &m)?;
+                    Change::Apply(m)
+                }
+                (None, Some(d), None) => Change::Delete(d),
+                (None, None, Some(c)) => {
+                    if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
+                        return Err(entry(format!("{path}.setNodeCondition.status"), format!("invalid value {:?}: must be True, False or Unknown (quote it in YAML)", c.status)));
+                    }
+                    Change::SetNodeCondition(c)
+                }
+                _ => return Err(entry(path, "needs exactly one of apply, delete, setNodeCondition")),
+            };
+            timeline.push(Step { index, at, change, cluster: step.cluster });
+        }
+        timeline.sort_by_key(|s| s.at);
+        let models = match raw.models {
+            None => Models::default(),
+            Some(m) => {
+                let owner = match m.owner {
+                    None => None,
+                    Some(o) => Some(OwnerModel {
+                        replace_after: duration("models.owner.replaceAfter", &o.replace_after)?,
+                        node_ready_after: duration("models.owner.nodeReadyAfter", &o.node_ready_after)?,
+                    }),
+                };
+                let mut remediators = Vec::new();
+                for (i, r) in m.remediators.into_iter().enumerate() {
+                    let path = format!("models.remediators[{i}]");
+                    if r.kind.is_empty() {
+                        return Err(entry(format!("{path}.kind"), "must not be empty"));
+                    }
+                    let outcome = match (r.recover_after, r.succeeded, r.after) {
+                        (Some(d), None | Some(true), None) => RemediatorOutcome::Recovers(duration(&format!("{path}.recoverAfter"), &d)?),
+                        (None, Some(false), Some(d)) => RemediatorOutcome::Fails(duration(&format!("{path}.after"), &d)?),
+                        _ => return Err(entry(path, "needs either recoverAfter, or succeeded: false with after")),
+                    };
+                    remediators.push(RemediatorModel { kind: r.kind, outcome });
+                }
+                Models { owner, remediators }
+            }
+        };
+        Ok(Scenario { name: raw.name, start, duration: duration_value, objects: raw.objects, workload_clusters: raw.workload_clusters, timeline, models })
+    }
+}
+
+fn check_cluster_key(path: &str, key: &str) -> Result<(), ScenarioError> {
+    match key.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(()),
+        _ => Err(entry(path, format!("invalid value {key:?}: expected <namespace>/<clusterName>"))),
+    }
+}
+
+/// Every manifest needs apiVersion, kind and metadata.name; timestamps must be RFC 3339.
+fn check_manifest(path: &str, v: &Value) -> Result<(), ScenarioError> {
+    if !v.is_object() {
+        return Err(entry(path, "must be a manifest (a mapping with apiVersion, kind, metadata)"));
+    }
+    for field in ["apiVersion", "kind"] {
+        if v.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+            return Err(entry(path, format!("{field} must be set")));
+        }
+    }
+    let id = format!(
+        "{} {}",
+        v.get("kind").and_then(Value::as_str).unwrap_or(""),
+        v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>")
+    );
+    if v.pointer("/metadata/name").and_then(Value::as_str).is_none_or(str::is_empty) {
+        return Err(entry(path, format!("{id}: metadata.name must be set")));
+    }
+    if let Some(ts) = v.pointer("/metadata/creationTimestamp")
+        && ts.as_str().is_none_or(|s| s.parse::<Timestamp>().is_err())
+    {
+        return Err(entry(path, format!("{id}: metadata.creationTimestamp: invalid value {ts}: expected an RFC 3339 time")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        Scenario::parse(text).expect_err("invalid").to_string()
+    }
+
+    #[test]
+    fn parses_the_documented_shape() {
+        let s = Scenario::parse(
+            r#"
+name: demo
+duration: 10m
+objects:
+  - {apiVersion: v1, kind: Node, metadata: {name: n1}}
+timeline:
+  - at: 3m
+    setNodeCondition: {node: n1, type: Ready, status: "False"}
+  - at: 90s
+    delete: {apiVersion: v1, kind: Node, name: n1}
+models:
+  owner: {replaceAfter: 2m, nodeReadyAfter: 5m}
+  remediators:
+    - {kind: SelfNodeRemediation, recoverAfter: 3m}
+    - {kind: FenceAgentsRemediation, succeeded: false, after: 2m}
+"#,
+        )
+        .expect("valid");
+        assert_eq!(s.start, DEFAULT_START.parse::<Timestamp>().expect("ts"));
+        assert_eq!(s.timeline[0].at, SignedDuration::from_secs(90), "sorted by time");
+        assert_eq!(s.timeline[0].index, 1, "keeps its position in the file for messages");
+        assert_eq!(s.models.remediators[1].outcome, RemediatorOutcome::Fails(SignedDuration::from_secs(120)));
+    }
+
+    #[test]
+    fn errors_name_the_entry() {
+        assert_eq!(err("name: x\nduration: 5 minutes\n"), r#"duration: invalid value "5 minutes": is not a duration; expected a number with a unit (ns, us, ms, s, m, h), e.g. 300s, 10m or 1h30m"#);
+        assert_eq!(err("name: x\nduration: 5m\ntimeline:\n  - at: 6m\n    delete: {apiVersion: v1, kind: Node, name: n}\n"), r#"timeline[0].at: invalid value "6m": after the end of the scenario (5m)"#);
+        assert_eq!(err("name: x\nduration: 5m\ntimeline:\n  - at: 1m\n"), "timeline[0]: needs exactly one of apply, delete, setNodeCondition");
+        assert_eq!(err("name: x\nduration: 5m\nobjects:\n  - {apiVersion: v1, kind: Node, metadata: {}}\n"), "objects[0]: Node <unnamed>: metadata.name must be set");
+        assert_eq!(err("name: x\nduration: 5m\nstart: tomorrow\n"), r#"start: invalid value "tomorrow": expected an RFC 3339 time such as 2030-01-01T00:00:00Z"#);
+        assert_eq!(err("name: x\nduration: 5m\ntimeline:\n  - at: 1m\n    cluster: default/nope\n    delete: {apiVersion: v1, kind: Node, name: n}\n"), r#"timeline[0].cluster: invalid value "default/nope": no such workload cluster in workloadClusters"#);
+        assert_eq!(err("name: x\nduration: 5m\nmodels:\n  remediators:\n    - {kind: X}\n"), "models.remediators[0]: needs either recoverAfter, or succeeded: false with after");
+        assert!(err("name: x\nduration: 5m\nbogus: 1\n").contains("bogus"));
+    }
+}

@@ -1,0 +1,629 @@
+//! The simulation loop. It does what the controller does, on a virtual clock: a change wakes the
+//! checks it concerns (the engine's `concerns` predicates), each woken check gathers its observed
+//! state, calls the engine and applies the plan, and a plan's `next_wake` is honoured to the
+//! nanosecond. Between changes the clock jumps to the next timeline step, wake-up or model timer.
+
+use crate::output::{Event, seconds};
+use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
+use crate::store::{Key, MANAGEMENT, Store};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Node;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use vigil_api::manifest::{HealthCheck, health_check_from_value};
+use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
+use vigil_api::well_known::{CLUSTER_NAME_LABEL, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, REMEDIATE_MACHINE_ANNOTATION};
+use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
+use vigil_engine::concerns::{self, group_of};
+use vigil_engine::machine::{MhcInput, NodeSource};
+use vigil_engine::machine_write::machine_status_patch;
+use vigil_engine::node::NhcInput;
+use vigil_engine::{Action, Notice, Plan};
+
+/// How many decision rounds one instant may take before the run is declared unsettled (a plan
+/// that keeps changing what it looks at would otherwise loop forever).
+const MAX_ROUNDS_PER_INSTANT: usize = 50;
+const CAPI_GROUP: &str = "cluster.x-k8s.io";
+
+/// A health check, as the loop addresses it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum CheckId {
+    Machine { namespace: String, name: String },
+    Node { name: String },
+}
+
+impl CheckId {
+    fn key(&self) -> Key {
+        match self {
+            CheckId::Machine { namespace, name } => Key { cluster: MANAGEMENT.into(), group: GROUP.into(), kind: "MachineHealthCheck".into(), namespace: namespace.clone(), name: name.clone() },
+            CheckId::Node { name } => Key { cluster: MANAGEMENT.into(), group: GROUP.into(), kind: "NodeHealthCheck".into(), namespace: String::new(), name: name.clone() },
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            CheckId::Machine { namespace, name } => format!("MachineHealthCheck/{namespace}/{name}"),
+            CheckId::Node { name } => format!("NodeHealthCheck/{name}"),
+        }
+    }
+}
+
+/// Work the models do later.
+#[derive(Debug, Clone)]
+enum Task {
+    ReplaceMachine(Key),
+    JoinNode(Key),
+    Remediator(Key, RemediatorOutcome),
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Scenario name.
+    pub name: String,
+    /// Everything that happened, in order.
+    pub events: Vec<Event>,
+    /// Each check's status at the end, keyed like `Event::check`.
+    pub final_statuses: BTreeMap<String, Value>,
+    /// Seconds from start to end.
+    pub end_t: f64,
+    /// Every object at the end.
+    pub store: Store,
+}
+
+struct Sim<'s> {
+    scenario: &'s Scenario,
+    store: Store,
+    now: Timestamp,
+    dirty: BTreeSet<CheckId>,
+    wakeups: BTreeMap<CheckId, Timestamp>,
+    tasks: BTreeMap<(Timestamp, u64), Task>,
+    task_seq: u64,
+    scheduled_replacements: BTreeSet<Key>,
+    events: Vec<Event>,
+    invalid_reported: BTreeMap<CheckId, String>,
+}
+
+/// Runs a scenario to its end.
+pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
+    let mut sim = Sim {
+        scenario,
+        store: Store::default(),
+        now: scenario.start,
+        dirty: BTreeSet::new(),
+        wakeups: BTreeMap::new(),
+        tasks: BTreeMap::new(),
+        task_seq: 0,
+        scheduled_replacements: BTreeSet::new(),
+        events: Vec::new(),
+        invalid_reported: BTreeMap::new(),
+    };
+    for (i, object) in scenario.objects.iter().enumerate() {
+        sim.put(MANAGEMENT, object.clone(), &format!("objects[{i}]"))?;
+    }
+    for (cluster, nodes) in &scenario.workload_clusters {
+        for (i, node) in nodes.iter().enumerate() {
+            sim.put(cluster, node.clone(), &format!("workloadClusters[{cluster:?}][{i}]"))?;
+        }
+    }
+    sim.dirty = sim.checks().into_iter().collect();
+    sim.run()?;
+    let final_statuses = sim
+        .checks()
+        .into_iter()
+        .map(|id| {
+            let status = sim.store.get(&id.key()).and_then(|o| o.get("status")).cloned().unwrap_or(json!({}));
+            (id.label(), status)
+        })
+        .collect();
+    Ok(Report {
+        name: scenario.name.clone(),
+        events: sim.events,
+        final_statuses,
+        end_t: seconds(scenario.duration.as_nanos()),
+        store: sim.store,
+    })
+}
+
+fn text<'v>(v: &'v Value, pointer: &str) -> &'v str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+impl Sim<'_> {
+    fn run(&mut self) -> Result<(), ScenarioError> {
+        let end = self.scenario.start.checked_add(self.scenario.duration).unwrap_or(Timestamp::MAX);
+        let mut steps = self.scenario.timeline.iter().peekable();
+        loop {
+            self.settle()?;
+            let step_at = steps.peek().map(|s| self.at(s.at));
+            let candidates = [step_at, self.wakeups.values().min().copied(), self.tasks.keys().next().map(|(t, _)| *t)];
+            let Some(next) = candidates.into_iter().flatten().min() else { break };
+            if next > end {
+                break;
+            }
+            self.now = next;
+            while let Some(step) = steps.next_if(|s| self.at(s.at) == next) {
+                self.step(step)?;
+            }
+            while let Some(entry) = self.tasks.first_entry() {
+                if entry.key().0 != next {
+                    break;
+                }
+                let task = entry.remove();
+                self.run_task(task);
+            }
+            let due: Vec<CheckId> = self.wakeups.iter().filter(|(_, t)| **t <= next).map(|(c, _)| c.clone()).collect();
+            for id in due {
+                self.wakeups.remove(&id);
+                self.dirty.insert(id);
+            }
+        }
+        self.now = end;
+        Ok(())
+    }
+
+    fn at(&self, offset: SignedDuration) -> Timestamp {
+        self.scenario.start.checked_add(offset).unwrap_or(Timestamp::MAX)
+    }
+
+    fn t(&self) -> f64 {
+        seconds(self.now.duration_since(self.scenario.start).as_nanos())
+    }
+
+    fn emit(&mut self, event: &str, check: Option<String>, target: Option<String>, details: Map<String, Value>) {
+        self.events.push(Event { t: self.t(), event: event.into(), check, target, details });
+    }
+
+    fn checks(&self) -> Vec<CheckId> {
+        let mhcs = self.store.list(MANAGEMENT, GROUP, "MachineHealthCheck", None).map(|(k, _)| CheckId::Machine { namespace: k.namespace.clone(), name: k.name.clone() });
+        let nhcs = self.store.list(MANAGEMENT, GROUP, "NodeHealthCheck", None).map(|(k, _)| CheckId::Node { name: k.name.clone() });
+        mhcs.chain(nhcs).collect()
+    }
+
+    /// Stores a manifest as the API server would: health checks of upstream apiVersions are
+    /// converted, Nodes must be Nodes.
+    fn put(&mut self, cluster: &str, object: Value, entry: &str) -> Result<Key, ScenarioError> {
+        let err = |message: String| ScenarioError::Entry { entry: entry.to_string(), message };
+        let kind = text(&object, "/kind").to_string();
+        let object = if kind == "MachineHealthCheck" || kind == "NodeHealthCheck" {
+            let check = health_check_from_value(&object).map_err(|e| err(e.to_string()))?;
+            let typed = match check {
+                HealthCheck::Machine(m) => serde_json::to_value(m),
+                HealthCheck::Node(n) => serde_json::to_value(n),
+            };
+            typed.map_err(|e| err(e.to_string()))?
+        } else {
+            if kind == "Node" && text(&object, "/apiVersion") == "v1" {
+                serde_json::from_value::<Node>(object.clone()).map_err(|e| err(format!("not a valid Node: {e}")))?;
+            }
+            object
+        };
+        let before = self.store.get(&Key::of(cluster, &object)).cloned();
+        let key = self.store.apply(cluster, object, self.now);
+        self.changed(&key, before.as_ref());
+        Ok(key)
+    }
+
+    fn step(&mut self, step: &Step) -> Result<(), ScenarioError> {
+        let cluster = step.cluster.as_deref().unwrap_or(MANAGEMENT).to_string();
+        let entry = format!("timeline[{}]", step.index);
+        let err = |message: String| ScenarioError::Entry { entry: entry.clone(), message };
+        match &step.change {
+            Change::Apply(object) => {
+                let key = self.put(&cluster, object.clone(), &format!("{entry}.apply"))?;
+                self.emit("Applied", None, Some(key.object_name()), object_details(&key));
+            }
+            Change::Delete(id) => {
+                let group = match (id.kind.as_str(), group_of(&id.api_version)) {
+                    ("MachineHealthCheck" | "NodeHealthCheck", _) => GROUP,
+                    (_, g) => g,
+                };
+                let key = Key { cluster: cluster.clone(), group: group.into(), kind: id.kind.clone(), namespace: id.namespace.clone().unwrap_or_default(), name: id.name.clone() };
+                let before = self.store.delete(&key).ok_or_else(|| err(format!("{} {} does not exist at this time", id.kind, key.object_name())))?;
+                self.emit("Deleted", None, Some(key.object_name()), object_details(&key));
+                self.changed(&key, Some(&before));
+            }
+            Change::SetNodeCondition(c) => {
+                let key = Key { cluster: cluster.clone(), group: String::new(), kind: "Node".into(), namespace: String::new(), name: c.node.clone() };
+                if self.store.get(&key).is_none() {
+                    return Err(err(format!("Node {} does not exist at this time", c.node)));
+                }
+                self.set_node_condition(&key, &c.type_, &c.status, c.reason.as_deref(), c.message.as_deref());
+                let mut d = Map::new();
+                d.insert("type".into(), json!(c.type_));
+                d.insert("status".into(), json!(c.status));
+                d.insert("reason".into(), json!(c.reason.clone().unwrap_or_default()));
+                self.emit("NodeConditionSet", None, Some(c.node.clone()), d);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets a Node condition as a kubelet does: the transition time moves only with the status.
+    fn set_node_condition(&mut self, key: &Key, type_: &str, status: &str, reason: Option<&str>, message: Option<&str>) {
+        let Some(mut node) = self.store.get(key).cloned() else { return };
+        let before = node.clone();
+        let now = self.now.to_string();
+        let conditions = node.pointer_mut("/status/conditions").and_then(Value::as_array_mut);
+        let mut list = conditions.map(std::mem::take).unwrap_or_default();
+        let fresh = json!({"type": type_, "status": status, "reason": reason.unwrap_or(""), "message": message.unwrap_or(""), "lastHeartbeatTime": now, "lastTransitionTime": now});
+        match list.iter_mut().find(|c| c["type"] == type_) {
+            Some(existing) => {
+                let transition = if existing["status"] == status { existing["lastTransitionTime"].clone() } else { json!(now) };
+                *existing = fresh;
+                existing["lastTransitionTime"] = transition;
+            }
+            None => list.push(fresh),
+        }
+        node["status"]["conditions"] = Value::Array(list);
+        self.store.apply(&key.cluster, node, self.now);
+        self.changed(key, Some(&before));
+    }
+
+    /// Marks the checks a change concerns (the same predicates the controller maps watch
+    /// events with).
+    fn changed(&mut self, key: &Key, before: Option<&Value>) {
+        let after = self.store.get(key).cloned();
+        let versions: Vec<&Value> = before.into_iter().chain(after.as_ref()).collect();
+        if key.group == GROUP && key.cluster == MANAGEMENT {
+            let id = if key.kind == "MachineHealthCheck" { CheckId::Machine { namespace: key.namespace.clone(), name: key.name.clone() } } else { CheckId::Node { name: key.name.clone() } };
+            self.dirty.insert(id);
+            return;
+        }
+        if key.kind == "Node"
+            && key.group.is_empty()
+            && let (Some(b), Some(a)) = (before, after.as_ref())
+            && let (Ok(b), Ok(a)) = (serde_json::from_value::<Node>(b.clone()), serde_json::from_value::<Node>(a.clone()))
+            && !concerns::node_change_matters(&b, &a)
+        {
+            return;
+        }
+        for id in self.checks() {
+            let Some(object) = self.store.get(&id.key()) else { continue };
+            let hit = match &id {
+                CheckId::Machine { namespace, .. } => {
+                    let Ok(check) = serde_json::from_value::<MachineHealthCheck>(object.clone()) else { continue };
+                    let Ok(policy) = validate::machine_health_check(&check) else { continue };
+                    versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
+                        (CAPI_GROUP, "Machine") if key.cluster == MANAGEMENT => MachineView::read(v).is_some_and(|m| concerns::mhc_concerns_machine(&check, &policy, &m)),
+                        (CAPI_GROUP, "Cluster") if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new()).is_some_and(|m| concerns::mhc_concerns_cluster(&check, &policy, &m)),
+                        ("", "Node") => {
+                            key.cluster == self.node_cluster(namespace, &policy.cluster_name)
+                                && self.store.list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace)).any(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
+                        }
+                        _ if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new()).is_some_and(|m| concerns::mhc_concerns_remediation_object(&check, &policy, &m)),
+                        _ => false,
+                    })
+                }
+                CheckId::Node { .. } => {
+                    let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
+                    let Ok(policy) = validate::node_health_check(&check) else { continue };
+                    key.cluster == MANAGEMENT
+                        && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
+                            ("", "Node") => serde_json::from_value::<Node>((*v).clone()).is_ok_and(|n| concerns::nhc_concerns_node(&check, &policy, &n)),
+                            _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| concerns::nhc_concerns_remediation_object(&policy, &m)),
+                        })
+                }
+            };
+            if hit {
+                self.dirty.insert(id);
+            }
+        }
+    }
+
+    /// Where an MHC's Nodes live: its workload cluster if the scenario has one, else here.
+    fn node_cluster(&self, namespace: &str, cluster_name: &str) -> String {
+        let key = format!("{namespace}/{cluster_name}");
+        if self.scenario.workload_clusters.contains_key(&key) { key } else { MANAGEMENT.to_string() }
+    }
+
+    fn settle(&mut self) -> Result<(), ScenarioError> {
+        for _ in 0..MAX_ROUNDS_PER_INSTANT {
+            let Some(id) = self.dirty.pop_first() else { return Ok(()) };
+            self.reconcile(&id);
+        }
+        Err(ScenarioError::Entry {
+            entry: format!("at +{}s", self.t()),
+            message: format!("the checks did not settle after {MAX_ROUNDS_PER_INSTANT} decisions (still pending: {:?}); this is a bug in Vigil, please report it", self.dirty.iter().map(CheckId::label).collect::<Vec<_>>()),
+        })
+    }
+
+    fn invalid(&mut self, id: &CheckId, message: String) {
+        if self.invalid_reported.get(id) != Some(&message) {
+            self.invalid_reported.insert(id.clone(), message.clone());
+            let mut d = Map::new();
+            d.insert("reason".into(), json!("InvalidSpec"));
+            d.insert("message".into(), json!(message));
+            self.emit("Invalid", Some(id.label()), None, d);
+        }
+        self.wakeups.remove(id);
+    }
+
+    fn reconcile(&mut self, id: &CheckId) {
+        let Some(object) = self.store.get(&id.key()).cloned() else {
+            self.wakeups.remove(id);
+            return;
+        };
+        match id {
+            CheckId::Machine { namespace, .. } => {
+                let check = match serde_json::from_value::<MachineHealthCheck>(object) {
+                    Ok(c) => c,
+                    Err(e) => return self.invalid(id, e.to_string()),
+                };
+                let policy = match validate::machine_health_check(&check) {
+                    Ok(p) => p,
+                    Err(e) => return self.invalid(id, e.to_string()),
+                };
+                let cluster = self
+                    .store
+                    .get(&Key { cluster: MANAGEMENT.into(), group: CAPI_GROUP.into(), kind: "Cluster".into(), namespace: namespace.clone(), name: policy.cluster_name.clone() })
+                    .and_then(ClusterView::read);
+                let machines: Vec<MachineView> = self.store.list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace)).filter_map(|(_, v)| MachineView::read(v)).collect();
+                let machine_refs: Vec<&MachineView> = machines.iter().collect();
+                let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
+                let nodes: HashMap<String, Node> = self
+                    .store
+                    .list(&node_cluster, "", "Node", None)
+                    .filter_map(|(k, v)| serde_json::from_value::<Node>(v.clone()).ok().map(|n| (k.name.clone(), n)))
+                    .collect();
+                let template = policy.remediation_template.as_ref().and_then(|t| {
+                    self.store.get(&Key { cluster: MANAGEMENT.into(), group: group_of(&t.api_version).into(), kind: t.kind.clone(), namespace: t.namespace.clone(), name: t.name.clone() }).and_then(TemplateView::read)
+                });
+                let remediations: HashMap<String, RemediationView> = policy
+                    .remediation_template
+                    .as_ref()
+                    .map(|t| {
+                        self.store
+                            .list(MANAGEMENT, group_of(&t.api_version), t.remediation_kind(), Some(namespace))
+                            .filter_map(|(k, v)| RemediationView::read(v).map(|r| (k.name.clone(), r)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let input = MhcInput {
+                    check: &check,
+                    policy: &policy,
+                    cluster: cluster.as_ref(),
+                    machines: &machine_refs,
+                    nodes: NodeSource::Reachable(&nodes),
+                    template: template.as_ref(),
+                    remediations: &remediations,
+                };
+                let plan = vigil_engine::machine::decide(&input, self.now);
+                self.apply(id, plan);
+            }
+            CheckId::Node { .. } => {
+                let check = match serde_json::from_value::<NodeHealthCheck>(object) {
+                    Ok(c) => c,
+                    Err(e) => return self.invalid(id, e.to_string()),
+                };
+                let policy = match validate::node_health_check(&check) {
+                    Ok(p) => p,
+                    Err(e) => return self.invalid(id, e.to_string()),
+                };
+                let nodes: Vec<Node> = self.store.list(MANAGEMENT, "", "Node", None).filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok()).collect();
+                let node_refs: Vec<&Node> = nodes.iter().collect();
+                let templates: Vec<Option<TemplateView>> = policy
+                    .steps
+                    .iter()
+                    .map(|s| {
+                        let t = &s.template;
+                        self.store.get(&Key { cluster: MANAGEMENT.into(), group: group_of(&t.api_version).into(), kind: t.kind.clone(), namespace: t.namespace.clone(), name: t.name.clone() }).and_then(TemplateView::read)
+                    })
+                    .collect();
+                let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
+                let kinds: BTreeSet<(String, String, String)> = policy
+                    .steps
+                    .iter()
+                    .map(|s| (group_of(&s.template.api_version).to_string(), s.template.remediation_kind().to_string(), s.template.namespace.clone()))
+                    .collect();
+                let remediations: Vec<RemediationView> = kinds
+                    .iter()
+                    .flat_map(|(g, k, ns)| self.store.list(MANAGEMENT, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v)))
+                    .collect();
+                let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
+                let input = NhcInput { check: &check, policy: &policy, nodes: &node_refs, templates: &template_refs, remediations: &remediation_refs };
+                let plan = vigil_engine::node::decide(&input, self.now);
+                self.apply(id, plan);
+            }
+        }
+    }
+
+    /// Applies a plan: status, writes, notices, wake-up.
+    fn apply<S: serde::Serialize>(&mut self, id: &CheckId, plan: Plan<S>) {
+        let key = id.key();
+        self.invalid_reported.remove(id);
+        let status = serde_json::to_value(&plan.status).unwrap_or(json!({}));
+        if self.store.get(&key).and_then(|o| o.get("status")) != Some(&status) {
+            self.store.set_status(&key, status);
+        }
+        for notice in &plan.notices {
+            self.notice(id, notice);
+        }
+        for action in plan.actions {
+            self.act(id, action);
+        }
+        match plan.next_wake {
+            Some(t) => self.wakeups.insert(id.clone(), t),
+            None => self.wakeups.remove(id),
+        };
+    }
+
+    fn notice(&mut self, id: &CheckId, notice: &Notice) {
+        let mut d = Map::new();
+        d.insert("reason".into(), json!(notice.reason));
+        d.insert("message".into(), json!(notice.message));
+        let event = serde_json::to_value(notice.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        self.emit(&event, Some(id.label()), notice.target.clone(), d);
+    }
+
+    fn act(&mut self, id: &CheckId, action: Action) {
+        match action {
+            Action::SetMachineConditions { machine, version, conditions } => {
+                let key = Key { cluster: MANAGEMENT.into(), group: group_of(&machine.api_version).into(), kind: machine.kind, namespace: machine.namespace, name: machine.name };
+                let Some(before) = self.store.get(&key).cloned() else { return };
+                let patch = machine_status_patch(&before, version, &conditions);
+                if let Err(e) = self.store.patch(&key, &patch) {
+                    let mut d = Map::new();
+                    d.insert("message".into(), json!(e));
+                    self.emit("WriteFailed", Some(id.label()), Some(key.object_name()), d);
+                    return;
+                }
+                let owner_asked = conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == "False");
+                if owner_asked && let Some(owner) = self.scenario.models.owner && self.scheduled_replacements.insert(key.clone()) {
+                    self.schedule(owner.replace_after, Task::ReplaceMachine(key.clone()));
+                }
+                self.changed(&key, Some(&before));
+            }
+            Action::CreateRemediation { object, target } => {
+                if let Ok(key) = self.store.create(MANAGEMENT, object, self.now) {
+                    self.emit("RemediationCreated", Some(id.label()), Some(target), object_details(&key));
+                    if let Some(model) = self.scenario.models.remediators.iter().find(|r| r.kind == key.kind) {
+                        let (delay, outcome) = match model.outcome {
+                            RemediatorOutcome::Recovers(d) | RemediatorOutcome::Fails(d) => (d, model.outcome),
+                        };
+                        self.schedule(delay, Task::Remediator(key.clone(), outcome));
+                    }
+                    self.changed(&key, None);
+                }
+            }
+            Action::DeleteRemediation { object, target } => {
+                let key = Key { cluster: MANAGEMENT.into(), group: group_of(&object.api_version).into(), kind: object.kind, namespace: object.namespace, name: object.name };
+                if let Some(before) = self.store.delete(&key) {
+                    self.emit("RemediationDeleted", Some(id.label()), Some(target), object_details(&key));
+                    self.changed(&key, Some(&before));
+                }
+            }
+            Action::AnnotateRemediation { object, key: annotation, value } => {
+                let key = Key { cluster: MANAGEMENT.into(), group: group_of(&object.api_version).into(), kind: object.kind, namespace: object.namespace, name: object.name };
+                let Some(before) = self.store.get(&key).cloned() else { return };
+                if self.store.patch(&key, &json!({"metadata": {"annotations": {annotation: value}}})).is_ok() {
+                    self.changed(&key, Some(&before));
+                }
+            }
+        }
+    }
+
+    fn schedule(&mut self, after: SignedDuration, task: Task) {
+        self.task_seq += 1;
+        let at = self.now.checked_add(after).unwrap_or(Timestamp::MAX);
+        self.tasks.insert((at, self.task_seq), task);
+    }
+
+    fn run_task(&mut self, task: Task) {
+        match task {
+            Task::ReplaceMachine(key) => self.replace_machine(&key),
+            Task::JoinNode(key) => self.join_node(&key),
+            Task::Remediator(key, outcome) => self.remediator_acts(&key, outcome),
+        }
+    }
+
+    /// The owner model (MachineSet-like): deletes the Machine and its Node, creates a new one.
+    fn replace_machine(&mut self, key: &Key) {
+        self.scheduled_replacements.remove(key);
+        let Some(old) = self.store.get(key).cloned() else { return };
+        let still_asked = MachineView::read(&old).is_some_and(|m| vigil_api::conditions::find(&m.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == "False"));
+        if !still_asked {
+            return;
+        }
+        self.store.delete(key);
+        self.changed(key, Some(&old));
+        let node_name = text(&old, "/status/nodeRef/name").to_string();
+        let cluster_name = text(&old, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
+        let node_cluster = self.node_cluster(&key.namespace, &cluster_name);
+        if !node_name.is_empty() {
+            let node_key = Key { cluster: node_cluster, group: String::new(), kind: "Node".into(), namespace: String::new(), name: node_name };
+            if let Some(before) = self.store.delete(&node_key) {
+                self.changed(&node_key, Some(&before));
+            }
+        }
+        self.task_seq += 1;
+        let base = key.name.rsplit_once("-r").filter(|(_, n)| n.bytes().all(|b| b.is_ascii_digit())).map_or(key.name.as_str(), |(b, _)| b);
+        let new_name = format!("{base}-r{}", self.task_seq);
+        let mut fresh = json!({"apiVersion": old["apiVersion"], "kind": "Machine", "metadata": {"name": new_name, "namespace": key.namespace}});
+        let mut labels = old.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+        if let Some(map) = labels.as_object_mut() {
+            map.remove(REMEDIATE_MACHINE_ANNOTATION);
+        }
+        fresh["metadata"]["labels"] = labels;
+        if let Some(spec) = old.get("spec") {
+            fresh["spec"] = spec.clone();
+        }
+        let new_key = self.store.apply(MANAGEMENT, fresh, self.now);
+        let mut d = Map::new();
+        d.insert("replacement".into(), json!(new_key.object_name()));
+        self.emit("MachineReplaced", None, Some(key.object_name()), d);
+        self.changed(&new_key, None);
+        if let Some(owner) = self.scenario.models.owner {
+            self.schedule(owner.node_ready_after, Task::JoinNode(new_key));
+        }
+    }
+
+    /// The new Machine's Node joins, Ready.
+    fn join_node(&mut self, key: &Key) {
+        let Some(machine) = self.store.get(key).cloned() else { return };
+        let cluster_name = text(&machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
+        let node_cluster = self.node_cluster(&key.namespace, &cluster_name);
+        let now = self.now.to_string();
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": key.name},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+        let node_key = self.store.apply(&node_cluster, node, self.now);
+        self.changed(&node_key, None);
+        let node_ref = if text(&machine, "/apiVersion").ends_with("v1beta1") { json!({"apiVersion": "v1", "kind": "Node", "name": key.name}) } else { json!({"name": key.name}) };
+        if self.store.patch(key, &json!({"status": {"nodeRef": node_ref}})).is_ok() {
+            self.changed(key, Some(&machine));
+        }
+        self.emit("NodeJoined", None, Some(key.name.clone()), Map::new());
+    }
+
+    /// A remediator model acts on its object: the Node recovers, or the object reports failure.
+    fn remediator_acts(&mut self, key: &Key, outcome: RemediatorOutcome) {
+        let Some(object) = self.store.get(key).cloned() else { return };
+        let now = self.now.to_string();
+        match outcome {
+            RemediatorOutcome::Recovers(_) => {
+                let Some((cluster, node)) = self.node_of(&object) else { return };
+                let node_key = Key { cluster, group: String::new(), kind: "Node".into(), namespace: String::new(), name: node.clone() };
+                if self.store.get(&node_key).is_none() {
+                    let fresh = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}, "status": {"conditions": []}});
+                    self.store.apply(&node_key.cluster, fresh, self.now);
+                }
+                self.set_node_condition(&node_key, "Ready", "True", Some("KubeletReady"), Some("kubelet is posting ready status"));
+                let _ = self.store.patch(key, &json!({"status": {"conditions": [{"type": "Succeeded", "status": "True", "reason": "RemediationFinished", "message": "", "lastTransitionTime": now}]}}));
+                self.changed(key, Some(&object));
+                let mut d = object_details(key);
+                d.insert("message".into(), json!(format!("{} {} brought the Node back", key.kind, key.object_name())));
+                self.emit("NodeRecovered", None, Some(node), d);
+            }
+            RemediatorOutcome::Fails(_) => {
+                let _ = self.store.patch(key, &json!({"status": {"conditions": [{"type": "Succeeded", "status": "False", "reason": "RemediationFailed", "message": "the remediator gave up", "lastTransitionTime": now}]}}));
+                self.changed(key, Some(&object));
+                let target = object.pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str).map(str::to_string);
+                self.emit("RemediationFailed", None, target, object_details(key));
+            }
+        }
+    }
+
+    /// The Node a remediation object is about: its node-name annotation (NodeHealthCheck), or
+    /// the Node of the Machine that owns it (MachineHealthCheck).
+    fn node_of(&self, object: &Value) -> Option<(String, String)> {
+        if let Some(node) = object.pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str) {
+            return Some((MANAGEMENT.into(), node.to_string()));
+        }
+        let namespace = text(object, "/metadata/namespace");
+        let owners = object.pointer("/metadata/ownerReferences").and_then(Value::as_array)?;
+        let machine_name = owners.iter().find(|o| o["kind"] == "Machine").and_then(|o| o["name"].as_str())?;
+        let machine = self.store.get(&Key { cluster: MANAGEMENT.into(), group: CAPI_GROUP.into(), kind: "Machine".into(), namespace: namespace.into(), name: machine_name.into() })?;
+        let cluster_name = text(machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1")));
+        let node = text(machine, "/status/nodeRef/name");
+        let node = if node.is_empty() { machine_name } else { node };
+        Some((self.node_cluster(namespace, cluster_name), node.to_string()))
+    }
+}
+
+fn object_details(key: &Key) -> Map<String, Value> {
+    let mut d = Map::new();
+    d.insert("kind".into(), json!(key.kind));
+    d.insert("namespace".into(), json!(key.namespace));
+    d.insert("name".into(), json!(key.name));
+    d
+}

@@ -1,0 +1,193 @@
+//! The simulator's object store: what an API server keeps, reduced to what the scenario needs —
+//! objects by cluster, group, kind, namespace and name, with uids, resource versions, generations
+//! and `generateName`, all deterministic so a run is reproducible.
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use vigil_engine::concerns::group_of;
+use vigil_engine::machine_write::apply_merge_patch;
+
+/// The management cluster's name in keys; workload clusters are `namespace/clusterName`.
+pub const MANAGEMENT: &str = "";
+
+/// Where an object lives.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// [`MANAGEMENT`] or a workload cluster's `namespace/clusterName`.
+    pub cluster: String,
+    /// API group (`""` for core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace (`""` for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl Key {
+    /// The key of `object` in `cluster`.
+    pub fn of(cluster: &str, object: &Value) -> Key {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+        Key {
+            cluster: cluster.to_string(),
+            group: group_of(&text("/apiVersion")).to_string(),
+            kind: text("/kind"),
+            namespace: text("/metadata/namespace"),
+            name: text("/metadata/name"),
+        }
+    }
+
+    /// `namespace/name`, or `name` for cluster-scoped objects.
+    pub fn object_name(&self) -> String {
+        if self.namespace.is_empty() { self.name.clone() } else { format!("{}/{}", self.namespace, self.name) }
+    }
+}
+
+/// The in-memory objects.
+#[derive(Debug, Default, Clone)]
+pub struct Store {
+    objects: BTreeMap<Key, Value>,
+    counter: u64,
+}
+
+/// A create that found the name taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlreadyExists(pub Key);
+
+impl Store {
+    fn next(&mut self) -> u64 {
+        self.counter += 1;
+        self.counter
+    }
+
+    /// Creates or replaces an object whole, as `kubectl apply` of a full manifest would; keeps the
+    /// uid and creation time of the object it replaces and bumps the generation when the spec
+    /// changes.
+    pub fn apply(&mut self, cluster: &str, mut object: Value, now: Timestamp) -> Key {
+        let key = Key::of(cluster, &object);
+        let rv = self.next();
+        let previous = self.objects.get(&key);
+        let meta = &mut object["metadata"];
+        let keep = |field: &str| previous.and_then(|p| p.pointer(&format!("/metadata/{field}")).cloned());
+        if meta.get("uid").is_none() {
+            meta["uid"] = keep("uid").unwrap_or_else(|| json!(format!("uid-{rv}")));
+        }
+        if meta.get("creationTimestamp").is_none() {
+            meta["creationTimestamp"] = keep("creationTimestamp").unwrap_or_else(|| json!(now.to_string()));
+        }
+        let generation = match previous {
+            Some(p) if p.get("spec") == object.get("spec") => p.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            Some(p) => json!(p.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) + 1),
+            None => json!(1),
+        };
+        object["metadata"]["generation"] = generation;
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        self.objects.insert(key.clone(), object);
+        key
+    }
+
+    /// Creates an object; `metadata.generateName` gets a deterministic suffix.
+    pub fn create(&mut self, cluster: &str, mut object: Value, now: Timestamp) -> Result<Key, AlreadyExists> {
+        if object.pointer("/metadata/name").and_then(Value::as_str).is_none_or(str::is_empty)
+            && let Some(prefix) = object.pointer("/metadata/generateName").and_then(Value::as_str).map(str::to_string)
+        {
+            let n = self.next();
+            object["metadata"]["name"] = json!(format!("{prefix}{n:05x}"));
+        }
+        let key = Key::of(cluster, &object);
+        if self.objects.contains_key(&key) {
+            return Err(AlreadyExists(key));
+        }
+        Ok(self.apply(cluster, object, now))
+    }
+
+    /// Removes an object.
+    pub fn delete(&mut self, key: &Key) -> Option<Value> {
+        self.objects.remove(key)
+    }
+
+    /// The object under `key`.
+    pub fn get(&self, key: &Key) -> Option<&Value> {
+        self.objects.get(key)
+    }
+
+    /// Applies a JSON merge patch, bumping the resource version; refuses a stale
+    /// `metadata.resourceVersion` like the API server does.
+    pub fn patch(&mut self, key: &Key, patch: &Value) -> Result<(), String> {
+        let rv = self.next();
+        let Some(object) = self.objects.get_mut(key) else {
+            return Err(format!("{} {} not found", key.kind, key.object_name()));
+        };
+        if let Some(expected) = patch.pointer("/metadata/resourceVersion")
+            && object.pointer("/metadata/resourceVersion") != Some(expected)
+        {
+            return Err(format!("conflict on {} {}", key.kind, key.object_name()));
+        }
+        apply_merge_patch(object, patch);
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        Ok(())
+    }
+
+    /// Replaces an object's status.
+    pub fn set_status(&mut self, key: &Key, status: Value) {
+        let rv = self.next();
+        if let Some(object) = self.objects.get_mut(key) {
+            object["status"] = status;
+            object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        }
+    }
+
+    /// Objects of a kind in a cluster (and namespace, when given), in key order.
+    pub fn list<'a>(&'a self, cluster: &'a str, group: &'a str, kind: &'a str, namespace: Option<&'a str>) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
+        self.objects
+            .iter()
+            .filter(move |(k, _)| k.cluster == cluster && k.group == group && k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns))
+    }
+
+    /// Every object, in key order.
+    pub fn all(&self) -> impl Iterator<Item = (&Key, &Value)> {
+        self.objects.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Timestamp {
+        "2030-01-01T00:00:00Z".parse().expect("ts")
+    }
+
+    #[test]
+    fn apply_keeps_identity_and_bumps_generation_on_spec_change() {
+        let mut s = Store::default();
+        let k = s.apply(MANAGEMENT, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"a": 1}}), now());
+        let uid = s.get(&k).expect("stored")["metadata"]["uid"].clone();
+        s.apply(MANAGEMENT, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"a": 2}}), now());
+        let o = s.get(&k).expect("stored");
+        assert_eq!(o["metadata"]["uid"], uid);
+        assert_eq!(o["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn create_refuses_duplicates_and_fills_generate_name() {
+        let mut s = Store::default();
+        let o = json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"name": "a", "namespace": "ns"}});
+        assert!(s.create(MANAGEMENT, o.clone(), now()).is_ok());
+        assert!(s.create(MANAGEMENT, o, now()).is_err());
+        let g = json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"generateName": "n1-", "namespace": "ns"}});
+        let k = s.create(MANAGEMENT, g, now()).expect("created");
+        assert!(k.name.starts_with("n1-") && k.name.len() > 3);
+    }
+
+    #[test]
+    fn stale_patch_conflicts() {
+        let mut s = Store::default();
+        let k = s.apply(MANAGEMENT, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}), now());
+        assert!(s.patch(&k, &json!({"metadata": {"resourceVersion": "0"}, "status": {}})).is_err());
+        let rv = s.get(&k).expect("stored")["metadata"]["resourceVersion"].clone();
+        assert!(s.patch(&k, &json!({"metadata": {"resourceVersion": rv}, "status": {"x": 1}})).is_ok());
+    }
+}
