@@ -9,6 +9,7 @@ pub mod views;
 pub mod conditions;
 pub mod duration;
 pub mod machine_health_check;
+pub mod manifest;
 pub mod node_health_check;
 pub mod selector;
 pub mod threshold;

@@ -138,7 +138,8 @@ pub struct MachineView {
     pub node_name: Option<String>,
     /// `failureReason: failureMessage`, from either API form.
     pub failure: Option<String>,
-    /// Conditions in the object's primary form (`status.conditions`).
+    /// Conditions, `metav1.Condition` form first (`status.conditions` of v1beta2,
+    /// `status.v1beta2.conditions` of v1beta1), then legacy ones of other types.
     pub conditions: Vec<ObservedCondition>,
     /// Fields that could not be read; a Machine with problems gets no verdict.
     pub problems: Vec<String>,
@@ -165,8 +166,22 @@ impl MachineView {
             (None, Some(m)) => Some(m),
             (Some(r), Some(m)) => Some(format!("{r}: {m}")),
         };
-        let (conditions, condition_problems) = read_list(v.pointer("/status/conditions"), "status.conditions");
+        // v1beta2 conditions are authoritative; a v1beta1 Machine keeps them in status.v1beta2 and
+        // its legacy ones (no reason when True) in status.conditions, used only for other types.
+        let (mut conditions, condition_problems) = match version {
+            CapiVersion::V1Beta2 => read_list(v.pointer("/status/conditions"), "status.conditions"),
+            CapiVersion::V1Beta1 => read_list(v.pointer("/status/v1beta2/conditions"), "status.v1beta2.conditions"),
+        };
         problems.extend(condition_problems);
+        if version == CapiVersion::V1Beta1 {
+            let (legacy, legacy_problems) = read_list(v.pointer("/status/conditions"), "status.conditions");
+            problems.extend(legacy_problems);
+            for c in legacy {
+                if !conditions.iter().any(|n| n.type_ == c.type_) {
+                    conditions.push(c);
+                }
+            }
+        }
         Some(MachineView { node_name: text(v, "/status/nodeRef/name"), meta, version, failure, conditions, problems })
     }
 

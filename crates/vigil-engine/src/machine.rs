@@ -418,7 +418,7 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
     // Rule 1: a paused Cluster or check does nothing else.
     if check_paused(input) {
         let why = if input.cluster.is_some_and(|c| c.paused) { "the Cluster is paused (spec.paused)" } else { "the check has the cluster.x-k8s.io/paused annotation" };
-        b.condition(DesiredCondition::true_(PAUSED, reason::PAUSED, format!("Paused: {why}")), Some(NoticeKind::Paused), None);
+        b.condition(DesiredCondition::true_(PAUSED, reason::PAUSED, format!("Remediation is paused: {why}")), Some(NoticeKind::Paused), None);
         return b.finish(None);
     }
     b.condition(DesiredCondition::false_(PAUSED, reason::NOT_PAUSED, ""), None, Some(NoticeKind::Resumed));

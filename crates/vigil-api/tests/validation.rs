@@ -1,0 +1,1090 @@
+//! Every admission rule of MachineHealthCheck and NodeHealthCheck, one table row each, read the
+//! way users write them (JSON/YAML through `manifest`), plus the policies valid specs become.
+
+use jiff::SignedDuration;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use vigil_api::manifest::{self, HealthCheck};
+use vigil_api::threshold::{IntOrPercent, UnhealthyRange};
+use vigil_api::validate::{
+    self, ConditionRule, FieldError, HealthyDelay, MhcPolicy, MhcShortCircuit, NhcPolicy,
+    NhcThreshold, ValidationErrors,
+};
+use vigil_api::well_known::CLUSTER_NAME_LABEL;
+
+fn base_mhc() -> Value {
+    json!({
+        "apiVersion": "vigil.dev/v1alpha1",
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": "team-a"},
+        "spec": {
+            "clusterName": "prod",
+            "selector": {"matchLabels": {"pool": "workers"}},
+            "unhealthyConditions": [
+                {"type": "Ready", "status": "False", "timeout": "300s"},
+                {"type": "Ready", "status": "Unknown", "timeout": "300s"}
+            ],
+            "maxUnhealthy": "40%"
+        }
+    })
+}
+
+fn base_nhc() -> Value {
+    json!({
+        "apiVersion": "vigil.dev/v1alpha1",
+        "kind": "NodeHealthCheck",
+        "metadata": {"name": "workers"},
+        "spec": {
+            "selector": {"matchExpressions": [{"key": "node-role.kubernetes.io/worker", "operator": "Exists"}]},
+            "minHealthy": "51%",
+            "remediationTemplate": {
+                "apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
+                "kind": "SelfNodeRemediationTemplate",
+                "name": "snr",
+                "namespace": "medik8s"
+            }
+        }
+    })
+}
+
+fn template(kind: &str, name: &str) -> Value {
+    json!({"apiVersion": "remediation.example.dev/v1", "kind": kind, "name": name, "namespace": "medik8s"})
+}
+
+fn escalations() -> Value {
+    json!([
+        {"remediationTemplate": template("RebootTemplate", "reboot"), "order": 5, "timeout": "10m"},
+        {"remediationTemplate": template("PowerCycleTemplate", "ipmi"), "order": 1, "timeout": "5m"},
+        {"remediationTemplate": template("ReprovisionTemplate", "metal"), "order": 3, "timeout": "1h"}
+    ])
+}
+
+/// `base` with the field at JSON pointer `pointer` set to `value`, or removed when `None`.
+fn edit(mut base: Value, pointer: &str, value: Option<Value>) -> Value {
+    let (parent, last) = pointer.rsplit_once('/').expect("pointer has a parent");
+    let slot = base
+        .pointer_mut(parent)
+        .unwrap_or_else(|| panic!("no {parent} in base"));
+    match (slot, value) {
+        (Value::Object(map), Some(v)) => {
+            map.insert(last.to_string(), v);
+        }
+        (Value::Object(map), None) => {
+            map.remove(last);
+        }
+        (Value::Array(list), Some(v)) => list[last.parse::<usize>().expect("index")] = v,
+        (other, _) => panic!("cannot edit {pointer} in {other}"),
+    }
+    base
+}
+
+fn edits(base: Value, changes: &[(&str, Option<Value>)]) -> Value {
+    changes
+        .iter()
+        .cloned()
+        .fold(base, |v, (pointer, value)| edit(v, pointer, value))
+}
+
+fn read(v: &Value) -> HealthCheck {
+    manifest::health_check_from_value(v).unwrap_or_else(|e| panic!("does not read: {e}"))
+}
+
+fn mhc_policy(v: &Value) -> Result<MhcPolicy, ValidationErrors> {
+    match read(v) {
+        HealthCheck::Machine(m) => validate::machine_health_check(&m),
+        HealthCheck::Node(_) => panic!("expected a MachineHealthCheck"),
+    }
+}
+
+fn nhc_policy(v: &Value) -> Result<NhcPolicy, ValidationErrors> {
+    match read(v) {
+        HealthCheck::Node(n) => validate::node_health_check(&n),
+        HealthCheck::Machine(_) => panic!("expected a NodeHealthCheck"),
+    }
+}
+
+fn errors_of(v: &Value) -> Vec<FieldError> {
+    let result = match read(v) {
+        HealthCheck::Machine(m) => validate::machine_health_check(&m).map(|_| ()),
+        HealthCheck::Node(n) => validate::node_health_check(&n).map(|_| ()),
+    };
+    result.map_or_else(|e| e.errors, |()| Vec::new())
+}
+
+fn secs(n: i64) -> SignedDuration {
+    SignedDuration::from_secs(n)
+}
+
+struct Case {
+    name: &'static str,
+    object: Value,
+    path: &'static str,
+    value: &'static str,
+    message: &'static str,
+}
+
+fn case(
+    name: &'static str,
+    base: Value,
+    changes: &[(&str, Option<Value>)],
+    path: &'static str,
+    value: &'static str,
+    message: &'static str,
+) -> Case {
+    Case {
+        name,
+        object: edits(base, changes),
+        path,
+        value,
+        message,
+    }
+}
+
+fn set(pointer: &str, v: Value) -> (&str, Option<Value>) {
+    (pointer, Some(v))
+}
+
+fn unset(pointer: &str) -> (&str, Option<Value>) {
+    (pointer, None)
+}
+
+#[test]
+fn every_admission_rule_refuses_with_path_value_and_reason() {
+    let mhc = base_mhc;
+    let nhc = base_nhc;
+    let cases = [
+        // thresholds
+        case(
+            "percent above 100",
+            mhc(),
+            &[set("/spec/maxUnhealthy", json!("120%"))],
+            "spec.maxUnhealthy",
+            "120%",
+            "must be a percentage between 0% and 100%",
+        ),
+        case(
+            "negative percent",
+            mhc(),
+            &[set("/spec/maxUnhealthy", json!("-5%"))],
+            "spec.maxUnhealthy",
+            "-5%",
+            "must not be negative",
+        ),
+        case(
+            "word percent",
+            mhc(),
+            &[set("/spec/maxUnhealthy", json!("forty%"))],
+            "spec.maxUnhealthy",
+            "forty%",
+            "must be a whole number or a percentage",
+        ),
+        case(
+            "negative count",
+            mhc(),
+            &[set("/spec/maxUnhealthy", json!(-1))],
+            "spec.maxUnhealthy",
+            "-1",
+            "must not be negative",
+        ),
+        case(
+            "NHC percent above 100",
+            nhc(),
+            &[set("/spec/minHealthy", json!("101%"))],
+            "spec.minHealthy",
+            "101%",
+            "between 0% and 100%",
+        ),
+        case(
+            "NHC negative count",
+            nhc(),
+            &[
+                unset("/spec/minHealthy"),
+                set("/spec/maxUnhealthy", json!(-2)),
+            ],
+            "spec.maxUnhealthy",
+            "-2",
+            "must not be negative",
+        ),
+        // unhealthyRange
+        case(
+            "range without brackets",
+            mhc(),
+            &[set("/spec/unhealthyRange", json!("1-3"))],
+            "spec.unhealthyRange",
+            "1-3",
+            "must have the form [min-max]",
+        ),
+        case(
+            "range of letters",
+            mhc(),
+            &[set("/spec/unhealthyRange", json!("[a-b]"))],
+            "spec.unhealthyRange",
+            "[a-b]",
+            "must have the form [min-max]",
+        ),
+        case(
+            "inverted range",
+            mhc(),
+            &[set("/spec/unhealthyRange", json!("[3-1]"))],
+            "spec.unhealthyRange",
+            "[3-1]",
+            "is inverted: the minimum 3 is greater than the maximum 1",
+        ),
+        // selectors
+        case(
+            "empty MHC selector",
+            mhc(),
+            &[set("/spec/selector", json!({}))],
+            "spec.selector",
+            "{}",
+            "must not be empty",
+        ),
+        case(
+            "empty NHC selector",
+            nhc(),
+            &[set("/spec/selector", json!({"matchLabels": {}}))],
+            "spec.selector",
+            "{}",
+            "must not be empty",
+        ),
+        case(
+            "bad selector operator",
+            mhc(),
+            &[set(
+                "/spec/selector",
+                json!({"matchExpressions": [{"key": "pool", "operator": "Equals", "values": ["a"]}]}),
+            )],
+            "spec.selector.matchExpressions[0].operator",
+            "Equals",
+            "must be one of In, NotIn, Exists, DoesNotExist",
+        ),
+        case(
+            "NHC bad selector operator",
+            nhc(),
+            &[set(
+                "/spec/selector/matchExpressions/0/operator",
+                json!("exists"),
+            )],
+            "spec.selector.matchExpressions[0].operator",
+            "exists",
+            "must be one of In, NotIn, Exists, DoesNotExist",
+        ),
+        // nodeStartupTimeout
+        case(
+            "startup timeout 1s",
+            mhc(),
+            &[set("/spec/nodeStartupTimeout", json!("1s"))],
+            "spec.nodeStartupTimeout",
+            "1s",
+            "must be 0 (disabled) or at least 30s",
+        ),
+        case(
+            "startup timeout 15s",
+            mhc(),
+            &[set("/spec/nodeStartupTimeout", json!("15s"))],
+            "spec.nodeStartupTimeout",
+            "15s",
+            "must be 0 (disabled) or at least 30s",
+        ),
+        case(
+            "startup timeout 29s",
+            mhc(),
+            &[set("/spec/nodeStartupTimeout", json!("29s"))],
+            "spec.nodeStartupTimeout",
+            "29s",
+            "must be 0 (disabled) or at least 30s",
+        ),
+        case(
+            "startup timeout 29.9s",
+            mhc(),
+            &[set("/spec/nodeStartupTimeout", json!("29.9s"))],
+            "spec.nodeStartupTimeout",
+            "29.9s",
+            "at least 30s",
+        ),
+        // durations
+        case(
+            "negative startup timeout",
+            mhc(),
+            &[set("/spec/nodeStartupTimeout", json!("-1m"))],
+            "spec.nodeStartupTimeout",
+            "-1m",
+            "must not be negative",
+        ),
+        case(
+            "negative condition timeout",
+            mhc(),
+            &[set("/spec/unhealthyConditions/1/timeout", json!("-5s"))],
+            "spec.unhealthyConditions[1].timeout",
+            "-5s",
+            "must not be negative",
+        ),
+        case(
+            "negative machine condition timeout",
+            mhc(),
+            &[set(
+                "/spec/unhealthyMachineConditions",
+                json!([{"type": "Healthy", "status": "False", "timeout": "-1h"}]),
+            )],
+            "spec.unhealthyMachineConditions[0].timeout",
+            "-1h",
+            "must not be negative",
+        ),
+        case(
+            "negative NHC duration",
+            nhc(),
+            &[set(
+                "/spec/unhealthyConditions",
+                json!([{"type": "Ready", "status": "False", "duration": "-300s"}]),
+            )],
+            "spec.unhealthyConditions[0].duration",
+            "-300s",
+            "must not be negative",
+        ),
+        case(
+            "negative storm cooldown",
+            nhc(),
+            &[set("/spec/stormCooldownDuration", json!("-1m"))],
+            "spec.stormCooldownDuration",
+            "-1m",
+            "must not be negative",
+        ),
+        case(
+            "duration in words",
+            mhc(),
+            &[set("/spec/nodeStartupTimeout", json!("5 minutes"))],
+            "spec.nodeStartupTimeout",
+            "5 minutes",
+            "is not a duration",
+        ),
+        case(
+            "duration without unit",
+            mhc(),
+            &[set("/spec/unhealthyConditions/0/timeout", json!("300"))],
+            "spec.unhealthyConditions[0].timeout",
+            "300",
+            "has a number without a unit; write e.g. 300s",
+        ),
+        case(
+            "NHC duration without unit",
+            nhc(),
+            &[set(
+                "/spec/unhealthyConditions",
+                json!([{"type": "Ready", "status": "False", "duration": "300"}]),
+            )],
+            "spec.unhealthyConditions[0].duration",
+            "300",
+            "without a unit",
+        ),
+        case(
+            "malformed healthyDelay",
+            nhc(),
+            &[set("/spec/healthyDelay", json!("1 day"))],
+            "spec.healthyDelay",
+            "1 day",
+            "is not a duration",
+        ),
+        // conditions
+        case(
+            "condition status",
+            mhc(),
+            &[set("/spec/unhealthyConditions/0/status", json!("Maybe"))],
+            "spec.unhealthyConditions[0].status",
+            "Maybe",
+            "must be one of True, False, Unknown",
+        ),
+        case(
+            "condition status lowercase",
+            nhc(),
+            &[set(
+                "/spec/unhealthyConditions",
+                json!([{"type": "Ready", "status": "false", "duration": "5m"}]),
+            )],
+            "spec.unhealthyConditions[0].status",
+            "false",
+            "must be one of True, False, Unknown",
+        ),
+        case(
+            "empty condition type",
+            mhc(),
+            &[set("/spec/unhealthyConditions/1/type", json!(""))],
+            "spec.unhealthyConditions[1].type",
+            "",
+            "must not be empty",
+        ),
+        case(
+            "blank NHC condition type",
+            nhc(),
+            &[set(
+                "/spec/unhealthyConditions",
+                json!([{"type": " ", "status": "False", "duration": "5m"}]),
+            )],
+            "spec.unhealthyConditions[0].type",
+            " ",
+            "must not be empty",
+        ),
+        case(
+            "empty clusterName",
+            mhc(),
+            &[set("/spec/clusterName", json!(""))],
+            "spec.clusterName",
+            "",
+            "must not be empty",
+        ),
+        // MHC remediation template
+        case(
+            "MHC template kind",
+            mhc(),
+            &[set(
+                "/spec/remediationTemplate",
+                json!({"apiVersion": "infra.example.dev/v1", "kind": "Metal3Remediation", "name": "t"}),
+            )],
+            "spec.remediationTemplate.kind",
+            "Metal3Remediation",
+            "must name a template kind ending in Template",
+        ),
+        case(
+            "MHC template kind is only Template",
+            mhc(),
+            &[set(
+                "/spec/remediationTemplate",
+                json!({"apiVersion": "infra.example.dev/v1", "kind": "Template", "name": "t"}),
+            )],
+            "spec.remediationTemplate.kind",
+            "Template",
+            "ending in Template",
+        ),
+        case(
+            "MHC template namespace",
+            mhc(),
+            &[set(
+                "/spec/remediationTemplate",
+                json!({"apiVersion": "infra.example.dev/v1", "kind": "Metal3RemediationTemplate", "name": "t", "namespace": "other"}),
+            )],
+            "spec.remediationTemplate.namespace",
+            "other",
+            "must be the health check's own namespace \"team-a\"",
+        ),
+        case(
+            "MHC template apiVersion without group",
+            mhc(),
+            &[set(
+                "/spec/remediationTemplate",
+                json!({"apiVersion": "v1", "kind": "Metal3RemediationTemplate", "name": "t"}),
+            )],
+            "spec.remediationTemplate.apiVersion",
+            "v1",
+            "must be group/version",
+        ),
+        case(
+            "MHC template without name",
+            mhc(),
+            &[set(
+                "/spec/remediationTemplate",
+                json!({"apiVersion": "infra.example.dev/v1", "kind": "Metal3RemediationTemplate", "name": ""}),
+            )],
+            "spec.remediationTemplate.name",
+            "",
+            "must not be empty",
+        ),
+        // NHC threshold
+        case(
+            "minHealthy and maxUnhealthy",
+            nhc(),
+            &[set("/spec/maxUnhealthy", json!(2))],
+            "spec.minHealthy",
+            "51%",
+            "only one of minHealthy and maxUnhealthy may be set (maxUnhealthy is \"2\")",
+        ),
+        case(
+            "neither minHealthy nor maxUnhealthy",
+            nhc(),
+            &[unset("/spec/minHealthy")],
+            "spec.minHealthy",
+            "",
+            "one of minHealthy and maxUnhealthy must be set",
+        ),
+        // NHC remediators
+        case(
+            "template and escalations",
+            nhc(),
+            &[set("/spec/escalatingRemediations", escalations())],
+            "spec.remediationTemplate",
+            "",
+            "only one of remediationTemplate and escalatingRemediations may be set",
+        ),
+        case(
+            "no remediator",
+            nhc(),
+            &[unset("/spec/remediationTemplate")],
+            "spec.remediationTemplate",
+            "",
+            "one of remediationTemplate and escalatingRemediations must be set",
+        ),
+        case(
+            "duplicate orders",
+            nhc(),
+            &[
+                unset("/spec/remediationTemplate"),
+                set("/spec/escalatingRemediations", escalations()),
+                set("/spec/escalatingRemediations/2/order", json!(5)),
+            ],
+            "spec.escalatingRemediations[2].order",
+            "5",
+            "must be unique: spec.escalatingRemediations[0] has the same order",
+        ),
+        case(
+            "negative order",
+            nhc(),
+            &[
+                unset("/spec/remediationTemplate"),
+                set("/spec/escalatingRemediations", escalations()),
+                set("/spec/escalatingRemediations/1/order", json!(-1)),
+            ],
+            "spec.escalatingRemediations[1].order",
+            "-1",
+            "must not be negative",
+        ),
+        case(
+            "escalation timeout under 1m",
+            nhc(),
+            &[
+                unset("/spec/remediationTemplate"),
+                set("/spec/escalatingRemediations", escalations()),
+                set("/spec/escalatingRemediations/1/timeout", json!("59s")),
+            ],
+            "spec.escalatingRemediations[1].timeout",
+            "59s",
+            "must be at least 1m",
+        ),
+        case(
+            "escalation timeout zero",
+            nhc(),
+            &[
+                unset("/spec/remediationTemplate"),
+                set("/spec/escalatingRemediations", escalations()),
+                set("/spec/escalatingRemediations/0/timeout", json!("0")),
+            ],
+            "spec.escalatingRemediations[0].timeout",
+            "0",
+            "must be at least 1m",
+        ),
+        case(
+            "negative escalation timeout",
+            nhc(),
+            &[
+                unset("/spec/remediationTemplate"),
+                set("/spec/escalatingRemediations", escalations()),
+                set("/spec/escalatingRemediations/0/timeout", json!("-10m")),
+            ],
+            "spec.escalatingRemediations[0].timeout",
+            "-10m",
+            "must not be negative",
+        ),
+        case(
+            "duplicate escalation templates",
+            nhc(),
+            &[
+                unset("/spec/remediationTemplate"),
+                set("/spec/escalatingRemediations", escalations()),
+                set(
+                    "/spec/escalatingRemediations/2/remediationTemplate",
+                    template("RebootTemplate", "reboot"),
+                ),
+            ],
+            "spec.escalatingRemediations[2].remediationTemplate",
+            "RebootTemplate medik8s/reboot",
+            "must be unique: spec.escalatingRemediations[0] uses the same template",
+        ),
+        case(
+            "template without namespace",
+            nhc(),
+            &[unset("/spec/remediationTemplate/namespace")],
+            "spec.remediationTemplate.namespace",
+            "",
+            "must not be empty: a NodeHealthCheck is cluster-scoped",
+        ),
+        case(
+            "escalation template without namespace",
+            nhc(),
+            &[
+                unset("/spec/remediationTemplate"),
+                set("/spec/escalatingRemediations", escalations()),
+                unset("/spec/escalatingRemediations/1/remediationTemplate/namespace"),
+            ],
+            "spec.escalatingRemediations[1].remediationTemplate.namespace",
+            "",
+            "must not be empty",
+        ),
+        case(
+            "NHC template kind",
+            nhc(),
+            &[set(
+                "/spec/remediationTemplate/kind",
+                json!("SelfNodeRemediation"),
+            )],
+            "spec.remediationTemplate.kind",
+            "SelfNodeRemediation",
+            "ending in Template",
+        ),
+        // pause
+        case(
+            "empty pause request",
+            nhc(),
+            &[set("/spec/pauseRequests", json!(["upgrade by alice", ""]))],
+            "spec.pauseRequests[1]",
+            "",
+            "must not be empty: say who paused the check and why",
+        ),
+    ];
+
+    let mut failures = Vec::new();
+    for c in &cases {
+        let errors = errors_of(&c.object);
+        let ok = matches!(errors.as_slice(), [e] if e.path == c.path && e.value == c.value && e.message.contains(c.message));
+        if !ok {
+            failures.push(format!(
+                "{}: want one error {} = {:?} containing {:?}, got {:?}",
+                c.name, c.path, c.value, c.message, errors
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn node_startup_timeout_bounds_default_and_disable() {
+    let with = |t: Option<&str>| {
+        let v = match t {
+            Some(t) => edit(base_mhc(), "/spec/nodeStartupTimeout", Some(json!(t))),
+            None => base_mhc(),
+        };
+        mhc_policy(&v).map(|p| p.node_startup_timeout)
+    };
+    assert_eq!(with(None), Ok(Some(secs(600))), "default 10m");
+    assert_eq!(with(Some("30s")), Ok(Some(secs(30))));
+    assert_eq!(with(Some("0.5m")), Ok(Some(secs(30))));
+    assert_eq!(with(Some("1h")), Ok(Some(secs(3600))));
+    assert_eq!(with(Some("0")), Ok(None), "0 disables");
+    assert_eq!(with(Some("0s")), Ok(None), "0s disables too");
+    for refused in ["1s", "15s", "29s", "29999ms"] {
+        assert!(with(Some(refused)).is_err(), "{refused} must be refused");
+    }
+}
+
+#[test]
+fn negative_healthy_delay_waits_for_confirmation() {
+    let delay = |d: &str| {
+        nhc_policy(&edit(base_nhc(), "/spec/healthyDelay", Some(json!(d)))).map(|p| p.healthy_delay)
+    };
+    assert_eq!(delay("-1s"), Ok(HealthyDelay::UntilConfirmed));
+    assert_eq!(
+        delay("-1"),
+        Err(ValidationErrors {
+            object: "NodeHealthCheck/workers".into(),
+            errors: vec![FieldError {
+                path: "spec.healthyDelay".into(),
+                value: "-1".into(),
+                message: "has a number without a unit; write e.g. 300s".into()
+            }],
+        })
+    );
+    assert_eq!(delay("0"), Ok(HealthyDelay::After(SignedDuration::ZERO)));
+    assert_eq!(delay("90s"), Ok(HealthyDelay::After(secs(90))));
+    assert_eq!(
+        nhc_policy(&base_nhc()).map(|p| p.healthy_delay),
+        Ok(HealthyDelay::After(SignedDuration::ZERO)),
+        "default: at once"
+    );
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn valid_mhc_becomes_its_policy() {
+    let v = edits(
+        base_mhc(),
+        &[
+            set(
+                "/spec/unhealthyMachineConditions",
+                json!([{"type": "Healthy", "status": "False", "timeout": "1m30s"}]),
+            ),
+            set(
+                "/spec/remediationTemplate",
+                json!({"apiVersion": "infra.example.dev/v1", "kind": "Metal3RemediationTemplate", "name": "metal"}),
+            ),
+        ],
+    );
+    let p = mhc_policy(&v).expect("valid");
+    assert_eq!(p.cluster_name, "prod");
+    assert!(p.selector.matches(Some(&labels(&[
+        ("pool", "workers"),
+        (CLUSTER_NAME_LABEL, "prod")
+    ]))));
+    assert!(
+        !p.selector.matches(Some(&labels(&[("pool", "workers")]))),
+        "the cluster-name label is required"
+    );
+    assert!(!p.selector.matches(Some(&labels(&[
+        ("pool", "workers"),
+        (CLUSTER_NAME_LABEL, "staging")
+    ]))));
+    let rule = |t: &str, s: &str, d: SignedDuration| ConditionRule {
+        type_: t.into(),
+        status: s.into(),
+        timeout: d,
+    };
+    assert_eq!(
+        p.node_conditions,
+        [
+            rule("Ready", "False", secs(300)),
+            rule("Ready", "Unknown", secs(300))
+        ]
+    );
+    assert_eq!(p.machine_conditions, [rule("Healthy", "False", secs(90))]);
+    assert_eq!(p.node_startup_timeout, Some(secs(600)));
+    assert_eq!(
+        p.short_circuit,
+        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(40))
+    );
+    let t = p.remediation_template.expect("template");
+    assert_eq!(
+        (t.namespace.as_str(), t.remediation_kind()),
+        ("team-a", "Metal3Remediation"),
+        "the MHC's own namespace"
+    );
+
+    let ranged = mhc_policy(&edit(
+        base_mhc(),
+        "/spec/unhealthyRange",
+        Some(json!("[1-3]")),
+    ))
+    .expect("valid");
+    assert_eq!(
+        ranged.short_circuit,
+        MhcShortCircuit::Range(UnhealthyRange { min: 1, max: 3 }),
+        "the range wins over maxUnhealthy"
+    );
+    let unlimited = mhc_policy(&edit(base_mhc(), "/spec/maxUnhealthy", None)).expect("valid");
+    assert_eq!(
+        unlimited.short_circuit,
+        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(100))
+    );
+    let counted =
+        mhc_policy(&edit(base_mhc(), "/spec/maxUnhealthy", Some(json!(2)))).expect("valid");
+    assert_eq!(
+        counted.short_circuit,
+        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Count(2))
+    );
+}
+
+#[test]
+fn valid_nhc_becomes_its_policy() {
+    let p = nhc_policy(&base_nhc()).expect("valid");
+    let rule = |s: &str| ConditionRule {
+        type_: "Ready".into(),
+        status: s.into(),
+        timeout: secs(300),
+    };
+    assert_eq!(
+        p.conditions,
+        [rule("False"), rule("Unknown")],
+        "medik8s' default when unhealthyConditions is omitted"
+    );
+    assert_eq!(
+        p.threshold,
+        NhcThreshold::MinHealthy(IntOrPercent::Percent(51))
+    );
+    assert!(!p.escalating);
+    let [step] = p.steps.as_slice() else {
+        panic!("one step: {:?}", p.steps)
+    };
+    assert_eq!((step.order, step.timeout), (0, None));
+    assert_eq!(
+        (
+            step.template.namespace.as_str(),
+            step.template.remediation_kind()
+        ),
+        ("medik8s", "SelfNodeRemediation")
+    );
+    assert!(
+        p.selector
+            .matches(Some(&labels(&[("node-role.kubernetes.io/worker", "")])))
+    );
+    assert!(!p.selector.matches(Some(&labels(&[(
+        "node-role.kubernetes.io/control-plane",
+        ""
+    )]))));
+    assert_eq!(p.storm_cooldown, SignedDuration::ZERO);
+
+    let escalating = edits(
+        base_nhc(),
+        &[
+            unset("/spec/remediationTemplate"),
+            unset("/spec/minHealthy"),
+            set("/spec/maxUnhealthy", json!("2")),
+            set("/spec/escalatingRemediations", escalations()),
+            set("/spec/pauseRequests", json!(["upgrade by alice"])),
+            set("/spec/stormCooldownDuration", json!("2m")),
+        ],
+    );
+    let p = nhc_policy(&escalating).expect("valid");
+    assert!(p.escalating);
+    assert_eq!(
+        p.threshold,
+        NhcThreshold::MaxUnhealthy(IntOrPercent::Count(2))
+    );
+    let steps: Vec<_> = p
+        .steps
+        .iter()
+        .map(|s| (s.order, s.template.name.as_str(), s.timeout))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (1, "ipmi", Some(secs(300))),
+            (3, "metal", Some(secs(3600))),
+            (5, "reboot", Some(secs(600)))
+        ],
+        "sorted by order"
+    );
+    assert_eq!(p.pause_requests, ["upgrade by alice"]);
+    assert_eq!(p.storm_cooldown, secs(120));
+}
+
+#[test]
+fn every_error_of_an_object_is_reported() {
+    let bad_mhc = edits(
+        base_mhc(),
+        &[
+            set("/spec/selector", json!({})),
+            set("/spec/unhealthyConditions/0/status", json!("Maybe")),
+            set("/spec/unhealthyConditions/1/timeout", json!("5 minutes")),
+            set("/spec/nodeStartupTimeout", json!("15s")),
+            set("/spec/maxUnhealthy", json!("120%")),
+            set("/spec/unhealthyRange", json!("[3-1]")),
+        ],
+    );
+    let err = mhc_policy(&bad_mhc).expect_err("invalid");
+    assert_eq!(err.object, "MachineHealthCheck/team-a/workers");
+    let found: Vec<_> = err
+        .errors
+        .iter()
+        .map(|e| (e.path.as_str(), e.value.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("spec.selector", "{}"),
+            ("spec.unhealthyConditions[0].status", "Maybe"),
+            ("spec.unhealthyConditions[1].timeout", "5 minutes"),
+            ("spec.nodeStartupTimeout", "15s"),
+            ("spec.maxUnhealthy", "120%"),
+            ("spec.unhealthyRange", "[3-1]"),
+        ]
+    );
+    assert!(err.to_string().starts_with("MachineHealthCheck/team-a/workers is invalid: spec.selector: invalid value \"{}\": must not be empty"), "{err}");
+
+    let bad_nhc = edits(
+        base_nhc(),
+        &[
+            set("/spec/maxUnhealthy", json!("10%")),
+            unset("/spec/remediationTemplate"),
+            set("/spec/escalatingRemediations", escalations()),
+            set("/spec/escalatingRemediations/0/order", json!(1)),
+            set("/spec/escalatingRemediations/2/timeout", json!("30s")),
+            set("/spec/pauseRequests", json!([""])),
+            set("/spec/stormCooldownDuration", json!("soon")),
+        ],
+    );
+    let err = nhc_policy(&bad_nhc).expect_err("invalid");
+    let found: Vec<_> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        found,
+        [
+            "spec.minHealthy",
+            "spec.escalatingRemediations[1].order",
+            "spec.escalatingRemediations[2].timeout",
+            "spec.pauseRequests[0]",
+            "spec.stormCooldownDuration",
+        ]
+    );
+}
+
+/// A MachineHealthCheck for worker nodes and one for KubeadmControlPlane Machines, written as the
+/// Cluster API book's "Configure a MachineHealthCheck" page shows them (`cluster.x-k8s.io/v1beta1`).
+const CAPI_BOOK_MHCS: &str = r#"
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineHealthCheck
+metadata:
+  name: capi-quickstart-node-unhealthy-5m
+spec:
+  # clusterName is required to associate this MachineHealthCheck with a particular cluster
+  clusterName: capi-quickstart
+  # (Optional) maxUnhealthy prevents further remediation if the cluster is already partially unhealthy
+  maxUnhealthy: 40%
+  # (Optional) nodeStartupTimeout: defaults to 10 minutes; 0 disables it
+  nodeStartupTimeout: 10m
+  # selector is used to determine which Machines should be health checked
+  selector:
+    matchLabels:
+      nodepool: nodepool-0
+  unhealthyConditions:
+  - type: Ready
+    status: Unknown
+    timeout: 300s
+  - type: Ready
+    status: "False"
+    timeout: 300s
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineHealthCheck
+metadata:
+  name: capi-quickstart-kcp-unhealthy-5m
+spec:
+  clusterName: capi-quickstart
+  maxUnhealthy: 100%
+  selector:
+    matchLabels:
+      cluster.x-k8s.io/control-plane: ""
+  unhealthyConditions:
+    - type: Ready
+      status: Unknown
+      timeout: 300s
+    - type: Ready
+      status: "False"
+      timeout: 300s
+"#;
+
+/// The NodeHealthCheck the medik8s operator creates by default, as the Node Health Check
+/// Operator article shows it (`remediation.medik8s.io/v1alpha1`).
+const MEDIK8S_DEFAULT_NHC: &str = r#"
+apiVersion: remediation.medik8s.io/v1alpha1
+kind: NodeHealthCheck
+metadata:
+  name: nhc-worker-default
+spec:
+  # mandatory
+  remediationTemplate:
+    kind: PoisonPillRemediationTemplate
+    apiVersion: medik8s.io/v1alpha1
+    name: poison-pill-default-template
+    namespace: poison-pill
+  selector:
+    matchExpressions:
+      - key: node-role.kubernetes.io/worker
+        operator: Exists
+  minHealthy: "51%"
+  unhealthyConditions:
+  - type: Ready
+    status: "False"
+    duration: 300s
+  - type: Ready
+    status: Unknown
+    duration: 300s
+  pauseRequests: []
+"#;
+
+#[test]
+fn upstream_book_mhcs_read_and_validate() {
+    let docs = manifest::parse_documents(CAPI_BOOK_MHCS).expect("YAML");
+    assert_eq!(docs.len(), 2);
+    let policies: Vec<(String, MhcPolicy)> = docs
+        .iter()
+        .map(|d| match read(d) {
+            HealthCheck::Machine(m) => {
+                assert_eq!(m.metadata.namespace, None);
+                let id = HealthCheck::Machine(m.clone()).object_id();
+                (id, validate::machine_health_check(&m).expect("valid"))
+            }
+            HealthCheck::Node(_) => panic!("an MHC"),
+        })
+        .collect();
+    let (id, workers) = &policies[0];
+    assert_eq!(
+        id,
+        "MachineHealthCheck/default/capi-quickstart-node-unhealthy-5m"
+    );
+    assert_eq!(workers.cluster_name, "capi-quickstart");
+    assert_eq!(
+        workers.short_circuit,
+        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(40))
+    );
+    assert_eq!(workers.node_startup_timeout, Some(secs(600)));
+    assert_eq!(
+        workers
+            .node_conditions
+            .iter()
+            .map(|c| c.status.as_str())
+            .collect::<Vec<_>>(),
+        ["Unknown", "False"]
+    );
+    assert!(workers.selector.matches(Some(&labels(&[
+        ("nodepool", "nodepool-0"),
+        (CLUSTER_NAME_LABEL, "capi-quickstart")
+    ]))));
+    let (_, control_plane) = &policies[1];
+    assert_eq!(
+        control_plane.short_circuit,
+        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(100))
+    );
+    assert!(control_plane.selector.matches(Some(&labels(&[
+        ("cluster.x-k8s.io/control-plane", ""),
+        (CLUSTER_NAME_LABEL, "capi-quickstart")
+    ]))));
+    assert!(!control_plane.selector.matches(Some(&labels(&[
+        ("nodepool", "nodepool-0"),
+        (CLUSTER_NAME_LABEL, "capi-quickstart")
+    ]))));
+}
+
+#[test]
+fn upstream_medik8s_nhc_reads_and_validates() {
+    let docs = manifest::parse_documents(MEDIK8S_DEFAULT_NHC).expect("YAML");
+    let [doc] = docs.as_slice() else {
+        panic!("one document")
+    };
+    let p = nhc_policy(doc).expect("valid");
+    assert_eq!(
+        p.threshold,
+        NhcThreshold::MinHealthy(IntOrPercent::Percent(51))
+    );
+    assert_eq!(p.conditions.len(), 2);
+    assert!(p.pause_requests.is_empty());
+    let [step] = p.steps.as_slice() else {
+        panic!("one step")
+    };
+    assert_eq!(
+        step.template.to_string(),
+        "PoisonPillRemediationTemplate poison-pill/poison-pill-default-template"
+    );
+    assert_eq!(step.template.api_version, "medik8s.io/v1alpha1");
+    assert!(
+        p.selector
+            .matches(Some(&labels(&[("node-role.kubernetes.io/worker", "")])))
+    );
+}
+
+#[test]
+fn unquoted_yaml_scalars_that_are_not_strings_are_shape_errors() {
+    // `status: False` is a YAML boolean and `nodeStartupTimeout: 0` a number; the API server
+    // refuses both for string fields, and so does Vigil, saying where and what to do.
+    let text = "apiVersion: cluster.x-k8s.io/v1beta1\nkind: MachineHealthCheck\nmetadata: {name: m}\nspec:\n  clusterName: c\n  selector: {matchLabels: {a: b}}\n  nodeStartupTimeout: 0\n";
+    let docs = manifest::parse_documents(text).expect("YAML");
+    let err = manifest::health_check_from_value(&docs[0]).expect_err("0 is a number");
+    assert_eq!(
+        err.to_string(),
+        "MachineHealthCheck/default/m: spec.nodeStartupTimeout: invalid type: integer `0`, expected a string (quote the value in YAML, e.g. \"0\" or \"False\")"
+    );
+}
