@@ -42,19 +42,22 @@ mkdir -p "$PARENT"
 # Serialize concurrent invocations (e.g. several test binaries starting at once).
 if command -v flock >/dev/null 2>&1; then
   exec 9>"$PARENT/.$(basename "$OUT").lock"
-  log "waiting for build lock..."
+  log "acquiring build lock $PARENT/.$(basename "$OUT").lock ..."
   flock 9
   if is_complete "$OUT"; then
     printf '%s\n' "$OUT"
     exit 0
   fi
+  # We hold the lock: leftovers of an interrupted earlier build can go.
+  rm -rf "$PARENT/.staging.$(basename "$OUT")."*
 fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/vigil-kube-build.XXXXXX")"
 # Staging dir next to $OUT so the final rename is atomic (same filesystem).
-STAGE="$(mktemp -d "$PARENT/.staging.XXXXXX")"
+STAGE="$(mktemp -d "$PARENT/.staging.$(basename "$OUT").XXXXXX")"
 cleanup() { rm -rf "$WORK" "$STAGE"; }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
 
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -mod=mod -buildvcs=false"

@@ -6,7 +6,7 @@
 use crate::machine::is_target;
 use k8s_openapi::api::core::v1::Node;
 use vigil_api::validate::{MhcPolicy, NhcPolicy};
-use vigil_api::views::{Meta, MachineView};
+use vigil_api::views::{MachineView, Meta};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 
 fn namespace_of(check: &MachineHealthCheck) -> &str {
@@ -66,7 +66,11 @@ pub fn node_change_matters(old: &Node, new: &Node) -> bool {
         n.status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .map(|cs| cs.iter().map(|c| (c.type_.clone(), c.status.clone(), c.last_transition_time.clone())).collect::<Vec<_>>())
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| (c.type_.clone(), c.status.clone(), c.last_transition_time.clone()))
+                    .collect::<Vec<_>>()
+            })
             .unwrap_or_default()
     };
     conditions(old) != conditions(new)

@@ -36,7 +36,8 @@ pub struct MhcInput<'a> {
     pub policy: &'a MhcPolicy,
     /// The Cluster named by `clusterName`, if found.
     pub cluster: Option<&'a ClusterView>,
-    /// Machines in the check's namespace; the engine applies the selector.
+    /// Machines in the check's namespace; the engine applies the selector. Sorted by name is
+    /// fastest (the engine then only checks the order instead of sorting).
     pub machines: &'a [&'a MachineView],
     /// The Nodes of the workload cluster.
     pub nodes: NodeSource<'a>,
@@ -113,7 +114,11 @@ pub enum Verdict {
 /// "unhealthy when `lastTransitionTime + timeout` is before now", as upstream.
 fn deadline_passed(since: Timestamp, timeout: SignedDuration, now: Timestamp) -> Result<(), Timestamp> {
     let deadline = since.checked_add(timeout).unwrap_or(Timestamp::MAX);
-    if deadline < now { Ok(()) } else { Err(deadline.checked_add(SignedDuration::from_nanos(1)).unwrap_or(Timestamp::MAX)) }
+    if deadline < now {
+        Ok(())
+    } else {
+        Err(deadline.checked_add(SignedDuration::from_nanos(1)).unwrap_or(Timestamp::MAX))
+    }
 }
 
 /// Checks a list of conditions against the rules: the first rule held past its timeout, or the
@@ -142,7 +147,8 @@ fn match_rules<'c>(
 }
 
 /// Rule 2 of the spec, in its order: remediate annotation, failure, control plane not
-/// initialized, infrastructure not ready, Machine conditions, then the Node.
+/// initialized, infrastructure not ready, Machine conditions, then the Node. A Machine that
+/// cannot be read gets no verdict before any of these (rule 7).
 pub fn evaluate(
     machine: &MachineView,
     cluster: &ClusterView,
@@ -150,10 +156,20 @@ pub fn evaluate(
     nodes: &dyn Lookup<Node>,
     now: Timestamp,
 ) -> Verdict {
+    // A Machine that cannot be read gets no verdict at all, not even from the annotation or a
+    // failure: its form (and so where its conditions go) may be unknown.
+    if !machine.problems.is_empty() {
+        return Verdict::NotEvaluated {
+            why: format!("Machine cannot be read: {}", machine.problems.join("; ")),
+            counts_healthy: false,
+        };
+    }
     if machine.meta.annotations.contains_key(REMEDIATE_MACHINE_ANNOTATION) {
         return Verdict::Unhealthy {
             reason: reason::HAS_REMEDIATE_ANNOTATION,
-            message: format!("Health check failed: marked for remediation via the {REMEDIATE_MACHINE_ANNOTATION} annotation"),
+            message: format!(
+                "Health check failed: marked for remediation via the {REMEDIATE_MACHINE_ANNOTATION} annotation"
+            ),
         };
     }
     if let Some(failure) = &machine.failure {
@@ -164,14 +180,17 @@ pub fn evaluate(
     }
     let node = machine.node_name.as_deref().and_then(|n| nodes.lookup(n));
     let has_node = node.is_some();
-    if !machine.problems.is_empty() {
-        return Verdict::NotEvaluated { why: format!("Machine cannot be read: {}", machine.problems.join("; ")), counts_healthy: false };
-    }
     if !cluster.control_plane_initialized && !machine.is_control_plane() {
-        return Verdict::NotEvaluated { why: "the cluster's control plane is not initialized yet".into(), counts_healthy: has_node };
+        return Verdict::NotEvaluated {
+            why: "the cluster's control plane is not initialized yet".into(),
+            counts_healthy: has_node,
+        };
     }
     if !cluster.infrastructure_ready {
-        return Verdict::NotEvaluated { why: "the cluster's infrastructure is not ready yet".into(), counts_healthy: has_node };
+        return Verdict::NotEvaluated {
+            why: "the cluster's infrastructure is not ready yet".into(),
+            counts_healthy: has_node,
+        };
     }
 
     let mut pending = Earliest::default();
@@ -187,7 +206,10 @@ pub fn evaluate(
                 reason: reason::UNHEALTHY_MACHINE,
                 message: format!(
                     "Health check failed: Condition {} on Machine {} reports {} for more than {}",
-                    rule.type_, machine.meta.name, rule.status, format_go_duration(rule.timeout)
+                    rule.type_,
+                    machine.meta.name,
+                    rule.status,
+                    format_go_duration(rule.timeout)
                 ),
             };
         }
@@ -204,23 +226,37 @@ pub fn evaluate(
             let Some(timeout) = policy.node_startup_timeout else {
                 return match pending.0 {
                     Some(until) => Verdict::Pending { until },
-                    None => Verdict::NotEvaluated { why: "no Node yet and nodeStartupTimeout is disabled".into(), counts_healthy: false },
+                    None => Verdict::NotEvaluated {
+                        why: "no Node yet and nodeStartupTimeout is disabled".into(),
+                        counts_healthy: false,
+                    },
                 };
             };
             let machine_infra = conditions::find(&machine.conditions, INFRASTRUCTURE_READY)
                 .filter(|c| c.status == "True")
                 .and_then(|c| c.last_transition_time);
-            let since = [machine.meta.created, cluster.control_plane_initialized_at, cluster.infrastructure_ready_at, machine_infra]
-                .into_iter()
-                .flatten()
-                .max();
+            let since = [
+                machine.meta.created,
+                cluster.control_plane_initialized_at,
+                cluster.infrastructure_ready_at,
+                machine_infra,
+            ]
+            .into_iter()
+            .flatten()
+            .max();
             let Some(since) = since else {
-                return Verdict::NotEvaluated { why: "Machine has no creation time to time its startup from".into(), counts_healthy: false };
+                return Verdict::NotEvaluated {
+                    why: "Machine has no creation time to time its startup from".into(),
+                    counts_healthy: false,
+                };
             };
             match deadline_passed(since, timeout, now) {
                 Ok(()) => Verdict::Unhealthy {
                     reason: reason::NODE_STARTUP_TIMEOUT,
-                    message: format!("Health check failed: Node failed to report startup in {}", format_go_duration(timeout)),
+                    message: format!(
+                        "Health check failed: Node failed to report startup in {}",
+                        format_go_duration(timeout)
+                    ),
                 },
                 Err(at) => {
                     pending.offer(at);
@@ -232,7 +268,12 @@ pub fn evaluate(
             let node_conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
             let node_match = match_rules(
                 &policy.node_conditions,
-                |t| node_conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.as_str(), c.last_transition_time.as_ref().map(|t| t.0))),
+                |t| {
+                    node_conditions
+                        .iter()
+                        .find(|c| c.type_ == t)
+                        .map(|c| (c.status.as_str(), c.last_transition_time.as_ref().map(|t| t.0)))
+                },
                 now,
             );
             match node_match {
@@ -241,7 +282,9 @@ pub fn evaluate(
                     reason: reason::UNHEALTHY_NODE,
                     message: format!(
                         "Health check failed: Condition {} on Node {name} is reporting status {} for more than {}",
-                        rule.type_, rule.status, format_go_duration(rule.timeout)
+                        rule.type_,
+                        rule.status,
+                        format_go_duration(rule.timeout)
                     ),
                 },
                 Ok(Some((_, Some(at)))) => {
@@ -259,18 +302,23 @@ pub fn evaluate(
 
 /// Whether remediation is allowed with `unhealthy` of `total` targets not healthy, and how many
 /// more remediations the budget leaves (rule 3: `unhealthyRange` wins; a percentage rounds down).
-pub fn remediation_budget(short_circuit: MhcShortCircuit, total: usize, unhealthy: usize) -> (bool, u64, String) {
+pub fn remediation_budget(
+    short_circuit: MhcShortCircuit,
+    total: usize,
+    unhealthy: usize,
+) -> (bool, u64, (&'static str, String)) {
     let unhealthy = unhealthy as u64;
     match short_circuit {
         MhcShortCircuit::Range(range) => {
             let allowed = range.contains(unhealthy);
             let left = if allowed { u64::from(range.max) - unhealthy } else { 0 };
-            (allowed, left, format!("unhealthyRange: {range}"))
+            let phrase = if unhealthy < u64::from(range.min) { "is below unhealthyRange" } else { "exceeds unhealthyRange" };
+            (allowed, left, (phrase, format!("unhealthyRange: {range}")))
         }
         MhcShortCircuit::MaxUnhealthy(max) => {
             let limit = max.scaled(total, Rounding::Down);
             let allowed = unhealthy <= limit;
-            (allowed, limit.saturating_sub(unhealthy), format!("maxUnhealthy: {max}"))
+            (allowed, limit.saturating_sub(unhealthy), ("exceeds maxUnhealthy", format!("maxUnhealthy: {max}")))
         }
     }
 }
@@ -288,7 +336,12 @@ pub fn is_target(policy: &MhcPolicy, machine: &MachineView) -> bool {
 }
 
 fn machine_ref(m: &MachineView) -> ObjectRef {
-    ObjectRef { api_version: m.meta.api_version.clone(), kind: "Machine".into(), namespace: m.meta.namespace.clone(), name: m.meta.name.clone() }
+    ObjectRef {
+        api_version: m.meta.api_version.clone(),
+        kind: "Machine".into(),
+        namespace: m.meta.namespace.clone(),
+        name: m.meta.name.clone(),
+    }
 }
 
 struct Builder<'a> {
@@ -307,15 +360,23 @@ impl Builder<'_> {
 
     /// Sets a check condition, with a notice when its status flips.
     fn condition(&mut self, desired: DesiredCondition, on_true: Option<NoticeKind>, on_false: Option<NoticeKind>) {
-        let before = self.previous.and_then(|p| get_condition(&p.conditions, &desired.type_)).map(|c| (c.status.clone(), c.reason.clone()));
+        let before = self
+            .previous
+            .and_then(|p| get_condition(&p.conditions, &desired.type_))
+            .map(|c| (c.status.clone(), c.reason.clone()));
         let changed = match &before {
-            Some((status, reason)) => *status != desired.status || (desired.status == "False" && *reason != desired.reason),
+            Some((status, reason)) => {
+                *status != desired.status || (desired.status == "False" && *reason != desired.reason)
+            }
             None => desired.status == "True" || desired.type_ == REMEDIATION_ALLOWED,
         };
         let kind = if desired.status == "True" { on_true } else { on_false };
         // A first-time RemediationAllowed=True is the normal state, not news.
         let first_allowed = before.is_none() && desired.status == "True" && desired.type_ == REMEDIATION_ALLOWED;
-        if changed && !first_allowed && let Some(kind) = kind {
+        if changed
+            && !first_allowed
+            && let Some(kind) = kind
+        {
             self.notice(kind, None, &desired.reason, desired.message.clone());
         }
         set_condition(&mut self.status.conditions, &desired, self.now, self.generation);
@@ -343,12 +404,18 @@ impl<'m> MachineWrites<'m> {
 
     /// Queues `desired` unless the Machine already says so; returns whether it was queued.
     fn set(&mut self, desired: DesiredCondition, now: Timestamp) -> bool {
+        self.set_ref(&desired, now)
+    }
+
+    /// Like `set`, cloning `desired` only when it has to be written (the hot path of a healthy
+    /// fleet writes nothing).
+    fn set_ref(&mut self, desired: &DesiredCondition, now: Timestamp) -> bool {
         let current = self.current(&desired.type_);
         if desired.is_satisfied_by(current) {
             return false;
         }
         let at = desired.transition_time(current, now);
-        self.conditions.push((desired, at));
+        self.conditions.push((desired.clone(), at));
         true
     }
 
@@ -398,7 +465,9 @@ pub fn remediation_object(policy: &MhcPolicy, template: &TemplateView, machine: 
 /// Whether `object` is the remediation object Vigil made for `machine` (so it may delete it).
 fn made_for(object: &RemediationView, machine: &MachineView) -> bool {
     object.meta.owners.iter().any(|o| {
-        o.kind == "Machine" && o.name == machine.meta.name && (o.uid.is_empty() || machine.meta.uid.as_deref().is_none_or(|u| u == o.uid))
+        o.kind == "Machine"
+            && o.name == machine.meta.name
+            && (o.uid.is_empty() || machine.meta.uid.as_deref().is_none_or(|u| u == o.uid))
     })
 }
 
@@ -417,21 +486,49 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
 
     // Rule 1: a paused Cluster or check does nothing else.
     if check_paused(input) {
-        let why = if input.cluster.is_some_and(|c| c.paused) { "the Cluster is paused (spec.paused)" } else { "the check has the cluster.x-k8s.io/paused annotation" };
-        b.condition(DesiredCondition::true_(PAUSED, reason::PAUSED, format!("Remediation is paused: {why}")), Some(NoticeKind::Paused), None);
+        let why = if input.cluster.is_some_and(|c| c.paused) {
+            "the Cluster is paused (spec.paused)"
+        } else {
+            "the check has the cluster.x-k8s.io/paused annotation"
+        };
+        b.condition(
+            DesiredCondition::true_(PAUSED, reason::PAUSED, format!("Remediation is paused: {why}")),
+            Some(NoticeKind::Paused),
+            None,
+        );
         return b.finish(None);
     }
     b.condition(DesiredCondition::false_(PAUSED, reason::NOT_PAUSED, ""), None, Some(NoticeKind::Resumed));
 
-    let mut targets: Vec<&MachineView> = input.machines.iter().copied().filter(|m| is_target(input.policy, m)).collect();
-    targets.sort_by(|a, c| a.meta.name.cmp(&c.meta.name));
+    let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
+    let mut targets: Vec<&MachineView> = input
+        .machines
+        .iter()
+        .copied()
+        .filter(|m| m.meta.namespace == namespace && is_target(input.policy, m))
+        .collect();
+    if !targets.is_sorted_by(|a, c| a.meta.name <= c.meta.name) {
+        targets.sort_unstable_by(|a, c| a.meta.name.cmp(&c.meta.name));
+    }
     b.status.targets = targets.iter().map(|m| m.meta.name.clone()).collect();
     b.status.expected_machines = i32::try_from(targets.len()).unwrap_or(i32::MAX);
 
     // Safety first: without the Cluster or the workload cluster's Nodes, decide nothing.
     let blocked_reason = match (input.cluster, input.nodes) {
-        (None, _) => Some((reason::CLUSTER_NOT_FOUND, format!("Cluster {}/{} was not found; no Machine is evaluated", input.check.metadata.namespace.as_deref().unwrap_or(""), input.policy.cluster_name))),
-        (_, NodeSource::Unreachable(why)) => Some((reason::CLUSTER_UNREACHABLE, format!("The workload cluster cannot be reached ({why}); no Machine is evaluated, and no Node is taken for deleted"))),
+        (None, _) => Some((
+            reason::CLUSTER_NOT_FOUND,
+            format!(
+                "Cluster {}/{} was not found; no Machine is evaluated",
+                input.check.metadata.namespace.as_deref().unwrap_or(""),
+                input.policy.cluster_name
+            ),
+        )),
+        (_, NodeSource::Unreachable(why)) => Some((
+            reason::CLUSTER_UNREACHABLE,
+            format!(
+                "The workload cluster cannot be reached ({why}); no Machine is evaluated, and no Node is taken for deleted"
+            ),
+        )),
         _ => None,
     };
     let (Some(cluster), NodeSource::Reachable(nodes), None) = (input.cluster, input.nodes, &blocked_reason) else {
@@ -457,16 +554,24 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
 
     // Rule 3: the short-circuit.
     let unhealthy_count = targets.len() - healthy;
-    let (allowed, left, limit) = remediation_budget(input.policy.short_circuit, targets.len(), unhealthy_count);
+    let (allowed, left, (limit, limit_value)) = remediation_budget(input.policy.short_circuit, targets.len(), unhealthy_count);
     b.status.remediations_allowed = i32::try_from(left).unwrap_or(i32::MAX);
     if allowed {
-        b.condition(DesiredCondition::true_(REMEDIATION_ALLOWED, reason::REMEDIATION_ALLOWED, ""), Some(NoticeKind::RemediationAllowed), None);
+        b.condition(
+            DesiredCondition::true_(REMEDIATION_ALLOWED, reason::REMEDIATION_ALLOWED, ""),
+            Some(NoticeKind::RemediationAllowed),
+            None,
+        );
     } else {
         b.condition(
-            DesiredCondition::false_(REMEDIATION_ALLOWED, reason::TOO_MANY_UNHEALTHY, format!(
-                "Remediation is not allowed, the number of not started or unhealthy machines exceeds the limit (total: {}, unhealthy: {}, {limit})",
-                targets.len(), unhealthy_count
-            )),
+            DesiredCondition::false_(
+                REMEDIATION_ALLOWED,
+                reason::TOO_MANY_UNHEALTHY,
+                format!(
+                    "Remediation is not allowed, the number of not started or unhealthy machines {limit} (total: {}, unhealthy: {unhealthy_count}, {limit_value})",
+                    targets.len()
+                ),
+            ),
             None,
             Some(NoticeKind::RemediationBlocked),
         );
@@ -474,26 +579,33 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
 
     // Rules 4 and 5: writes per target.
     let template_ref = input.policy.remediation_template.as_ref();
+    let healthy_condition = DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, reason::SUCCEEDED, "");
     for (machine, verdict) in targets.iter().zip(&verdicts) {
-        let key = machine.meta.key();
+        let key = || machine.meta.key();
         let mut writes = MachineWrites::new(machine);
         match verdict {
             Verdict::Unhealthy { reason: why, message } => {
                 let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == "False");
                 writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, why, message.clone()), now);
                 if !was_unhealthy {
-                    b.notice(NoticeKind::Unhealthy, Some(key.clone()), why, message.clone());
+                    b.notice(NoticeKind::Unhealthy, Some(key()), why, message.clone());
                 }
                 if allowed {
-                    remediate(&mut b, &mut writes, input, template_ref, machine, &key, now);
+                    remediate(&mut b, &mut writes, input, template_ref, machine, &key(), now);
                 }
             }
             Verdict::Healthy => {
                 let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == "False");
                 if !machine.meta.deleting {
-                    writes.set(DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, reason::SUCCEEDED, ""), now);
+                    writes.set_ref(&healthy_condition, now);
                     if was_unhealthy {
-                        b.notice(NoticeKind::Healthy, Some(key.clone()), reason::SUCCEEDED, format!("Machine {key} is healthy again"));
+                        let key = key();
+                        b.notice(
+                            NoticeKind::Healthy,
+                            Some(key.clone()),
+                            reason::SUCCEEDED,
+                            format!("Machine {key} is healthy again"),
+                        );
                     }
                 }
                 if template_ref.is_some()
@@ -508,7 +620,7 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
                             namespace: object.meta.namespace.clone(),
                             name: object.meta.name.clone(),
                         },
-                        target: key.clone(),
+                        target: key(),
                     });
                 }
             }
@@ -536,32 +648,61 @@ fn remediate(
     }
     let Some(template_ref) = template_ref else {
         let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == "True");
-        if needs_request && writes.set(DesiredCondition::false_(OWNER_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"), now) {
-            b.notice(NoticeKind::RemediationRequested, Some(key.to_string()), reason::WAITING_FOR_REMEDIATION, format!("Asked the owner of Machine {key} to remediate it"));
+        if needs_request
+            && writes.set(
+                DesiredCondition::false_(OWNER_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"),
+                now,
+            )
+        {
+            b.notice(
+                NoticeKind::RemediationRequested,
+                Some(key.to_string()),
+                reason::WAITING_FOR_REMEDIATION,
+                format!("Asked the owner of Machine {key} to remediate it"),
+            );
         }
         return;
     };
     let Some(template) = input.template else {
         let message = format!("Remediation template {template_ref} not found");
-        if writes.set(DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::TEMPLATE_NOT_FOUND, message.clone()), now) {
+        if writes.set(DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::TEMPLATE_NOT_FOUND, message.clone()), now)
+        {
             b.notice(NoticeKind::RemediationSkipped, Some(key.to_string()), reason::TEMPLATE_NOT_FOUND, message);
         }
         return;
     };
     if input.remediations.lookup(&machine.meta.name).is_some() {
         // Already requested: leave it to the remediator, and go on with the other Machines.
-        writes.set(DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"), now);
+        writes.set(
+            DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"),
+            now,
+        );
         return;
     }
     match remediation_object(input.policy, template, machine) {
         Ok(object) => {
-            writes.set(DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"), now);
+            writes.set(
+                DesiredCondition::false_(
+                    EXTERNALLY_REMEDIATED,
+                    reason::WAITING_FOR_REMEDIATION,
+                    "Waiting for remediation",
+                ),
+                now,
+            );
             b.actions.push(Action::CreateRemediation { object, target: key.to_string() });
         }
         Err(why) => {
             let message = format!("Cannot create a remediation request: {why}");
-            if writes.set(DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::REQUEST_CREATION_FAILED, message.clone()), now) {
-                b.notice(NoticeKind::RemediationSkipped, Some(key.to_string()), reason::REQUEST_CREATION_FAILED, message);
+            if writes.set(
+                DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::REQUEST_CREATION_FAILED, message.clone()),
+                now,
+            ) {
+                b.notice(
+                    NoticeKind::RemediationSkipped,
+                    Some(key.to_string()),
+                    reason::REQUEST_CREATION_FAILED,
+                    message,
+                );
             }
         }
     }

@@ -77,7 +77,11 @@ fn merge_into(list: Option<&Value>, updates: &[(String, Value)]) -> Value {
 }
 
 /// The merge patch that sets `conditions` on `machine` (its current JSON) in both forms.
-pub fn machine_status_patch(machine: &Value, version: CapiVersion, conditions: &[(DesiredCondition, Timestamp)]) -> Value {
+pub fn machine_status_patch(
+    machine: &Value,
+    version: CapiVersion,
+    conditions: &[(DesiredCondition, Timestamp)],
+) -> Value {
     let generation = machine.pointer("/metadata/generation").and_then(Value::as_i64);
     let new_form: Vec<(String, Value)> =
         conditions.iter().map(|(c, at)| (c.type_.clone(), metav1_condition(c, *at, generation))).collect();
@@ -146,7 +150,14 @@ mod tests {
 
     fn unhealthy() -> Vec<(DesiredCondition, Timestamp)> {
         vec![
-            (DesiredCondition::false_("HealthCheckSucceeded", "NodeDeleted", "Health check failed: Node n1 has been deleted"), at()),
+            (
+                DesiredCondition::false_(
+                    "HealthCheckSucceeded",
+                    "NodeDeleted",
+                    "Health check failed: Node n1 has been deleted",
+                ),
+                at(),
+            ),
             (DesiredCondition::false_("OwnerRemediated", "WaitingForRemediation", "Waiting for remediation"), at()),
         ]
     }

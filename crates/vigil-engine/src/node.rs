@@ -1,12 +1,47 @@
-//! NodeHealthCheck rules (medik8s semantics). Being written: see the module's final version.
+//! NodeHealthCheck rules (medik8s semantics), as one pure function: [`decide`].
+//!
+//! The decision is made in two passes over the Nodes and the check's remediation objects, both
+//! sorted by Node name (so the plan never depends on input or hash order):
+//!
+//! 1. judge every selected Node from its conditions and count the healthy ones (a Node whose
+//!    remediation objects are still around is not healthy yet), which gives the threshold and
+//!    storm-cooldown state;
+//! 2. for every Node that is selected or still has objects, decide what to create, annotate
+//!    and delete, and what its `status.unhealthyNodes` entry says.
+//!
+//! Notices are derived by comparing with the previous status only, so deciding twice on the same
+//! input tells the operator nothing new the second time.
+//!
+//! Deliberate choices beyond medik8s (each also explained where it is made):
+//! - counts stay true while paused;
+//! - a status record without a `uid` for an object that is not seen yet is a creation requested
+//!   by an earlier plan ("in flight"): it is completed (fixed names are created again, idempotent)
+//!   whatever the threshold, pause or control-plane rule says now, because the decision was
+//!   already taken; an in-flight `generateName` request is never repeated (a repeat could create
+//!   a second remediation for the same Node) and is kept until its object shows up;
+//! - escalation moves an already-remediated Node along even while the threshold blocks or a pause
+//!   is requested;
+//! - objects of Nodes that still exist but are no longer selected are removed like those of
+//!   deleted Nodes: nothing else would ever clean them up.
 
-use crate::plan::Plan;
-use jiff::Timestamp;
+use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::{Map, Value, json};
+use std::ops::Range;
 use vigil_api::NodeHealthCheck;
-use vigil_api::node_health_check::NodeHealthCheckStatus;
-use vigil_api::validate::NhcPolicy;
+use vigil_api::conditions::{self, DesiredCondition, get_condition, set_condition};
+use vigil_api::duration::format_go_duration;
+use vigil_api::node_health_check::{NodeHealthCheckStatus, NodeRemediation, RemediationReference, UnhealthyNode};
+use vigil_api::threshold::Rounding;
+use vigil_api::validate::{ConditionRule, HealthyDelay, NhcPolicy, NhcThreshold, RemediationStep};
 use vigil_api::views::{RemediationView, TemplateView};
+use vigil_api::well_known::{
+    CONTROL_PLANE_NODE_LABELS, DISABLED, EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION,
+    MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION,
+    PERMANENT_NODE_DELETION_EXPECTED, REMEDIATION_ALLOWED, SUCCEEDED, TEMPLATE_NAME_ANNOTATION,
+};
 
 /// Everything a NodeHealthCheck decision looks at.
 pub struct NhcInput<'a> {
@@ -22,8 +57,989 @@ pub struct NhcInput<'a> {
     pub remediations: &'a [&'a RemediationView],
 }
 
-/// Decides what a NodeHealthCheck should do now.
+/// Phase while a step's template is missing or invalid.
+const PHASE_DISABLED: &str = "Disabled";
+/// Phase while pause requests are present.
+const PHASE_PAUSED: &str = "Paused";
+/// Phase while some Node has remediation objects.
+const PHASE_REMEDIATING: &str = "Remediating";
+/// Phase otherwise.
+const PHASE_ENABLED: &str = "Enabled";
+
+/// `RemediationAllowed` / `Disabled` reasons and skip reasons.
+const REASON_ALLOWED: &str = "RemediationAllowed";
+const REASON_TOO_FEW_HEALTHY: &str = "TooFewHealthy";
+const REASON_STORM_COOLDOWN: &str = "StormCooldown";
+const REASON_TEMPLATE_NOT_FOUND: &str = "TemplateNotFound";
+const REASON_INVALID_TEMPLATE: &str = "InvalidTemplate";
+const REASON_ENABLED: &str = "Enabled";
+const REASON_CONTROL_PLANE_BUSY: &str = "ControlPlaneRemediationInProgress";
+
+/// Kind of the owner reference that marks the check's own remediation objects.
+const OWNER_KIND: &str = "NodeHealthCheck";
+
+/// The smallest step of time: a verdict due at `deadline` changes at `deadline + 1ns`.
+const ONE_NS: SignedDuration = SignedDuration::from_nanos(1);
+
+/// `t + d`, or `None` beyond the representable range (that instant never comes).
+fn after(t: Timestamp, d: SignedDuration) -> Option<Timestamp> {
+    t.checked_add(d).ok()
+}
+
+/// A Node's verdict from its conditions alone (remediation objects not considered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Matches no rule.
+    Clear,
+    /// Matches a rule whose duration has not passed yet.
+    Pending,
+    /// Matches this rule with a condition that has no `lastTransitionTime`: no decision.
+    Undecided(usize),
+    /// Has matched this rule for longer than its duration.
+    Unhealthy(usize),
+}
+
+fn has_label_value(node: &Node, key: &str, value: &str) -> bool {
+    node.metadata.labels.as_ref().and_then(|l| l.get(key)).is_some_and(|v| v == value)
+}
+
+fn is_control_plane(node: &Node) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    CONTROL_PLANE_NODE_LABELS.iter().any(|k| labels.is_some_and(|l| l.contains_key(*k)))
+}
+
+fn has_annotation(node: &Node, key: &str) -> bool {
+    node.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
+}
+
+/// Judges a Node against the rules; offers the instant its verdict can change.
+fn judge(node: &Node, rules: &[ConditionRule], now: Timestamp, wake: &mut Earliest) -> Verdict {
+    let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    let mut undecided = None;
+    let mut pending = false;
+    let mut first_deadline: Option<Timestamp> = None;
+    for (i, rule) in rules.iter().enumerate() {
+        for c in conds.iter().filter(|c| c.type_ == rule.type_ && c.status == rule.status) {
+            match &c.last_transition_time {
+                None => {
+                    undecided.get_or_insert(i);
+                }
+                Some(Time(since)) => {
+                    pending = true;
+                    match after(*since, rule.timeout) {
+                        Some(deadline) if deadline < now => return Verdict::Unhealthy(i),
+                        Some(deadline) => {
+                            first_deadline = Some(first_deadline.map_or(deadline, |d| d.min(deadline)));
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
+    if let Some(t) = first_deadline.and_then(|d| after(d, ONE_NS)) {
+        wake.offer(t);
+    }
+    match (undecided, pending) {
+        (Some(i), _) => Verdict::Undecided(i),
+        (None, true) => Verdict::Pending,
+        (None, false) => Verdict::Clear,
+    }
+}
+
+/// Whether a step's template can be used to make remediation objects.
+#[derive(Clone, Copy)]
+enum Usable<'a> {
+    /// Found, with the `spec` to copy into objects.
+    Yes(&'a TemplateView, &'a Value),
+    /// Not found.
+    Missing,
+    /// Found but without `spec.template` / `spec.template.spec`.
+    Invalid(&'static str),
+}
+
+fn usable<'a>(templates: &[Option<&'a TemplateView>], i: usize) -> Usable<'a> {
+    match templates.get(i).copied().flatten() {
+        None => Usable::Missing,
+        Some(view) => match view.template.as_ref() {
+            None => Usable::Invalid("has no spec.template"),
+            Some(t) => match t.get("spec") {
+                Some(spec) if spec.is_object() => Usable::Yes(view, spec),
+                _ => Usable::Invalid("has no spec.template.spec"),
+            },
+        },
+    }
+}
+
+/// A remediation object owned by the check, with the Node it remediates and its step.
+struct Owned<'a> {
+    node: &'a str,
+    view: &'a RemediationView,
+    step: Option<usize>,
+}
+
+fn object_ref(view: &RemediationView) -> ObjectRef {
+    ObjectRef {
+        api_version: view.meta.api_version.clone(),
+        kind: view.meta.kind.clone(),
+        namespace: view.meta.namespace.clone(),
+        name: view.meta.name.clone(),
+    }
+}
+
+fn step_of(view: &RemediationView, steps: &[RemediationStep]) -> Option<usize> {
+    let template = view.meta.annotations.get(TEMPLATE_NAME_ANNOTATION)?;
+    steps.iter().rposition(|s| {
+        s.template.name == *template
+            && s.template.remediation_kind() == view.meta.kind
+            && s.template.namespace == view.meta.namespace
+    })
+}
+
+/// The `status.unhealthyNodes[].remediations` of one Node being rebuilt: one record per object
+/// seen (index-aligned with the Node's objects), then the records of this plan's requests.
+struct Book<'p> {
+    prev: &'p [NodeRemediation],
+    claimed: Vec<bool>,
+    records: Vec<NodeRemediation>,
+    /// Per object: whether the previous status already said it timed out.
+    prev_timed_out: Vec<bool>,
+}
+
+impl<'p> Book<'p> {
+    fn new(objs: &[Owned<'_>], prev: Option<&'p UnhealthyNode>, now: Timestamp) -> Self {
+        let prev = prev.map_or(&[][..], |p| p.remediations.as_slice());
+        let mut book = Book {
+            prev,
+            claimed: vec![false; prev.len()],
+            records: Vec::with_capacity(objs.len() + 1),
+            prev_timed_out: Vec::with_capacity(objs.len()),
+        };
+        for o in objs {
+            let meta = &o.view.meta;
+            let template = meta.annotations.get(TEMPLATE_NAME_ANNOTATION);
+            let same_place =
+                |r: &NodeRemediation| r.resource.kind == meta.kind && r.resource.namespace == meta.namespace;
+            let found = (0..prev.len())
+                .find(|&i| !book.claimed[i] && same_place(&prev[i]) && prev[i].resource.name == meta.name)
+                .or_else(|| {
+                    (0..prev.len()).find(|&i| {
+                        !book.claimed[i]
+                            && same_place(&prev[i])
+                            && prev[i].resource.name.is_empty()
+                            && prev[i].template_name.as_ref() == template
+                    })
+                });
+            let earlier = found.map(|i| {
+                book.claimed[i] = true;
+                &prev[i]
+            });
+            let annotated =
+                meta.annotations.get(NHC_TIMED_OUT_ANNOTATION).map(|v| v.parse::<Timestamp>().unwrap_or(now));
+            book.prev_timed_out.push(earlier.is_some_and(|r| r.timed_out.is_some()));
+            book.records.push(NodeRemediation {
+                resource: RemediationReference {
+                    api_version: meta.api_version.clone(),
+                    kind: meta.kind.clone(),
+                    namespace: meta.namespace.clone(),
+                    name: meta.name.clone(),
+                    uid: meta.uid.clone(),
+                },
+                started: earlier.map(|r| r.started.clone()).or_else(|| meta.created.map(Time)).unwrap_or(Time(now)),
+                timed_out: earlier.and_then(|r| r.timed_out.clone()).or_else(|| annotated.map(Time)),
+                template_name: template.cloned().or_else(|| earlier.and_then(|r| r.template_name.clone())),
+            });
+        }
+        book
+    }
+
+    /// An earlier plan's request for `step` whose object has not been seen yet (no uid: it was
+    /// never observed), claimed so that it is continued rather than made anew.
+    fn take_in_flight(&mut self, step: &RemediationStep) -> Option<&'p NodeRemediation> {
+        let i = (0..self.prev.len()).find(|&i| {
+            let r = &self.prev[i];
+            !self.claimed[i]
+                && r.timed_out.is_none()
+                && r.resource.uid.is_none()
+                && r.template_name.as_deref() == Some(step.template.name.as_str())
+                && r.resource.kind == step.template.remediation_kind()
+                && r.resource.namespace == step.template.namespace
+        })?;
+        self.claimed[i] = true;
+        Some(&self.prev[i])
+    }
+
+    fn has_in_flight(&self, step: &RemediationStep) -> bool {
+        self.prev.iter().zip(&self.claimed).any(|(r, claimed)| {
+            !claimed
+                && r.timed_out.is_none()
+                && r.resource.uid.is_none()
+                && r.template_name.as_deref() == Some(step.template.name.as_str())
+                && r.resource.kind == step.template.remediation_kind()
+                && r.resource.namespace == step.template.namespace
+        })
+    }
+
+    /// The records, oldest first.
+    fn finish(mut self) -> Vec<NodeRemediation> {
+        self.records.sort_by(|a, b| {
+            (&a.started, &a.resource.kind, &a.resource.namespace, &a.resource.name).cmp(&(
+                &b.started,
+                &b.resource.kind,
+                &b.resource.namespace,
+                &b.resource.name,
+            ))
+        });
+        self.records
+    }
+}
+
+/// What happened to a request for a remediation object.
+enum Requested {
+    /// A create action was added (or an in-flight `generateName` request is awaited).
+    Done,
+    /// The template cannot be used: reason and why.
+    Skipped(&'static str, String),
+}
+
+/// A Node the second pass looks at: selected, or owning objects of the check (or both).
+struct Subject<'a> {
+    name: &'a str,
+    node: Option<&'a Node>,
+    /// `Some` for a selected Node.
+    verdict: Option<Verdict>,
+    objs: Range<usize>,
+}
+
+/// What the threshold and storm cooldown say.
+enum Gate {
+    Allowed,
+    TooFewHealthy,
+    Cooldown { start: Timestamp, end: Option<Timestamp> },
+}
+
+/// Shared state of the second pass.
+struct Pass<'a> {
+    policy: &'a NhcPolicy,
+    now: Timestamp,
+    check_name: &'a str,
+    check_uid: Option<&'a str>,
+    templates: Vec<Usable<'a>>,
+    allowed: bool,
+    paused: bool,
+    /// New remediation was not possible in the previous status but is now: a skip is news.
+    newly_open: bool,
+    /// The `Disabled` condition changed: a template skip is news.
+    disabled_changed: bool,
+    cp_busy: Vec<&'a str>,
+    cp_taken: bool,
+    actions: Vec<Action>,
+    notices: Vec<Notice>,
+    wake: Earliest,
+}
+
+fn notice(kind: NoticeKind, target: &str, reason: impl Into<String>, message: String) -> Notice {
+    Notice { kind, target: Some(target.to_string()), reason: reason.into(), message }
+}
+
+fn rule_text(rule: &ConditionRule) -> String {
+    format!("{}={}", rule.type_, rule.status)
+}
+
+impl<'a> Pass<'a> {
+    fn step_label(&self, s: usize) -> String {
+        self.policy.steps.get(s).map_or_else(String::new, |st| st.template.to_string())
+    }
+
+    /// Offers the instant a step requested at `started` times out, when that is still ahead (an
+    /// object not seen yet cannot be judged, but its timer already runs).
+    fn offer_step_timeout(&mut self, step: &RemediationStep, started: Timestamp) {
+        if let Some(t) = step.timeout.and_then(|d| after(started, d)).and_then(|d| after(d, ONE_NS))
+            && t > self.now
+        {
+            self.wake.offer(t);
+        }
+    }
+
+    /// Asks for an object of step `s` for Node `name` (the caller checked every other rule).
+    fn request(&mut self, name: &str, s: usize, book: &mut Book<'_>) -> Requested {
+        let Some(step) = self.policy.steps.get(s) else {
+            return Requested::Skipped(REASON_TEMPLATE_NOT_FOUND, format!("no remediation step {s}"));
+        };
+        let (view, spec) = match self.templates.get(s).copied().unwrap_or(Usable::Missing) {
+            Usable::Yes(view, spec) => (view, spec),
+            Usable::Missing => {
+                return Requested::Skipped(
+                    REASON_TEMPLATE_NOT_FOUND,
+                    format!("Cannot remediate node {name}: remediation template {} not found", step.template),
+                );
+            }
+            Usable::Invalid(why) => {
+                return Requested::Skipped(
+                    REASON_INVALID_TEMPLATE,
+                    format!("Cannot remediate node {name}: remediation template {} {why}", step.template),
+                );
+            }
+        };
+        let earlier = book.take_in_flight(step);
+        if let Some(r) = earlier.filter(|r| r.resource.name.is_empty()) {
+            // An earlier generateName request not seen yet: repeating it could make a second object.
+            book.records.push(r.clone());
+            self.offer_step_timeout(step, r.started.0);
+            return Requested::Done;
+        }
+        let generate = view.meta.annotations.get(MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION).is_some_and(|v| v == "true");
+        let kind = step.template.remediation_kind();
+        let mut metadata = Map::new();
+        metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
+        if generate {
+            metadata.insert("generateName".into(), Value::String(format!("{name}-")));
+        } else {
+            metadata.insert("name".into(), Value::String(name.to_string()));
+        }
+        metadata.insert(
+            "annotations".into(),
+            json!({ NODE_NAME_ANNOTATION: name, TEMPLATE_NAME_ANNOTATION: step.template.name }),
+        );
+        let mut owner = Map::new();
+        owner.insert("apiVersion".into(), Value::String(vigil_api::API_VERSION.into()));
+        owner.insert("kind".into(), Value::String(OWNER_KIND.into()));
+        owner.insert("name".into(), Value::String(self.check_name.to_string()));
+        if let Some(uid) = self.check_uid {
+            owner.insert("uid".into(), Value::String(uid.to_string()));
+        }
+        owner.insert("controller".into(), Value::Bool(false));
+        owner.insert("blockOwnerDeletion".into(), Value::Bool(false));
+        metadata.insert("ownerReferences".into(), Value::Array(vec![Value::Object(owner)]));
+        let object = json!({
+            "apiVersion": step.template.api_version,
+            "kind": kind,
+            "metadata": Value::Object(metadata),
+            "spec": spec.clone(),
+        });
+        let started = earlier.map_or(self.now, |r| r.started.0);
+        self.offer_step_timeout(step, started);
+        book.records.push(NodeRemediation {
+            resource: RemediationReference {
+                api_version: step.template.api_version.clone(),
+                kind: kind.to_string(),
+                namespace: step.template.namespace.clone(),
+                name: if generate { String::new() } else { name.to_string() },
+                uid: None,
+            },
+            started: Time(started),
+            timed_out: None,
+            template_name: Some(step.template.name.clone()),
+        });
+        self.actions.push(Action::CreateRemediation { object, target: name.to_string() });
+        Requested::Done
+    }
+
+    /// A selected, unhealthy, not excluded Node without objects: start remediation if allowed.
+    fn start(&mut self, name: &str, node: &Node, listed_before: bool, book: &mut Book<'_>) {
+        let Some(first) = self.policy.steps.first() else {
+            return;
+        };
+        let news = !listed_before || self.newly_open;
+        if book.has_in_flight(first) {
+            // Completing an earlier plan's request is not a new remediation.
+            if let Requested::Skipped(reason, message) = self.request(name, 0, book)
+                && self.disabled_changed
+            {
+                self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+            }
+            return;
+        }
+        if self.paused || !self.allowed {
+            return;
+        }
+        if let Usable::Missing | Usable::Invalid(_) = self.templates.first().copied().unwrap_or(Usable::Missing) {
+            if let Requested::Skipped(reason, message) = self.request(name, 0, book)
+                && (news || self.disabled_changed)
+            {
+                self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+            }
+            return;
+        }
+        let cp = is_control_plane(node);
+        if cp && (self.cp_taken || self.cp_busy.iter().any(|n| *n != name)) {
+            if news {
+                let other = self.cp_busy.iter().find(|n| **n != name).copied();
+                let message = match other {
+                    Some(other) => format!(
+                        "Not remediating control-plane node {name}: control-plane node {other} is being remediated"
+                    ),
+                    None => format!(
+                        "Not remediating control-plane node {name}: another control-plane node is being remediated"
+                    ),
+                };
+                self.notices.push(notice(NoticeKind::RemediationSkipped, name, REASON_CONTROL_PLANE_BUSY, message));
+            }
+            return;
+        }
+        if let Requested::Done = self.request(name, 0, book)
+            && cp
+        {
+            self.cp_taken = true;
+        }
+    }
+
+    /// A selected, unhealthy, not excluded Node with objects: give up on its latest step when
+    /// it timed out or failed and go on with the next one.
+    ///
+    /// This runs whatever the threshold, storm cooldown or pause requests say: it only moves an
+    /// already-remediated Node along (medik8s does the same), and stopping half-way would leave
+    /// a Node with a remediator that has already given up.
+    fn escalate(&mut self, name: &str, objs: &[Owned<'_>], book: &mut Book<'_>) {
+        let Some(latest) = objs.iter().filter_map(|o| o.step).max() else {
+            return;
+        };
+        let Some(k) = objs.iter().position(|o| o.step == Some(latest) && !o.view.meta.deleting) else {
+            return; // the latest step's objects are being deleted: wait until they are gone
+        };
+        let Some(step) = self.policy.steps.get(latest) else {
+            return;
+        };
+        let view = objs[k].view;
+        let annotated = view.meta.annotations.contains_key(NHC_TIMED_OUT_ANNOTATION);
+        let mut gave_up_now = false;
+        if !annotated {
+            if let Some(Time(at)) = book.records[k].timed_out.clone() {
+                // An earlier plan gave up but the annotation did not make it: write it again.
+                self.actions.push(Action::AnnotateRemediation {
+                    object: object_ref(view),
+                    key: NHC_TIMED_OUT_ANNOTATION.into(),
+                    value: at.to_string(),
+                });
+            } else {
+                let failed = conditions::find(&view.conditions, SUCCEEDED).is_some_and(|c| c.status == "False");
+                let deadline = step.timeout.and_then(|d| after(book.records[k].started.0, d));
+                let expired = deadline.is_some_and(|d| d < self.now);
+                if failed || expired {
+                    gave_up_now = true;
+                    book.records[k].timed_out = Some(Time(self.now));
+                    self.actions.push(Action::AnnotateRemediation {
+                        object: object_ref(view),
+                        key: NHC_TIMED_OUT_ANNOTATION.into(),
+                        value: self.now.to_string(),
+                    });
+                    let what = if failed {
+                        "reported Succeeded=False".to_string()
+                    } else {
+                        format!("did not succeed within {}", format_go_duration(step.timeout.unwrap_or_default()))
+                    };
+                    let then = if latest + 1 < self.policy.steps.len() {
+                        format!("escalating to {}", self.step_label(latest + 1))
+                    } else {
+                        "no remediation template left".to_string()
+                    };
+                    self.notices.push(notice(
+                        NoticeKind::RemediationTimedOut,
+                        name,
+                        if failed { "RemediationFailed" } else { "RemediationTimedOut" },
+                        format!(
+                            "{} {}/{} for node {name} (template {}) {what}; {then}",
+                            view.meta.kind, view.meta.namespace, view.meta.name, step.template.name
+                        ),
+                    ));
+                } else if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
+                    self.wake.offer(t);
+                    return;
+                } else {
+                    return;
+                }
+            }
+        }
+        let next = latest + 1;
+        if next >= self.policy.steps.len() {
+            if gave_up_now || !book.prev_timed_out[k] {
+                self.notices.push(notice(
+                    NoticeKind::NoTemplateLeft,
+                    name,
+                    "NoTemplateLeft",
+                    format!(
+                        "Every remediation step for node {name} timed out or failed ({} step(s)); no remediation template left to try",
+                        self.policy.steps.len()
+                    ),
+                ));
+            }
+            return;
+        }
+        if let Requested::Skipped(reason, message) = self.request(name, next, book)
+            && (gave_up_now || self.disabled_changed)
+        {
+            self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+        }
+    }
+
+    /// A selected Node that matches no rule but still has objects: remove them once the
+    /// healthy delay allows. Returns `(conditionsHealthyTimestamp, healthyDelayed)`.
+    fn recover(&mut self, node: &Node, objs: &[Owned<'_>], prev: Option<&UnhealthyNode>) -> (Timestamp, bool) {
+        let since = prev.and_then(|p| p.conditions_healthy_timestamp.as_ref()).map_or(self.now, |t| t.0);
+        let release = match self.policy.healthy_delay {
+            HealthyDelay::After(d) if d.is_zero() => true,
+            HealthyDelay::After(d) => match after(since, d) {
+                Some(end) if end < self.now => true,
+                Some(end) => {
+                    if let Some(t) = after(end, ONE_NS) {
+                        self.wake.offer(t);
+                    }
+                    false
+                }
+                None => false,
+            },
+            HealthyDelay::UntilConfirmed => has_annotation(node, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION),
+        };
+        if release {
+            self.delete_all(objs, false);
+        }
+        (since, !release)
+    }
+
+    /// Deletes the objects that are not being deleted yet; with `spare_permanent`, keeps those
+    /// whose remediator is deleting the Node on purpose and still working.
+    fn delete_all(&mut self, objs: &[Owned<'_>], spare_permanent: bool) {
+        for o in objs.iter().filter(|o| !o.view.meta.deleting) {
+            let c = &o.view.conditions;
+            if spare_permanent
+                && conditions::is_true(c, PERMANENT_NODE_DELETION_EXPECTED)
+                && !conditions::is_true(c, SUCCEEDED)
+            {
+                continue;
+            }
+            self.actions.push(Action::DeleteRemediation { object: object_ref(o.view), target: o.node.to_string() });
+        }
+    }
+}
+
+fn owned_by_check(view: &RemediationView, name: &str, uid: Option<&str>) -> bool {
+    view.meta
+        .owners
+        .iter()
+        .any(|o| o.kind == OWNER_KIND && o.name == name && (o.uid.is_empty() || uid.is_none_or(|u| u == o.uid)))
+}
+
+fn threshold_text(t: NhcThreshold, observed: usize) -> String {
+    match t {
+        NhcThreshold::MinHealthy(v) => format!("minHealthy {v} (needs {} healthy)", v.scaled(observed, Rounding::Up)),
+        NhcThreshold::MaxUnhealthy(v) => {
+            format!("maxUnhealthy {v} (allows {} unhealthy)", v.scaled(observed, Rounding::Down))
+        }
+    }
+}
+
+fn threshold_met(t: NhcThreshold, observed: usize, healthy: usize) -> bool {
+    match t {
+        NhcThreshold::MinHealthy(v) => healthy as u64 >= v.scaled(observed, Rounding::Up),
+        NhcThreshold::MaxUnhealthy(v) => (observed - healthy) as u64 <= v.scaled(observed, Rounding::Down),
+    }
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// What pass 1 found.
+struct Scan<'a> {
+    /// Whether the Nodes were strictly sorted by name; when not, nothing else is meaningful.
+    sorted: bool,
+    /// Nodes with something to decide (not healthy, or owning objects), in name order.
+    subjects: Vec<Subject<'a>>,
+    /// Per Node (same index as the scanned list): selected, matching no rule, without objects.
+    healthy_at: Vec<bool>,
+    observed: usize,
+    healthy: usize,
+    /// Control-plane Nodes, sorted.
+    cp_names: Vec<&'a str>,
+    wake: Earliest,
+}
+
+/// Pass 1: one look at every Node (name order, labels, conditions), merged with the check's
+/// objects by Node name. Healthy Nodes without objects are only counted: nothing is decided for
+/// them, which keeps the common case to a few comparisons a Node.
+fn scan_nodes<'a>(all: &[(&'a str, &'a Node)], owned: &[Owned<'a>], policy: &NhcPolicy, now: Timestamp) -> Scan<'a> {
+    let mut scan = Scan {
+        sorted: true,
+        subjects: Vec::new(),
+        healthy_at: vec![false; all.len()],
+        observed: 0,
+        healthy: 0,
+        cp_names: Vec::new(),
+        wake: Earliest::default(),
+    };
+    let mut b = 0usize;
+    for (i, &(name, node)) in all.iter().enumerate() {
+        if i > 0 && all[i - 1].0 >= name {
+            scan.sorted = false;
+            return scan;
+        }
+        gone_before(owned, &mut b, Some(name), &mut scan.subjects);
+        let start = b;
+        while b < owned.len() && owned[b].node == name {
+            b += 1;
+        }
+        let labels = node.metadata.labels.as_ref();
+        if labels.is_some_and(|l| CONTROL_PLANE_NODE_LABELS.iter().any(|k| l.contains_key(*k))) {
+            scan.cp_names.push(name);
+        }
+        if policy.selector.matches(labels) {
+            scan.observed += 1;
+            let verdict = judge(node, &policy.conditions, now, &mut scan.wake);
+            if verdict == Verdict::Clear && start == b {
+                scan.healthy += 1;
+                scan.healthy_at[i] = true;
+            } else {
+                scan.subjects.push(Subject { name, node: Some(node), verdict: Some(verdict), objs: start..b });
+            }
+        } else if start < b {
+            scan.subjects.push(Subject { name, node: Some(node), verdict: None, objs: start..b });
+        }
+    }
+    gone_before(owned, &mut b, None, &mut scan.subjects);
+    scan
+}
+
+/// Adds a subject for each Node from `owned[*b..]` named before `limit` (all when `None`): the
+/// scan passed their place, so they are not in the cluster.
+fn gone_before<'a>(owned: &[Owned<'a>], b: &mut usize, limit: Option<&str>, subjects: &mut Vec<Subject<'a>>) {
+    while *b < owned.len() && limit.is_none_or(|l| owned[*b].node < l) {
+        let gone = owned[*b].node;
+        let start = *b;
+        while *b < owned.len() && owned[*b].node == gone {
+            *b += 1;
+        }
+        subjects.push(Subject { name: gone, node: None, verdict: None, objs: start..*b });
+    }
+}
+
+/// Decides what a NodeHealthCheck should do now: pure (no I/O, no clock), deterministic, and
+/// linear in Nodes plus remediation objects apart from sorting them by name.
 pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
-    let _ = (input, now);
-    todo!("being written")
+    let policy = input.policy;
+    let check = input.check;
+    let check_name = check.metadata.name.as_deref().unwrap_or("");
+    let check_uid = check.metadata.uid.as_deref().filter(|u| !u.is_empty());
+    let generation = check.metadata.generation;
+    let default_status = NodeHealthCheckStatus::default();
+    let prev = check.status.as_ref().unwrap_or(&default_status);
+
+    // Every named Node, sorted by name, without duplicates (the first given wins).
+    let mut all: Vec<(&str, &Node)> =
+        input.nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref().filter(|s| !s.is_empty())?, *n))).collect();
+
+    // The check's own objects, sorted by Node then identity.
+    let mut owned: Vec<Owned<'_>> = input
+        .remediations
+        .iter()
+        .filter(|r| owned_by_check(r, check_name, check_uid))
+        .filter_map(|r| {
+            let node = r.meta.annotations.get(NODE_NAME_ANNOTATION)?.as_str();
+            Some(Owned { node, view: r, step: step_of(r, &policy.steps) })
+        })
+        .collect();
+    owned.sort_unstable_by(|a, b| {
+        (a.node, &a.view.meta.kind, &a.view.meta.namespace, &a.view.meta.name).cmp(&(
+            b.node,
+            &b.view.meta.kind,
+            &b.view.meta.namespace,
+            &b.view.meta.name,
+        ))
+    });
+
+    // Pass 1. Nodes usually come sorted (stores keep their keys sorted): the scan checks the
+    // order as it goes and is redone after sorting only when it was not.
+    let mut scan = scan_nodes(&all, &owned, policy, now);
+    if !scan.sorted {
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all.dedup_by(|a, b| a.0 == b.0);
+        scan = scan_nodes(&all, &owned, policy, now);
+    }
+    let Scan { subjects, healthy_at, observed, healthy, cp_names, wake: scan_wake, .. } = scan;
+    let mut wake = scan_wake;
+
+    // Threshold and storm cooldown.
+    let met = threshold_met(policy.threshold, observed, healthy);
+    let counts = format!(
+        "{observed} nodes observed, {healthy} healthy, {} not healthy; {}",
+        observed - healthy,
+        threshold_text(policy.threshold, observed)
+    );
+    let prev_allowed = get_condition(&prev.conditions, REMEDIATION_ALLOWED);
+    let gate = if !met {
+        Gate::TooFewHealthy
+    } else if !policy.storm_cooldown.is_positive() {
+        Gate::Allowed
+    } else {
+        match &prev.storm_recovery_start_time {
+            Some(Time(start)) => match after(*start, policy.storm_cooldown) {
+                Some(end) if now >= end => Gate::Allowed,
+                end => Gate::Cooldown { start: *start, end },
+            },
+            None if prev_allowed.is_some_and(|c| {
+                c.status == "False" && (c.reason == REASON_TOO_FEW_HEALTHY || c.reason == REASON_STORM_COOLDOWN)
+            }) =>
+            {
+                Gate::Cooldown { start: now, end: after(now, policy.storm_cooldown) }
+            }
+            None => Gate::Allowed,
+        }
+    };
+    let (allowed_condition, storm_start) = match gate {
+        Gate::Allowed => (DesiredCondition::true_(REMEDIATION_ALLOWED, REASON_ALLOWED, counts), None),
+        Gate::TooFewHealthy => (DesiredCondition::false_(REMEDIATION_ALLOWED, REASON_TOO_FEW_HEALTHY, counts), None),
+        Gate::Cooldown { start, end } => {
+            if let Some(end) = end {
+                wake.offer(end);
+            }
+            let until = end.map_or_else(|| "the end of time".to_string(), |e| e.to_string());
+            let message = format!(
+                "{counts}; the threshold is met again, but the storm cooldown of {} that started at {start} lasts until {until}",
+                format_go_duration(policy.storm_cooldown)
+            );
+            (DesiredCondition::false_(REMEDIATION_ALLOWED, REASON_STORM_COOLDOWN, message), Some(start))
+        }
+    };
+    let allowed = allowed_condition.status == "True";
+
+    // Templates: the check is Disabled while any step's template is missing or invalid.
+    let templates: Vec<Usable<'_>> = (0..policy.steps.len()).map(|i| usable(input.templates, i)).collect();
+    let mut missing = Vec::new();
+    let mut invalid = Vec::new();
+    for (step, state) in policy.steps.iter().zip(&templates) {
+        match state {
+            Usable::Yes(..) => {}
+            Usable::Missing => missing.push(format!("remediation template {} not found", step.template)),
+            Usable::Invalid(why) => invalid.push(format!("remediation template {} {why}", step.template)),
+        }
+    }
+    let disabled = if missing.is_empty() && invalid.is_empty() {
+        None
+    } else {
+        let reason = if missing.is_empty() { REASON_INVALID_TEMPLATE } else { REASON_TEMPLATE_NOT_FOUND };
+        missing.extend(invalid);
+        Some((reason, missing.join("; ")))
+    };
+    let disabled_condition = match &disabled {
+        Some((reason, message)) => DesiredCondition::true_(DISABLED, reason, message.clone()),
+        None => {
+            DesiredCondition::false_(DISABLED, REASON_ENABLED, "All remediation templates were found and are valid")
+        }
+    };
+    let disabled_changed = get_condition(&prev.conditions, DISABLED).is_none_or(|c| {
+        c.status != disabled_condition.status
+            || c.reason != disabled_condition.reason
+            || c.message != disabled_condition.message
+    });
+
+    let paused = !policy.pause_requests.is_empty();
+    let prev_paused = prev.phase.as_deref() == Some(PHASE_PAUSED);
+    // The previous entries by name, walked alongside the subjects (Vigil writes them sorted).
+    let mut prev_entries: Vec<&UnhealthyNode> = prev.unhealthy_nodes.iter().collect();
+    if !prev_entries.windows(2).all(|w| w[0].name < w[1].name) {
+        prev_entries.sort_by(|a, b| a.name.cmp(&b.name));
+        prev_entries.dedup_by(|a, b| a.name == b.name);
+    }
+    let prev_entry_of =
+        |name: &str| prev_entries.binary_search_by(|e| e.name.as_str().cmp(name)).ok().map(|i| prev_entries[i]);
+
+    // Control-plane Nodes already being remediated (by anyone) or with a request in flight.
+    let mut cp_flags = vec![false; cp_names.len()];
+    if !cp_names.is_empty() {
+        for r in input.remediations {
+            if let Some(n) = r.meta.annotations.get(NODE_NAME_ANNOTATION)
+                && let Ok(i) = cp_names.binary_search(&n.as_str())
+            {
+                cp_flags[i] = true;
+            }
+        }
+        for (i, n) in cp_names.iter().enumerate() {
+            if prev_entry_of(n)
+                .is_some_and(|e| e.remediations.iter().any(|r| r.timed_out.is_none() && r.resource.uid.is_none()))
+            {
+                cp_flags[i] = true;
+            }
+        }
+    }
+    let cp_busy: Vec<&str> = cp_names.iter().zip(&cp_flags).filter(|(_, f)| **f).map(|(n, _)| *n).collect();
+
+    let mut pass = Pass {
+        policy,
+        now,
+        check_name,
+        check_uid,
+        templates,
+        allowed,
+        paused,
+        newly_open: prev_allowed.is_none_or(|c| c.status != "True") || prev_paused,
+        disabled_changed,
+        cp_busy,
+        cp_taken: false,
+        actions: Vec::new(),
+        notices: Vec::new(),
+        wake,
+    };
+
+    // Global notices first.
+    let new_state = (allowed_condition.status.as_str(), allowed_condition.reason.as_str());
+    let prev_state = prev_allowed.map(|c| (c.status.as_str(), c.reason.as_str()));
+    if prev_state != Some(new_state) && (prev_state.is_some() || !allowed) {
+        let kind = if allowed { NoticeKind::RemediationAllowed } else { NoticeKind::RemediationBlocked };
+        pass.notices.push(Notice {
+            kind,
+            target: None,
+            reason: allowed_condition.reason.clone(),
+            message: allowed_condition.message.clone(),
+        });
+    }
+
+    // Pass 2: every subject in name order.
+    let mut entries: Vec<UnhealthyNode> = Vec::new();
+    let mut undecided: Vec<(&str, usize)> = Vec::new();
+    // A listed Node that is not a subject any more and is healthy now has recovered.
+    let recovered = |name: &str| {
+        all.binary_search_by(|n| n.0.cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
+            notice(
+                NoticeKind::Healthy,
+                name,
+                "NodeHealthy",
+                format!("Node {name} is healthy and has no remediation objects left"),
+            )
+        })
+    };
+    let mut p = 0usize;
+    for s in &subjects {
+        let objs = &owned[s.objs.clone()];
+        while p < prev_entries.len() && prev_entries[p].name.as_str() < s.name {
+            pass.notices.extend(recovered(&prev_entries[p].name));
+            p += 1;
+        }
+        let prev_entry = match prev_entries.get(p) {
+            Some(e) if e.name == s.name => {
+                p += 1;
+                Some(*e)
+            }
+            _ => None,
+        };
+        let mut book = Book::new(objs, prev_entry, now);
+        let mut healthy_since = None;
+        let mut delayed = false;
+        let listed = match (s.verdict, s.node) {
+            (Some(Verdict::Clear), Some(node)) => {
+                // a subject that matches no rule still has objects (pass 1 kept only those)
+                let (since, wait) = pass.recover(node, objs, prev_entry);
+                healthy_since = Some(Time(since));
+                delayed = wait;
+                !objs.is_empty()
+            }
+            (Some(Verdict::Unhealthy(rule)), Some(node)) => {
+                if prev_entry.is_none()
+                    && let Some(r) = policy.conditions.get(rule)
+                {
+                    pass.notices.push(notice(
+                        NoticeKind::Unhealthy,
+                        s.name,
+                        rule_text(r),
+                        format!(
+                            "Node {} has had condition {} for more than {}",
+                            s.name,
+                            rule_text(r),
+                            format_go_duration(r.timeout)
+                        ),
+                    ));
+                }
+                if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
+                    if objs.is_empty() {
+                        pass.start(s.name, node, prev_entry.is_some(), &mut book);
+                    } else {
+                        pass.escalate(s.name, objs, &mut book);
+                    }
+                }
+                true
+            }
+            (Some(verdict), _) => {
+                if let Verdict::Undecided(rule) = verdict {
+                    undecided.push((s.name, rule));
+                }
+                !objs.is_empty()
+            }
+            (None, _) => {
+                // Deleted or no longer selected: nothing will watch this Node for the check.
+                pass.delete_all(objs, true);
+                !objs.is_empty()
+            }
+        };
+        if listed {
+            entries.push(UnhealthyNode {
+                name: s.name.to_string(),
+                remediations: book.finish(),
+                conditions_healthy_timestamp: healthy_since,
+                healthy_delayed: delayed.then_some(true),
+            });
+        }
+    }
+
+    for e in &prev_entries[p..] {
+        pass.notices.extend(recovered(&e.name));
+    }
+
+    // Phase, conditions, status.
+    let remediating = entries.iter().filter(|e| !e.remediations.is_empty()).count();
+    let (phase, reason) = if let Some((_, message)) = &disabled {
+        (PHASE_DISABLED, message.clone())
+    } else if paused {
+        (PHASE_PAUSED, format!("Remediation paused by request: {}", policy.pause_requests.join("; ")))
+    } else if remediating > 0 {
+        (PHASE_REMEDIATING, format!("{remediating} node(s) being remediated"))
+    } else {
+        (PHASE_ENABLED, "No node is being remediated".to_string())
+    };
+    let mut conditions: Vec<Condition> = prev.conditions.clone();
+    set_condition(&mut conditions, &disabled_condition, now, generation);
+    set_condition(&mut conditions, &allowed_condition, now, generation);
+
+    if paused && phase == PHASE_PAUSED && !prev_paused {
+        pass.notices.push(Notice {
+            kind: NoticeKind::Paused,
+            target: None,
+            reason: PHASE_PAUSED.into(),
+            message: reason.clone(),
+        });
+    } else if !paused && prev_paused {
+        pass.notices.push(Notice {
+            kind: NoticeKind::Resumed,
+            target: None,
+            reason: "Resumed".into(),
+            message: "No pause request is left; remediation may start again".into(),
+        });
+    }
+
+    let mut status = NodeHealthCheckStatus {
+        observed_nodes: count(observed),
+        healthy_nodes: count(healthy),
+        unhealthy_nodes: entries,
+        phase: Some(phase.to_string()),
+        reason: Some(reason),
+        conditions,
+        last_update_time: prev.last_update_time.clone(),
+        storm_recovery_start_time: storm_start.map(Time),
+        observed_generation: generation,
+    };
+    if status != *prev {
+        status.last_update_time = Some(Time(now));
+        // No status field remembers undecided Nodes: tell about them when the status moves
+        // (a Node turning undecided always moves it when it was healthy or listed before).
+        for (name, rule) in undecided {
+            let what = policy.conditions.get(rule).map(rule_text).unwrap_or_default();
+            pass.notices.push(notice(
+                NoticeKind::NoDecision,
+                name,
+                "MissingLastTransitionTime",
+                format!(
+                    "Node {name} has condition {what} without lastTransitionTime: cannot tell how long it has held, so no decision is made for this node"
+                ),
+            ));
+        }
+    }
+
+    Plan { status, actions: pass.actions, notices: pass.notices, next_wake: pass.wake.0 }
 }

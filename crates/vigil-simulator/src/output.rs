@@ -95,13 +95,19 @@ pub fn text(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Valu
         if check.starts_with("MachineHealthCheck/") {
             out.push_str(&format!(
                 "  {check}: expected {} healthy {} remediationsAllowed {} [{}]\n",
-                s("expectedMachines"), s("currentHealthy"), s("remediationsAllowed"), conditions.join(" ")
+                s("expectedMachines"),
+                s("currentHealthy"),
+                s("remediationsAllowed"),
+                conditions.join(" ")
             ));
         } else {
             let unhealthy = status.get("unhealthyNodes").and_then(Value::as_array).map_or(0, Vec::len);
             out.push_str(&format!(
                 "  {check}: phase {} observed {} healthy {} unhealthy {unhealthy} [{}]\n",
-                s("phase").trim_matches('"'), s("observedNodes"), s("healthyNodes"), conditions.join(" ")
+                s("phase").trim_matches('"'),
+                s("observedNodes"),
+                s("healthyNodes"),
+                conditions.join(" ")
             ));
         }
     }

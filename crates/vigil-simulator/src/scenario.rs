@@ -217,9 +217,9 @@ impl Scenario {
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
         let start_text = raw.start.as_deref().unwrap_or(DEFAULT_START);
-        let start: Timestamp = start_text
-            .parse()
-            .map_err(|_| entry("start", format!("invalid value {start_text:?}: expected an RFC 3339 time such as {DEFAULT_START}")))?;
+        let start: Timestamp = start_text.parse().map_err(|_| {
+            entry("start", format!("invalid value {start_text:?}: expected an RFC 3339 time such as {DEFAULT_START}"))
+        })?;
         let duration_value = duration("duration", &raw.duration)?;
         if duration_value.is_zero() {
             return Err(entry("duration", "must be greater than zero"));
@@ -242,12 +242,18 @@ impl Scenario {
             let path = format!("timeline[{index}]");
             let at = duration(&format!("{path}.at"), &step.at)?;
             if at > duration_value {
-                return Err(entry(format!("{path}.at"), format!("invalid value {:?}: after the end of the scenario ({})", step.at, raw.duration)));
+                return Err(entry(
+                    format!("{path}.at"),
+                    format!("invalid value {:?}: after the end of the scenario ({})", step.at, raw.duration),
+                ));
             }
             if let Some(cluster) = &step.cluster {
                 check_cluster_key(&format!("{path}.cluster"), cluster)?;
                 if !raw.workload_clusters.contains_key(cluster) {
-                    return Err(entry(format!("{path}.cluster"), format!("invalid value {cluster:?}: no such workload cluster in workloadClusters")));
+                    return Err(entry(
+                        format!("{path}.cluster"),
+                        format!("invalid value {cluster:?}: no such workload cluster in workloadClusters"),
+                    ));
                 }
             }
             let change = match (step.apply, step.delete, step.set_node_condition) {
@@ -258,7 +264,10 @@ impl Scenario {
                 (None, Some(d), None) => Change::Delete(d),
                 (None, None, Some(c)) => {
                     if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
-                        return Err(entry(format!("{path}.setNodeCondition.status"), format!("invalid value {:?}: must be True, False or Unknown (quote it in YAML)", c.status)));
+                        return Err(entry(
+                            format!("{path}.setNodeCondition.status"),
+                            format!("invalid value {:?}: must be True, False or Unknown (quote it in YAML)", c.status),
+                        ));
                     }
                     Change::SetNodeCondition(c)
                 }
@@ -284,8 +293,12 @@ impl Scenario {
                         return Err(entry(format!("{path}.kind"), "must not be empty"));
                     }
                     let outcome = match (r.recover_after, r.succeeded, r.after) {
-                        (Some(d), None | Some(true), None) => RemediatorOutcome::Recovers(duration(&format!("{path}.recoverAfter"), &d)?),
-                        (None, Some(false), Some(d)) => RemediatorOutcome::Fails(duration(&format!("{path}.after"), &d)?),
+                        (Some(d), None | Some(true), None) => {
+                            RemediatorOutcome::Recovers(duration(&format!("{path}.recoverAfter"), &d)?)
+                        }
+                        (None, Some(false), Some(d)) => {
+                            RemediatorOutcome::Fails(duration(&format!("{path}.after"), &d)?)
+                        }
                         _ => return Err(entry(path, "needs either recoverAfter, or succeeded: false with after")),
                     };
                     remediators.push(RemediatorModel { kind: r.kind, outcome });
@@ -293,7 +306,15 @@ impl Scenario {
                 Models { owner, remediators }
             }
         };
-        Ok(Scenario { name: raw.name, start, duration: duration_value, objects: raw.objects, workload_clusters: raw.workload_clusters, timeline, models })
+        Ok(Scenario {
+            name: raw.name,
+            start,
+            duration: duration_value,
+            objects: raw.objects,
+            workload_clusters: raw.workload_clusters,
+            timeline,
+            models,
+        })
     }
 }
 
@@ -325,7 +346,10 @@ fn check_manifest(path: &str, v: &Value) -> Result<(), ScenarioError> {
     if let Some(ts) = v.pointer("/metadata/creationTimestamp")
         && ts.as_str().is_none_or(|s| s.parse::<Timestamp>().is_err())
     {
-        return Err(entry(path, format!("{id}: metadata.creationTimestamp: invalid value {ts}: expected an RFC 3339 time")));
+        return Err(entry(
+            path,
+            format!("{id}: metadata.creationTimestamp: invalid value {ts}: expected an RFC 3339 time"),
+        ));
     }
     Ok(())
 }
@@ -367,13 +391,36 @@ models:
 
     #[test]
     fn errors_name_the_entry() {
-        assert_eq!(err("name: x\nduration: 5 minutes\n"), r#"duration: invalid value "5 minutes": is not a duration; expected a number with a unit (ns, us, ms, s, m, h), e.g. 300s, 10m or 1h30m"#);
-        assert_eq!(err("name: x\nduration: 5m\ntimeline:\n  - at: 6m\n    delete: {apiVersion: v1, kind: Node, name: n}\n"), r#"timeline[0].at: invalid value "6m": after the end of the scenario (5m)"#);
-        assert_eq!(err("name: x\nduration: 5m\ntimeline:\n  - at: 1m\n"), "timeline[0]: needs exactly one of apply, delete, setNodeCondition");
-        assert_eq!(err("name: x\nduration: 5m\nobjects:\n  - {apiVersion: v1, kind: Node, metadata: {}}\n"), "objects[0]: Node <unnamed>: metadata.name must be set");
-        assert_eq!(err("name: x\nduration: 5m\nstart: tomorrow\n"), r#"start: invalid value "tomorrow": expected an RFC 3339 time such as 2030-01-01T00:00:00Z"#);
-        assert_eq!(err("name: x\nduration: 5m\ntimeline:\n  - at: 1m\n    cluster: default/nope\n    delete: {apiVersion: v1, kind: Node, name: n}\n"), r#"timeline[0].cluster: invalid value "default/nope": no such workload cluster in workloadClusters"#);
-        assert_eq!(err("name: x\nduration: 5m\nmodels:\n  remediators:\n    - {kind: X}\n"), "models.remediators[0]: needs either recoverAfter, or succeeded: false with after");
+        assert_eq!(
+            err("name: x\nduration: 5 minutes\n"),
+            r#"duration: invalid value "5 minutes": is not a duration; expected a number with a unit (ns, us, ms, s, m, h), e.g. 300s, 10m or 1h30m"#
+        );
+        assert_eq!(
+            err("name: x\nduration: 5m\ntimeline:\n  - at: 6m\n    delete: {apiVersion: v1, kind: Node, name: n}\n"),
+            r#"timeline[0].at: invalid value "6m": after the end of the scenario (5m)"#
+        );
+        assert_eq!(
+            err("name: x\nduration: 5m\ntimeline:\n  - at: 1m\n"),
+            "timeline[0]: needs exactly one of apply, delete, setNodeCondition"
+        );
+        assert_eq!(
+            err("name: x\nduration: 5m\nobjects:\n  - {apiVersion: v1, kind: Node, metadata: {}}\n"),
+            "objects[0]: Node <unnamed>: metadata.name must be set"
+        );
+        assert_eq!(
+            err("name: x\nduration: 5m\nstart: tomorrow\n"),
+            r#"start: invalid value "tomorrow": expected an RFC 3339 time such as 2030-01-01T00:00:00Z"#
+        );
+        assert_eq!(
+            err(
+                "name: x\nduration: 5m\ntimeline:\n  - at: 1m\n    cluster: default/nope\n    delete: {apiVersion: v1, kind: Node, name: n}\n"
+            ),
+            r#"timeline[0].cluster: invalid value "default/nope": no such workload cluster in workloadClusters"#
+        );
+        assert_eq!(
+            err("name: x\nduration: 5m\nmodels:\n  remediators:\n    - {kind: X}\n"),
+            "models.remediators[0]: needs either recoverAfter, or succeeded: false with after"
+        );
         assert!(err("name: x\nduration: 5m\nbogus: 1\n").contains("bogus"));
     }
 }

@@ -35,8 +35,20 @@ enum CheckId {
 impl CheckId {
     fn key(&self) -> Key {
         match self {
-            CheckId::Machine { namespace, name } => Key { cluster: MANAGEMENT.into(), group: GROUP.into(), kind: "MachineHealthCheck".into(), namespace: namespace.clone(), name: name.clone() },
-            CheckId::Node { name } => Key { cluster: MANAGEMENT.into(), group: GROUP.into(), kind: "NodeHealthCheck".into(), namespace: String::new(), name: name.clone() },
+            CheckId::Machine { namespace, name } => Key {
+                cluster: MANAGEMENT.into(),
+                group: GROUP.into(),
+                kind: "MachineHealthCheck".into(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+            },
+            CheckId::Node { name } => Key {
+                cluster: MANAGEMENT.into(),
+                group: GROUP.into(),
+                kind: "NodeHealthCheck".into(),
+                namespace: String::new(),
+                name: name.clone(),
+            },
         }
     }
 
@@ -175,8 +187,14 @@ impl Sim<'_> {
     }
 
     fn checks(&self) -> Vec<CheckId> {
-        let mhcs = self.store.list(MANAGEMENT, GROUP, "MachineHealthCheck", None).map(|(k, _)| CheckId::Machine { namespace: k.namespace.clone(), name: k.name.clone() });
-        let nhcs = self.store.list(MANAGEMENT, GROUP, "NodeHealthCheck", None).map(|(k, _)| CheckId::Node { name: k.name.clone() });
+        let mhcs = self
+            .store
+            .list(MANAGEMENT, GROUP, "MachineHealthCheck", None)
+            .map(|(k, _)| CheckId::Machine { namespace: k.namespace.clone(), name: k.name.clone() });
+        let nhcs = self
+            .store
+            .list(MANAGEMENT, GROUP, "NodeHealthCheck", None)
+            .map(|(k, _)| CheckId::Node { name: k.name.clone() });
         mhcs.chain(nhcs).collect()
     }
 
@@ -218,13 +236,28 @@ impl Sim<'_> {
                     ("MachineHealthCheck" | "NodeHealthCheck", _) => GROUP,
                     (_, g) => g,
                 };
-                let key = Key { cluster: cluster.clone(), group: group.into(), kind: id.kind.clone(), namespace: id.namespace.clone().unwrap_or_default(), name: id.name.clone() };
-                let before = self.store.delete(&key).ok_or_else(|| err(format!("{} {} does not exist at this time", id.kind, key.object_name())))?;
+                let key = Key {
+                    cluster: cluster.clone(),
+                    group: group.into(),
+                    kind: id.kind.clone(),
+                    namespace: id.namespace.clone().unwrap_or_default(),
+                    name: id.name.clone(),
+                };
+                let before = self
+                    .store
+                    .delete(&key)
+                    .ok_or_else(|| err(format!("{} {} does not exist at this time", id.kind, key.object_name())))?;
                 self.emit("Deleted", None, Some(key.object_name()), object_details(&key));
                 self.changed(&key, Some(&before));
             }
             Change::SetNodeCondition(c) => {
-                let key = Key { cluster: cluster.clone(), group: String::new(), kind: "Node".into(), namespace: String::new(), name: c.node.clone() };
+                let key = Key {
+                    cluster: cluster.clone(),
+                    group: String::new(),
+                    kind: "Node".into(),
+                    namespace: String::new(),
+                    name: c.node.clone(),
+                };
                 if self.store.get(&key).is_none() {
                     return Err(err(format!("Node {} does not exist at this time", c.node)));
                 }
@@ -240,7 +273,14 @@ impl Sim<'_> {
     }
 
     /// Sets a Node condition as a kubelet does: the transition time moves only with the status.
-    fn set_node_condition(&mut self, key: &Key, type_: &str, status: &str, reason: Option<&str>, message: Option<&str>) {
+    fn set_node_condition(
+        &mut self,
+        key: &Key,
+        type_: &str,
+        status: &str,
+        reason: Option<&str>,
+        message: Option<&str>,
+    ) {
         let Some(mut node) = self.store.get(key).cloned() else { return };
         let before = node.clone();
         let now = self.now.to_string();
@@ -249,7 +289,8 @@ impl Sim<'_> {
         let fresh = json!({"type": type_, "status": status, "reason": reason.unwrap_or(""), "message": message.unwrap_or(""), "lastHeartbeatTime": now, "lastTransitionTime": now});
         match list.iter_mut().find(|c| c["type"] == type_) {
             Some(existing) => {
-                let transition = if existing["status"] == status { existing["lastTransitionTime"].clone() } else { json!(now) };
+                let transition =
+                    if existing["status"] == status { existing["lastTransitionTime"].clone() } else { json!(now) };
                 *existing = fresh;
                 existing["lastTransitionTime"] = transition;
             }
@@ -266,14 +307,19 @@ impl Sim<'_> {
         let after = self.store.get(key).cloned();
         let versions: Vec<&Value> = before.into_iter().chain(after.as_ref()).collect();
         if key.group == GROUP && key.cluster == MANAGEMENT {
-            let id = if key.kind == "MachineHealthCheck" { CheckId::Machine { namespace: key.namespace.clone(), name: key.name.clone() } } else { CheckId::Node { name: key.name.clone() } };
+            let id = if key.kind == "MachineHealthCheck" {
+                CheckId::Machine { namespace: key.namespace.clone(), name: key.name.clone() }
+            } else {
+                CheckId::Node { name: key.name.clone() }
+            };
             self.dirty.insert(id);
             return;
         }
         if key.kind == "Node"
             && key.group.is_empty()
             && let (Some(b), Some(a)) = (before, after.as_ref())
-            && let (Ok(b), Ok(a)) = (serde_json::from_value::<Node>(b.clone()), serde_json::from_value::<Node>(a.clone()))
+            && let (Ok(b), Ok(a)) =
+                (serde_json::from_value::<Node>(b.clone()), serde_json::from_value::<Node>(a.clone()))
             && !concerns::node_change_matters(&b, &a)
         {
             return;
@@ -285,13 +331,20 @@ impl Sim<'_> {
                     let Ok(check) = serde_json::from_value::<MachineHealthCheck>(object.clone()) else { continue };
                     let Ok(policy) = validate::machine_health_check(&check) else { continue };
                     versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
-                        (CAPI_GROUP, "Machine") if key.cluster == MANAGEMENT => MachineView::read(v).is_some_and(|m| concerns::mhc_concerns_machine(&check, &policy, &m)),
-                        (CAPI_GROUP, "Cluster") if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new()).is_some_and(|m| concerns::mhc_concerns_cluster(&check, &policy, &m)),
+                        (CAPI_GROUP, "Machine") if key.cluster == MANAGEMENT => {
+                            MachineView::read(v).is_some_and(|m| concerns::mhc_concerns_machine(&check, &policy, &m))
+                        }
+                        (CAPI_GROUP, "Cluster") if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
+                            .is_some_and(|m| concerns::mhc_concerns_cluster(&check, &policy, &m)),
                         ("", "Node") => {
                             key.cluster == self.node_cluster(namespace, &policy.cluster_name)
-                                && self.store.list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace)).any(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
+                                && self
+                                    .store
+                                    .list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace))
+                                    .any(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
                         }
-                        _ if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new()).is_some_and(|m| concerns::mhc_concerns_remediation_object(&check, &policy, &m)),
+                        _ if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
+                            .is_some_and(|m| concerns::mhc_concerns_remediation_object(&check, &policy, &m)),
                         _ => false,
                     })
                 }
@@ -300,8 +353,10 @@ impl Sim<'_> {
                     let Ok(policy) = validate::node_health_check(&check) else { continue };
                     key.cluster == MANAGEMENT
                         && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
-                            ("", "Node") => serde_json::from_value::<Node>((*v).clone()).is_ok_and(|n| concerns::nhc_concerns_node(&check, &policy, &n)),
-                            _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| concerns::nhc_concerns_remediation_object(&policy, &m)),
+                            ("", "Node") => serde_json::from_value::<Node>((*v).clone())
+                                .is_ok_and(|n| concerns::nhc_concerns_node(&check, &policy, &n)),
+                            _ => Meta::read(v, &mut Vec::new())
+                                .is_some_and(|m| concerns::nhc_concerns_remediation_object(&policy, &m)),
                         })
                 }
             };
@@ -324,7 +379,10 @@ impl Sim<'_> {
         }
         Err(ScenarioError::Entry {
             entry: format!("at +{}s", self.t()),
-            message: format!("the checks did not settle after {MAX_ROUNDS_PER_INSTANT} decisions (still pending: {:?}); this is a bug in Vigil, please report it", self.dirty.iter().map(CheckId::label).collect::<Vec<_>>()),
+            message: format!(
+                "the checks did not settle after {MAX_ROUNDS_PER_INSTANT} decisions (still pending: {:?}); this is a bug in Vigil, please report it",
+                self.dirty.iter().map(CheckId::label).collect::<Vec<_>>()
+            ),
         })
     }
 
@@ -356,9 +414,19 @@ impl Sim<'_> {
                 };
                 let cluster = self
                     .store
-                    .get(&Key { cluster: MANAGEMENT.into(), group: CAPI_GROUP.into(), kind: "Cluster".into(), namespace: namespace.clone(), name: policy.cluster_name.clone() })
+                    .get(&Key {
+                        cluster: MANAGEMENT.into(),
+                        group: CAPI_GROUP.into(),
+                        kind: "Cluster".into(),
+                        namespace: namespace.clone(),
+                        name: policy.cluster_name.clone(),
+                    })
                     .and_then(ClusterView::read);
-                let machines: Vec<MachineView> = self.store.list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace)).filter_map(|(_, v)| MachineView::read(v)).collect();
+                let machines: Vec<MachineView> = self
+                    .store
+                    .list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace))
+                    .filter_map(|(_, v)| MachineView::read(v))
+                    .collect();
                 let machine_refs: Vec<&MachineView> = machines.iter().collect();
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
                 let nodes: HashMap<String, Node> = self
@@ -367,7 +435,15 @@ impl Sim<'_> {
                     .filter_map(|(k, v)| serde_json::from_value::<Node>(v.clone()).ok().map(|n| (k.name.clone(), n)))
                     .collect();
                 let template = policy.remediation_template.as_ref().and_then(|t| {
-                    self.store.get(&Key { cluster: MANAGEMENT.into(), group: group_of(&t.api_version).into(), kind: t.kind.clone(), namespace: t.namespace.clone(), name: t.name.clone() }).and_then(TemplateView::read)
+                    self.store
+                        .get(&Key {
+                            cluster: MANAGEMENT.into(),
+                            group: group_of(&t.api_version).into(),
+                            kind: t.kind.clone(),
+                            namespace: t.namespace.clone(),
+                            name: t.name.clone(),
+                        })
+                        .and_then(TemplateView::read)
                 });
                 let remediations: HashMap<String, RemediationView> = policy
                     .remediation_template
@@ -400,28 +476,54 @@ impl Sim<'_> {
                     Ok(p) => p,
                     Err(e) => return self.invalid(id, e.to_string()),
                 };
-                let nodes: Vec<Node> = self.store.list(MANAGEMENT, "", "Node", None).filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok()).collect();
+                let nodes: Vec<Node> = self
+                    .store
+                    .list(MANAGEMENT, "", "Node", None)
+                    .filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok())
+                    .collect();
                 let node_refs: Vec<&Node> = nodes.iter().collect();
                 let templates: Vec<Option<TemplateView>> = policy
                     .steps
                     .iter()
                     .map(|s| {
                         let t = &s.template;
-                        self.store.get(&Key { cluster: MANAGEMENT.into(), group: group_of(&t.api_version).into(), kind: t.kind.clone(), namespace: t.namespace.clone(), name: t.name.clone() }).and_then(TemplateView::read)
+                        self.store
+                            .get(&Key {
+                                cluster: MANAGEMENT.into(),
+                                group: group_of(&t.api_version).into(),
+                                kind: t.kind.clone(),
+                                namespace: t.namespace.clone(),
+                                name: t.name.clone(),
+                            })
+                            .and_then(TemplateView::read)
                     })
                     .collect();
                 let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
                 let kinds: BTreeSet<(String, String, String)> = policy
                     .steps
                     .iter()
-                    .map(|s| (group_of(&s.template.api_version).to_string(), s.template.remediation_kind().to_string(), s.template.namespace.clone()))
+                    .map(|s| {
+                        (
+                            group_of(&s.template.api_version).to_string(),
+                            s.template.remediation_kind().to_string(),
+                            s.template.namespace.clone(),
+                        )
+                    })
                     .collect();
                 let remediations: Vec<RemediationView> = kinds
                     .iter()
-                    .flat_map(|(g, k, ns)| self.store.list(MANAGEMENT, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v)))
+                    .flat_map(|(g, k, ns)| {
+                        self.store.list(MANAGEMENT, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v))
+                    })
                     .collect();
                 let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
-                let input = NhcInput { check: &check, policy: &policy, nodes: &node_refs, templates: &template_refs, remediations: &remediation_refs };
+                let input = NhcInput {
+                    check: &check,
+                    policy: &policy,
+                    nodes: &node_refs,
+                    templates: &template_refs,
+                    remediations: &remediation_refs,
+                };
                 let plan = vigil_engine::node::decide(&input, self.now);
                 self.apply(id, plan);
             }
@@ -452,14 +554,21 @@ impl Sim<'_> {
         let mut d = Map::new();
         d.insert("reason".into(), json!(notice.reason));
         d.insert("message".into(), json!(notice.message));
-        let event = serde_json::to_value(notice.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let event =
+            serde_json::to_value(notice.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         self.emit(&event, Some(id.label()), notice.target.clone(), d);
     }
 
     fn act(&mut self, id: &CheckId, action: Action) {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
-                let key = Key { cluster: MANAGEMENT.into(), group: group_of(&machine.api_version).into(), kind: machine.kind, namespace: machine.namespace, name: machine.name };
+                let key = Key {
+                    cluster: MANAGEMENT.into(),
+                    group: group_of(&machine.api_version).into(),
+                    kind: machine.kind,
+                    namespace: machine.namespace,
+                    name: machine.name,
+                };
                 let Some(before) = self.store.get(&key).cloned() else { return };
                 let patch = machine_status_patch(&before, version, &conditions);
                 if let Err(e) = self.store.patch(&key, &patch) {
@@ -469,7 +578,10 @@ impl Sim<'_> {
                     return;
                 }
                 let owner_asked = conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == "False");
-                if owner_asked && let Some(owner) = self.scenario.models.owner && self.scheduled_replacements.insert(key.clone()) {
+                if owner_asked
+                    && let Some(owner) = self.scenario.models.owner
+                    && self.scheduled_replacements.insert(key.clone())
+                {
                     self.schedule(owner.replace_after, Task::ReplaceMachine(key.clone()));
                 }
                 self.changed(&key, Some(&before));
@@ -487,14 +599,26 @@ impl Sim<'_> {
                 }
             }
             Action::DeleteRemediation { object, target } => {
-                let key = Key { cluster: MANAGEMENT.into(), group: group_of(&object.api_version).into(), kind: object.kind, namespace: object.namespace, name: object.name };
+                let key = Key {
+                    cluster: MANAGEMENT.into(),
+                    group: group_of(&object.api_version).into(),
+                    kind: object.kind,
+                    namespace: object.namespace,
+                    name: object.name,
+                };
                 if let Some(before) = self.store.delete(&key) {
                     self.emit("RemediationDeleted", Some(id.label()), Some(target), object_details(&key));
                     self.changed(&key, Some(&before));
                 }
             }
             Action::AnnotateRemediation { object, key: annotation, value } => {
-                let key = Key { cluster: MANAGEMENT.into(), group: group_of(&object.api_version).into(), kind: object.kind, namespace: object.namespace, name: object.name };
+                let key = Key {
+                    cluster: MANAGEMENT.into(),
+                    group: group_of(&object.api_version).into(),
+                    kind: object.kind,
+                    namespace: object.namespace,
+                    name: object.name,
+                };
                 let Some(before) = self.store.get(&key).cloned() else { return };
                 if self.store.patch(&key, &json!({"metadata": {"annotations": {annotation: value}}})).is_ok() {
                     self.changed(&key, Some(&before));
@@ -521,23 +645,36 @@ impl Sim<'_> {
     fn replace_machine(&mut self, key: &Key) {
         self.scheduled_replacements.remove(key);
         let Some(old) = self.store.get(key).cloned() else { return };
-        let still_asked = MachineView::read(&old).is_some_and(|m| vigil_api::conditions::find(&m.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == "False"));
+        let still_asked = MachineView::read(&old).is_some_and(|m| {
+            vigil_api::conditions::find(&m.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == "False")
+        });
         if !still_asked {
             return;
         }
         self.store.delete(key);
         self.changed(key, Some(&old));
         let node_name = text(&old, "/status/nodeRef/name").to_string();
-        let cluster_name = text(&old, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
+        let cluster_name =
+            text(&old, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
         let node_cluster = self.node_cluster(&key.namespace, &cluster_name);
         if !node_name.is_empty() {
-            let node_key = Key { cluster: node_cluster, group: String::new(), kind: "Node".into(), namespace: String::new(), name: node_name };
+            let node_key = Key {
+                cluster: node_cluster,
+                group: String::new(),
+                kind: "Node".into(),
+                namespace: String::new(),
+                name: node_name,
+            };
             if let Some(before) = self.store.delete(&node_key) {
                 self.changed(&node_key, Some(&before));
             }
         }
         self.task_seq += 1;
-        let base = key.name.rsplit_once("-r").filter(|(_, n)| n.bytes().all(|b| b.is_ascii_digit())).map_or(key.name.as_str(), |(b, _)| b);
+        let base = key
+            .name
+            .rsplit_once("-r")
+            .filter(|(_, n)| n.bytes().all(|b| b.is_ascii_digit()))
+            .map_or(key.name.as_str(), |(b, _)| b);
         let new_name = format!("{base}-r{}", self.task_seq);
         let mut fresh = json!({"apiVersion": old["apiVersion"], "kind": "Machine", "metadata": {"name": new_name, "namespace": key.namespace}});
         let mut labels = old.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
@@ -561,14 +698,19 @@ impl Sim<'_> {
     /// The new Machine's Node joins, Ready.
     fn join_node(&mut self, key: &Key) {
         let Some(machine) = self.store.get(key).cloned() else { return };
-        let cluster_name = text(&machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
+        let cluster_name =
+            text(&machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
         let node_cluster = self.node_cluster(&key.namespace, &cluster_name);
         let now = self.now.to_string();
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": key.name},
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
         let node_key = self.store.apply(&node_cluster, node, self.now);
         self.changed(&node_key, None);
-        let node_ref = if text(&machine, "/apiVersion").ends_with("v1beta1") { json!({"apiVersion": "v1", "kind": "Node", "name": key.name}) } else { json!({"name": key.name}) };
+        let node_ref = if text(&machine, "/apiVersion").ends_with("v1beta1") {
+            json!({"apiVersion": "v1", "kind": "Node", "name": key.name})
+        } else {
+            json!({"name": key.name})
+        };
         if self.store.patch(key, &json!({"status": {"nodeRef": node_ref}})).is_ok() {
             self.changed(key, Some(&machine));
         }
@@ -582,12 +724,24 @@ impl Sim<'_> {
         match outcome {
             RemediatorOutcome::Recovers(_) => {
                 let Some((cluster, node)) = self.node_of(&object) else { return };
-                let node_key = Key { cluster, group: String::new(), kind: "Node".into(), namespace: String::new(), name: node.clone() };
+                let node_key = Key {
+                    cluster,
+                    group: String::new(),
+                    kind: "Node".into(),
+                    namespace: String::new(),
+                    name: node.clone(),
+                };
                 if self.store.get(&node_key).is_none() {
                     let fresh = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}, "status": {"conditions": []}});
                     self.store.apply(&node_key.cluster, fresh, self.now);
                 }
-                self.set_node_condition(&node_key, "Ready", "True", Some("KubeletReady"), Some("kubelet is posting ready status"));
+                self.set_node_condition(
+                    &node_key,
+                    "Ready",
+                    "True",
+                    Some("KubeletReady"),
+                    Some("kubelet is posting ready status"),
+                );
                 let _ = self.store.patch(key, &json!({"status": {"conditions": [{"type": "Succeeded", "status": "True", "reason": "RemediationFinished", "message": "", "lastTransitionTime": now}]}}));
                 self.changed(key, Some(&object));
                 let mut d = object_details(key);
@@ -597,7 +751,10 @@ impl Sim<'_> {
             RemediatorOutcome::Fails(_) => {
                 let _ = self.store.patch(key, &json!({"status": {"conditions": [{"type": "Succeeded", "status": "False", "reason": "RemediationFailed", "message": "the remediator gave up", "lastTransitionTime": now}]}}));
                 self.changed(key, Some(&object));
-                let target = object.pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str).map(str::to_string);
+                let target = object
+                    .pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1")))
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
                 self.emit("RemediationFailed", None, target, object_details(key));
             }
         }
@@ -606,13 +763,22 @@ impl Sim<'_> {
     /// The Node a remediation object is about: its node-name annotation (NodeHealthCheck), or
     /// the Node of the Machine that owns it (MachineHealthCheck).
     fn node_of(&self, object: &Value) -> Option<(String, String)> {
-        if let Some(node) = object.pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str) {
+        if let Some(node) = object
+            .pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1")))
+            .and_then(Value::as_str)
+        {
             return Some((MANAGEMENT.into(), node.to_string()));
         }
         let namespace = text(object, "/metadata/namespace");
         let owners = object.pointer("/metadata/ownerReferences").and_then(Value::as_array)?;
         let machine_name = owners.iter().find(|o| o["kind"] == "Machine").and_then(|o| o["name"].as_str())?;
-        let machine = self.store.get(&Key { cluster: MANAGEMENT.into(), group: CAPI_GROUP.into(), kind: "Machine".into(), namespace: namespace.into(), name: machine_name.into() })?;
+        let machine = self.store.get(&Key {
+            cluster: MANAGEMENT.into(),
+            group: CAPI_GROUP.into(),
+            kind: "Machine".into(),
+            namespace: namespace.into(),
+            name: machine_name.into(),
+        })?;
         let cluster_name = text(machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1")));
         let node = text(machine, "/status/nodeRef/name");
         let node = if node.is_empty() { machine_name } else { node };

@@ -78,7 +78,9 @@ impl Store {
             meta["creationTimestamp"] = keep("creationTimestamp").unwrap_or_else(|| json!(now.to_string()));
         }
         let generation = match previous {
-            Some(p) if p.get("spec") == object.get("spec") => p.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            Some(p) if p.get("spec") == object.get("spec") => {
+                p.pointer("/metadata/generation").cloned().unwrap_or(json!(1))
+            }
             Some(p) => json!(p.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) + 1),
             None => json!(1),
         };
@@ -140,10 +142,16 @@ impl Store {
     }
 
     /// Objects of a kind in a cluster (and namespace, when given), in key order.
-    pub fn list<'a>(&'a self, cluster: &'a str, group: &'a str, kind: &'a str, namespace: Option<&'a str>) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
-        self.objects
-            .iter()
-            .filter(move |(k, _)| k.cluster == cluster && k.group == group && k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns))
+    pub fn list<'a>(
+        &'a self,
+        cluster: &'a str,
+        group: &'a str,
+        kind: &'a str,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
+        self.objects.iter().filter(move |(k, _)| {
+            k.cluster == cluster && k.group == group && k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns)
+        })
     }
 
     /// Every object, in key order.
@@ -163,9 +171,17 @@ mod tests {
     #[test]
     fn apply_keeps_identity_and_bumps_generation_on_spec_change() {
         let mut s = Store::default();
-        let k = s.apply(MANAGEMENT, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"a": 1}}), now());
+        let k = s.apply(
+            MANAGEMENT,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"a": 1}}),
+            now(),
+        );
         let uid = s.get(&k).expect("stored")["metadata"]["uid"].clone();
-        s.apply(MANAGEMENT, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"a": 2}}), now());
+        s.apply(
+            MANAGEMENT,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"a": 2}}),
+            now(),
+        );
         let o = s.get(&k).expect("stored");
         assert_eq!(o["metadata"]["uid"], uid);
         assert_eq!(o["metadata"]["generation"], 2);

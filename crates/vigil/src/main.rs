@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use vigil_simulator::{Scenario, output, simulate};
 
 /// The scenario `vigil simulate` runs when given no file.
-const DEFAULT_SCENARIO: (&str, &str) = ("examples/single-node-failure.yaml", include_str!("../../../examples/single-node-failure.yaml"));
+const DEFAULT_SCENARIO: (&str, &str) =
+    ("examples/single-node-failure.yaml", include_str!("../../../examples/single-node-failure.yaml"));
 
 #[derive(Parser)]
 #[command(name = "vigil", version, about = "Health checking and remediation of Kubernetes machines and nodes")]
@@ -65,7 +66,10 @@ fn run(cli: Cli) -> Result<bool> {
     match cli.command {
         Command::Simulate { file, output: format, dump } => {
             let (path, text) = match &file {
-                Some(path) => (path.display().to_string(), std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?),
+                Some(path) => (
+                    path.display().to_string(),
+                    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
+                ),
                 None => (DEFAULT_SCENARIO.0.to_string(), DEFAULT_SCENARIO.1.to_string()),
             };
             let scenario = Scenario::parse(&text).with_context(|| format!("{path}"))?;
@@ -76,7 +80,8 @@ fn run(cli: Cli) -> Result<bool> {
             };
             stdout.write_all(rendered.as_bytes())?;
             if let Some(dump) = dump {
-                let yaml = vigil_simulator::output::dump_yaml(&report.store).context("cannot render the objects as YAML")?;
+                let yaml =
+                    vigil_simulator::output::dump_yaml(&report.store).context("cannot render the objects as YAML")?;
                 std::fs::write(&dump, yaml).with_context(|| format!("cannot write {}", dump.display()))?;
             }
             Ok(true)

@@ -46,10 +46,7 @@ fn validate_file(path: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
             Ok(check) => check,
             Err(e) if e.is_other_kind() => {
                 let object = manifest::object_id_of(document).unwrap_or_default();
-                writeln!(
-                    out,
-                    "{file}: document {n}: {object}: skipped (not a health check)"
-                )?;
+                writeln!(out, "{file}: document {n}: {object}: skipped (not a health check)")?;
                 continue;
             }
             Err(e) => {
@@ -90,8 +87,7 @@ mod tests {
         fn new(text: &str) -> Self {
             static COUNTER: AtomicUsize = AtomicUsize::new(0);
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir()
-                .join(format!("vigil-validate-{}-{n}.yaml", std::process::id()));
+            let path = std::env::temp_dir().join(format!("vigil-validate-{}-{n}.yaml", std::process::id()));
             std::fs::write(&path, text).expect("write temp file");
             TempFile(path)
         }
@@ -199,59 +195,40 @@ spec:
         let (ok, lines) = run_on(&[a.0.clone(), b.0.clone()]);
         assert!(ok, "{lines:?}");
         assert_eq!(lines.len(), 3);
-        assert!(
-            lines[2].ends_with("document 2: NodeHealthCheck/workers: valid"),
-            "{lines:?}"
-        );
+        assert!(lines[2].ends_with("document 2: NodeHealthCheck/workers: valid"), "{lines:?}");
     }
 
     #[test]
     fn unreadable_and_unparsable_files_do_not_stop_the_others() {
-        let missing = std::env::temp_dir().join(format!(
-            "vigil-validate-{}-missing.yaml",
-            std::process::id()
-        ));
+        let missing = std::env::temp_dir().join(format!("vigil-validate-{}-missing.yaml", std::process::id()));
         let broken = TempFile::new("a: 1\n---\nb: [1, 2\nc: 3\n");
         let good = TempFile::new(GOOD_NHC);
         let (ok, lines) = run_on(&[missing.clone(), broken.0.clone(), good.0.clone()]);
         assert!(!ok);
         assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].starts_with(&format!("{}: cannot read: ", missing.display())), "{lines:?}");
         assert!(
-            lines[0].starts_with(&format!("{}: cannot read: ", missing.display())),
+            lines[1].starts_with(&format!("{}: document 2: YAML syntax error at line 4, column ", broken.0.display())),
             "{lines:?}"
         );
-        assert!(
-            lines[1].starts_with(&format!(
-                "{}: document 2: YAML syntax error at line 4, column ",
-                broken.0.display()
-            )),
-            "{lines:?}"
-        );
-        assert_eq!(
-            lines[2],
-            format!(
-                "{}: document 1: NodeHealthCheck/workers: valid",
-                good.0.display()
-            )
-        );
+        assert_eq!(lines[2], format!("{}: document 1: NodeHealthCheck/workers: valid", good.0.display()));
     }
 
     #[test]
     fn unreadable_health_checks_are_invalid_not_skipped() {
-        let shape = BAD_MHC.replace(
-            "  selector:\n    matchLabels:\n      pool: a\n",
-            "  selector: 5\n",
-        );
-        let version = GOOD_NHC.replace(
-            "remediation.medik8s.io/v1alpha1",
-            "remediation.medik8s.io/v1beta9",
-        );
+        let shape = BAD_MHC.replace("  selector:\n    matchLabels:\n      pool: a\n", "  selector: 5\n");
+        let version = GOOD_NHC.replace("remediation.medik8s.io/v1alpha1", "remediation.medik8s.io/v1beta9");
         let file = TempFile::new(&format!("{shape}---\n{version}"));
         let f = file.0.display().to_string();
         let (ok, lines) = run_on(std::slice::from_ref(&file.0));
         assert!(!ok);
         assert_eq!(lines.len(), 2, "{lines:?}");
-        assert!(lines[0].starts_with(&format!("{f}: document 1: MachineHealthCheck/default/bad: spec.selector: invalid type: integer `5`")), "{lines:?}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "{f}: document 1: MachineHealthCheck/default/bad: spec.selector: invalid type: integer `5`"
+            )),
+            "{lines:?}"
+        );
         assert!(lines[1].starts_with(&format!("{f}: document 2: NodeHealthCheck/workers: apiVersion \"remediation.medik8s.io/v1beta9\" kind \"NodeHealthCheck\" is not a health check Vigil reads; accepted: ")), "{lines:?}");
     }
 

@@ -1,0 +1,431 @@
+//! Properties of `node::decide` over random clusters: the threshold and exclusion are never
+//! bypassed by new remediation, the plan depends only on the input (not its order), notices are
+//! idempotent, and applying plans at one instant settles (what the simulator and controller
+//! rely on to stop).
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Node;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use vigil_api::NodeHealthCheck;
+use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::{RemediationView, TemplateView};
+use vigil_engine::node::{NhcInput, decide};
+use vigil_engine::{Action, Plan};
+
+const NS: &str = "medik8s";
+const STEPS: [(&str, &str, &str); 2] = [
+    ("self-node-remediation.medik8s.io/v1alpha1", "SelfNodeRemediation", "snr"),
+    ("fence-agents-remediation.medik8s.io/v1alpha1", "FenceAgentsRemediation", "far"),
+];
+
+fn now() -> Timestamp {
+    "2030-01-01T03:00:00Z".parse().expect("timestamp")
+}
+
+fn ago(secs: i64) -> Timestamp {
+    now() - SignedDuration::from_secs(secs)
+}
+
+#[derive(Debug, Clone)]
+struct Obj {
+    step: usize,
+    age: i64,
+    deleting: bool,
+    timed_out: bool,
+    failed: bool,
+    permanent: bool,
+    foreign: bool,
+}
+
+#[derive(Debug, Clone)]
+struct NodeSpec {
+    /// 0 Ready=True, 1 False, 2 Unknown, 3 Unknown without lastTransitionTime.
+    ready: u8,
+    since: i64,
+    excluded: bool,
+    control_plane: bool,
+    unselected: bool,
+    objects: Vec<Obj>,
+}
+
+#[derive(Debug, Clone)]
+struct Model {
+    nodes: Vec<NodeSpec>,
+    vanished: Vec<Obj>,
+    min_healthy: bool,
+    percent: bool,
+    value: u32,
+    escalating: bool,
+    paused: bool,
+    healthy_delay: i64,
+    cooldown: bool,
+    missing_template: bool,
+    generate_name: bool,
+}
+
+fn obj() -> impl Strategy<Value = Obj> {
+    (0usize..2, 0i64..2000, prop::bool::weighted(0.1), prop::bool::weighted(0.2), prop::bool::weighted(0.15))
+        .prop_flat_map(|(step, age, deleting, timed_out, failed)| {
+            (prop::bool::weighted(0.15), prop::bool::weighted(0.1)).prop_map(move |(permanent, foreign)| Obj {
+                step,
+                age,
+                deleting,
+                timed_out,
+                failed,
+                permanent,
+                foreign,
+            })
+        })
+}
+
+fn node_spec() -> impl Strategy<Value = NodeSpec> {
+    (
+        prop_oneof![4 => Just(0u8), 3 => Just(1u8), 2 => Just(2u8), 1 => Just(3u8)],
+        0i64..900,
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.1),
+        prop::collection::vec(obj(), 0..3).prop_map(|v| if v.len() == 2 { v } else { v.into_iter().take(1).collect() }),
+    )
+        .prop_map(|(ready, since, excluded, control_plane, unselected, objects)| NodeSpec {
+            ready,
+            since,
+            excluded,
+            control_plane,
+            unselected,
+            objects,
+        })
+}
+
+fn model() -> impl Strategy<Value = Model> {
+    (
+        prop::collection::vec(node_spec(), 0..24),
+        prop::collection::vec(obj(), 0..3),
+        (any::<bool>(), any::<bool>(), 0u32..=100),
+        (any::<bool>(), prop::bool::weighted(0.2), prop_oneof![Just(-1i64), Just(0i64), Just(120i64)]),
+        (any::<bool>(), prop::bool::weighted(0.1), prop::bool::weighted(0.2)),
+    )
+        .prop_map(
+            |(
+                nodes,
+                vanished,
+                (min_healthy, percent, value),
+                (escalating, paused, healthy_delay),
+                (cooldown, missing_template, generate_name),
+            )| Model {
+                nodes,
+                vanished,
+                min_healthy,
+                percent,
+                value: if percent { value } else { value % 30 },
+                escalating,
+                paused,
+                healthy_delay,
+                cooldown,
+                missing_template,
+                generate_name,
+            },
+        )
+}
+
+fn name(i: usize) -> String {
+    format!("n{i:02}")
+}
+
+fn template_ref(step: usize) -> Value {
+    let (api, kind, name) = STEPS[step];
+    json!({"apiVersion": api, "kind": format!("{kind}Template"), "name": name, "namespace": NS})
+}
+
+/// What a decision reads, built from a model.
+struct World {
+    check: NodeHealthCheck,
+    nodes: Vec<Node>,
+    templates: Vec<Option<TemplateView>>,
+    objects: Vec<RemediationView>,
+    seq: u32,
+}
+
+fn remediation(node: &str, o: &Obj, index: usize) -> RemediationView {
+    let (api, kind, template) = STEPS[o.step];
+    let name = format!("{node}-{template}-{index}");
+    let mut v = json!({
+        "apiVersion": api, "kind": kind,
+        "metadata": {
+            "name": name, "namespace": NS, "uid": format!("uid-{name}"),
+            "creationTimestamp": ago(o.age).to_string(),
+            "annotations": {"remediation.medik8s.io/node-name": node, "remediation.medik8s.io/template-name": template},
+            "ownerReferences": [{"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
+                                 "name": if o.foreign { "someone-else" } else { "nhc" }, "uid": "nhc-uid"}],
+        },
+        "status": {"conditions": []},
+    });
+    if o.deleting {
+        v["metadata"]["deletionTimestamp"] = json!(ago(1).to_string());
+    }
+    if o.timed_out {
+        v["metadata"]["annotations"]["remediation.medik8s.io/nhc-timed-out"] = json!(ago(o.age / 2).to_string());
+    }
+    let conds = v["status"]["conditions"].as_array_mut().expect("list");
+    if o.failed {
+        conds.push(json!({"type": "Succeeded", "status": "False"}));
+    }
+    if o.permanent {
+        conds.push(json!({"type": "PermanentNodeDeletionExpected", "status": "True"}));
+    }
+    RemediationView::read(&v).expect("named")
+}
+
+fn build(m: &Model) -> World {
+    let mut spec = json!({
+        "selector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]},
+        "healthyDelay": format!("{}s", m.healthy_delay),
+        "stormCooldownDuration": if m.cooldown { "10m" } else { "0s" },
+    });
+    let threshold = if m.percent { json!(format!("{}%", m.value)) } else { json!(m.value) };
+    spec[if m.min_healthy { "minHealthy" } else { "maxUnhealthy" }] = threshold;
+    if m.escalating {
+        spec["escalatingRemediations"] = json!([
+            {"remediationTemplate": template_ref(0), "order": 0, "timeout": "5m"},
+            {"remediationTemplate": template_ref(1), "order": 1, "timeout": "5m"},
+        ]);
+    } else {
+        spec["remediationTemplate"] = template_ref(0);
+    }
+    if m.paused {
+        spec["pauseRequests"] = json!(["test"]);
+    }
+    let check: NodeHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
+        "metadata": {"name": "nhc", "uid": "nhc-uid", "generation": 1},
+        "spec": spec,
+    }))
+    .expect("check");
+    let steps = if m.escalating { 2 } else { 1 };
+    let templates = (0..steps)
+        .map(|i| {
+            if m.missing_template && i == steps - 1 {
+                return None;
+            }
+            let (api, kind, name) = STEPS[i];
+            let mut annotations = json!({});
+            if m.generate_name {
+                annotations["remediation.medik8s.io/multiple-templates-support"] = json!("true");
+            }
+            TemplateView::read(&json!({
+                "apiVersion": api, "kind": format!("{kind}Template"),
+                "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+                "spec": {"template": {"spec": {"step": i}}}
+            }))
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    let mut objects = Vec::new();
+    for (i, n) in m.nodes.iter().enumerate() {
+        let node_name = name(i);
+        let mut v = json!({"metadata": {"name": node_name, "labels": {}}, "status": {"conditions": []}});
+        if n.excluded {
+            v["metadata"]["labels"]["remediation.medik8s.io/exclude-from-remediation"] = json!("true");
+        }
+        if n.control_plane {
+            v["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+        }
+        if n.unselected {
+            v["metadata"]["labels"]["skip"] = json!("y");
+        }
+        let status = ["True", "False", "Unknown", "Unknown"][usize::from(n.ready)];
+        let mut c = json!({"type": "Ready", "status": status});
+        if n.ready != 3 {
+            c["lastTransitionTime"] = json!(ago(n.since).to_string());
+        }
+        v["status"]["conditions"] = json!([c]);
+        nodes.push(serde_json::from_value(v).expect("node"));
+        for (k, o) in n.objects.iter().enumerate() {
+            objects.push(remediation(&node_name, o, k));
+        }
+    }
+    for (k, o) in m.vanished.iter().enumerate() {
+        objects.push(remediation("gone", o, k));
+    }
+    World { check, nodes, templates, objects, seq: 0 }
+}
+
+impl World {
+    fn decide_ordered(&self, now: Timestamp, reverse: bool) -> Plan<NodeHealthCheckStatus> {
+        let policy = vigil_api::validate::node_health_check(&self.check).expect("valid spec");
+        let mut nodes: Vec<&Node> = self.nodes.iter().collect();
+        let templates: Vec<Option<&TemplateView>> = self.templates.iter().map(Option::as_ref).collect();
+        let mut remediations: Vec<&RemediationView> = self.objects.iter().collect();
+        if reverse {
+            nodes.reverse();
+            remediations.reverse();
+        }
+        let input = NhcInput {
+            check: &self.check,
+            policy: &policy,
+            nodes: &nodes,
+            templates: &templates,
+            remediations: &remediations,
+        };
+        decide(&input, now)
+    }
+
+    fn decide(&self, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
+        self.decide_ordered(now, false)
+    }
+
+    fn apply(&mut self, plan: &Plan<NodeHealthCheckStatus>, now: Timestamp) {
+        for a in &plan.actions {
+            match a {
+                Action::CreateRemediation { object, .. } => {
+                    let mut o = object.clone();
+                    if o["metadata"]["name"].is_null() {
+                        self.seq += 1;
+                        let prefix = o["metadata"]["generateName"].as_str().expect("generateName").to_string();
+                        o["metadata"]["name"] = json!(format!("{prefix}{:05}", self.seq));
+                    }
+                    let n = o["metadata"]["name"].as_str().expect("name").to_string();
+                    o["metadata"]["uid"] = json!(format!("uid-new-{n}"));
+                    o["metadata"]["creationTimestamp"] = json!(now.to_string());
+                    let view = RemediationView::read(&o).expect("named");
+                    if !self.objects.iter().any(|x| x.meta.key() == view.meta.key() && x.meta.kind == view.meta.kind) {
+                        self.objects.push(view);
+                    }
+                }
+                Action::DeleteRemediation { object, .. } => self.objects.retain(|x| {
+                    !(x.meta.kind == object.kind && x.meta.namespace == object.namespace && x.meta.name == object.name)
+                }),
+                Action::AnnotateRemediation { object, key, value } => {
+                    for x in self.objects.iter_mut().filter(|x| {
+                        x.meta.kind == object.kind && x.meta.namespace == object.namespace && x.meta.name == object.name
+                    }) {
+                        x.meta.annotations.insert(key.clone(), value.clone());
+                    }
+                }
+                Action::SetMachineConditions { .. } => panic!("not a NodeHealthCheck action"),
+            }
+        }
+        self.check.status = Some(plan.status.clone());
+    }
+}
+
+/// Whether a node is unhealthy by the default rules (Ready False/Unknown held more than 300s).
+fn oracle_unhealthy(n: &NodeSpec) -> bool {
+    matches!(n.ready, 1 | 2) && n.since > 300
+}
+
+fn creates(plan: &Plan<NodeHealthCheckStatus>) -> Vec<&str> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateRemediation { target, .. } => Some(target.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// (a) New remediation never bypasses the threshold, pause or exclusion, and goes only to
+    /// selected unhealthy nodes; at most one control-plane node starts, and none while another
+    /// control-plane node has a remediation object.
+    #[test]
+    fn new_remediation_respects_threshold_pause_and_exclusion(m in model()) {
+        let w = build(&m);
+        let plan = w.decide(now());
+        let targets: Vec<(usize, &NodeSpec)> = m.nodes.iter().enumerate().filter(|(_, n)| !n.unselected).collect();
+        let has_own = |n: &NodeSpec| n.objects.iter().any(|o| !o.foreign);
+        let observed = targets.len() as u64;
+        let healthy = targets.iter().filter(|(_, n)| n.ready == 0 && !has_own(n)).count() as u64;
+        let scaled = |round_up: bool| {
+            if m.percent {
+                let p = observed * u64::from(m.value);
+                if round_up { p.div_ceil(100) } else { p / 100 }
+            } else {
+                u64::from(m.value)
+            }
+        };
+        let met = if m.min_healthy { healthy >= scaled(true) } else { observed - healthy <= scaled(false) };
+
+        let created = creates(&plan);
+        let first: Vec<&str> = created
+            .iter()
+            .copied()
+            .filter(|t| m.nodes.iter().enumerate().any(|(i, n)| name(i) == *t && !has_own(n)))
+            .collect();
+        if !met || m.paused {
+            prop_assert!(first.is_empty(), "met={} paused={} first={:?}", met, m.paused, first);
+        }
+        let startable = targets.iter().filter(|(_, n)| oracle_unhealthy(n) && !n.excluded && !has_own(n)).count();
+        prop_assert!(first.len() <= startable);
+        for t in &created {
+            let (i, n) = m.nodes.iter().enumerate().find(|(i, _)| name(*i) == *t).expect("a create targets a known node");
+            prop_assert!(!n.excluded, "excluded node {} got an object", name(i));
+            prop_assert!(!n.unselected, "unselected node {} got an object", name(i));
+            prop_assert!(oracle_unhealthy(n), "node {} is not unhealthy: {:?}", name(i), n);
+        }
+        let cp_first: Vec<&str> = first
+            .iter()
+            .copied()
+            .filter(|t| m.nodes.iter().enumerate().any(|(i, n)| name(i) == *t && n.control_plane))
+            .collect();
+        prop_assert!(cp_first.len() <= 1, "{:?}", cp_first);
+        let cp_with_objects = m.nodes.iter().any(|n| n.control_plane && !n.objects.is_empty());
+        if cp_with_objects {
+            prop_assert!(cp_first.is_empty(), "{:?}", cp_first);
+        }
+        let unique: BTreeSet<&str> = first.iter().copied().collect();
+        prop_assert_eq!(unique.len(), first.len(), "one first object per node");
+    }
+
+    /// (b) The same input gives the same plan, whatever the order of Nodes and objects.
+    #[test]
+    fn same_input_same_plan(m in model(), earlier in 0i64..1200) {
+        let mut w = build(&m);
+        let prev = w.decide(ago(earlier));
+        w.check.status = Some(prev.status);
+        let a = w.decide(now());
+        let b = w.decide(now());
+        prop_assert_eq!(&a, &b);
+        let c = w.decide_ordered(now(), true);
+        prop_assert_eq!(&a, &c);
+    }
+
+    /// (c) Applying nothing and deciding again with the plan's status tells nothing new, and the
+    /// status stays as it is (no write).
+    #[test]
+    fn notices_are_idempotent(m in model(), earlier in 0i64..1200) {
+        let mut w = build(&m);
+        let prev = w.decide(ago(earlier));
+        w.check.status = Some(prev.status);
+        let first = w.decide(now());
+        w.check.status = Some(first.status.clone());
+        let second = w.decide(now());
+        prop_assert_eq!(&second.notices, &vec![]);
+        prop_assert_eq!(&second.status, &first.status);
+    }
+
+    /// (d) The plan never asks to be woken in the past, and applying plans at one instant settles
+    /// within a few rounds (no actions, no status change).
+    #[test]
+    fn applying_plans_settles(m in model()) {
+        let mut w = build(&m);
+        let mut settled = false;
+        for _ in 0..6 {
+            let plan = w.decide(now());
+            if let Some(t) = plan.next_wake {
+                prop_assert!(t > now(), "wake {} is not after now", t);
+            }
+            let unchanged = w.check.status.as_ref() == Some(&plan.status);
+            if plan.actions.is_empty() && unchanged {
+                settled = true;
+                break;
+            }
+            w.apply(&plan, now());
+        }
+        prop_assert!(settled, "still changing after 6 rounds");
+    }
+}

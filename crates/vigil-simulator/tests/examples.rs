@@ -1,0 +1,121 @@
+//! The shipped example scenarios: each one's outcome is asserted explicitly, and its whole
+//! JSON-lines output is pinned by a snapshot so any change of behaviour shows in review.
+
+use serde_json::Value;
+use vigil_simulator::output::{Event, json_lines};
+use vigil_simulator::{Report, Scenario, simulate};
+
+fn run(name: &str) -> Report {
+    let path = format!("{}/../../examples/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("example exists");
+    let scenario = Scenario::parse(&text).expect("example parses");
+    simulate(&scenario).expect("example runs")
+}
+
+fn events<'a>(r: &'a Report, event: &str) -> Vec<&'a Event> {
+    r.events.iter().filter(|e| e.event == event).collect()
+}
+
+fn at(e: &Event) -> (f64, Option<&str>) {
+    (e.t, e.target.as_deref())
+}
+
+fn status<'a>(r: &'a Report, check: &str) -> &'a Value {
+    r.final_statuses.get(check).expect("check has a final status")
+}
+
+fn snapshot(name: &str, r: &Report) {
+    insta::assert_snapshot!(name, json_lines(&r.events, &r.final_statuses, r.end_t));
+}
+
+#[test]
+fn single_node_failure_is_remediated_by_the_owner() {
+    let r = run("single-node-failure");
+    // Ready=Unknown at 1m + 5m timeout: unhealthy at 6m, not a moment earlier.
+    assert_eq!(events(&r, "Unhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(), [(360.0, Some("default/workers-b"))]);
+    assert_eq!(
+        events(&r, "RemediationRequested").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(360.0, Some("default/workers-b"))]
+    );
+    assert!(events(&r, "RemediationBlocked").is_empty());
+    let s = status(&r, "MachineHealthCheck/default/workers");
+    assert_eq!((s["expectedMachines"].as_i64(), s["currentHealthy"].as_i64()), (Some(3), Some(3)));
+    snapshot("single-node-failure", &r);
+}
+
+#[test]
+fn zone_outage_short_circuits_until_the_zone_returns() {
+    let r = run("zone-outage");
+    let blocked = events(&r, "RemediationBlocked");
+    assert_eq!(blocked.len(), 1);
+    assert_eq!(blocked[0].t, 120.0);
+    assert!(blocked[0].details["message"].as_str().unwrap_or("").contains("exceeds maxUnhealthy (total: 5, unhealthy: 3, maxUnhealthy: 40%)"));
+    // Health verdicts are still written while blocked, but nothing is requested until 20m.
+    assert_eq!(events(&r, "Unhealthy").len(), 3);
+    let requested = events(&r, "RemediationRequested");
+    assert_eq!(requested.iter().map(|e| at(e)).collect::<Vec<_>>(), [(1200.0, Some("default/w-a3"))]);
+    assert_eq!(events(&r, "RemediationAllowed")[0].t, 1200.0);
+    let s = status(&r, "MachineHealthCheck/default/workers");
+    assert_eq!(s["currentHealthy"].as_i64(), Some(5));
+    snapshot("zone-outage", &r);
+}
+
+#[test]
+fn external_remediation_object_is_created_and_removed() {
+    let r = run("external-remediation");
+    let created = events(&r, "RemediationCreated");
+    assert_eq!(created.len(), 1);
+    assert_eq!(
+        (created[0].t, created[0].details["kind"].as_str(), created[0].details["name"].as_str()),
+        (180.0, Some("Metal3Remediation"), Some("metal-1"))
+    );
+    let deleted = events(&r, "RemediationDeleted");
+    assert_eq!(deleted.iter().map(|e| e.t).collect::<Vec<_>>(), [420.0]);
+    assert!(events(&r, "RemediationRequested").is_empty(), "a template replaces the owner request");
+    // The object made from the template: spec copied, owned by the Machine, labelled.
+    let dump = vigil_simulator::output::dump_yaml(&r.store).expect("dump");
+    assert!(!dump.contains("kind: Metal3Remediation\n"), "deleted at the end");
+    snapshot("external-remediation", &r);
+}
+
+#[test]
+fn paused_cluster_does_nothing_until_resumed() {
+    let r = run("paused-cluster");
+    assert_eq!(events(&r, "Paused").iter().map(|e| e.t).collect::<Vec<_>>(), [0.0]);
+    assert_eq!(events(&r, "Resumed").iter().map(|e| e.t).collect::<Vec<_>>(), [900.0]);
+    let first_action = r
+        .events
+        .iter()
+        .find(|e| matches!(e.event.as_str(), "Unhealthy" | "RemediationRequested"))
+        .expect("acts after resume");
+    assert_eq!(first_action.t, 900.0);
+    snapshot("paused-cluster", &r);
+}
+
+#[test]
+fn nhc_escalates_from_reboot_to_fencing() {
+    let r = run("nhc-escalation");
+    let created = events(&r, "RemediationCreated");
+    let kinds: Vec<_> = created.iter().map(|e| (e.t, e.details["kind"].as_str().unwrap_or(""))).collect();
+    // Ready=False at 1m + 300s: reboot at 6m; it reports failure at 8m; fencing starts then.
+    assert_eq!(kinds, [(360.0, "SelfNodeRemediation"), (480.0, "FenceAgentsRemediation")]);
+    assert_eq!(events(&r, "RemediationTimedOut").iter().map(|e| at(e)).collect::<Vec<_>>(), [(480.0, Some("w-2"))]);
+    // Fencing brings the node back at 11m; after the 1m healthyDelay both objects go.
+    let deleted: Vec<_> =
+        events(&r, "RemediationDeleted").iter().map(|e| (e.t, e.details["kind"].as_str().unwrap_or(""))).collect();
+    assert_eq!(deleted.len(), 2);
+    assert!(deleted.iter().all(|(t, _)| *t == 720.0), "{deleted:?}");
+    let s = status(&r, "NodeHealthCheck/workers");
+    assert_eq!(
+        (s["observedNodes"].as_i64(), s["healthyNodes"].as_i64(), s["phase"].as_str()),
+        (Some(4), Some(4), Some("Enabled"))
+    );
+    snapshot("nhc-escalation", &r);
+}
+
+#[test]
+fn the_same_scenario_gives_the_same_output() {
+    let a = run("zone-outage");
+    let b = run("zone-outage");
+    assert_eq!(json_lines(&a.events, &a.final_statuses, a.end_t), json_lines(&b.events, &b.final_statuses, b.end_t));
+}

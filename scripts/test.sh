@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: formatting, lints, every test of the workspace.
+# This is the README's test command; .ci/run calls it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== cargo test"
+cargo test --workspace --locked
