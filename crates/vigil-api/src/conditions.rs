@@ -60,7 +60,13 @@ pub fn read_list(value: Option<&Value>, path: &str) -> (Vec<ObservedCondition>, 
                 continue;
             }
         };
-        out.push(ObservedCondition { type_, status, reason: text("reason"), message: text("message"), last_transition_time });
+        out.push(ObservedCondition {
+            type_,
+            status,
+            reason: text("reason"),
+            message: text("message"),
+            last_transition_time,
+        });
     }
     (out, problems)
 }
@@ -109,7 +115,12 @@ impl DesiredCondition {
 
 /// Sets `desired` in a `metav1.Condition` list (Vigil's own status), keeping the transition time
 /// while the status is unchanged and the list sorted by type.
-pub fn set_condition(list: &mut Vec<Condition>, desired: &DesiredCondition, now: Timestamp, observed_generation: Option<i64>) {
+pub fn set_condition(
+    list: &mut Vec<Condition>,
+    desired: &DesiredCondition,
+    now: Timestamp,
+    observed_generation: Option<i64>,
+) {
     let current = list.iter().position(|c| c.type_ == desired.type_);
     let last_transition_time = match current {
         Some(i) if list[i].status == desired.status => list[i].last_transition_time.clone(),
@@ -173,9 +184,12 @@ mod tests {
         let (list, problems) = read_list(Some(&v), "status.conditions");
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].last_transition_time, Some(ts("2030-01-01T00:00:00Z")));
-        assert_eq!(problems, [
-            "status.conditions[1].lastTransitionTime: invalid value \"yesterday\": not an RFC 3339 time",
-            "status.conditions[2]: a condition needs type and status",
-        ]);
+        assert_eq!(
+            problems,
+            [
+                "status.conditions[1].lastTransitionTime: invalid value \"yesterday\": not an RFC 3339 time",
+                "status.conditions[2]: a condition needs type and status",
+            ]
+        );
     }
 }

@@ -39,17 +39,13 @@ pub fn parse_go_duration(text: &str) -> Result<SignedDuration, DurationError> {
     }
     let mut total: i128 = 0; // nanoseconds
     while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         let number = &rest[..num_end];
         if number.is_empty() || number == "." || number.matches('.').count() > 1 {
             return Err(DurationError::Malformed);
         }
         rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let unit = &rest[..unit_end];
         rest = &rest[unit_end..];
         let scale: i128 = match unit {
@@ -63,11 +59,8 @@ pub fn parse_go_duration(text: &str) -> Result<SignedDuration, DurationError> {
             _ => return Err(DurationError::Malformed),
         };
         let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-        let int_value: i128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| DurationError::Overflow)?
-        };
+        let int_value: i128 =
+            if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| DurationError::Overflow)? };
         let mut nanos = int_value.checked_mul(scale).ok_or(DurationError::Overflow)?;
         let mut frac_scale = scale;
         for digit in frac_part.bytes() {

@@ -5,7 +5,6 @@
 //! upstream manifest works after changing its `apiVersion`; [`validate`] turns a spec into a typed
 //! policy, and only a policy reaches the engine, so an invalid spec can never cause remediation.
 
-pub mod views;
 pub mod conditions;
 pub mod duration;
 pub mod machine_health_check;
@@ -14,6 +13,7 @@ pub mod node_health_check;
 pub mod selector;
 pub mod threshold;
 pub mod validate;
+pub mod views;
 pub mod well_known;
 
 pub use machine_health_check::{MachineHealthCheck, MachineHealthCheckSpec, MachineHealthCheckStatus};

@@ -149,27 +149,15 @@ impl ManifestError {
 }
 
 fn at_line(line: u64, column: u64) -> String {
-    if line == 0 {
-        String::new()
-    } else {
-        format!(" at line {line}, column {column}")
-    }
+    if line == 0 { String::new() } else { format!(" at line {line}, column {column}") }
 }
 
 fn path_prefix(path: &str) -> String {
-    if path.is_empty() {
-        String::new()
-    } else {
-        format!("{path}: ")
-    }
+    if path.is_empty() { String::new() } else { format!("{path}: ") }
 }
 
 fn accepted_list() -> String {
-    ACCEPTED
-        .iter()
-        .map(|(v, k)| format!("{v} {k}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    ACCEPTED.iter().map(|(v, k)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")
 }
 
 fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
@@ -183,11 +171,7 @@ fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String 
 /// `Kind/namespace/name` of any object value, in the form the validators use for health checks.
 pub fn object_id_of(v: &Value) -> Option<String> {
     let kind = v.get("kind")?.as_str()?;
-    let text = |field: &str| {
-        v.get("metadata")
-            .and_then(|m| m.get(field))
-            .and_then(Value::as_str)
-    };
+    let text = |field: &str| v.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str);
     let namespace = match kind {
         "MachineHealthCheck" => Some(text("namespace").unwrap_or("default")),
         "NodeHealthCheck" => None,
@@ -219,21 +203,13 @@ fn yaml_error(document: usize, e: &serde_saphyr::Error) -> ManifestError {
         .unwrap_or(&text)
         // the parser's advice is for Rust callers, not for whoever wrote the manifest
         .replace(", set DuplicateKeyPolicy in Options if acceptable", "");
-    ManifestError::Yaml {
-        document,
-        line,
-        column,
-        message,
-    }
+    ManifestError::Yaml { document, line, column, message }
 }
 
 /// Reads one document as a health check, accepting Vigil's `apiVersion` and the upstream ones
 /// listed in [`ACCEPTED`].
 pub fn health_check_from_value(v: &Value) -> Result<HealthCheck, ManifestError> {
-    let origin = Origin {
-        document: None,
-        object: object_id_of(v),
-    };
+    let origin = Origin { document: None, object: object_id_of(v) };
     let Some(map) = v.as_object() else {
         return Err(ManifestError::NotAnObject {
             origin,
@@ -242,10 +218,9 @@ pub fn health_check_from_value(v: &Value) -> Result<HealthCheck, ManifestError> 
     };
     let field = |name: &str| match map.get(name) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
-        Some(Value::String(_)) | None => Err(ManifestError::NotAnObject {
-            origin: origin.clone(),
-            problem: format!("{name} is missing"),
-        }),
+        Some(Value::String(_)) | None => {
+            Err(ManifestError::NotAnObject { origin: origin.clone(), problem: format!("{name} is missing") })
+        }
         Some(other) => Err(ManifestError::NotAnObject {
             origin: origin.clone(),
             problem: format!("{name} must be a string, found {}", type_name(other)),
@@ -256,17 +231,9 @@ pub fn health_check_from_value(v: &Value) -> Result<HealthCheck, ManifestError> 
     match (api_version, kind) {
         (crate::API_VERSION, "MachineHealthCheck") => read_as(v, &origin).map(HealthCheck::Machine),
         (crate::API_VERSION, "NodeHealthCheck") => read_as(v, &origin).map(HealthCheck::Node),
-        (CAPI_MHC_API_VERSION, "MachineHealthCheck") => {
-            read_as(&as_vigil(map), &origin).map(HealthCheck::Machine)
-        }
-        (MEDIK8S_NHC_API_VERSION, "NodeHealthCheck") => {
-            read_as(&as_vigil(map), &origin).map(HealthCheck::Node)
-        }
-        _ => Err(ManifestError::Unsupported {
-            origin,
-            api_version: api_version.to_string(),
-            kind: kind.to_string(),
-        }),
+        (CAPI_MHC_API_VERSION, "MachineHealthCheck") => read_as(&as_vigil(map), &origin).map(HealthCheck::Machine),
+        (MEDIK8S_NHC_API_VERSION, "NodeHealthCheck") => read_as(&as_vigil(map), &origin).map(HealthCheck::Node),
+        _ => Err(ManifestError::Unsupported { origin, api_version: api_version.to_string(), kind: kind.to_string() }),
     }
 }
 
@@ -274,27 +241,42 @@ pub fn health_check_from_value(v: &Value) -> Result<HealthCheck, ManifestError> 
 /// upstream statuses have other shapes and a status is the controller's to write anyway.
 fn as_vigil(map: &serde_json::Map<String, Value>) -> Value {
     let mut map = map.clone();
-    map.insert(
-        "apiVersion".into(),
-        Value::String(crate::API_VERSION.into()),
-    );
+    map.insert("apiVersion".into(), Value::String(crate::API_VERSION.into()));
     map.remove("status");
     Value::Object(map)
 }
 
+/// Fields of upstream `ObjectReference`s that a template reference may carry and that mean
+/// nothing for a template (Vigil resolves templates by apiVersion, kind, namespace and name).
+const TOLERATED_REFERENCE_FIELDS: [&str; 3] = ["uid", "resourceVersion", "fieldPath"];
+
 fn read_as<T: serde::de::DeserializeOwned>(v: &Value, origin: &Origin) -> Result<T, ManifestError> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
+    let mut unknown: Vec<String> = Vec::new();
+    let mut note = |path: serde_ignored::Path<'_>| unknown.push(path.to_string().replace(".?", ""));
+    let deserializer = serde_ignored::Deserializer::new(v, &mut note);
+    let value: T = serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
         let mut message = e.inner().to_string();
         if message.starts_with("invalid type:") && message.ends_with("expected a string") {
             message.push_str(" (quote the value in YAML, e.g. \"0\" or \"False\")");
         }
-        ManifestError::Shape {
+        ManifestError::Shape { origin: origin.clone(), path: if path == "." { String::new() } else { path }, message }
+    })?;
+    // An unknown spec field is most likely a typo (`maxUnhealty`) that would silently leave a
+    // default in force; refuse it, as `kubectl apply` with strict validation does.
+    let typo = unknown.into_iter().find(|path| {
+        path.starts_with("spec.")
+            && !(path.contains("emediationTemplate.")
+                && TOLERATED_REFERENCE_FIELDS.iter().any(|f| path.ends_with(&format!(".{f}"))))
+    });
+    match typo {
+        Some(path) => Err(ManifestError::Shape {
             origin: origin.clone(),
-            path: if path == "." { String::new() } else { path },
-            message,
-        }
-    })
+            path,
+            message: "unknown field: not part of the spec (a typo?); it would be ignored and its default used".into(),
+        }),
+        None => Ok(value),
+    }
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -318,38 +300,20 @@ mod tests {
         let text = "---\n---\na: 1\n---\n# only a comment\n---\nb: [x, \"False\", 0]\n...\n";
         let docs = parse_documents(text).expect("valid YAML");
         assert_eq!(docs, [json!({"a": 1}), json!({"b": ["x", "False", 0]})]);
-        assert_eq!(
-            parse_documents("").expect("empty text"),
-            Vec::<Value>::new()
-        );
+        assert_eq!(parse_documents("").expect("empty text"), Vec::<Value>::new());
     }
 
     #[test]
     fn syntax_errors_name_document_line_and_column() {
         let err = parse_documents("a: 1\n---\nb: 2\n---\nc: [1, 2\nd: 3\n").expect_err("unclosed");
-        let ManifestError::Yaml {
-            document,
-            line,
-            column,
-            message,
-        } = &err
-        else {
-            panic!("{err:?}")
-        };
+        let ManifestError::Yaml { document, line, column, message } = &err else { panic!("{err:?}") };
         assert_eq!((*document, *line), (3, 6), "{err}");
         assert!(*column > 0);
         assert!(!message.contains("at line"), "{message}");
-        assert!(
-            err.to_string()
-                .starts_with("document 3: YAML syntax error at line 6, column "),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("document 3: YAML syntax error at line 6, column "), "{err}");
 
         let dup = parse_documents("a: 1\na: 2\n").expect_err("duplicate key");
-        assert_eq!(
-            dup.to_string(),
-            "document 1: YAML syntax error at line 2, column 1: duplicate mapping key: a"
-        );
+        assert_eq!(dup.to_string(), "document 1: YAML syntax error at line 2, column 1: duplicate mapping key: a");
     }
 
     fn mhc(api_version: &str) -> Value {
@@ -363,8 +327,7 @@ mod tests {
 
     #[test]
     fn reads_vigil_and_upstream_forms() {
-        let HealthCheck::Machine(upstream) =
-            health_check_from_value(&mhc(CAPI_MHC_API_VERSION)).expect("upstream MHC")
+        let HealthCheck::Machine(upstream) = health_check_from_value(&mhc(CAPI_MHC_API_VERSION)).expect("upstream MHC")
         else {
             panic!("not an MHC")
         };
@@ -375,9 +338,7 @@ mod tests {
         own.as_object_mut().expect("object").remove("status");
         let read = health_check_from_value(&own).expect("own MHC");
         assert_eq!(read.object_id(), "MachineHealthCheck/team-a/workers");
-        let HealthCheck::Machine(own) = read else {
-            panic!("not an MHC")
-        };
+        let HealthCheck::Machine(own) = read else { panic!("not an MHC") };
         assert_eq!((own.metadata, own.spec), (upstream.metadata, upstream.spec));
 
         let nhc = json!({
@@ -385,10 +346,7 @@ mod tests {
             "spec": {"selector": {"matchLabels": {"role": "worker"}}}
         });
         let read = health_check_from_value(&nhc).expect("upstream NHC");
-        assert_eq!(
-            (read.kind(), read.object_id().as_str()),
-            ("NodeHealthCheck", "NodeHealthCheck/n")
-        );
+        assert_eq!((read.kind(), read.object_id().as_str()), ("NodeHealthCheck", "NodeHealthCheck/n"));
     }
 
     #[test]
@@ -397,79 +355,48 @@ mod tests {
         let err = health_check_from_value(&machine).expect_err("a Machine");
         assert!(err.is_other_kind());
         let text = err.in_document(2).to_string();
-        assert!(text.starts_with("document 2: Machine/ns/m: apiVersion \"cluster.x-k8s.io/v1beta1\" kind \"Machine\" is not"), "{text}");
-        assert!(text.ends_with(&accepted_list()), "{text}");
         assert!(
-            text.contains("remediation.medik8s.io/v1alpha1 NodeHealthCheck"),
+            text.starts_with(
+                "document 2: Machine/ns/m: apiVersion \"cluster.x-k8s.io/v1beta1\" kind \"Machine\" is not"
+            ),
             "{text}"
         );
+        assert!(text.ends_with(&accepted_list()), "{text}");
+        assert!(text.contains("remediation.medik8s.io/v1alpha1 NodeHealthCheck"), "{text}");
 
-        let err = health_check_from_value(&mhc("cluster.x-k8s.io/v1beta2"))
-            .expect_err("unsupported version");
-        assert!(
-            !err.is_other_kind(),
-            "an MHC of another version is an error, not something to skip"
-        );
-        assert!(
-            err.to_string().contains("\"cluster.x-k8s.io/v1beta2\""),
-            "{err}"
-        );
+        let err = health_check_from_value(&mhc("cluster.x-k8s.io/v1beta2")).expect_err("unsupported version");
+        assert!(!err.is_other_kind(), "an MHC of another version is an error, not something to skip");
+        assert!(err.to_string().contains("\"cluster.x-k8s.io/v1beta2\""), "{err}");
 
-        let err = health_check_from_value(&json!({"kind": "NodeHealthCheck"}))
-            .expect_err("no apiVersion");
-        assert_eq!(
-            err.to_string(),
-            "NodeHealthCheck/<unnamed>: not a Kubernetes object: apiVersion is missing"
-        );
+        let err = health_check_from_value(&json!({"kind": "NodeHealthCheck"})).expect_err("no apiVersion");
+        assert_eq!(err.to_string(), "NodeHealthCheck/<unnamed>: not a Kubernetes object: apiVersion is missing");
         let err = health_check_from_value(&json!(["a"])).expect_err("a list");
-        assert_eq!(
-            err.to_string(),
-            "not a Kubernetes object: expected a mapping, found a list"
-        );
+        assert_eq!(err.to_string(), "not a Kubernetes object: expected a mapping, found a list");
     }
 
     #[test]
     fn shape_errors_name_the_field_path() {
         let mut v = mhc(crate::API_VERSION);
         v["spec"]["selector"] = json!(5);
-        let err = health_check_from_value(&v)
-            .expect_err("selector: 5")
-            .in_document(1);
-        let ManifestError::Shape { path, message, .. } = &err else {
-            panic!("{err:?}")
-        };
+        let err = health_check_from_value(&v).expect_err("selector: 5").in_document(1);
+        let ManifestError::Shape { path, message, .. } = &err else { panic!("{err:?}") };
         assert_eq!(path, "spec.selector");
+        assert!(message.starts_with("invalid type: integer `5`, expected"), "{message}");
         assert!(
-            message.starts_with("invalid type: integer `5`, expected"),
-            "{message}"
-        );
-        assert!(
-            err.to_string().starts_with(
-                "document 1: MachineHealthCheck/team-a/workers: spec.selector: invalid type"
-            ),
+            err.to_string().starts_with("document 1: MachineHealthCheck/team-a/workers: spec.selector: invalid type"),
             "{err}"
         );
 
         let mut v = mhc(crate::API_VERSION);
-        v["spec"]["unhealthyConditions"] =
-            json!([{"type": "Ready", "status": false, "timeout": "5m"}]);
+        v["spec"]["unhealthyConditions"] = json!([{"type": "Ready", "status": false, "timeout": "5m"}]);
         let err = health_check_from_value(&v).expect_err("status: false");
-        let ManifestError::Shape { path, message, .. } = &err else {
-            panic!("{err:?}")
-        };
+        let ManifestError::Shape { path, message, .. } = &err else { panic!("{err:?}") };
         assert_eq!(path, "spec.unhealthyConditions[0].status");
         assert!(message.contains("quote the value"), "{message}");
 
         let mut v = mhc(crate::API_VERSION);
-        v["spec"]
-            .as_object_mut()
-            .expect("spec")
-            .remove("clusterName");
+        v["spec"].as_object_mut().expect("spec").remove("clusterName");
         let err = health_check_from_value(&v).expect_err("no clusterName");
-        assert!(
-            err.to_string()
-                .ends_with("spec: missing field `clusterName`"),
-            "{err}"
-        );
+        assert!(err.to_string().ends_with("spec: missing field `clusterName`"), "{err}");
     }
 }

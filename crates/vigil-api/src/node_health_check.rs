@@ -58,11 +58,7 @@ pub struct NodeHealthCheckSpec {
 pub fn default_unhealthy_conditions() -> Vec<NodeUnhealthyCondition> {
     ["False", "Unknown"]
         .into_iter()
-        .map(|status| NodeUnhealthyCondition {
-            type_: "Ready".into(),
-            status: status.into(),
-            duration: "300s".into(),
-        })
+        .map(|status| NodeUnhealthyCondition { type_: "Ready".into(), status: status.into(), duration: "300s".into() })
         .collect()
 }
 

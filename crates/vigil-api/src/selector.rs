@@ -154,7 +154,11 @@ mod tests {
         assert!(empty[0].message.contains("must not be empty"));
         let bad = Selector::compile(&LabelSelector {
             match_labels: None,
-            match_expressions: Some(vec![expr("a", "Equals", &["x"]), expr("b", "In", &[]), expr("c", "Exists", &["x"])]),
+            match_expressions: Some(vec![
+                expr("a", "Equals", &["x"]),
+                expr("b", "In", &[]),
+                expr("c", "Exists", &["x"]),
+            ]),
         })
         .expect_err("bad");
         let paths: Vec<_> = bad.iter().map(|p| p.path.as_str()).collect();

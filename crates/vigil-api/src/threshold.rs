@@ -41,9 +41,7 @@ impl IntOrPercent {
     /// Parses the wire form (`3`, `"3"`, `"40%"`).
     pub fn parse(value: &IntOrString) -> Result<Self, ThresholdError> {
         match value {
-            IntOrString::Int(n) => u32::try_from(*n)
-                .map(IntOrPercent::Count)
-                .map_err(|_| ThresholdError::Negative),
+            IntOrString::Int(n) => u32::try_from(*n).map(IntOrPercent::Count).map_err(|_| ThresholdError::Negative),
             IntOrString::String(s) => Self::parse_str(s),
         }
     }
@@ -127,11 +125,7 @@ pub enum RangeError {
 impl UnhealthyRange {
     /// Parses `[min-max]`.
     pub fn parse(s: &str) -> Result<Self, RangeError> {
-        let inner = s
-            .trim()
-            .strip_prefix('[')
-            .and_then(|r| r.strip_suffix(']'))
-            .ok_or(RangeError::Malformed)?;
+        let inner = s.trim().strip_prefix('[').and_then(|r| r.strip_suffix(']')).ok_or(RangeError::Malformed)?;
         let (min, max) = inner.split_once('-').ok_or(RangeError::Malformed)?;
         let min = digits(min.trim()).ok_or(RangeError::Malformed)?;
         let max = digits(max.trim()).ok_or(RangeError::Malformed)?;

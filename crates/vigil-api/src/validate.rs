@@ -226,7 +226,14 @@ impl Collector {
         }
     }
 
-    fn condition_rule(&mut self, path: &str, type_: &str, status: &str, timeout_field: &str, timeout: &str) -> Option<ConditionRule> {
+    fn condition_rule(
+        &mut self,
+        path: &str,
+        type_: &str,
+        status: &str,
+        timeout_field: &str,
+        timeout: &str,
+    ) -> Option<ConditionRule> {
         let mut ok = true;
         if type_.trim().is_empty() {
             self.push(format!("{path}.type"), type_, "must not be empty");
@@ -252,28 +259,49 @@ impl Collector {
             }
         }
         if !t.kind.is_empty() && (!t.kind.ends_with("Template") || t.kind == "Template") {
-            self.push(format!("{path}.kind"), &t.kind, "must name a template kind ending in Template, e.g. SelfNodeRemediationTemplate");
+            self.push(
+                format!("{path}.kind"),
+                &t.kind,
+                "must name a template kind ending in Template, e.g. SelfNodeRemediationTemplate",
+            );
             ok = false;
         }
         if !t.api_version.is_empty() && !t.api_version.contains('/') {
-            self.push(format!("{path}.apiVersion"), &t.api_version, "must be group/version: remediation templates are custom resources");
+            self.push(
+                format!("{path}.apiVersion"),
+                &t.api_version,
+                "must be group/version: remediation templates are custom resources",
+            );
             ok = false;
         }
         let namespace = match (default_namespace, t.namespace.as_deref()) {
             (Some(own), Some(given)) if !given.is_empty() && given != own => {
-                self.push(format!("{path}.namespace"), given, format!("must be the health check's own namespace {own:?}"));
+                self.push(
+                    format!("{path}.namespace"),
+                    given,
+                    format!("must be the health check's own namespace {own:?}"),
+                );
                 ok = false;
                 own.to_string()
             }
             (Some(own), _) => own.to_string(),
             (None, Some(given)) if !given.is_empty() => given.to_string(),
             (None, _) => {
-                self.push(format!("{path}.namespace"), "", "must not be empty: a NodeHealthCheck is cluster-scoped, so its templates need a namespace");
+                self.push(
+                    format!("{path}.namespace"),
+                    "",
+                    "must not be empty: a NodeHealthCheck is cluster-scoped, so its templates need a namespace",
+                );
                 ok = false;
                 String::new()
             }
         };
-        ok.then(|| TemplateRef { api_version: t.api_version.clone(), kind: t.kind.clone(), namespace, name: t.name.clone() })
+        ok.then(|| TemplateRef {
+            api_version: t.api_version.clone(),
+            kind: t.kind.clone(),
+            namespace,
+            name: t.name.clone(),
+        })
     }
 }
 
@@ -379,15 +407,23 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
         .unhealthy_conditions
         .iter()
         .enumerate()
-        .filter_map(|(i, u)| c.condition_rule(&format!("spec.unhealthyConditions[{i}]"), &u.type_, &u.status, "duration", &u.duration))
+        .filter_map(|(i, u)| {
+            c.condition_rule(&format!("spec.unhealthyConditions[{i}]"), &u.type_, &u.status, "duration", &u.duration)
+        })
         .collect();
 
     let threshold = match (&spec.min_healthy, &spec.max_unhealthy) {
         (Some(v), None) => c.threshold("spec.minHealthy", v).map(NhcThreshold::MinHealthy),
         (None, Some(v)) => c.threshold("spec.maxUnhealthy", v).map(NhcThreshold::MaxUnhealthy),
         (Some(min), Some(max)) => {
-            c.push("spec.minHealthy", render_int_or_string(min), format!(
-                "only one of minHealthy and maxUnhealthy may be set (maxUnhealthy is {:?})", render_int_or_string(max)));
+            c.push(
+                "spec.minHealthy",
+                render_int_or_string(min),
+                format!(
+                    "only one of minHealthy and maxUnhealthy may be set (maxUnhealthy is {:?})",
+                    render_int_or_string(max)
+                ),
+            );
             None
         }
         (None, None) => {
@@ -412,27 +448,39 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
                     ok = false;
                 }
                 if let Some(first) = seen_orders.insert(e.order, i) {
-                    c.push(format!("{path}.order"), e.order.to_string(), format!(
-                        "must be unique: spec.escalatingRemediations[{first}] has the same order"));
+                    c.push(
+                        format!("{path}.order"),
+                        e.order.to_string(),
+                        format!("must be unique: spec.escalatingRemediations[{first}] has the same order"),
+                    );
                     ok = false;
                 }
                 let timeout = c.non_negative_duration(&format!("{path}.timeout"), &e.timeout);
                 if let Some(t) = timeout
                     && t < MIN_ESCALATION_TIMEOUT
                 {
-                    c.push(format!("{path}.timeout"), &e.timeout, "must be at least 1m: a remediator needs time to act");
+                    c.push(
+                        format!("{path}.timeout"),
+                        &e.timeout,
+                        "must be at least 1m: a remediator needs time to act",
+                    );
                     ok = false;
                 }
                 let template = c.template(&format!("{path}.remediationTemplate"), &e.remediation_template, None);
                 if let Some(t) = &template
                     && let Some(first) = seen_templates.insert(t.clone(), i)
                 {
-                    c.push(format!("{path}.remediationTemplate"), t.to_string(), format!(
-                        "must be unique: spec.escalatingRemediations[{first}] uses the same template"));
+                    c.push(
+                        format!("{path}.remediationTemplate"),
+                        t.to_string(),
+                        format!("must be unique: spec.escalatingRemediations[{first}] uses the same template"),
+                    );
                     ok = false;
                 }
                 match (template, timeout) {
-                    (Some(template), Some(timeout)) => steps.push(RemediationStep { template, order: e.order, timeout: Some(timeout) }),
+                    (Some(template), Some(timeout)) => {
+                        steps.push(RemediationStep { template, order: e.order, timeout: Some(timeout) })
+                    }
                     _ => ok = false,
                 }
             }
@@ -440,7 +488,11 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             ok.then_some(steps)
         }
         (Some(_), false) => {
-            c.push("spec.remediationTemplate", "", "only one of remediationTemplate and escalatingRemediations may be set");
+            c.push(
+                "spec.remediationTemplate",
+                "",
+                "only one of remediationTemplate and escalatingRemediations may be set",
+            );
             None
         }
         (None, true) => {
@@ -457,9 +509,9 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
 
     let healthy_delay = match spec.healthy_delay.as_deref() {
         None => Some(HealthyDelay::After(SignedDuration::ZERO)),
-        Some(text) => c.duration("spec.healthyDelay", text).map(|d| {
-            if d.is_negative() { HealthyDelay::UntilConfirmed } else { HealthyDelay::After(d) }
-        }),
+        Some(text) => c
+            .duration("spec.healthyDelay", text)
+            .map(|d| if d.is_negative() { HealthyDelay::UntilConfirmed } else { HealthyDelay::After(d) }),
     };
     let storm_cooldown = match spec.storm_cooldown_duration.as_deref() {
         None => Some(SignedDuration::ZERO),

@@ -4,7 +4,9 @@
 //! one malformed object cannot stop a check.
 
 use crate::conditions::{ObservedCondition, read_list};
-use crate::well_known::{CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, INFRASTRUCTURE_READY, PAUSED_ANNOTATION};
+use crate::well_known::{
+    CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, INFRASTRUCTURE_READY, PAUSED_ANNOTATION,
+};
 use jiff::Timestamp;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -153,7 +155,10 @@ impl MachineView {
         let version = match CapiVersion::from_api_version(&meta.api_version) {
             Some(version) => version,
             None => {
-                problems.push(format!("apiVersion: invalid value {:?}: expected cluster.x-k8s.io/v1beta1 or v1beta2", meta.api_version));
+                problems.push(format!(
+                    "apiVersion: invalid value {:?}: expected cluster.x-k8s.io/v1beta1 or v1beta2",
+                    meta.api_version
+                ));
                 CapiVersion::V1Beta2
             }
         };

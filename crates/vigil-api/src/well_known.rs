@@ -21,11 +21,9 @@ pub const TEMPLATE_NAME_ANNOTATION: &str = "remediation.medik8s.io/template-name
 /// Remediation-object annotation set when NHC gives up on it and escalates.
 pub const NHC_TIMED_OUT_ANNOTATION: &str = "remediation.medik8s.io/nhc-timed-out";
 /// Template annotation saying the remediator handles several objects per node (generateName).
-pub const MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION: &str =
-    "remediation.medik8s.io/multiple-templates-support";
+pub const MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION: &str = "remediation.medik8s.io/multiple-templates-support";
 /// Node annotation by which an operator confirms a node healthy when `healthyDelay` is negative.
-pub const MANUALLY_CONFIRMED_HEALTHY_ANNOTATION: &str =
-    "remediation.medik8s.io/manually-confirmed-healthy";
+pub const MANUALLY_CONFIRMED_HEALTHY_ANNOTATION: &str = "remediation.medik8s.io/manually-confirmed-healthy";
 /// Node labels that mark a control-plane node.
 pub const CONTROL_PLANE_NODE_LABELS: [&str; 2] =
     ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"];

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use vigil_api::manifest::{self, HealthCheck};
 use vigil_api::threshold::{IntOrPercent, UnhealthyRange};
 use vigil_api::validate::{
-    self, ConditionRule, FieldError, HealthyDelay, MhcPolicy, MhcShortCircuit, NhcPolicy,
-    NhcThreshold, ValidationErrors,
+    self, ConditionRule, FieldError, HealthyDelay, MhcPolicy, MhcShortCircuit, NhcPolicy, NhcThreshold,
+    ValidationErrors,
 };
 use vigil_api::well_known::CLUSTER_NAME_LABEL;
 
@@ -62,9 +62,7 @@ fn escalations() -> Value {
 /// `base` with the field at JSON pointer `pointer` set to `value`, or removed when `None`.
 fn edit(mut base: Value, pointer: &str, value: Option<Value>) -> Value {
     let (parent, last) = pointer.rsplit_once('/').expect("pointer has a parent");
-    let slot = base
-        .pointer_mut(parent)
-        .unwrap_or_else(|| panic!("no {parent} in base"));
+    let slot = base.pointer_mut(parent).unwrap_or_else(|| panic!("no {parent} in base"));
     match (slot, value) {
         (Value::Object(map), Some(v)) => {
             map.insert(last.to_string(), v);
@@ -79,10 +77,7 @@ fn edit(mut base: Value, pointer: &str, value: Option<Value>) -> Value {
 }
 
 fn edits(base: Value, changes: &[(&str, Option<Value>)]) -> Value {
-    changes
-        .iter()
-        .cloned()
-        .fold(base, |v, (pointer, value)| edit(v, pointer, value))
+    changes.iter().cloned().fold(base, |v, (pointer, value)| edit(v, pointer, value))
 }
 
 fn read(v: &Value) -> HealthCheck {
@@ -131,13 +126,7 @@ fn case(
     value: &'static str,
     message: &'static str,
 ) -> Case {
-    Case {
-        name,
-        object: edits(base, changes),
-        path,
-        value,
-        message,
-    }
+    Case { name, object: edits(base, changes), path, value, message }
 }
 
 fn set(pointer: &str, v: Value) -> (&str, Option<Value>) {
@@ -197,10 +186,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
         case(
             "NHC negative count",
             nhc(),
-            &[
-                unset("/spec/minHealthy"),
-                set("/spec/maxUnhealthy", json!(-2)),
-            ],
+            &[unset("/spec/minHealthy"), set("/spec/maxUnhealthy", json!(-2))],
             "spec.maxUnhealthy",
             "-2",
             "must not be negative",
@@ -261,10 +247,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
         case(
             "NHC bad selector operator",
             nhc(),
-            &[set(
-                "/spec/selector/matchExpressions/0/operator",
-                json!("exists"),
-            )],
+            &[set("/spec/selector/matchExpressions/0/operator", json!("exists"))],
             "spec.selector.matchExpressions[0].operator",
             "exists",
             "must be one of In, NotIn, Exists, DoesNotExist",
@@ -333,10 +316,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
         case(
             "negative NHC duration",
             nhc(),
-            &[set(
-                "/spec/unhealthyConditions",
-                json!([{"type": "Ready", "status": "False", "duration": "-300s"}]),
-            )],
+            &[set("/spec/unhealthyConditions", json!([{"type": "Ready", "status": "False", "duration": "-300s"}]))],
             "spec.unhealthyConditions[0].duration",
             "-300s",
             "must not be negative",
@@ -368,10 +348,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
         case(
             "NHC duration without unit",
             nhc(),
-            &[set(
-                "/spec/unhealthyConditions",
-                json!([{"type": "Ready", "status": "False", "duration": "300"}]),
-            )],
+            &[set("/spec/unhealthyConditions", json!([{"type": "Ready", "status": "False", "duration": "300"}]))],
             "spec.unhealthyConditions[0].duration",
             "300",
             "without a unit",
@@ -396,10 +373,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
         case(
             "condition status lowercase",
             nhc(),
-            &[set(
-                "/spec/unhealthyConditions",
-                json!([{"type": "Ready", "status": "false", "duration": "5m"}]),
-            )],
+            &[set("/spec/unhealthyConditions", json!([{"type": "Ready", "status": "false", "duration": "5m"}]))],
             "spec.unhealthyConditions[0].status",
             "false",
             "must be one of True, False, Unknown",
@@ -415,10 +389,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
         case(
             "blank NHC condition type",
             nhc(),
-            &[set(
-                "/spec/unhealthyConditions",
-                json!([{"type": " ", "status": "False", "duration": "5m"}]),
-            )],
+            &[set("/spec/unhealthyConditions", json!([{"type": " ", "status": "False", "duration": "5m"}]))],
             "spec.unhealthyConditions[0].type",
             " ",
             "must not be empty",
@@ -587,10 +558,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
             &[
                 unset("/spec/remediationTemplate"),
                 set("/spec/escalatingRemediations", escalations()),
-                set(
-                    "/spec/escalatingRemediations/2/remediationTemplate",
-                    template("RebootTemplate", "reboot"),
-                ),
+                set("/spec/escalatingRemediations/2/remediationTemplate", template("RebootTemplate", "reboot")),
             ],
             "spec.escalatingRemediations[2].remediationTemplate",
             "RebootTemplate medik8s/reboot",
@@ -619,10 +587,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
         case(
             "NHC template kind",
             nhc(),
-            &[set(
-                "/spec/remediationTemplate/kind",
-                json!("SelfNodeRemediation"),
-            )],
+            &[set("/spec/remediationTemplate/kind", json!("SelfNodeRemediation"))],
             "spec.remediationTemplate.kind",
             "SelfNodeRemediation",
             "ending in Template",
@@ -641,7 +606,8 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
     let mut failures = Vec::new();
     for c in &cases {
         let errors = errors_of(&c.object);
-        let ok = matches!(errors.as_slice(), [e] if e.path == c.path && e.value == c.value && e.message.contains(c.message));
+        let ok =
+            matches!(errors.as_slice(), [e] if e.path == c.path && e.value == c.value && e.message.contains(c.message));
         if !ok {
             failures.push(format!(
                 "{}: want one error {} = {:?} containing {:?}, got {:?}",
@@ -649,13 +615,7 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
             ));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
 #[test]
@@ -680,9 +640,7 @@ fn node_startup_timeout_bounds_default_and_disable() {
 
 #[test]
 fn negative_healthy_delay_waits_for_confirmation() {
-    let delay = |d: &str| {
-        nhc_policy(&edit(base_nhc(), "/spec/healthyDelay", Some(json!(d)))).map(|p| p.healthy_delay)
-    };
+    let delay = |d: &str| nhc_policy(&edit(base_nhc(), "/spec/healthyDelay", Some(json!(d)))).map(|p| p.healthy_delay);
     assert_eq!(delay("-1s"), Ok(HealthyDelay::UntilConfirmed));
     assert_eq!(
         delay("-1"),
@@ -705,10 +663,7 @@ fn negative_healthy_delay_waits_for_confirmation() {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 #[test]
@@ -728,36 +683,14 @@ fn valid_mhc_becomes_its_policy() {
     );
     let p = mhc_policy(&v).expect("valid");
     assert_eq!(p.cluster_name, "prod");
-    assert!(p.selector.matches(Some(&labels(&[
-        ("pool", "workers"),
-        (CLUSTER_NAME_LABEL, "prod")
-    ]))));
-    assert!(
-        !p.selector.matches(Some(&labels(&[("pool", "workers")]))),
-        "the cluster-name label is required"
-    );
-    assert!(!p.selector.matches(Some(&labels(&[
-        ("pool", "workers"),
-        (CLUSTER_NAME_LABEL, "staging")
-    ]))));
-    let rule = |t: &str, s: &str, d: SignedDuration| ConditionRule {
-        type_: t.into(),
-        status: s.into(),
-        timeout: d,
-    };
-    assert_eq!(
-        p.node_conditions,
-        [
-            rule("Ready", "False", secs(300)),
-            rule("Ready", "Unknown", secs(300))
-        ]
-    );
+    assert!(p.selector.matches(Some(&labels(&[("pool", "workers"), (CLUSTER_NAME_LABEL, "prod")]))));
+    assert!(!p.selector.matches(Some(&labels(&[("pool", "workers")]))), "the cluster-name label is required");
+    assert!(!p.selector.matches(Some(&labels(&[("pool", "workers"), (CLUSTER_NAME_LABEL, "staging")]))));
+    let rule = |t: &str, s: &str, d: SignedDuration| ConditionRule { type_: t.into(), status: s.into(), timeout: d };
+    assert_eq!(p.node_conditions, [rule("Ready", "False", secs(300)), rule("Ready", "Unknown", secs(300))]);
     assert_eq!(p.machine_conditions, [rule("Healthy", "False", secs(90))]);
     assert_eq!(p.node_startup_timeout, Some(secs(600)));
-    assert_eq!(
-        p.short_circuit,
-        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(40))
-    );
+    assert_eq!(p.short_circuit, MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(40)));
     let t = p.remediation_template.expect("template");
     assert_eq!(
         (t.namespace.as_str(), t.remediation_kind()),
@@ -765,67 +698,33 @@ fn valid_mhc_becomes_its_policy() {
         "the MHC's own namespace"
     );
 
-    let ranged = mhc_policy(&edit(
-        base_mhc(),
-        "/spec/unhealthyRange",
-        Some(json!("[1-3]")),
-    ))
-    .expect("valid");
+    let ranged = mhc_policy(&edit(base_mhc(), "/spec/unhealthyRange", Some(json!("[1-3]")))).expect("valid");
     assert_eq!(
         ranged.short_circuit,
         MhcShortCircuit::Range(UnhealthyRange { min: 1, max: 3 }),
         "the range wins over maxUnhealthy"
     );
     let unlimited = mhc_policy(&edit(base_mhc(), "/spec/maxUnhealthy", None)).expect("valid");
-    assert_eq!(
-        unlimited.short_circuit,
-        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(100))
-    );
-    let counted =
-        mhc_policy(&edit(base_mhc(), "/spec/maxUnhealthy", Some(json!(2)))).expect("valid");
-    assert_eq!(
-        counted.short_circuit,
-        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Count(2))
-    );
+    assert_eq!(unlimited.short_circuit, MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(100)));
+    let counted = mhc_policy(&edit(base_mhc(), "/spec/maxUnhealthy", Some(json!(2)))).expect("valid");
+    assert_eq!(counted.short_circuit, MhcShortCircuit::MaxUnhealthy(IntOrPercent::Count(2)));
 }
 
 #[test]
 fn valid_nhc_becomes_its_policy() {
     let p = nhc_policy(&base_nhc()).expect("valid");
-    let rule = |s: &str| ConditionRule {
-        type_: "Ready".into(),
-        status: s.into(),
-        timeout: secs(300),
-    };
-    assert_eq!(
-        p.conditions,
-        [rule("False"), rule("Unknown")],
-        "medik8s' default when unhealthyConditions is omitted"
-    );
-    assert_eq!(
-        p.threshold,
-        NhcThreshold::MinHealthy(IntOrPercent::Percent(51))
-    );
+    let rule = |s: &str| ConditionRule { type_: "Ready".into(), status: s.into(), timeout: secs(300) };
+    assert_eq!(p.conditions, [rule("False"), rule("Unknown")], "medik8s' default when unhealthyConditions is omitted");
+    assert_eq!(p.threshold, NhcThreshold::MinHealthy(IntOrPercent::Percent(51)));
     assert!(!p.escalating);
-    let [step] = p.steps.as_slice() else {
-        panic!("one step: {:?}", p.steps)
-    };
+    let [step] = p.steps.as_slice() else { panic!("one step: {:?}", p.steps) };
     assert_eq!((step.order, step.timeout), (0, None));
     assert_eq!(
-        (
-            step.template.namespace.as_str(),
-            step.template.remediation_kind()
-        ),
+        (step.template.namespace.as_str(), step.template.remediation_kind()),
         ("medik8s", "SelfNodeRemediation")
     );
-    assert!(
-        p.selector
-            .matches(Some(&labels(&[("node-role.kubernetes.io/worker", "")])))
-    );
-    assert!(!p.selector.matches(Some(&labels(&[(
-        "node-role.kubernetes.io/control-plane",
-        ""
-    )]))));
+    assert!(p.selector.matches(Some(&labels(&[("node-role.kubernetes.io/worker", "")]))));
+    assert!(!p.selector.matches(Some(&labels(&[("node-role.kubernetes.io/control-plane", "")]))));
     assert_eq!(p.storm_cooldown, SignedDuration::ZERO);
 
     let escalating = edits(
@@ -841,22 +740,11 @@ fn valid_nhc_becomes_its_policy() {
     );
     let p = nhc_policy(&escalating).expect("valid");
     assert!(p.escalating);
-    assert_eq!(
-        p.threshold,
-        NhcThreshold::MaxUnhealthy(IntOrPercent::Count(2))
-    );
-    let steps: Vec<_> = p
-        .steps
-        .iter()
-        .map(|s| (s.order, s.template.name.as_str(), s.timeout))
-        .collect();
+    assert_eq!(p.threshold, NhcThreshold::MaxUnhealthy(IntOrPercent::Count(2)));
+    let steps: Vec<_> = p.steps.iter().map(|s| (s.order, s.template.name.as_str(), s.timeout)).collect();
     assert_eq!(
         steps,
-        [
-            (1, "ipmi", Some(secs(300))),
-            (3, "metal", Some(secs(3600))),
-            (5, "reboot", Some(secs(600)))
-        ],
+        [(1, "ipmi", Some(secs(300))), (3, "metal", Some(secs(3600))), (5, "reboot", Some(secs(600)))],
         "sorted by order"
     );
     assert_eq!(p.pause_requests, ["upgrade by alice"]);
@@ -878,11 +766,7 @@ fn every_error_of_an_object_is_reported() {
     );
     let err = mhc_policy(&bad_mhc).expect_err("invalid");
     assert_eq!(err.object, "MachineHealthCheck/team-a/workers");
-    let found: Vec<_> = err
-        .errors
-        .iter()
-        .map(|e| (e.path.as_str(), e.value.as_str()))
-        .collect();
+    let found: Vec<_> = err.errors.iter().map(|e| (e.path.as_str(), e.value.as_str())).collect();
     assert_eq!(
         found,
         [
@@ -894,7 +778,12 @@ fn every_error_of_an_object_is_reported() {
             ("spec.unhealthyRange", "[3-1]"),
         ]
     );
-    assert!(err.to_string().starts_with("MachineHealthCheck/team-a/workers is invalid: spec.selector: invalid value \"{}\": must not be empty"), "{err}");
+    assert!(
+        err.to_string().starts_with(
+            "MachineHealthCheck/team-a/workers is invalid: spec.selector: invalid value \"{}\": must not be empty"
+        ),
+        "{err}"
+    );
 
     let bad_nhc = edits(
         base_nhc(),
@@ -1012,68 +901,40 @@ fn upstream_book_mhcs_read_and_validate() {
         })
         .collect();
     let (id, workers) = &policies[0];
-    assert_eq!(
-        id,
-        "MachineHealthCheck/default/capi-quickstart-node-unhealthy-5m"
-    );
+    assert_eq!(id, "MachineHealthCheck/default/capi-quickstart-node-unhealthy-5m");
     assert_eq!(workers.cluster_name, "capi-quickstart");
-    assert_eq!(
-        workers.short_circuit,
-        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(40))
-    );
+    assert_eq!(workers.short_circuit, MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(40)));
     assert_eq!(workers.node_startup_timeout, Some(secs(600)));
-    assert_eq!(
-        workers
-            .node_conditions
-            .iter()
-            .map(|c| c.status.as_str())
-            .collect::<Vec<_>>(),
-        ["Unknown", "False"]
+    assert_eq!(workers.node_conditions.iter().map(|c| c.status.as_str()).collect::<Vec<_>>(), ["Unknown", "False"]);
+    assert!(
+        workers.selector.matches(Some(&labels(&[("nodepool", "nodepool-0"), (CLUSTER_NAME_LABEL, "capi-quickstart")])))
     );
-    assert!(workers.selector.matches(Some(&labels(&[
-        ("nodepool", "nodepool-0"),
-        (CLUSTER_NAME_LABEL, "capi-quickstart")
-    ]))));
     let (_, control_plane) = &policies[1];
-    assert_eq!(
-        control_plane.short_circuit,
-        MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(100))
+    assert_eq!(control_plane.short_circuit, MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(100)));
+    assert!(
+        control_plane
+            .selector
+            .matches(Some(&labels(&[("cluster.x-k8s.io/control-plane", ""), (CLUSTER_NAME_LABEL, "capi-quickstart")])))
     );
-    assert!(control_plane.selector.matches(Some(&labels(&[
-        ("cluster.x-k8s.io/control-plane", ""),
-        (CLUSTER_NAME_LABEL, "capi-quickstart")
-    ]))));
-    assert!(!control_plane.selector.matches(Some(&labels(&[
-        ("nodepool", "nodepool-0"),
-        (CLUSTER_NAME_LABEL, "capi-quickstart")
-    ]))));
+    assert!(
+        !control_plane
+            .selector
+            .matches(Some(&labels(&[("nodepool", "nodepool-0"), (CLUSTER_NAME_LABEL, "capi-quickstart")])))
+    );
 }
 
 #[test]
 fn upstream_medik8s_nhc_reads_and_validates() {
     let docs = manifest::parse_documents(MEDIK8S_DEFAULT_NHC).expect("YAML");
-    let [doc] = docs.as_slice() else {
-        panic!("one document")
-    };
+    let [doc] = docs.as_slice() else { panic!("one document") };
     let p = nhc_policy(doc).expect("valid");
-    assert_eq!(
-        p.threshold,
-        NhcThreshold::MinHealthy(IntOrPercent::Percent(51))
-    );
+    assert_eq!(p.threshold, NhcThreshold::MinHealthy(IntOrPercent::Percent(51)));
     assert_eq!(p.conditions.len(), 2);
     assert!(p.pause_requests.is_empty());
-    let [step] = p.steps.as_slice() else {
-        panic!("one step")
-    };
-    assert_eq!(
-        step.template.to_string(),
-        "PoisonPillRemediationTemplate poison-pill/poison-pill-default-template"
-    );
+    let [step] = p.steps.as_slice() else { panic!("one step") };
+    assert_eq!(step.template.to_string(), "PoisonPillRemediationTemplate poison-pill/poison-pill-default-template");
     assert_eq!(step.template.api_version, "medik8s.io/v1alpha1");
-    assert!(
-        p.selector
-            .matches(Some(&labels(&[("node-role.kubernetes.io/worker", "")])))
-    );
+    assert!(p.selector.matches(Some(&labels(&[("node-role.kubernetes.io/worker", "")]))));
 }
 
 #[test]
@@ -1087,4 +948,30 @@ fn unquoted_yaml_scalars_that_are_not_strings_are_shape_errors() {
         err.to_string(),
         "MachineHealthCheck/default/m: spec.nodeStartupTimeout: invalid type: integer `0`, expected a string (quote the value in YAML, e.g. \"0\" or \"False\")"
     );
+}
+
+#[test]
+fn unknown_spec_fields_are_refused_so_a_typo_never_leaves_a_default_in_force() {
+    use vigil_api::manifest::{ManifestError, health_check_from_value};
+    let typo = serde_json::json!({
+        "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": "w"}}, "maxUnhealty": "120%"}
+    });
+    let err = health_check_from_value(&typo).expect_err("a typo is refused");
+    assert!(matches!(&err, ManifestError::Shape { path, .. } if path == "spec.maxUnhealty"), "{err}");
+    assert!(err.to_string().contains("unknown field"), "{err}");
+
+    // Upstream ObjectReference extras on a template reference are tolerated; other extras are not.
+    let upstream = serde_json::json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": "default", "uid": "abc", "resourceVersion": "7"},
+        "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": "w"}},
+                 "remediationTemplate": {"apiVersion": "x.io/v1", "kind": "XTemplate", "name": "t", "uid": "u", "resourceVersion": "1"}}
+    });
+    assert!(health_check_from_value(&upstream).is_ok());
+    let mut bad = upstream.clone();
+    bad["spec"]["remediationTemplate"]["nmae"] = serde_json::json!("t2");
+    let err = health_check_from_value(&bad).expect_err("typo in a template reference");
+    assert!(matches!(&err, ManifestError::Shape { path, .. } if path == "spec.remediationTemplate.nmae"), "{err}");
 }

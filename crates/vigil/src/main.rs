@@ -72,8 +72,8 @@ fn run(cli: Cli) -> Result<bool> {
                 ),
                 None => (DEFAULT_SCENARIO.0.to_string(), DEFAULT_SCENARIO.1.to_string()),
             };
-            let scenario = Scenario::parse(&text).with_context(|| format!("{path}"))?;
-            let report = simulate(&scenario).with_context(|| format!("{path}"))?;
+            let scenario = Scenario::parse(&text).with_context(|| path.clone())?;
+            let report = simulate(&scenario).with_context(|| path.clone())?;
             let rendered = match format {
                 Format::Text => output::text(&report.name, &report.events, &report.final_statuses),
                 Format::Json => output::json_lines(&report.events, &report.final_statuses, report.end_t),
