@@ -1,0 +1,99 @@
+//! The `vigil` command as a user runs it.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn vigil(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("vigil runs")
+}
+
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("vigil-cli-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).expect("write temp file");
+    path
+}
+
+#[test]
+fn simulate_json_lines_have_the_documented_shape() {
+    let out = vigil(&["simulate", "examples/zone-outage.yaml", "--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .collect();
+    for line in &lines[..lines.len() - 1] {
+        for field in ["t", "event", "check", "target"] {
+            assert!(line.get(field).is_some(), "{field} missing in {line}");
+        }
+    }
+    let last = lines.last().expect("a final line");
+    assert_eq!(last["event"], "Final");
+    let status = &last["checks"]["MachineHealthCheck/default/workers"];
+    assert_eq!(status["expectedMachines"], 5);
+    assert!(status["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "RemediationAllowed")));
+    let blocked = lines.iter().find(|l| l["event"] == "RemediationBlocked").expect("short-circuit reported");
+    assert_eq!(blocked["check"], "MachineHealthCheck/default/workers");
+    assert_eq!(blocked["reason"], "TooManyUnhealthy");
+}
+
+#[test]
+fn simulate_without_a_file_runs_the_built_in_scenario() {
+    let out = vigil(&["simulate"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("scenario single-node-failure"), "{text}");
+    assert!(text.contains("RemediationRequested"), "{text}");
+}
+
+#[test]
+fn dump_writes_every_object_as_yaml() {
+    let dump = std::env::temp_dir().join(format!("vigil-cli-{}-dump.yaml", std::process::id()));
+    let out = vigil(&["simulate", "examples/external-remediation.yaml", "--dump", dump.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&dump).expect("dump written");
+    assert_eq!(text.matches("---\n").count(), 7, "Cluster, template, MHC, 2 Machines, 2 Nodes:\n{text}");
+    assert!(text.contains("kind: MachineHealthCheck") && text.contains("apiVersion: vigil.dev/v1alpha1"));
+    assert!(text.contains("HealthCheckSucceeded"), "conditions written on the Machines");
+}
+
+#[test]
+fn an_invalid_scenario_names_the_entry_and_exits_1() {
+    let path = temp_file("bad.yaml", "name: bad\nduration: 10m\ntimeline:\n  - at: 20m\n    delete: {apiVersion: v1, kind: Node, name: n1}\n");
+    let out = vigil(&["simulate", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(r#"timeline[0].at: invalid value "20m": after the end of the scenario (10m)"#), "{err}");
+}
+
+#[test]
+fn an_invalid_health_check_in_a_scenario_is_refused_with_its_field() {
+    let path = temp_file(
+        "bad-check.yaml",
+        "name: bad\nduration: 10m\nobjects:\n  - apiVersion: vigil.dev/v1alpha1\n    kind: NodeHealthCheck\n    metadata: {name: x}\n    spec: {selector: {matchLabels: {a: b}}, minHealthy: 5, remediationTemplates: []}\n",
+    );
+    let out = vigil(&["simulate", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("objects[0]") && err.contains("spec.remediationTemplates"), "{err}");
+}
+
+#[test]
+fn a_policy_that_fails_validation_does_nothing_and_says_why() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/single-node-failure.yaml"))
+        .expect("example")
+        .replace("maxUnhealthy: 40%", "maxUnhealthy: 140%");
+    let path = temp_file("invalid-policy.yaml", &text);
+    let out = vigil(&["simulate", path.to_str().expect("utf-8 path"), "--output", "json"]);
+    assert!(out.status.success());
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let invalid = lines.iter().find(|l| l["event"] == "Invalid").expect("reported");
+    assert!(invalid["message"].as_str().is_some_and(|m| m.contains("spec.maxUnhealthy: invalid value \"140%\"")));
+    for forbidden in ["Unhealthy", "RemediationRequested", "RemediationCreated"] {
+        assert!(lines.iter().all(|l| l["event"] != forbidden), "an invalid policy must not act ({forbidden})");
+    }
+}
