@@ -17,8 +17,12 @@
 //! - a status record without a `uid` for an object that is not seen yet is a creation requested
 //!   by an earlier plan ("in flight"): it is completed (fixed names are created again, idempotent)
 //!   whatever the threshold, pause or control-plane rule says now, because the decision was
-//!   already taken; an in-flight `generateName` request is never repeated (a repeat could create
-//!   a second remediation for the same Node) and is kept until its object shows up;
+//!   already taken; an in-flight `generateName` request is not repeated (a repeat could create a
+//!   second remediation for the same Node) until its step's timeout passed with no object seen;
+//! - the check is `Disabled` while any step's template is missing or invalid, so the operator
+//!   learns it before a Node needs it, but steps whose templates are usable keep working;
+//! - `NoDecision` for a Node whose matching condition has no `lastTransitionTime` is told when
+//!   the status changes (no status field can remember such Nodes);
 //! - escalation moves an already-remediated Node along even while the threshold blocks or a pause
 //!   is requested;
 //! - objects of Nodes that still exist but are no longer selected are removed like those of
@@ -29,6 +33,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use vigil_api::NodeHealthCheck;
 use vigil_api::conditions::{self, DesiredCondition, get_condition, set_condition};
@@ -99,13 +104,60 @@ enum Verdict {
     Unhealthy(usize),
 }
 
+fn node_name(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or("")
+}
+
+/// Whether two strings are equal, looking at their (inline) lengths before their (heap) bytes:
+/// with 100 000 Nodes most comparisons fail on the length and touch no cold memory.
+fn same_str(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a == b
+}
+
+/// `map[key]`, walking the entries with [`same_str`] (label and annotation maps are small).
+fn entry<'m>(map: &'m BTreeMap<String, String>, key: &str) -> Option<&'m str> {
+    map.iter().find(|(k, _)| same_str(k, key)).map(|(_, v)| v.as_str())
+}
+
 fn has_label_value(node: &Node, key: &str, value: &str) -> bool {
-    node.metadata.labels.as_ref().and_then(|l| l.get(key)).is_some_and(|v| v == value)
+    node.metadata.labels.as_ref().and_then(|l| entry(l, key)).is_some_and(|v| v == value)
+}
+
+/// A handful of flags, without allocating for the usual few.
+#[derive(Default)]
+struct Flags {
+    small: u64,
+    large: Vec<bool>,
+}
+
+impl Flags {
+    fn get(&self, i: usize) -> bool {
+        match i.checked_sub(64) {
+            None => self.small >> i & 1 == 1,
+            Some(j) => self.large.get(j).copied().unwrap_or(false),
+        }
+    }
+
+    fn set(&mut self, i: usize) {
+        match i.checked_sub(64) {
+            None => self.small |= 1 << i,
+            Some(j) => {
+                if self.large.len() <= j {
+                    self.large.resize(j + 1, false);
+                }
+                self.large[j] = true;
+            }
+        }
+    }
 }
 
 fn is_control_plane(node: &Node) -> bool {
-    let labels = node.metadata.labels.as_ref();
-    CONTROL_PLANE_NODE_LABELS.iter().any(|k| labels.is_some_and(|l| l.contains_key(*k)))
+    // Walks the keys instead of searching the map: a search compares the bytes of every key it
+    // passes, while label keys of the right length are rare.
+    node.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.keys().any(|k| CONTROL_PLANE_NODE_LABELS.iter().any(|c| same_str(k, c))))
 }
 
 fn has_annotation(node: &Node, key: &str) -> bool {
@@ -119,7 +171,12 @@ fn judge(node: &Node, rules: &[ConditionRule], now: Timestamp, wake: &mut Earlie
     let mut pending = false;
     let mut first_deadline: Option<Timestamp> = None;
     for (i, rule) in rules.iter().enumerate() {
-        for c in conds.iter().filter(|c| c.type_ == rule.type_ && c.status == rule.status) {
+        for c in conds.iter().filter(|c| {
+            c.type_.len() == rule.type_.len()
+                && c.status.len() == rule.status.len()
+                && c.type_ == rule.type_
+                && c.status == rule.status
+        }) {
             match &c.last_transition_time {
                 None => {
                     undecided.get_or_insert(i);
@@ -175,6 +232,8 @@ fn usable<'a>(templates: &[Option<&'a TemplateView>], i: usize) -> Usable<'a> {
 struct Owned<'a> {
     node: &'a str,
     view: &'a RemediationView,
+    /// Its template-name annotation.
+    template: Option<&'a str>,
     step: Option<usize>,
 }
 
@@ -187,10 +246,10 @@ fn object_ref(view: &RemediationView) -> ObjectRef {
     }
 }
 
-fn step_of(view: &RemediationView, steps: &[RemediationStep]) -> Option<usize> {
-    let template = view.meta.annotations.get(TEMPLATE_NAME_ANNOTATION)?;
+fn step_of(view: &RemediationView, template: Option<&str>, steps: &[RemediationStep]) -> Option<usize> {
+    let template = template?;
     steps.iter().rposition(|s| {
-        s.template.name == *template
+        s.template.name == template
             && s.template.remediation_kind() == view.meta.kind
             && s.template.namespace == view.meta.namespace
     })
@@ -200,10 +259,10 @@ fn step_of(view: &RemediationView, steps: &[RemediationStep]) -> Option<usize> {
 /// seen (index-aligned with the Node's objects), then the records of this plan's requests.
 struct Book<'p> {
     prev: &'p [NodeRemediation],
-    claimed: Vec<bool>,
+    claimed: Flags,
     records: Vec<NodeRemediation>,
     /// Per object: whether the previous status already said it timed out.
-    prev_timed_out: Vec<bool>,
+    prev_timed_out: Flags,
 }
 
 impl<'p> Book<'p> {
@@ -211,32 +270,33 @@ impl<'p> Book<'p> {
         let prev = prev.map_or(&[][..], |p| p.remediations.as_slice());
         let mut book = Book {
             prev,
-            claimed: vec![false; prev.len()],
-            records: Vec::with_capacity(objs.len() + 1),
-            prev_timed_out: Vec::with_capacity(objs.len()),
+            claimed: Flags::default(),
+            records: Vec::with_capacity(objs.len()),
+            prev_timed_out: Flags::default(),
         };
-        for o in objs {
+        for (k, o) in objs.iter().enumerate() {
             let meta = &o.view.meta;
-            let template = meta.annotations.get(TEMPLATE_NAME_ANNOTATION);
+            let template = o.template;
             let same_place =
                 |r: &NodeRemediation| r.resource.kind == meta.kind && r.resource.namespace == meta.namespace;
             let found = (0..prev.len())
-                .find(|&i| !book.claimed[i] && same_place(&prev[i]) && prev[i].resource.name == meta.name)
+                .find(|&i| !book.claimed.get(i) && same_place(&prev[i]) && prev[i].resource.name == meta.name)
                 .or_else(|| {
                     (0..prev.len()).find(|&i| {
-                        !book.claimed[i]
+                        !book.claimed.get(i)
                             && same_place(&prev[i])
                             && prev[i].resource.name.is_empty()
-                            && prev[i].template_name.as_ref() == template
+                            && prev[i].template_name.as_deref() == template
                     })
                 });
             let earlier = found.map(|i| {
-                book.claimed[i] = true;
+                book.claimed.set(i);
                 &prev[i]
             });
-            let annotated =
-                meta.annotations.get(NHC_TIMED_OUT_ANNOTATION).map(|v| v.parse::<Timestamp>().unwrap_or(now));
-            book.prev_timed_out.push(earlier.is_some_and(|r| r.timed_out.is_some()));
+            let annotated = entry(&meta.annotations, NHC_TIMED_OUT_ANNOTATION).map(|v| v.parse().unwrap_or(now));
+            if earlier.is_some_and(|r| r.timed_out.is_some()) {
+                book.prev_timed_out.set(k);
+            }
             book.records.push(NodeRemediation {
                 resource: RemediationReference {
                     api_version: meta.api_version.clone(),
@@ -247,7 +307,7 @@ impl<'p> Book<'p> {
                 },
                 started: earlier.map(|r| r.started.clone()).or_else(|| meta.created.map(Time)).unwrap_or(Time(now)),
                 timed_out: earlier.and_then(|r| r.timed_out.clone()).or_else(|| annotated.map(Time)),
-                template_name: template.cloned().or_else(|| earlier.and_then(|r| r.template_name.clone())),
+                template_name: template.map(str::to_string).or_else(|| earlier.and_then(|r| r.template_name.clone())),
             });
         }
         book
@@ -258,20 +318,20 @@ impl<'p> Book<'p> {
     fn take_in_flight(&mut self, step: &RemediationStep) -> Option<&'p NodeRemediation> {
         let i = (0..self.prev.len()).find(|&i| {
             let r = &self.prev[i];
-            !self.claimed[i]
+            !self.claimed.get(i)
                 && r.timed_out.is_none()
                 && r.resource.uid.is_none()
                 && r.template_name.as_deref() == Some(step.template.name.as_str())
                 && r.resource.kind == step.template.remediation_kind()
                 && r.resource.namespace == step.template.namespace
         })?;
-        self.claimed[i] = true;
+        self.claimed.set(i);
         Some(&self.prev[i])
     }
 
     fn has_in_flight(&self, step: &RemediationStep) -> bool {
-        self.prev.iter().zip(&self.claimed).any(|(r, claimed)| {
-            !claimed
+        self.prev.iter().enumerate().any(|(i, r)| {
+            !self.claimed.get(i)
                 && r.timed_out.is_none()
                 && r.resource.uid.is_none()
                 && r.template_name.as_deref() == Some(step.template.name.as_str())
@@ -381,12 +441,18 @@ impl<'a> Pass<'a> {
                 );
             }
         };
-        let earlier = book.take_in_flight(step);
+        let mut earlier = book.take_in_flight(step);
         if let Some(r) = earlier.filter(|r| r.resource.name.is_empty()) {
-            // An earlier generateName request not seen yet: repeating it could make a second object.
-            book.records.push(r.clone());
-            self.offer_step_timeout(step, r.started.0);
-            return Requested::Done;
+            // An earlier generateName request not seen yet: repeating it could make a second
+            // object, so it is awaited, unless its step's timeout passed without any object
+            // showing up (the request was lost; a single template has no timeout and waits).
+            let lost = step.timeout.and_then(|d| after(r.started.0, d)).is_some_and(|end| end < self.now);
+            if !lost {
+                book.records.push(r.clone());
+                self.offer_step_timeout(step, r.started.0);
+                return Requested::Done;
+            }
+            earlier = None;
         }
         let generate = view.meta.annotations.get(MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION).is_some_and(|v| v == "true");
         let kind = step.template.remediation_kind();
@@ -501,7 +567,7 @@ impl<'a> Pass<'a> {
             return;
         };
         let view = objs[k].view;
-        let annotated = view.meta.annotations.contains_key(NHC_TIMED_OUT_ANNOTATION);
+        let annotated = entry(&view.meta.annotations, NHC_TIMED_OUT_ANNOTATION).is_some();
         let mut gave_up_now = false;
         if !annotated {
             if let Some(Time(at)) = book.records[k].timed_out.clone() {
@@ -552,7 +618,7 @@ impl<'a> Pass<'a> {
         }
         let next = latest + 1;
         if next >= self.policy.steps.len() {
-            if gave_up_now || !book.prev_timed_out[k] {
+            if gave_up_now || !book.prev_timed_out.get(k) {
                 self.notices.push(notice(
                     NoticeKind::NoTemplateLeft,
                     name,
@@ -657,7 +723,7 @@ struct Scan<'a> {
 /// Pass 1: one look at every Node (name order, labels, conditions), merged with the check's
 /// objects by Node name. Healthy Nodes without objects are only counted: nothing is decided for
 /// them, which keeps the common case to a few comparisons a Node.
-fn scan_nodes<'a>(all: &[(&'a str, &'a Node)], owned: &[Owned<'a>], policy: &NhcPolicy, now: Timestamp) -> Scan<'a> {
+fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &NhcPolicy, now: Timestamp) -> Scan<'a> {
     let mut scan = Scan {
         sorted: true,
         subjects: Vec::new(),
@@ -668,21 +734,24 @@ fn scan_nodes<'a>(all: &[(&'a str, &'a Node)], owned: &[Owned<'a>], policy: &Nhc
         wake: Earliest::default(),
     };
     let mut b = 0usize;
-    for (i, &(name, node)) in all.iter().enumerate() {
-        if i > 0 && all[i - 1].0 >= name {
+    let mut last = "";
+    for (i, &node) in all.iter().enumerate() {
+        let name = node_name(node);
+        if name <= last {
+            // out of order, a duplicate, or no name ("" sorts first)
             scan.sorted = false;
             return scan;
         }
+        last = name;
         gone_before(owned, &mut b, Some(name), &mut scan.subjects);
         let start = b;
         while b < owned.len() && owned[b].node == name {
             b += 1;
         }
-        let labels = node.metadata.labels.as_ref();
-        if labels.is_some_and(|l| CONTROL_PLANE_NODE_LABELS.iter().any(|k| l.contains_key(*k))) {
+        if is_control_plane(node) {
             scan.cp_names.push(name);
         }
-        if policy.selector.matches(labels) {
+        if policy.selector.matches(node.metadata.labels.as_ref()) {
             scan.observed += 1;
             let verdict = judge(node, &policy.conditions, now, &mut scan.wake);
             if verdict == Verdict::Clear && start == b {
@@ -723,18 +792,15 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
     let default_status = NodeHealthCheckStatus::default();
     let prev = check.status.as_ref().unwrap_or(&default_status);
 
-    // Every named Node, sorted by name, without duplicates (the first given wins).
-    let mut all: Vec<(&str, &Node)> =
-        input.nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref().filter(|s| !s.is_empty())?, *n))).collect();
-
     // The check's own objects, sorted by Node then identity.
     let mut owned: Vec<Owned<'_>> = input
         .remediations
         .iter()
         .filter(|r| owned_by_check(r, check_name, check_uid))
         .filter_map(|r| {
-            let node = r.meta.annotations.get(NODE_NAME_ANNOTATION)?.as_str();
-            Some(Owned { node, view: r, step: step_of(r, &policy.steps) })
+            let node = entry(&r.meta.annotations, NODE_NAME_ANNOTATION)?;
+            let template = entry(&r.meta.annotations, TEMPLATE_NAME_ANNOTATION);
+            Some(Owned { node, view: r, template, step: step_of(r, template, &policy.steps) })
         })
         .collect();
     owned.sort_unstable_by(|a, b| {
@@ -746,13 +812,19 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
         ))
     });
 
-    // Pass 1. Nodes usually come sorted (stores keep their keys sorted): the scan checks the
-    // order as it goes and is redone after sorting only when it was not.
-    let mut scan = scan_nodes(&all, &owned, policy, now);
+    // Pass 1. Nodes usually come sorted by name (adapters index them in sorted maps): the scan
+    // checks that as it goes, and only when they are not (or some has no name, or two share
+    // one) is it redone over a sorted copy without those (the first of a name wins).
+    let sorted_copy: Vec<&Node>;
+    let mut all: &[&Node] = input.nodes;
+    let mut scan = scan_nodes(all, &owned, policy, now);
     if !scan.sorted {
-        all.sort_by(|a, b| a.0.cmp(b.0));
-        all.dedup_by(|a, b| a.0 == b.0);
-        scan = scan_nodes(&all, &owned, policy, now);
+        let mut copy: Vec<&Node> = input.nodes.iter().copied().filter(|n| !node_name(n).is_empty()).collect();
+        copy.sort_by(|a, b| node_name(a).cmp(node_name(b)));
+        copy.dedup_by(|a, b| node_name(a) == node_name(b));
+        sorted_copy = copy;
+        all = &sorted_copy;
+        scan = scan_nodes(all, &owned, policy, now);
     }
     let Scan { subjects, healthy_at, observed, healthy, cp_names, wake: scan_wake, .. } = scan;
     let mut wake = scan_wake;
@@ -846,8 +918,8 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
     let mut cp_flags = vec![false; cp_names.len()];
     if !cp_names.is_empty() {
         for r in input.remediations {
-            if let Some(n) = r.meta.annotations.get(NODE_NAME_ANNOTATION)
-                && let Ok(i) = cp_names.binary_search(&n.as_str())
+            if let Some(n) = entry(&r.meta.annotations, NODE_NAME_ANNOTATION)
+                && let Ok(i) = cp_names.binary_search(&n)
             {
                 cp_flags[i] = true;
             }
@@ -897,7 +969,7 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
     let mut undecided: Vec<(&str, usize)> = Vec::new();
     // A listed Node that is not a subject any more and is healthy now has recovered.
     let recovered = |name: &str| {
-        all.binary_search_by(|n| n.0.cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
+        all.binary_search_by(|n| node_name(n).cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
             notice(
                 NoticeKind::Healthy,
                 name,
@@ -1042,4 +1114,34 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
     }
 
     Plan { status, actions: pass.actions, notices: pass.notices, next_wake: pass.wake.0 }
+}
+
+/// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):
+/// nothing is written but the status, which says why — phase `Disabled` with `reason`, condition
+/// `Disabled=True` — and a `NoDecision` notice when that reason is new. Counts are left as last
+/// observed; remediation objects already made are left alone.
+pub fn refuse(check: &NodeHealthCheck, reason: &str, message: &str, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
+    let prev = check.status.clone().unwrap_or_default();
+    let generation = check.metadata.generation;
+    let mut status = prev.clone();
+    let disabled = DesiredCondition::true_(DISABLED, reason, message);
+    let is_new = get_condition(&prev.conditions, DISABLED)
+        .is_none_or(|c| c.status != "True" || c.reason != reason || c.message != message);
+    set_condition(&mut status.conditions, &disabled, now, generation);
+    status.phase = Some(PHASE_DISABLED.to_string());
+    status.reason = Some(message.to_string());
+    status.observed_generation = generation;
+    let mut notices = Vec::new();
+    if status != prev {
+        status.last_update_time = Some(Time(now));
+    }
+    if is_new {
+        notices.push(Notice {
+            kind: NoticeKind::NoDecision,
+            target: None,
+            reason: reason.to_string(),
+            message: message.to_string(),
+        });
+    }
+    Plan { status, actions: Vec::new(), notices, next_wake: None }
 }

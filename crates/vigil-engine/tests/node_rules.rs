@@ -684,6 +684,33 @@ fn rule7_multiple_templates_support_uses_generate_name_until_the_object_is_seen(
 }
 
 #[test]
+fn rule7_a_generate_name_request_lost_for_a_whole_step_timeout_is_repeated() {
+    let mut w = world(escalating(), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+    w.templates[0] = Some(
+        TemplateView::read(&json!({
+            "apiVersion": SNR_API, "kind": "SelfNodeRemediationTemplate",
+            "metadata": {"name": "snr", "namespace": NS,
+                         "annotations": {"remediation.medik8s.io/multiple-templates-support": "true"}},
+            "spec": {"template": {"spec": {}}}
+        }))
+        .expect("template"),
+    );
+    let p1 = w.decide(at(301));
+    assert_eq!(created_targets(&p1), strs(&["n1"]));
+    w.check.status = Some(p1.status.clone()); // the create never happened
+    let p2 = w.decide(at(601));
+    assert_eq!(p2.actions, vec![], "within the step timeout the request is awaited");
+    assert_eq!(p2.next_wake, Some(ns1(at(601))));
+    w.check.status = Some(p2.status.clone());
+    let t = ns1(at(601));
+    let p3 = w.decide(t);
+    assert_eq!(created_targets(&p3), strs(&["n1"]), "lost: asked again");
+    let r = &p3.status.unhealthy_nodes[0].remediations;
+    assert_eq!((r.len(), r[0].started.clone(), r[0].resource.name.as_str()), (1, Time(t), ""));
+    assert_eq!(p3.notices, vec![]);
+}
+
+#[test]
 fn rule7_a_fixed_name_request_not_seen_yet_is_repeated_with_its_start() {
     let mut w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
     let p1 = w.decide(at(301));
@@ -868,6 +895,13 @@ fn rule7_a_control_plane_remediation_by_anyone_blocks() {
 
     // an object for a control-plane node that is not in the cluster does not block
     w.nodes.retain(|n| n.metadata.name.as_deref() != Some("cp-a"));
+    assert_eq!(created_targets(&w.decide(at(301))), strs(&["cp-b"]));
+
+    // nor does another owner's object for the node itself
+    let mut own = snr("cp-b", at(0));
+    own["metadata"]["name"] = json!("someone-elses");
+    own["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "Other", "name": "o", "uid": "u"}]);
+    w.objects = vec![view(own)];
     assert_eq!(created_targets(&w.decide(at(301))), strs(&["cp-b"]));
 }
 
@@ -1210,43 +1244,4 @@ fn rule12_next_wake_takes_the_earliest_of_timers_of_every_kind() {
     w.set_node(node("n2").ready("False", at(150)).build()); // pending until 450
     let p = w.decide(at(400));
     assert_eq!(p.next_wake, Some(ns1(at(450))));
-}
-
-#[test]
-fn zz_timing_probe() {
-    let n = 100_000;
-    let nodes: Vec<Node> = (0..n)
-        .map(|i| {
-            let b = node(&format!("node-{i:06}")).label("zone", "a").label("kubernetes.io/hostname", "x");
-            let b = b.cond("MemoryPressure", "False", Some(t0())).cond("DiskPressure", "False", Some(t0()));
-            if i % 1 == 0 { b.ready("False", t0()).build() } else { b.ready("True", t0()).build() }
-        })
-        .collect();
-    let mut w = world(escalating(), nodes);
-    w.check.spec.min_healthy = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0));
-    let p = w.step(at(301));
-    assert_eq!(created_targets(&p).len(), n);
-    let p = w.step(at(302));
-    assert_eq!(p.status.unhealthy_nodes.len(), n);
-    // reverse order input to exercise sorting
-    w.nodes.reverse();
-    w.objects.reverse();
-    for _ in 0..2 { let _ = w.decide(at(303)); }
-    let policy = vigil_api::validate::node_health_check(&w.check).expect("valid");
-    let templates: Vec<Option<&TemplateView>> = w.templates.iter().map(Option::as_ref).collect();
-    for sorted in [false, true] {
-        if sorted { w.nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name)); }
-        let nodes: Vec<&Node> = w.nodes.iter().collect();
-        let rems: Vec<&RemediationView> = w.objects.iter().collect();
-        let input = NhcInput { check: &w.check, policy: &policy, nodes: &nodes, templates: &templates, remediations: &rems };
-        let mut best = std::time::Duration::MAX;
-        for _ in 0..15 {
-            let start = std::time::Instant::now();
-            let plan = decide(&input, at(303));
-            let el = start.elapsed();
-            std::hint::black_box(plan);
-            best = best.min(el);
-        }
-        println!("100k nodes sorted={sorted}: best {best:?} => {:?}/node", best / n as u32);
-    }
 }
