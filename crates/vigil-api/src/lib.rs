@@ -6,6 +6,7 @@
 //! policy, and only a policy reaches the engine, so an invalid spec can never cause remediation.
 
 pub mod conditions;
+pub mod crd;
 pub mod duration;
 pub mod machine_health_check;
 pub mod manifest;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
     group = "vigil.dev",
     version = "v1alpha1",
     kind = "MachineHealthCheck",
+    doc = "Checks the Machines of one Cluster API cluster and asks for the unhealthy ones to be remediated.",
     namespaced,
     status = "MachineHealthCheckStatus",
     shortname = "mhc",
@@ -25,23 +26,30 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthCheckSpec {
     /// Name of the Cluster whose Machines are checked.
+    #[schemars(transform = crate::crd::cluster_name)]
     pub cluster_name: String,
     /// Machines to check; must not be empty.
+    #[schemars(transform = crate::crd::label_selector)]
     pub selector: LabelSelector,
     /// Node conditions that make a Machine unhealthy once held for their timeout (ORed).
+    #[schemars(transform = crate::crd::condition_list)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy_conditions: Vec<UnhealthyCondition>,
     /// Machine conditions that make a Machine unhealthy once held for their timeout (ORed).
+    #[schemars(transform = crate::crd::condition_list)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy_machine_conditions: Vec<UnhealthyCondition>,
     /// How long a Machine may go without a Node (default 10m; `0` disables; else at least 30s).
+    #[schemars(transform = crate::crd::node_startup_timeout)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_startup_timeout: Option<String>,
     /// Remediation stops when more than this many (or this percentage of) targets are unhealthy.
+    #[schemars(transform = crate::crd::threshold)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unhealthy: Option<IntOrString>,
     /// Remediation is allowed only while the unhealthy count is within `[min-max]`; wins over
     /// `maxUnhealthy`.
+    #[schemars(transform = crate::crd::unhealthy_range)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhealthy_range: Option<String>,
     /// A template for external remediation objects, in the check's namespace.
@@ -53,11 +61,14 @@ pub struct MachineHealthCheckSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 pub struct UnhealthyCondition {
     /// Condition type, e.g. `Ready`.
+    #[schemars(transform = crate::crd::condition_type)]
     #[serde(rename = "type")]
     pub type_: String,
     /// Condition status: `True`, `False` or `Unknown`.
+    #[schemars(transform = crate::crd::condition_status)]
     pub status: String,
     /// Go duration, e.g. `300s`.
+    #[schemars(transform = crate::crd::non_negative_duration)]
     pub timeout: String,
 }
 
@@ -66,12 +77,16 @@ pub struct UnhealthyCondition {
 #[serde(rename_all = "camelCase")]
 pub struct TemplateReference {
     /// apiVersion of the template, e.g. `infrastructure.cluster.x-k8s.io/v1beta1`.
+    #[schemars(transform = crate::crd::template_api_version)]
     pub api_version: String,
     /// Kind of the template; must end in `Template`.
+    #[schemars(transform = crate::crd::template_kind)]
     pub kind: String,
     /// Name of the template.
+    #[schemars(transform = crate::crd::template_name)]
     pub name: String,
     /// Namespace of the template (NodeHealthCheck only; a MachineHealthCheck uses its own).
+    #[schemars(transform = crate::crd::template_namespace)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
 }
@@ -93,6 +108,7 @@ pub struct MachineHealthCheckStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<String>,
     /// `RemediationAllowed` and `Paused`.
+    #[schemars(transform = crate::crd::status_conditions)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The spec generation this status reflects.

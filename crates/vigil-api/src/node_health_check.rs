@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
     group = "vigil.dev",
     version = "v1alpha1",
     kind = "NodeHealthCheck",
+    doc = "Checks a set of Nodes and asks remediators to repair the unhealthy ones.",
     status = "NodeHealthCheckStatus",
     shortname = "nhc",
     printcolumn = r#"{"name":"Observed","type":"integer","jsonPath":".status.observedNodes"}"#,
@@ -21,35 +22,45 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+#[schemars(transform = crate::crd::nhc_spec)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeHealthCheckSpec {
     /// Nodes to check; must not be empty.
+    #[schemars(transform = crate::crd::label_selector)]
     pub selector: LabelSelector,
     /// Node conditions that make a Node unhealthy once held for their duration (ORed).
+    #[schemars(transform = crate::crd::condition_list)]
     #[serde(default = "default_unhealthy_conditions")]
     pub unhealthy_conditions: Vec<NodeUnhealthyCondition>,
     /// Remediation is allowed only while at least this many (or this percentage of) Nodes are
     /// healthy. Exactly one of `minHealthy` / `maxUnhealthy`.
+    #[schemars(transform = crate::crd::threshold)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_healthy: Option<IntOrString>,
     /// Remediation is allowed only while at most this many (or this percentage of) Nodes are
     /// not healthy. Exactly one of `minHealthy` / `maxUnhealthy`.
+    #[schemars(transform = crate::crd::threshold)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unhealthy: Option<IntOrString>,
     /// The one remediator to use. Exactly one of this / `escalatingRemediations`.
+    #[schemars(transform = crate::crd::nhc_template)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation_template: Option<TemplateReference>,
     /// Remediators to try in `order`, each for at most `timeout`.
+    #[schemars(transform = crate::crd::escalating_remediations)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escalating_remediations: Vec<EscalatingRemediation>,
     /// While non-empty, no new remediation starts (ongoing ones go on).
+    #[schemars(transform = crate::crd::pause_requests)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pause_requests: Vec<String>,
     /// How long a Node must stay healthy before its remediation objects are removed; negative
     /// waits for the `remediation.medik8s.io/manually-confirmed-healthy` Node annotation.
+    #[schemars(transform = crate::crd::go_duration)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy_delay: Option<String>,
     /// How long remediation stays blocked after the healthy count recovers from a storm.
+    #[schemars(transform = crate::crd::non_negative_duration)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storm_cooldown_duration: Option<String>,
 }
@@ -66,11 +77,14 @@ pub fn default_unhealthy_conditions() -> Vec<NodeUnhealthyCondition> {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 pub struct NodeUnhealthyCondition {
     /// Condition type, e.g. `Ready`.
+    #[schemars(transform = crate::crd::condition_type)]
     #[serde(rename = "type")]
     pub type_: String,
     /// Condition status: `True`, `False` or `Unknown`.
+    #[schemars(transform = crate::crd::condition_status)]
     pub status: String,
     /// Go duration, e.g. `300s`.
+    #[schemars(transform = crate::crd::non_negative_duration)]
     pub duration: String,
 }
 
@@ -79,10 +93,13 @@ pub struct NodeUnhealthyCondition {
 #[serde(rename_all = "camelCase")]
 pub struct EscalatingRemediation {
     /// The remediator of this step.
+    #[schemars(transform = crate::crd::nhc_template)]
     pub remediation_template: TemplateReference,
     /// Position in the escalation; unique, lowest first.
+    #[schemars(transform = crate::crd::escalation_order)]
     pub order: i32,
     /// How long this step may take before the next one starts (at least 1m).
+    #[schemars(transform = crate::crd::escalation_timeout)]
     pub timeout: String,
 }
 
@@ -106,6 +123,7 @@ pub struct NodeHealthCheckStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// `Disabled`, `RemediationAllowed`.
+    #[schemars(transform = crate::crd::status_conditions)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// When the status last changed.
