@@ -10,5 +10,10 @@ cargo fmt --all -- --check
 echo "== cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "== kube-apiserver + etcd for integration tests (built once, cached)"
+# One build up front, rather than by many tests at once; vigil-testenv reads the variable.
+VIGIL_KUBE_BIN_DIR="$(scripts/kube-binaries.sh)"
+export VIGIL_KUBE_BIN_DIR
+
 echo "== cargo test"
 cargo test --workspace --locked

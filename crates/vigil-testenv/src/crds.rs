@@ -1,0 +1,172 @@
+//! The real upstream CRDs from `shared/crds`, reduced to the one Cluster API version a test
+//! wants (upstream serves two and converts between them with a webhook a bare API server lacks).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::Value;
+
+use crate::Result;
+
+/// The Cluster API version the reduced upstream CRDs serve: a test picks the one it exercises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapiVersion {
+    /// `cluster.x-k8s.io/v1beta1`, the older API that many clusters still run.
+    V1Beta1,
+    /// `cluster.x-k8s.io/v1beta2`, the storage version upstream.
+    V1Beta2,
+}
+
+impl CapiVersion {
+    /// The version name as it appears in `spec.versions[].name`, to find the entry to keep.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapiVersion::V1Beta1 => "v1beta1",
+            CapiVersion::V1Beta2 => "v1beta2",
+        }
+    }
+}
+
+/// Cluster API CRD files installed by [`crate::TestEnv::install_upstream_crds`].
+const CAPI_FILES: [&str; 3] = [
+    "cluster-api/cluster.x-k8s.io_clusters.yaml",
+    "cluster-api/cluster.x-k8s.io_machines.yaml",
+    "cluster-api/cluster.x-k8s.io_machinesets.yaml",
+];
+
+/// medik8s CRD files installed as they are (they serve a single version).
+const MEDIK8S_FILES: [&str; 2] = [
+    "medik8s/self-node-remediation.medik8s.io_selfnoderemediations.yaml",
+    "medik8s/self-node-remediation.medik8s.io_selfnoderemediationtemplates.yaml",
+];
+
+/// Where the shared upstream CRDs live (`<workspace root>/../shared/crds`), so tests find them
+/// both on a developer machine and in CI, which clones the repo beside `shared/`.
+pub fn shared_crds_dir() -> PathBuf {
+    crate::workspace_root().join("..").join("shared").join("crds")
+}
+
+/// The upstream CRDs e2e tests need (Cluster, Machine, MachineSet reduced to `capi`, plus
+/// SelfNodeRemediation and its template), parsed as JSON, ready for [`crate::TestEnv::install_crds`].
+pub fn upstream_crds(capi: CapiVersion) -> Result<Vec<Value>> {
+    let mut crds = Vec::new();
+    for (file, doc) in parsed_upstream()? {
+        let mut doc = doc.clone();
+        if CAPI_FILES.contains(&file.as_str()) {
+            reduce_to_version(&mut doc, capi.as_str()).with_context(|| file.clone())?;
+        }
+        crds.push(doc);
+    }
+    Ok(crds)
+}
+
+/// Parses the upstream files once per test process: they are large and every env needs them.
+fn parsed_upstream() -> Result<&'static [(String, Value)]> {
+    static PARSED: OnceLock<std::result::Result<Vec<(String, Value)>, String>> = OnceLock::new();
+    PARSED
+        .get_or_init(|| {
+            let dir = shared_crds_dir();
+            let mut out = Vec::new();
+            for file in CAPI_FILES.iter().chain(MEDIK8S_FILES.iter()) {
+                let doc = read_crd_file(&dir.join(file)).map_err(|e| format!("{e:#}"))?;
+                out.push(((*file).to_string(), doc));
+            }
+            Ok(out)
+        })
+        .as_deref()
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// Reads a YAML file holding exactly one CustomResourceDefinition document.
+fn read_crd_file(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!("cannot read the upstream CRD {} (shared/ must sit beside the repository clone)", path.display())
+    })?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{}: invalid YAML", path.display()))?;
+    let mut crds =
+        docs.into_iter().filter(|d| d.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition"));
+    match (crds.next(), crds.next()) {
+        (Some(crd), None) => Ok(crd),
+        (None, _) => bail!("{}: no CustomResourceDefinition document", path.display()),
+        (Some(_), Some(_)) => bail!("{}: more than one CustomResourceDefinition document", path.display()),
+    }
+}
+
+/// Keeps only `version` in `spec.versions`, makes it the served storage version and drops
+/// `spec.conversion`, so a CRD that upstream converts with a webhook works on a bare API server.
+pub fn reduce_to_version(crd: &mut Value, version: &str) -> Result<()> {
+    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
+    let spec = crd.get_mut("spec").and_then(Value::as_object_mut).ok_or_else(|| anyhow!("CRD {name}: no spec"))?;
+    spec.remove("conversion");
+    let versions = spec
+        .get_mut("versions")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| anyhow!("CRD {name}: no spec.versions"))?;
+    let available: Vec<String> =
+        versions.iter().filter_map(|v| v.get("name").and_then(Value::as_str).map(str::to_string)).collect();
+    versions.retain(|v| v.get("name").and_then(Value::as_str) == Some(version));
+    let kept = versions
+        .first_mut()
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| anyhow!("CRD {name}: no version {version} (it has {})", available.join(", ")))?;
+    kept.insert("served".into(), Value::Bool(true));
+    kept.insert("storage".into(), Value::Bool(true));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reduce_keeps_only_the_asked_version_as_storage_and_drops_conversion() {
+        let mut crd = json!({
+            "metadata": {"name": "machines.cluster.x-k8s.io"},
+            "spec": {
+                "conversion": {"strategy": "Webhook"},
+                "versions": [
+                    {"name": "v1beta1", "served": true, "storage": false},
+                    {"name": "v1beta2", "served": true, "storage": true},
+                ]
+            }
+        });
+        reduce_to_version(&mut crd, "v1beta1").expect("reduce");
+        assert_eq!(crd["spec"], json!({"versions": [{"name": "v1beta1", "served": true, "storage": true}]}));
+    }
+
+    #[test]
+    fn reduce_names_the_missing_version() {
+        let mut crd = json!({"metadata": {"name": "x.y"}, "spec": {"versions": [{"name": "v1"}]}});
+        let err = reduce_to_version(&mut crd, "v1beta2").expect_err("must fail");
+        assert_eq!(err.to_string(), "CRD x.y: no version v1beta2 (it has v1)");
+    }
+
+    #[test]
+    fn upstream_crds_are_reduced_to_one_version() {
+        for capi in [CapiVersion::V1Beta1, CapiVersion::V1Beta2] {
+            let crds = upstream_crds(capi).expect("upstream CRDs");
+            let names: Vec<&str> =
+                crds.iter().filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str)).collect();
+            assert_eq!(
+                names,
+                [
+                    "clusters.cluster.x-k8s.io",
+                    "machines.cluster.x-k8s.io",
+                    "machinesets.cluster.x-k8s.io",
+                    "selfnoderemediations.self-node-remediation.medik8s.io",
+                    "selfnoderemediationtemplates.self-node-remediation.medik8s.io",
+                ]
+            );
+            for crd in &crds[..3] {
+                let versions = crd["spec"]["versions"].as_array().expect("versions");
+                assert_eq!(versions.len(), 1);
+                assert_eq!(versions[0]["name"], capi.as_str());
+                assert_eq!(versions[0]["storage"], true);
+                assert!(crd["spec"].get("conversion").is_none());
+            }
+        }
+    }
+}
