@@ -22,7 +22,7 @@ fn ts(s: &str) -> Timestamp {
 
 fn node(i: usize) -> Node {
     let (status, since) = match i % 100 {
-        0 => ("False", "2029-12-31T23:50:00Z"), // past the 5m timeout
+        0 => ("False", "2029-12-31T23:50:00Z"),  // past the 5m timeout
         50 => ("False", "2029-12-31T23:58:00Z"), // pending
         _ => ("True", "2029-12-01T00:00:00Z"),
     };
@@ -121,7 +121,8 @@ fn bench_node_health_check(c: &mut Criterion) {
         let mut nodes: Vec<Node> = (0..size).map(node).collect();
         nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let node_refs: Vec<&Node> = nodes.iter().collect();
-        let input = NhcInput { check: &check, policy: &policy, nodes: &node_refs, templates: &templates, remediations: &[] };
+        let input =
+            NhcInput { check: &check, policy: &policy, nodes: &node_refs, templates: &templates, remediations: &[] };
         group.throughput(Throughput::Elements(size as u64));
         group.sample_size(if size >= 100_000 { 10 } else { 30 });
         group.bench_with_input(BenchmarkId::from_parameter(size), &input, |b, input| {

@@ -312,7 +312,8 @@ pub fn remediation_budget(
         MhcShortCircuit::Range(range) => {
             let allowed = range.contains(unhealthy);
             let left = if allowed { u64::from(range.max) - unhealthy } else { 0 };
-            let phrase = if unhealthy < u64::from(range.min) { "is below unhealthyRange" } else { "exceeds unhealthyRange" };
+            let phrase =
+                if unhealthy < u64::from(range.min) { "is below unhealthyRange" } else { "exceeds unhealthyRange" };
             (allowed, left, (phrase, format!("unhealthyRange: {range}")))
         }
         MhcShortCircuit::MaxUnhealthy(max) => {
@@ -554,7 +555,8 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
 
     // Rule 3: the short-circuit.
     let unhealthy_count = targets.len() - healthy;
-    let (allowed, left, (limit, limit_value)) = remediation_budget(input.policy.short_circuit, targets.len(), unhealthy_count);
+    let (allowed, left, (limit, limit_value)) =
+        remediation_budget(input.policy.short_circuit, targets.len(), unhealthy_count);
     b.status.remediations_allowed = i32::try_from(left).unwrap_or(i32::MAX);
     if allowed {
         b.condition(
@@ -706,4 +708,28 @@ fn remediate(
             }
         }
     }
+}
+
+/// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):
+/// nothing is written but the check's status, which says why (`RemediationAllowed=False` with
+/// `reason`), and a `NoDecision` notice when that reason is new. Counts are left as last observed.
+pub fn refuse(
+    check: &MachineHealthCheck,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Plan<MachineHealthCheckStatus> {
+    let previous = check.status.as_ref();
+    let mut b = Builder {
+        status: previous.cloned().unwrap_or_default(),
+        previous,
+        actions: Vec::new(),
+        notices: Vec::new(),
+        now,
+        generation: check.metadata.generation,
+    };
+    b.status.observed_generation = check.metadata.generation;
+    b.status.remediations_allowed = 0;
+    b.condition(DesiredCondition::false_(REMEDIATION_ALLOWED, reason, message), None, Some(NoticeKind::NoDecision));
+    b.finish(None)
 }

@@ -760,8 +760,18 @@ fn rule3_blocked_message_names_total_unhealthy_and_limit() {
     let cases = [
         (json!({"maxUnhealthy": "40%"}), 7, 3, "exceeds maxUnhealthy (total: 7, unhealthy: 3, maxUnhealthy: 40%)"),
         (json!({"maxUnhealthy": 1}), 3, 2, "exceeds maxUnhealthy (total: 3, unhealthy: 2, maxUnhealthy: 1)"),
-        (json!({"unhealthyRange": "[2-3]"}), 4, 1, "is below unhealthyRange (total: 4, unhealthy: 1, unhealthyRange: [2-3])"),
-        (json!({"unhealthyRange": "[0-1]"}), 4, 2, "exceeds unhealthyRange (total: 4, unhealthy: 2, unhealthyRange: [0-1])"),
+        (
+            json!({"unhealthyRange": "[2-3]"}),
+            4,
+            1,
+            "is below unhealthyRange (total: 4, unhealthy: 1, unhealthyRange: [2-3])",
+        ),
+        (
+            json!({"unhealthyRange": "[0-1]"}),
+            4,
+            2,
+            "exceeds unhealthyRange (total: 4, unhealthy: 2, unhealthyRange: [0-1])",
+        ),
     ];
     for (spec, total, unhealthy, want) in cases {
         let mut world = unhealthy_fleet(healthy_fleet(MhcWorld::new(), total - unhealthy), unhealthy);
@@ -773,9 +783,7 @@ fn rule3_blocked_message_names_total_unhealthy_and_limit() {
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "TooManyUnhealthy"));
         assert_eq!(
             c.message,
-            format!(
-                "Remediation is not allowed, the number of not started or unhealthy machines {want}"
-            )
+            format!("Remediation is not allowed, the number of not started or unhealthy machines {want}")
         );
         assert_eq!(plan.notices[0].message, c.message, "the notice says the same");
     }

@@ -49,7 +49,12 @@ fn zone_outage_short_circuits_until_the_zone_returns() {
     let blocked = events(&r, "RemediationBlocked");
     assert_eq!(blocked.len(), 1);
     assert_eq!(blocked[0].t, 120.0);
-    assert!(blocked[0].details["message"].as_str().unwrap_or("").contains("exceeds maxUnhealthy (total: 5, unhealthy: 3, maxUnhealthy: 40%)"));
+    assert!(
+        blocked[0].details["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("exceeds maxUnhealthy (total: 5, unhealthy: 3, maxUnhealthy: 40%)")
+    );
     // Health verdicts are still written while blocked, but nothing is requested until 20m.
     assert_eq!(events(&r, "Unhealthy").len(), 3);
     let requested = events(&r, "RemediationRequested");

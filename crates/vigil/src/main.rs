@@ -1,6 +1,7 @@
-//! The `vigil` command: `simulate` (the decision engine on a scenario, no cluster needed) and
-//! `validate` (the admission rules on manifests).
+//! The `vigil` command: `simulate` (the decision engine on a scenario, no cluster needed),
+//! `validate` (the admission rules on manifests) and `crd` (the CustomResourceDefinitions).
 
+mod run_cmd;
 mod validate_cmd;
 
 use anyhow::{Context, Result};
@@ -39,6 +40,24 @@ enum Command {
         /// Manifest files (multi-document YAML).
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+    /// Print the CustomResourceDefinitions of MachineHealthCheck and NodeHealthCheck as YAML.
+    /// Run the controller against a cluster (kubeconfig, KUBECONFIG, ~/.kube/config or in-cluster).
+    Run {
+        /// Kubeconfig file to use instead of the default ones.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// How many checks are decided and applied at once.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+        workers: u16,
+        /// Serve Prometheus metrics at this address (e.g. 0.0.0.0:8080).
+        #[arg(long)]
+        metrics_addr: Option<std::net::SocketAddr>,
+    },
+    Crd {
+        /// Write one `<group>_<plural>.yaml` file per CRD into this directory instead (e.g. deploy/crds).
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
     },
 }
 
@@ -87,5 +106,23 @@ fn run(cli: Cli) -> Result<bool> {
             Ok(true)
         }
         Command::Validate { files } => validate_cmd::run(&files, &mut stdout),
+        Command::Run { kubeconfig, workers, metrics_addr } => {
+            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr)
+        }
+        Command::Crd { out_dir } => {
+            let files = vigil_api::crd::files().context("cannot render the CustomResourceDefinitions")?;
+            match out_dir {
+                None => stdout.write_all(vigil_api::crd::multi_document(&files).as_bytes())?,
+                Some(dir) => {
+                    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+                    for file in &files {
+                        let path = dir.join(&file.name);
+                        std::fs::write(&path, &file.text)
+                            .with_context(|| format!("cannot write {}", path.display()))?;
+                    }
+                }
+            }
+            Ok(true)
+        }
     }
 }

@@ -62,7 +62,10 @@ fn dump_writes_every_object_as_yaml() {
 
 #[test]
 fn an_invalid_scenario_names_the_entry_and_exits_1() {
-    let path = temp_file("bad.yaml", "name: bad\nduration: 10m\ntimeline:\n  - at: 20m\n    delete: {apiVersion: v1, kind: Node, name: n1}\n");
+    let path = temp_file(
+        "bad.yaml",
+        "name: bad\nduration: 10m\ntimeline:\n  - at: 20m\n    delete: {apiVersion: v1, kind: Node, name: n1}\n",
+    );
     let out = vigil(&["simulate", path.to_str().expect("utf-8 path")]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -1,0 +1,334 @@
+//! Applying a plan: the check's status (merge patch on the status subresource, only when it
+//! changed), Machine conditions (a merge patch carrying `resourceVersion`; on a conflict the patch
+//! is recomputed on the fresh Machine), remediation objects, and Events with upstream reasons.
+//! Writes of one plan run concurrently; every write is idempotent.
+
+use crate::Context;
+use crate::index::CheckKey;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::events::{Event, EventType};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tracing::{debug, warn};
+use vigil_api::views::MachineView;
+use vigil_engine::machine_write::machine_status_patch;
+use vigil_engine::{Action, Notice, NoticeKind, ObjectRef};
+
+/// Field manager of every write.
+pub const FIELD_MANAGER: &str = "vigil";
+/// How often a conflicting Machine write is recomputed and retried.
+const CONFLICT_RETRIES: usize = 5;
+/// How many writes of one plan run at once.
+const WRITE_CONCURRENCY: usize = 32;
+
+/// Why a write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The API server refused or could not be reached.
+    #[error("{what}: {source}")]
+    Api {
+        /// The write.
+        what: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The kind of an object could not be resolved.
+    #[error("{0}")]
+    Discovery(String),
+}
+
+impl WriteError {
+    /// A stable category for metrics and events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            WriteError::Api { source: kube::Error::Api(s), .. } if s.code == 409 => "conflict",
+            WriteError::Api { source: kube::Error::Api(s), .. } if s.code == 403 => "forbidden",
+            WriteError::Api { source: kube::Error::Api(_), .. } => "refused",
+            WriteError::Api { .. } => "unreachable",
+            WriteError::Discovery(_) => "discovery",
+        }
+    }
+}
+
+fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> WriteError {
+    let what = what.into();
+    move |source| WriteError::Api { what, source }
+}
+
+fn is_code(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// The Event reason for a notice: Cluster API's and medik8s' where they have one.
+pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
+    let machine = matches!(key, CheckKey::Machine(..));
+    match kind {
+        NoticeKind::Unhealthy if machine => "MachineMarkedUnhealthy",
+        NoticeKind::Unhealthy => "DetectedUnhealthy",
+        NoticeKind::RemediationRequested => "RemediationRequested",
+        NoticeKind::RemediationCreated => "RemediationCreated",
+        NoticeKind::RemediationDeleted => "RemediationRemoved",
+        NoticeKind::RemediationTimedOut => "RemediationTimedOut",
+        NoticeKind::NoTemplateLeft => "NoTemplateLeft",
+        NoticeKind::RemediationSkipped => "RemediationSkipped",
+        NoticeKind::RemediationBlocked => "RemediationRestricted",
+        NoticeKind::RemediationAllowed => "RemediationAllowed",
+        NoticeKind::Healthy if machine => "MachineHealthy",
+        NoticeKind::Healthy => "NodeHealthy",
+        NoticeKind::Paused => "Paused",
+        NoticeKind::Resumed => "Resumed",
+        NoticeKind::NoDecision => "NoDecision",
+    }
+}
+
+fn check_reference(key: &CheckKey, uid: Option<&str>) -> ObjectReference {
+    let (namespace, name, kind) = match key {
+        CheckKey::Machine(ns, n) => (Some(ns.clone()), n.clone(), "MachineHealthCheck"),
+        CheckKey::Node(n) => (None, n.clone(), "NodeHealthCheck"),
+    };
+    ObjectReference {
+        api_version: Some(vigil_api::API_VERSION.into()),
+        kind: Some(kind.into()),
+        name: Some(name),
+        namespace,
+        uid: uid.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+impl Context {
+    /// The API resource of an object kind, from discovery (cached).
+    pub async fn resource(&self, api_version: &str, kind: &str) -> Result<ApiResource, WriteError> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        if let Some(ar) = self.resources.lock().await.get(&gvk) {
+            return Ok(ar.clone());
+        }
+        let (ar, _) = kube::discovery::pinned_kind(&self.client, &gvk).await.map_err(|e| {
+            WriteError::Discovery(format!("{kind}.{group}/{version} is not served by the API server: {e}"))
+        })?;
+        self.resources.lock().await.insert(gvk, ar.clone());
+        Ok(ar)
+    }
+
+    fn dynamic(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+        if namespace.is_empty() {
+            Api::all_with(self.client.clone(), ar)
+        } else {
+            Api::namespaced_with(self.client.clone(), namespace, ar)
+        }
+    }
+
+    /// Applies a decided plan's writes and publishes its events.
+    pub async fn apply(self: &Arc<Self>, job: crate::reconcile::Job) -> Result<(), WriteError> {
+        let started = std::time::Instant::now();
+        // The status and the actions are written concurrently: the remediation request must not
+        // wait for the status round-trip.
+        let status_write = async {
+            let Some(status) = &job.status else { return Ok(()) };
+            let patch = Patch::Merge(json!({ "status": status }));
+            let params = PatchParams::default();
+            let result = match &job.key {
+                CheckKey::Machine(ns, n) => Api::<vigil_api::MachineHealthCheck>::namespaced(self.client.clone(), ns)
+                    .patch_status(n, &params, &patch)
+                    .await
+                    .map(|_| ()),
+                CheckKey::Node(n) => Api::<vigil_api::NodeHealthCheck>::all(self.client.clone())
+                    .patch_status(n, &params, &patch)
+                    .await
+                    .map(|_| ()),
+            };
+            match result {
+                Ok(()) => {
+                    self.metrics.writes("status");
+                    Ok(())
+                }
+                Err(e) if is_code(&e, 404) => Ok(()),
+                Err(e) => Err(api_error(format!("status of {}", job.key))(e)),
+            }
+        };
+        let actions = futures::stream::iter(job.actions.clone())
+            .map(|action| {
+                let this = self.clone();
+                let raw = match &action {
+                    Action::SetMachineConditions { machine, .. } => {
+                        job.machines.get(&format!("{}/{}", machine.namespace, machine.name)).cloned()
+                    }
+                    _ => None,
+                };
+                async move {
+                    let result = this.act(&action, raw).await;
+                    (action, result)
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect::<Vec<(Action, Result<Option<ObjectRef>, WriteError>)>>();
+        let (status_result, results) = futures::join!(status_write, actions);
+        let mut first_error = status_result.err();
+        let mut notices: Vec<(Notice, Option<ObjectRef>)> = job.notices.iter().map(|n| (n.clone(), None)).collect();
+        for (action, result) in results {
+            match (&action, result) {
+                (Action::CreateRemediation { target, object }, Ok(Some(created))) => {
+                    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+                    notices.push((
+                        Notice {
+                            kind: NoticeKind::RemediationCreated,
+                            target: Some(target.clone()),
+                            reason: "RemediationCreated".into(),
+                            message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
+                        },
+                        None,
+                    ));
+                }
+                (Action::DeleteRemediation { target, object }, Ok(Some(_))) => {
+                    notices.push((
+                        Notice {
+                            kind: NoticeKind::RemediationDeleted,
+                            target: Some(target.clone()),
+                            reason: "RemediationRemoved".into(),
+                            message: format!("Deleted {object} for {target}: it is healthy again or gone"),
+                        },
+                        None,
+                    ));
+                }
+                (_, Ok(_)) => {}
+                (_, Err(e)) => {
+                    warn!(check = %job.key, error = %e, category = e.category(), "write failed");
+                    self.metrics.write_error(e.category());
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.metrics.apply_seconds(started.elapsed().as_secs_f64());
+        for (notice, _) in notices {
+            self.publish(&job.key, job.uid.as_deref(), &notice).await;
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    async fn publish(&self, key: &CheckKey, uid: Option<&str>, notice: &Notice) {
+        let note = match &notice.target {
+            Some(t) if !notice.message.contains(t.rsplit('/').next().unwrap_or(t)) => {
+                format!("{t}: {}", notice.message)
+            }
+            _ => notice.message.clone(),
+        };
+        let event = Event {
+            type_: if notice.kind.is_warning() { EventType::Warning } else { EventType::Normal },
+            reason: event_reason(key, notice.kind).into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: format!("{:?}", notice.kind),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &check_reference(key, uid)).await {
+            debug!(check = %key, error = %e, "event not published");
+        }
+    }
+
+    /// One write; `Ok(Some(object))` when an object was created or deleted.
+    async fn act(&self, action: &Action, raw: Option<Arc<Value>>) -> Result<Option<ObjectRef>, WriteError> {
+        match action {
+            Action::SetMachineConditions { machine, version, conditions } => {
+                let ar = self.resource(&machine.api_version, "Machine").await?;
+                let api = self.dynamic(&ar, &machine.namespace);
+                let mut current = raw.map(|r| (*r).clone()).unwrap_or(Value::Null);
+                for attempt in 0..=CONFLICT_RETRIES {
+                    let conditions = if attempt == 0 {
+                        conditions.clone()
+                    } else {
+                        // Recompute transition times on the fresh Machine: a status that did
+                        // not change keeps its time.
+                        let view = MachineView::read(&current);
+                        conditions
+                            .iter()
+                            .map(|(d, at)| {
+                                let cur =
+                                    view.as_ref().and_then(|v| vigil_api::conditions::find(&v.conditions, &d.type_));
+                                (d.clone(), if cur.is_some() { d.transition_time(cur, *at) } else { *at })
+                            })
+                            .collect()
+                    };
+                    let patch = machine_status_patch(&current, *version, &conditions);
+                    match api.patch_status(&machine.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                        Ok(_) => {
+                            self.metrics.writes("machine_conditions");
+                            return Ok(None);
+                        }
+                        Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES => {
+                            let fresh = api.get(&machine.name).await.map_err(api_error(format!("get {machine}")))?;
+                            current = serde_json::to_value(&fresh).unwrap_or(Value::Null);
+                        }
+                        Err(e) if is_code(&e, 404) => return Ok(None),
+                        Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
+                    }
+                }
+                Ok(None)
+            }
+            Action::CreateRemediation { object, .. } => {
+                let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+                let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+                let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+                let ar = self.resource(api_version, kind).await?;
+                let dynamic: DynamicObject = serde_json::from_value(object.clone())
+                    .map_err(|e| WriteError::Discovery(format!("remediation object: {e}")))?;
+                match self
+                    .dynamic(&ar, namespace)
+                    .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &dynamic)
+                    .await
+                {
+                    Ok(created) => {
+                        self.metrics.writes("remediation_create");
+                        Ok(Some(ObjectRef {
+                            api_version: api_version.into(),
+                            kind: kind.into(),
+                            namespace: namespace.into(),
+                            name: created.metadata.name.unwrap_or_default(),
+                        }))
+                    }
+                    Err(e) if is_code(&e, 409) => Ok(None),
+                    Err(e) => Err(api_error(format!("create {kind} in {namespace}"))(e)),
+                }
+            }
+            Action::DeleteRemediation { object, .. } => {
+                let ar = self.resource(&object.api_version, &object.kind).await?;
+                match self.dynamic(&ar, &object.namespace).delete(&object.name, &DeleteParams::background()).await {
+                    Ok(_) => {
+                        self.metrics.writes("remediation_delete");
+                        Ok(Some(object.clone()))
+                    }
+                    Err(e) if is_code(&e, 404) => Ok(None),
+                    Err(e) => Err(api_error(format!("delete {object}"))(e)),
+                }
+            }
+            Action::AnnotateRemediation { object, key, value } => {
+                let ar = self.resource(&object.api_version, &object.kind).await?;
+                let patch = json!({"metadata": {"annotations": {key: value}}});
+                match self
+                    .dynamic(&ar, &object.namespace)
+                    .patch(&object.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {
+                        self.metrics.writes("remediation_annotate");
+                        Ok(None)
+                    }
+                    Err(e) if is_code(&e, 404) => Ok(None),
+                    Err(e) => Err(api_error(format!("annotate {object}"))(e)),
+                }
+            }
+        }
+    }
+}
+
+/// Seconds between `deadline` and now, for the detection-delay metric.
+pub fn seconds_since(deadline: Timestamp) -> f64 {
+    Timestamp::now().duration_since(deadline).as_secs_f64()
+}

@@ -1,0 +1,439 @@
+//! The controller's in-memory indexes, fed by watches: slim views of every object a decision
+//! reads, keyed the way decisions look them up (Machines by namespace and name, sorted; Nodes
+//! by workload cluster and name; Machines by the Node they reference). Watch handlers update
+//! them and return the checks the change concerns; decisions read them under a short lock.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use vigil_api::validate::{MhcPolicy, NhcPolicy};
+use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
+use vigil_api::well_known::CLUSTER_NAME_LABEL;
+use vigil_api::{MachineHealthCheck, NodeHealthCheck, validate};
+use vigil_engine::concerns;
+
+/// Names a health check.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CheckKey {
+    /// A MachineHealthCheck by namespace and name.
+    Machine(String, String),
+    /// A NodeHealthCheck by name.
+    Node(String),
+}
+
+impl std::fmt::Display for CheckKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckKey::Machine(ns, n) => write!(f, "MachineHealthCheck/{ns}/{n}"),
+            CheckKey::Node(n) => write!(f, "NodeHealthCheck/{n}"),
+        }
+    }
+}
+
+/// Where Nodes come from: [`MANAGEMENT`] or a workload cluster's `namespace/clusterName`.
+pub type ClusterKey = String;
+/// The cluster Vigil runs in.
+pub const MANAGEMENT: &str = "";
+
+/// Whether a watched source can be trusted right now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SourceState {
+    /// Not listed completely yet.
+    #[default]
+    Syncing,
+    /// Listed and watching.
+    Synced,
+    /// The watch failed; the cache may be stale (why, for the operator).
+    Failed(String),
+}
+
+/// Nodes of one cluster.
+#[derive(Debug, Default)]
+pub struct NodeCache {
+    /// Nodes by name, reduced to what the rules read.
+    pub nodes: HashMap<String, Arc<Node>>,
+    /// Whether they can be trusted.
+    pub state: SourceState,
+}
+
+/// A Machine as decisions and writes need it.
+#[derive(Debug, Clone)]
+pub struct MachineEntry {
+    /// The parsed view.
+    pub view: Arc<MachineView>,
+    /// The fields a condition patch is computed from (apiVersion, resourceVersion, generation,
+    /// both condition lists).
+    pub raw: Arc<Value>,
+}
+
+/// Objects of one dynamic kind (a remediation template kind or a remediation kind).
+#[derive(Debug, Default)]
+pub struct ObjectCache {
+    /// Remediation views by namespace, then name.
+    pub remediations: BTreeMap<String, BTreeMap<String, Arc<RemediationView>>>,
+    /// Template views by namespace, then name (only for template kinds).
+    pub templates: BTreeMap<String, BTreeMap<String, Arc<TemplateView>>>,
+    /// Whether they can be trusted.
+    pub state: SourceState,
+}
+
+/// Group and kind of a dynamic kind.
+pub type GroupKind = (String, String);
+
+/// Every index.
+#[derive(Debug, Default)]
+pub struct Index {
+    /// MachineHealthChecks by (namespace, name).
+    pub mhcs: BTreeMap<(String, String), Arc<MachineHealthCheck>>,
+    /// NodeHealthChecks by name.
+    pub nhcs: BTreeMap<String, Arc<NodeHealthCheck>>,
+    /// Machines by namespace, then name (sorted, as the engine prefers).
+    pub machines: BTreeMap<String, BTreeMap<String, MachineEntry>>,
+    /// Clusters by (namespace, name).
+    pub clusters: BTreeMap<(String, String), Arc<ClusterView>>,
+    /// Nodes by cluster.
+    pub nodes: BTreeMap<ClusterKey, NodeCache>,
+    /// Machines (namespace, name) by (cluster, Node name) from their nodeRef.
+    pub machines_by_node: HashMap<(ClusterKey, String), BTreeSet<(String, String)>>,
+    /// Templates and remediation objects by group and kind.
+    pub objects: BTreeMap<GroupKind, ObjectCache>,
+    /// MachineHealthChecks whose spec could not be read, with the error (they are still in `mhcs`
+    /// with an empty spec, so their status can say why).
+    pub mhc_errors: BTreeMap<(String, String), String>,
+    /// NodeHealthChecks whose spec could not be read, with the error.
+    pub nhc_errors: BTreeMap<String, String>,
+    /// State of the fixed sources.
+    pub mhc_state: SourceState,
+    /// State of the NodeHealthCheck watch.
+    pub nhc_state: SourceState,
+    /// State of the Machine watch (Failed when Cluster API is not installed).
+    pub machine_state: SourceState,
+    /// State of the Cluster watch.
+    pub cluster_state: SourceState,
+}
+
+/// The cluster key of a Machine's Nodes.
+pub fn machine_cluster(view: &MachineView) -> ClusterKey {
+    let cluster = view.meta.labels.get(CLUSTER_NAME_LABEL).map(String::as_str).unwrap_or("");
+    format!("{}/{cluster}", view.meta.namespace)
+}
+
+/// Reduces a Node to what rules read, so 10 000 Nodes stay small (no images, addresses,
+/// heartbeats or capacity).
+pub fn slim_node(node: &Node) -> Node {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref()).map(|cs| {
+        cs.iter()
+            .map(|c| NodeCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                last_transition_time: c.last_transition_time.clone(),
+                reason: c.reason.clone(),
+                message: None,
+                last_heartbeat_time: None,
+            })
+            .collect()
+    });
+    Node {
+        metadata: ObjectMeta {
+            name: node.metadata.name.clone(),
+            uid: node.metadata.uid.clone(),
+            labels: node.metadata.labels.clone(),
+            annotations: node.metadata.annotations.clone(),
+            deletion_timestamp: node.metadata.deletion_timestamp.clone(),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus { conditions, ..Default::default() }),
+    }
+}
+
+/// The part of a Machine's JSON a condition patch needs.
+pub fn slim_machine_raw(v: &Value) -> Value {
+    let keep = |p: &str| v.pointer(p).cloned().unwrap_or(Value::Null);
+    let mut status = json!({});
+    for (pointer, path) in [
+        ("/status/conditions", vec!["conditions"]),
+        ("/status/v1beta2/conditions", vec!["v1beta2", "conditions"]),
+        ("/status/deprecated/v1beta1/conditions", vec!["deprecated", "v1beta1", "conditions"]),
+    ] {
+        if let Some(list) = v.pointer(pointer) {
+            let mut cur = &mut status;
+            for (i, part) in path.iter().enumerate() {
+                if i + 1 == path.len() {
+                    cur[*part] = list.clone();
+                } else {
+                    if cur.get(*part).is_none() {
+                        cur[*part] = json!({});
+                    }
+                    cur = &mut cur[*part];
+                }
+            }
+        }
+    }
+    json!({
+        "apiVersion": keep("/apiVersion"),
+        "kind": "Machine",
+        "metadata": {"name": keep("/metadata/name"), "namespace": keep("/metadata/namespace"),
+                     "resourceVersion": keep("/metadata/resourceVersion"), "generation": keep("/metadata/generation")},
+        "status": status,
+    })
+}
+
+fn parsed_mhc(check: &MachineHealthCheck) -> Option<MhcPolicy> {
+    validate::machine_health_check(check).ok()
+}
+
+fn parsed_nhc(check: &NodeHealthCheck) -> Option<NhcPolicy> {
+    validate::node_health_check(check).ok()
+}
+
+impl Index {
+    /// Every check.
+    pub fn all_checks(&self) -> Vec<CheckKey> {
+        let m = self.mhcs.keys().map(|(ns, n)| CheckKey::Machine(ns.clone(), n.clone()));
+        let n = self.nhcs.keys().map(|n| CheckKey::Node(n.clone()));
+        m.chain(n).collect()
+    }
+
+    /// Every MachineHealthCheck.
+    pub fn all_mhcs(&self) -> Vec<CheckKey> {
+        self.mhcs.keys().map(|(ns, n)| CheckKey::Machine(ns.clone(), n.clone())).collect()
+    }
+
+    /// Every NodeHealthCheck.
+    pub fn all_nhcs(&self) -> Vec<CheckKey> {
+        self.nhcs.keys().map(|n| CheckKey::Node(n.clone())).collect()
+    }
+
+    /// Stores (or removes) a Machine; returns the checks it concerns, before or after.
+    pub fn put_machine(&mut self, raw: Option<&Value>, removed: Option<(String, String)>) -> BTreeSet<CheckKey> {
+        let new = raw.and_then(MachineView::read).map(|view| MachineEntry {
+            raw: Arc::new(slim_machine_raw(raw.unwrap_or(&Value::Null))),
+            view: Arc::new(view),
+        });
+        let key = match (&new, removed) {
+            (Some(e), _) => (e.view.meta.namespace.clone(), e.view.meta.name.clone()),
+            (None, Some(k)) => k,
+            (None, None) => return BTreeSet::new(),
+        };
+        let old = match &new {
+            Some(e) => self.machines.entry(key.0.clone()).or_default().insert(key.1.clone(), e.clone()),
+            None => self.machines.get_mut(&key.0).and_then(|m| m.remove(&key.1)),
+        };
+        if let Some(old) = &old
+            && let Some(node) = &old.view.node_name
+        {
+            let nk = (machine_cluster(&old.view), node.clone());
+            if let Some(set) = self.machines_by_node.get_mut(&nk) {
+                set.remove(&key);
+                if set.is_empty() {
+                    self.machines_by_node.remove(&nk);
+                }
+            }
+        }
+        if let Some(new) = &new
+            && let Some(node) = &new.view.node_name
+        {
+            self.machines_by_node.entry((machine_cluster(&new.view), node.clone())).or_default().insert(key.clone());
+        }
+        let mut out = BTreeSet::new();
+        for view in old.iter().map(|e| &e.view).chain(new.iter().map(|e| &e.view)) {
+            out.extend(self.mhcs_concerned_by_machine(view));
+        }
+        out
+    }
+
+    fn mhcs_concerned_by_machine(&self, view: &MachineView) -> Vec<CheckKey> {
+        self.mhcs
+            .range((view.meta.namespace.clone(), String::new())..)
+            .take_while(|((ns, _), _)| *ns == view.meta.namespace)
+            .filter(|(_, check)| parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_machine(check, &p, view)))
+            .map(|((ns, n), _)| CheckKey::Machine(ns.clone(), n.clone()))
+            .collect()
+    }
+
+    /// Stores (or removes) a Cluster; returns the checks it concerns.
+    pub fn put_cluster(&mut self, raw: Option<&Value>, removed: Option<(String, String)>) -> BTreeSet<CheckKey> {
+        let view = raw.and_then(ClusterView::read);
+        let key = match (&view, removed) {
+            (Some(v), _) => (v.meta.namespace.clone(), v.meta.name.clone()),
+            (None, Some(k)) => k,
+            (None, None) => return BTreeSet::new(),
+        };
+        match view {
+            Some(v) => self.clusters.insert(key.clone(), Arc::new(v)),
+            None => self.clusters.remove(&key),
+        };
+        let meta = Meta { namespace: key.0.clone(), name: key.1.clone(), ..Default::default() };
+        self.mhcs
+            .iter()
+            .filter(|(_, check)| parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_cluster(check, &p, &meta)))
+            .map(|((ns, n), _)| CheckKey::Machine(ns.clone(), n.clone()))
+            .collect()
+    }
+
+    /// Stores (or removes) a Node of `cluster`; returns the checks whose verdict the change can
+    /// alter (none for a heartbeat).
+    pub fn put_node(&mut self, cluster: &str, node: Option<&Node>, removed: Option<String>) -> BTreeSet<CheckKey> {
+        let slim = node.map(slim_node);
+        let Some(name) = slim.as_ref().and_then(|n| n.metadata.name.clone()).or(removed) else {
+            return BTreeSet::new();
+        };
+        let cache = self.nodes.entry(cluster.to_string()).or_default();
+        let old = match slim {
+            Some(n) => {
+                let new = Arc::new(n);
+                let old = cache.nodes.insert(name.clone(), new.clone());
+                if old.as_ref().is_some_and(|o| !concerns::node_change_matters(o, &new)) {
+                    return BTreeSet::new();
+                }
+                old
+            }
+            None => cache.nodes.remove(&name),
+        };
+        let _ = old;
+        self.checks_for_node(cluster, &name)
+    }
+
+    /// The checks that look at Node `name` of `cluster`.
+    pub fn checks_for_node(&self, cluster: &str, name: &str) -> BTreeSet<CheckKey> {
+        let mut out = BTreeSet::new();
+        if let Some(machines) = self.machines_by_node.get(&(cluster.to_string(), name.to_string())) {
+            for (ns, m) in machines {
+                if let Some(entry) = self.machines.get(ns).and_then(|ms| ms.get(m)) {
+                    out.extend(self.mhcs_concerned_by_machine(&entry.view));
+                }
+            }
+        }
+        if cluster == MANAGEMENT {
+            let node = self.nodes.get(MANAGEMENT).and_then(|c| c.nodes.get(name));
+            for (n, check) in &self.nhcs {
+                let hit = match (parsed_nhc(check), node) {
+                    (Some(p), Some(node)) => concerns::nhc_concerns_node(check, &p, node),
+                    // A deleted Node: the checks that listed it, or every check if unknown.
+                    (Some(_), None) => {
+                        check.status.as_ref().is_none_or(|s| s.unhealthy_nodes.iter().any(|u| u.name == name))
+                    }
+                    (None, _) => true,
+                };
+                if hit {
+                    out.insert(CheckKey::Node(n.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Stores (or removes) a template or remediation object; returns the checks it concerns.
+    pub fn put_object(
+        &mut self,
+        gk: &GroupKind,
+        is_template: bool,
+        raw: Option<&Value>,
+        removed: Option<(String, String)>,
+    ) -> BTreeSet<CheckKey> {
+        let cache = self.objects.entry(gk.clone()).or_default();
+        let meta = match raw {
+            Some(v) => {
+                let Some(view) = RemediationView::read(v) else { return BTreeSet::new() };
+                let (ns, name) = (view.meta.namespace.clone(), view.meta.name.clone());
+                if is_template && let Some(t) = TemplateView::read(v) {
+                    cache.templates.entry(ns.clone()).or_default().insert(name.clone(), Arc::new(t));
+                }
+                let meta = view.meta.clone();
+                cache.remediations.entry(ns).or_default().insert(name, Arc::new(view));
+                meta
+            }
+            None => {
+                let Some((ns, name)) = removed else { return BTreeSet::new() };
+                let old = cache.remediations.get_mut(&ns).and_then(|m| m.remove(&name));
+                cache.templates.get_mut(&ns).and_then(|m| m.remove(&name));
+                match old {
+                    Some(o) => o.meta.clone(),
+                    None => Meta {
+                        namespace: ns,
+                        name,
+                        kind: gk.1.clone(),
+                        api_version: format!("{}/v", gk.0),
+                        ..Default::default()
+                    },
+                }
+            }
+        };
+        self.checks_for_object(&meta)
+    }
+
+    /// The checks a template or remediation object concerns.
+    pub fn checks_for_object(&self, meta: &Meta) -> BTreeSet<CheckKey> {
+        let mut out = BTreeSet::new();
+        for ((ns, n), check) in &self.mhcs {
+            if parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_remediation_object(check, &p, meta)) {
+                out.insert(CheckKey::Machine(ns.clone(), n.clone()));
+            }
+        }
+        for (n, check) in &self.nhcs {
+            if parsed_nhc(check).is_none_or(|p| concerns::nhc_concerns_remediation_object(&p, meta)) {
+                out.insert(CheckKey::Node(n.clone()));
+            }
+        }
+        out
+    }
+
+    /// Stores (or removes) a MachineHealthCheck; a change of anything but its status concerns it.
+    pub fn put_mhc(
+        &mut self,
+        check: Option<MachineHealthCheck>,
+        removed: Option<(String, String)>,
+    ) -> BTreeSet<CheckKey> {
+        let key = match (&check, removed) {
+            (Some(c), _) => {
+                (c.metadata.namespace.clone().unwrap_or_default(), c.metadata.name.clone().unwrap_or_default())
+            }
+            (None, Some(k)) => k,
+            (None, None) => return BTreeSet::new(),
+        };
+        let changed = match (&check, self.mhcs.get(&key)) {
+            (Some(new), Some(old)) => {
+                new.metadata.generation != old.metadata.generation
+                    || new.metadata.annotations != old.metadata.annotations
+                    || new.metadata.deletion_timestamp != old.metadata.deletion_timestamp
+            }
+            _ => true,
+        };
+        match check {
+            Some(c) => self.mhcs.insert(key.clone(), Arc::new(c)),
+            None => self.mhcs.remove(&key),
+        };
+        if changed { BTreeSet::from([CheckKey::Machine(key.0, key.1)]) } else { BTreeSet::new() }
+    }
+
+    /// Stores (or removes) a NodeHealthCheck; a change of anything but its status concerns it.
+    pub fn put_nhc(&mut self, check: Option<NodeHealthCheck>, removed: Option<String>) -> BTreeSet<CheckKey> {
+        let key = match (&check, removed) {
+            (Some(c), _) => c.metadata.name.clone().unwrap_or_default(),
+            (None, Some(k)) => k,
+            (None, None) => return BTreeSet::new(),
+        };
+        let changed = match (&check, self.nhcs.get(&key)) {
+            (Some(new), Some(old)) => {
+                new.metadata.generation != old.metadata.generation
+                    || new.metadata.annotations != old.metadata.annotations
+                    || new.metadata.deletion_timestamp != old.metadata.deletion_timestamp
+            }
+            _ => true,
+        };
+        match check {
+            Some(c) => self.nhcs.insert(key.clone(), Arc::new(c)),
+            None => self.nhcs.remove(&key),
+        };
+        if changed { BTreeSet::from([CheckKey::Node(key)]) } else { BTreeSet::new() }
+    }
+}
+
+/// When a status write should be considered current (used to skip identical writes).
+pub fn now() -> Timestamp {
+    Timestamp::now()
+}

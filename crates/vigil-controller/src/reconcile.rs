@@ -1,0 +1,281 @@
+//! One decision: gather a check's observed state from the indexes, call the engine, and turn the
+//! plan into owned write jobs. Everything here runs under the index read lock, without I/O.
+
+use crate::index::{CheckKey, Index, MANAGEMENT, SourceState};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use vigil_api::validate;
+use vigil_api::views::{MachineView, RemediationView, TemplateView};
+use vigil_engine::concerns::group_of;
+use vigil_engine::lookup::Lookup;
+use vigil_engine::machine::{self, MhcInput, NodeSource};
+use vigil_engine::node::{self, NhcInput};
+use vigil_engine::{Action, Notice};
+
+/// Something a check needs watched before it can be decided.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Need {
+    /// Objects of a kind (group, version, kind), e.g. a template kind.
+    Kind {
+        /// API group.
+        group: String,
+        /// API version.
+        version: String,
+        /// Kind.
+        kind: String,
+        /// Whether objects of this kind are templates (keep `spec.template`).
+        template: bool,
+    },
+    /// The Nodes of a workload cluster (`namespace`, `clusterName`).
+    WorkloadCluster(String, String),
+}
+
+/// A decided plan, with everything its writes need, owned.
+pub struct Job {
+    /// The check.
+    pub key: CheckKey,
+    /// The check's status as it should be, when it differs from what it is.
+    pub status: Option<Value>,
+    /// The writes.
+    pub actions: Vec<Action>,
+    /// Current (slim) JSON of the Machines the actions patch, by `namespace/name`.
+    pub machines: HashMap<String, Arc<Value>>,
+    /// Notices for events.
+    pub notices: Vec<Notice>,
+    /// When to decide again.
+    pub next_wake: Option<Timestamp>,
+    /// Watches the check needs.
+    pub needs: BTreeSet<Need>,
+    /// UID of the check, for events.
+    pub uid: Option<String>,
+}
+
+struct RemediationIndex<'a>(Option<&'a BTreeMap<String, Arc<RemediationView>>>);
+
+impl Lookup<RemediationView> for RemediationIndex<'_> {
+    fn lookup(&self, key: &str) -> Option<&RemediationView> {
+        self.0.and_then(|m| m.get(key)).map(|a| a.as_ref())
+    }
+}
+
+fn split_api_version(api_version: &str) -> (String, String) {
+    match api_version.rsplit_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), api_version.to_string()),
+    }
+}
+
+fn kind_needs(api_version: &str, template_kind: &str, remediation_kind: &str) -> [Need; 2] {
+    let (group, version) = split_api_version(api_version);
+    [
+        Need::Kind { group: group.clone(), version: version.clone(), kind: template_kind.to_string(), template: true },
+        Need::Kind { group, version, kind: remediation_kind.to_string(), template: false },
+    ]
+}
+
+fn waiting(state: &SourceState, what: &str) -> Option<String> {
+    match state {
+        SourceState::Synced => None,
+        SourceState::Syncing => Some(format!("waiting for the first complete list of {what}")),
+        SourceState::Failed(e) => Some(format!("the watch of {what} failed ({e}); the cache may be stale")),
+    }
+}
+
+/// Reason of `RemediationAllowed=False` when no decision can be made.
+pub const REASON_WAITING: &str = "WaitingForCaches";
+/// Reason when the spec cannot be read or validated.
+pub const REASON_INVALID: &str = "InvalidSpec";
+
+fn status_if_changed<S: serde::Serialize>(current: Option<&S>, new: &S) -> Option<Value> {
+    let new = serde_json::to_value(new).ok()?;
+    let cur = current.and_then(|c| serde_json::to_value(c).ok());
+    (cur.as_ref() != Some(&new)).then_some(new)
+}
+
+/// Decides a MachineHealthCheck; `None` when it no longer exists.
+pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp) -> Option<Job> {
+    let key = CheckKey::Machine(namespace.to_string(), name.to_string());
+    let check = idx.mhcs.get(&(namespace.to_string(), name.to_string()))?;
+    if check.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let uid = check.metadata.uid.clone();
+    let finish = |plan: vigil_engine::Plan<vigil_api::MachineHealthCheckStatus>, needs, machines| Job {
+        key: key.clone(),
+        status: status_if_changed(check.status.as_ref(), &plan.status),
+        actions: plan.actions,
+        machines,
+        notices: plan.notices,
+        next_wake: plan.next_wake,
+        needs,
+        uid: uid.clone(),
+    };
+    if let Some(error) = idx.mhc_errors.get(&(namespace.to_string(), name.to_string())) {
+        return Some(finish(machine::refuse(check, REASON_INVALID, error, now), BTreeSet::new(), HashMap::new()));
+    }
+    let policy = match validate::machine_health_check(check) {
+        Ok(p) => p,
+        Err(e) => {
+            return Some(finish(
+                machine::refuse(check, REASON_INVALID, &e.to_string(), now),
+                BTreeSet::new(),
+                HashMap::new(),
+            ));
+        }
+    };
+    let mut needs = BTreeSet::from([Need::WorkloadCluster(namespace.to_string(), policy.cluster_name.clone())]);
+    let template_cache = policy.remediation_template.as_ref().map(|t| {
+        needs.extend(kind_needs(&t.api_version, &t.kind, t.remediation_kind()));
+        let group = group_of(&t.api_version).to_string();
+        (
+            idx.objects.get(&(group.clone(), t.kind.clone())),
+            idx.objects.get(&(group, t.remediation_kind().to_string())),
+            t,
+        )
+    });
+    let mut unsure = [
+        waiting(&idx.mhc_state, "MachineHealthChecks"),
+        waiting(&idx.machine_state, "Cluster API Machines"),
+        waiting(&idx.cluster_state, "Cluster API Clusters"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>();
+    let mut template: Option<&TemplateView> = None;
+    let mut remediations = RemediationIndex(None);
+    if let Some((templates, objects, t)) = &template_cache {
+        match (templates.map(|c| &c.state), objects.map(|c| &c.state)) {
+            (Some(SourceState::Synced), Some(SourceState::Synced)) => {
+                template =
+                    templates.and_then(|c| c.templates.get(namespace)).and_then(|m| m.get(&t.name)).map(|a| a.as_ref());
+                remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(namespace)));
+            }
+            // A kind the API server does not serve: the template counts as missing, which the
+            // engine reports on every unhealthy Machine and in the check's conditions.
+            (Some(SourceState::Failed(_)), _) | (_, Some(SourceState::Failed(_))) => {}
+            _ => unsure.push(format!("waiting for the first complete list of {} and {}", t.kind, t.remediation_kind())),
+        }
+    }
+    if !unsure.is_empty() {
+        return Some(finish(machine::refuse(check, REASON_WAITING, &unsure.join("; "), now), needs, HashMap::new()));
+    }
+    let workload = format!("{namespace}/{}", policy.cluster_name);
+    let unreachable;
+    let nodes = match idx.nodes.get(&workload) {
+        Some(cache) if cache.state == SourceState::Synced => NodeSource::Reachable(&cache.nodes),
+        Some(cache) => {
+            unreachable = waiting(&cache.state, &format!("Nodes of workload cluster {workload}")).unwrap_or_default();
+            NodeSource::Unreachable(&unreachable)
+        }
+        None => {
+            unreachable = format!(
+                "no connection to workload cluster {workload} yet (Secret {namespace}/{}-kubeconfig)",
+                policy.cluster_name
+            );
+            NodeSource::Unreachable(&unreachable)
+        }
+    };
+    let machines: Vec<&MachineView> =
+        idx.machines.get(namespace).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default();
+    let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
+    let input =
+        MhcInput { check, policy: &policy, cluster, machines: &machines, nodes, template, remediations: &remediations };
+    let plan = machine::decide(&input, now);
+    let raws = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SetMachineConditions { machine, .. } => idx
+                .machines
+                .get(&machine.namespace)
+                .and_then(|ms| ms.get(&machine.name))
+                .map(|e| (format!("{}/{}", machine.namespace, machine.name), e.raw.clone())),
+            _ => None,
+        })
+        .collect();
+    Some(finish(plan, needs, raws))
+}
+
+/// Decides a NodeHealthCheck; `None` when it no longer exists.
+pub fn node_job(idx: &Index, name: &str, now: Timestamp) -> Option<Job> {
+    let key = CheckKey::Node(name.to_string());
+    let check = idx.nhcs.get(name)?;
+    if check.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let uid = check.metadata.uid.clone();
+    let finish = |plan: vigil_engine::Plan<vigil_api::NodeHealthCheckStatus>, needs| Job {
+        key: key.clone(),
+        status: status_if_changed(check.status.as_ref(), &plan.status),
+        actions: plan.actions,
+        machines: HashMap::new(),
+        notices: plan.notices,
+        next_wake: plan.next_wake,
+        needs,
+        uid: uid.clone(),
+    };
+    if let Some(error) = idx.nhc_errors.get(name) {
+        return Some(finish(node::refuse(check, REASON_INVALID, error, now), BTreeSet::new()));
+    }
+    let policy = match validate::node_health_check(check) {
+        Ok(p) => p,
+        Err(e) => return Some(finish(node::refuse(check, REASON_INVALID, &e.to_string(), now), BTreeSet::new())),
+    };
+    let mut needs = BTreeSet::new();
+    for step in &policy.steps {
+        needs.extend(kind_needs(&step.template.api_version, &step.template.kind, step.template.remediation_kind()));
+    }
+    let mut unsure: Vec<String> = [waiting(&idx.nhc_state, "NodeHealthChecks")].into_iter().flatten().collect();
+    match idx.nodes.get(MANAGEMENT) {
+        Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
+        None => unsure.push("waiting for the first complete list of Nodes".into()),
+    }
+    let mut templates = Vec::with_capacity(policy.steps.len());
+    let mut remediations: Vec<&RemediationView> = Vec::new();
+    let mut seen_kinds = BTreeSet::new();
+    for step in &policy.steps {
+        let t = &step.template;
+        let group = group_of(&t.api_version).to_string();
+        let template_cache = idx.objects.get(&(group.clone(), t.kind.clone()));
+        let object_cache = idx.objects.get(&(group.clone(), t.remediation_kind().to_string()));
+        match (template_cache.map(|c| &c.state), object_cache.map(|c| &c.state)) {
+            (Some(SourceState::Synced), Some(SourceState::Synced)) => {
+                templates.push(
+                    template_cache
+                        .and_then(|c| c.templates.get(&t.namespace))
+                        .and_then(|m| m.get(&t.name))
+                        .map(|a| a.as_ref()),
+                );
+                if seen_kinds.insert((group, t.remediation_kind().to_string(), t.namespace.clone())) {
+                    remediations.extend(
+                        object_cache
+                            .and_then(|c| c.remediations.get(&t.namespace))
+                            .into_iter()
+                            .flat_map(|m| m.values().map(|a| a.as_ref())),
+                    );
+                }
+            }
+            (Some(SourceState::Failed(_)), _) | (_, Some(SourceState::Failed(_))) => templates.push(None),
+            _ => unsure.push(format!("waiting for the first complete list of {} and {}", t.kind, t.remediation_kind())),
+        }
+    }
+    if !unsure.is_empty() {
+        return Some(finish(node::refuse(check, REASON_WAITING, &unsure.join("; "), now), needs));
+    }
+    let nodes: Vec<&Node> =
+        idx.nodes.get(MANAGEMENT).map(|c| c.nodes.values().map(|n| n.as_ref()).collect()).unwrap_or_default();
+    let input = NhcInput { check, policy: &policy, nodes: &nodes, templates: &templates, remediations: &remediations };
+    let plan = node::decide(&input, now);
+    Some(finish(plan, needs))
+}
+
+/// Decides the check `key`.
+pub fn job(idx: &Index, key: &CheckKey, now: Timestamp) -> Option<Job> {
+    match key {
+        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now),
+        CheckKey::Node(n) => node_job(idx, n, now),
+    }
+}
