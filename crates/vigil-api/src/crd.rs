@@ -237,20 +237,25 @@ pub(crate) fn threshold(schema: &mut Schema) {
     );
 }
 
-/// `unhealthyRange`: `[min-max]` (the `pattern`) with min ≤ max (CEL, with the strings
+/// `unhealthyRange`: `[min-max]` with min ≤ max (CEL, with the strings
 /// extension's `indexOf` / `substring`). Numbers of more than 18 digits are left to the
 /// controller, as `int()` could not hold them.
 pub(crate) fn unhealthy_range(schema: &mut Schema) {
     let s = object(schema);
-    s.insert("pattern".into(), UNHEALTHY_RANGE_PATTERN.into());
+    // A CEL rule rather than an OpenAPI `pattern`: the API server words a pattern failure as
+    // "should match '^\[[0-9]+-[0-9]+\]$'", which does not tell the user what to write.
     s.insert("maxLength".into(), RANGE_MAX_LENGTH.into());
     let min = "self.substring(1, self.indexOf('-'))";
     let max = "self.substring(self.indexOf('-') + 1, size(self) - 1)";
     let rule = format!("!self.matches(r'^\\[[0-9]{{1,18}}-[0-9]{{1,18}}\\]$') || int({min}) <= int({max})");
     let message = format!("'is inverted: the minimum ' + {min} + ' is greater than the maximum ' + {max}");
+    let shape = format!("self.matches(r'{UNHEALTHY_RANGE_PATTERN}')");
     push_rules(
         s,
-        [Rule::new(&rule, "is inverted: the minimum is greater than the maximum").message_expression(&message)],
+        [
+            Rule::new(&shape, "must have the form [min-max] with whole numbers, e.g. [1-3]"),
+            Rule::new(&rule, "is inverted: the minimum is greater than the maximum").message_expression(&message),
+        ],
     );
 }
 
@@ -656,7 +661,7 @@ mod tests {
         for path in [&["spec", "nodeStartupTimeout"][..], &["spec", "unhealthyConditions", "[]", "timeout"]] {
             assert_eq!(node(schema, path)["pattern"], GO_DURATION_PATTERN, "{path:?}");
         }
-        assert_eq!(node(schema, &["spec", "unhealthyRange"])["pattern"], UNHEALTHY_RANGE_PATTERN);
+        assert!(rules_at(schema, &["spec", "unhealthyRange"]).iter().any(|r| r.contains(UNHEALTHY_RANGE_PATTERN)));
         assert_eq!(node(schema, &["spec", "maxUnhealthy"])["x-kubernetes-int-or-string"], true);
         assert_eq!(node(schema, &["status", "conditions"])["x-kubernetes-list-type"], "map");
     }

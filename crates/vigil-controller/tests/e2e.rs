@@ -754,3 +754,147 @@ async fn a_bad_health_check_gets_a_condition_and_does_not_stop_the_others() -> R
     controller.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_refuses_bad_specs_with_a_clear_message() -> Result<()> {
+    let env = env().await?;
+    let mhc_with = |spec: Value| {
+        let mut base = json!({"clusterName": CLUSTER, "selector": {"matchLabels": {"pool": "workers"}}});
+        if let (Some(b), Some(e)) = (base.as_object_mut(), spec.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck", "metadata": {"name": "bad", "namespace": NS}, "spec": base})
+    };
+    let nhc_with = |spec: Value| {
+        let mut base = json!({"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": "51%", "remediationTemplate": reboot_ref("reboot")});
+        if let (Some(b), Some(e)) = (base.as_object_mut(), spec.as_object()) {
+            for (k, v) in e {
+                if v.is_null() {
+                    b.remove(k);
+                } else {
+                    b.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "bad"}, "spec": base})
+    };
+    // (manifest, the field the message must name, words the message must contain)
+    let cases = [
+        (mhc_with(json!({"maxUnhealthy": "120%"})), "spec.maxUnhealthy", "100%"),
+        (mhc_with(json!({"maxUnhealthy": -1})), "spec.maxUnhealthy", "negative"),
+        (mhc_with(json!({"unhealthyRange": "1-3"})), "spec.unhealthyRange", "[min-max]"),
+        (mhc_with(json!({"unhealthyRange": "[3-1]"})), "spec.unhealthyRange", "greater"),
+        (mhc_with(json!({"selector": {}})), "spec.selector", "empty"),
+        (mhc_with(json!({"nodeStartupTimeout": "15s"})), "spec.nodeStartupTimeout", "30s"),
+        (
+            mhc_with(json!({"unhealthyConditions": [{"type": "Ready", "status": "Maybe", "timeout": "5m"}]})),
+            "status",
+            "True, False",
+        ),
+        (
+            mhc_with(json!({"unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5 minutes"}]})),
+            "timeout",
+            "",
+        ),
+        (
+            mhc_with(json!({"remediationTemplate": {"apiVersion": "x.io/v1", "kind": "Reboot", "name": "r"}})),
+            "spec.remediationTemplate.kind",
+            "Template",
+        ),
+        (nhc_with(json!({"maxUnhealthy": 1})), "spec", "minHealthy"),
+        (nhc_with(json!({"minHealthy": null})), "spec", "minHealthy"),
+        (
+            nhc_with(
+                json!({"escalatingRemediations": [{"remediationTemplate": reboot_ref("a"), "order": 0, "timeout": "5m"}]}),
+            ),
+            "spec",
+            "remediationTemplate",
+        ),
+        (
+            nhc_with(json!({"remediationTemplate": null, "escalatingRemediations": [
+            {"remediationTemplate": reboot_ref("a"), "order": 1, "timeout": "5m"},
+            {"remediationTemplate": reboot_ref("b"), "order": 1, "timeout": "5m"}]})),
+            "order",
+            "unique",
+        ),
+        (
+            nhc_with(json!({"remediationTemplate": null, "escalatingRemediations": [
+            {"remediationTemplate": reboot_ref("a"), "order": 0, "timeout": "30s"}]})),
+            "timeout",
+            "1m",
+        ),
+        (
+            nhc_with(
+                json!({"remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate", "name": "r"}}),
+            ),
+            "namespace",
+            "",
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (manifest, field, words) in cases {
+        match env.apply(manifest.clone()).await {
+            Ok(_) => problems.push(format!("admitted: {}", manifest["spec"])),
+            Err(e) => {
+                let message = format!("{e:#}");
+                if !message.contains(field) || !message.contains(words) {
+                    problems.push(format!(
+                        "{}: message does not name {field:?} / say {words:?}: {message}",
+                        manifest["spec"]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // A valid one is admitted.
+    env.apply(mhc_with(json!({"maxUnhealthy": "40%", "nodeStartupTimeout": "0"}))).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1beta1_machines_are_found_by_discovery_and_written_in_their_form() -> Result<()> {
+    let env = TestEnv::start().await?;
+    env.install_upstream_crds_v1beta1().await?;
+    env.install_crds(&[
+        serde_json::to_value(MachineHealthCheck::crd())?,
+        serde_json::to_value(NodeHealthCheck::crd())?,
+    ])
+    .await?;
+    env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": CLUSTER, "namespace": NS}, "spec": {}})).await?;
+    env.apply_status(json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": CLUSTER, "namespace": NS},
+        "status": {"infrastructureReady": true, "conditions": [
+            {"type": "ControlPlaneInitialized", "status": "True", "lastTransitionTime": secs_ago(3600)},
+            {"type": "InfrastructureReady", "status": "True", "lastTransitionTime": secs_ago(3600)}]}})).await?;
+    self_hosted(&env).await?;
+    node(&env, "n1", json!({})).await?;
+    env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "m1", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER, "pool": "workers"}},
+        "spec": {"clusterName": CLUSTER, "bootstrap": {"dataSecretName": "m1"},
+                 "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachine", "name": "m1"}}})).await?;
+    env.apply_status(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "metadata": {"name": "m1", "namespace": NS},
+        "status": {"nodeRef": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}}),
+    )
+    .await?;
+    mhc(&env, "workers", json!({})).await?;
+    let controller = Controller::start(&env);
+    set_ready(&env, "n1", "False", &secs_ago(60)).await?;
+    let machine = wait_for("v1beta1 conditions", WAIT, || async {
+        let m = get(&env, "cluster.x-k8s.io/v1beta1", "Machine", Some(NS), "m1").await?;
+        Ok(m.filter(|m| condition(m, "OwnerRemediated").is_some()))
+    })
+    .await?;
+    let legacy = condition(&machine, "HealthCheckSucceeded").context("legacy HealthCheckSucceeded")?;
+    assert_eq!(
+        (legacy["status"].as_str(), legacy["reason"].as_str(), legacy["severity"].as_str()),
+        (Some("False"), Some("UnhealthyNode"), Some("Warning"))
+    );
+    let v1beta2 =
+        machine.pointer("/status/v1beta2/conditions").and_then(Value::as_array).context("status.v1beta2.conditions")?;
+    assert!(v1beta2.iter().any(|c| c["type"] == "HealthCheckSucceeded" && c["reason"] == "UnhealthyNode"));
+    controller.stop().await;
+    Ok(())
+}
