@@ -132,7 +132,7 @@ impl Context {
         let status_write = async {
             let Some(status) = &job.status else { return Ok(()) };
             let patch = Patch::Merge(json!({ "status": status }));
-            let params = PatchParams::default();
+            let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             let result = match &job.key {
                 CheckKey::Machine(ns, n) => Api::<vigil_api::MachineHealthCheck>::namespaced(self.client.clone(), ns)
                     .patch_status(n, &params, &patch)
@@ -257,7 +257,14 @@ impl Context {
                             .collect()
                     };
                     let patch = machine_status_patch(&current, *version, &conditions);
-                    match api.patch_status(&machine.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    match api
+                        .patch_status(
+                            &machine.name,
+                            &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
+                            &Patch::Merge(&patch),
+                        )
+                        .await
+                    {
                         Ok(_) => {
                             self.metrics.writes("machine_conditions");
                             return Ok(None);
@@ -313,7 +320,11 @@ impl Context {
                 let patch = json!({"metadata": {"annotations": {key: value}}});
                 match self
                     .dynamic(&ar, &object.namespace)
-                    .patch(&object.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch(
+                        &object.name,
+                        &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
+                        &Patch::Merge(&patch),
+                    )
                     .await
                 {
                     Ok(_) => {

@@ -383,9 +383,15 @@ async fn external_remediation_object_is_created_and_deleted_on_recovery() -> Res
     mhc(&env, "workers", json!({"remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate", "name": "reboot"}})).await?;
     let controller = Controller::start(&env);
     wait_machine_condition(&env, "m1", "HealthCheckSucceeded", "True", "HealthCheckSucceeded").await?;
-    set_ready(&env, "n1", "False", &secs_ago(0)).await?;
+    let since = secs_ago(0);
+    set_ready(&env, "n1", "False", &since).await?;
     let object =
         wait_for("the remediation object", WAIT, || async { Ok(list_snr(&env, NS).await?.into_iter().next()) }).await?;
+    record_delay(
+        "external_remediation",
+        since.parse::<Timestamp>()?.checked_add(SignedDuration::from_secs(3))?,
+        Instant::now(),
+    );
     assert_eq!(object["metadata"]["name"], "m1", "named after the Machine");
     assert_eq!(object["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], CLUSTER);
     let owners = object["metadata"]["ownerReferences"].as_array().context("owners")?;

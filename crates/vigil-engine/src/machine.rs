@@ -475,8 +475,11 @@ fn made_for(object: &RemediationView, machine: &MachineView) -> bool {
 /// Decides what a MachineHealthCheck should do now.
 pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckStatus> {
     let previous = input.check.status.as_ref();
+    // Everything but the target list is small; the list is rebuilt below, so it is not copied.
     let mut b = Builder {
-        status: previous.cloned().unwrap_or_default(),
+        status: previous
+            .map(|p| MachineHealthCheckStatus { targets: Vec::new(), conditions: p.conditions.clone(), ..*p })
+            .unwrap_or_default(),
         previous,
         actions: Vec::new(),
         notices: Vec::new(),
