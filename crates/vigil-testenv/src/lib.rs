@@ -132,12 +132,18 @@ impl TestEnv {
     /// As [`TestEnv::start`] with `etcd` and `kube-apiserver` taken from `bin`, for binaries
     /// built another way (and for the harness's own tests of failing binaries).
     pub async fn start_with_binaries(bin: &Path) -> Result<TestEnv> {
+        Self::start_with_limit(bin, ready_limit()).await
+    }
+
+    /// Like [`TestEnv::start_with_binaries`] with an explicit readiness time limit (for tests of
+    /// the harness itself, which must not wait the default limit out).
+    pub async fn start_with_limit(bin: &Path, limit: Duration) -> Result<TestEnv> {
         // Starting is CPU-bound: few starts at a time, so parallel tests queue here (untimed)
         // instead of all missing their readiness time limits together.
         let _slot = start_slots().acquire().await.map_err(|e| anyhow!("start queue closed: {e}"))?;
         let mut attempt = 1;
         loop {
-            match start_once(bin).await {
+            match start_once(bin, limit).await {
                 Ok(env) => return Ok(env),
                 Err(StartError::PortRace(e)) if attempt < START_ATTEMPTS => {
                     eprintln!("vigil-testenv: attempt {attempt} lost a port race, retrying: {e:#}");
@@ -577,7 +583,7 @@ fn path_arg(p: &Path) -> Result<String> {
 }
 
 /// One attempt: temp dir, ports, keys, token, etcd, API server, client.
-async fn start_once(bin: &Path) -> Result<TestEnv, StartError> {
+async fn start_once(bin: &Path, limit: Duration) -> Result<TestEnv, StartError> {
     let dir = tempfile::Builder::new().prefix("vigil-testenv-").tempdir().context("cannot create the temp dir")?;
     let d = dir.path();
     let [etcd_port, peer_port, api_port] = free_ports()?;
@@ -605,7 +611,7 @@ async fn start_once(bin: &Path) -> Result<TestEnv, StartError> {
         "--log-level=warn".to_string(),
     ];
     let mut etcd = Proc::spawn("etcd", &bin.join("etcd"), &etcd_args, d.join("etcd.log")).await?;
-    wait_etcd(&mut etcd, etcd_port).await?;
+    wait_etcd(&mut etcd, etcd_port, limit).await?;
 
     let server = format!("https://127.0.0.1:{api_port}");
     let cert_dir = d.join("certs");
@@ -631,7 +637,7 @@ async fn start_once(bin: &Path) -> Result<TestEnv, StartError> {
     let mut apiserver =
         Proc::spawn("kube-apiserver", &bin.join("kube-apiserver"), &api_args, d.join("kube-apiserver.log")).await?;
     let cert = cert_dir.join("apiserver.crt");
-    wait_apiserver(&mut apiserver, &mut etcd, &cert, &server, &token).await?;
+    wait_apiserver(&mut apiserver, &mut etcd, &cert, &server, &token, limit).await?;
     // The certificate file is complete now: build the kubeconfig and client from it.
     let ca = tokio::fs::read(&cert).await.with_context(|| format!("cannot read {}", cert.display()))?;
     let kubeconfig_json = kubeconfig_value(&server, &ca, &token);
@@ -652,8 +658,8 @@ async fn start_once(bin: &Path) -> Result<TestEnv, StartError> {
 }
 
 /// Waits for etcd's `/health` to report healthy (30 s limit).
-async fn wait_etcd(etcd: &mut Proc, port: u16) -> Result<(), StartError> {
-    let deadline = Instant::now() + ready_limit();
+async fn wait_etcd(etcd: &mut Proc, port: u16, limit: Duration) -> Result<(), StartError> {
+    let deadline = Instant::now() + limit;
     let mut last: String;
     loop {
         if let Err(e) = etcd.check_running() {
@@ -668,7 +674,7 @@ async fn wait_etcd(etcd: &mut Proc, port: u16) -> Result<(), StartError> {
             let e = anyhow!(
                 "etcd was not healthy within {:?} (last probe of http://127.0.0.1:{port}/health: \
                  {last}); last {LOG_TAIL_LINES} lines of its log:\n{}",
-                ready_limit(),
+                limit,
                 etcd.log_tail(LOG_TAIL_LINES)
             );
             return Err(classify(etcd, e));
@@ -700,8 +706,9 @@ async fn wait_apiserver(
     cert: &Path,
     server: &str,
     token: &str,
+    limit: Duration,
 ) -> Result<(), StartError> {
-    let deadline = Instant::now() + ready_limit();
+    let deadline = Instant::now() + limit;
     let mut last: String;
     let mut probe = None;
     loop {
@@ -723,7 +730,7 @@ async fn wait_apiserver(
             let e = anyhow!(
                 "kube-apiserver was not ready within {:?} (last probe of {server}/readyz: {last}); \
                  last {LOG_TAIL_LINES} lines of its log:\n{}",
-                ready_limit(),
+                limit,
                 apiserver.log_tail(LOG_TAIL_LINES)
             );
             return Err(classify(apiserver, e));
