@@ -3,7 +3,6 @@
 //! by workload cluster and name; Machines by the Node they reference). Watch handlers update
 //! them and return the checks the change concerns; decisions read them under a short lock.
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
@@ -395,14 +394,7 @@ impl Index {
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
-        let changed = match (&check, self.mhcs.get(&key)) {
-            (Some(new), Some(old)) => {
-                new.metadata.generation != old.metadata.generation
-                    || new.metadata.annotations != old.metadata.annotations
-                    || new.metadata.deletion_timestamp != old.metadata.deletion_timestamp
-            }
-            _ => true,
-        };
+        let changed = needs_decision(check.as_ref().map(|c| &c.metadata), self.mhcs.get(&key).map(|c| &c.metadata));
         match check {
             Some(c) => self.mhcs.insert(key.clone(), Arc::new(c)),
             None => self.mhcs.remove(&key),
@@ -417,14 +409,7 @@ impl Index {
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
-        let changed = match (&check, self.nhcs.get(&key)) {
-            (Some(new), Some(old)) => {
-                new.metadata.generation != old.metadata.generation
-                    || new.metadata.annotations != old.metadata.annotations
-                    || new.metadata.deletion_timestamp != old.metadata.deletion_timestamp
-            }
-            _ => true,
-        };
+        let changed = needs_decision(check.as_ref().map(|c| &c.metadata), self.nhcs.get(&key).map(|c| &c.metadata));
         match check {
             Some(c) => self.nhcs.insert(key.clone(), Arc::new(c)),
             None => self.nhcs.remove(&key),
@@ -433,7 +418,15 @@ impl Index {
     }
 }
 
-/// When a status write should be considered current (used to skip identical writes).
-pub fn now() -> Timestamp {
-    Timestamp::now()
+/// Whether a health check's update can change its decision: anything but its status (our own
+/// status writes come back as watch events and must not cause another decision).
+fn needs_decision(new: Option<&ObjectMeta>, old: Option<&ObjectMeta>) -> bool {
+    match (new, old) {
+        (Some(new), Some(old)) => {
+            new.generation != old.generation
+                || new.annotations != old.annotations
+                || new.deletion_timestamp != old.deletion_timestamp
+        }
+        _ => true,
+    }
 }
