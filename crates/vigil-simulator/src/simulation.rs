@@ -434,17 +434,7 @@ impl Sim<'_> {
                     .list(&node_cluster, "", "Node", None)
                     .filter_map(|(k, v)| serde_json::from_value::<Node>(v.clone()).ok().map(|n| (k.name.clone(), n)))
                     .collect();
-                let template = policy.remediation_template.as_ref().and_then(|t| {
-                    self.store
-                        .get(&Key {
-                            cluster: MANAGEMENT.into(),
-                            group: group_of(&t.api_version).into(),
-                            kind: t.kind.clone(),
-                            namespace: t.namespace.clone(),
-                            name: t.name.clone(),
-                        })
-                        .and_then(TemplateView::read)
-                });
+                let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
                 let remediations: HashMap<String, RemediationView> = policy
                     .remediation_template
                     .as_ref()
@@ -482,22 +472,8 @@ impl Sim<'_> {
                     .filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok())
                     .collect();
                 let node_refs: Vec<&Node> = nodes.iter().collect();
-                let templates: Vec<Option<TemplateView>> = policy
-                    .steps
-                    .iter()
-                    .map(|s| {
-                        let t = &s.template;
-                        self.store
-                            .get(&Key {
-                                cluster: MANAGEMENT.into(),
-                                group: group_of(&t.api_version).into(),
-                                kind: t.kind.clone(),
-                                namespace: t.namespace.clone(),
-                                name: t.name.clone(),
-                            })
-                            .and_then(TemplateView::read)
-                    })
-                    .collect();
+                let templates: Vec<Option<TemplateView>> =
+                    policy.steps.iter().map(|s| self.template(&s.template)).collect();
                 let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
                 let kinds: BTreeSet<(String, String, String)> = policy
                     .steps
@@ -528,6 +504,18 @@ impl Sim<'_> {
                 self.apply(id, plan);
             }
         }
+    }
+
+    /// The template a check names, read from the management cluster.
+    fn template(&self, t: &vigil_api::validate::TemplateRef) -> Option<TemplateView> {
+        let key = Key {
+            cluster: MANAGEMENT.into(),
+            group: group_of(&t.api_version).into(),
+            kind: t.kind.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+        };
+        self.store.get(&key).and_then(TemplateView::read)
     }
 
     /// Applies a plan: status, writes, notices, wake-up.
