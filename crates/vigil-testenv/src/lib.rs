@@ -65,6 +65,21 @@ pub type Error = anyhow::Error;
 /// The field manager of every apply, so tests can tell their writes from the controller's.
 pub const FIELD_MANAGER: &str = "vigil-test";
 
+/// The user of [`TestEnv::audited_kubeconfig_yaml`]: the only user whose requests the API server
+/// writes to its audit log, so a benchmark can count exactly the controller's requests.
+pub const AUDITED_USER: &str = "vigil-controller";
+
+/// Audit policy: metadata of every request by [`AUDITED_USER`] (one event per request once it
+/// completes, and one when a watch starts), nothing for anyone else.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["vigil-controller"]
+  - level: None
+"#;
+
 /// Time limit for etcd to be healthy, and again for the API server to be ready, unless
 /// `VIGIL_TESTENV_READY_TIMEOUT_SECS` says otherwise (see [`ready_limit`]).
 const READY_LIMIT: Duration = Duration::from_secs(90);
@@ -89,6 +104,7 @@ pub struct TestEnv {
     client: Client,
     kubeconfig: Kubeconfig,
     kubeconfig_yaml: String,
+    audited_kubeconfig_yaml: String,
     server: String,
     /// Discovery results per (apiVersion, kind): the resource and whether it is namespaced.
     resources: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
@@ -177,21 +193,28 @@ impl TestEnv {
             .with_context(|| format!("cannot write the kubeconfig to {}", path.display()))
     }
 
+    /// A kubeconfig for [`AUDITED_USER`] (also in `system:masters`), whose every request the
+    /// API server records in [`TestEnv::audit_log_path`]: give it to the process being measured.
+    pub fn audited_kubeconfig_yaml(&self) -> String {
+        self.audited_kubeconfig_yaml.clone()
+    }
+
+    /// The API server's audit log (JSON lines, one event per stage of each request by
+    /// [`AUDITED_USER`]), to count the measured process's requests by verb and resource.
+    pub fn audit_log_path(&self) -> Option<PathBuf> {
+        self.dir().map(|d| d.join("audit.log"))
+    }
+
     /// A Cluster API kubeconfig Secret (`<cluster>-kubeconfig`, key `value`) pointing at this
     /// env, so a management cluster in another env can reach this one as a workload cluster.
     pub fn kubeconfig_secret(&self, namespace: &str, cluster: &str) -> Value {
-        let value = base64::engine::general_purpose::STANDARD.encode(&self.kubeconfig_yaml);
-        json!({
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": format!("{cluster}-kubeconfig"),
-                "namespace": namespace,
-                "labels": {"cluster.x-k8s.io/cluster-name": cluster},
-            },
-            "type": "cluster.x-k8s.io/secret",
-            "data": {"value": value},
-        })
+        kubeconfig_secret(namespace, cluster, &self.kubeconfig_yaml)
+    }
+
+    /// As [`TestEnv::kubeconfig_secret`] with the audited user's kubeconfig, so the requests a
+    /// controller makes to this env as a workload cluster are counted too.
+    pub fn audited_kubeconfig_secret(&self, namespace: &str, cluster: &str) -> Value {
+        kubeconfig_secret(namespace, cluster, &self.audited_kubeconfig_yaml)
     }
 
     /// The API server URL (`https://127.0.0.1:PORT`), to tell envs apart or build raw requests.
@@ -556,6 +579,22 @@ async fn run_kube_binaries_script() -> Result<PathBuf> {
     dir.map(PathBuf::from).ok_or_else(|| anyhow!("{} printed no directory", script.display()))
 }
 
+/// A `<cluster>-kubeconfig` Secret (key `value`) holding `kubeconfig_yaml`.
+fn kubeconfig_secret(namespace: &str, cluster: &str, kubeconfig_yaml: &str) -> Value {
+    let value = base64::engine::general_purpose::STANDARD.encode(kubeconfig_yaml);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": format!("{cluster}-kubeconfig"),
+            "namespace": namespace,
+            "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+        },
+        "type": "cluster.x-k8s.io/secret",
+        "data": {"value": value},
+    })
+}
+
 /// Three distinct free loopback ports (etcd client, etcd peer, API server). They are released
 /// before use, so another test may take one first: the start then fails and is retried.
 fn free_ports() -> Result<[u16; 3]> {
@@ -588,9 +627,13 @@ async fn start_once(bin: &Path, limit: Duration) -> Result<TestEnv, StartError> 
     let d = dir.path();
     let [etcd_port, peer_port, api_port] = free_ports()?;
     let token = random_hex(24)?;
-    tokio::fs::write(d.join("tokens.csv"), format!("{token},vigil-admin,vigil-admin,\"system:masters\"\n"))
-        .await
-        .context("cannot write tokens.csv")?;
+    let audited_token = random_hex(24)?;
+    let tokens = format!(
+        "{token},vigil-admin,vigil-admin,\"system:masters\"\n\
+         {audited_token},{AUDITED_USER},{AUDITED_USER},\"system:masters\"\n"
+    );
+    tokio::fs::write(d.join("tokens.csv"), tokens).await.context("cannot write tokens.csv")?;
+    tokio::fs::write(d.join("audit-policy.yaml"), AUDIT_POLICY).await.context("cannot write audit-policy.yaml")?;
     let (sa_key, sa_pub) = (d.join("sa.key"), d.join("sa.pub"));
     let (sa_key_s, sa_pub_s) = (path_arg(&sa_key)?, path_arg(&sa_pub)?);
     process::openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &sa_key_s]).await?;
@@ -633,6 +676,9 @@ async fn start_once(bin: &Path, limit: Duration) -> Result<TestEnv, StartError> 
         "--disable-admission-plugins=ServiceAccount".to_string(),
         "--endpoint-reconciler-type=none".to_string(),
         "--allow-privileged=true".to_string(),
+        format!("--audit-policy-file={}", path_arg(&d.join("audit-policy.yaml"))?),
+        format!("--audit-log-path={}", path_arg(&d.join("audit.log"))?),
+        "--audit-log-format=json".to_string(),
     ];
     let mut apiserver =
         Proc::spawn("kube-apiserver", &bin.join("kube-apiserver"), &api_args, d.join("kube-apiserver.log")).await?;
@@ -644,11 +690,13 @@ async fn start_once(bin: &Path, limit: Duration) -> Result<TestEnv, StartError> 
     let kubeconfig: Kubeconfig =
         serde_json::from_value(kubeconfig_json.clone()).context("cannot build the kubeconfig")?;
     let kubeconfig_yaml = kubeconfig_to_yaml(&kubeconfig_json)?;
+    let audited_kubeconfig_yaml = kubeconfig_to_yaml(&kubeconfig_value(&server, &ca, &audited_token))?;
     let client = client_from(kubeconfig.clone()).await?;
     Ok(TestEnv {
         client,
         kubeconfig,
         kubeconfig_yaml,
+        audited_kubeconfig_yaml,
         server,
         resources: Mutex::new(HashMap::new()),
         apiserver: Some(apiserver),
