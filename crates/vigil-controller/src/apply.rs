@@ -106,14 +106,31 @@ impl Context {
     pub async fn resource(&self, api_version: &str, kind: &str) -> Result<ApiResource, WriteError> {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        if let Some(ar) = self.resources.lock().await.get(&gvk) {
+        // Held across the lookup: the writes of a plan that all miss the cache at once make one
+        // discovery request, not one each.
+        let mut resources = self.resources.lock().await;
+        if let Some(ar) = resources.get(&gvk) {
             return Ok(ar.clone());
         }
         let (ar, _) = kube::discovery::pinned_kind(&self.client, &gvk).await.map_err(|e| {
             WriteError::Discovery(format!("{kind}.{group}/{version} is not served by the API server: {e}"))
         })?;
-        self.resources.lock().await.insert(gvk, ar.clone());
+        resources.insert(gvk, ar.clone());
         Ok(ar)
+    }
+
+    /// Puts the API server's answer to one of our writes into the index at once, so the
+    /// check's next decision sees it even before the watch delivers it (and does not write it
+    /// again). The checks the change concerns are not woken: the decision that wrote it is
+    /// the one that knows of it.
+    fn remember(
+        &self,
+        written: &DynamicObject,
+        put: impl FnOnce(&mut crate::index::Index, &Value) -> std::collections::BTreeSet<CheckKey>,
+    ) {
+        if let Ok(value) = serde_json::to_value(written) {
+            put(&mut self.write_index(), &value);
+        }
     }
 
     fn dynamic(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
@@ -133,19 +150,33 @@ impl Context {
             let Some(status) = &job.status else { return Ok(()) };
             let patch = Patch::Merge(json!({ "status": status }));
             let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-            let result = match &job.key {
-                CheckKey::Machine(ns, n) => Api::<vigil_api::MachineHealthCheck>::namespaced(self.client.clone(), ns)
-                    .patch_status(n, &params, &patch)
-                    .await
-                    .map(|_| ()),
-                CheckKey::Node(n) => Api::<vigil_api::NodeHealthCheck>::all(self.client.clone())
-                    .patch_status(n, &params, &patch)
-                    .await
-                    .map(|_| ()),
+            // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and
+            // the answer is read as leniently as the watch reads it.
+            let (api, name) = match &job.key {
+                CheckKey::Machine(ns, n) => (
+                    Api::<DynamicObject>::namespaced_with(
+                        self.client.clone(),
+                        ns,
+                        &ApiResource::erase::<vigil_api::MachineHealthCheck>(&()),
+                    ),
+                    n,
+                ),
+                CheckKey::Node(n) => (
+                    Api::<DynamicObject>::all_with(
+                        self.client.clone(),
+                        &ApiResource::erase::<vigil_api::NodeHealthCheck>(&()),
+                    ),
+                    n,
+                ),
             };
-            match result {
-                Ok(()) => {
+            match api.patch_status(name, &params, &patch).await {
+                Ok(written) => {
                     self.metrics.writes("status");
+                    let mut idx = self.write_index();
+                    match &job.key {
+                        CheckKey::Machine(..) => idx.put_mhc(Some(crate::watch::read_mhc(&written).0), None),
+                        CheckKey::Node(..) => idx.put_nhc(Some(crate::watch::read_nhc(&written).0), None),
+                    };
                     Ok(())
                 }
                 Err(e) if is_code(&e, 404) => Ok(()),
@@ -205,8 +236,16 @@ impl Context {
             }
         }
         self.metrics.apply_seconds(started.elapsed().as_secs_f64());
-        for (notice, _) in notices {
-            self.publish(&job.key, job.uid.as_deref(), &notice).await;
+        // Events are published in the background, in order: the next decision (another
+        // Machine's remediation) must not wait for them.
+        if !notices.is_empty() {
+            let this = self.clone();
+            let (key, uid) = (job.key.clone(), job.uid.clone());
+            tokio::spawn(async move {
+                for (notice, _) in notices {
+                    this.publish(&key, uid.as_deref(), &notice).await;
+                }
+            });
         }
         match first_error {
             Some(e) => Err(e),
@@ -226,7 +265,7 @@ impl Context {
             reason: event_reason(key, notice.kind).into(),
             note: Some(note.chars().take(1000).collect()),
             action: format!("{:?}", notice.kind),
-            secondary: None,
+            secondary: related(key, notice.target.as_deref()),
         };
         if let Err(e) = self.recorder.publish(&event, &check_reference(key, uid)).await {
             debug!(check = %key, error = %e, "event not published");
@@ -265,8 +304,9 @@ impl Context {
                         )
                         .await
                     {
-                        Ok(_) => {
+                        Ok(written) => {
                             self.metrics.writes("machine_conditions");
+                            self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
                             return Ok(None);
                         }
                         Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES => {
@@ -293,6 +333,8 @@ impl Context {
                 {
                     Ok(created) => {
                         self.metrics.writes("remediation_create");
+                        let gk = group_kind(api_version, kind);
+                        self.remember(&created, |idx, v| idx.put_object(&gk, false, Some(v), None));
                         Ok(Some(ObjectRef {
                             api_version: api_version.into(),
                             kind: kind.into(),
@@ -309,6 +351,9 @@ impl Context {
                 match self.dynamic(&ar, &object.namespace).delete(&object.name, &DeleteParams::background()).await {
                     Ok(_) => {
                         self.metrics.writes("remediation_delete");
+                        let gk = group_kind(&object.api_version, &object.kind);
+                        let key = (object.namespace.clone(), object.name.clone());
+                        self.write_index().put_object(&gk, false, None, Some(key));
                         Ok(Some(object.clone()))
                     }
                     Err(e) if is_code(&e, 404) => Ok(None),
@@ -327,8 +372,10 @@ impl Context {
                     )
                     .await
                 {
-                    Ok(_) => {
+                    Ok(annotated) => {
                         self.metrics.writes("remediation_annotate");
+                        let gk = group_kind(&object.api_version, &object.kind);
+                        self.remember(&annotated, |idx, v| idx.put_object(&gk, false, Some(v), None));
                         Ok(None)
                     }
                     Err(e) if is_code(&e, 404) => Ok(None),
@@ -339,7 +386,64 @@ impl Context {
     }
 }
 
+/// The Machine or Node an event is about (its `related` object). Events about different
+/// targets of one check must not share a key: the event recorder folds events with the same
+/// key into one series and keeps only the first note.
+fn related(key: &CheckKey, target: Option<&str>) -> Option<ObjectReference> {
+    let target = target?;
+    Some(match key {
+        CheckKey::Machine(check_ns, _) => {
+            let (namespace, name) = target.split_once('/').unwrap_or((check_ns, target));
+            ObjectReference {
+                kind: Some("Machine".into()),
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            }
+        }
+        CheckKey::Node(_) => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(target.into()),
+            ..Default::default()
+        },
+    })
+}
+
+/// The index key of a kind: (group, kind).
+fn group_kind(api_version: &str, kind: &str) -> crate::index::GroupKind {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    (group.to_string(), kind.to_string())
+}
+
 /// Seconds between `deadline` and now, for the detection-delay metric.
 pub fn seconds_since(deadline: Timestamp) -> f64 {
     Timestamp::now().duration_since(deadline).as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_name_the_target_they_are_about() {
+        let mhc = CheckKey::Machine("ns".into(), "workers".into());
+        let r = related(&mhc, Some("ns/m1")).expect("related");
+        assert_eq!(
+            (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
+            (Some("Machine"), Some("ns"), Some("m1"))
+        );
+        let r = related(&CheckKey::Node("w".into()), Some("n1")).expect("related");
+        assert_eq!((r.kind.as_deref(), r.name.as_deref(), r.namespace), (Some("Node"), Some("n1"), None));
+        assert!(related(&mhc, None).is_none(), "a check-wide notice is about the check alone");
+    }
+
+    #[test]
+    fn group_kind_of_core_and_grouped_kinds() {
+        assert_eq!(group_kind("v1", "Node"), (String::new(), "Node".to_string()));
+        assert_eq!(
+            group_kind("self-node-remediation.medik8s.io/v1alpha1", "SelfNodeRemediation"),
+            ("self-node-remediation.medik8s.io".to_string(), "SelfNodeRemediation".to_string())
+        );
+    }
 }

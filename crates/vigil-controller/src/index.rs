@@ -64,8 +64,18 @@ pub struct MachineEntry {
     /// The parsed view.
     pub view: Arc<MachineView>,
     /// The fields a condition patch is computed from (apiVersion, resourceVersion, generation,
-    /// both condition lists).
-    pub raw: Arc<Value>,
+    /// both condition lists), as compact JSON text: a parsed tree is four times the size, and it
+    /// is only needed for the few Machines a plan writes.
+    pub raw: Arc<str>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+impl MachineEntry {
+    /// The slim JSON, parsed (for a write).
+    pub fn raw_value(&self) -> Value {
+        serde_json::from_str(&self.raw).unwrap_or(Value::Null)
+    }
 }
 
 /// Objects of one dynamic kind (a remediation template kind or a remediation kind).
@@ -149,6 +159,17 @@ pub fn slim_node(node: &Node) -> Node {
     }
 }
 
+/// A Machine's index entry (`None` when it cannot be read as a Machine).
+pub fn machine_entry(raw: &Value) -> Option<MachineEntry> {
+    let view = MachineView::read(raw)?;
+    let slim = slim_machine_raw(raw).to_string();
+    Some(MachineEntry {
+        raw: Arc::from(slim),
+        resource_version: resource_version(raw).map(str::to_string),
+        view: Arc::new(view),
+    })
+}
+
 /// The part of a Machine's JSON a condition patch needs.
 pub fn slim_machine_raw(v: &Value) -> Value {
     let keep = |p: &str| v.pointer(p).cloned().unwrap_or(Value::Null);
@@ -181,6 +202,19 @@ pub fn slim_machine_raw(v: &Value) -> Value {
     })
 }
 
+/// Whether `incoming` is a version of an object that the index already holds (`stored`) or
+/// one older than it. The controller puts the API server's answer to its own writes into the
+/// index at once (so the next decision does not repeat them); the watch then delivers the
+/// same version, or, after a conflict retry, versions older than the one already held. An
+/// etcd-backed API server numbers versions with its store's increasing revision; when either
+/// version is not a number, the incoming object is taken as is.
+pub fn not_newer(incoming: Option<&str>, stored: Option<&str>) -> bool {
+    match (incoming.and_then(|v| v.parse::<u64>().ok()), stored.and_then(|v| v.parse::<u64>().ok())) {
+        (Some(i), Some(s)) => i <= s,
+        _ => false,
+    }
+}
+
 fn parsed_mhc(check: &MachineHealthCheck) -> Option<MhcPolicy> {
     validate::machine_health_check(check).ok()
 }
@@ -209,15 +243,26 @@ impl Index {
 
     /// Stores (or removes) a Machine; returns the checks it concerns, before or after.
     pub fn put_machine(&mut self, raw: Option<&Value>, removed: Option<(String, String)>) -> BTreeSet<CheckKey> {
-        let new = raw.and_then(MachineView::read).map(|view| MachineEntry {
-            raw: Arc::new(slim_machine_raw(raw.unwrap_or(&Value::Null))),
-            view: Arc::new(view),
-        });
+        self.put_machine_entry(raw.and_then(machine_entry), removed)
+    }
+
+    /// As [`Index::put_machine`] with the entry already built (outside the index lock).
+    pub fn put_machine_entry(
+        &mut self,
+        new: Option<MachineEntry>,
+        removed: Option<(String, String)>,
+    ) -> BTreeSet<CheckKey> {
         let key = match (&new, removed) {
             (Some(e), _) => (e.view.meta.namespace.clone(), e.view.meta.name.clone()),
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
+        if let Some(new) = &new
+            && let Some(held) = self.machines.get(&key.0).and_then(|ms| ms.get(&key.1))
+            && not_newer(new.resource_version.as_deref(), held.resource_version.as_deref())
+        {
+            return BTreeSet::new();
+        }
         let old = match &new {
             Some(e) => self.machines.entry(key.0.clone()).or_default().insert(key.1.clone(), e.clone()),
             None => self.machines.get_mut(&key.0).and_then(|m| m.remove(&key.1)),
@@ -274,10 +319,9 @@ impl Index {
             .collect()
     }
 
-    /// Stores (or removes) a Node of `cluster`; returns the checks whose verdict the change can
-    /// alter (none for a heartbeat).
-    pub fn put_node(&mut self, cluster: &str, node: Option<&Node>, removed: Option<String>) -> BTreeSet<CheckKey> {
-        let slim = node.map(slim_node);
+    /// Stores (or removes) a Node of `cluster`, already reduced by [`slim_node`]; returns the
+    /// checks whose verdict the change can alter (none for a heartbeat).
+    pub fn put_node(&mut self, cluster: &str, slim: Option<Node>, removed: Option<String>) -> BTreeSet<CheckKey> {
         let Some(name) = slim.as_ref().and_then(|n| n.metadata.name.clone()).or(removed) else {
             return BTreeSet::new();
         };
@@ -373,8 +417,13 @@ impl Index {
                 out.insert(CheckKey::Machine(ns.clone(), n.clone()));
             }
         }
+        let node = self
+            .nodes
+            .get(MANAGEMENT)
+            .and_then(|c| c.nodes.get(concerns::remediation_node_name(meta)))
+            .map(|n| n.as_ref());
         for (n, check) in &self.nhcs {
-            if parsed_nhc(check).is_none_or(|p| concerns::nhc_concerns_remediation_object(&p, meta)) {
+            if parsed_nhc(check).is_none_or(|p| concerns::nhc_concerns_remediation_object(check, &p, meta, node)) {
                 out.insert(CheckKey::Node(n.clone()));
             }
         }
@@ -394,7 +443,13 @@ impl Index {
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
-        let changed = needs_decision(check.as_ref().map(|c| &c.metadata), self.mhcs.get(&key).map(|c| &c.metadata));
+        let held = self.mhcs.get(&key).map(|c| &c.metadata);
+        if let (Some(new), Some(held)) = (check.as_ref().map(|c| &c.metadata), held)
+            && not_newer(new.resource_version.as_deref(), held.resource_version.as_deref())
+        {
+            return BTreeSet::new();
+        }
+        let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
         match check {
             Some(c) => self.mhcs.insert(key.clone(), Arc::new(c)),
             None => self.mhcs.remove(&key),
@@ -409,13 +464,23 @@ impl Index {
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
-        let changed = needs_decision(check.as_ref().map(|c| &c.metadata), self.nhcs.get(&key).map(|c| &c.metadata));
+        let held = self.nhcs.get(&key).map(|c| &c.metadata);
+        if let (Some(new), Some(held)) = (check.as_ref().map(|c| &c.metadata), held)
+            && not_newer(new.resource_version.as_deref(), held.resource_version.as_deref())
+        {
+            return BTreeSet::new();
+        }
+        let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
         match check {
             Some(c) => self.nhcs.insert(key.clone(), Arc::new(c)),
             None => self.nhcs.remove(&key),
         };
         if changed { BTreeSet::from([CheckKey::Node(key)]) } else { BTreeSet::new() }
     }
+}
+
+fn resource_version(raw: &Value) -> Option<&str> {
+    raw.pointer("/metadata/resourceVersion").and_then(Value::as_str)
 }
 
 /// Whether a health check's update can change its decision: anything but its status (our own
@@ -428,5 +493,58 @@ fn needs_decision(new: Option<&ObjectMeta>, old: Option<&ObjectMeta>) -> bool {
                 || new.deletion_timestamp != old.deletion_timestamp
         }
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(rv: &str, healthy: Option<&str>) -> Value {
+        let conditions = match healthy {
+            Some(s) => json!([{"type": "HealthCheckSucceeded", "status": s, "reason": "r", "message": "",
+                               "lastTransitionTime": "2026-11-21T10:00:00Z"}]),
+            None => json!([]),
+        };
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": "m1", "namespace": "ns", "resourceVersion": rv,
+                            "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
+               "spec": {"clusterName": "c"},
+               "status": {"nodeRef": {"name": "n1"}, "conditions": conditions}})
+    }
+
+    fn held_version(idx: &Index) -> Option<String> {
+        let entry = idx.machines.get("ns").and_then(|m| m.get("m1"))?;
+        assert_eq!(resource_version(&entry.raw_value()), entry.resource_version.as_deref());
+        entry.resource_version.clone()
+    }
+
+    #[test]
+    fn versions_compare_as_numbers_and_anything_else_is_taken() {
+        assert!(not_newer(Some("9"), Some("10")), "9 is older than 10 (not a string comparison)");
+        assert!(not_newer(Some("10"), Some("10")));
+        assert!(!not_newer(Some("11"), Some("10")));
+        assert!(!not_newer(Some("abc"), Some("10")), "an opaque version is taken as is");
+        assert!(!not_newer(Some("10"), None));
+        assert!(!not_newer(None, Some("10")));
+    }
+
+    #[test]
+    fn our_own_write_is_not_undone_by_an_older_watch_event() {
+        let mut idx = Index::default();
+        idx.put_machine(Some(&machine("100", None)), None);
+        // The answer to our patch goes in at once...
+        idx.put_machine(Some(&machine("105", Some("True"))), None);
+        // ...and a watch event from before it (conflict retry: an intermediate version) is ignored.
+        assert!(idx.put_machine(Some(&machine("103", None)), None).is_empty());
+        assert_eq!(held_version(&idx).as_deref(), Some("105"));
+        // The same version again changes nothing; a newer one is taken.
+        idx.put_machine(Some(&machine("105", Some("True"))), None);
+        idx.put_machine(Some(&machine("107", Some("False"))), None);
+        assert_eq!(held_version(&idx).as_deref(), Some("107"));
+        // A deletion is always taken.
+        idx.put_machine(None, Some(("ns".into(), "m1".into())));
+        assert_eq!(held_version(&idx), None);
+        assert!(idx.machines_by_node.is_empty());
     }
 }

@@ -29,7 +29,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { workers: 4, metrics_addr: None }
+        Options { workers: 16, metrics_addr: None }
     }
 }
 

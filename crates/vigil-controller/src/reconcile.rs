@@ -192,7 +192,7 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp) -> 
                 .machines
                 .get(&machine.namespace)
                 .and_then(|ms| ms.get(&machine.name))
-                .map(|e| (format!("{}/{}", machine.namespace, machine.name), e.raw.clone())),
+                .map(|e| (format!("{}/{}", machine.namespace, machine.name), Arc::new(e.raw_value()))),
             _ => None,
         })
         .collect();

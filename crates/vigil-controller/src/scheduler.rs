@@ -1,18 +1,34 @@
 //! When each check is decided: at once when an object it concerns changed (dirty), or exactly at
 //! its plan's `next_wake`. No fixed rate limit and no polling; a check is never decided twice at
-//! the same time, and a change during a decision makes it run again afterwards.
+//! the same time, and a change during a decision makes it run again afterwards. Checks are
+//! handed out first come, first served (a due wake-up queues at its due time), so a busy check
+//! cannot starve the others.
 
 use crate::index::CheckKey;
 use jiff::Timestamp;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Mutex;
 use tokio::sync::Notify;
 
 #[derive(Default)]
 struct State {
-    dirty: BTreeSet<CheckKey>,
+    /// Checks to decide, oldest first; each at most once (see `queued`).
+    queue: VecDeque<CheckKey>,
+    queued: HashSet<CheckKey>,
     running: BTreeSet<CheckKey>,
     wakes: BTreeMap<CheckKey, Timestamp>,
+}
+
+impl State {
+    /// Queues a check unless it is already queued; whether it was added.
+    fn push(&mut self, key: CheckKey) -> bool {
+        if self.queued.insert(key.clone()) {
+            self.queue.push_back(key);
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The queue of checks to decide.
@@ -33,7 +49,7 @@ impl Scheduler {
         {
             let mut s = self.lock();
             for k in keys {
-                any |= s.dirty.insert(k);
+                any |= s.push(k);
             }
         }
         if any {
@@ -59,7 +75,9 @@ impl Scheduler {
     pub fn forget(&self, key: &CheckKey) {
         let mut s = self.lock();
         s.wakes.remove(key);
-        s.dirty.remove(key);
+        if s.queued.remove(key) {
+            s.queue.retain(|k| k != key);
+        }
     }
 
     /// The earliest pending wake-up, for tests and metrics.
@@ -74,14 +92,16 @@ impl Scheduler {
             let sleep_for = {
                 let mut s = self.lock();
                 let now = Timestamp::now();
-                let due: Vec<CheckKey> = s.wakes.iter().filter(|(_, t)| **t <= now).map(|(k, _)| k.clone()).collect();
-                for k in due {
+                let mut due: Vec<(Timestamp, CheckKey)> =
+                    s.wakes.iter().filter(|(_, t)| **t <= now).map(|(k, t)| (*t, k.clone())).collect();
+                due.sort();
+                for (_, k) in due {
                     s.wakes.remove(&k);
-                    s.dirty.insert(k);
+                    s.push(k);
                 }
-                let ready = s.dirty.iter().find(|k| !s.running.contains(*k)).cloned();
-                if let Some(k) = ready {
-                    s.dirty.remove(&k);
+                let ready = s.queue.iter().position(|k| !s.running.contains(k));
+                if let Some(k) = ready.and_then(|i| s.queue.remove(i)) {
+                    s.queued.remove(&k);
                     s.running.insert(k.clone());
                     return k;
                 }
@@ -105,7 +125,7 @@ impl Scheduler {
         let again = {
             let mut s = self.lock();
             s.running.remove(key);
-            s.dirty.contains(key)
+            s.queued.contains(key)
         };
         if again {
             self.notify.notify_one();
@@ -128,6 +148,23 @@ mod tests {
         assert_eq!(got, key);
         let late = Timestamp::now().duration_since(at);
         assert!(!late.is_negative(), "woken {late:?} early");
+    }
+
+    #[tokio::test]
+    async fn checks_are_served_in_the_order_they_became_due() {
+        let s = Scheduler::default();
+        // Machine keys sort before Node keys: the order must be arrival, not key order.
+        let node = CheckKey::Node("a".into());
+        let machines: Vec<CheckKey> = (0..3).map(|i| CheckKey::Machine("ns".into(), format!("m{i}"))).collect();
+        s.mark([node.clone()]);
+        s.mark(machines.clone());
+        let first = tokio::time::timeout(Duration::from_secs(1), s.next()).await.expect("one is ready");
+        assert_eq!(first, node, "the check marked first is decided first");
+        // A check marked again while busy keeps running first come, first served.
+        s.mark([machines[0].clone()]);
+        for m in &machines {
+            assert_eq!(&tokio::time::timeout(Duration::from_secs(1), s.next()).await.expect("ready"), m);
+        }
     }
 
     #[tokio::test]

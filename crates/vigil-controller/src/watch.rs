@@ -19,51 +19,61 @@ use std::time::Duration;
 use tracing::{info, warn};
 use vigil_api::{MachineHealthCheck, MachineHealthCheckSpec, NodeHealthCheck, NodeHealthCheckSpec};
 
-/// What one watch event does to the indexes.
-pub enum Op<K> {
+/// What one watch event does to the indexes. Objects arrive already reduced (`R`) to what the
+/// index keeps, so a complete list of 10 000 objects is never held in full.
+pub enum Op<K, R> {
     /// An object appeared or changed.
-    Upsert(K),
+    Upsert(R),
     /// An object is gone.
     Remove(K),
     /// A complete list: replaces everything the source held.
-    Replace(Vec<K>),
+    Replace(Vec<R>),
 }
 
-/// Runs a watch stream into the indexes until it ends. `update` applies an operation and returns
-/// the checks it concerns; `state` selects the source's state; `dependents` lists the checks that
+/// Runs a watch stream into the indexes until it ends. `reduce` turns each object into what
+/// the index keeps (outside the index lock); `update` applies an operation and returns the
+/// checks it concerns; `state` selects the source's state; `dependents` lists the checks that
 /// read the source (woken when its trust changes).
-pub async fn feed<K, S>(
+pub async fn feed<K, R, S>(
     ctx: Arc<Context>,
     what: String,
     stream: S,
-    update: impl Fn(&mut Index, Op<K>) -> BTreeSet<CheckKey> + Send,
+    reduce: impl Fn(K) -> R + Send,
+    update: impl Fn(&mut Index, Op<K, R>) -> BTreeSet<CheckKey> + Send,
     state: impl Fn(&mut Index) -> &mut SourceState + Send,
     dependents: impl Fn(&Index) -> Vec<CheckKey> + Send,
 ) where
     S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    R: Send,
 {
     let mut stream = std::pin::pin!(stream);
-    let mut buffer: Vec<K> = Vec::new();
+    let mut buffer: Vec<R> = Vec::new();
     while let Some(item) = stream.next().await {
+        let item = match item {
+            Ok(Event::InitApply(o)) => {
+                buffer.push(reduce(o));
+                continue;
+            }
+            Ok(Event::Apply(o)) => Ok(Some(Op::Upsert(reduce(o)))),
+            Ok(Event::Delete(o)) => Ok(Some(Op::Remove(o))),
+            Ok(Event::Init) => {
+                buffer.clear();
+                Ok(None)
+            }
+            Ok(Event::InitDone) => Ok(Some(Op::Replace(std::mem::take(&mut buffer)))),
+            Err(e) => Err(e),
+        };
         let dirty = {
             let mut idx = ctx.write_index();
             match item {
-                Ok(Event::Init) => {
-                    buffer.clear();
-                    BTreeSet::new()
-                }
-                Ok(Event::InitApply(o)) => {
-                    buffer.push(o);
-                    BTreeSet::new()
-                }
-                Ok(Event::InitDone) => {
-                    update(&mut idx, Op::Replace(std::mem::take(&mut buffer)));
+                Ok(None) => BTreeSet::new(),
+                Ok(Some(Op::Replace(list))) => {
+                    update(&mut idx, Op::Replace(list));
                     *state(&mut idx) = SourceState::Synced;
                     info!(source = %what, "synced");
                     dependents(&idx).into_iter().collect()
                 }
-                Ok(Event::Apply(o)) => update(&mut idx, Op::Upsert(o)),
-                Ok(Event::Delete(o)) => update(&mut idx, Op::Remove(o)),
+                Ok(Some(op)) => update(&mut idx, op),
                 Err(e) => {
                     let message = e.to_string();
                     let slot = state(&mut idx);
@@ -93,7 +103,7 @@ fn key_of(o: &DynamicObject) -> (String, String) {
 
 /// Reads a health check leniently: a spec that does not parse still yields an object (with an
 /// empty spec) and the error, so its status can say what is wrong.
-fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>) {
+pub(crate) fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>) {
     let value = serde_json::to_value(o).unwrap_or(Value::Null);
     match serde_json::from_value::<MachineHealthCheck>(value.clone()) {
         Ok(c) => (c, None),
@@ -116,7 +126,7 @@ fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>) {
     }
 }
 
-fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
+pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
     let value = serde_json::to_value(o).unwrap_or(Value::Null);
     match serde_json::from_value::<NodeHealthCheck>(value.clone()) {
         Ok(c) => (c, None),
@@ -153,10 +163,9 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         ctx.clone(),
         "MachineHealthChecks".into(),
         mhcs,
+        |o| (key_of(&o), read_mhc(&o)),
         |idx, op| match op {
-            Op::Upsert(o) => {
-                let (check, error) = read_mhc(&o);
-                let key = key_of(&o);
+            Op::Upsert((key, (check, error))) => {
                 match error {
                     Some(e) => idx.mhc_errors.insert(key, e),
                     None => idx.mhc_errors.remove(&key),
@@ -170,10 +179,9 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
             Op::Replace(list) => {
                 idx.mhcs.clear();
                 idx.mhc_errors.clear();
-                for o in list {
-                    let (check, error) = read_mhc(&o);
+                for (key, (check, error)) in list {
                     if let Some(e) = error {
-                        idx.mhc_errors.insert(key_of(&o), e);
+                        idx.mhc_errors.insert(key, e);
                     }
                     idx.put_mhc(Some(check), None);
                 }
@@ -189,10 +197,9 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         ctx.clone(),
         "NodeHealthChecks".into(),
         nhcs,
+        |o| (key_of(&o).1, read_nhc(&o)),
         |idx, op| match op {
-            Op::Upsert(o) => {
-                let (check, error) = read_nhc(&o);
-                let name = key_of(&o).1;
+            Op::Upsert((name, (check, error))) => {
                 match error {
                     Some(e) => idx.nhc_errors.insert(name, e),
                     None => idx.nhc_errors.remove(&name),
@@ -206,10 +213,9 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
             Op::Replace(list) => {
                 idx.nhcs.clear();
                 idx.nhc_errors.clear();
-                for o in list {
-                    let (check, error) = read_nhc(&o);
+                for (name, (check, error)) in list {
                     if let Some(e) = error {
-                        idx.nhc_errors.insert(key_of(&o).1, e);
+                        idx.nhc_errors.insert(name, e);
                     }
                     idx.put_nhc(Some(check), None);
                 }
@@ -233,14 +239,15 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                         ctx.clone(),
                         "Cluster API Machines".into(),
                         stream,
+                        move |o| crate::index::machine_entry(&value(&o)),
                         move |idx, op| match op {
-                            Op::Upsert(o) => idx.put_machine(Some(&value(&o)), None),
-                            Op::Remove(o) => idx.put_machine(None, Some(key_of(&o))),
+                            Op::Upsert(entry) => idx.put_machine_entry(entry, None),
+                            Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),
                             Op::Replace(list) => {
                                 idx.machines.clear();
                                 idx.machines_by_node.clear();
-                                for o in list {
-                                    idx.put_machine(Some(&value(&o)), None);
+                                for entry in list {
+                                    idx.put_machine_entry(entry, None);
                                 }
                                 BTreeSet::new()
                             }
@@ -253,13 +260,14 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                         ctx.clone(),
                         "Cluster API Clusters".into(),
                         stream,
+                        move |o| value(&o),
                         move |idx, op| match op {
-                            Op::Upsert(o) => idx.put_cluster(Some(&value(&o)), None),
+                            Op::Upsert(v) => idx.put_cluster(Some(&v), None),
                             Op::Remove(o) => idx.put_cluster(None, Some(key_of(&o))),
                             Op::Replace(list) => {
                                 idx.clusters.clear();
-                                for o in list {
-                                    idx.put_cluster(Some(&value(&o)), None);
+                                for v in list {
+                                    idx.put_cluster(Some(&v), None);
                                 }
                                 BTreeSet::new()
                             }
@@ -302,15 +310,14 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
         ctx.clone(),
         if cluster.is_empty() { "Nodes".to_string() } else { format!("Nodes of workload cluster {cluster}") },
         stream,
+        |n: Node| crate::index::slim_node(&n),
         move |idx, op| match op {
-            Op::Upsert(n) => idx.put_node(&cluster, Some(&n), None),
+            Op::Upsert(n) => idx.put_node(&cluster, Some(n), None),
             Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone()),
             Op::Replace(list) => {
                 let cache = idx.nodes.entry(cluster.clone()).or_default();
-                cache.nodes = list
-                    .iter()
-                    .filter_map(|n| n.metadata.name.clone().map(|name| (name, Arc::new(crate::index::slim_node(n)))))
-                    .collect();
+                cache.nodes =
+                    list.into_iter().filter_map(|n| n.metadata.name.clone().map(|name| (name, Arc::new(n)))).collect();
                 BTreeSet::new()
             }
         },
@@ -338,20 +345,18 @@ pub async fn ensure(ctx: &Arc<Context>, need: Need) {
                         ctx.clone(),
                         format!("{kind}.{group}"),
                         stream,
-                        move |idx, op| {
-                            let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
-                            match op {
-                                Op::Upsert(o) => idx.put_object(&gk_update, template, Some(&value(&o)), None),
-                                Op::Remove(o) => idx.put_object(&gk_update, template, None, Some(key_of(&o))),
-                                Op::Replace(list) => {
-                                    let cache = idx.objects.entry(gk_update.clone()).or_default();
-                                    cache.remediations.clear();
-                                    cache.templates.clear();
-                                    for o in list {
-                                        idx.put_object(&gk_update, template, Some(&value(&o)), None);
-                                    }
-                                    BTreeSet::new()
+                        |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null),
+                        move |idx, op| match op {
+                            Op::Upsert(v) => idx.put_object(&gk_update, template, Some(&v), None),
+                            Op::Remove(o) => idx.put_object(&gk_update, template, None, Some(key_of(&o))),
+                            Op::Replace(list) => {
+                                let cache = idx.objects.entry(gk_update.clone()).or_default();
+                                cache.remediations.clear();
+                                cache.templates.clear();
+                                for v in list {
+                                    idx.put_object(&gk_update, template, Some(&v), None);
                                 }
+                                BTreeSet::new()
                             }
                         },
                         move |idx| &mut idx.objects.entry(gk_state.clone()).or_default().state,

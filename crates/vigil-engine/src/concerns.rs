@@ -4,9 +4,11 @@
 //! verdict the change can alter.
 
 use crate::machine::is_target;
+use crate::node::is_control_plane;
 use k8s_openapi::api::core::v1::Node;
 use vigil_api::validate::{MhcPolicy, NhcPolicy};
 use vigil_api::views::{MachineView, Meta};
+use vigil_api::well_known::NODE_NAME_ANNOTATION;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 
 fn namespace_of(check: &MachineHealthCheck) -> &str {
@@ -42,14 +44,30 @@ pub fn nhc_concerns_node(check: &NodeHealthCheck, policy: &NhcPolicy, node: &Nod
         || check.status.as_ref().is_some_and(|s| s.unhealthy_nodes.iter().any(|u| u.name == name))
 }
 
-/// A remediation object concerns the NHC that owns it; a template, the NHCs that use it; any
-/// object of a step's kind may hold the control-plane lock, so it concerns every NHC using it.
-pub fn nhc_concerns_remediation_object(policy: &NhcPolicy, object: &Meta) -> bool {
+/// The Node a medik8s remediation object is for: its node-name annotation, else its name.
+pub fn remediation_node_name(object: &Meta) -> &str {
+    object.annotations.get(NODE_NAME_ANNOTATION).map_or(object.name.as_str(), String::as_str)
+}
+
+/// A template concerns the NHCs that use it. A remediation object concerns the NHC that owns
+/// it, and, when it is for a control-plane Node (or a Node not known, `node` = `None`), every
+/// NHC using its kind: it may hold the one-control-plane-node lock. Another check's object for
+/// a worker Node changes nothing here.
+pub fn nhc_concerns_remediation_object(
+    check: &NodeHealthCheck,
+    policy: &NhcPolicy,
+    object: &Meta,
+    node: Option<&Node>,
+) -> bool {
+    let name = check.metadata.name.as_deref().unwrap_or("");
+    let owned = object.owners.iter().any(|o| o.kind == "NodeHealthCheck" && o.name == name);
+    let may_lock = node.is_none_or(is_control_plane);
     policy.steps.iter().any(|s| {
         let t = &s.template;
         group_of(&object.api_version) == group_of(&t.api_version)
             && object.namespace == t.namespace
-            && (object.kind == t.remediation_kind() || (object.kind == t.kind && object.name == t.name))
+            && ((object.kind == t.remediation_kind() && (owned || may_lock))
+                || (object.kind == t.kind && object.name == t.name))
     })
 }
 

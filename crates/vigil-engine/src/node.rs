@@ -151,7 +151,8 @@ impl Flags {
     }
 }
 
-fn is_control_plane(node: &Node) -> bool {
+/// Whether a Node carries a control-plane role label.
+pub(crate) fn is_control_plane(node: &Node) -> bool {
     // Walks the keys instead of searching the map: a search compares the bytes of every key it
     // passes, while label keys of the right length are rare.
     node.metadata

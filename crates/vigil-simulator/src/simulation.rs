@@ -355,8 +355,10 @@ impl Sim<'_> {
                         && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
                             ("", "Node") => serde_json::from_value::<Node>((*v).clone())
                                 .is_ok_and(|n| concerns::nhc_concerns_node(&check, &policy, &n)),
-                            _ => Meta::read(v, &mut Vec::new())
-                                .is_some_and(|m| concerns::nhc_concerns_remediation_object(&policy, &m)),
+                            _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| {
+                                let node = self.management_node(concerns::remediation_node_name(&m));
+                                concerns::nhc_concerns_remediation_object(&check, &policy, &m, node.as_ref())
+                            }),
                         })
                 }
             };
@@ -364,6 +366,18 @@ impl Sim<'_> {
                 self.dirty.insert(id);
             }
         }
+    }
+
+    /// A Node of the management cluster by name, if the store has it.
+    fn management_node(&self, name: &str) -> Option<Node> {
+        let key = Key {
+            cluster: MANAGEMENT.to_string(),
+            group: String::new(),
+            kind: "Node".to_string(),
+            namespace: String::new(),
+            name: name.to_string(),
+        };
+        self.store.get(&key).and_then(|v| serde_json::from_value(v.clone()).ok())
     }
 
     /// Where an MHC's Nodes live: its workload cluster if the scenario has one, else here.

@@ -48,7 +48,7 @@ enum Command {
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
         /// How many checks are decided and applied at once.
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=64))]
         workers: u16,
         /// Serve Prometheus metrics at this address (e.g. 0.0.0.0:8080).
         #[arg(long)]
