@@ -1,0 +1,443 @@
+//! `vigil-bench`: Vigil's scale benchmark. A real kube-apiserver + etcd, a fleet of Nodes and
+//! Cluster API Machines under many health checks, a simulated kubelet (heartbeats, then a
+//! failure wave), and `vigil run` as a separate process measured from outside: detection
+//! latency through a watch, CPU and memory from /proc, requests from the API server's audit log.
+//! Prints one JSON summary (see the README's performance section).
+
+mod audit;
+mod fleet;
+mod kubelet;
+mod observe;
+mod procstat;
+mod summary;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use clap::Parser;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Node;
+use kube::CustomResourceExt as _;
+use kube::api::{Api, ListParams};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use summary::{Checks, Config, Cpu, Heartbeats, Latency, Rss, Setup, Summary, Verbs, WaveWrites, Writes};
+use vigil_api::{MachineHealthCheck, NodeHealthCheck};
+use vigil_testenv::TestEnv;
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(name = "vigil-bench", about = "Scale benchmark of `vigil run` against a real API server; prints JSON")]
+struct Args {
+    /// Quick run for the test suite: 500 Nodes, 5 s heartbeats, 10 s steady phase, 3 s wave, 3 s timeouts.
+    #[arg(long, conflicts_with = "nodes")]
+    short: bool,
+    /// Nodes (and as many Machines) in the fleet.
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// Share of the targets that fail in the wave, in percent (0 < K ≤ 30: the checks'
+    /// short-circuit thresholds stop remediation above 40%).
+    #[arg(long, default_value_t = 5.0)]
+    failed_percent: f64,
+    /// Every Node heartbeats once per this many seconds [default: 60; --short: 5].
+    #[arg(long)]
+    heartbeat_secs: Option<f64>,
+    /// Length of the steady phase in seconds [default: the heartbeat period; --short: 10].
+    #[arg(long)]
+    steady_secs: Option<f64>,
+    /// The failures are spread over this many seconds [default: 10; --short: 3].
+    #[arg(long)]
+    wave_secs: Option<f64>,
+    /// The checks' Ready=Unknown/False timeout in seconds [default: 5; --short: 3].
+    #[arg(long)]
+    timeout_secs: Option<u64>,
+    /// `vigil run --workers` (its default is 16).
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// The `vigil` binary [default: built with this benchmark's profile, next to it].
+    #[arg(long)]
+    vigil: Option<PathBuf>,
+    /// Also write the JSON summary to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write one line per failed target (check, target, expiry, latency in ms) to this file.
+    #[arg(long)]
+    samples: Option<PathBuf>,
+    /// Keep the controller's log here (`RUST_LOG` is passed through).
+    #[arg(long)]
+    controller_log: Option<PathBuf>,
+}
+
+/// The run's parameters once defaults are applied and checked.
+struct Plan {
+    nodes: usize,
+    failed_percent: f64,
+    heartbeat: Duration,
+    steady: Duration,
+    wave: Duration,
+    timeout_secs: u64,
+    workers: usize,
+}
+
+impl Args {
+    fn plan(&self) -> Result<Plan> {
+        let short = self.short;
+        let secs = |v: Option<f64>, normal: f64, quick: f64, flag: &str| -> Result<Duration> {
+            let v = v.unwrap_or(if short { quick } else { normal });
+            ensure!(v.is_finite() && v > 0.0 && v <= 3600.0, "--{flag} must be in (0, 3600] seconds, got {v}");
+            Ok(Duration::from_secs_f64(v))
+        };
+        let heartbeat = secs(self.heartbeat_secs, 60.0, 5.0, "heartbeat-secs")?;
+        let plan = Plan {
+            nodes: if short { 500 } else { self.nodes },
+            failed_percent: self.failed_percent,
+            heartbeat,
+            steady: secs(self.steady_secs, heartbeat.as_secs_f64(), 10.0, "steady-secs")?,
+            wave: secs(self.wave_secs, 10.0, 3.0, "wave-secs")?,
+            timeout_secs: self.timeout_secs.unwrap_or(if short { 3 } else { 5 }),
+            workers: self.workers,
+        };
+        ensure!((100..=100_000).contains(&plan.nodes), "--nodes must be in 100..=100000, got {}", plan.nodes);
+        ensure!(
+            plan.failed_percent > 0.0 && plan.failed_percent <= 30.0,
+            "--failed-percent must be in (0, 30], got {}",
+            plan.failed_percent
+        );
+        ensure!(
+            (1..=3600).contains(&plan.timeout_secs),
+            "--timeout-secs must be in 1..=3600, got {}",
+            plan.timeout_secs
+        );
+        ensure!((1..=64).contains(&plan.workers), "--workers must be in 1..=64, got {}", plan.workers);
+        Ok(plan)
+    }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let plan = args.plan()?;
+    let vigil = match &args.vigil {
+        Some(path) => path.clone(),
+        None => build_vigil()?,
+    };
+    ensure!(vigil.is_file(), "the vigil binary {} does not exist (--vigil)", vigil.display());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let summary = runtime.block_on(run(&plan, &vigil, &args))?;
+    let json = serde_json::to_string_pretty(&summary)?;
+    println!("{json}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, format!("{json}\n")).with_context(|| format!("cannot write {}", out.display()))?;
+    }
+    Ok(())
+}
+
+/// The profile this benchmark was built with; the controller is built the same way.
+fn profile() -> &'static str {
+    if cfg!(debug_assertions) { "debug" } else { "release" }
+}
+
+/// Builds `vigil` with this benchmark's profile when run through cargo (`cargo run -p
+/// vigil-bench` builds only this package), and returns the binary next to this one.
+fn build_vigil() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let vigil = exe.with_file_name("vigil");
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.current_dir(&root).args(["build", "--locked", "-p", "vigil"]);
+        if profile() == "release" {
+            cmd.arg("--release");
+        }
+        eprintln!("vigil-bench: building vigil ({})", profile());
+        let status = cmd.status().context("cannot run cargo build -p vigil")?;
+        ensure!(status.success(), "cargo build -p vigil failed ({status})");
+    }
+    Ok(vigil)
+}
+
+/// A phase boundary on both clocks: `Instant` for samples, wall time for the audit log.
+#[derive(Clone, Copy)]
+struct Mark {
+    at: Instant,
+    wall: Timestamp,
+    cpu: f64,
+}
+
+fn mark(pid: u32) -> Result<Mark> {
+    Ok(Mark { at: Instant::now(), wall: Timestamp::now(), cpu: procstat::cpu_seconds(pid)? })
+}
+
+/// `vigil run` as a child process, killed if the benchmark fails.
+struct Controller {
+    child: tokio::process::Child,
+    pid: u32,
+    log: PathBuf,
+}
+
+impl Controller {
+    fn spawn(vigil: &Path, kubeconfig: &Path, workers: usize, log: PathBuf) -> Result<Controller> {
+        let stderr = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+        let child = tokio::process::Command::new(vigil)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--workers")
+            .arg(workers.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", vigil.display()))?;
+        let pid = child.id().context("vigil exited at once")?;
+        Ok(Controller { child, pid, log })
+    }
+
+    /// Fails when the controller has exited, with the end of its log.
+    fn check_running(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            bail!(
+                "vigil run exited ({status}); last lines of its log:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then up to 10 s for a clean exit (SIGKILL after).
+    async fn stop(mut self) -> Result<()> {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+            self.child.start_kill()?;
+            self.child.wait().await?;
+        }
+        Ok(())
+    }
+}
+
+async fn run(plan: &Plan, vigil: &Path, args: &Args) -> Result<Summary> {
+    let n = plan.nodes;
+    let t0 = Instant::now();
+    eprintln!("vigil-bench: starting etcd + kube-apiserver");
+    let env = TestEnv::start().await?;
+    env.install_upstream_crds().await?;
+    env.install_crds(&[
+        serde_json::to_value(MachineHealthCheck::crd())?,
+        serde_json::to_value(NodeHealthCheck::crd())?,
+    ])
+    .await?;
+    let apiserver_ms = t0.elapsed().as_secs_f64() * 1000.0;
+
+    let groups = fleet::layout(n);
+    let timeout = format!("{}s", plan.timeout_secs);
+    eprintln!("vigil-bench: creating {n} Nodes, {n} Machines and {} checks", groups.len());
+    let t1 = Instant::now();
+    fleet::create(&env, n, &groups, &timeout).await?;
+    let fleet_ms = t1.elapsed().as_secs_f64() * 1000.0;
+
+    let nodes: Api<Node> = Api::all(env.client());
+    let since = fleet::time(Timestamp::now() - SignedDuration::from_hours(24));
+    let kubelets = kubelet::Kubelets::new(nodes, n, since);
+    let beats_started = Instant::now();
+    let beats = kubelets.spawn_heartbeats(plan.heartbeat);
+    let observer = observe::Observer::default();
+    let watches = observer.spawn(env.client());
+
+    let dir = tempfile::Builder::new().prefix("vigil-bench-").tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, env.audited_kubeconfig_yaml())?;
+    let mhc_targets: usize = groups.iter().filter(|g| g.kind == fleet::Kind::Machine).map(fleet::Group::size).sum();
+
+    eprintln!("vigil-bench: starting {}", vigil.display());
+    let log = args.controller_log.clone().unwrap_or_else(|| dir.path().join("vigil.log"));
+    let mut controller = Controller::spawn(vigil, &kubeconfig, plan.workers, log)?;
+    let pid = controller.pid;
+    let start = mark(pid)?;
+    let rss = procstat::RssSamples::default();
+    let sampler = rss.spawn(pid);
+
+    // Cold start: every check's first status, every selected Machine's first verdict.
+    let mhcs: Api<MachineHealthCheck> = Api::namespaced(env.client(), fleet::NS);
+    let nhcs: Api<NodeHealthCheck> = Api::all(env.client());
+    let cold_deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        controller.check_running()?;
+        let verdicts = observer.lock().verdicts.len();
+        if verdicts == mhc_targets && all_evaluated(&mhcs, &nhcs, &groups).await? {
+            break;
+        }
+        ensure!(
+            Instant::now() < cold_deadline,
+            "cold start did not complete within 600 s ({verdicts} of {mhc_targets} Machines have a verdict)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cold = mark(pid)?;
+    let cold_start_ms = (cold.at - start.at).as_secs_f64() * 1000.0;
+    eprintln!("vigil-bench: cold start {cold_start_ms:.0} ms; steady phase {:?}", plan.steady);
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let steady_start = mark(pid)?;
+    tokio::time::sleep(plan.steady).await;
+    controller.check_running()?;
+    let steady_end = mark(pid)?;
+
+    let wave_plan = kubelet::wave_plan(n, plan.failed_percent, plan.wave);
+    eprintln!("vigil-bench: failing {} targets over {:?}", wave_plan.len(), plan.wave);
+    let failures = kubelets.fail(wave_plan, Instant::now()).await?;
+    let group_of = fleet::group_of(&groups, n);
+    let key = |i: usize| match groups[group_of[i]].kind {
+        fleet::Kind::Machine => fleet::machine_name(i),
+        fleet::Kind::Node => fleet::node_name(i),
+    };
+    let deadline = Instant::now() + Duration::from_secs(plan.timeout_secs + 60);
+    loop {
+        controller.check_running()?;
+        let seen = observer.lock().remediated.len();
+        if seen >= failures.len() || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Settle: writes that trail the last remediation (status, events) belong to the wave.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let wave_end = mark(pid)?;
+    let peak_kib = procstat::status_kib(pid, "VmHWM")?;
+
+    beats.abort();
+    for w in watches {
+        w.abort();
+    }
+    sampler.abort();
+    controller.stop().await?;
+    let beat_secs = beats_started.elapsed().as_secs_f64();
+
+    let mut samples = Vec::new();
+    let mut lines = String::new();
+    {
+        let seen = observer.lock();
+        for f in &failures {
+            if let Some(at) = seen.remediated.get(&key(f.index)) {
+                let expiry = f.since + SignedDuration::from_secs(plan.timeout_secs as i64);
+                let ms = at.duration_since(expiry).as_secs_f64() * 1000.0;
+                samples.push(ms);
+                lines.push_str(&format!("{} {} {expiry} {ms:.1}\n", groups[group_of[f.index]].name, key(f.index)));
+            }
+        }
+    }
+    if let Some(path) = &args.samples {
+        std::fs::write(path, lines).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let detected = samples.len();
+
+    // The audit log is written as requests complete: give it a moment after the stop.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = env.audit_log_path().context("the test env has no directory")?;
+    let requests = audit::read(&log)?;
+    let mut verbs = Verbs::default();
+    let mut by_resource: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let (mut cold_writes, mut steady_writes, mut wave) = (0, 0, WaveWrites::default());
+    for r in &requests {
+        verbs.add(&r.verb);
+        let phase = if r.at < cold.wall {
+            "cold_start"
+        } else if r.at < steady_start.wall {
+            "settle"
+        } else if r.at < steady_end.wall {
+            "steady"
+        } else {
+            "wave"
+        };
+        let resource = match (r.resource.as_str(), r.subresource.as_str()) {
+            ("", _) => "(discovery)".to_string(),
+            (res, "") => res.to_string(),
+            (res, sub) => format!("{res}/{sub}"),
+        };
+        *by_resource.entry(format!("{phase} {} {resource}", r.verb)).or_default() += 1;
+        if !r.is_write() {
+            continue;
+        }
+        if r.at < cold.wall {
+            cold_writes += 1;
+        } else if (steady_start.wall..steady_end.wall).contains(&r.at) {
+            steady_writes += 1;
+        } else if (steady_end.wall..=wave_end.wall).contains(&r.at) {
+            match (r.resource.as_str(), r.subresource.as_str()) {
+                ("machines", _) | ("selfnoderemediations", _) => wave.target += 1,
+                ("machinehealthchecks" | "nodehealthchecks", "status") => wave.status += 1,
+                ("events", _) => wave.event += 1,
+                _ => wave.other += 1,
+            }
+        }
+    }
+    let failed = failures.len();
+    Ok(Summary {
+        nodes: n,
+        machines: n,
+        failed,
+        detected,
+        checks: Checks {
+            machine: groups.iter().filter(|g| g.kind == fleet::Kind::Machine).count(),
+            node: groups.iter().filter(|g| g.kind == fleet::Kind::Node).count(),
+        },
+        detect_ms: Latency::of(samples),
+        cpu_s: Cpu {
+            cold_start: cold.cpu - start.cpu,
+            steady: steady_end.cpu - steady_start.cpu,
+            wave: wave_end.cpu - steady_end.cpu,
+        },
+        rss_mib: Rss {
+            peak: peak_kib as f64 / 1024.0,
+            steady: rss.peak_mib(steady_start.at, steady_end.at),
+            wave: rss.peak_mib(steady_end.at, wave_end.at),
+        },
+        requests: verbs,
+        requests_by_phase: by_resource,
+        writes: Writes {
+            cold_start: cold_writes,
+            steady: steady_writes,
+            per_remediation: if failed == 0 { 0.0 } else { wave.target as f64 / failed as f64 },
+            wave,
+        },
+        cold_start_ms,
+        heartbeats: Heartbeats {
+            sent: kubelets.sent.load(std::sync::atomic::Ordering::Relaxed),
+            errors: kubelets.errors.load(std::sync::atomic::Ordering::Relaxed),
+            per_second: kubelets.sent.load(std::sync::atomic::Ordering::Relaxed) as f64 / beat_secs,
+        },
+        setup_ms: Setup { apiserver: apiserver_ms, fleet: fleet_ms },
+        config: Config {
+            heartbeat_secs: plan.heartbeat.as_secs_f64(),
+            steady_secs: plan.steady.as_secs_f64(),
+            wave_secs: plan.wave.as_secs_f64(),
+            timeout_secs: plan.timeout_secs,
+            failed_percent: plan.failed_percent,
+            workers: plan.workers,
+            profile: profile().to_string(),
+        },
+    })
+}
+
+/// Whether every check has written a status that accounts for all its targets.
+async fn all_evaluated(
+    mhcs: &Api<MachineHealthCheck>,
+    nhcs: &Api<NodeHealthCheck>,
+    groups: &[fleet::Group],
+) -> Result<bool> {
+    let size = |name: &str| groups.iter().find(|g| g.name == name).map(fleet::Group::size);
+    for c in mhcs.list(&ListParams::default()).await? {
+        let expected = c.status.as_ref().map(|s| s.expected_machines as usize);
+        if expected != size(c.metadata.name.as_deref().unwrap_or_default()) {
+            return Ok(false);
+        }
+    }
+    for c in nhcs.list(&ListParams::default()).await? {
+        let observed = c.status.as_ref().map(|s| s.observed_nodes as usize);
+        if observed != size(c.metadata.name.as_deref().unwrap_or_default()) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
