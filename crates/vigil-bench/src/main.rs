@@ -441,3 +441,34 @@ async fn all_evaluated(
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(args: &[&str]) -> Result<Plan> {
+        let args = Args::try_parse_from(std::iter::once("vigil-bench").chain(args.iter().copied()))?;
+        args.plan()
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_flag_and_the_value() {
+        for (args, message) in [
+            (&["--nodes", "10"][..], "--nodes must be in 100..=100000, got 10"),
+            (&["--failed-percent", "45"][..], "--failed-percent must be in (0, 30], got 45"),
+            (&["--failed-percent", "0"][..], "--failed-percent must be in (0, 30], got 0"),
+            (&["--heartbeat-secs", "0"][..], "--heartbeat-secs must be in (0, 3600] seconds, got 0"),
+            (&["--wave-secs=-1"][..], "--wave-secs must be in (0, 3600] seconds, got -1"),
+            (&["--timeout-secs", "0"][..], "--timeout-secs must be in 1..=3600, got 0"),
+            (&["--workers", "0"][..], "--workers must be in 1..=64, got 0"),
+        ] {
+            let err = plan_of(args).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains(message), "{args:?}: {err}");
+        }
+        assert!(plan_of(&["--short", "--nodes", "1000"]).is_err(), "--short fixes the size");
+        let short = plan_of(&["--short"]).expect("valid");
+        assert_eq!((short.nodes, short.timeout_secs, short.steady), (500, 3, Duration::from_secs(10)));
+        let big = plan_of(&["--nodes", "10000"]).expect("valid");
+        assert_eq!((big.nodes, big.heartbeat, big.steady), (10_000, Duration::from_secs(60), Duration::from_secs(60)));
+    }
+}
