@@ -40,6 +40,9 @@ pub enum WriteError {
     /// The kind of an object could not be resolved.
     #[error("{0}")]
     Discovery(String),
+    /// No answer in time (the write may or may not have been made).
+    #[error("{0}: no answer within {WRITE_TIMEOUT:?}")]
+    Timeout(String),
 }
 
 impl WriteError {
@@ -51,7 +54,32 @@ impl WriteError {
             WriteError::Api { source: kube::Error::Api(_), .. } => "refused",
             WriteError::Api { .. } => "unreachable",
             WriteError::Discovery(_) => "discovery",
+            WriteError::Timeout(_) => "timeout",
         }
+    }
+
+    /// Whether the write may have been made although it failed (no answer, or a server error
+    /// that can come after the store committed it).
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            WriteError::Api { source: kube::Error::Api(s), .. } => s.code >= 500,
+            WriteError::Api { .. } | WriteError::Timeout(_) => true,
+            WriteError::Discovery(_) => false,
+        }
+    }
+}
+
+/// How long one write may take before it counts as failed.
+pub const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Runs a write with [`WRITE_TIMEOUT`].
+async fn bounded<T>(
+    what: impl FnOnce() -> String,
+    fut: impl std::future::Future<Output = Result<T, WriteError>>,
+) -> Result<T, WriteError> {
+    match tokio::time::timeout(WRITE_TIMEOUT, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(WriteError::Timeout(what())),
     }
 }
 
@@ -141,48 +169,13 @@ impl Context {
         }
     }
 
-    /// Applies a decided plan's writes and publishes its events.
-    pub async fn apply(self: &Arc<Self>, job: crate::reconcile::Job) -> Result<(), WriteError> {
+    /// Applies a decided plan's writes and publishes its events. The actions go first (the
+    /// remediation request must not wait for the status round-trip); the status follows, and
+    /// leaves out what an action that failed would have made, so it never reports a remediation
+    /// object that does not exist.
+    pub async fn apply(self: &Arc<Self>, mut job: crate::reconcile::Job) -> Result<(), WriteError> {
         let started = std::time::Instant::now();
-        // The status and the actions are written concurrently: the remediation request must not
-        // wait for the status round-trip.
-        let status_write = async {
-            let Some(status) = &job.status else { return Ok(()) };
-            let patch = Patch::Merge(json!({ "status": status }));
-            let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-            // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and
-            // the answer is read as leniently as the watch reads it.
-            let (api, name) = match &job.key {
-                CheckKey::Machine(ns, n) => (
-                    Api::<DynamicObject>::namespaced_with(
-                        self.client.clone(),
-                        ns,
-                        &ApiResource::erase::<vigil_api::MachineHealthCheck>(&()),
-                    ),
-                    n,
-                ),
-                CheckKey::Node(n) => (
-                    Api::<DynamicObject>::all_with(
-                        self.client.clone(),
-                        &ApiResource::erase::<vigil_api::NodeHealthCheck>(&()),
-                    ),
-                    n,
-                ),
-            };
-            match api.patch_status(name, &params, &patch).await {
-                Ok(written) => {
-                    self.metrics.writes("status");
-                    let mut idx = self.write_index();
-                    match &job.key {
-                        CheckKey::Machine(..) => idx.put_mhc(Some(crate::watch::read_mhc(&written).0), None),
-                        CheckKey::Node(..) => idx.put_nhc(Some(crate::watch::read_nhc(&written).0), None),
-                    };
-                    Ok(())
-                }
-                Err(e) if is_code(&e, 404) => Ok(()),
-                Err(e) => Err(api_error(format!("status of {}", job.key))(e)),
-            }
-        };
+        let key = job.key.clone();
         let actions = futures::stream::iter(job.actions.clone())
             .map(|action| {
                 let this = self.clone();
@@ -192,57 +185,83 @@ impl Context {
                     }
                     _ => None,
                 };
+                let remediating = crate::confirm::remediating_target(&key, &action, &job).is_some();
                 async move {
-                    let result = this.act(&action, raw).await;
+                    let what = || format!("{action:?}").chars().take(200).collect::<String>();
+                    let result = bounded(what, this.act(&action, raw, remediating)).await;
                     (action, result)
                 }
             })
             .buffer_unordered(WRITE_CONCURRENCY)
-            .collect::<Vec<(Action, Result<Option<ObjectRef>, WriteError>)>>();
-        let (status_result, results) = futures::join!(status_write, actions);
-        let mut first_error = status_result.err();
-        let mut notices: Vec<(Notice, Option<ObjectRef>)> = job.notices.iter().map(|n| (n.clone(), None)).collect();
-        for (action, result) in results {
+            .collect::<Vec<(Action, Result<Option<ObjectRef>, WriteError>)>>()
+            .await;
+        let mut first_error = None;
+        let mut failed: Vec<Action> = Vec::new();
+        let mut notices: Vec<Notice> = Vec::new();
+        for (action, result) in actions {
+            let remediating = crate::confirm::remediating_target(&key, &action, &job).is_some();
             match (&action, result) {
                 (Action::CreateRemediation { target, object }, Ok(Some(created))) => {
                     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-                    notices.push((
-                        Notice {
-                            kind: NoticeKind::RemediationCreated,
-                            target: Some(target.clone()),
-                            reason: "RemediationCreated".into(),
-                            message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
-                        },
-                        None,
-                    ));
+                    self.metrics.remediation(&key, kind, "created");
+                    notices.push(Notice {
+                        kind: NoticeKind::RemediationCreated,
+                        target: Some(target.clone()),
+                        reason: "RemediationCreated".into(),
+                        message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
+                    });
                 }
                 (Action::DeleteRemediation { target, object }, Ok(Some(_))) => {
-                    notices.push((
-                        Notice {
-                            kind: NoticeKind::RemediationDeleted,
-                            target: Some(target.clone()),
-                            reason: "RemediationRemoved".into(),
-                            message: format!("Deleted {object} for {target}: it is healthy again or gone"),
-                        },
-                        None,
-                    ));
+                    notices.push(Notice {
+                        kind: NoticeKind::RemediationDeleted,
+                        target: Some(target.clone()),
+                        reason: "RemediationRemoved".into(),
+                        message: format!("Deleted {object} for {target}: it is healthy again or gone"),
+                    });
+                }
+                (Action::SetMachineConditions { .. }, Ok(_)) if remediating => {
+                    self.metrics.remediation(&key, "Machine", "marked");
                 }
                 (_, Ok(_)) => {}
                 (_, Err(e)) => {
-                    warn!(check = %job.key, error = %e, category = e.category(), "write failed");
+                    warn!(check = %key, error = %e, category = e.category(), "write failed");
                     self.metrics.write_error(e.category());
+                    if let Action::CreateRemediation { target, object } = &action {
+                        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+                        self.metrics.remediation(&key, kind, "failed");
+                        notices.push(Notice {
+                            kind: NoticeKind::RemediationSkipped,
+                            target: Some(target.clone()),
+                            reason: "RemediationFailed".into(),
+                            message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
+                        });
+                        if e.outcome_unknown() {
+                            self.resync_after_unknown_create(object).await;
+                        }
+                    }
+                    failed.push(action.clone());
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        if !failed.is_empty() {
+            job.leave_out(&failed);
+        }
+        // The plan's own notices (less the requests that failed) come before what the writes told.
+        let notices: Vec<Notice> = std::mem::take(&mut job.notices).into_iter().chain(notices).collect();
+        if let Err(e) = bounded(|| format!("status of {key}"), self.write_status(&job)).await {
+            warn!(check = %key, error = %e, category = e.category(), "status not written");
+            self.metrics.write_error(e.category());
+            first_error.get_or_insert(e);
         }
         self.metrics.apply_seconds(started.elapsed().as_secs_f64());
         // Events are published in the background, in order: the next decision (another
         // Machine's remediation) must not wait for them.
         if !notices.is_empty() {
             let this = self.clone();
-            let (key, uid) = (job.key.clone(), job.uid.clone());
+            let uid = job.uid.clone();
             tokio::spawn(async move {
-                for (notice, _) in notices {
+                for notice in notices {
                     this.publish(&key, uid.as_deref(), &notice).await;
                 }
             });
@@ -250,6 +269,74 @@ impl Context {
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// Writes the check's status when the plan changed it (merge patch on the status subresource).
+    async fn write_status(&self, job: &crate::reconcile::Job) -> Result<(), WriteError> {
+        let Some(status) = &job.status else { return Ok(()) };
+        let patch = Patch::Merge(json!({ "status": status }));
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and
+        // the answer is read as leniently as the watch reads it.
+        let (api, name) = match &job.key {
+            CheckKey::Machine(ns, n) => (
+                Api::<DynamicObject>::namespaced_with(
+                    self.client.clone(),
+                    ns,
+                    &ApiResource::erase::<vigil_api::MachineHealthCheck>(&()),
+                ),
+                n,
+            ),
+            CheckKey::Node(n) => (
+                Api::<DynamicObject>::all_with(
+                    self.client.clone(),
+                    &ApiResource::erase::<vigil_api::NodeHealthCheck>(&()),
+                ),
+                n,
+            ),
+        };
+        match api.patch_status(name, &params, &patch).await {
+            Ok(written) => {
+                self.metrics.writes("status");
+                let mut idx = self.write_index();
+                match &job.key {
+                    CheckKey::Machine(..) => idx.put_mhc(Some(crate::watch::read_mhc(&written).0), None),
+                    CheckKey::Node(..) => idx.put_nhc(Some(crate::watch::read_nhc(&written).0), None),
+                };
+                Ok(())
+            }
+            Err(e) if is_code(&e, 404) => Ok(()),
+            Err(e) => Err(api_error(format!("status of {}", job.key))(e)),
+        }
+    }
+
+    /// After a create whose outcome is unknown, reads the objects of its kind in its namespace
+    /// (a quorum list) into the index, so that a retry does not make a second object when the
+    /// first was made after all (`generateName` gives each try a new name). When even that read
+    /// fails, every watch lists again before anything is decided from them.
+    async fn resync_after_unknown_create(&self, object: &Value) {
+        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+        let listed = async {
+            let ar = self.resource(api_version, kind).await?;
+            self.dynamic(&ar, namespace)
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(api_error(format!("list {kind} in {namespace}")))
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, listed).await {
+            Ok(Ok(list)) => {
+                let gk = group_kind(api_version, kind);
+                for o in list.items {
+                    self.remember(&o, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                }
+            }
+            _ => {
+                warn!(%kind, %namespace, "cannot tell whether a remediation object was created; every watch lists again");
+                self.relist_all();
+            }
         }
     }
 
@@ -273,7 +360,12 @@ impl Context {
     }
 
     /// One write; `Ok(Some(object))` when an object was created or deleted.
-    async fn act(&self, action: &Action, raw: Option<Arc<Value>>) -> Result<Option<ObjectRef>, WriteError> {
+    async fn act(
+        &self,
+        action: &Action,
+        raw: Option<Arc<Value>>,
+        remediating: bool,
+    ) -> Result<Option<ObjectRef>, WriteError> {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
                 let ar = self.resource(&machine.api_version, "Machine").await?;
@@ -309,7 +401,9 @@ impl Context {
                             self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
                             return Ok(None);
                         }
-                        Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES => {
+                        // A remediating write that conflicts is decided (and confirmed) again:
+                        // the Machine changed since it was read.
+                        Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
                             let fresh = api.get(&machine.name).await.map_err(api_error(format!("get {machine}")))?;
                             current = serde_json::to_value(&fresh).unwrap_or(Value::Null);
                         }

@@ -3,35 +3,51 @@
 //! the plans. It decides nothing itself: every rule is in `vigil-engine`.
 
 pub mod apply;
+pub mod confirm;
+pub mod http;
 pub mod index;
 pub mod metrics;
 pub mod reconcile;
 pub mod scheduler;
+pub mod sources;
 pub mod watch;
+pub mod wire;
+pub mod workload;
 
 use index::{CheckKey, Index};
 use jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::events::{Recorder, Reporter};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
-use tracing::{debug, warn};
+use std::time::Duration;
+use tracing::{debug, info, warn};
 
 /// Settings of a controller run.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// How many checks are decided and applied at once.
     pub workers: usize,
-    /// Where `/metrics` is served, if anywhere.
+    /// Where `/metrics`, `/livez` and `/readyz` are served, if anywhere.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// How often the API server is probed (a partition breaks no connection, so only a probe
+    /// notices it).
+    pub probe_period: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { workers: 16, metrics_addr: None }
+        Options { workers: 16, metrics_addr: None, probe_period: PROBE_PERIOD }
     }
 }
+
+/// How often the API server is probed by default.
+pub const PROBE_PERIOD: Duration = Duration::from_secs(5);
+/// How long one probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(4);
+/// Failed probes in a row after which the API server counts as unreachable.
+const PROBE_FAILURES: u32 = 2;
 
 /// What every task of the controller shares.
 pub struct Context {
@@ -49,6 +65,17 @@ pub struct Context {
     pub started: tokio::sync::Mutex<BTreeSet<reconcile::Need>>,
     /// Metrics.
     pub metrics: metrics::Metrics,
+    /// Whether each watched source can be trusted (for `/readyz`).
+    pub sources: sources::Registry,
+    /// Bumped when the API server was unreachable: every watch lists again.
+    epoch: tokio::sync::watch::Sender<u64>,
+    /// Clients of connected workload clusters by `namespace/clusterName`, for confirming reads.
+    workload_clients: std::sync::Mutex<HashMap<String, Client>>,
+    /// Targets whose remediation is being confirmed and written, with the check doing it: a
+    /// second check deciding on the same target at the same moment waits for the first.
+    claims: std::sync::Mutex<HashMap<String, CheckKey>>,
+    /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
+    reported: std::sync::Mutex<HashSet<(String, String, String)>>,
     failures: std::sync::Mutex<HashMap<CheckKey, u32>>,
 }
 
@@ -64,8 +91,98 @@ impl Context {
             resources: tokio::sync::Mutex::new(HashMap::new()),
             started: tokio::sync::Mutex::new(BTreeSet::new()),
             metrics: metrics::Metrics::default(),
+            sources: sources::Registry::default(),
+            epoch: tokio::sync::watch::Sender::new(0),
+            workload_clients: std::sync::Mutex::new(HashMap::new()),
+            claims: std::sync::Mutex::new(HashMap::new()),
+            reported: std::sync::Mutex::new(HashSet::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// A receiver of the relist epoch, for a new watch.
+    pub fn epoch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+
+    /// Makes every watch list again (the API server could not be reached: what the watches
+    /// hold may be stale, and a connection held open through a partition would not tell).
+    pub fn relist_all(&self) {
+        self.epoch.send_modify(|e| *e = e.wrapping_add(1));
+    }
+
+    /// Connected workload clusters' clients.
+    pub fn lock_workload_clients(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+        self.workload_clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckKey>> {
+        self.claims.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Claims `targets` for `key`; returns the ones another check holds right now (left out).
+    pub fn claim(&self, key: &CheckKey, targets: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut claims = self.lock_claims();
+        let mut refused = BTreeSet::new();
+        for t in targets {
+            match claims.get(t) {
+                Some(holder) if holder != key => {
+                    refused.insert(t.clone());
+                }
+                _ => {
+                    claims.insert(t.clone(), key.clone());
+                }
+            }
+        }
+        refused
+    }
+
+    /// Releases what `key` claimed.
+    pub fn release(&self, key: &CheckKey, targets: &BTreeSet<String>) {
+        let mut claims = self.lock_claims();
+        for t in targets {
+            if claims.get(t) == Some(key) {
+                claims.remove(t);
+            }
+        }
+    }
+
+    /// Reports a Node field no rule can read: once in the log and once as an event on the Node.
+    pub fn report_unreadable(self: &Arc<Self>, cluster: &str, problem: wire::Unreadable) {
+        let first = self.reported.lock().unwrap_or_else(|p| p.into_inner()).insert((
+            cluster.to_string(),
+            problem.node.clone(),
+            problem.field.clone(),
+        ));
+        if !first {
+            return;
+        }
+        warn!(cluster = %cluster, "{problem}");
+        self.metrics.unreadable_object();
+        if !cluster.is_empty() {
+            // An event in the management cluster about a workload cluster's Node would name an
+            // object that is not there; the log and the check's status say it.
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let event = kube::runtime::events::Event {
+                type_: kube::runtime::events::EventType::Warning,
+                reason: "UnreadableCondition".into(),
+                note: Some(problem.to_string().chars().take(1000).collect()),
+                action: "Read".into(),
+                secondary: None,
+            };
+            let node = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(problem.node.clone()),
+                ..Default::default()
+            };
+            if let Err(e) = this.recorder.publish(&event, &node).await {
+                debug!(error = %e, "event not published");
+            }
+        });
     }
 
     /// The indexes, for reading.
@@ -94,8 +211,24 @@ impl Context {
         for need in job.needs.clone() {
             watch::ensure(self, need).await;
         }
+        // A plan that remediates is confirmed first: its targets are read again from the API
+        // server and the check decided again on what was read (see `confirm`).
+        let (job, claimed) = match confirm::confirm(self, job).await {
+            confirm::Confirmed::Go(job, claimed) => (*job, claimed),
+            confirm::Confirmed::Gone => {
+                self.scheduler.forget(key);
+                return;
+            }
+        };
         let next_wake = job.next_wake;
-        match self.apply(job).await {
+        let again = job.again;
+        let result = self.apply(job).await;
+        self.release(key, &claimed);
+        if again {
+            // Remediations left out while confirming (new targets, or held by another check).
+            self.scheduler.mark([key.clone()]);
+        }
+        match result {
             Ok(()) => {
                 self.lock_failures().remove(key);
                 self.scheduler.wake_at(key, next_wake);
@@ -131,9 +264,10 @@ impl Context {
 /// Runs the controller until `shutdown` completes.
 pub async fn run(client: Client, options: Options, shutdown: impl std::future::Future<Output = ()>) {
     let ctx = Context::new(client);
+    let prober = tokio::spawn(probe(ctx.clone(), options.probe_period));
     watch::start_fixed(&ctx).await;
     if let Some(addr) = options.metrics_addr {
-        tokio::spawn(serve_metrics(ctx.clone(), addr));
+        tokio::spawn(http::serve(ctx.clone(), addr));
     }
     let mut workers = Vec::new();
     for _ in 0..options.workers.max(1) {
@@ -147,32 +281,46 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
         }));
     }
     shutdown.await;
+    prober.abort();
     for w in workers {
         w.abort();
     }
 }
 
-/// Serves `/metrics` (and answers every other path with it too: it is the only page).
-async fn serve_metrics(ctx: Arc<Context>, addr: std::net::SocketAddr) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            warn!(%addr, error = %e, "metrics endpoint not served");
-            return;
-        }
-    };
+/// The name of the API server's own entry in the source registry.
+pub const API_SERVER_SOURCE: &str = "API server";
+
+/// Probes the API server every `period`. After [`PROBE_FAILURES`] failures in a row it counts as
+/// unreachable: `/readyz` says so and every watch lists again, so that nothing is decided from
+/// what was cached before until fresh lists arrive.
+async fn probe(ctx: Arc<Context>, period: Duration) {
+    ctx.sources.register(API_SERVER_SOURCE, true);
+    let mut failures = 0u32;
     loop {
-        let Ok((mut socket, _)) = listener.accept().await else { continue };
-        let body = ctx.metrics.render();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            let _ = socket.read(&mut buf).await;
-            let response = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = socket.write_all(response.as_bytes()).await;
-        });
+        let ok = match tokio::time::timeout(PROBE_TIMEOUT, ctx.client.apiserver_version()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {}s", PROBE_TIMEOUT.as_secs())),
+        };
+        match ok {
+            Ok(()) => {
+                if failures >= PROBE_FAILURES {
+                    info!("API server reachable again");
+                }
+                failures = 0;
+                ctx.sources.synced(API_SERVER_SOURCE);
+                ctx.metrics.api_reachable(true);
+            }
+            Err(why) => {
+                failures = failures.saturating_add(1);
+                if failures == PROBE_FAILURES {
+                    warn!(error = %why, "API server unreachable; every watch lists again once it answers");
+                    ctx.sources.failed(API_SERVER_SOURCE, &why);
+                    ctx.metrics.api_reachable(false);
+                    ctx.relist_all();
+                }
+            }
+        }
+        tokio::time::sleep(period).await;
     }
 }

@@ -3,12 +3,25 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RemediationLabel {
+    check_kind: String,
+    kind: String,
+    outcome: String,
 }
 
 /// Every metric, registered once.
@@ -20,6 +33,13 @@ pub struct Metrics {
     writes: Family<KindLabel, Counter>,
     write_errors: Family<KindLabel, Counter>,
     watch_events: Counter,
+    source_synced: Family<SourceLabel, Gauge>,
+    watch_restarts: Family<SourceLabel, Counter>,
+    api_reachable: Gauge,
+    unreadable: Counter,
+    remediations_decided: Counter,
+    remediations_unconfirmed: Counter,
+    remediations: Family<RemediationLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -37,7 +57,64 @@ impl Default for Metrics {
         registry.register("writes", "Writes to the API server, by kind", writes.clone());
         registry.register("write_errors", "Failed writes, by category", write_errors.clone());
         registry.register("watch_events", "Watch events received", watch_events.clone());
-        Metrics { registry, decisions, decide_seconds, apply_seconds, writes, write_errors, watch_events }
+        let source_synced = Family::<SourceLabel, Gauge>::default();
+        let watch_restarts = Family::<SourceLabel, Counter>::default();
+        let api_reachable = Gauge::default();
+        let unreadable = Counter::default();
+        let remediations_decided = Counter::default();
+        let remediations_unconfirmed = Counter::default();
+        let remediations = Family::<RemediationLabel, Counter>::default();
+        registry.register(
+            "source_synced",
+            "1 while a watched source is listed and live (decisions trust it), 0 otherwise",
+            source_synced.clone(),
+        );
+        registry.register(
+            "watch_restarts",
+            "Watches started again with a new list after an error or lost contact",
+            watch_restarts.clone(),
+        );
+        registry.register(
+            "api_reachable",
+            "1 while the API server answers the controller's probe",
+            api_reachable.clone(),
+        );
+        registry.register(
+            "unreadable_fields",
+            "Object fields no rule can read (read as unknown, never as unhealthy)",
+            unreadable.clone(),
+        );
+        registry.register(
+            "remediations_decided",
+            "Remediating writes decided from the caches and checked by a fresh read",
+            remediations_decided.clone(),
+        );
+        registry.register(
+            "remediations_unconfirmed",
+            "Remediating writes not sent: a fresh read of the target no longer asked for them, or failed",
+            remediations_unconfirmed.clone(),
+        );
+        registry.register(
+            "remediations",
+            "Remediation requests by check kind, remediation kind and outcome (created, marked, failed)",
+            remediations.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            decide_seconds,
+            apply_seconds,
+            writes,
+            write_errors,
+            watch_events,
+            source_synced,
+            watch_restarts,
+            api_reachable,
+            unreadable,
+            remediations_decided,
+            remediations_unconfirmed,
+            remediations,
+        }
     }
 }
 
@@ -66,6 +143,47 @@ impl Metrics {
     /// Counts a watch event.
     pub fn watch_event(&self) {
         self.watch_events.inc();
+    }
+
+    /// Records whether a source is live.
+    pub fn source_synced(&self, source: &str, synced: bool) {
+        self.source_synced.get_or_create(&SourceLabel { source: source.into() }).set(i64::from(synced));
+    }
+
+    /// Counts a watch started again.
+    pub fn watch_restart(&self, source: &str) {
+        self.watch_restarts.get_or_create(&SourceLabel { source: source.into() }).inc();
+    }
+
+    /// Records whether the API server answers.
+    pub fn api_reachable(&self, reachable: bool) {
+        self.api_reachable.set(i64::from(reachable));
+    }
+
+    /// Counts a field no rule can read.
+    pub fn unreadable_object(&self) {
+        self.unreadable.inc();
+    }
+
+    /// Counts remediating writes decided, and how many of them a fresh read confirmed.
+    pub fn confirmations(&self, decided: usize, confirmed: usize) {
+        self.remediations_decided.inc_by(decided as u64);
+        self.remediations_unconfirmed.inc_by(decided.saturating_sub(confirmed) as u64);
+    }
+
+    /// Counts a remediation request's outcome.
+    pub fn remediation(&self, check: &crate::index::CheckKey, kind: &str, outcome: &str) {
+        let check_kind = match check {
+            crate::index::CheckKey::Machine(..) => "MachineHealthCheck",
+            crate::index::CheckKey::Node(..) => "NodeHealthCheck",
+        };
+        self.remediations
+            .get_or_create(&RemediationLabel {
+                check_kind: check_kind.into(),
+                kind: kind.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 
     /// The text exposition format.

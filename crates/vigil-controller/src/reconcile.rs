@@ -51,6 +51,44 @@ pub struct Job {
     pub needs: BTreeSet<Need>,
     /// UID of the check, for events.
     pub uid: Option<String>,
+    /// Whether the check must be decided again right after this job (some of its remediations
+    /// were left out while confirming).
+    pub again: bool,
+}
+
+impl Job {
+    /// Leaves out `actions` that were not confirmed or failed: the status no longer reports
+    /// the remediation objects they would have created, nor are their requests announced.
+    pub fn leave_out(&mut self, actions: &[Action]) {
+        let unsent: Vec<(&str, &Value)> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::CreateRemediation { object, target } => Some((target.as_str(), object)),
+                _ => None,
+            })
+            .collect();
+        let targets: BTreeSet<&str> = actions
+            .iter()
+            .map(|a| match a {
+                Action::CreateRemediation { target, .. } | Action::DeleteRemediation { target, .. } => target.as_str(),
+                Action::SetMachineConditions { machine, .. } => machine.name.as_str(),
+                Action::AnnotateRemediation { object, .. } => object.name.as_str(),
+            })
+            .collect();
+        self.notices.retain(|n| {
+            !(n.kind == vigil_engine::NoticeKind::RemediationRequested
+                && n.target.as_deref().is_some_and(|t| targets.contains(t.rsplit('/').next().unwrap_or(t))))
+        });
+        if let (CheckKey::Node(_), false) = (&self.key, unsent.is_empty()) {
+            // The plan's status differs from the one stored whenever it records a new request.
+            if let Some(mut status) =
+                self.status.take().and_then(|v| serde_json::from_value::<vigil_api::NodeHealthCheckStatus>(v).ok())
+            {
+                node::forget_requests(&mut status, &unsent);
+                self.status = serde_json::to_value(&status).ok();
+            }
+        }
+    }
 }
 
 struct RemediationIndex<'a>(Option<&'a BTreeMap<String, Arc<RemediationView>>>);
@@ -112,6 +150,7 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp) -> 
         next_wake: plan.next_wake,
         needs,
         uid: uid.clone(),
+        again: false,
     };
     if let Some(error) = idx.mhc_errors.get(&(namespace.to_string(), name.to_string())) {
         return Some(finish(machine::refuse(check, REASON_INVALID, error, now), BTreeSet::new(), HashMap::new()));
@@ -126,7 +165,12 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp) -> 
             ));
         }
     };
-    let mut needs = BTreeSet::from([Need::WorkloadCluster(namespace.to_string(), policy.cluster_name.clone())]);
+    // A workload cluster's kubeconfig Secret is read only for a Cluster that exists in the
+    // check's own namespace: a check naming any cluster must not make Vigil read any Secret.
+    let mut needs = BTreeSet::new();
+    if idx.clusters.contains_key(&(namespace.to_string(), policy.cluster_name.clone())) {
+        needs.insert(Need::WorkloadCluster(namespace.to_string(), policy.cluster_name.clone()));
+    }
     let template_cache = policy.remediation_template.as_ref().map(|t| {
         needs.extend(kind_needs(&t.api_version, &t.kind, t.remediation_kind()));
         let group = group_of(&t.api_version).to_string();
@@ -216,6 +260,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp) -> Option<Job> {
         next_wake: plan.next_wake,
         needs,
         uid: uid.clone(),
+        again: false,
     };
     if let Some(error) = idx.nhc_errors.get(name) {
         return Some(finish(node::refuse(check, REASON_INVALID, error, now), BTreeSet::new()));

@@ -1,17 +1,17 @@
 //! Watches that feed the indexes. A source is trusted only between a complete list (`InitDone`)
 //! and the next watch error; while it is not, the checks that read it make no decision and say so.
+//! Every watch lists again after an error ([`crate::sources::relisting`]).
 
 use crate::Context;
 use crate::index::{CheckKey, Index, MANAGEMENT, SourceState};
 use crate::reconcile::Need;
+use crate::sources;
+use crate::wire::WireNode;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Client;
 use kube::api::{Api, DynamicObject};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, Config};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -33,19 +33,24 @@ pub enum Op<K, R> {
 /// Runs a watch stream into the indexes until it ends. `reduce` turns each object into what
 /// the index keeps (outside the index lock); `update` applies an operation and returns the
 /// checks it concerns; `state` selects the source's state; `dependents` lists the checks that
-/// read the source (woken when its trust changes).
+/// read the source (woken when its trust changes). The source is registered under `what` for
+/// `/readyz` (when `counts_for_readiness`) and the metrics.
+#[allow(clippy::too_many_arguments)]
 pub async fn feed<K, R, S>(
     ctx: Arc<Context>,
     what: String,
+    counts_for_readiness: bool,
     stream: S,
     reduce: impl Fn(K) -> R + Send,
     update: impl Fn(&mut Index, Op<K, R>) -> BTreeSet<CheckKey> + Send,
     state: impl Fn(&mut Index) -> &mut SourceState + Send,
     dependents: impl Fn(&Index) -> Vec<CheckKey> + Send,
 ) where
-    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    S: Stream<Item = sources::Item<K>> + Send,
     R: Send,
 {
+    ctx.sources.register(&what, counts_for_readiness);
+    ctx.metrics.source_synced(&what, false);
     let mut stream = std::pin::pin!(stream);
     let mut buffer: Vec<R> = Vec::new();
     while let Some(item) = stream.next().await {
@@ -70,17 +75,24 @@ pub async fn feed<K, R, S>(
                 Ok(Some(Op::Replace(list))) => {
                     update(&mut idx, Op::Replace(list));
                     *state(&mut idx) = SourceState::Synced;
+                    ctx.sources.synced(&what);
+                    ctx.metrics.source_synced(&what, true);
                     info!(source = %what, "synced");
                     dependents(&idx).into_iter().collect()
                 }
                 Ok(Some(op)) => update(&mut idx, op),
-                Err(e) => {
-                    let message = e.to_string();
+                Err(message) => {
+                    // Whatever the error, the watch starts again with a complete list: until
+                    // it arrives, nothing is decided from this source.
+                    buffer.clear();
+                    ctx.sources.failed(&what, &message);
+                    ctx.metrics.source_synced(&what, false);
+                    ctx.metrics.watch_restart(&what);
                     let slot = state(&mut idx);
                     let changed = !matches!(slot, SourceState::Failed(m) if *m == message);
                     *slot = SourceState::Failed(message.clone());
                     if changed {
-                        warn!(source = %what, error = %message, "watch failed; decisions that need it are suspended");
+                        warn!(source = %what, error = %message, "watch failed; listing again, decisions that need it are suspended");
                         dependents(&idx).into_iter().collect()
                     } else {
                         BTreeSet::new()
@@ -91,6 +103,7 @@ pub async fn feed<K, R, S>(
         ctx.metrics.watch_event();
         ctx.scheduler.mark(dirty);
     }
+    ctx.sources.remove(&what);
 }
 
 fn watch_config() -> watcher::Config {
@@ -150,18 +163,26 @@ pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
     }
 }
 
-/// Starts the watches every decision needs: both health-check kinds, Cluster API Machines and
-/// Clusters (in the version the API server serves, preferring v1beta2), and the Nodes of the
-/// cluster Vigil runs in.
+/// A watch of `api` that lists again after any error or lost contact with the API server.
+fn watch<K>(ctx: &Context, api: Api<K>) -> impl Stream<Item = sources::Item<K>> + Send + use<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    sources::relisting(api, watch_config(), ctx.epoch())
+}
+
+/// Starts the watches every decision needs: both health-check kinds and the Nodes of the cluster
+/// Vigil runs in at once, and Cluster API Machines and Clusters (in the version the API server
+/// serves, preferring v1beta2) as soon as discovery answers — it is retried until it does.
 pub async fn start_fixed(ctx: &Arc<Context>) {
     let client = ctx.client.clone();
     let mhc_ar = ApiResource::erase::<MachineHealthCheck>(&());
     let nhc_ar = ApiResource::erase::<NodeHealthCheck>(&());
-    let mhcs =
-        watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &mhc_ar), watch_config()).default_backoff();
+    let mhcs = watch(ctx, Api::<DynamicObject>::all_with(client.clone(), &mhc_ar));
     tokio::spawn(feed(
         ctx.clone(),
         "MachineHealthChecks".into(),
+        true,
         mhcs,
         |o| (key_of(&o), read_mhc(&o)),
         |idx, op| match op {
@@ -191,11 +212,11 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         |idx| &mut idx.mhc_state,
         Index::all_mhcs,
     ));
-    let nhcs =
-        watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &nhc_ar), watch_config()).default_backoff();
+    let nhcs = watch(ctx, Api::<DynamicObject>::all_with(client.clone(), &nhc_ar));
     tokio::spawn(feed(
         ctx.clone(),
         "NodeHealthChecks".into(),
+        true,
         nhcs,
         |o| (key_of(&o).1, read_nhc(&o)),
         |idx, op| match op {
@@ -226,72 +247,96 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         Index::all_nhcs,
     ));
     start_nodes(ctx, MANAGEMENT.to_string(), client.clone());
-    match capi_version(&client).await {
-        Ok(version) => {
-            info!(version = %version, "Cluster API found");
-            for (kind, is_machine) in [("Machine", true), ("Cluster", false)] {
-                let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", &version, kind));
-                let stream = watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watch_config())
-                    .default_backoff();
-                let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
-                if is_machine {
-                    tokio::spawn(feed(
-                        ctx.clone(),
-                        "Cluster API Machines".into(),
-                        stream,
-                        move |o| crate::index::machine_entry(&value(&o)),
-                        move |idx, op| match op {
-                            Op::Upsert(entry) => idx.put_machine_entry(entry, None),
-                            Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),
-                            Op::Replace(list) => {
-                                idx.machines.clear();
-                                idx.machines_by_node.clear();
-                                for entry in list {
-                                    idx.put_machine_entry(entry, None);
-                                }
-                                BTreeSet::new()
-                            }
-                        },
-                        |idx| &mut idx.machine_state,
-                        Index::all_mhcs,
-                    ));
-                } else {
-                    tokio::spawn(feed(
-                        ctx.clone(),
-                        "Cluster API Clusters".into(),
-                        stream,
-                        move |o| value(&o),
-                        move |idx, op| match op {
-                            Op::Upsert(v) => idx.put_cluster(Some(&v), None),
-                            Op::Remove(o) => idx.put_cluster(None, Some(key_of(&o))),
-                            Op::Replace(list) => {
-                                idx.clusters.clear();
-                                for v in list {
-                                    idx.put_cluster(Some(&v), None);
-                                }
-                                BTreeSet::new()
-                            }
-                        },
-                        |idx| &mut idx.cluster_state,
-                        Index::all_mhcs,
-                    ));
+    tokio::spawn(start_cluster_api(ctx.clone()));
+}
+
+/// Finds the Cluster API version (retrying with a growing delay while the API server cannot be
+/// asked, and slowly while Cluster API is not installed, since it may be installed later), then
+/// starts the Machine and Cluster watches.
+async fn start_cluster_api(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let mut attempt = 0u32;
+    let version = loop {
+        match capi_version(&client).await {
+            Ok(version) => break version,
+            Err(why) => {
+                attempt = attempt.saturating_add(1);
+                let first = {
+                    let mut idx = ctx.write_index();
+                    let first = idx.machine_state != SourceState::Failed(why.clone());
+                    idx.machine_state = SourceState::Failed(why.clone());
+                    idx.cluster_state = SourceState::Failed(why.clone());
+                    first.then(|| idx.all_mhcs())
+                };
+                if let Some(dirty) = first {
+                    warn!(%why, "MachineHealthChecks cannot be decided yet; Cluster API discovery is retried");
+                    ctx.scheduler.mark(dirty);
                 }
+                let delay = sources::restart_delay(attempt).max(Duration::from_secs(1));
+                tokio::time::sleep(delay.min(Duration::from_secs(30))).await;
             }
         }
-        Err(why) => {
-            warn!(%why, "MachineHealthChecks cannot be decided");
-            let mut idx = ctx.write_index();
-            idx.machine_state = SourceState::Failed(why.clone());
-            idx.cluster_state = SourceState::Failed(why);
+    };
+    info!(version = %version, "Cluster API found");
+    for (kind, is_machine) in [("Machine", true), ("Cluster", false)] {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", &version, kind));
+        let stream = watch(&ctx, Api::<DynamicObject>::all_with(client.clone(), &ar));
+        let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+        if is_machine {
+            tokio::spawn(feed(
+                ctx.clone(),
+                "Cluster API Machines".into(),
+                true,
+                stream,
+                move |o| crate::index::machine_entry(&value(&o)),
+                move |idx, op| match op {
+                    Op::Upsert(entry) => idx.put_machine_entry(entry, None),
+                    Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),
+                    Op::Replace(list) => {
+                        idx.machines.clear();
+                        idx.machines_by_node.clear();
+                        for entry in list {
+                            idx.put_machine_entry(entry, None);
+                        }
+                        BTreeSet::new()
+                    }
+                },
+                |idx| &mut idx.machine_state,
+                Index::all_mhcs,
+            ));
+        } else {
+            tokio::spawn(feed(
+                ctx.clone(),
+                "Cluster API Clusters".into(),
+                true,
+                stream,
+                move |o| value(&o),
+                move |idx, op| match op {
+                    Op::Upsert(v) => idx.put_cluster(Some(&v), None),
+                    Op::Remove(o) => idx.put_cluster(None, Some(key_of(&o))),
+                    Op::Replace(list) => {
+                        idx.clusters.clear();
+                        for v in list {
+                            idx.put_cluster(Some(&v), None);
+                        }
+                        BTreeSet::new()
+                    }
+                },
+                |idx| &mut idx.cluster_state,
+                Index::all_mhcs,
+            ));
         }
     }
 }
 
 /// The Cluster API version the API server serves for Machines (v1beta2 preferred).
 pub async fn capi_version(client: &Client) -> Result<String, String> {
-    let group = kube::discovery::group(client, "cluster.x-k8s.io")
-        .await
-        .map_err(|e| format!("Cluster API is not installed (API group cluster.x-k8s.io not found: {e})"))?;
+    let group = kube::discovery::group(client, "cluster.x-k8s.io").await.map_err(|e| match &e {
+        kube::Error::Discovery(_) => {
+            format!("Cluster API is not installed (API group cluster.x-k8s.io not found: {e})")
+        }
+        _ => format!("cannot ask the API server which Cluster API version it serves: {e}"),
+    })?;
     let served: Vec<String> = group.versions().map(str::to_string).collect();
     for preferred in ["v1beta2", "v1beta1"] {
         if served.iter().any(|v| v == preferred) {
@@ -301,16 +346,27 @@ pub async fn capi_version(client: &Client) -> Result<String, String> {
     Err(format!("Cluster API serves none of v1beta2, v1beta1 (it serves {served:?})"))
 }
 
-/// Watches the Nodes of `cluster` through `client`.
+/// Watches the Nodes of `cluster` through `client`. Each Node is decoded leniently
+/// ([`crate::wire`]): a field no rule can read spoils only its own condition, which is reported
+/// once in the log and as an event on the Node.
 pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio::task::JoinHandle<()> {
-    let stream = watcher::watcher(Api::<Node>::all(client), watch_config()).default_backoff();
+    let stream = watch(ctx, Api::<WireNode>::all(client));
     let state_cluster = cluster.clone();
     let dep_cluster = cluster.clone();
+    let reporter = ctx.clone();
+    let report_cluster = cluster.clone();
     tokio::spawn(feed(
         ctx.clone(),
         if cluster.is_empty() { "Nodes".to_string() } else { format!("Nodes of workload cluster {cluster}") },
+        cluster.is_empty(),
         stream,
-        |n: Node| crate::index::slim_node(&n),
+        move |n: WireNode| {
+            let (slim, problems) = crate::wire::slim(&n);
+            for p in problems {
+                reporter.report_unreadable(&report_cluster, p);
+            }
+            slim
+        },
         move |idx, op| match op {
             Op::Upsert(n) => idx.put_node(&cluster, Some(n), None),
             Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone()),
@@ -326,130 +382,72 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
     ))
 }
 
-/// Starts what a check needs, once.
+/// Starts what a check needs, once. A kind that discovery cannot resolve is tried again with a
+/// growing delay (its objects count as missing meanwhile, so nothing is created from it).
 pub async fn ensure(ctx: &Arc<Context>, need: Need) {
     if !ctx.started.lock().await.insert(need.clone()) {
         return;
     }
     match need {
         Need::Kind { group, version, kind, template } => {
-            let gvk = GroupVersionKind::gvk(&group, &version, &kind);
-            let gk = (group.clone(), kind.clone());
-            match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
-                Ok((ar, _)) => {
-                    let stream =
-                        watcher::watcher(Api::<DynamicObject>::all_with(ctx.client.clone(), &ar), watch_config())
-                            .default_backoff();
-                    let (gk_update, gk_state) = (gk.clone(), gk.clone());
-                    tokio::spawn(feed(
-                        ctx.clone(),
-                        format!("{kind}.{group}"),
-                        stream,
-                        |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null),
-                        move |idx, op| match op {
-                            Op::Upsert(v) => idx.put_object(&gk_update, template, Some(&v), None),
-                            Op::Remove(o) => idx.put_object(&gk_update, template, None, Some(key_of(&o))),
-                            Op::Replace(list) => {
-                                let cache = idx.objects.entry(gk_update.clone()).or_default();
-                                cache.remediations.clear();
-                                cache.templates.clear();
-                                for v in list {
-                                    idx.put_object(&gk_update, template, Some(&v), None);
-                                }
-                                BTreeSet::new()
-                            }
-                        },
-                        move |idx| &mut idx.objects.entry(gk_state.clone()).or_default().state,
-                        Index::all_checks,
-                    ));
-                }
-                Err(e) => {
-                    let mut idx = ctx.write_index();
-                    idx.objects.entry(gk).or_default().state =
-                        SourceState::Failed(format!("{kind}.{group}/{version} is not served by the API server: {e}"));
-                    let all = idx.all_checks();
-                    drop(idx);
-                    ctx.scheduler.mark(all);
-                }
-            }
+            let ctx = ctx.clone();
+            tokio::spawn(async move { watch_kind(ctx, group, version, kind, template).await });
         }
         Need::WorkloadCluster(namespace, cluster) => {
             let ctx = ctx.clone();
-            tokio::spawn(async move { workload_cluster(ctx, namespace, cluster).await });
+            tokio::spawn(async move { crate::workload::keep_connected(ctx, namespace, cluster).await });
         }
     }
 }
 
-/// Keeps a Node watch on a workload cluster, connected through the Secret
-/// `<cluster>-kubeconfig` (key `value`) as Cluster API stores it. While the Secret is missing or
-/// the cluster cannot be reached, its Nodes are marked untrusted and the checks make no decision;
-/// the connection is retried with a growing delay (1 s to 60 s) — the only retry loop in Vigil,
-/// and it never decides anything.
-async fn workload_cluster(ctx: Arc<Context>, namespace: String, cluster: String) {
-    let key = format!("{namespace}/{cluster}");
-    let secret_name = format!("{cluster}-kubeconfig");
-    let mut delay = Duration::from_secs(1);
-    loop {
-        let client = match connect(&ctx.client, &namespace, &secret_name).await {
-            Ok(c) => c,
-            Err(why) => {
-                let changed = {
+async fn watch_kind(ctx: Arc<Context>, group: String, version: String, kind: String, template: bool) {
+    let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+    let gk = (group.clone(), kind.clone());
+    let mut attempt = 0u32;
+    let ar = loop {
+        match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
+            Ok((ar, _)) => break ar,
+            Err(e) => {
+                attempt = attempt.saturating_add(1);
+                let why = format!("{kind}.{group}/{version} is not served by the API server: {e}");
+                let dirty = {
                     let mut idx = ctx.write_index();
-                    let cache = idx.nodes.entry(key.clone()).or_default();
-                    let changed = cache.state != SourceState::Failed(why.clone());
-                    cache.state = SourceState::Failed(why.clone());
-                    cache.nodes.clear();
-                    changed.then(|| idx.all_mhcs())
+                    let state = &mut idx.objects.entry(gk.clone()).or_default().state;
+                    let changed = *state != SourceState::Failed(why.clone());
+                    *state = SourceState::Failed(why.clone());
+                    changed.then(|| idx.all_checks())
                 };
-                if let Some(dirty) = changed {
-                    warn!(cluster = %key, %why, "workload cluster unreachable");
+                if let Some(dirty) = dirty {
+                    warn!(%why, "discovery failed; retried");
                     ctx.scheduler.mark(dirty);
                 }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(60));
-                continue;
-            }
-        };
-        delay = Duration::from_secs(1);
-        let handle = start_nodes(&ctx, key.clone(), client);
-        // The watch retries by itself; a changed Secret (rotated credentials) restarts it.
-        let connected_with = secret_version(&ctx.client, &namespace, &secret_name).await;
-        loop {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            if handle.is_finished() || secret_version(&ctx.client, &namespace, &secret_name).await != connected_with {
-                break;
+                tokio::time::sleep(sources::restart_delay(attempt).max(Duration::from_secs(1)) * 2).await;
             }
         }
-        handle.abort();
-    }
-}
-
-async fn secret_version(client: &Client, namespace: &str, name: &str) -> Option<String> {
-    Api::<Secret>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|s| s.metadata.resource_version)
-}
-
-/// A client for a workload cluster from its kubeconfig Secret.
-pub async fn connect(client: &Client, namespace: &str, name: &str) -> Result<Client, String> {
-    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await
-        .map_err(|e| format!("cannot read Secret {namespace}/{name}: {e}"))?
-        .ok_or_else(|| format!("Secret {namespace}/{name} not found"))?;
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("value"))
-        .ok_or_else(|| format!("Secret {namespace}/{name} has no key \"value\""))?;
-    let text = std::str::from_utf8(&value.0).map_err(|_| format!("Secret {namespace}/{name}: value is not UTF-8"))?;
-    let kubeconfig =
-        Kubeconfig::from_yaml(text).map_err(|e| format!("Secret {namespace}/{name}: not a kubeconfig: {e}"))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| format!("Secret {namespace}/{name}: unusable kubeconfig: {e}"))?;
-    Client::try_from(config).map_err(|e| format!("Secret {namespace}/{name}: {e}"))
+    };
+    let stream = watch(&ctx, Api::<DynamicObject>::all_with(ctx.client.clone(), &ar));
+    let (gk_update, gk_state) = (gk.clone(), gk.clone());
+    feed(
+        ctx.clone(),
+        format!("{kind}.{group}"),
+        true,
+        stream,
+        |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null),
+        move |idx, op| match op {
+            Op::Upsert(v) => idx.put_object(&gk_update, template, Some(&v), None),
+            Op::Remove(o) => idx.put_object(&gk_update, template, None, Some(key_of(&o))),
+            Op::Replace(list) => {
+                let cache = idx.objects.entry(gk_update.clone()).or_default();
+                cache.remediations.clear();
+                cache.templates.clear();
+                for v in list {
+                    idx.put_object(&gk_update, template, Some(&v), None);
+                }
+                BTreeSet::new()
+            }
+        },
+        move |idx| &mut idx.objects.entry(gk_state.clone()).or_default().state,
+        Index::all_checks,
+    )
+    .await;
 }

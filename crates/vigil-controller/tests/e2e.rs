@@ -26,7 +26,7 @@ impl Controller {
         let (stop, stopped) = oneshot::channel::<()>();
         let client = env.client();
         let task = tokio::spawn(async move {
-            vigil_controller::run(client, Options { workers: 2, metrics_addr: None }, async {
+            vigil_controller::run(client, Options { workers: 2, metrics_addr: None, ..Default::default() }, async {
                 let _ = stopped.await;
             })
             .await;

@@ -1061,10 +1061,8 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
         (PHASE_DISABLED, message.clone())
     } else if paused {
         (PHASE_PAUSED, format!("Remediation paused by request: {}", policy.pause_requests.join("; ")))
-    } else if remediating > 0 {
-        (PHASE_REMEDIATING, format!("{remediating} node(s) being remediated"))
     } else {
-        (PHASE_ENABLED, "No node is being remediated".to_string())
+        remediation_phase(remediating)
     };
     let mut conditions: Vec<Condition> = prev.conditions.clone();
     set_condition(&mut conditions, &disabled_condition, now, generation);
@@ -1115,6 +1113,46 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
     }
 
     Plan { status, actions: pass.actions, notices: pass.notices, next_wake: pass.wake.0 }
+}
+
+/// Phase and reason when neither a template problem nor a pause request decides them.
+fn remediation_phase(remediating: usize) -> (&'static str, String) {
+    if remediating > 0 {
+        (PHASE_REMEDIATING, format!("{remediating} node(s) being remediated"))
+    } else {
+        (PHASE_ENABLED, "No node is being remediated".to_string())
+    }
+}
+
+/// Takes out of a plan's status the records of create requests that were not carried out
+/// (`unsent`: target Node and the manifest of [`Action::CreateRemediation`]): an adapter that
+/// could not send one, or whose create failed, must not report a remediation object that does
+/// not exist, and the next decision then asks for it again instead of waiting for it.
+pub fn forget_requests(status: &mut NodeHealthCheckStatus, unsent: &[(&str, &Value)]) {
+    for (target, object) in unsent {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("");
+        let (kind, namespace, name) = (text("/kind"), text("/metadata/namespace"), text("/metadata/name"));
+        let template = object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(TEMPLATE_NAME_ANNOTATION))
+            .and_then(Value::as_str);
+        let Some(entry) = status.unhealthy_nodes.iter_mut().find(|e| e.name == *target) else { continue };
+        if let Some(i) = entry.remediations.iter().position(|r| {
+            r.resource.uid.is_none()
+                && r.resource.kind == kind
+                && r.resource.namespace == namespace
+                && r.resource.name == name
+                && r.template_name.as_deref() == template
+        }) {
+            entry.remediations.remove(i);
+        }
+    }
+    if status.phase.as_deref() == Some(PHASE_REMEDIATING) {
+        let remediating = status.unhealthy_nodes.iter().filter(|e| !e.remediations.is_empty()).count();
+        let (phase, reason) = remediation_phase(remediating);
+        status.phase = Some(phase.to_string());
+        status.reason = Some(reason);
+    }
 }
 
 /// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):

@@ -25,7 +25,7 @@ pub fn run(kubeconfig: Option<PathBuf>, workers: usize, metrics_addr: Option<Soc
             None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
         };
         let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
-        let options = vigil_controller::Options { workers, metrics_addr };
+        let options = vigil_controller::Options { workers, metrics_addr, ..Default::default() };
         vigil_controller::run(client, options, shutdown_signal()).await;
         Ok(true)
     })

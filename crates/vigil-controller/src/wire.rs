@@ -1,0 +1,227 @@
+//! Nodes as they come off the wire: only the fields a rule reads, with every timestamp kept as
+//! text until it is read. A Node's conditions are written by whatever runs on that Node (the
+//! kubelet, a detector, a tenant), and the API server accepts timestamps that no Rust time type
+//! holds (`9999-12-31T23:59:59Z`). Decoding such a Node as a `k8s_openapi` Node fails, and with
+//! it the whole list page; here it spoils only the condition that carries it, which the engine
+//! then reads as "cannot be judged" — never as unhealthy.
+
+use k8s_openapi::ClusterResourceScope;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Resource;
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// A Node reduced while it is decoded (spec, images, addresses, managed fields are skipped
+/// without being built).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "RawNode")]
+pub struct WireNode {
+    /// What the watch and the rules read of the metadata.
+    pub metadata: ObjectMeta,
+    /// The conditions, timestamps as text.
+    pub conditions: Vec<RawCondition>,
+}
+
+#[derive(Deserialize)]
+struct RawNode {
+    #[serde(default)]
+    metadata: RawMeta,
+    #[serde(default)]
+    status: Option<RawStatus>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawMeta {
+    name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    deletion_timestamp: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawStatus {
+    #[serde(default)]
+    conditions: Option<Vec<RawCondition>>,
+}
+
+/// One condition as sent.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RawCondition {
+    /// Condition type.
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    #[serde(default)]
+    pub status: String,
+    /// Machine-readable reason.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// When the status last changed, as sent.
+    #[serde(default)]
+    pub last_transition_time: Option<String>,
+}
+
+impl From<RawNode> for WireNode {
+    fn from(raw: RawNode) -> Self {
+        let m = raw.metadata;
+        // deletionTimestamp is set by the API server itself; a value it wrote is always readable.
+        let deletion_timestamp = m.deletion_timestamp.as_deref().and_then(|t| t.parse().ok()).map(Time);
+        WireNode {
+            metadata: ObjectMeta {
+                name: m.name,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                labels: m.labels,
+                annotations: m.annotations,
+                deletion_timestamp,
+                ..Default::default()
+            },
+            conditions: raw.status.and_then(|s| s.conditions).unwrap_or_default(),
+        }
+    }
+}
+
+impl Resource for WireNode {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Node".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "nodes".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A condition field that could not be read, for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The Node's name.
+    pub node: String,
+    /// Where, e.g. `status.conditions[Ready].lastTransitionTime`.
+    pub field: String,
+    /// The value as sent.
+    pub value: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Node {}: {}: invalid value {:?}: not a time Vigil can read; the condition is treated as unknown (never as unhealthy)",
+            self.node, self.field, self.value
+        )
+    }
+}
+
+/// The Node the rules read (the index's form), and the fields that could not be read.
+pub fn slim(node: &WireNode) -> (Node, Vec<Unreadable>) {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let mut problems = Vec::new();
+    let conditions = node
+        .conditions
+        .iter()
+        .map(|c| {
+            let last_transition_time = c.last_transition_time.as_deref().and_then(|t| match t.parse() {
+                Ok(ts) => Some(Time(ts)),
+                Err(_) => {
+                    problems.push(Unreadable {
+                        node: name.clone(),
+                        field: format!("status.conditions[{}].lastTransitionTime", c.type_),
+                        value: t.chars().take(64).collect(),
+                    });
+                    None
+                }
+            });
+            NodeCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                last_transition_time,
+                reason: c.reason.clone(),
+                message: None,
+                last_heartbeat_time: None,
+            }
+        })
+        .collect();
+    let m = &node.metadata;
+    let slim = Node {
+        metadata: ObjectMeta {
+            name: m.name.clone(),
+            uid: m.uid.clone(),
+            labels: m.labels.clone(),
+            annotations: m.annotations.clone(),
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus { conditions: Some(conditions), ..Default::default() }),
+    };
+    (slim, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(ltt: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": "n1", "resourceVersion": "7", "labels": {"a": "b"},
+                            "managedFields": [{"manager": "kubelet", "time": "2026-01-01T00:00:00Z"}]},
+               "spec": {"podCIDR": "10.0.0.0/24"},
+               "status": {"images": [{"names": ["x"], "sizeBytes": 1}],
+                          "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletDown",
+                                          "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                                          "lastTransitionTime": ltt}]}})
+    }
+
+    #[test]
+    fn a_list_with_an_extreme_timestamp_is_read_and_only_that_condition_is_unknown() {
+        let list: Vec<WireNode> =
+            serde_json::from_value(json!([node("2026-01-01T00:00:00Z"), node("9999-12-31T23:59:59Z")]))
+                .expect("the whole list decodes");
+        let (good, p) = slim(&list[0]);
+        assert!(p.is_empty());
+        let c = &good.status.as_ref().and_then(|s| s.conditions.clone()).expect("conditions")[0];
+        assert_eq!((c.type_.as_str(), c.status.as_str()), ("Ready", "False"));
+        assert!(c.last_transition_time.is_some());
+        let (bad, p) = slim(&list[1]);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].field, "status.conditions[Ready].lastTransitionTime");
+        assert!(p[0].to_string().contains("9999-12-31T23:59:59Z"), "{}", p[0]);
+        let c = &bad.status.as_ref().and_then(|s| s.conditions.clone()).expect("conditions")[0];
+        assert!(c.last_transition_time.is_none(), "read as unknown, not as a time");
+        assert_eq!(list[1].metadata.resource_version.as_deref(), Some("7"), "the watch can resume");
+        assert!(list[1].metadata.managed_fields.is_none(), "what no rule reads is not kept");
+    }
+
+    #[test]
+    fn garbage_timestamps_and_missing_fields_do_not_fail_the_decode() {
+        let v = json!({"metadata": {"name": "n2"}, "status": {"conditions": [
+            {"type": "Ready", "status": "Unknown", "lastTransitionTime": "yesterday"},
+            {"type": "DiskPressure"}]}});
+        let n: WireNode = serde_json::from_value(v).expect("decodes");
+        let (_, p) = slim(&n);
+        assert_eq!(p.len(), 1);
+        let n: WireNode = serde_json::from_value(json!({"metadata": {"name": "n3"}})).expect("no status");
+        assert!(slim(&n).0.status.and_then(|s| s.conditions).is_some_and(|c| c.is_empty()));
+    }
+}

@@ -1,0 +1,313 @@
+//! Connections to workload clusters through the kubeconfig Secrets Cluster API keeps
+//! (`<cluster>-kubeconfig`, key `value`).
+//!
+//! Such a Secret is written by whoever can write Secrets in the Cluster's namespace: a tenant.
+//! Its kubeconfig is hostile input. Only inline credentials are used (a token, a client
+//! certificate and key as data, CA data); anything that would make Vigil run a program or read a
+//! file of its own machine (`exec`, `auth-provider`, `tokenFile`, `client-certificate`,
+//! `client-key`, `certificate-authority`) is refused before anything else is done, and so is a
+//! proxy. The Secret is read only while the Cluster it belongs to exists in the check's namespace.
+
+use crate::Context;
+use crate::index::SourceState;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::config::{AuthInfo, Cluster, Context as KubeContext, KubeConfigOptions, Kubeconfig, NamedAuthInfo};
+use kube::config::{NamedCluster, NamedContext};
+use kube::{Client, Config};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// How often a connected cluster's Secret is looked at again (rotated credentials).
+const SECRET_RECHECK: Duration = Duration::from_secs(30);
+/// How often a check whose Cluster does not exist looks again.
+const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
+
+/// The kubeconfig in `text` reduced to one cluster and one user with inline credentials only,
+/// or why it is refused (naming the field). `secret` names the Secret in messages.
+pub fn sanitize(text: &str, secret: &str) -> Result<Kubeconfig, String> {
+    let kc = Kubeconfig::from_yaml(text).map_err(|e| format!("Secret {secret}: value is not a kubeconfig: {e}"))?;
+    let context_name = match (&kc.current_context, kc.contexts.as_slice()) {
+        (Some(c), _) if !c.is_empty() => c.clone(),
+        (_, [only]) => only.name.clone(),
+        _ => return Err(format!("Secret {secret}: current-context is not set and there is not exactly one context")),
+    };
+    let context =
+        kc.contexts.iter().find(|c| c.name == context_name).and_then(|c| c.context.as_ref()).ok_or_else(|| {
+            format!("Secret {secret}: current-context: invalid value {context_name:?}: no such context")
+        })?;
+    let (ci, cluster) = kc
+        .clusters
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.name == context.cluster)
+        .and_then(|(i, c)| c.cluster.as_ref().map(|x| (i, x)))
+        .ok_or_else(|| {
+            format!(
+                "Secret {secret}: contexts[{context_name}].cluster: invalid value {:?}: no such cluster",
+                context.cluster
+            )
+        })?;
+    let refuse = |field: String, value: &str| {
+        Err(format!(
+            "Secret {secret}: {field}: invalid value {value:?}: refused: a workload cluster's kubeconfig may only \
+             carry inline credentials (token, client-certificate-data, client-key-data, certificate-authority-data); \
+             Vigil never runs a program or reads a file named by it"
+        ))
+    };
+    if let Some(file) = &cluster.certificate_authority {
+        return refuse(format!("clusters[{ci}].cluster.certificate-authority"), file);
+    }
+    if let Some(proxy) = &cluster.proxy_url {
+        return refuse(format!("clusters[{ci}].cluster.proxy-url"), proxy);
+    }
+    let server = cluster
+        .server
+        .clone()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| format!("Secret {secret}: clusters[{ci}].cluster.server must be set"))?;
+    let user_name = context.user.clone().unwrap_or_default();
+    let (ui, user) = kc
+        .auth_infos
+        .iter()
+        .enumerate()
+        .find(|(_, u)| u.name == user_name)
+        .and_then(|(i, u)| u.auth_info.as_ref().map(|x| (i, x)))
+        .ok_or_else(|| {
+            format!("Secret {secret}: contexts[{context_name}].user: invalid value {user_name:?}: no such user")
+        })?;
+    let at = |f: &str| format!("users[{ui}].user.{f}");
+    if let Some(exec) = &user.exec {
+        return refuse(at("exec"), exec.command.as_deref().unwrap_or(""));
+    }
+    if let Some(p) = &user.auth_provider {
+        return refuse(at("auth-provider"), &p.name);
+    }
+    if let Some(f) = &user.token_file {
+        return refuse(at("tokenFile"), f);
+    }
+    if let Some(f) = &user.client_certificate {
+        return refuse(at("client-certificate"), f);
+    }
+    if let Some(f) = &user.client_key {
+        return refuse(at("client-key"), f);
+    }
+    let clean_cluster = Cluster {
+        server: Some(server),
+        insecure_skip_tls_verify: cluster.insecure_skip_tls_verify,
+        certificate_authority: None,
+        certificate_authority_data: cluster.certificate_authority_data.clone(),
+        proxy_url: None,
+        disable_compression: cluster.disable_compression,
+        tls_server_name: cluster.tls_server_name.clone(),
+        ..Cluster::default()
+    };
+    let clean_user = AuthInfo {
+        username: user.username.clone(),
+        password: user.password.clone(),
+        token: user.token.clone(),
+        client_certificate_data: user.client_certificate_data.clone(),
+        client_key_data: user.client_key_data.clone(),
+        ..AuthInfo::default()
+    };
+    Ok(Kubeconfig {
+        clusters: vec![NamedCluster {
+            name: "workload".into(),
+            cluster: Some(clean_cluster),
+            ..NamedCluster::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: "workload".into(),
+            auth_info: Some(clean_user),
+            ..NamedAuthInfo::default()
+        }],
+        contexts: vec![NamedContext {
+            name: "workload".into(),
+            context: Some(KubeContext {
+                cluster: "workload".into(),
+                user: Some("workload".into()),
+                ..KubeContext::default()
+            }),
+            ..NamedContext::default()
+        }],
+        current_context: Some("workload".into()),
+        ..Kubeconfig::default()
+    })
+}
+
+/// A client for a workload cluster from its kubeconfig Secret (inline credentials only).
+pub async fn connect(client: &Client, namespace: &str, name: &str) -> Result<Client, String> {
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("cannot read Secret {namespace}/{name}: {e}"))?
+        .ok_or_else(|| format!("Secret {namespace}/{name} not found"))?;
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .ok_or_else(|| format!("Secret {namespace}/{name} has no key \"value\""))?;
+    let text = std::str::from_utf8(&value.0).map_err(|_| format!("Secret {namespace}/{name}: value is not UTF-8"))?;
+    let kubeconfig = sanitize(text, &format!("{namespace}/{name}"))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("Secret {namespace}/{name}: unusable kubeconfig: {e}"))?;
+    Client::try_from(config).map_err(|e| format!("Secret {namespace}/{name}: {e}"))
+}
+
+async fn secret_version(client: &Client, namespace: &str, name: &str) -> Option<String> {
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|s| s.metadata.resource_version)
+}
+
+/// Marks the workload cluster's Nodes untrusted for `why`; wakes its checks the first time.
+fn mark_unreachable(ctx: &Context, key: &str, why: &str) {
+    let dirty = {
+        let mut idx = ctx.write_index();
+        let cache = idx.nodes.entry(key.to_string()).or_default();
+        let changed = cache.state != SourceState::Failed(why.to_string());
+        cache.state = SourceState::Failed(why.to_string());
+        cache.nodes.clear();
+        changed.then(|| idx.all_mhcs())
+    };
+    ctx.lock_workload_clients().remove(key);
+    if let Some(dirty) = dirty {
+        warn!(cluster = %key, %why, "workload cluster not connected");
+        ctx.scheduler.mark(dirty);
+    }
+}
+
+/// Whether the Cluster `namespace/name` exists (`None` while Clusters are not listed).
+fn cluster_exists(ctx: &Context, namespace: &str, name: &str) -> Option<bool> {
+    let idx = ctx.read_index();
+    (idx.cluster_state == SourceState::Synced)
+        .then(|| idx.clusters.contains_key(&(namespace.to_string(), name.to_string())))
+}
+
+/// Keeps a Node watch on a workload cluster. While its Cluster does not exist, its Secret is not
+/// read; while the Secret is missing or refused or the cluster cannot be reached, its Nodes are
+/// untrusted and its checks make no decision. Connecting is retried with a growing delay
+/// (1 s to 60 s); a changed Secret (rotated credentials) or a deleted Cluster ends the watch.
+pub async fn keep_connected(ctx: Arc<Context>, namespace: String, cluster: String) {
+    let key = format!("{namespace}/{cluster}");
+    let secret_name = format!("{cluster}-kubeconfig");
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match cluster_exists(&ctx, &namespace, &cluster) {
+            Some(true) => {}
+            Some(false) => {
+                let why = format!("Cluster {key} does not exist; its Secret {namespace}/{secret_name} is not read");
+                mark_unreachable(&ctx, &key, &why);
+                tokio::time::sleep(CLUSTER_RECHECK).await;
+                continue;
+            }
+            None => {
+                tokio::time::sleep(CLUSTER_RECHECK).await;
+                continue;
+            }
+        }
+        let client = match connect(&ctx.client, &namespace, &secret_name).await {
+            Ok(c) => c,
+            Err(why) => {
+                mark_unreachable(&ctx, &key, &why);
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(60));
+                continue;
+            }
+        };
+        info!(cluster = %key, "workload cluster connected");
+        delay = Duration::from_secs(1);
+        ctx.lock_workload_clients().insert(key.clone(), client.clone());
+        let handle = crate::watch::start_nodes(&ctx, key.clone(), client);
+        let connected_with = secret_version(&ctx.client, &namespace, &secret_name).await;
+        loop {
+            tokio::time::sleep(SECRET_RECHECK).await;
+            if handle.is_finished()
+                || cluster_exists(&ctx, &namespace, &cluster) == Some(false)
+                || secret_version(&ctx.client, &namespace, &secret_name).await != connected_with
+            {
+                break;
+            }
+        }
+        handle.abort();
+        ctx.sources.remove(&format!("Nodes of workload cluster {key}"));
+        mark_unreachable(&ctx, &key, "the workload cluster's Secret or Cluster changed; connecting again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(user: &str, cluster_extra: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\n\
+             clusters:\n- name: k\n  cluster:\n    server: https://10.1.2.3:6443\n{cluster_extra}\
+             users:\n- name: u\n  user:\n{user}"
+        )
+    }
+
+    #[test]
+    fn inline_credentials_are_kept() {
+        let text = kubeconfig(
+            "    token: abc\n    client-certificate-data: Y2VydA==\n    client-key-data: a2V5\n",
+            "    certificate-authority-data: Y2E=\n",
+        );
+        let kc = sanitize(&text, "ns/prod-kubeconfig").expect("inline credentials are fine");
+        let user = kc.auth_infos[0].auth_info.as_ref().expect("user");
+        assert!(user.token.is_some() && user.client_key_data.is_some() && user.client_certificate_data.is_some());
+        let cluster = kc.clusters[0].cluster.as_ref().expect("cluster");
+        assert_eq!(cluster.server.as_deref(), Some("https://10.1.2.3:6443"));
+        assert_eq!(cluster.certificate_authority_data.as_deref(), Some("Y2E="));
+    }
+
+    #[test]
+    fn anything_that_runs_or_reads_a_local_thing_is_refused_naming_the_field() {
+        let cases = [
+            (
+                kubeconfig(
+                    "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/steal\n",
+                    "",
+                ),
+                "users[0].user.exec",
+                "/bin/steal",
+            ),
+            (
+                kubeconfig("    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n", ""),
+                "users[0].user.tokenFile",
+                "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            ),
+            (kubeconfig("    auth-provider:\n      name: gcp\n", ""), "users[0].user.auth-provider", "gcp"),
+            (kubeconfig("    client-certificate: /etc/x.crt\n", ""), "users[0].user.client-certificate", "/etc/x.crt"),
+            (kubeconfig("    client-key: /etc/x.key\n", ""), "users[0].user.client-key", "/etc/x.key"),
+            (
+                kubeconfig("    token: t\n", "    certificate-authority: /etc/ca.crt\n"),
+                "clusters[0].cluster.certificate-authority",
+                "/etc/ca.crt",
+            ),
+            (
+                kubeconfig("    token: t\n", "    proxy-url: http://evil:3128\n"),
+                "clusters[0].cluster.proxy-url",
+                "http://evil:3128",
+            ),
+        ];
+        for (text, field, value) in cases {
+            let err = sanitize(&text, "ns/prod-kubeconfig").expect_err(field);
+            assert!(err.contains(field) && err.contains(value) && err.contains("ns/prod-kubeconfig"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_kubeconfig_is_refused_with_a_reason() {
+        assert!(sanitize("not: [yaml", "s").is_err());
+        let no_user = kubeconfig("    token: t\n", "").replace("user: u}", "user: nobody}");
+        assert!(sanitize(&no_user, "s").expect_err("no such user").contains("nobody"));
+        let no_server = kubeconfig("    token: t\n", "").replace("server: https://10.1.2.3:6443", "server: ''");
+        assert!(sanitize(&no_server, "s").expect_err("no server").contains("server"));
+    }
+}
