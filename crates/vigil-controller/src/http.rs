@@ -2,11 +2,10 @@
 //!
 //! `/readyz` fails while a source Vigil decides from (the API server itself, the check, Node,
 //! Machine, Cluster and remediation watches; not a tenant's workload cluster) has not been live
-//! for longer than [`crate::sources::READY_GRACE`]: the controller is then doing nothing, on
+//! for longer than its grace period ([`crate::sources::READY_GRACE`] by default): the controller is then doing nothing, on
 //! purpose, and an operator's probe should see it.
 
 use crate::Context;
-use crate::sources::READY_GRACE;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,7 +22,8 @@ pub fn respond(ctx: &Context, path: &str) -> (&'static str, &'static str, String
             ("200 OK", "text/plain; charset=utf-8", "ok\n".into())
         }
         "/readyz" => {
-            let not_ready = ctx.sources.not_ready(READY_GRACE);
+            let grace = Duration::from_millis(ctx.ready_grace.load(std::sync::atomic::Ordering::Relaxed));
+            let not_ready = ctx.sources.not_ready(grace);
             if not_ready.is_empty() {
                 ("200 OK", "text/plain; charset=utf-8", "ok\n".into())
             } else {

@@ -34,11 +34,13 @@ pub struct Options {
     /// How often the API server is probed (a partition breaks no connection, so only a probe
     /// notices it).
     pub probe_period: Duration,
+    /// How long a source may be not live before `/readyz` fails.
+    pub ready_grace: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { workers: 16, metrics_addr: None, probe_period: PROBE_PERIOD }
+        Options { workers: 16, metrics_addr: None, probe_period: PROBE_PERIOD, ready_grace: sources::READY_GRACE }
     }
 }
 
@@ -67,6 +69,8 @@ pub struct Context {
     pub metrics: metrics::Metrics,
     /// Whether each watched source can be trusted (for `/readyz`).
     pub sources: sources::Registry,
+    /// How long a source may be not live before `/readyz` fails.
+    pub ready_grace: std::sync::atomic::AtomicU64,
     /// Bumped when the API server was unreachable: every watch lists again.
     epoch: tokio::sync::watch::Sender<u64>,
     /// Clients of connected workload clusters by `namespace/clusterName`, for confirming reads.
@@ -92,6 +96,7 @@ impl Context {
             started: tokio::sync::Mutex::new(BTreeSet::new()),
             metrics: metrics::Metrics::default(),
             sources: sources::Registry::default(),
+            ready_grace: std::sync::atomic::AtomicU64::new(sources::READY_GRACE.as_millis() as u64),
             epoch: tokio::sync::watch::Sender::new(0),
             workload_clients: std::sync::Mutex::new(HashMap::new()),
             claims: std::sync::Mutex::new(HashMap::new()),
@@ -264,6 +269,7 @@ impl Context {
 /// Runs the controller until `shutdown` completes.
 pub async fn run(client: Client, options: Options, shutdown: impl std::future::Future<Output = ()>) {
     let ctx = Context::new(client);
+    ctx.ready_grace.store(options.ready_grace.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
     let prober = tokio::spawn(probe(ctx.clone(), options.probe_period));
     watch::start_fixed(&ctx).await;
     if let Some(addr) = options.metrics_addr {

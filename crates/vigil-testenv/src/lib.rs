@@ -31,6 +31,9 @@
 
 mod crds;
 mod process;
+mod proxy;
+
+pub use proxy::{FaultProxy, Mode};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -69,6 +72,10 @@ pub const FIELD_MANAGER: &str = "vigil-test";
 /// writes to its audit log, so a benchmark can count exactly the controller's requests.
 pub const AUDITED_USER: &str = "vigil-controller";
 
+/// A user with no group: it may do only what RBAC grants it, so a test can take a permission
+/// away from the code under test and give it back ([`TestEnv::limited_kubeconfig_yaml`]).
+pub const LIMITED_USER: &str = "vigil-limited";
+
 /// Audit policy: metadata of every request by [`AUDITED_USER`] (one event per request once it
 /// completes, and one when a watch starts), nothing for anyone else.
 const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
@@ -76,7 +83,7 @@ kind: Policy
 omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
-    users: ["vigil-controller"]
+    users: ["vigil-controller", "vigil-limited"]
   - level: None
 "#;
 
@@ -106,6 +113,10 @@ pub struct TestEnv {
     kubeconfig_yaml: String,
     audited_kubeconfig_yaml: String,
     server: String,
+    /// The CA, admin token, audited token and limited token, to build clients at other URLs.
+    ca: Vec<u8>,
+    tokens: [String; 3],
+    etcd_port: u16,
     /// Discovery results per (apiVersion, kind): the resource and whether it is namespaced.
     resources: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
     apiserver: Option<Proc>,
@@ -235,6 +246,80 @@ impl TestEnv {
     /// etcd's process id, so a test can measure it or simulate a crash.
     pub fn etcd_pid(&self) -> Option<u32> {
         self.etcd.as_ref().and_then(|p| p.child.id())
+    }
+
+    /// A kubeconfig YAML for `who` that reaches the API server at `server` (e.g. a
+    /// [`FaultProxy`]'s URL: the certificate is valid for every 127.0.0.1 port).
+    pub fn kubeconfig_yaml_at(&self, server: &str, who: Identity) -> Result<String> {
+        kubeconfig_to_yaml(&kubeconfig_value(server, &self.ca, &self.tokens[who as usize]))
+    }
+
+    /// A client for `who` that reaches the API server at `server` (see [`TestEnv::kubeconfig_yaml_at`]).
+    pub async fn client_at(&self, server: &str, who: Identity) -> Result<Client> {
+        let kubeconfig: Kubeconfig = serde_json::from_value(kubeconfig_value(server, &self.ca, &self.tokens[who as usize]))?;
+        client_from(kubeconfig).await
+    }
+
+    /// A loopback [`FaultProxy`] in front of this API server.
+    pub async fn proxy(&self) -> Result<FaultProxy> {
+        let addr = self.server.trim_start_matches("https://").parse().context("the server URL is not ip:port")?;
+        FaultProxy::start(addr).await
+    }
+
+    /// Kills the API server (SIGKILL) and starts it again; returns once it is ready.
+    pub async fn restart_apiserver(&mut self) -> Result<()> {
+        let proc = self.apiserver.as_mut().context("the API server is not running")?;
+        proc.restart().await?;
+        self.wait_ready(ready_limit()).await
+    }
+
+    /// Kills etcd (SIGKILL) and starts it again on the same data; returns once the API server
+    /// is ready again.
+    pub async fn restart_etcd(&mut self) -> Result<()> {
+        let etcd = self.etcd.as_mut().context("etcd is not running")?;
+        etcd.restart().await?;
+        wait_etcd(etcd, self.etcd_port, ready_limit()).await.map_err(|e| match e {
+            StartError::PortRace(e) | StartError::Fatal(e) => e,
+        })?;
+        self.wait_ready(ready_limit()).await
+    }
+
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the API server: connections stay open, nothing answers.
+    pub fn freeze_apiserver(&self, frozen: bool) -> Result<()> {
+        let proc = self.apiserver.as_ref().context("the API server is not running")?;
+        proc.signal(if frozen { rustix::process::Signal::STOP } else { rustix::process::Signal::CONT })
+    }
+
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) etcd: the API server stays up but cannot read or write.
+    pub fn freeze_etcd(&self, frozen: bool) -> Result<()> {
+        let proc = self.etcd.as_ref().context("etcd is not running")?;
+        proc.signal(if frozen { rustix::process::Signal::STOP } else { rustix::process::Signal::CONT })
+    }
+
+    /// Compacts etcd's history up to its current revision, so a watch that resumes from an older
+    /// resourceVersion gets 410 Gone and must list again. Returns the revision compacted to.
+    pub async fn compact_etcd(&self) -> Result<u64> {
+        let range = etcd_post(self.etcd_port, "/v3/kv/range", r#"{"key":"AA==","limit":1}"#).await?;
+        let revision: u64 = range
+            .pointer("/header/revision")
+            .and_then(|v| v.as_str().and_then(|s| s.parse().ok()).or(v.as_u64()))
+            .with_context(|| format!("no revision in etcd's answer: {range}"))?;
+        etcd_post(self.etcd_port, "/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#))
+            .await?;
+        Ok(revision)
+    }
+
+    async fn wait_ready(&mut self, limit: Duration) -> Result<()> {
+        let dir = self.dir.as_ref().context("no temp dir")?.path().to_path_buf();
+        let (apiserver, etcd) = match (self.apiserver.as_mut(), self.etcd.as_mut()) {
+            (Some(a), Some(e)) => (a, e),
+            _ => bail!("the API server or etcd is not running"),
+        };
+        wait_apiserver(apiserver, etcd, &dir.join("certs").join("apiserver.crt"), &self.server, &self.tokens[0], limit)
+            .await
+            .map_err(|e| match e {
+                StartError::PortRace(e) | StartError::Fatal(e) => e,
+            })
     }
 
     /// Stops the API server, then etcd, with SIGTERM (SIGKILL after 10 s), for tests that want
@@ -579,6 +664,36 @@ async fn run_kube_binaries_script() -> Result<PathBuf> {
     dir.map(PathBuf::from).ok_or_else(|| anyhow!("{} printed no directory", script.display()))
 }
 
+/// Who a client or kubeconfig acts as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Identity {
+    /// `vigil-admin`, in `system:masters`.
+    Admin = 0,
+    /// [`AUDITED_USER`], in `system:masters`, every request audited.
+    Audited = 1,
+    /// [`LIMITED_USER`]: only what RBAC grants, every request audited.
+    Limited = 2,
+}
+
+/// One JSON POST to etcd's gRPC gateway (plain HTTP on loopback).
+async fn etcd_post(port: u16, path: &str, body: &str) -> Result<Value> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    bounded(&format!("etcd {path}"), stream.read_to_end(&mut response)).await??;
+    let text = String::from_utf8_lossy(&response);
+    let ok = text.lines().next().is_some_and(|l| l.split(' ').nth(1) == Some("200"));
+    let json = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    if !ok {
+        bail!("etcd {path} failed: {}", text.lines().next().unwrap_or(""));
+    }
+    serde_json::from_str(json.trim()).with_context(|| format!("etcd {path}: not JSON: {json}"))
+}
+
 /// A `<cluster>-kubeconfig` Secret (key `value`) holding `kubeconfig_yaml`.
 fn kubeconfig_secret(namespace: &str, cluster: &str, kubeconfig_yaml: &str) -> Value {
     let value = base64::engine::general_purpose::STANDARD.encode(kubeconfig_yaml);
@@ -628,9 +743,11 @@ async fn start_once(bin: &Path, limit: Duration) -> Result<TestEnv, StartError> 
     let [etcd_port, peer_port, api_port] = free_ports()?;
     let token = random_hex(24)?;
     let audited_token = random_hex(24)?;
+    let limited_token = random_hex(24)?;
     let tokens = format!(
         "{token},vigil-admin,vigil-admin,\"system:masters\"\n\
-         {audited_token},{AUDITED_USER},{AUDITED_USER},\"system:masters\"\n"
+         {audited_token},{AUDITED_USER},{AUDITED_USER},\"system:masters\"\n\
+         {limited_token},{LIMITED_USER},{LIMITED_USER}\n"
     );
     tokio::fs::write(d.join("tokens.csv"), tokens).await.context("cannot write tokens.csv")?;
     tokio::fs::write(d.join("audit-policy.yaml"), AUDIT_POLICY).await.context("cannot write audit-policy.yaml")?;
@@ -698,6 +815,9 @@ async fn start_once(bin: &Path, limit: Duration) -> Result<TestEnv, StartError> 
         kubeconfig_yaml,
         audited_kubeconfig_yaml,
         server,
+        ca,
+        tokens: [token, audited_token, limited_token],
+        etcd_port,
         resources: Mutex::new(HashMap::new()),
         apiserver: Some(apiserver),
         etcd: Some(etcd),

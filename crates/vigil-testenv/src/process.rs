@@ -19,6 +19,9 @@ pub(crate) struct Proc {
     pub(crate) name: &'static str,
     pub(crate) child: Child,
     pub(crate) log: PathBuf,
+    /// How it was started, to start it again.
+    program: PathBuf,
+    args: Vec<String>,
 }
 
 impl Proc {
@@ -29,7 +32,11 @@ impl Proc {
     /// it when the *thread* that spawned the child exits, hence the documented rule that a
     /// `TestEnv` is used by the test that started it.
     pub(crate) async fn spawn(name: &'static str, program: &Path, args: &[String], log: PathBuf) -> Result<Proc> {
-        let out = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone().with_context(|| format!("dup {}", log.display()))?;
         let mut cmd = if has_setpriv().await {
             let mut c = Command::new("setpriv");
@@ -40,7 +47,29 @@ impl Proc {
         };
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::from(out)).stderr(Stdio::from(err)).kill_on_drop(true);
         let child = cmd.spawn().with_context(|| format!("cannot start {name} ({})", program.display()))?;
-        Ok(Proc { name, child, log })
+        Ok(Proc { name, child, log, program: program.to_path_buf(), args: args.to_vec() })
+    }
+
+    /// Kills the process (SIGKILL, as a crash) and starts it again with the same arguments,
+    /// its output appended to the same log.
+    pub(crate) async fn restart(&mut self) -> Result<()> {
+        self.kill_now();
+        let fresh = Proc::spawn(self.name, &self.program.clone(), &self.args.clone(), self.log.clone()).await?;
+        // The old process was killed and reaped above: dropping it does nothing more.
+        drop(std::mem::replace(self, fresh));
+        Ok(())
+    }
+
+    /// Sends `signal` (SIGSTOP freezes the process, SIGCONT thaws it).
+    pub(crate) fn signal(&self, signal: rustix::process::Signal) -> Result<()> {
+        let pid = self
+            .child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw)
+            .with_context(|| format!("{} is not running", self.name))?;
+        rustix::process::kill_process(pid, signal).with_context(|| format!("cannot signal {}", self.name))?;
+        Ok(())
     }
 
     /// Fails when the process has already exited, quoting its log: a crash at startup
