@@ -256,7 +256,8 @@ impl TestEnv {
 
     /// A client for `who` that reaches the API server at `server` (see [`TestEnv::kubeconfig_yaml_at`]).
     pub async fn client_at(&self, server: &str, who: Identity) -> Result<Client> {
-        let kubeconfig: Kubeconfig = serde_json::from_value(kubeconfig_value(server, &self.ca, &self.tokens[who as usize]))?;
+        let kubeconfig: Kubeconfig =
+            serde_json::from_value(kubeconfig_value(server, &self.ca, &self.tokens[who as usize]))?;
         client_from(kubeconfig).await
     }
 

@@ -112,7 +112,12 @@ fn reset(stream: &TcpStream) {
     let _ = stream.set_zero_linger();
 }
 
-async fn pump(mut client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>, mut resets: watch::Receiver<u64>) {
+async fn pump(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<Mode>,
+    mut resets: watch::Receiver<u64>,
+) {
     resets.borrow_and_update();
     let mut up = match tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(upstream)).await {
         Ok(Ok(s)) => s,
