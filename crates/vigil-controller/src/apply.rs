@@ -41,8 +41,11 @@ pub enum WriteError {
     #[error("{0}")]
     Discovery(String),
     /// No answer in time (the write may or may not have been made).
-    #[error("{0}: no answer within {WRITE_TIMEOUT:?}")]
+    #[error("{0}: no answer in time")]
     Timeout(String),
+    /// This replica does not lead (or its right to write ran out): nothing was sent.
+    #[error("{0}: not sent, this replica does not hold the lease")]
+    NotLeader(String),
 }
 
 impl WriteError {
@@ -55,6 +58,7 @@ impl WriteError {
             WriteError::Api { .. } => "unreachable",
             WriteError::Discovery(_) => "discovery",
             WriteError::Timeout(_) => "timeout",
+            WriteError::NotLeader(_) => "not_leader",
         }
     }
 
@@ -64,7 +68,7 @@ impl WriteError {
         match self {
             WriteError::Api { source: kube::Error::Api(s), .. } => s.code >= 500,
             WriteError::Api { .. } | WriteError::Timeout(_) => true,
-            WriteError::Discovery(_) => false,
+            WriteError::Discovery(_) | WriteError::NotLeader(_) => false,
         }
     }
 }
@@ -72,12 +76,15 @@ impl WriteError {
 /// How long one write may take before it counts as failed.
 pub const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Runs a write with [`WRITE_TIMEOUT`].
+/// Runs a write if this replica may write, with no more time than its right to write has left
+/// (fencing) and at most [`WRITE_TIMEOUT`].
 async fn bounded<T>(
+    leadership: &crate::leader::Leadership,
     what: impl FnOnce() -> String,
     fut: impl std::future::Future<Output = Result<T, WriteError>>,
 ) -> Result<T, WriteError> {
-    match tokio::time::timeout(WRITE_TIMEOUT, fut).await {
+    let Some(left) = leadership.remaining() else { return Err(WriteError::NotLeader(what())) };
+    match tokio::time::timeout(WRITE_TIMEOUT.min(left), fut).await {
         Ok(r) => r,
         Err(_) => Err(WriteError::Timeout(what())),
     }
@@ -188,7 +195,7 @@ impl Context {
                 let remediating = crate::confirm::remediating_target(&key, &action, &job).is_some();
                 async move {
                     let what = || format!("{action:?}").chars().take(200).collect::<String>();
-                    let result = bounded(what, this.act(&action, raw, remediating)).await;
+                    let result = bounded(&this.leadership, what, this.act(&action, raw, remediating)).await;
                     (action, result)
                 }
             })
@@ -249,7 +256,7 @@ impl Context {
         }
         // The plan's own notices (less the requests that failed) come before what the writes told.
         let notices: Vec<Notice> = std::mem::take(&mut job.notices).into_iter().chain(notices).collect();
-        if let Err(e) = bounded(|| format!("status of {key}"), self.write_status(&job)).await {
+        if let Err(e) = bounded(&self.leadership, || format!("status of {key}"), self.write_status(&job)).await {
             warn!(check = %key, error = %e, category = e.category(), "status not written");
             self.metrics.write_error(e.category());
             first_error.get_or_insert(e);
@@ -341,6 +348,9 @@ impl Context {
     }
 
     async fn publish(&self, key: &CheckKey, uid: Option<&str>, notice: &Notice) {
+        if !self.leadership.is_leader() {
+            return;
+        }
         let note = match &notice.target {
             Some(t) if !notice.message.contains(t.rsplit('/').next().unwrap_or(t)) => {
                 format!("{t}: {}", notice.message)

@@ -6,6 +6,7 @@ pub mod apply;
 pub mod confirm;
 pub mod http;
 pub mod index;
+pub mod leader;
 pub mod metrics;
 pub mod reconcile;
 pub mod scheduler;
@@ -36,11 +37,19 @@ pub struct Options {
     pub probe_period: Duration,
     /// How long a source may be not live before `/readyz` fails.
     pub ready_grace: Duration,
+    /// Leader election (`None`: this replica always leads).
+    pub leader: Option<leader::LeaderOptions>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { workers: 16, metrics_addr: None, probe_period: PROBE_PERIOD, ready_grace: sources::READY_GRACE }
+        Options {
+            workers: 16,
+            metrics_addr: None,
+            probe_period: PROBE_PERIOD,
+            ready_grace: sources::READY_GRACE,
+            leader: None,
+        }
     }
 }
 
@@ -71,6 +80,8 @@ pub struct Context {
     pub sources: sources::Registry,
     /// How long a source may be not live before `/readyz` fails.
     pub ready_grace: std::sync::atomic::AtomicU64,
+    /// Whether this replica may write now (fencing: checked before every write).
+    pub leadership: Arc<leader::Leadership>,
     /// Bumped when the API server was unreachable: every watch lists again.
     epoch: tokio::sync::watch::Sender<u64>,
     /// Clients of connected workload clusters by `namespace/clusterName`, for confirming reads.
@@ -86,6 +97,11 @@ pub struct Context {
 impl Context {
     /// A new context for `client`.
     pub fn new(client: Client) -> Arc<Self> {
+        Self::with_leadership(client, leader::Leadership::always())
+    }
+
+    /// A new context whose writes are fenced by `leadership`.
+    pub fn with_leadership(client: Client, leadership: leader::Leadership) -> Arc<Self> {
         let reporter = Reporter { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
@@ -97,6 +113,7 @@ impl Context {
             metrics: metrics::Metrics::default(),
             sources: sources::Registry::default(),
             ready_grace: std::sync::atomic::AtomicU64::new(sources::READY_GRACE.as_millis() as u64),
+            leadership: Arc::new(leadership),
             epoch: tokio::sync::watch::Sender::new(0),
             workload_clients: std::sync::Mutex::new(HashMap::new()),
             claims: std::sync::Mutex::new(HashMap::new()),
@@ -266,10 +283,35 @@ impl Context {
     }
 }
 
-/// Runs the controller until `shutdown` completes.
+/// How long a shutdown waits for the decisions in flight to finish their writes.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Runs the controller until `shutdown` completes: then no new decision starts, the ones in
+/// flight finish their writes (up to 20 s), and the Lease, if held, is released.
 pub async fn run(client: Client, options: Options, shutdown: impl std::future::Future<Output = ()>) {
-    let ctx = Context::new(client);
+    let leadership =
+        if options.leader.is_some() { leader::Leadership::elected() } else { leader::Leadership::always() };
+    let ctx = Context::with_leadership(client.clone(), leadership);
     ctx.ready_grace.store(options.ready_grace.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let election = options.leader.clone().map(|lo| {
+        let ctx = ctx.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let leadership = ctx.leadership.clone();
+            let on_elected = {
+                let ctx = ctx.clone();
+                move || {
+                    ctx.metrics.leader(true);
+                    // A standby decided nothing and holds no wake-ups: everything is decided anew.
+                    let all = ctx.read_index().all_checks();
+                    ctx.scheduler.mark(all);
+                }
+            };
+            leader::run(client, lo, leadership, stop, on_elected).await;
+        })
+    });
+    ctx.metrics.leader(options.leader.is_none());
     let prober = tokio::spawn(probe(ctx.clone(), options.probe_period));
     watch::start_fixed(&ctx).await;
     if let Some(addr) = options.metrics_addr {
@@ -278,19 +320,42 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
     let mut workers = Vec::new();
     for _ in 0..options.workers.max(1) {
         let ctx = ctx.clone();
+        let mut stop = stop_rx.clone();
         workers.push(tokio::spawn(async move {
             loop {
-                let key = ctx.scheduler.next().await;
+                let key = tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    key = async {
+                        ctx.leadership.wait_leading().await;
+                        ctx.scheduler.next().await
+                    } => key,
+                };
+                if !ctx.leadership.is_leader() {
+                    // Lost the lease while waiting: the check is decided again by whoever leads.
+                    ctx.scheduler.done(&key);
+                    ctx.metrics.leader(false);
+                    continue;
+                }
                 ctx.run_one(&key).await;
                 ctx.scheduler.done(&key);
             }
         }));
     }
     shutdown.await;
-    prober.abort();
-    for w in workers {
-        w.abort();
+    info!("shutting down: no new decisions; finishing the writes in flight");
+    let _ = stop_tx.send(true);
+    let finished = tokio::time::timeout(SHUTDOWN_GRACE, futures::future::join_all(workers.iter_mut())).await;
+    if finished.is_err() {
+        warn!("writes still in flight after {SHUTDOWN_GRACE:?}; stopping anyway");
+        for w in &workers {
+            w.abort();
+        }
     }
+    if let Some(election) = election {
+        // Releases the Lease (bounded), so a standby takes over at once.
+        let _ = tokio::time::timeout(Duration::from_secs(10), election).await;
+    }
+    prober.abort();
 }
 
 /// The name of the API server's own entry in the source registry.

@@ -40,6 +40,7 @@ pub struct Metrics {
     remediations_decided: Counter,
     remediations_unconfirmed: Counter,
     remediations: Family<RemediationLabel, Counter>,
+    leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -99,7 +100,14 @@ impl Default for Metrics {
             "Remediation requests by check kind, remediation kind and outcome (created, marked, failed)",
             remediations.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads (decides and writes), 0 while it stands by",
+            leader.clone(),
+        );
         Metrics {
+            leader,
             registry,
             decisions,
             decide_seconds,
@@ -184,6 +192,11 @@ impl Metrics {
                 outcome: outcome.into(),
             })
             .inc();
+    }
+
+    /// Records whether this replica leads.
+    pub fn leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// The text exposition format.

@@ -53,6 +53,8 @@ enum Command {
         /// Serve Prometheus metrics at this address (e.g. 0.0.0.0:8080).
         #[arg(long)]
         metrics_addr: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        election: run_cmd::Election,
     },
     Crd {
         /// Write one `<group>_<plural>.yaml` file per CRD into this directory instead (e.g. deploy/crds).
@@ -106,8 +108,8 @@ fn run(cli: Cli) -> Result<bool> {
             Ok(true)
         }
         Command::Validate { files } => validate_cmd::run(&files, &mut stdout),
-        Command::Run { kubeconfig, workers, metrics_addr } => {
-            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr)
+        Command::Run { kubeconfig, workers, metrics_addr, election } => {
+            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, election)
         }
         Command::Crd { out_dir } => {
             let files = vigil_api::crd::files().context("cannot render the CustomResourceDefinitions")?;

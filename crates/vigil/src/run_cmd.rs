@@ -1,12 +1,55 @@
 //! `vigil run`: the controller against a real cluster.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// Leader election flags: several replicas run, one decides and writes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Election {
+    /// Take part in leader election on a Lease; only the leader decides and writes, standbys keep
+    /// their caches warm. `--leader-elect=false` for a single replica.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "vigil")]
+    pub lease_name: String,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else the kubeconfig's namespace).
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    /// How long a standby waits after the Lease last changed before taking it over.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// How long after its last renewal the leader may still write (shorter than the lease duration).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+    /// How often the Lease is renewed or looked at.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = vigil_api::duration::parse_go_duration(text).map_err(|e| format!("{e}"))?;
+    Duration::try_from(d).map_err(|_| format!("invalid value {text:?}: must not be negative"))
+}
+
+/// This replica's identity: the Pod name, else the host name and process id.
+fn identity() -> String {
+    std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    })
+}
 
 /// Connects (kubeconfig file, `KUBECONFIG`, `~/.kube/config`, or in-cluster) and runs the
 /// controller until SIGINT/SIGTERM.
-pub fn run(kubeconfig: Option<PathBuf>, workers: usize, metrics_addr: Option<SocketAddr>) -> Result<bool> {
+pub fn run(
+    kubeconfig: Option<PathBuf>,
+    workers: usize,
+    metrics_addr: Option<SocketAddr>,
+    election: Election,
+) -> Result<bool> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -24,8 +67,27 @@ pub fn run(kubeconfig: Option<PathBuf>, workers: usize, metrics_addr: Option<Soc
             }
             None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
         };
+        let namespace = election
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
+            .unwrap_or_else(|| config.default_namespace.clone());
         let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
-        let options = vigil_controller::Options { workers, metrics_addr, ..Default::default() };
+        let leader = if election.leader_elect {
+            let options = vigil_controller::leader::LeaderOptions {
+                lease_name: election.lease_name.clone(),
+                namespace,
+                identity: identity(),
+                lease_duration: election.lease_duration,
+                renew_deadline: election.renew_deadline,
+                retry_period: election.retry_period,
+            };
+            options.validate().map_err(|e| anyhow!(e))?;
+            Some(options)
+        } else {
+            None
+        };
+        let options = vigil_controller::Options { workers, metrics_addr, leader, ..Default::default() };
         vigil_controller::run(client, options, shutdown_signal()).await;
         Ok(true)
     })

@@ -1,0 +1,337 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with fencing.
+//!
+//! Every replica watches and keeps its indexes warm; only the leader decides and writes. The
+//! algorithm is client-go's: the holder renews the Lease every `retry_period`; another replica
+//! takes it over only after it has seen the Lease unchanged for a whole `lease_duration` on its
+//! own clock (or empty: released). **Fencing**: the leader's right to write ends `renew_deadline`
+//! after the start of its last successful renewal, and `renew_deadline < lease_duration`, so a
+//! leader that cannot renew (partitioned, frozen, slow) stops writing before any other replica can
+//! take over. The right is checked before every write, and each write is given no more time than
+//! the right has left. Why not a crate: `kube-lease-manager` 0.13 fits kube 5 but exposes only a
+//! leading / not-leading flag, not the instant until which writing is safe, which fencing needs.
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// Settings of leader election.
+#[derive(Debug, Clone)]
+pub struct LeaderOptions {
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace.
+    pub namespace: String,
+    /// This replica's identity (the Pod name).
+    pub identity: String,
+    /// How long another replica waits, after the Lease last changed, before taking it over.
+    pub lease_duration: Duration,
+    /// How long after the start of its last successful renewal the leader may still write.
+    pub renew_deadline: Duration,
+    /// How often the Lease is renewed or looked at.
+    pub retry_period: Duration,
+}
+
+impl LeaderOptions {
+    /// Checks the durations: fencing needs `retry_period < renew_deadline < lease_duration`.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(format!(
+                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): a leader must stop writing before another can take over",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "--retry-period ({:?}) must be shorter than --renew-deadline ({:?}): a leader must get to renew before its right to write ends",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        if self.lease_duration.as_secs() < 1 {
+            return Err(format!("--lease-duration ({:?}) must be at least 1s", self.lease_duration));
+        }
+        if self.lease_name.is_empty() || self.namespace.is_empty() || self.identity.is_empty() {
+            return Err("--lease-name, --lease-namespace and the identity must not be empty".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Right {
+    /// No election: this replica always writes.
+    Always,
+    /// Elected: may write until this instant (none: not the leader).
+    Until(Option<Instant>),
+}
+
+/// Whether this replica may write now, and for how long.
+#[derive(Debug)]
+pub struct Leadership {
+    right: Mutex<Right>,
+    leading: watch::Sender<bool>,
+}
+
+impl Leadership {
+    /// A replica that does not take part in an election (it always writes).
+    pub fn always() -> Self {
+        Leadership { right: Mutex::new(Right::Always), leading: watch::Sender::new(true) }
+    }
+
+    /// A replica that writes only once elected.
+    pub fn elected() -> Self {
+        Leadership { right: Mutex::new(Right::Until(None)), leading: watch::Sender::new(false) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Right> {
+        self.right.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long this replica may still write (`None`: it must not write now).
+    pub fn remaining(&self) -> Option<Duration> {
+        match *self.lock() {
+            Right::Always => Some(Duration::MAX),
+            Right::Until(Some(until)) => until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()),
+            Right::Until(None) => None,
+        }
+    }
+
+    /// Whether this replica leads (may write) right now.
+    pub fn is_leader(&self) -> bool {
+        self.remaining().is_some()
+    }
+
+    /// Waits until this replica leads.
+    pub async fn wait_leading(&self) {
+        let mut rx = self.leading.subscribe();
+        loop {
+            if self.is_leader() {
+                return;
+            }
+            // The right can also end by time alone: look again at least every 100 ms.
+            let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
+        }
+    }
+
+    /// Publishes the end of a right to write that ran out by time; true when it just did.
+    fn expire_if_due(&self) -> bool {
+        let mut right = self.lock();
+        if let Right::Until(Some(u)) = *right
+            && u <= Instant::now()
+        {
+            *right = Right::Until(None);
+            self.leading.send_replace(false);
+            return true;
+        }
+        false
+    }
+
+    fn set(&self, until: Option<Instant>) -> bool {
+        let mut right = self.lock();
+        if matches!(*right, Right::Always) {
+            return false;
+        }
+        let was = matches!(*right, Right::Until(Some(u)) if u > Instant::now());
+        *right = Right::Until(until);
+        let now = until.is_some();
+        self.leading.send_replace(now);
+        was != now
+    }
+}
+
+/// What one round of the election saw.
+enum Round {
+    /// This replica holds the Lease; it renewed it with a request started at this instant.
+    Holding(Instant),
+    /// Another replica holds it.
+    Held(String),
+}
+
+/// Runs the election until `stop` turns true, then releases the Lease if this replica holds it.
+/// `on_elected` runs each time this replica becomes the leader.
+pub async fn run(
+    client: Client,
+    options: LeaderOptions,
+    leadership: std::sync::Arc<Leadership>,
+    mut stop: watch::Receiver<bool>,
+    on_elected: impl Fn() + Send,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &options.namespace);
+    let mut observed: Option<(String, Instant)> = None;
+    let mut holder_seen = String::new();
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let started = Instant::now();
+        let round = tokio::time::timeout(options.retry_period, round(&api, &options, &mut observed, started)).await;
+        match round {
+            Ok(Ok(Round::Holding(at))) => {
+                if leadership.set(Some(at + options.renew_deadline)) {
+                    info!(lease = %options.lease_name, identity = %options.identity, "elected leader");
+                    on_elected();
+                }
+            }
+            Ok(Ok(Round::Held(holder))) => {
+                if leadership.set(None) {
+                    warn!(holder = %holder, "lost the lease; writing stops");
+                }
+                if holder != holder_seen {
+                    info!(holder = %holder, "another replica leads; standing by with warm caches");
+                    holder_seen = holder;
+                }
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, "lease not renewed; writing stops at the renew deadline unless a renewal succeeds")
+            }
+            Err(_) => warn!("lease request timed out; writing stops at the renew deadline unless a renewal succeeds"),
+        }
+        if leadership.expire_if_due() {
+            warn!("renew deadline passed without a renewal; writing stopped");
+        }
+        let wait = options.retry_period.saturating_sub(started.elapsed());
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    if leadership.is_leader() {
+        leadership.set(None);
+        release(&api, &options).await;
+    }
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+async fn round(
+    api: &Api<Lease>,
+    options: &LeaderOptions,
+    observed: &mut Option<(String, Instant)>,
+    started: Instant,
+) -> Result<Round, kube::Error> {
+    let duration_secs = i32::try_from(options.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let Some(mut lease) = api.get_opt(&options.lease_name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(options.lease_name.clone()),
+                namespace: Some(options.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(options.identity.clone()),
+                lease_duration_seconds: Some(duration_secs),
+                acquire_time: Some(now_micro()),
+                renew_time: Some(now_micro()),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(Round::Holding(started)),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Round::Held(String::from("(someone)"))),
+            Err(e) => Err(e),
+        };
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let version = lease.metadata.resource_version.clone().unwrap_or_default();
+    if holder == options.identity {
+        spec.renew_time = Some(now_micro());
+        spec.lease_duration_seconds = Some(duration_secs);
+        return match api.replace(&options.lease_name, &PostParams::default(), &lease).await {
+            Ok(_) => Ok(Round::Holding(started)),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Round::Held(holder)),
+            Err(e) => Err(e),
+        };
+    }
+    // Another holder: the Lease is taken over only after it stayed unchanged for a whole lease
+    // duration on this replica's clock (clocks of different machines are never compared).
+    let changed_at = match observed {
+        Some((v, at)) if *v == version => *at,
+        _ => {
+            *observed = Some((version, started));
+            started
+        }
+    };
+    let their_duration = spec
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(options.lease_duration, Duration::from_secs);
+    let free = holder.is_empty() || changed_at.elapsed() > their_duration;
+    if !free {
+        return Ok(Round::Held(holder));
+    }
+    spec.holder_identity = Some(options.identity.clone());
+    spec.lease_duration_seconds = Some(duration_secs);
+    spec.acquire_time = Some(now_micro());
+    spec.renew_time = Some(now_micro());
+    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+    match api.replace(&options.lease_name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(Round::Holding(started)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Round::Held(holder)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the Lease up (holder empty), so a standby takes over at its next round instead of
+/// waiting out the lease duration.
+async fn release(api: &Api<Lease>, options: &LeaderOptions) {
+    let released = async {
+        let mut lease = api.get(&options.lease_name).await?;
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(options.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now_micro());
+        api.replace(&options.lease_name, &PostParams::default(), &lease).await.map(|_| ())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), released).await {
+        Ok(Ok(())) => info!(lease = %options.lease_name, "lease released"),
+        Ok(Err(e)) => warn!(error = %e, "lease not released; a standby takes over when it expires"),
+        Err(_) => warn!("lease release timed out; a standby takes over when it expires"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(lease: u64, deadline: u64, retry: u64) -> LeaderOptions {
+        LeaderOptions {
+            lease_name: "vigil".into(),
+            namespace: "ns".into(),
+            identity: "a".into(),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(deadline),
+            retry_period: Duration::from_secs(retry),
+        }
+    }
+
+    #[test]
+    fn durations_must_leave_room_for_fencing() {
+        assert!(opts(15, 10, 2).validate().is_ok());
+        assert!(opts(10, 10, 2).validate().expect_err("deadline = duration").contains("--renew-deadline"));
+        assert!(opts(15, 10, 10).validate().expect_err("retry = deadline").contains("--retry-period"));
+    }
+
+    #[test]
+    fn the_right_to_write_ends_at_its_deadline() {
+        let l = Leadership::elected();
+        assert!(!l.is_leader());
+        assert!(l.set(Some(Instant::now() + Duration::from_millis(50))), "became leader");
+        assert!(l.remaining().is_some_and(|r| r <= Duration::from_millis(50)));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!l.is_leader(), "no renewal: no right to write");
+        assert!(Leadership::always().is_leader());
+        assert_eq!(Leadership::always().remaining(), Some(Duration::MAX));
+    }
+}

@@ -1,0 +1,265 @@
+//! Two `vigil run` replicas against a real kube-apiserver and etcd: leader election, failover
+//! after `kill -9` in the middle of a failure wave, fencing of a partitioned leader, and the Lease
+//! released on SIGTERM. Counts what a user would count: remediations missed and duplicated, the
+//! time until the standby leads, and (from the audit log) writes of a deposed replica.
+
+use jiff::Timestamp;
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use vigil_testenv::{AUDITED_USER, Identity, LIMITED_USER, TestEnv, wait_for};
+
+type Result<T> = std::result::Result<T, vigil_testenv::Error>;
+
+const LEASE_NS: &str = "vigil-system";
+const MEDIK8S: &str = "medik8s";
+/// Short durations for the test (the defaults are 15 s / 10 s / 2 s).
+const LEASE: Duration = Duration::from_secs(4);
+const RENEW_DEADLINE: Duration = Duration::from_secs(3);
+const RETRY: Duration = Duration::from_secs(1);
+const WAIT: Duration = Duration::from_secs(40);
+
+struct Replica {
+    name: &'static str,
+    child: tokio::process::Child,
+}
+
+impl Replica {
+    async fn start(
+        env: &TestEnv,
+        name: &'static str,
+        who: Identity,
+        server: &str,
+        dir: &std::path::Path,
+    ) -> Result<Replica> {
+        let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(&kubeconfig, env.kubeconfig_yaml_at(server, who)?)?;
+        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--workers", "2", "--lease-namespace", LEASE_NS])
+            .args(["--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s"])
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()?;
+        Ok(Replica { name, child })
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) -> Result<()> {
+        let pid = self
+            .child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| anyhow_msg(format!("{} is not running", self.name)))?;
+        rustix::process::kill_process(pid, signal).map_err(|e| anyhow_msg(format!("signal {}: {e}", self.name)))
+    }
+}
+
+fn anyhow_msg(m: String) -> vigil_testenv::Error {
+    vigil_testenv::Error::msg(m)
+}
+
+async fn holder(env: &TestEnv) -> Result<Option<String>> {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(env.client(), LEASE_NS);
+    Ok(api.get_opt("vigil").await?.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
+}
+
+async fn wait_holder(env: &TestEnv, name: &str, limit: Duration) -> Result<Duration> {
+    let since = Instant::now();
+    wait_for(&format!("{name} to hold the Lease"), limit, || async {
+        Ok((holder(env).await?.as_deref() == Some(name)).then(|| since.elapsed()))
+    })
+    .await
+}
+
+fn secs_ago(s: i64) -> String {
+    let t = Timestamp::now() - jiff::SignedDuration::from_secs(s);
+    Timestamp::from_second(t.as_second()).map(|t| t.to_string()).unwrap_or_default()
+}
+
+async fn set_ready(env: &TestEnv, node: &str, status: &str) -> Result<()> {
+    set_ready_since(env, node, status, 60).await
+}
+
+async fn set_ready_since(env: &TestEnv, node: &str, status: &str, secs: i64) -> Result<()> {
+    env.apply_status(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+        "status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test", "message": "",
+                   "lastHeartbeatTime": Timestamp::now().to_string(), "lastTransitionTime": secs_ago(secs)}]}}))
+        .await?;
+    Ok(())
+}
+
+/// Remediation objects per Node (generateName: a duplicate would be a second object).
+async fn objects_per_node(env: &TestEnv) -> Result<std::collections::BTreeMap<String, usize>> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "self-node-remediation.medik8s.io",
+        "v1alpha1",
+        "SelfNodeRemediation",
+    ));
+    let api: Api<DynamicObject> = Api::namespaced_with(env.client(), MEDIK8S, &ar);
+    let mut out = std::collections::BTreeMap::new();
+    for o in api.list(&Default::default()).await?.items {
+        let node = o
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("remediation.medik8s.io/node-name"))
+            .cloned()
+            .unwrap_or_default();
+        *out.entry(node).or_insert(0) += 1;
+    }
+    Ok(out)
+}
+
+async fn remediated(env: &TestEnv, nodes: &[&str]) -> Result<()> {
+    wait_for(&format!("{nodes:?} remediated"), WAIT, || async {
+        let per = objects_per_node(env).await?;
+        Ok(nodes.iter().all(|n| per.get(*n).copied().unwrap_or(0) > 0).then_some(()))
+    })
+    .await
+}
+
+/// Writes (not Lease renewals) by `user` the API server received after `after`.
+fn writes_after(env: &TestEnv, user: &str, after: Timestamp) -> Result<Vec<String>> {
+    let path = env.audit_log_path().ok_or_else(|| anyhow_msg("no audit log".into()))?;
+    let text = std::fs::read_to_string(path)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["user"]["username"] == user && e["stage"] == "ResponseComplete")
+        .filter(|e| matches!(e["verb"].as_str(), Some("create" | "update" | "patch" | "delete")))
+        .filter(|e| e["objectRef"]["resource"] != "leases")
+        .filter(|e| {
+            e["requestReceivedTimestamp"].as_str().and_then(|t| t.parse::<Timestamp>().ok()).is_some_and(|t| t > after)
+        })
+        .map(|e| {
+            format!(
+                "{} {} {} {}",
+                e["requestReceivedTimestamp"], e["verb"], e["objectRef"]["resource"], e["objectRef"]["name"]
+            )
+        })
+        .collect())
+}
+
+async fn setup(env: &TestEnv) -> Result<()> {
+    env.install_upstream_crds().await?;
+    let ours = vigil_api::crd::files().map_err(|e| anyhow_msg(e.to_string()))?;
+    let docs: Vec<Value> = ours
+        .iter()
+        .map(|f| serde_saphyr::from_str::<Value>(&f.text))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| anyhow_msg(e.to_string()))?;
+    env.install_crds(&docs).await?;
+    env.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NS}})).await?;
+    // The second replica runs as the limited user, made cluster-admin, so the audit log tells
+    // the two replicas apart.
+    env.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "limited-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": LIMITED_USER}]}))
+        .await?;
+    for i in 1..=8 {
+        env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("w{i}"), "labels": {"role": "worker"}}}))
+            .await?;
+        set_ready(env, &format!("w{i}"), "True").await?;
+    }
+    env.apply(json!({"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate",
+        "metadata": {"name": "reboot", "namespace": MEDIK8S,
+                     "annotations": {"remediation.medik8s.io/multiple-templates-support": "true"}},
+        "spec": {"template": {"spec": {"remediationStrategy": "Automatic"}}}}))
+        .await?;
+    env.apply(json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
+        "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1,
+                 "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
+                     "kind": "SelfNodeRemediationTemplate", "name": "reboot", "namespace": MEDIK8S},
+                 "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "2s"}]}}))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_over_a_killed_leader_mid_wave_and_a_partitioned_leader_writes_nothing() -> Result<()> {
+    let env = TestEnv::start().await?;
+    setup(&env).await?;
+    let dir = tempfile_dir()?;
+    // Replica b reaches the API server through a proxy the test can partition.
+    let proxy = env.proxy().await?;
+    let mut a = Replica::start(&env, "a", Identity::Audited, env.server_url(), &dir).await?;
+    wait_holder(&env, "a", WAIT).await?;
+    let b = Replica::start(&env, "b", Identity::Limited, &proxy.url(), &dir).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(holder(&env).await?.as_deref(), Some("a"), "the standby does not take a held Lease");
+
+    // A failure wave; the leader is killed in the middle of it.
+    set_ready(&env, "w1", "False").await?;
+    set_ready(&env, "w2", "False").await?;
+    remediated(&env, &["w1", "w2"]).await?;
+    set_ready(&env, "w3", "False").await?;
+    set_ready(&env, "w4", "False").await?;
+    a.child.start_kill()?;
+    let _ = a.child.wait().await;
+    let takeover = wait_holder(&env, "b", LEASE + RETRY * 3).await?;
+    eprintln!(
+        "FAILOVER kill -9: standby leads after {} ms (lease duration {} ms)",
+        takeover.as_millis(),
+        LEASE.as_millis()
+    );
+    remediated(&env, &["w3", "w4"]).await?;
+
+    // The leader is cut off by a partition while a Node's timeout runs out: it cannot renew, it
+    // still decides from its cache, and whatever it sends arrives when the partition heals. A new
+    // replica takes over; the old one must have stopped writing at its renew deadline.
+    let mut a2 = Replica::start(&env, "a2", Identity::Audited, env.server_url(), &dir).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    set_ready_since(&env, "w5", "False", 0).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.partition();
+    let cut_at = Timestamp::now();
+    wait_holder(&env, "a2", LEASE + RETRY * 4).await?;
+    remediated(&env, &["w5"]).await?;
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let deadline = cut_at + jiff::SignedDuration::try_from(RENEW_DEADLINE).map_err(|e| anyhow_msg(e.to_string()))?;
+    let late = writes_after(&env, LIMITED_USER, deadline)?;
+    eprintln!("FAILOVER partitioned leader: {} writes received after its renew deadline", late.len());
+    assert!(late.is_empty(), "the deposed replica wrote after its renew deadline: {late:?}");
+    set_ready(&env, "w6", "False").await?;
+    remediated(&env, &["w6"]).await?;
+
+    // SIGTERM: the leader finishes and releases the Lease; the standby leads at its next round,
+    // long before the lease duration would have run out.
+    let since = Instant::now();
+    a2.signal(rustix::process::Signal::TERM)?;
+    let status = tokio::time::timeout(Duration::from_secs(30), a2.child.wait()).await??;
+    assert!(status.success(), "vigil run exits 0 on SIGTERM: {status}");
+    let handover = wait_holder(&env, "b", LEASE).await?;
+    eprintln!("FAILOVER SIGTERM: standby leads {} ms after the signal", since.elapsed().as_millis());
+    assert!(handover < LEASE, "released, not expired: {handover:?}");
+    set_ready(&env, "w7", "False").await?;
+    remediated(&env, &["w7"]).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let per = objects_per_node(&env).await?;
+    let missed = (1..=7).filter(|i| !per.contains_key(&format!("w{i}"))).count();
+    let duplicated: usize = per.values().map(|n| n.saturating_sub(1)).sum();
+    let wrongful = per.get("w8").copied().unwrap_or(0);
+    eprintln!("FAILOVER counts: missed {missed} duplicated {duplicated} wrongful {wrongful} ({per:?})");
+    assert_eq!((missed, duplicated, wrongful), (0, 0, 0), "{per:?}");
+    assert!(!writes_after(&env, AUDITED_USER, Timestamp::now() - jiff::SignedDuration::from_secs(3600))?.is_empty());
+    drop(b);
+    Ok(())
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("vigil-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
