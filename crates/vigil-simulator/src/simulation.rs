@@ -95,6 +95,8 @@ struct Sim<'s> {
     scheduled_replacements: BTreeSet<Key>,
     events: Vec<Event>,
     invalid_reported: BTreeMap<CheckId, String>,
+    /// Targets held by more than one check, as last reported (each tie is told once).
+    ties_reported: BTreeSet<String>,
 }
 
 /// Runs a scenario to its end.
@@ -110,6 +112,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         scheduled_replacements: BTreeSet::new(),
         events: Vec::new(),
         invalid_reported: BTreeMap::new(),
+        ties_reported: BTreeSet::new(),
     };
     for (i, object) in scenario.objects.iter().enumerate() {
         sim.put(MANAGEMENT, object.clone(), &format!("objects[{i}]"))?;
@@ -457,7 +460,7 @@ impl Sim<'_> {
                     template: template.as_ref(),
                     remediations: &remediations,
                 };
-                let holders = self.holders();
+                let holders = self.holders_reporting_ties();
                 let plan = vigil_engine::machine::decide_among(&input, &holders, &node_cluster, self.now);
                 self.apply(id, plan);
             }
@@ -504,7 +507,7 @@ impl Sim<'_> {
                     templates: &template_refs,
                     remediations: &remediation_refs,
                 };
-                let holders = self.holders();
+                let holders = self.holders_reporting_ties();
                 let plan = vigil_engine::node::decide_among(&input, &holders, self.now);
                 self.apply(id, plan);
             }
@@ -565,6 +568,34 @@ impl Sim<'_> {
             }
         }
         Holders::from_claims(claims)
+    }
+
+    /// [`Sim::holders`], telling once about each target more than one check holds (from before
+    /// the one-check-at-a-time rule, or made so by hand): nothing is deleted to resolve it.
+    fn holders_reporting_ties(&mut self) -> Holders {
+        let holders = self.holders();
+        let mut now_tied = BTreeSet::new();
+        for (target, holder) in holders.ties() {
+            let also: Vec<String> = holder.also.iter().map(ToString::to_string).collect();
+            let message = format!(
+                "{target} is being remediated by {} and also by {}; nothing is deleted to resolve it, and no other check starts on it",
+                holder.check,
+                also.join(", ")
+            );
+            if !self.ties_reported.contains(&message) {
+                let name = match target {
+                    holders::Target::Node { name, .. } => name.clone(),
+                    holders::Target::Machine { namespace, name } => format!("{namespace}/{name}"),
+                };
+                let mut d = Map::new();
+                d.insert("reason".into(), json!("TargetHeldByMoreThanOneCheck"));
+                d.insert("message".into(), json!(message));
+                self.emit("TargetHeldTwice", Some(holder.check.to_string()), Some(name), d);
+            }
+            now_tied.insert(message);
+        }
+        self.ties_reported = now_tied;
+        holders
     }
 
     /// The template a check names, read from the management cluster.
