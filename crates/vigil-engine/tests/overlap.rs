@@ -586,6 +586,51 @@ fn mhc_skip_rule_table() {
     }
 }
 
+/// Issue 8: two overlapping MachineHealthChecks with different remediation kinds. The first
+/// (owner remediation) asked the owner; the second (a template) would create a remediation
+/// object for the same Machine: it waits, naming the first.
+#[test]
+fn a_second_mhc_with_a_template_waits_for_the_owner_remediation_of_the_first() {
+    let mut owner = support::MhcWorld::new().machine_with_node(machine("m1"), "False", t0());
+    let plan = owner.decide(at(301));
+    owner.apply(&plan);
+    let first = owner.check();
+
+    let mut spec = mhc_spec();
+    spec["remediationTemplate"] = support::template_ref_json();
+    let mut second = mhc(spec, &[], None);
+    second.metadata.name = Some("external".into());
+    let second_policy = mhc_policy(&second);
+    let views = owner.machine_views();
+    let refs: Vec<&MachineView> = views.iter().collect();
+    let no_objects: HashMap<String, RemediationView> = HashMap::new();
+    let mut claims = mhc_claims(&first, &mhc_policy(&first), "ns/c1", &refs, &no_objects);
+    claims.extend(mhc_claims(&second, &second_policy, "ns/c1", &refs, &no_objects));
+    let holders = Holders::from_claims(claims);
+    let template = support::template(MNS);
+    let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
+    let input = MhcInput {
+        check: &second,
+        policy: &second_policy,
+        cluster: Some(&cluster_view),
+        machines: &refs,
+        nodes: NodeSource::Reachable(&owner.nodes),
+        template: Some(&template),
+        remediations: &no_objects,
+    };
+    let plan = machine::decide_among(&input, &holders, "ns/c1", at(302));
+    assert!(creates(&plan).is_empty(), "no second remediation of m1");
+    assert_eq!(
+        skips(&plan),
+        [(
+            "ns/m1".to_string(),
+            REASON_HELD.to_string(),
+            "node m1 of cluster ns/c1 is being remediated by MachineHealthCheck/ns/mhc; MachineHealthCheck/ns/external waits"
+                .to_string()
+        )]
+    );
+}
+
 // ---------------------------------------------------------------- the invariant
 
 /// One overlapping world: Nodes `n0..`, NodeHealthChecks (SNR or FAR, various durations) and
