@@ -14,8 +14,7 @@
 
 use crate::lookup::Lookup;
 use crate::machine::is_target;
-use crate::plan::Notice;
-use crate::plan::NoticeKind;
+use crate::plan::{Notice, NoticeKind};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
