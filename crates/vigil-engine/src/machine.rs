@@ -5,6 +5,7 @@
 //! timers are kept while the short-circuit blocks; a percentage is never an error; and the next
 //! wake-up is the exact instant a verdict can change (no 1 s padding, no rate limit).
 
+use crate::holders::{CheckRef, Holders, Target, Waits};
 use crate::lookup::Lookup;
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
 use jiff::{SignedDuration, Timestamp};
@@ -384,7 +385,13 @@ impl Builder<'_> {
     }
 
     fn finish(self, next_wake: Option<Timestamp>) -> Plan<MachineHealthCheckStatus> {
-        Plan { status: self.status, actions: self.actions, notices: self.notices, next_wake }
+        Plan {
+            status: self.status,
+            actions: self.actions,
+            notices: self.notices,
+            next_wake,
+            held_elsewhere: Vec::new(),
+        }
     }
 }
 
@@ -464,7 +471,7 @@ pub fn remediation_object(policy: &MhcPolicy, template: &TemplateView, machine: 
 }
 
 /// Whether `object` is the remediation object Vigil made for `machine` (so it may delete it).
-fn made_for(object: &RemediationView, machine: &MachineView) -> bool {
+pub(crate) fn made_for(object: &RemediationView, machine: &MachineView) -> bool {
     object.meta.owners.iter().any(|o| {
         o.kind == "Machine"
             && o.name == machine.meta.name
@@ -472,8 +479,48 @@ fn made_for(object: &RemediationView, machine: &MachineView) -> bool {
     })
 }
 
-/// Decides what a MachineHealthCheck should do now.
+/// Decides what a MachineHealthCheck should do now when it is the only check: [`decide_among`]
+/// with nobody else holding anything.
 pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckStatus> {
+    decide_among(input, &Holders::none(), crate::holders::LOCAL_CLUSTER, now)
+}
+
+/// What other checks hold, as one MachineHealthCheck decision sees it.
+struct Overlap<'h> {
+    holders: &'h Holders,
+    /// Where the check's Nodes live (the cluster key of its targets).
+    node_cluster: &'h str,
+    waits: Waits,
+}
+
+impl Overlap<'_> {
+    /// Whether another check holds the Machine's target; if so, records the wait (with a skip
+    /// notice when it is news).
+    fn held_elsewhere(&mut self, b: &mut Builder<'_>, machine: &MachineView, key: &str) -> bool {
+        let target = Target::of_machine(self.node_cluster, machine);
+        let holders = self.holders;
+        match holders.other_than(&target, self.waits.me()) {
+            Some(holder) => {
+                if let Some(n) = self.waits.wait(key, &target, holder) {
+                    b.notices.push(n);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Decides what a MachineHealthCheck should do now, among other checks: a Machine whose Node
+/// (in `node_cluster`: [`crate::holders::LOCAL_CLUSTER`] for a self-hosted cluster, else the
+/// workload cluster's `namespace/clusterName`) another check holds is not remediated (see
+/// [`crate::holders`]).
+pub fn decide_among(
+    input: &MhcInput<'_>,
+    holders: &Holders,
+    node_cluster: &str,
+    now: Timestamp,
+) -> Plan<MachineHealthCheckStatus> {
     let previous = input.check.status.as_ref();
     // Everything but the target list is small; the list is rebuilt below, so it is not copied.
     let mut b = Builder {
@@ -583,6 +630,11 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
     }
 
     // Rules 4 and 5: writes per target.
+    let mut overlap = Overlap {
+        holders,
+        node_cluster,
+        waits: Waits::new(CheckRef::of_mhc(input.check), previous.map_or(&[][..], |p| p.conditions.as_slice())),
+    };
     let template_ref = input.policy.remediation_template.as_ref();
     let healthy_condition = DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, reason::SUCCEEDED, "");
     for (machine, verdict) in targets.iter().zip(&verdicts) {
@@ -596,7 +648,7 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
                     b.notice(NoticeKind::Unhealthy, Some(key()), why, message.clone());
                 }
                 if allowed {
-                    remediate(&mut b, &mut writes, input, template_ref, machine, &key(), now);
+                    remediate(&mut b, &mut overlap, &mut writes, input, template_ref, machine, &key(), now);
                 }
             }
             Verdict::Healthy => {
@@ -635,12 +687,19 @@ pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckSt
             b.actions.push(action);
         }
     }
-    b.finish(wake.0)
+    if let Some(waiting) = overlap.waits.condition() {
+        b.condition(waiting, None, None);
+    }
+    let mut plan = b.finish(wake.0);
+    plan.held_elsewhere = overlap.waits.held_elsewhere;
+    plan
 }
 
 /// Requests remediation of one unhealthy Machine (rule 4).
+#[allow(clippy::too_many_arguments)]
 fn remediate(
     b: &mut Builder<'_>,
+    overlap: &mut Overlap<'_>,
     writes: &mut MachineWrites<'_>,
     input: &MhcInput<'_>,
     template_ref: Option<&vigil_api::validate::TemplateRef>,
@@ -653,6 +712,9 @@ fn remediate(
     }
     let Some(template_ref) = template_ref else {
         let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == "True");
+        if needs_request && overlap.held_elsewhere(b, machine, key) {
+            return;
+        }
         if needs_request
             && writes.set(
                 DesiredCondition::false_(OWNER_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"),
@@ -682,6 +744,9 @@ fn remediate(
             DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"),
             now,
         );
+        return;
+    }
+    if overlap.held_elsewhere(b, machine, key) {
         return;
     }
     match remediation_object(input.policy, template, machine) {

@@ -28,6 +28,7 @@
 //! - objects of Nodes that still exist but are no longer selected are removed like those of
 //!   deleted Nodes: nothing else would ever clean them up.
 
+use crate::holders::{CheckRef, Holders, Target, Waits};
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
@@ -397,6 +398,10 @@ struct Pass<'a> {
     actions: Vec<Action>,
     notices: Vec<Notice>,
     wake: Earliest,
+    /// What other checks hold (a Node held by another check is never started here).
+    holders: &'a Holders,
+    /// Targets waiting for another check.
+    waits: Waits,
 }
 
 fn notice(kind: NoticeKind, target: &str, reason: impl Into<String>, message: String) -> Notice {
@@ -508,6 +513,16 @@ impl<'a> Pass<'a> {
             return;
         };
         let news = !listed_before || self.newly_open;
+        // One check remediates a Node at a time: a Node another check holds waits here, even
+        // for a request of an earlier plan (the other check started first).
+        let holders = self.holders;
+        let target = Target::local_node(name);
+        if let Some(holder) = holders.other_than(&target, self.waits.me()) {
+            if let Some(n) = self.waits.wait(name, &target, holder) {
+                self.notices.push(n);
+            }
+            return;
+        }
         if book.has_in_flight(first) {
             // Completing an earlier plan's request is not a new remediation.
             if let Requested::Skipped(reason, message) = self.request(name, 0, book)
@@ -782,9 +797,16 @@ fn gone_before<'a>(owned: &[Owned<'a>], b: &mut usize, limit: Option<&str>, subj
     }
 }
 
-/// Decides what a NodeHealthCheck should do now: pure (no I/O, no clock), deterministic, and
-/// linear in Nodes plus remediation objects apart from sorting them by name.
+/// Decides what a NodeHealthCheck should do now when it is the only check: [`decide_among`]
+/// with nobody else holding anything.
 pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
+    decide_among(input, &Holders::none(), now)
+}
+
+/// Decides what a NodeHealthCheck should do now, among other checks: a Node that `holders` says
+/// another check holds is not started (see [`crate::holders`]). Pure (no I/O, no clock),
+/// deterministic, and linear in Nodes plus remediation objects apart from sorting them by name.
+pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
     let policy = input.policy;
     let check = input.check;
     let check_name = check.metadata.name.as_deref().unwrap_or("");
@@ -950,6 +972,8 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
         actions: Vec::new(),
         notices: Vec::new(),
         wake,
+        holders,
+        waits: Waits::new(CheckRef::of_nhc(check), &prev.conditions),
     };
 
     // Global notices first.
@@ -1067,6 +1091,9 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
     let mut conditions: Vec<Condition> = prev.conditions.clone();
     set_condition(&mut conditions, &disabled_condition, now, generation);
     set_condition(&mut conditions, &allowed_condition, now, generation);
+    if let Some(waiting) = pass.waits.condition() {
+        set_condition(&mut conditions, &waiting, now, generation);
+    }
 
     if paused && phase == PHASE_PAUSED && !prev_paused {
         pass.notices.push(Notice {
@@ -1112,7 +1139,13 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
         }
     }
 
-    Plan { status, actions: pass.actions, notices: pass.notices, next_wake: pass.wake.0 }
+    Plan {
+        status,
+        actions: pass.actions,
+        notices: pass.notices,
+        next_wake: pass.wake.0,
+        held_elsewhere: pass.waits.held_elsewhere,
+    }
 }
 
 /// Phase and reason when neither a template problem nor a pause request decides them.
@@ -1182,5 +1215,5 @@ pub fn refuse(check: &NodeHealthCheck, reason: &str, message: &str, now: Timesta
             message: message.to_string(),
         });
     }
-    Plan { status, actions: Vec::new(), notices, next_wake: None }
+    Plan { status, actions: Vec::new(), notices, next_wake: None, held_elsewhere: Vec::new() }
 }

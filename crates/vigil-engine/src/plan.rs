@@ -142,6 +142,9 @@ pub struct Plan<S> {
     /// The earliest instant at which a verdict can change without any object changing; `None`
     /// when only a change to some object can change a verdict.
     pub next_wake: Option<Timestamp>,
+    /// Targets this check started waiting for, to tell their holders (an event on the holding
+    /// check); see [`crate::holders`].
+    pub held_elsewhere: Vec<crate::holders::HeldElsewhere>,
 }
 
 /// Tracks the earliest of several wake-up times.

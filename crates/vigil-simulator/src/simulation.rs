@@ -15,6 +15,7 @@ use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, Template
 use vigil_api::well_known::{CLUSTER_NAME_LABEL, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, REMEDIATE_MACHINE_ANNOTATION};
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::concerns::{self, group_of};
+use vigil_engine::holders::{self, Holders};
 use vigil_engine::machine::{MhcInput, NodeSource};
 use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::node::NhcInput;
@@ -94,6 +95,8 @@ struct Sim<'s> {
     scheduled_replacements: BTreeSet<Key>,
     events: Vec<Event>,
     invalid_reported: BTreeMap<CheckId, String>,
+    /// Targets held by more than one check, as last reported (each tie is told once).
+    ties_reported: BTreeSet<String>,
 }
 
 /// Runs a scenario to its end.
@@ -109,6 +112,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         scheduled_replacements: BTreeSet::new(),
         events: Vec::new(),
         invalid_reported: BTreeMap::new(),
+        ties_reported: BTreeSet::new(),
     };
     for (i, object) in scenario.objects.iter().enumerate() {
         sim.put(MANAGEMENT, object.clone(), &format!("objects[{i}]"))?;
@@ -330,36 +334,37 @@ impl Sim<'_> {
                 CheckId::Machine { namespace, .. } => {
                     let Ok(check) = serde_json::from_value::<MachineHealthCheck>(object.clone()) else { continue };
                     let Ok(policy) = validate::machine_health_check(&check) else { continue };
-                    versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
-                        (CAPI_GROUP, "Machine") if key.cluster == MANAGEMENT => {
-                            MachineView::read(v).is_some_and(|m| concerns::mhc_concerns_machine(&check, &policy, &m))
-                        }
-                        (CAPI_GROUP, "Cluster") if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
-                            .is_some_and(|m| concerns::mhc_concerns_cluster(&check, &policy, &m)),
-                        ("", "Node") => {
-                            key.cluster == self.node_cluster(namespace, &policy.cluster_name)
-                                && self
-                                    .store
-                                    .list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace))
-                                    .any(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
-                        }
-                        _ if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
-                            .is_some_and(|m| concerns::mhc_concerns_remediation_object(&check, &policy, &m)),
-                        _ => false,
-                    })
+                    check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
+                        || versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
+                            (CAPI_GROUP, "Machine") if key.cluster == MANAGEMENT => MachineView::read(v)
+                                .is_some_and(|m| concerns::mhc_concerns_machine(&check, &policy, &m)),
+                            (CAPI_GROUP, "Cluster") if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
+                                .is_some_and(|m| concerns::mhc_concerns_cluster(&check, &policy, &m)),
+                            ("", "Node") => {
+                                key.cluster == self.node_cluster(namespace, &policy.cluster_name)
+                                    && self
+                                        .store
+                                        .list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace))
+                                        .any(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
+                            }
+                            _ if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
+                                .is_some_and(|m| concerns::mhc_concerns_remediation_object(&check, &policy, &m)),
+                            _ => false,
+                        })
                 }
                 CheckId::Node { .. } => {
                     let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
                     let Ok(policy) = validate::node_health_check(&check) else { continue };
-                    key.cluster == MANAGEMENT
-                        && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
-                            ("", "Node") => serde_json::from_value::<Node>((*v).clone())
-                                .is_ok_and(|n| concerns::nhc_concerns_node(&check, &policy, &n)),
-                            _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| {
-                                let node = self.management_node(concerns::remediation_node_name(&m));
-                                concerns::nhc_concerns_remediation_object(&check, &policy, &m, node.as_ref())
-                            }),
-                        })
+                    check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
+                        || key.cluster == MANAGEMENT
+                            && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
+                                ("", "Node") => serde_json::from_value::<Node>((*v).clone())
+                                    .is_ok_and(|n| concerns::nhc_concerns_node(&check, &policy, &n)),
+                                _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| {
+                                    let node = self.management_node(concerns::remediation_node_name(&m));
+                                    concerns::nhc_concerns_remediation_object(&check, &policy, &m, node.as_ref())
+                                }),
+                            })
                 }
             };
             if hit {
@@ -436,11 +441,7 @@ impl Sim<'_> {
                         name: policy.cluster_name.clone(),
                     })
                     .and_then(ClusterView::read);
-                let machines: Vec<MachineView> = self
-                    .store
-                    .list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace))
-                    .filter_map(|(_, v)| MachineView::read(v))
-                    .collect();
+                let machines = self.machines(namespace);
                 let machine_refs: Vec<&MachineView> = machines.iter().collect();
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
                 let nodes: HashMap<String, Node> = self
@@ -449,16 +450,7 @@ impl Sim<'_> {
                     .filter_map(|(k, v)| serde_json::from_value::<Node>(v.clone()).ok().map(|n| (k.name.clone(), n)))
                     .collect();
                 let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
-                let remediations: HashMap<String, RemediationView> = policy
-                    .remediation_template
-                    .as_ref()
-                    .map(|t| {
-                        self.store
-                            .list(MANAGEMENT, group_of(&t.api_version), t.remediation_kind(), Some(namespace))
-                            .filter_map(|(k, v)| RemediationView::read(v).map(|r| (k.name.clone(), r)))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let remediations = self.mhc_remediations(namespace, &policy);
                 let input = MhcInput {
                     check: &check,
                     policy: &policy,
@@ -468,7 +460,8 @@ impl Sim<'_> {
                     template: template.as_ref(),
                     remediations: &remediations,
                 };
-                let plan = vigil_engine::machine::decide(&input, self.now);
+                let holders = self.holders_reporting_ties();
+                let plan = vigil_engine::machine::decide_among(&input, &holders, &node_cluster, self.now);
                 self.apply(id, plan);
             }
             CheckId::Node { .. } => {
@@ -514,10 +507,95 @@ impl Sim<'_> {
                     templates: &template_refs,
                     remediations: &remediation_refs,
                 };
-                let plan = vigil_engine::node::decide(&input, self.now);
+                let holders = self.holders_reporting_ties();
+                let plan = vigil_engine::node::decide_among(&input, &holders, self.now);
                 self.apply(id, plan);
             }
         }
+    }
+
+    /// Machines of a namespace of the management cluster.
+    fn machines(&self, namespace: &str) -> Vec<MachineView> {
+        self.store
+            .list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace))
+            .filter_map(|(_, v)| MachineView::read(v))
+            .collect()
+    }
+
+    /// The remediation objects an MHC looks at: its template's kind in its namespace, by name.
+    fn mhc_remediations(&self, namespace: &str, policy: &validate::MhcPolicy) -> HashMap<String, RemediationView> {
+        policy
+            .remediation_template
+            .as_ref()
+            .map(|t| {
+                self.store
+                    .list(MANAGEMENT, group_of(&t.api_version), t.remediation_kind(), Some(namespace))
+                    .filter_map(|(k, v)| RemediationView::read(v).map(|r| (k.name.clone(), r)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Who holds which target, from every check's claims (the engine's derivation, as the
+    /// controller computes it).
+    fn holders(&self) -> Holders {
+        let objects: Vec<RemediationView> = self
+            .store
+            .all()
+            .filter(|(k, _)| {
+                k.cluster == MANAGEMENT && !k.group.is_empty() && k.group != GROUP && k.group != CAPI_GROUP
+            })
+            .filter_map(|(_, v)| RemediationView::read(v))
+            .collect();
+        let object_refs: Vec<&RemediationView> = objects.iter().collect();
+        let mut claims = Vec::new();
+        for id in self.checks() {
+            let Some(object) = self.store.get(&id.key()) else { continue };
+            match &id {
+                CheckId::Machine { namespace, .. } => {
+                    let Ok(check) = serde_json::from_value::<MachineHealthCheck>(object.clone()) else { continue };
+                    let Ok(policy) = validate::machine_health_check(&check) else { continue };
+                    let machines = self.machines(namespace);
+                    let machine_refs: Vec<&MachineView> = machines.iter().collect();
+                    let remediations = self.mhc_remediations(namespace, &policy);
+                    let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
+                    claims.extend(holders::mhc_claims(&check, &policy, &node_cluster, &machine_refs, &remediations));
+                }
+                CheckId::Node { .. } => {
+                    let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
+                    claims.extend(holders::nhc_claims(&check, &object_refs));
+                }
+            }
+        }
+        Holders::from_claims(claims)
+    }
+
+    /// [`Sim::holders`], telling once about each target more than one check holds (from before
+    /// the one-check-at-a-time rule, or made so by hand): nothing is deleted to resolve it.
+    fn holders_reporting_ties(&mut self) -> Holders {
+        let holders = self.holders();
+        let mut now_tied = BTreeSet::new();
+        for (target, holder) in holders.ties() {
+            let also: Vec<String> = holder.also.iter().map(ToString::to_string).collect();
+            let message = format!(
+                "{target} is being remediated by {} and also by {}; nothing is deleted to resolve it, and no other check starts on it",
+                holder.check,
+                also.join(", ")
+            );
+            if !self.ties_reported.contains(&message) {
+                let name = match target {
+                    holders::Target::Node { name, .. } => name.clone(),
+                    holders::Target::Machine { namespace, name } => format!("{namespace}/{name}"),
+                };
+                let mut d = Map::new();
+                d.insert("reason".into(), json!("TargetHeldByMoreThanOneCheck"));
+                d.insert("message".into(), json!(message));
+                self.emit("TargetHeldTwice", Some(holder.check.to_string()), Some(name), d);
+            }
+            now_tied.insert(message);
+        }
+        self.ties_reported = now_tied;
+        holders
     }
 
     /// The template a check names, read from the management cluster.
@@ -542,6 +620,12 @@ impl Sim<'_> {
         }
         for notice in &plan.notices {
             self.notice(id, notice);
+        }
+        for held in &plan.held_elsewhere {
+            let mut d = Map::new();
+            d.insert("reason".into(), json!(held.reason));
+            d.insert("message".into(), json!(held.message));
+            self.emit("OtherCheckWaiting", Some(held.holder.to_string()), Some(held.target.clone()), d);
         }
         for action in plan.actions {
             self.act(id, action);

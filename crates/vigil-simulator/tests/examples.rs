@@ -124,3 +124,58 @@ fn the_same_scenario_gives_the_same_output() {
     let b = run("zone-outage");
     assert_eq!(json_lines(&a.events, &a.final_statuses, a.end_t), json_lines(&b.events, &b.final_statuses, b.end_t));
 }
+
+#[test]
+fn overlapping_nhcs_remediate_a_node_one_at_a_time() {
+    let r = run("overlapping-checks");
+    let created: Vec<_> = events(&r, "RemediationCreated")
+        .iter()
+        .map(|e| (e.t, e.check.as_deref().unwrap_or(""), e.details["kind"].as_str().unwrap_or("")))
+        .collect();
+    // reboot-first holds w-2 from 6m; fence, unhealthy at 11m, waits until the reboot gives up at
+    // 14m and only then fences: never two remediators at once.
+    assert_eq!(
+        created,
+        [
+            (360.0, "NodeHealthCheck/reboot-first", "SelfNodeRemediation"),
+            (840.0, "NodeHealthCheck/fence", "FenceAgentsRemediation")
+        ]
+    );
+    let skipped = events(&r, "RemediationSkipped");
+    assert_eq!(skipped.len(), 1);
+    assert_eq!((skipped[0].t, skipped[0].check.as_deref()), (660.0, Some("NodeHealthCheck/fence")));
+    assert_eq!(skipped[0].details["reason"], "TargetHeldByAnotherCheck");
+    assert_eq!(
+        skipped[0].details["message"],
+        "node w-2 is being remediated by NodeHealthCheck/reboot-first; NodeHealthCheck/fence waits"
+    );
+    let told = events(&r, "OtherCheckWaiting");
+    assert_eq!(
+        told.iter().map(|e| (e.t, e.check.as_deref())).collect::<Vec<_>>(),
+        [(660.0, Some("NodeHealthCheck/reboot-first"))]
+    );
+    let waiting = status(&r, "NodeHealthCheck/fence")["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "WaitingForOtherCheck").cloned())
+        .expect("the waiting check keeps the condition");
+    assert_eq!((waiting["status"].as_str(), waiting["reason"].as_str()), (Some("False"), Some("NoTargetWaiting")));
+    snapshot("overlapping-checks", &r);
+}
+
+#[test]
+fn an_mhc_waits_for_the_nhc_remediating_the_same_node() {
+    let r = run("overlapping-mhc-nhc");
+    let skipped = events(&r, "RemediationSkipped");
+    assert_eq!(skipped.iter().map(|e| at(e)).collect::<Vec<_>>(), [(540.0, Some("default/workers-b"))]);
+    assert_eq!(
+        skipped[0].details["message"],
+        "node workers-b is being remediated by NodeHealthCheck/reboot; MachineHealthCheck/default/workers waits"
+    );
+    // The owner is asked only once the reboot gave up (10m), not when the Machine turned
+    // unhealthy (9m) while the NodeHealthCheck was rebooting it.
+    assert_eq!(
+        events(&r, "RemediationRequested").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(600.0, Some("default/workers-b"))]
+    );
+    snapshot("overlapping-mhc-nhc", &r);
+}

@@ -1,0 +1,371 @@
+//! One check remediates a target at a time: who holds which target, derived from what is
+//! observed (remediation objects, Machine conditions, a NodeHealthCheck's in-flight requests),
+//! so that a second check selecting the same Node waits instead of remediating it twice.
+//!
+//! medik8s guarantees the same between NodeHealthChecks with a Lease per Node (holder
+//! `NodeHealthCheck-<name>`); Cluster API calls overlapping MachineHealthChecks unsupported.
+//! Vigil keeps no lease: the holder is derived from the objects themselves, so it survives a
+//! restart and needs no extra write. Across kinds a Machine is identified with its Node, so a
+//! MachineHealthCheck of a self-hosted cluster and a NodeHealthCheck meet on the same Node.
+//!
+//! Usage: every adapter collects [`Claim`]s of every check ([`nhc_claims`], [`mhc_claims`]),
+//! builds [`Holders::from_claims`] and passes it to [`crate::node::decide_among`] /
+//! [`crate::machine::decide_among`].
+
+use crate::lookup::Lookup;
+use crate::machine::is_target;
+use crate::plan::{Notice, NoticeKind};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use vigil_api::conditions::{self, DesiredCondition, get_condition};
+use vigil_api::validate::MhcPolicy;
+use vigil_api::views::{MachineView, RemediationView};
+use vigil_api::well_known::{
+    EXTERNALLY_REMEDIATED, HEALTH_CHECK_SUCCEEDED, NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, OWNER_REMEDIATED,
+};
+use vigil_api::{MachineHealthCheck, NodeHealthCheck};
+
+/// The cluster key of Nodes of the cluster Vigil runs in (where NodeHealthChecks look, and where
+/// a self-hosted MachineHealthCheck's Nodes are).
+pub const LOCAL_CLUSTER: &str = "";
+
+/// Condition on a check that has a target it would remediate but another check holds.
+pub const WAITING_FOR_OTHER_CHECK: &str = "WaitingForOtherCheck";
+/// Reason of [`WAITING_FOR_OTHER_CHECK`]`=True`, of the skip notice, and of the holder's event.
+pub const REASON_HELD: &str = "TargetHeldByAnotherCheck";
+/// Reason of [`WAITING_FOR_OTHER_CHECK`]`=False` (once it has been True).
+pub const REASON_NOT_WAITING: &str = "NoTargetWaiting";
+
+/// A health check, named the way events and messages name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum CheckRef {
+    /// A MachineHealthCheck.
+    Machine {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// A NodeHealthCheck (cluster-scoped).
+    Node {
+        /// Its name.
+        name: String,
+    },
+}
+
+impl CheckRef {
+    /// The identity of a MachineHealthCheck (namespace `default` when unset, as the API server does).
+    pub fn of_mhc(check: &MachineHealthCheck) -> Self {
+        CheckRef::Machine {
+            namespace: check.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: check.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The identity of a NodeHealthCheck.
+    pub fn of_nhc(check: &NodeHealthCheck) -> Self {
+        CheckRef::Node { name: check.metadata.name.clone().unwrap_or_default() }
+    }
+}
+
+impl std::fmt::Display for CheckRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckRef::Machine { namespace, name } => write!(f, "MachineHealthCheck/{namespace}/{name}"),
+            CheckRef::Node { name } => write!(f, "NodeHealthCheck/{name}"),
+        }
+    }
+}
+
+/// What is remediated, as every check sees it: a Node of a cluster, or a Machine that has no
+/// Node yet (only MachineHealthChecks of its namespace can select it).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// A Node.
+    Node {
+        /// [`LOCAL_CLUSTER`] or the workload cluster's `namespace/clusterName`.
+        cluster: String,
+        /// The Node's name.
+        name: String,
+    },
+    /// A Machine without a Node reference.
+    Machine {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+}
+
+impl Target {
+    /// A Node of the cluster Vigil runs in (what a NodeHealthCheck remediates).
+    pub fn local_node(name: &str) -> Self {
+        Target::Node { cluster: LOCAL_CLUSTER.into(), name: name.into() }
+    }
+
+    /// What a Machine stands for: its Node in `node_cluster` when it references one, else itself.
+    pub fn of_machine(node_cluster: &str, machine: &MachineView) -> Self {
+        match &machine.node_name {
+            Some(node) => Target::Node { cluster: node_cluster.into(), name: node.clone() },
+            None => Target::Machine { namespace: machine.meta.namespace.clone(), name: machine.meta.name.clone() },
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Node { cluster, name } if cluster.is_empty() => write!(f, "node {name}"),
+            Target::Node { cluster, name } => write!(f, "node {name} of cluster {cluster}"),
+            Target::Machine { namespace, name } => write!(f, "Machine {namespace}/{name}"),
+        }
+    }
+}
+
+/// Evidence that a check is remediating a target, and since when (`None`: not known).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The target.
+    pub target: Target,
+    /// The check remediating it.
+    pub check: CheckRef,
+    /// When that remediation started.
+    pub since: Option<Timestamp>,
+}
+
+/// The check that holds a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holding check: the one that started first (then the smallest identity).
+    pub check: CheckRef,
+    /// When its remediation started, if known.
+    pub since: Option<Timestamp>,
+    /// Other checks that hold it too (a tie, from before this rule or a race): reported, never
+    /// resolved by deleting anything. Sorted by the same order as the holder.
+    pub also: Vec<CheckRef>,
+}
+
+/// Who holds which target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holders {
+    by_target: BTreeMap<Target, Holder>,
+}
+
+/// Orders claims: known start first, earliest first, then by check identity.
+fn rank(since: Option<Timestamp>, check: &CheckRef) -> (bool, Option<Timestamp>, &CheckRef) {
+    (since.is_none(), since, check)
+}
+
+impl Holders {
+    /// Nobody holds anything (a world with a single check, or before any claim is known).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Derives the holder of every claimed target; a check's claims on one target count once,
+    /// from its earliest start.
+    pub fn from_claims(claims: impl IntoIterator<Item = Claim>) -> Self {
+        let mut per_target: BTreeMap<Target, BTreeMap<CheckRef, Option<Timestamp>>> = BTreeMap::new();
+        for c in claims {
+            let since = per_target.entry(c.target).or_default().entry(c.check).or_insert(c.since);
+            *since = match (*since, c.since) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        let by_target = per_target
+            .into_iter()
+            .filter_map(|(target, checks)| {
+                let mut ranked: Vec<(CheckRef, Option<Timestamp>)> = checks.into_iter().collect();
+                ranked.sort_by(|a, b| rank(a.1, &a.0).cmp(&rank(b.1, &b.0)));
+                let mut it = ranked.into_iter();
+                let (check, since) = it.next()?;
+                Some((target, Holder { check, since, also: it.map(|(c, _)| c).collect() }))
+            })
+            .collect();
+        Holders { by_target }
+    }
+
+    /// The holder of `target`, if any check holds it.
+    pub fn holder(&self, target: &Target) -> Option<&Holder> {
+        self.by_target.get(target)
+    }
+
+    /// Targets held by more than one check, with their holders (for a warning; nothing is
+    /// deleted to resolve them).
+    pub fn ties(&self) -> impl Iterator<Item = (&Target, &Holder)> {
+        self.by_target.iter().filter(|(_, h)| !h.also.is_empty())
+    }
+
+    /// The holder of `target` when it is not `me`.
+    pub(crate) fn other_than(&self, target: &Target, me: &CheckRef) -> Option<&Holder> {
+        self.holder(target).filter(|h| h.check != *me)
+    }
+}
+
+fn owned_by_nhc(view: &RemediationView, name: &str, uid: Option<&str>) -> bool {
+    view.meta
+        .owners
+        .iter()
+        .any(|o| o.kind == "NodeHealthCheck" && o.name == name && (o.uid.is_empty() || uid.is_none_or(|u| u == o.uid)))
+}
+
+/// What a NodeHealthCheck holds: the Node of each remediation object it owns that it has not
+/// given up on (no `nhc-timed-out` annotation; one being deleted still holds, its remediator is
+/// still at work), and each request of its status not seen as an object yet (no uid, not timed
+/// out). `remediations` may hold anyone's objects; only the check's own count.
+pub fn nhc_claims(check: &NodeHealthCheck, remediations: &[&RemediationView]) -> Vec<Claim> {
+    let me = CheckRef::of_nhc(check);
+    let name = check.metadata.name.as_deref().unwrap_or("");
+    let uid = check.metadata.uid.as_deref().filter(|u| !u.is_empty());
+    let mut claims: Vec<Claim> = remediations
+        .iter()
+        .filter(|r| owned_by_nhc(r, name, uid) && !r.meta.annotations.contains_key(NHC_TIMED_OUT_ANNOTATION))
+        .filter_map(|r| {
+            let node = r.meta.annotations.get(NODE_NAME_ANNOTATION)?;
+            Some(Claim { target: Target::local_node(node), check: me.clone(), since: r.meta.created })
+        })
+        .collect();
+    for entry in check.status.iter().flat_map(|s| &s.unhealthy_nodes) {
+        for r in entry.remediations.iter().filter(|r| r.resource.uid.is_none() && r.timed_out.is_none()) {
+            claims.push(Claim { target: Target::local_node(&entry.name), check: me.clone(), since: Some(r.started.0) });
+        }
+    }
+    claims
+}
+
+/// What a MachineHealthCheck holds: each target Machine's Node (or the Machine, without one)
+/// when the owner was asked to remediate it (`OwnerRemediated=False`, for a check without a
+/// template), or, for a check with a template, when its remediation object exists (named after
+/// the Machine and owned by it) or was just requested (`ExternallyRemediated=False` while the
+/// Machine is unhealthy). `node_cluster` is where the check's Nodes live ([`LOCAL_CLUSTER`]
+/// for a self-hosted cluster); `remediations` are the template's kind in the check's namespace.
+pub fn mhc_claims(
+    check: &MachineHealthCheck,
+    policy: &MhcPolicy,
+    node_cluster: &str,
+    machines: &[&MachineView],
+    remediations: &dyn Lookup<RemediationView>,
+) -> Vec<Claim> {
+    let me = CheckRef::of_mhc(check);
+    let namespace = check.metadata.namespace.as_deref().unwrap_or("default");
+    let mut claims = Vec::new();
+    for m in machines.iter().filter(|m| m.meta.namespace == namespace && is_target(policy, m)) {
+        let since = match &policy.remediation_template {
+            None => conditions::find(&m.conditions, OWNER_REMEDIATED)
+                .filter(|c| c.status == "False")
+                .map(|c| c.last_transition_time),
+            Some(_) => {
+                let object = remediations
+                    .lookup(&m.meta.name)
+                    .filter(|o| crate::machine::made_for(o, m))
+                    .map(|o| o.meta.created);
+                let unhealthy =
+                    conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == "False");
+                let requested = conditions::find(&m.conditions, EXTERNALLY_REMEDIATED)
+                    .filter(|c| unhealthy && c.status == "False" && c.reason.as_deref() == Some(WAITING_REASON))
+                    .map(|c| c.last_transition_time);
+                object.or(requested)
+            }
+        };
+        if let Some(since) = since {
+            claims.push(Claim { target: Target::of_machine(node_cluster, m), check: me.clone(), since });
+        }
+    }
+    claims
+}
+
+/// The reason Vigil writes on `ExternallyRemediated=False` when it asked for remediation.
+const WAITING_REASON: &str = crate::machine::reason::WAITING_FOR_REMEDIATION;
+
+/// Told to the holder of a target when another check starts waiting for it (an event on the
+/// holding check; the waiting check gets a [`NoticeKind::RemediationSkipped`] notice).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldElsewhere {
+    /// The holding check, which the event is about.
+    pub holder: CheckRef,
+    /// The waiting check.
+    pub waiter: CheckRef,
+    /// The target (Machine `namespace/name` or Node name, as in notices).
+    pub target: String,
+    /// [`REASON_HELD`].
+    pub reason: String,
+    /// For a person: which target, held by whom, who waits.
+    pub message: String,
+}
+
+/// Collects one decision's waits, and turns them into notices, the condition and the holder
+/// events. A wait is news when the previous condition did not already list it.
+pub(crate) struct Waits {
+    me: CheckRef,
+    previous: Vec<String>,
+    was_present: bool,
+    phrases: Vec<String>,
+    /// The holder events for news.
+    pub(crate) held_elsewhere: Vec<HeldElsewhere>,
+}
+
+impl Waits {
+    pub(crate) fn new(me: CheckRef, previous_conditions: &[Condition]) -> Self {
+        let prev = get_condition(previous_conditions, WAITING_FOR_OTHER_CHECK);
+        let previous = prev
+            .filter(|c| c.status == "True")
+            .map(|c| c.message.split("; ").map(str::to_string).collect())
+            .unwrap_or_default();
+        Waits { me, previous, was_present: prev.is_some(), phrases: Vec::new(), held_elsewhere: Vec::new() }
+    }
+
+    /// The waiting check.
+    pub(crate) fn me(&self) -> &CheckRef {
+        &self.me
+    }
+
+    /// Records that `notice_target` (standing for `target`) waits for `holder`; returns the skip
+    /// notice for the waiting check when the wait is news.
+    pub(crate) fn wait(&mut self, notice_target: &str, target: &Target, holder: &Holder) -> Option<Notice> {
+        let phrase = format!("{target} is being remediated by {}", holder.check);
+        let news = !self.previous.contains(&phrase);
+        let notice = news.then(|| {
+            let message = format!("{phrase}; {} waits", self.me);
+            self.held_elsewhere.push(HeldElsewhere {
+                holder: holder.check.clone(),
+                waiter: self.me.clone(),
+                target: notice_target.to_string(),
+                reason: REASON_HELD.into(),
+                message: message.clone(),
+            });
+            Notice {
+                kind: NoticeKind::RemediationSkipped,
+                target: Some(notice_target.to_string()),
+                reason: REASON_HELD.into(),
+                message,
+            }
+        });
+        self.phrases.push(phrase);
+        notice
+    }
+
+    /// The condition to set: True while something waits, False once it has been present, none
+    /// for a check that never waited (so checks without overlap show nothing new).
+    pub(crate) fn condition(&self) -> Option<DesiredCondition> {
+        if !self.phrases.is_empty() {
+            Some(DesiredCondition::true_(WAITING_FOR_OTHER_CHECK, REASON_HELD, self.phrases.join("; ")))
+        } else if self.was_present {
+            Some(DesiredCondition::false_(
+                WAITING_FOR_OTHER_CHECK,
+                REASON_NOT_WAITING,
+                "No target of this check is held by another check",
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// Whether a check's conditions say it waits for another check: such a check is concerned by
+/// every remediation object and Machine change (any may release the target it waits for).
+pub fn is_waiting(conditions: &[Condition]) -> bool {
+    get_condition(conditions, WAITING_FOR_OTHER_CHECK).is_some_and(|c| c.status == "True")
+}
