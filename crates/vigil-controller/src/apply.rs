@@ -347,7 +347,8 @@ impl Context {
         }
     }
 
-    async fn publish(&self, key: &CheckKey, uid: Option<&str>, notice: &Notice) {
+    /// Publishes one notice as an event on the check `key` (only while leading).
+    pub async fn publish(&self, key: &CheckKey, uid: Option<&str>, notice: &Notice) {
         if !self.leadership.is_leader() {
             return;
         }
@@ -359,7 +360,11 @@ impl Context {
         };
         let event = Event {
             type_: if notice.kind.is_warning() { EventType::Warning } else { EventType::Normal },
-            reason: event_reason(key, notice.kind).into(),
+            reason: if notice.reason == "OtherCheckWaiting" || notice.reason == "RemediationFailed" {
+                notice.reason.clone()
+            } else {
+                event_reason(key, notice.kind).into()
+            },
             note: Some(note.chars().take(1000).collect()),
             action: format!("{:?}", notice.kind),
             secondary: related(key, notice.target.as_deref()),

@@ -27,6 +27,7 @@ use tracing::info;
 use vigil_api::views::MachineView;
 use vigil_api::well_known::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use vigil_engine::Action;
+use vigil_engine::holders;
 
 /// How long one confirming read may take.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,11 +42,20 @@ pub enum Target {
 }
 
 impl Target {
-    /// The key under which the target is claimed.
-    pub fn claim_key(&self) -> String {
+    /// The key under which the target is claimed: the engine's [`holders::Target`], so that a
+    /// MachineHealthCheck and a NodeHealthCheck on one self-hosted Node claim the same key.
+    pub fn claim_key(&self, idx: &crate::index::Index) -> String {
         match self {
-            Target::Machine(ns, n, _) => format!("Machine {ns}/{n}"),
-            Target::Node(n) => format!("Node {n}"),
+            Target::Node(n) => holders::Target::local_node(n).to_string(),
+            Target::Machine(ns, n, _) => {
+                let Some(entry) = idx.machines.get(ns).and_then(|m| m.get(n)) else {
+                    return holders::Target::Machine { namespace: ns.clone(), name: n.clone() }.to_string();
+                };
+                let workload = machine_cluster(&entry.view);
+                let node_cluster =
+                    if idx.self_hosted.contains(&workload) { holders::LOCAL_CLUSTER.to_string() } else { workload };
+                holders::Target::of_machine(&node_cluster, &entry.view).to_string()
+            }
         }
     }
 }
@@ -94,28 +104,32 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         return Confirmed::Go(Box::new(job), BTreeSet::new());
     }
     let key = job.key.clone();
-    let keys: BTreeSet<String> = targets.iter().map(Target::claim_key).collect();
+    let keyed: Vec<(Target, String)> = {
+        let idx = ctx.read_index();
+        targets.iter().map(|t| (t.clone(), t.claim_key(&idx))).collect()
+    };
+    let keys: BTreeSet<String> = keyed.iter().map(|(_, k)| k.clone()).collect();
     let held_elsewhere = ctx.claim(&key, &keys);
     let claimed: BTreeSet<String> = keys.difference(&held_elsewhere).cloned().collect();
     let key_ref = &key;
-    let reads = targets.iter().filter(|t| claimed.contains(&t.claim_key())).map(|t| async move {
+    let reads = keyed.iter().filter(|(_, k)| claimed.contains(k)).map(|(t, k)| async move {
         let key = key_ref;
         match tokio::time::timeout(CONFIRM_TIMEOUT, refresh(ctx, t)).await {
-            Ok(Ok(())) => Some(t.claim_key()),
+            Ok(Ok(())) => Some(t.clone()),
             Ok(Err(why)) => {
-                info!(check = %key, target = %t.claim_key(), %why, "remediation not confirmed: the target could not be read again");
+                info!(check = %key, target = %k, %why, "remediation not confirmed: the target could not be read again");
                 None
             }
             Err(_) => {
-                info!(check = %key, target = %t.claim_key(), "remediation not confirmed: reading the target again timed out");
+                info!(check = %key, target = %k, "remediation not confirmed: reading the target again timed out");
                 None
             }
         }
     });
-    let confirmed: BTreeSet<String> = futures::future::join_all(reads).await.into_iter().flatten().collect();
+    let confirmed: BTreeSet<Target> = futures::future::join_all(reads).await.into_iter().flatten().collect();
     let fresh = {
         let idx = ctx.read_index();
-        reconcile::job(&idx, &key, Timestamp::now())
+        reconcile::job_with_fresh_holders(&idx, &key, Timestamp::now())
     };
     let Some(mut fresh) = fresh else {
         ctx.release(&key, &claimed);
@@ -125,7 +139,7 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
     let mut kept = Vec::with_capacity(fresh.actions.len());
     for action in std::mem::take(&mut fresh.actions) {
         match remediating_target(&key, &action, &fresh) {
-            Some(t) if !confirmed.contains(&t.claim_key()) => left_out.push(action),
+            Some(t) if !confirmed.contains(&t) => left_out.push(action),
             _ => kept.push(action),
         }
     }

@@ -122,6 +122,10 @@ pub struct Index {
     pub machine_state: SourceState,
     /// State of the Cluster watch.
     pub cluster_state: SourceState,
+    /// Each check's claims on targets as of its last decision (who remediates what).
+    pub claims: HashMap<CheckKey, Vec<vigil_engine::holders::Claim>>,
+    /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
+    pub self_hosted: BTreeSet<String>,
 }
 
 /// The cluster key of a Machine's Nodes.
@@ -236,6 +240,22 @@ impl Index {
         self.mhcs.keys().map(|(ns, n)| CheckKey::Machine(ns.clone(), n.clone())).collect()
     }
 
+    /// Checks waiting for another check to let go of a target: any remediation object or
+    /// Machine change may be that, so they look again on each.
+    pub fn waiting_checks(&self) -> impl Iterator<Item = CheckKey> + '_ {
+        let m = self
+            .mhcs
+            .iter()
+            .filter(|(_, c)| c.status.as_ref().is_some_and(|s| vigil_engine::holders::is_waiting(&s.conditions)))
+            .map(|((ns, n), _)| CheckKey::Machine(ns.clone(), n.clone()));
+        let n = self
+            .nhcs
+            .iter()
+            .filter(|(_, c)| c.status.as_ref().is_some_and(|s| vigil_engine::holders::is_waiting(&s.conditions)))
+            .map(|(n, _)| CheckKey::Node(n.clone()));
+        m.chain(n)
+    }
+
     /// Every NodeHealthCheck.
     pub fn all_nhcs(&self) -> Vec<CheckKey> {
         self.nhcs.keys().map(|n| CheckKey::Node(n.clone())).collect()
@@ -283,7 +303,7 @@ impl Index {
         {
             self.machines_by_node.entry((machine_cluster(&new.view), node.clone())).or_default().insert(key.clone());
         }
-        let mut out = BTreeSet::new();
+        let mut out: BTreeSet<CheckKey> = self.waiting_checks().collect();
         for view in old.iter().map(|e| &e.view).chain(new.iter().map(|e| &e.view)) {
             out.extend(self.mhcs_concerned_by_machine(view));
         }
@@ -411,7 +431,7 @@ impl Index {
 
     /// The checks a template or remediation object concerns.
     pub fn checks_for_object(&self, meta: &Meta) -> BTreeSet<CheckKey> {
-        let mut out = BTreeSet::new();
+        let mut out: BTreeSet<CheckKey> = self.waiting_checks().collect();
         for ((ns, n), check) in &self.mhcs {
             if parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_remediation_object(check, &p, meta)) {
                 out.insert(CheckKey::Machine(ns.clone(), n.clone()));

@@ -235,7 +235,7 @@ impl Context {
         }
         // A plan that remediates is confirmed first: its targets are read again from the API
         // server and the check decided again on what was read (see `confirm`).
-        let (job, claimed) = match confirm::confirm(self, job).await {
+        let (mut job, claimed) = match confirm::confirm(self, job).await {
             confirm::Confirmed::Go(job, claimed) => (*job, claimed),
             confirm::Confirmed::Gone => {
                 self.scheduler.forget(key);
@@ -244,8 +244,21 @@ impl Context {
         };
         let next_wake = job.next_wake;
         let again = job.again;
+        let held_elsewhere = std::mem::take(&mut job.held_elsewhere);
         let result = self.apply(job).await;
+        // What this check now remediates, for the others' decisions; updated before the claims
+        // are released, so a check waiting on a claim sees it when it decides again.
+        {
+            let mut idx = self.write_index();
+            let claims = reconcile::claims_of(&idx, key);
+            if claims.is_empty() {
+                idx.claims.remove(key);
+            } else {
+                idx.claims.insert(key.clone(), claims);
+            }
+        }
         self.release(key, &claimed);
+        self.tell_holders(held_elsewhere);
         if again {
             // Remediations left out while confirming (new targets, or held by another check).
             self.scheduler.mark([key.clone()]);
@@ -276,6 +289,40 @@ impl Context {
             }
         }
         debug!(check = %key, elapsed_ms = started.elapsed().as_millis() as u64, "decided");
+    }
+
+    /// Tells each holding check, with an event, that another check waits for its target.
+    fn tell_holders(self: &Arc<Self>, held: Vec<vigil_engine::holders::HeldElsewhere>) {
+        if held.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            for h in held {
+                let key = match &h.holder {
+                    vigil_engine::holders::CheckRef::Machine { namespace, name } => {
+                        CheckKey::Machine(namespace.clone(), name.clone())
+                    }
+                    vigil_engine::holders::CheckRef::Node { name } => CheckKey::Node(name.clone()),
+                };
+                let uid = {
+                    let idx = this.read_index();
+                    match &key {
+                        CheckKey::Machine(ns, n) => {
+                            idx.mhcs.get(&(ns.clone(), n.clone())).and_then(|c| c.metadata.uid.clone())
+                        }
+                        CheckKey::Node(n) => idx.nhcs.get(n).and_then(|c| c.metadata.uid.clone()),
+                    }
+                };
+                let notice = vigil_engine::Notice {
+                    kind: vigil_engine::NoticeKind::RemediationSkipped,
+                    target: Some(h.target.clone()),
+                    reason: "OtherCheckWaiting".into(),
+                    message: format!("{} ({})", h.message, h.waiter),
+                };
+                this.publish(&key, uid.as_deref(), &notice).await;
+            }
+        });
     }
 
     fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<CheckKey, u32>> {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use vigil_api::validate;
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
 use vigil_engine::concerns::group_of;
+use vigil_engine::holders::{self, Claim, Holders};
 use vigil_engine::lookup::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::node::{self, NhcInput};
@@ -51,6 +52,8 @@ pub struct Job {
     pub needs: BTreeSet<Need>,
     /// UID of the check, for events.
     pub uid: Option<String>,
+    /// Targets this check waits for, to tell their holders.
+    pub held_elsewhere: Vec<holders::HeldElsewhere>,
     /// Whether the check must be decided again right after this job (some of its remediations
     /// were left out while confirming).
     pub again: bool,
@@ -134,7 +137,7 @@ fn status_if_changed<S: serde::Serialize>(current: Option<&S>, new: &S) -> Optio
 }
 
 /// Decides a MachineHealthCheck; `None` when it no longer exists.
-pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp) -> Option<Job> {
+pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp, fresh: bool) -> Option<Job> {
     let key = CheckKey::Machine(namespace.to_string(), name.to_string());
     let check = idx.mhcs.get(&(namespace.to_string(), name.to_string()))?;
     if check.metadata.deletion_timestamp.is_some() {
@@ -143,6 +146,7 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp) -> 
     let uid = check.metadata.uid.clone();
     let finish = |plan: vigil_engine::Plan<vigil_api::MachineHealthCheckStatus>, needs, machines| Job {
         key: key.clone(),
+        held_elsewhere: plan.held_elsewhere,
         status: status_if_changed(check.status.as_ref(), &plan.status),
         actions: plan.actions,
         machines,
@@ -227,7 +231,9 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp) -> 
     let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
     let input =
         MhcInput { check, policy: &policy, cluster, machines: &machines, nodes, template, remediations: &remediations };
-    let plan = machine::decide(&input, now);
+    let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
+    let holders = holders_for(idx, &key, fresh);
+    let plan = machine::decide_among(&input, &holders, &node_cluster, now);
     let raws = plan
         .actions
         .iter()
@@ -244,7 +250,7 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp) -> 
 }
 
 /// Decides a NodeHealthCheck; `None` when it no longer exists.
-pub fn node_job(idx: &Index, name: &str, now: Timestamp) -> Option<Job> {
+pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: bool) -> Option<Job> {
     let key = CheckKey::Node(name.to_string());
     let check = idx.nhcs.get(name)?;
     if check.metadata.deletion_timestamp.is_some() {
@@ -253,6 +259,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp) -> Option<Job> {
     let uid = check.metadata.uid.clone();
     let finish = |plan: vigil_engine::Plan<vigil_api::NodeHealthCheckStatus>, needs| Job {
         key: key.clone(),
+        held_elsewhere: plan.held_elsewhere,
         status: status_if_changed(check.status.as_ref(), &plan.status),
         actions: plan.actions,
         machines: HashMap::new(),
@@ -313,14 +320,82 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp) -> Option<Job> {
     let nodes: Vec<&Node> =
         idx.nodes.get(MANAGEMENT).map(|c| c.nodes.values().map(|n| n.as_ref()).collect()).unwrap_or_default();
     let input = NhcInput { check, policy: &policy, nodes: &nodes, templates: &templates, remediations: &remediations };
-    let plan = node::decide(&input, now);
+    let holders = holders_for(idx, &key, fresh);
+    let plan = node::decide_among(&input, &holders, now);
     Some(finish(plan, needs))
 }
 
-/// Decides the check `key`.
+/// Decides the check `key` with the other checks' claims as of their last decisions (cheap).
+/// Remediating plans are decided again by [`job_with_fresh_holders`] before anything is sent.
 pub fn job(idx: &Index, key: &CheckKey, now: Timestamp) -> Option<Job> {
     match key {
-        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now),
-        CheckKey::Node(n) => node_job(idx, n, now),
+        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now, false),
+        CheckKey::Node(n) => node_job(idx, n, now, false),
+    }
+}
+
+/// Decides the check `key` with every check's claims derived from the indexes now (exact).
+pub fn job_with_fresh_holders(idx: &Index, key: &CheckKey, now: Timestamp) -> Option<Job> {
+    match key {
+        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now, true),
+        CheckKey::Node(n) => node_job(idx, n, now, true),
+    }
+}
+
+/// The cluster key the engine uses for an MHC's Nodes: the cluster Vigil runs in when the
+/// workload cluster is that same cluster (so an MHC and an NHC see one Node as one target).
+pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
+    let workload = format!("{namespace}/{cluster}");
+    if idx.self_hosted.contains(&workload) { holders::LOCAL_CLUSTER.to_string() } else { workload }
+}
+
+/// Who holds which target: `key`'s own claims derived now, the others' as cached after their
+/// last decision, or everyone's derived now when `fresh`.
+fn holders_for(idx: &Index, key: &CheckKey, fresh: bool) -> Holders {
+    let mut claims: Vec<Claim> = claims_of(idx, key);
+    if fresh {
+        for other in idx.all_checks() {
+            if other != *key {
+                claims.extend(claims_of(idx, &other));
+            }
+        }
+    } else {
+        claims.extend(idx.claims.iter().filter(|(k, _)| *k != key).flat_map(|(_, c)| c.iter().cloned()));
+    }
+    Holders::from_claims(claims)
+}
+
+/// The targets check `key` is remediating, derived from the indexes (its remediation objects,
+/// its Machines' conditions, its status' requests in flight).
+pub fn claims_of(idx: &Index, key: &CheckKey) -> Vec<Claim> {
+    match key {
+        CheckKey::Machine(ns, n) => {
+            let Some(check) = idx.mhcs.get(&(ns.clone(), n.clone())) else { return Vec::new() };
+            let Ok(policy) = validate::machine_health_check(check) else { return Vec::new() };
+            let machines: Vec<&MachineView> =
+                idx.machines.get(ns).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default();
+            let objects = policy.remediation_template.as_ref().and_then(|t| {
+                idx.objects.get(&(group_of(&t.api_version).to_string(), t.remediation_kind().to_string()))
+            });
+            let remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(ns)));
+            let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
+            holders::mhc_claims(check, &policy, &node_cluster, &machines, &remediations)
+        }
+        CheckKey::Node(n) => {
+            let Some(check) = idx.nhcs.get(n) else { return Vec::new() };
+            let Ok(policy) = validate::node_health_check(check) else { return Vec::new() };
+            let mut seen = BTreeSet::new();
+            let mut views: Vec<&RemediationView> = Vec::new();
+            for step in &policy.steps {
+                let t = &step.template;
+                let gk = (group_of(&t.api_version).to_string(), t.remediation_kind().to_string());
+                if seen.insert((gk.clone(), t.namespace.clone()))
+                    && let Some(m) = idx.objects.get(&gk).and_then(|c| c.remediations.get(&t.namespace))
+                {
+                    views.extend(m.values().map(|a| a.as_ref()));
+                }
+            }
+            holders::nhc_claims(check, &views)
+        }
     }
 }

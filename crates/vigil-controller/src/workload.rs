@@ -156,6 +156,25 @@ pub async fn connect(client: &Client, namespace: &str, name: &str) -> Result<Cli
     Client::try_from(config).map_err(|e| format!("Secret {namespace}/{name}: {e}"))
 }
 
+/// Whether two clients reach the same cluster: the `kube-system` Namespace's uid is unique per
+/// cluster. When either cannot be read, they count as different (the MHC's and NHCs' targets are
+/// then not matched across kinds; each kind still remediates a target once).
+async fn same_cluster(a: &Client, b: &Client) -> bool {
+    async fn uid(c: &Client) -> Option<String> {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+        tokio::time::timeout(Duration::from_secs(10), api.get_opt("kube-system"))
+            .await
+            .ok()?
+            .ok()
+            .flatten()
+            .and_then(|n| n.metadata.uid)
+    }
+    match (uid(a).await, uid(b).await) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}
+
 async fn secret_version(client: &Client, namespace: &str, name: &str) -> Option<String> {
     Api::<Secret>::namespaced(client.clone(), namespace)
         .get_opt(name)
@@ -220,7 +239,16 @@ pub async fn keep_connected(ctx: Arc<Context>, namespace: String, cluster: Strin
                 continue;
             }
         };
-        info!(cluster = %key, "workload cluster connected");
+        let same = same_cluster(&ctx.client, &client).await;
+        info!(cluster = %key, self_hosted = same, "workload cluster connected");
+        {
+            let mut idx = ctx.write_index();
+            if same {
+                idx.self_hosted.insert(key.clone());
+            } else {
+                idx.self_hosted.remove(&key);
+            }
+        }
         delay = Duration::from_secs(1);
         ctx.lock_workload_clients().insert(key.clone(), client.clone());
         let handle = crate::watch::start_nodes(&ctx, key.clone(), client);

@@ -86,6 +86,8 @@ struct Seen {
     snr: BTreeMap<String, BTreeSet<String>>,
     /// Machines ever seen marked unhealthy or for their owner's remediation.
     marked: BTreeSet<String>,
+    /// Machines ever seen with `OwnerRemediated=False` (what the owner acts on).
+    owner_asked: BTreeSet<String>,
 }
 
 struct Ledger {
@@ -139,8 +141,14 @@ impl Ledger {
                                 .to_string();
                             let uid = v["metadata"]["uid"].as_str().unwrap_or("").to_string();
                             seen.snr.entry(node).or_default().insert(uid);
-                        } else if is_false(&v, "OwnerRemediated") || is_false(&v, "HealthCheckSucceeded") {
-                            seen.marked.insert(v["metadata"]["name"].as_str().unwrap_or("").to_string());
+                        } else {
+                            let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
+                            if is_false(&v, "OwnerRemediated") {
+                                seen.owner_asked.insert(name.clone());
+                            }
+                            if is_false(&v, "OwnerRemediated") || is_false(&v, "HealthCheckSucceeded") {
+                                seen.marked.insert(name);
+                            }
                         }
                     }
                 }
@@ -155,6 +163,10 @@ impl Ledger {
 
     fn marked(&self, machine: &str) -> bool {
         self.seen.lock().unwrap_or_else(|p| p.into_inner()).marked.contains(machine)
+    }
+
+    fn owner_asked(&self, machine: &str) -> bool {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).owner_asked.contains(machine)
     }
 }
 
@@ -633,6 +645,76 @@ async fn a_tenant_kubeconfig_cannot_run_code_read_files_or_be_read_without_its_c
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .any(|e| e["objectRef"]["resource"] == "secrets" && e["objectRef"]["name"] == "execs-kubeconfig");
     assert!(read_execs, "the audit log works (the existing Cluster's Secret was read)");
+    controller.stop().await;
+    Ok(())
+}
+
+async fn events_with_reason(env: &TestEnv, reason: &str) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client());
+    Ok(api.list(&Default::default()).await?.items.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_checks_remediate_a_target_once_and_say_who_holds_it() -> Result<()> {
+    let env = env().await?;
+    // n1..n2 carry Machines m1..m2 (MHC `workers`, owner remediation) and the label of the NHCs,
+    // in a self-hosted cluster: both kinds see n1 as one target.
+    fleet(&env, 2, env.server_url(), "2s").await?;
+    for i in 1..=2 {
+        env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("n{i}"), "labels": {"role": "worker"}}}))
+            .await?;
+    }
+    env.apply(snr_template("reboot-b", MEDIK8S, true)).await?;
+    env.apply(json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "second"},
+        "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1,
+                 "remediationTemplate": reboot_ref("reboot-b"),
+                 "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "2s"}]}}))
+        .await?;
+    let ledger = Ledger::start(&env).await?;
+    let controller = Controller::start_with(env.client(), options(free_addr()?));
+    both_normal(&env).await?;
+
+    // Two NodeHealthChecks with different templates select w1.
+    set_ready(&env, "w1", "False", &secs_ago(60)).await?;
+    wait_for("w1 remediated", WAIT, || async { Ok((ledger.snr_count("w1") > 0).then_some(())) }).await?;
+    let waiting = wait_for("the second check to say it waits", WAIT, || async {
+        for name in ["workers", "second"] {
+            let s = check_status(&env, "NodeHealthCheck", name).await?;
+            let c = s["conditions"].as_array().and_then(|cs| {
+                cs.iter().find(|c| c["type"] == "WaitingForOtherCheck" && c["status"] == "True").cloned()
+            });
+            if let Some(c) = c {
+                return Ok(Some((name, c)));
+            }
+        }
+        Ok(None)
+    })
+    .await?;
+    let message = waiting.1["message"].as_str().unwrap_or("").to_string();
+    let holder = if waiting.0 == "workers" { "second" } else { "workers" };
+    assert!(message.contains(&format!("NodeHealthCheck/{holder}")), "the waiting check names the holder: {message}");
+    wait_for("an event on the holder", WAIT, || async {
+        Ok(events_with_reason(&env, "OtherCheckWaiting")
+            .await?
+            .into_iter()
+            .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(holder)))
+    })
+    .await?;
+
+    // A MachineHealthCheck and a NodeHealthCheck on the same self-hosted Node n1.
+    set_ready(&env, "n1", "False", &secs_ago(60)).await?;
+    wait_for("n1 remediated by one of them", WAIT, || async {
+        Ok((ledger.owner_asked("m1") || ledger.snr_count("n1") > 0).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The owner acts on OwnerRemediated=False; HealthCheckSucceeded=False alone only reports.
+    let by_mhc = usize::from(ledger.owner_asked("m1"));
+    let by_nhc = ledger.snr_count("n1");
+    let tally = Tally { missed: 0, wrongful: 0, duplicated: (ledger.snr_count("w1") - 1) + (by_mhc + by_nhc - 1) };
+    report("overlapping checks (two NHCs; an MHC and an NHC on one Node)", &tally, None);
+    assert_eq!(ledger.snr_count("w1"), 1, "two NodeHealthChecks: one remediation object");
+    assert_eq!(by_mhc + by_nhc, 1, "an MHC and an NHC on one Node: one remediation (mhc {by_mhc}, nhc {by_nhc})");
     controller.stop().await;
     Ok(())
 }
