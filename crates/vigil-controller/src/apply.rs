@@ -211,6 +211,9 @@ impl Context {
                 (Action::CreateRemediation { target, object }, Ok(Some(created))) => {
                     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
                     self.metrics.remediation(&key, kind, "created");
+                    if let Some(at) = job.expiries.get(target) {
+                        self.metrics.detected(seconds_since(*at));
+                    }
                     notices.push(Notice {
                         kind: NoticeKind::RemediationCreated,
                         target: Some(target.clone()),
@@ -226,8 +229,11 @@ impl Context {
                         message: format!("Deleted {object} for {target}: it is healthy again or gone"),
                     });
                 }
-                (Action::SetMachineConditions { .. }, Ok(_)) if remediating => {
+                (Action::SetMachineConditions { machine, .. }, Ok(_)) if remediating => {
                     self.metrics.remediation(&key, "Machine", "marked");
+                    if let Some(at) = job.expiries.get(&format!("{}/{}", machine.namespace, machine.name)) {
+                        self.metrics.detected(seconds_since(*at));
+                    }
                 }
                 (_, Ok(_)) => {}
                 (_, Err(e)) => {

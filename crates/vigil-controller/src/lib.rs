@@ -227,6 +227,7 @@ impl Context {
         };
         let Some(job) = job else {
             self.scheduler.forget(key);
+            self.metrics.forget_check(key);
             return;
         };
         self.metrics.decided(started.elapsed().as_secs_f64());
@@ -239,9 +240,11 @@ impl Context {
             confirm::Confirmed::Go(job, claimed) => (*job, claimed),
             confirm::Confirmed::Gone => {
                 self.scheduler.forget(key);
+                self.metrics.forget_check(key);
                 return;
             }
         };
+        self.metrics.check(key, &job.gauges);
         let next_wake = job.next_wake;
         let again = job.again;
         let held_elsewhere = std::mem::take(&mut job.held_elsewhere);

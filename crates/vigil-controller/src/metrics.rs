@@ -18,6 +18,11 @@ struct SourceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabel {
+    check: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RemediationLabel {
     check_kind: String,
     kind: String,
@@ -41,6 +46,12 @@ pub struct Metrics {
     remediations_unconfirmed: Counter,
     remediations: Family<RemediationLabel, Counter>,
     leader: Gauge,
+    detection: Histogram,
+    check_targets: Family<CheckLabel, Gauge>,
+    check_healthy: Family<CheckLabel, Gauge>,
+    check_unhealthy: Family<CheckLabel, Gauge>,
+    check_allowed: Family<CheckLabel, Gauge>,
+    check_short_circuited: Family<CheckLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -100,6 +111,30 @@ impl Default for Metrics {
             "Remediation requests by check kind, remediation kind and outcome (created, marked, failed)",
             remediations.clone(),
         );
+        let detection = Histogram::new(exponential_buckets(0.005, 2.0, 16));
+        registry.register(
+            "detection_seconds",
+            "Time from an unhealthy condition's timeout running out to the remediating write acknowledged",
+            detection.clone(),
+        );
+        let check_targets = Family::<CheckLabel, Gauge>::default();
+        let check_healthy = Family::<CheckLabel, Gauge>::default();
+        let check_unhealthy = Family::<CheckLabel, Gauge>::default();
+        let check_allowed = Family::<CheckLabel, Gauge>::default();
+        let check_short_circuited = Family::<CheckLabel, Gauge>::default();
+        registry.register("check_targets", "Targets a check selects", check_targets.clone());
+        registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
+        registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
+        registry.register(
+            "check_remediations_allowed",
+            "How many more targets a MachineHealthCheck may remediate now; 1/0 for a NodeHealthCheck",
+            check_allowed.clone(),
+        );
+        registry.register(
+            "check_short_circuited",
+            "1 while a check's short-circuit (maxUnhealthy, unhealthyRange, minHealthy, storm cool-down) stops remediation",
+            check_short_circuited.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -107,6 +142,12 @@ impl Default for Metrics {
             leader.clone(),
         );
         Metrics {
+            detection,
+            check_targets,
+            check_healthy,
+            check_unhealthy,
+            check_allowed,
+            check_short_circuited,
             leader,
             registry,
             decisions,
@@ -192,6 +233,35 @@ impl Metrics {
                 outcome: outcome.into(),
             })
             .inc();
+    }
+
+    /// Records a detection latency.
+    pub fn detected(&self, seconds: f64) {
+        self.detection.observe(seconds.max(0.0));
+    }
+
+    /// Records a check's counts.
+    pub fn check(&self, check: &crate::index::CheckKey, g: &crate::reconcile::Gauges) {
+        let l = CheckLabel { check: check.to_string() };
+        self.check_targets.get_or_create(&l).set(g.targets);
+        self.check_healthy.get_or_create(&l).set(g.healthy);
+        self.check_unhealthy.get_or_create(&l).set(g.unhealthy);
+        self.check_allowed.get_or_create(&l).set(g.remediations_allowed);
+        self.check_short_circuited.get_or_create(&l).set(i64::from(g.short_circuited));
+    }
+
+    /// Drops a deleted check's gauges.
+    pub fn forget_check(&self, check: &crate::index::CheckKey) {
+        let l = CheckLabel { check: check.to_string() };
+        for f in [
+            &self.check_targets,
+            &self.check_healthy,
+            &self.check_unhealthy,
+            &self.check_allowed,
+            &self.check_short_circuited,
+        ] {
+            f.remove(&l);
+        }
     }
 
     /// Records whether this replica leads.

@@ -52,11 +52,78 @@ pub struct Job {
     pub needs: BTreeSet<Need>,
     /// UID of the check, for events.
     pub uid: Option<String>,
+    /// For each target the plan writes to, when its unhealthy condition's timeout ran out (for
+    /// the detection-latency metric), by Node name or Machine `namespace/name`.
+    pub expiries: HashMap<String, Timestamp>,
+    /// The check's counts, for the per-check gauges.
+    pub gauges: Gauges,
     /// Targets this check waits for, to tell their holders.
     pub held_elsewhere: Vec<holders::HeldElsewhere>,
     /// Whether the check must be decided again right after this job (some of its remediations
     /// were left out while confirming).
     pub again: bool,
+}
+
+/// A check's counts as its status reports them, for the per-check gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Targets selected.
+    pub targets: i64,
+    /// Healthy targets.
+    pub healthy: i64,
+    /// Unhealthy targets.
+    pub unhealthy: i64,
+    /// How many more may be remediated now (MachineHealthCheck), or 1/0 (NodeHealthCheck).
+    pub remediations_allowed: i64,
+    /// Whether the short-circuit (too many unhealthy, too few healthy, storm cool-down) holds.
+    pub short_circuited: bool,
+}
+
+fn condition_false_with<'c>(
+    conditions: &'c [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<&'c str> {
+    conditions.iter().find(|c| c.type_ == type_ && c.status == "False").map(|c| c.reason.as_str())
+}
+
+fn mhc_gauges(s: &vigil_api::MachineHealthCheckStatus) -> Gauges {
+    let targets = i64::from(s.expected_machines);
+    let healthy = i64::from(s.current_healthy);
+    Gauges {
+        targets,
+        healthy,
+        unhealthy: (targets - healthy).max(0),
+        remediations_allowed: i64::from(s.remediations_allowed),
+        short_circuited: condition_false_with(&s.conditions, "RemediationAllowed") == Some("TooManyUnhealthy"),
+    }
+}
+
+fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
+    let blocked = condition_false_with(&s.conditions, "RemediationAllowed");
+    Gauges {
+        targets: i64::from(s.observed_nodes),
+        healthy: i64::from(s.healthy_nodes),
+        unhealthy: s.unhealthy_nodes.len() as i64,
+        remediations_allowed: i64::from(blocked.is_none()),
+        short_circuited: matches!(blocked, Some("TooFewHealthy" | "StormCooldown")),
+    }
+}
+
+/// When a Node's matching unhealthy condition ran past its timeout (the earliest such instant at
+/// or before `now`), for the detection-latency metric: `None` when none did (the verdict came
+/// from something else, e.g. a deleted Node or `nodeStartupTimeout`).
+pub fn expiry(rules: &[vigil_api::validate::ConditionRule], node: &Node, now: Timestamp) -> Option<Timestamp> {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    rules
+        .iter()
+        .flat_map(|r| {
+            conditions
+                .iter()
+                .filter(move |c| c.type_ == r.type_ && c.status == r.status)
+                .filter_map(move |c| c.last_transition_time.as_ref().and_then(|t| t.0.checked_add(r.timeout).ok()))
+        })
+        .filter(|d| *d <= now)
+        .min()
 }
 
 impl Job {
@@ -146,6 +213,8 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp, fre
     let uid = check.metadata.uid.clone();
     let finish = |plan: vigil_engine::Plan<vigil_api::MachineHealthCheckStatus>, needs, machines| Job {
         key: key.clone(),
+        expiries: HashMap::new(),
+        gauges: mhc_gauges(&plan.status),
         held_elsewhere: plan.held_elsewhere,
         status: status_if_changed(check.status.as_ref(), &plan.status),
         actions: plan.actions,
@@ -234,6 +303,26 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp, fre
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
     let holders = holders_for(idx, &key, fresh);
     let plan = machine::decide_among(&input, &holders, &node_cluster, now);
+    let mut expiries = HashMap::new();
+    for action in &plan.actions {
+        let machine = match action {
+            Action::SetMachineConditions { machine, .. } => Some((machine.namespace.clone(), machine.name.clone())),
+            Action::CreateRemediation { target, .. } => {
+                target.split_once('/').map(|(ns, n)| (ns.to_string(), n.to_string()))
+            }
+            _ => None,
+        };
+        let Some((ns, name)) = machine else { continue };
+        let node = idx
+            .machines
+            .get(&ns)
+            .and_then(|ms| ms.get(&name))
+            .and_then(|e| e.view.node_name.clone())
+            .and_then(|n| idx.nodes.get(&workload).and_then(|c| c.nodes.get(&n)).cloned());
+        if let Some(at) = node.and_then(|n| expiry(&policy.node_conditions, &n, now)) {
+            expiries.insert(format!("{ns}/{name}"), at);
+        }
+    }
     let raws = plan
         .actions
         .iter()
@@ -246,7 +335,9 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp, fre
             _ => None,
         })
         .collect();
-    Some(finish(plan, needs, raws))
+    let mut job = finish(plan, needs, raws);
+    job.expiries = expiries;
+    Some(job)
 }
 
 /// Decides a NodeHealthCheck; `None` when it no longer exists.
@@ -259,6 +350,8 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: bool) -> Option<
     let uid = check.metadata.uid.clone();
     let finish = |plan: vigil_engine::Plan<vigil_api::NodeHealthCheckStatus>, needs| Job {
         key: key.clone(),
+        expiries: HashMap::new(),
+        gauges: nhc_gauges(&plan.status),
         held_elsewhere: plan.held_elsewhere,
         status: status_if_changed(check.status.as_ref(), &plan.status),
         actions: plan.actions,
@@ -322,7 +415,21 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: bool) -> Option<
     let input = NhcInput { check, policy: &policy, nodes: &nodes, templates: &templates, remediations: &remediations };
     let holders = holders_for(idx, &key, fresh);
     let plan = node::decide_among(&input, &holders, now);
-    Some(finish(plan, needs))
+    let management = idx.nodes.get(MANAGEMENT);
+    let expiries = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateRemediation { target, .. } => management
+                .and_then(|c| c.nodes.get(target))
+                .and_then(|n| expiry(&policy.conditions, n, now))
+                .map(|at| (target.clone(), at)),
+            _ => None,
+        })
+        .collect();
+    let mut job = finish(plan, needs);
+    job.expiries = expiries;
+    Some(job)
 }
 
 /// Decides the check `key` with the other checks' claims as of their last decisions (cheap).
@@ -396,6 +503,63 @@ pub fn claims_of(idx: &Index, key: &CheckKey) -> Vec<Claim> {
                 }
             }
             holders::nhc_claims(check, &views)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jiff::SignedDuration;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use vigil_api::validate::ConditionRule;
+
+    type Cond<'a> = (&'a str, &'a str, Option<Timestamp>);
+
+    fn node(conditions: &[Cond<'_>]) -> Node {
+        Node {
+            status: Some(NodeStatus {
+                conditions: Some(
+                    conditions
+                        .iter()
+                        .map(|(t, s, at)| NodeCondition {
+                            type_: (*t).into(),
+                            status: (*s).into(),
+                            last_transition_time: at.map(Time),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn expiry_is_when_the_first_matching_timeout_ran_out() {
+        let now: Timestamp = "2030-01-01T00:10:00Z".parse().expect("time");
+        let rule = |t: &str, s: &str, secs| ConditionRule {
+            type_: t.into(),
+            status: s.into(),
+            timeout: SignedDuration::from_secs(secs),
+        };
+        let rules = [rule("Ready", "False", 300), rule("Ready", "Unknown", 60), rule("DiskPressure", "True", 30)];
+        let since: Timestamp = "2030-01-01T00:02:00Z".parse().expect("time");
+        let at = |s: &str| s.parse::<Timestamp>().expect("time");
+        let cases: [(Vec<Cond<'_>>, Option<Timestamp>); 5] = [
+            (vec![("Ready", "False", Some(since))], Some(at("2030-01-01T00:07:00Z"))),
+            (vec![("Ready", "Unknown", Some(since))], Some(at("2030-01-01T00:03:00Z"))),
+            (
+                vec![("Ready", "False", Some(since)), ("DiskPressure", "True", Some(since))],
+                Some(at("2030-01-01T00:02:30Z")),
+            ),
+            (vec![("Ready", "False", Some(at("2030-01-01T00:09:00Z")))], None),
+            (vec![("Ready", "False", None), ("Ready", "True", Some(since))], None),
+        ];
+        for (conditions, want) in cases {
+            assert_eq!(expiry(&rules, &node(&conditions), now), want, "{conditions:?}");
         }
     }
 }

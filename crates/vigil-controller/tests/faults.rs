@@ -318,6 +318,10 @@ async fn connection_resets_recover_in_seconds_and_the_next_wave_is_fully_remedia
 
     let text = http_get(metrics, "/metrics").await?.1;
     assert!(metric(&text, "vigil_watch_restarts_total", "Nodes") >= 1.0, "restarts counted:\n{text}");
+    assert!(metric(&text, "vigil_detection_seconds_count", "") >= 4.0, "detection latencies recorded:\n{text}");
+    assert_eq!(metric(&text, "vigil_check_targets", "NodeHealthCheck/workers"), 3.0, "{text}");
+    assert_eq!(metric(&text, "vigil_check_targets", "MachineHealthCheck/default/workers"), 3.0, "{text}");
+    assert_eq!(metric(&text, "vigil_leader", ""), 1.0, "a single replica leads");
     assert_eq!(metric(&text, "vigil_api_reachable", ""), 1.0);
     assert_eq!(metric(&text, "vigil_source_synced", "source=\"Nodes\""), 1.0, "the management Nodes are trusted again");
     controller.stop().await;
