@@ -115,7 +115,7 @@ pub struct MhcPolicy {
 pub enum NhcThreshold {
     /// `minHealthy` (a percentage rounds up).
     MinHealthy(IntOrPercent),
-    /// `maxUnhealthy` (a percentage rounds down).
+    /// `maxUnhealthy` (a percentage rounds up, as medik8s: 75% of 10 allows 8).
     MaxUnhealthy(IntOrPercent),
 }
 

@@ -75,8 +75,8 @@ const PHASE_ENABLED: &str = "Enabled";
 const REASON_ALLOWED: &str = "RemediationAllowed";
 const REASON_TOO_FEW_HEALTHY: &str = "TooFewHealthy";
 const REASON_STORM_COOLDOWN: &str = "StormCooldown";
-const REASON_TEMPLATE_NOT_FOUND: &str = "TemplateNotFound";
-const REASON_INVALID_TEMPLATE: &str = "InvalidTemplate";
+const REASON_TEMPLATE_NOT_FOUND: &str = "RemediationTemplateNotFound";
+const REASON_INVALID_TEMPLATE: &str = "RemediationTemplateInvalid";
 const REASON_ENABLED: &str = "Enabled";
 const REASON_CONTROL_PLANE_BUSY: &str = "ControlPlaneRemediationInProgress";
 
@@ -690,7 +690,7 @@ fn threshold_text(t: NhcThreshold, observed: usize) -> String {
     match t {
         NhcThreshold::MinHealthy(v) => format!("minHealthy {v} (needs {} healthy)", v.scaled(observed, Rounding::Up)),
         NhcThreshold::MaxUnhealthy(v) => {
-            format!("maxUnhealthy {v} (allows {} unhealthy)", v.scaled(observed, Rounding::Down))
+            format!("maxUnhealthy {v} (allows {} unhealthy)", v.scaled(observed, Rounding::Up))
         }
     }
 }
@@ -698,7 +698,8 @@ fn threshold_text(t: NhcThreshold, observed: usize) -> String {
 fn threshold_met(t: NhcThreshold, observed: usize, healthy: usize) -> bool {
     match t {
         NhcThreshold::MinHealthy(v) => healthy as u64 >= v.scaled(observed, Rounding::Up),
-        NhcThreshold::MaxUnhealthy(v) => (observed - healthy) as u64 <= v.scaled(observed, Rounding::Down),
+        // medik8s rounds a maxUnhealthy percentage up (75% of 10 allows 8), unlike Cluster API
+        NhcThreshold::MaxUnhealthy(v) => (observed - healthy) as u64 <= v.scaled(observed, Rounding::Up),
     }
 }
 

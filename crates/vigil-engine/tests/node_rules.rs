@@ -442,6 +442,10 @@ fn rule4_threshold_allows_or_blocks() {
         ("maxUnhealthy", json!("40%"), 5, 2, true, "maxUnhealthy 40% (allows 2 unhealthy)"),
         ("maxUnhealthy", json!("40%"), 5, 3, false, "maxUnhealthy 40% (allows 2 unhealthy)"),
         ("maxUnhealthy", json!(0), 3, 1, false, "maxUnhealthy 0 (allows 0 unhealthy)"),
+        // a percentage rounds up, as medik8s does: 75% of 10 is 7.5, so 8 are allowed
+        ("maxUnhealthy", json!("75%"), 10, 8, true, "maxUnhealthy 75% (allows 8 unhealthy)"),
+        ("maxUnhealthy", json!("75%"), 10, 9, false, "maxUnhealthy 75% (allows 8 unhealthy)"),
+        ("maxUnhealthy", json!("40%"), 7, 3, true, "maxUnhealthy 40% (allows 3 unhealthy)"),
         // an absolute value above the node count just allows
         ("maxUnhealthy", json!(10), 3, 3, true, "maxUnhealthy 10 (allows 10 unhealthy)"),
     ];
@@ -735,15 +739,15 @@ fn rule7_a_missing_or_invalid_template_disables_remediation() {
     .expect("template");
     // (template, reason, problem)
     let table: Vec<(Option<TemplateView>, &str, &str)> = vec![
-        (None, "TemplateNotFound", "remediation template SelfNodeRemediationTemplate medik8s/snr not found"),
+        (None, "RemediationTemplateNotFound", "remediation template SelfNodeRemediationTemplate medik8s/snr not found"),
         (
             Some(invalid_no_template),
-            "InvalidTemplate",
+            "RemediationTemplateInvalid",
             "remediation template SelfNodeRemediationTemplate medik8s/snr has no spec.template",
         ),
         (
             Some(invalid_no_spec),
-            "InvalidTemplate",
+            "RemediationTemplateInvalid",
             "remediation template SelfNodeRemediationTemplate medik8s/snr has no spec.template.spec",
         ),
     ];
