@@ -160,6 +160,9 @@ pub struct NhcPolicy {
     pub storm_cooldown: SignedDuration,
 }
 
+/// Template kind of medik8s' MachineDeletionRemediation, which upstream forbids with `maxUnhealthy`.
+pub const MACHINE_DELETION_REMEDIATION_TEMPLATE: &str = "MachineDeletionRemediationTemplate";
+
 /// Smallest non-zero `nodeStartupTimeout` upstream accepts.
 pub const MIN_NODE_STARTUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
 /// Default `nodeStartupTimeout`.
@@ -358,8 +361,34 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         }),
     };
 
+    if let Some(given) = spec.selector.match_labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL))
+        && given != &spec.cluster_name
+    {
+        c.push(
+            format!("spec.selector.matchLabels.{CLUSTER_NAME_LABEL}"),
+            given,
+            format!(
+                "must equal spec.clusterName {:?}: the check only looks at that cluster's Machines",
+                spec.cluster_name
+            ),
+        );
+    }
+
     let max_unhealthy = match &spec.max_unhealthy {
         None => Some(IntOrPercent::Percent(100)),
+        // Cluster API reads a string as a percentage only: "10" is refused, not taken as 10.
+        Some(IntOrString::String(text)) if !text.trim().ends_with('%') => {
+            c.push(
+                "spec.maxUnhealthy",
+                text,
+                format!(
+                    "a string must be a percentage such as 40%; write a count as a number (maxUnhealthy: {}, not \"{}\")",
+                    text.trim(),
+                    text.trim()
+                ),
+            );
+            None
+        }
         Some(v) => c.threshold("spec.maxUnhealthy", v),
     };
     let range = match spec.unhealthy_range.as_deref() {
@@ -500,6 +529,26 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             None
         }
     };
+
+    // medik8s: a MachineDeletionRemediation deletes Machines, and the MachineSet replacing them
+    // makes the node count move under a maxUnhealthy limit; upstream allows only minHealthy.
+    if let Some(max) = &spec.max_unhealthy {
+        let deleting = spec
+            .remediation_template
+            .iter()
+            .map(|t| ("spec.remediationTemplate".to_string(), t))
+            .chain(spec.escalating_remediations.iter().enumerate().map(|(i, e)| {
+                (format!("spec.escalatingRemediations[{i}].remediationTemplate"), &e.remediation_template)
+            }))
+            .find(|(_, t)| t.kind == MACHINE_DELETION_REMEDIATION_TEMPLATE);
+        if let Some((path, _)) = deleting {
+            c.push(
+                "spec.maxUnhealthy",
+                render_int_or_string(max),
+                format!("cannot be combined with a {MACHINE_DELETION_REMEDIATION_TEMPLATE} ({path}); use minHealthy"),
+            );
+        }
+    }
 
     for (i, p) in spec.pause_requests.iter().enumerate() {
         if p.trim().is_empty() {
