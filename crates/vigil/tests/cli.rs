@@ -135,3 +135,15 @@ fn validate_without_health_checks_exits_1_and_says_so() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("no health checks found"), "{text}");
 }
+
+#[test]
+fn convert_then_validate_moves_an_upstream_check_over() {
+    let upstream = "apiVersion: cluster.x-k8s.io/v1beta2\nkind: MachineHealthCheck\nmetadata: {name: workers, namespace: team-a}\nspec:\n  clusterName: prod\n  selector: {matchLabels: {pool: a}}\n  checks:\n    unhealthyNodeConditions: [{type: Ready, status: \"False\", timeoutSeconds: 300}]\n  remediation: {triggerIf: {unhealthyInRange: \"[1-3]\"}}\n";
+    let path = temp_file("upstream.yaml", upstream);
+    let out = vigil(&["convert", path.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let converted = temp_file("converted.yaml", &String::from_utf8_lossy(&out.stdout));
+    let out = vigil(&["validate", converted.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with("document 1: MachineHealthCheck/team-a/workers: valid\n"));
+}
