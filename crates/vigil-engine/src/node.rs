@@ -79,6 +79,8 @@ const REASON_TEMPLATE_NOT_FOUND: &str = "RemediationTemplateNotFound";
 const REASON_INVALID_TEMPLATE: &str = "RemediationTemplateInvalid";
 const REASON_ENABLED: &str = "Enabled";
 const REASON_CONTROL_PLANE_BUSY: &str = "ControlPlaneRemediationInProgress";
+/// A remediation object of the name this check would use exists and belongs to someone else.
+const REASON_OBJECT_EXISTS: &str = "RemediationObjectExists";
 
 /// Kind of the owner reference that marks the check's own remediation objects.
 const OWNER_KIND: &str = "NodeHealthCheck";
@@ -394,6 +396,8 @@ struct Pass<'a> {
     disabled_changed: bool,
     cp_busy: Vec<&'a str>,
     cp_taken: bool,
+    /// Remediation objects of the steps' kinds that this check does not own.
+    foreign: Vec<&'a RemediationView>,
     actions: Vec<Action>,
     notices: Vec<Notice>,
     wake: Earliest,
@@ -457,6 +461,27 @@ impl<'a> Pass<'a> {
         }
         let generate = view.meta.annotations.get(MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION).is_some_and(|v| v == "true");
         let kind = step.template.remediation_kind();
+        if !generate
+            && let Some(other) = self
+                .foreign
+                .iter()
+                .find(|r| r.meta.kind == kind && r.meta.namespace == step.template.namespace && r.meta.name == name)
+        {
+            // The object this check would make exists and is not ours: leave it alone, and do
+            // not list it in the status as a remediation this check started.
+            let owner = other
+                .meta
+                .owners
+                .first()
+                .map_or_else(|| "no owner".to_string(), |o| format!("owner {} {}", o.kind, o.name));
+            return Requested::Skipped(
+                REASON_OBJECT_EXISTS,
+                format!(
+                    "Cannot remediate node {name}: {kind} {}/{name} already exists and belongs to another check ({owner})",
+                    step.template.namespace
+                ),
+            );
+        }
         let mut metadata = Map::new();
         metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
         if generate {
@@ -511,8 +536,9 @@ impl<'a> Pass<'a> {
         if book.has_in_flight(first) {
             // Completing an earlier plan's request is not a new remediation.
             if let Requested::Skipped(reason, message) = self.request(name, 0, book)
-                && self.disabled_changed
+                && (self.disabled_changed || reason == REASON_OBJECT_EXISTS)
             {
+                // (the request's record is dropped with an existing foreign object: said once)
                 self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
             }
             return;
@@ -544,10 +570,14 @@ impl<'a> Pass<'a> {
             }
             return;
         }
-        if let Requested::Done = self.request(name, 0, book)
-            && cp
-        {
-            self.cp_taken = true;
+        match self.request(name, 0, book) {
+            Requested::Done if cp => self.cp_taken = true,
+            Requested::Done => {}
+            Requested::Skipped(reason, message) => {
+                if news {
+                    self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+                }
+            }
         }
     }
 
@@ -948,6 +978,7 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
         disabled_changed,
         cp_busy,
         cp_taken: false,
+        foreign: input.remediations.iter().copied().filter(|r| !owned_by_check(r, check_name, check_uid)).collect(),
         actions: Vec::new(),
         notices: Vec::new(),
         wake,

@@ -825,6 +825,47 @@ fn rule7_only_objects_owned_by_this_check_count() {
 }
 
 #[test]
+fn rule7_an_object_of_our_name_owned_by_another_check_is_not_listed_as_ours() {
+    let foreign = {
+        let mut v = snr("n1", at(0));
+        v["metadata"]["ownerReferences"][0]["name"] = json!("other-check");
+        v["metadata"]["ownerReferences"][0]["uid"] = json!("other-uid");
+        v
+    };
+    let mut w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+    w.objects.push(view(foreign.clone()));
+    let plan = w.step(at(301));
+    assert_eq!(plan.actions, vec![], "the other check's object is left alone and not re-created");
+    let [entry] = plan.status.unhealthy_nodes.as_slice() else { panic!("n1 listed: {:?}", plan.status) };
+    assert_eq!((entry.name.as_str(), entry.remediations.len()), ("n1", 0), "no remediation this check did not start");
+    assert_eq!(plan.status.phase.as_deref(), Some("Enabled"));
+    let skipped: Vec<_> = plan.notices.iter().filter(|n| n.kind == NoticeKind::RemediationSkipped).collect();
+    assert_eq!(skipped.len(), 1);
+    assert_eq!(skipped[0].reason, "RemediationObjectExists");
+    assert_eq!(
+        skipped[0].message,
+        "Cannot remediate node n1: SelfNodeRemediation medik8s/n1 already exists and belongs to another check (owner NodeHealthCheck other-check)"
+    );
+    let again = w.step(at(302));
+    assert_eq!((again.actions.len(), again.notices.len()), (0, 0), "said once: {:?}", again.notices);
+
+    // A create this check asked for, answered by someone else's object of that name (the API
+    // server refused ours as AlreadyExists): the record of the request is dropped.
+    let mut w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+    let asked = w.decide(at(301));
+    assert_eq!(created_targets(&asked), strs(&["n1"]));
+    w.check.status = Some(asked.status.clone());
+    assert_eq!(asked.status.phase.as_deref(), Some("Remediating"));
+    w.objects.push(view(foreign));
+    let plan = w.decide(at(302));
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(plan.status.unhealthy_nodes[0].remediations, vec![]);
+    assert_eq!(plan.status.phase.as_deref(), Some("Enabled"));
+    let reasons: Vec<&str> = plan.notices.iter().map(|n| n.reason.as_str()).collect();
+    assert_eq!(reasons, ["RemediationObjectExists"]);
+}
+
+#[test]
 fn rule7_deleting_objects_count_but_are_not_acted_on() {
     let mut obj = snr("n1", at(0));
     obj["metadata"]["deletionTimestamp"] = json!(at(350).to_string());
