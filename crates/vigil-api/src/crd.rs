@@ -23,7 +23,7 @@ use kube::CustomResourceExt;
 use schemars::Schema;
 
 use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
-use crate::validate::MACHINE_DELETION_REMEDIATION_TEMPLATE;
+use crate::validate::{MACHINE_DELETION_REMEDIATION_TEMPLATE, RESERVED_MACHINE_CONDITIONS};
 use crate::well_known::CLUSTER_NAME_LABEL;
 use serde_json::{Map, Value, json};
 
@@ -373,6 +373,25 @@ pub(crate) fn label_selector(schema: &mut Schema) {
                 .reason("FieldValueForbidden")
                 .message_expression("'must be empty for operator ' + self.operator"),
             ],
+        );
+    }
+}
+
+/// `unhealthyMachineConditions`: as [`condition_list`], and no rule may name a condition that
+/// summarises the Machine or that the health check writes (Cluster API's rule).
+pub(crate) fn machine_condition_list(schema: &mut Schema) {
+    condition_list(schema);
+    let reserved = RESERVED_MACHINE_CONDITIONS.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", ");
+    if let Some(type_) = child(object(schema), &["items", "type"]) {
+        push_rules(
+            type_,
+            [Rule::new(
+                &format!("!(self in [{reserved}])"),
+                &format!(
+                    "must not be one of {}: they summarise the Machine or are written by the health check itself",
+                    RESERVED_MACHINE_CONDITIONS.join(", ")
+                ),
+            )],
         );
     }
 }

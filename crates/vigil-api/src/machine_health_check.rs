@@ -37,7 +37,7 @@ pub struct MachineHealthCheckSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy_conditions: Vec<UnhealthyCondition>,
     /// Machine conditions that make a Machine unhealthy once held for their timeout (ORed).
-    #[schemars(transform = crate::crd::condition_list)]
+    #[schemars(transform = crate::crd::machine_condition_list)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy_machine_conditions: Vec<UnhealthyCondition>,
     /// How long a Machine may go without a Node (default 10m; `0` disables; else at least 30s).

@@ -537,7 +537,7 @@ mod tests {
                 "checks": {
                     "nodeStartupTimeoutSeconds": 600,
                     "unhealthyNodeConditions": [{"type": "Ready", "status": "Unknown", "timeoutSeconds": 300}],
-                    "unhealthyMachineConditions": [{"type": "Ready", "status": "False", "timeoutSeconds": 120}]
+                    "unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeoutSeconds": 120}]
                 },
                 "remediation": {
                     "triggerIf": {"unhealthyLessThanOrEqualTo": "40%"},
@@ -561,7 +561,7 @@ mod tests {
                 "selector": {"matchLabels": {"pool": "a"}},
                 "nodeStartupTimeout": "600s",
                 "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "300s"}],
-                "unhealthyMachineConditions": [{"type": "Ready", "status": "False", "timeout": "120s"}],
+                "unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeout": "120s"}],
                 "maxUnhealthy": "40%",
                 "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3RemediationTemplate", "name": "m3"}
             }

@@ -160,6 +160,12 @@ pub struct NhcPolicy {
     pub storm_cooldown: SignedDuration,
 }
 
+/// Machine conditions an `unhealthyMachineConditions` rule may not name (Cluster API's CRD rule):
+/// summaries of the Machine, or conditions the health check itself writes, whose use would feed
+/// a check's verdict back into itself.
+pub const RESERVED_MACHINE_CONDITIONS: [&str; 5] =
+    ["Ready", "Available", "HealthCheckSucceeded", "OwnerRemediated", "ExternallyRemediated"];
+
 /// Template kind of medik8s' MachineDeletionRemediation, which upstream forbids with `maxUnhealthy`.
 pub const MACHINE_DELETION_REMEDIATION_TEMPLATE: &str = "MachineDeletionRemediationTemplate";
 
@@ -343,6 +349,18 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
     let selector = c.selector("spec.selector", &spec.selector);
     let node_conditions = rules(&mut c, "spec.unhealthyConditions", &spec.unhealthy_conditions);
     let machine_conditions = rules(&mut c, "spec.unhealthyMachineConditions", &spec.unhealthy_machine_conditions);
+    for (i, u) in spec.unhealthy_machine_conditions.iter().enumerate() {
+        if RESERVED_MACHINE_CONDITIONS.contains(&u.type_.as_str()) {
+            c.push(
+                format!("spec.unhealthyMachineConditions[{i}].type"),
+                &u.type_,
+                format!(
+                    "must not be one of {}: they summarise the Machine or are written by the health check itself",
+                    RESERVED_MACHINE_CONDITIONS.join(", ")
+                ),
+            );
+        }
+    }
 
     let node_startup_timeout = match spec.node_startup_timeout.as_deref() {
         None => Some(Some(DEFAULT_NODE_STARTUP_TIMEOUT)),

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
-use vigil_testenv::{Result, TestEnv};
+use vigil_testenv::{Error, Result, TestEnv};
 
 use kube::CustomResourceExt as _;
 
@@ -59,6 +59,11 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
         ),
         (mhc(json!({"selector": {"matchLabels": {"node pool": "workers"}}})), "spec.selector.matchLabels", "label key"),
         (
+            mhc(json!({"unhealthyMachineConditions": [{"type": "Ready", "status": "False", "timeout": "5m"}]})),
+            "spec.unhealthyMachineConditions[0].type",
+            "must not be one of Ready, Available",
+        ),
+        (
             mhc(json!({"selector": {"matchLabels": {"pool": "workers/a"}}})),
             "spec.selector.matchLabels[pool]",
             "label value",
@@ -110,5 +115,61 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
         .await?;
     env.apply(nhc(json!({"minHealthy": 2, "remediationTemplate": template("MachineDeletionRemediationTemplate")})))
         .await?;
+    Ok(())
+}
+
+/// The Cluster API `v1beta2` shape Vigil reads is the real one: a manifest the upstream CRD
+/// (from the pinned Go module, reduced to `v1beta2`) admits, read back from the API server,
+/// becomes the same policy as its `v1beta1` form.
+#[tokio::test]
+async fn a_v1beta2_check_the_upstream_crd_admits_reads_as_its_v1beta1_form() -> Result<()> {
+    use vigil_api::manifest::{HealthCheck, health_check_from_value};
+    let env = TestEnv::start().await?;
+    let path = vigil_testenv::capi_crds_dir()?.join("cluster.x-k8s.io_machinehealthchecks.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let mut crd: Value = serde_saphyr::from_str(&text)?;
+    vigil_testenv::reduce_to_version(&mut crd, "v1beta2")?;
+    env.install_crds(&[crd]).await?;
+
+    let v1beta2 = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {
+            "clusterName": "prod",
+            "selector": {"matchLabels": {"pool": "a"}},
+            "checks": {
+                "nodeStartupTimeoutSeconds": 900,
+                "unhealthyNodeConditions": [{"type": "Ready", "status": "Unknown", "timeoutSeconds": 300}],
+                "unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeoutSeconds": 120}]
+            },
+            "remediation": {
+                "triggerIf": {"unhealthyInRange": "[1-3]"},
+                "templateRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "Metal3RemediationTemplate", "name": "m3"}
+            }
+        }
+    });
+    env.apply(v1beta2).await.map_err(|e| Error::msg(format!("{e:#}")))?;
+    let stored = env.get_json("cluster.x-k8s.io/v1beta2", "MachineHealthCheck", Some("default"), "workers").await?;
+    let stored = stored.ok_or_else(|| Error::msg("the upstream API server lost the check"))?;
+    let v1beta1 = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {
+            "clusterName": "prod",
+            "selector": {"matchLabels": {"pool": "a"}},
+            "nodeStartupTimeout": "15m",
+            "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "5m"}],
+            "unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeout": "2m"}],
+            "unhealthyRange": "[1-3]",
+            "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "Metal3RemediationTemplate", "name": "m3"}
+        }
+    });
+    let policy = |v: &Value| -> Result<vigil_api::validate::MhcPolicy> {
+        match health_check_from_value(v)? {
+            HealthCheck::Machine(m) => Ok(vigil_api::validate::machine_health_check(&m)?),
+            HealthCheck::Node(_) => Err(Error::msg("not a MachineHealthCheck")),
+        }
+    };
+    assert_eq!(policy(&stored)?, policy(&v1beta1)?);
     Ok(())
 }

@@ -388,6 +388,17 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
             "must not be negative",
         ),
         case(
+            "a machine condition the check itself writes",
+            mhc(),
+            &[set(
+                "/spec/unhealthyMachineConditions",
+                json!([{"type": "HealthCheckSucceeded", "status": "False", "timeout": "1m"}]),
+            )],
+            "spec.unhealthyMachineConditions[0].type",
+            "HealthCheckSucceeded",
+            "must not be one of Ready, Available, HealthCheckSucceeded, OwnerRemediated, ExternallyRemediated: they summarise the Machine or are written by the health check itself",
+        ),
+        case(
             "negative NHC duration",
             nhc(),
             &[set("/spec/unhealthyConditions", json!([{"type": "Ready", "status": "False", "duration": "-300s"}]))],
