@@ -1040,12 +1040,21 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
                 if prev_entry.is_none()
                     && let Some(r) = policy.conditions.get(rule)
                 {
+                    // The condition's reason says what broke, as upstream's messages do.
+                    let why = node
+                        .status
+                        .as_ref()
+                        .and_then(|st| st.conditions.as_deref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == r.type_ && c.status == r.status))
+                        .and_then(|c| c.reason.as_deref())
+                        .filter(|reason| !reason.is_empty())
+                        .map_or_else(String::new, |reason| format!(" with reason {reason}"));
                     pass.notices.push(notice(
                         NoticeKind::Unhealthy,
                         s.name,
                         rule_text(r),
                         format!(
-                            "Node {} has had condition {} for more than {}",
+                            "Node {} has had condition {}{why} for more than {}",
                             s.name,
                             rule_text(r),
                             format_go_duration(r.timeout)

@@ -394,11 +394,16 @@ fn rule2_unhealthy_reason_names_the_first_expired_rule() {
         {"type": "Ready", "status": "Unknown", "duration": "5m"},
         {"type": "DiskPressure", "status": "True", "duration": "90s"},
     ]}));
-    let w = world(s, vec![node("n2").ready("Unknown", at(0)).cond("DiskPressure", "True", Some(at(0))).build()]);
+    let mut n2 = node("n2").ready("Unknown", at(0)).cond("DiskPressure", "True", Some(at(0)));
+    n2.0["status"]["conditions"][1]["reason"] = json!("KubeletHasDiskPressure");
+    let w = world(s, vec![n2.build()]);
     let plan = w.decide(at(100));
     let n = plan.notices.iter().find(|n| n.kind == NoticeKind::Unhealthy).expect("unhealthy notice");
     assert_eq!(n.reason, "DiskPressure=True");
-    assert_eq!(n.message, "Node n2 has had condition DiskPressure=True for more than 1m30s");
+    assert_eq!(
+        n.message, "Node n2 has had condition DiskPressure=True with reason KubeletHasDiskPressure for more than 1m30s",
+        "the condition's reason says what broke"
+    );
 }
 
 // ---------------------------------------------------------------- rule 3: exclusion
