@@ -15,5 +15,9 @@ echo "== kube-apiserver + etcd for integration tests (built once, cached)"
 VIGIL_KUBE_BIN_DIR="$(scripts/kube-binaries.sh)"
 export VIGIL_KUBE_BIN_DIR
 
+echo "== Cluster API CRDs for integration tests (sigs.k8s.io/cluster-api module, cached)"
+VIGIL_CAPI_CRD_DIR="$(scripts/capi-crds.sh)"
+export VIGIL_CAPI_CRD_DIR
+
 echo "== cargo test"
 cargo test --workspace --locked

@@ -21,6 +21,10 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use schemars::Schema;
+
+use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
+use crate::validate::{MACHINE_DELETION_REMEDIATION_TEMPLATE, RESERVED_MACHINE_CONDITIONS};
+use crate::well_known::CLUSTER_NAME_LABEL;
 use serde_json::{Map, Value, json};
 
 /// Where the generated files are committed, relative to the repository root.
@@ -237,6 +241,40 @@ pub(crate) fn threshold(schema: &mut Schema) {
     );
 }
 
+/// A MachineHealthCheck's `maxUnhealthy`: as [`threshold`], and a string must be a percentage
+/// (Cluster API reads a string as a percentage only, so `"10"` is refused, not taken as 10).
+pub(crate) fn mhc_threshold(schema: &mut Schema) {
+    threshold(schema);
+    push_rules(
+        object(schema),
+        [Rule::new(
+            "type(self) == int || self.endsWith('%')",
+            "a string must be a percentage such as 40%; write a count as a number",
+        )],
+    );
+}
+
+/// A MachineHealthCheck spec: a `cluster.x-k8s.io/cluster-name` label in the selector must name
+/// `clusterName` (a selector for another cluster's Machines would select nothing).
+pub(crate) fn mhc_spec(schema: &mut Schema) {
+    let label = format!("self.selector.matchLabels['{CLUSTER_NAME_LABEL}']");
+    push_rules(
+        object(schema),
+        [Rule::new(
+            &format!(
+                "!has(self.selector.matchLabels) || !('{CLUSTER_NAME_LABEL}' in self.selector.matchLabels) || \
+                 {label} == self.clusterName"
+            ),
+            "the cluster.x-k8s.io/cluster-name label must equal clusterName",
+        )
+        .at(".selector")
+        .message_expression(&format!(
+            "'matchLabels {CLUSTER_NAME_LABEL} ' + {label} + ' must equal spec.clusterName ' + self.clusterName + \
+             ': the check only looks at the Machines of that cluster'"
+        ))],
+    );
+}
+
 /// `unhealthyRange`: `[min-max]` with min ≤ max (CEL, with the strings
 /// extension's `indexOf` / `substring`). Numbers of more than 18 digits are left to the
 /// controller, as `int()` could not hold them.
@@ -259,6 +297,13 @@ pub(crate) fn unhealthy_range(schema: &mut Schema) {
     );
 }
 
+/// Kubernetes' label key syntax (`[dns-subdomain/]name`), as `selector::check_label_key`.
+pub(crate) const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// Kubernetes' label value syntax (empty allowed), as `selector::check_label_value`.
+pub(crate) const LABEL_VALUE_PATTERN: &str = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
+/// The most `matchLabels` entries a selector may have (bounds the CEL rule over its keys).
+const MATCH_LABELS_MAX_PROPERTIES: u32 = 64;
+
 /// A label selector: must select something, and each expression must be well formed (as
 /// `Selector::compile`). The expression list and the strings the rules read are bounded.
 pub(crate) fn label_selector(schema: &mut Schema) {
@@ -271,8 +316,29 @@ pub(crate) fn label_selector(schema: &mut Schema) {
             "must not be empty: an empty selector would select every object",
         )],
     );
+    if let Some(labels) = child(s, &["matchLabels"]) {
+        labels.insert("maxProperties".into(), MATCH_LABELS_MAX_PROPERTIES.into());
+        if let Some(value) = labels.get_mut("additionalProperties").and_then(Value::as_object_mut) {
+            value.insert("maxLength".into(), DNS_LABEL_MAX_LENGTH.into());
+            push_rules(value, [Rule::new(&format!("self.matches(r'{LABEL_VALUE_PATTERN}')"), LABEL_VALUE_RULE)]);
+        }
+        push_rules(
+            labels,
+            [Rule::new(
+                &format!("self.all(k, size(k) <= {LABEL_KEY_MAX_LENGTH} && k.matches(r'{LABEL_KEY_PATTERN}'))"),
+                LABEL_KEY_RULE,
+            )],
+        );
+    }
     if let Some(list) = child(s, &["matchExpressions"]) {
         list.insert("maxItems".into(), MATCH_EXPRESSIONS_MAX_ITEMS.into());
+    }
+    if let Some(values) = child(s, &["matchExpressions", "items", "values"]) {
+        values.insert("maxItems".into(), MATCH_EXPRESSIONS_MAX_ITEMS.into());
+        if let Some(value) = child(values, &["items"]) {
+            value.insert("maxLength".into(), DNS_LABEL_MAX_LENGTH.into());
+            push_rules(value, [Rule::new(&format!("self.matches(r'{LABEL_VALUE_PATTERN}')"), LABEL_VALUE_RULE)]);
+        }
     }
     if let Some(key) = child(s, &["matchExpressions", "items", "key"]) {
         key.insert("maxLength".into(), LABEL_KEY_MAX_LENGTH.into());
@@ -285,6 +351,8 @@ pub(crate) fn label_selector(schema: &mut Schema) {
             item,
             [
                 Rule::new("self.key != ''", "must not be empty").at(".key").reason("FieldValueRequired"),
+                Rule::new(&format!("self.key == '' || self.key.matches(r'{LABEL_KEY_PATTERN}')"), LABEL_KEY_RULE)
+                    .at(".key"),
                 Rule::new(
                     "self.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist']",
                     "must be one of In, NotIn, Exists, DoesNotExist",
@@ -305,6 +373,25 @@ pub(crate) fn label_selector(schema: &mut Schema) {
                 .reason("FieldValueForbidden")
                 .message_expression("'must be empty for operator ' + self.operator"),
             ],
+        );
+    }
+}
+
+/// `unhealthyMachineConditions`: as [`condition_list`], and no rule may name a condition that
+/// summarises the Machine or that the health check writes (Cluster API's rule).
+pub(crate) fn machine_condition_list(schema: &mut Schema) {
+    condition_list(schema);
+    let reserved = RESERVED_MACHINE_CONDITIONS.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", ");
+    if let Some(type_) = child(object(schema), &["items", "type"]) {
+        push_rules(
+            type_,
+            [Rule::new(
+                &format!("!(self in [{reserved}])"),
+                &format!(
+                    "must not be one of {}: they summarise the Machine or are written by the health check itself",
+                    RESERVED_MACHINE_CONDITIONS.join(", ")
+                ),
+            )],
         );
     }
 }
@@ -455,6 +542,18 @@ pub(crate) fn nhc_spec(schema: &mut Schema) {
             )
             .at(".remediationTemplate")
             .reason("FieldValueRequired"),
+            Rule::new(
+                &format!(
+                    "!has(self.maxUnhealthy) || \
+                     ((!has(self.remediationTemplate) || self.remediationTemplate.kind != '{M}') && \
+                     (!has(self.escalatingRemediations) || \
+                     !self.escalatingRemediations.exists(e, e.remediationTemplate.kind == '{M}')))",
+                    M = MACHINE_DELETION_REMEDIATION_TEMPLATE
+                ),
+                "cannot be combined with a MachineDeletionRemediationTemplate; use minHealthy",
+            )
+            .at(".maxUnhealthy")
+            .reason("FieldValueForbidden"),
         ],
     );
 }

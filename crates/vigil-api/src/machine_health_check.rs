@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Allowed","type":"integer","jsonPath":".status.remediationsAllowed"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+#[schemars(transform = crate::crd::mhc_spec)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthCheckSpec {
     /// Name of the Cluster whose Machines are checked.
@@ -36,7 +37,7 @@ pub struct MachineHealthCheckSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy_conditions: Vec<UnhealthyCondition>,
     /// Machine conditions that make a Machine unhealthy once held for their timeout (ORed).
-    #[schemars(transform = crate::crd::condition_list)]
+    #[schemars(transform = crate::crd::machine_condition_list)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy_machine_conditions: Vec<UnhealthyCondition>,
     /// How long a Machine may go without a Node (default 10m; `0` disables; else at least 30s).
@@ -44,7 +45,7 @@ pub struct MachineHealthCheckSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_startup_timeout: Option<String>,
     /// Remediation stops when more than this many (or this percentage of) targets are unhealthy.
-    #[schemars(transform = crate::crd::threshold)]
+    #[schemars(transform = crate::crd::mhc_threshold)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unhealthy: Option<IntOrString>,
     /// Remediation is allowed only while the unhealthy count is within `[min-max]`; wins over

@@ -14,14 +14,18 @@ use std::fmt;
 
 /// `apiVersion` of Cluster API's MachineHealthCheck, read as Vigil's own.
 pub const CAPI_MHC_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
+/// `apiVersion` of Cluster API's current MachineHealthCheck (`spec.checks`, `spec.remediation`),
+/// read by moving its fields to Vigil's names ([`v1beta2_as_vigil`]).
+pub const CAPI_MHC_V1BETA2_API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
 /// `apiVersion` of medik8s' NodeHealthCheck, read as Vigil's own.
 pub const MEDIK8S_NHC_API_VERSION: &str = "remediation.medik8s.io/v1alpha1";
 
 /// Every (`apiVersion`, `kind`) pair [`health_check_from_value`] reads, so errors can list them.
-pub const ACCEPTED: [(&str, &str); 4] = [
+pub const ACCEPTED: [(&str, &str); 5] = [
     (crate::API_VERSION, "MachineHealthCheck"),
     (crate::API_VERSION, "NodeHealthCheck"),
     (CAPI_MHC_API_VERSION, "MachineHealthCheck"),
+    (CAPI_MHC_V1BETA2_API_VERSION, "MachineHealthCheck"),
     (MEDIK8S_NHC_API_VERSION, "NodeHealthCheck"),
 ];
 
@@ -232,6 +236,14 @@ pub fn health_check_from_value(v: &Value) -> Result<HealthCheck, ManifestError> 
         (crate::API_VERSION, "MachineHealthCheck") => read_as(v, &origin).map(HealthCheck::Machine),
         (crate::API_VERSION, "NodeHealthCheck") => read_as(v, &origin).map(HealthCheck::Node),
         (CAPI_MHC_API_VERSION, "MachineHealthCheck") => read_as(&as_vigil(map), &origin).map(HealthCheck::Machine),
+        (CAPI_MHC_V1BETA2_API_VERSION, "MachineHealthCheck") => {
+            read_as(&v1beta2_as_vigil(map, &origin)?, &origin).map(HealthCheck::Machine).map_err(|e| match e {
+                ManifestError::Shape { origin, path, message } => {
+                    ManifestError::Shape { origin, path: v1beta2_path(&path), message }
+                }
+                other => other,
+            })
+        }
         (MEDIK8S_NHC_API_VERSION, "NodeHealthCheck") => read_as(&as_vigil(map), &origin).map(HealthCheck::Node),
         _ => Err(ManifestError::Unsupported { origin, api_version: api_version.to_string(), kind: kind.to_string() }),
     }
@@ -244,6 +256,151 @@ fn as_vigil(map: &serde_json::Map<String, Value>) -> Value {
     map.insert("apiVersion".into(), Value::String(crate::API_VERSION.into()));
     map.remove("status");
     Value::Object(map)
+}
+
+/// Where each Vigil spec field comes from in a Cluster API `v1beta2` MachineHealthCheck, so
+/// errors about a v1beta2 manifest name the field the user wrote (longest prefix first).
+const V1BETA2_PATHS: [(&str, &str); 6] = [
+    ("spec.unhealthyConditions", "spec.checks.unhealthyNodeConditions"),
+    ("spec.unhealthyMachineConditions", "spec.checks.unhealthyMachineConditions"),
+    ("spec.nodeStartupTimeout", "spec.checks.nodeStartupTimeoutSeconds"),
+    ("spec.maxUnhealthy", "spec.remediation.triggerIf.unhealthyLessThanOrEqualTo"),
+    ("spec.unhealthyRange", "spec.remediation.triggerIf.unhealthyInRange"),
+    ("spec.remediationTemplate", "spec.remediation.templateRef"),
+];
+
+/// A Cluster API `v1beta2` MachineHealthCheck rewritten to Vigil's `apiVersion` and field names
+/// (the `v1beta1` ones): `checks.*` and `remediation.*` move up, `…Seconds` integers become
+/// durations (`300` → `"300s"`). The meaning is unchanged: Cluster API converts between its two
+/// versions the same way. A field Vigil does not know is refused with its v1beta2 path.
+pub fn v1beta2_as_vigil(map: &serde_json::Map<String, Value>, origin: &Origin) -> Result<Value, ManifestError> {
+    let shape = |path: &str, message: &str| ManifestError::Shape {
+        origin: origin.clone(),
+        path: path.to_string(),
+        message: message.to_string(),
+    };
+    let mut out = map.clone();
+    out.insert("apiVersion".into(), Value::String(crate::API_VERSION.into()));
+    out.remove("status");
+    let Some(spec) = map.get("spec") else { return Ok(Value::Object(out)) };
+    let Some(spec) = spec.as_object() else {
+        return Err(shape("spec", &format!("invalid type: {}, expected a mapping", type_name(spec))));
+    };
+    let mut vigil = serde_json::Map::new();
+    let seconds = |path: &str, v: &Value| -> Result<Value, ManifestError> {
+        match v.as_i64() {
+            Some(n) => Ok(Value::String(format!("{n}s"))),
+            None => Err(shape(path, &format!("invalid type: {}, expected a whole number of seconds", type_name(v)))),
+        }
+    };
+    let mapping = |path: &str, v: &Value| -> Result<serde_json::Map<String, Value>, ManifestError> {
+        v.as_object()
+            .cloned()
+            .ok_or_else(|| shape(path, &format!("invalid type: {}, expected a mapping", type_name(v))))
+    };
+    let conditions = |path: &str, v: &Value| -> Result<Value, ManifestError> {
+        let Some(list) = v.as_array() else {
+            return Err(shape(path, &format!("invalid type: {}, expected a list", type_name(v))));
+        };
+        let mut out = Vec::with_capacity(list.len());
+        for (i, c) in list.iter().enumerate() {
+            let mut c = mapping(&format!("{path}[{i}]"), c)?;
+            if let Some(t) = c.remove("timeoutSeconds") {
+                c.insert("timeout".into(), seconds(&format!("{path}[{i}].timeoutSeconds"), &t)?);
+            } else if c.contains_key("timeout") {
+                return Err(shape(&format!("{path}[{i}].timeout"), "unknown field: v1beta2 calls it timeoutSeconds"));
+            }
+            out.push(Value::Object(c));
+        }
+        Ok(Value::Array(out))
+    };
+    for (key, value) in spec {
+        match key.as_str() {
+            "clusterName" | "selector" => {
+                vigil.insert(key.clone(), value.clone());
+            }
+            "checks" => {
+                for (k, v) in mapping("spec.checks", value)? {
+                    let path = format!("spec.checks.{k}");
+                    match k.as_str() {
+                        "nodeStartupTimeoutSeconds" => vigil.insert("nodeStartupTimeout".into(), seconds(&path, &v)?),
+                        "unhealthyNodeConditions" => vigil.insert("unhealthyConditions".into(), conditions(&path, &v)?),
+                        "unhealthyMachineConditions" => {
+                            vigil.insert("unhealthyMachineConditions".into(), conditions(&path, &v)?)
+                        }
+                        _ => return Err(shape(&path, UNKNOWN_FIELD)),
+                    };
+                }
+            }
+            "remediation" => {
+                for (k, v) in mapping("spec.remediation", value)? {
+                    let path = format!("spec.remediation.{k}");
+                    match k.as_str() {
+                        "templateRef" => vigil.insert("remediationTemplate".into(), v),
+                        "triggerIf" => {
+                            for (k, v) in mapping(&path, &v)? {
+                                match k.as_str() {
+                                    "unhealthyLessThanOrEqualTo" => vigil.insert("maxUnhealthy".into(), v),
+                                    "unhealthyInRange" => vigil.insert("unhealthyRange".into(), v),
+                                    _ => return Err(shape(&format!("{path}.{k}"), UNKNOWN_FIELD)),
+                                };
+                            }
+                            None
+                        }
+                        _ => return Err(shape(&path, UNKNOWN_FIELD)),
+                    };
+                }
+            }
+            _ => return Err(shape(&format!("spec.{key}"), UNKNOWN_FIELD)),
+        }
+    }
+    out.insert("spec".into(), Value::Object(vigil));
+    Ok(Value::Object(out))
+}
+
+/// The message for a spec field that is not part of the resource.
+const UNKNOWN_FIELD: &str = "unknown field: not part of the spec (a typo?); it would be ignored and its default used";
+
+/// Rewrites the field paths (and `…Seconds` values) of errors found in a document that was a
+/// Cluster API `v1beta2` MachineHealthCheck to the fields as written there; other documents'
+/// errors are returned as they are.
+pub fn as_written(
+    document: &Value,
+    mut errors: crate::validate::ValidationErrors,
+) -> crate::validate::ValidationErrors {
+    let is_v1beta2 = document.get("apiVersion").and_then(Value::as_str) == Some(CAPI_MHC_V1BETA2_API_VERSION);
+    if !is_v1beta2 {
+        return errors;
+    }
+    for e in &mut errors.errors {
+        e.path = v1beta2_path(&e.path);
+        if e.path.ends_with("Seconds")
+            && let Some(n) = e.value.strip_suffix('s').filter(|n| n.parse::<i64>().is_ok())
+        {
+            e.value = n.to_string();
+        }
+    }
+    errors
+}
+
+/// The v1beta2 path of a Vigil spec path (`spec.unhealthyConditions[0].timeout` →
+/// `spec.checks.unhealthyNodeConditions[0].timeoutSeconds`).
+pub fn v1beta2_path(path: &str) -> String {
+    for (vigil, upstream) in V1BETA2_PATHS {
+        if let Some(rest) = path.strip_prefix(vigil)
+            && (rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+        {
+            let rest = if (vigil == "spec.unhealthyConditions" || vigil == "spec.unhealthyMachineConditions")
+                && rest.ends_with(".timeout")
+            {
+                format!("{rest}Seconds")
+            } else {
+                rest.to_string()
+            };
+            return format!("{upstream}{rest}");
+        }
+    }
+    path.to_string()
 }
 
 /// Fields of upstream `ObjectReference`s that a template reference may carry and that mean
@@ -270,11 +427,7 @@ fn read_as<T: serde::de::DeserializeOwned>(v: &Value, origin: &Origin) -> Result
                 && TOLERATED_REFERENCE_FIELDS.iter().any(|f| path.ends_with(&format!(".{f}"))))
     });
     match typo {
-        Some(path) => Err(ManifestError::Shape {
-            origin: origin.clone(),
-            path,
-            message: "unknown field: not part of the spec (a typo?); it would be ignored and its default used".into(),
-        }),
+        Some(path) => Err(ManifestError::Shape { origin: origin.clone(), path, message: UNKNOWN_FIELD.into() }),
         None => Ok(value),
     }
 }
@@ -364,14 +517,120 @@ mod tests {
         assert!(text.ends_with(&accepted_list()), "{text}");
         assert!(text.contains("remediation.medik8s.io/v1alpha1 NodeHealthCheck"), "{text}");
 
-        let err = health_check_from_value(&mhc("cluster.x-k8s.io/v1beta2")).expect_err("unsupported version");
+        let err = health_check_from_value(&mhc("cluster.x-k8s.io/v1alpha4")).expect_err("unsupported version");
         assert!(!err.is_other_kind(), "an MHC of another version is an error, not something to skip");
-        assert!(err.to_string().contains("\"cluster.x-k8s.io/v1beta2\""), "{err}");
+        assert!(err.to_string().contains("\"cluster.x-k8s.io/v1alpha4\""), "{err}");
 
         let err = health_check_from_value(&json!({"kind": "NodeHealthCheck"})).expect_err("no apiVersion");
         assert_eq!(err.to_string(), "NodeHealthCheck/<unnamed>: not a Kubernetes object: apiVersion is missing");
         let err = health_check_from_value(&json!(["a"])).expect_err("a list");
         assert_eq!(err.to_string(), "not a Kubernetes object: expected a mapping, found a list");
+    }
+
+    fn v1beta2_mhc() -> Value {
+        json!({
+            "apiVersion": CAPI_MHC_V1BETA2_API_VERSION, "kind": "MachineHealthCheck",
+            "metadata": {"name": "workers", "namespace": "team-a"},
+            "spec": {
+                "clusterName": "prod",
+                "selector": {"matchLabels": {"pool": "a"}},
+                "checks": {
+                    "nodeStartupTimeoutSeconds": 600,
+                    "unhealthyNodeConditions": [{"type": "Ready", "status": "Unknown", "timeoutSeconds": 300}],
+                    "unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeoutSeconds": 120}]
+                },
+                "remediation": {
+                    "triggerIf": {"unhealthyLessThanOrEqualTo": "40%"},
+                    "templateRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3RemediationTemplate", "name": "m3"}
+                }
+            },
+            "status": {"conditions": [{"type": "RemediationAllowed", "status": "True"}]}
+        })
+    }
+
+    #[test]
+    fn reads_cluster_api_v1beta2_as_the_v1beta1_fields_it_converts_to() {
+        let HealthCheck::Machine(read) = health_check_from_value(&v1beta2_mhc()).expect("v1beta2 MHC") else {
+            panic!("not an MHC")
+        };
+        let same_in_v1beta1 = json!({
+            "apiVersion": CAPI_MHC_API_VERSION, "kind": "MachineHealthCheck",
+            "metadata": {"name": "workers", "namespace": "team-a"},
+            "spec": {
+                "clusterName": "prod",
+                "selector": {"matchLabels": {"pool": "a"}},
+                "nodeStartupTimeout": "600s",
+                "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "300s"}],
+                "unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeout": "120s"}],
+                "maxUnhealthy": "40%",
+                "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3RemediationTemplate", "name": "m3"}
+            }
+        });
+        let HealthCheck::Machine(want) = health_check_from_value(&same_in_v1beta1).expect("v1beta1 MHC") else {
+            panic!("not an MHC")
+        };
+        assert_eq!((read.metadata, read.spec, read.status), (want.metadata, want.spec, None));
+
+        let mut range = v1beta2_mhc();
+        range["spec"]["remediation"]["triggerIf"] = json!({"unhealthyInRange": "[1-3]"});
+        let HealthCheck::Machine(read) = health_check_from_value(&range).expect("range") else { panic!("not an MHC") };
+        assert_eq!((read.spec.unhealthy_range.as_deref(), read.spec.max_unhealthy), (Some("[1-3]"), None));
+    }
+
+    #[test]
+    fn v1beta2_errors_name_the_v1beta2_field() {
+        let cases = [
+            ("/spec/checks/nodeStartupTimeout", json!("10m"), "spec.checks.nodeStartupTimeout", "unknown field"),
+            (
+                "/spec/remediation/triggerIf/maxUnhealthy",
+                json!(1),
+                "spec.remediation.triggerIf.maxUnhealthy",
+                "unknown field",
+            ),
+            ("/spec/maxUnhealthy", json!(1), "spec.maxUnhealthy", "unknown field"),
+            (
+                "/spec/checks/nodeStartupTimeoutSeconds",
+                json!("10m"),
+                "spec.checks.nodeStartupTimeoutSeconds",
+                "expected a whole number of seconds",
+            ),
+            (
+                "/spec/checks/unhealthyNodeConditions/0/timeoutSeconds",
+                json!(1.5),
+                "spec.checks.unhealthyNodeConditions[0].timeoutSeconds",
+                "expected a whole number of seconds",
+            ),
+            (
+                "/spec/checks/unhealthyNodeConditions/0/status",
+                json!(false),
+                "spec.checks.unhealthyNodeConditions[0].status",
+                "invalid type",
+            ),
+        ];
+        for (pointer, value, path, words) in cases {
+            let mut v = v1beta2_mhc();
+            let (parent, field) = pointer.rsplit_once('/').expect("pointer");
+            v.pointer_mut(parent).and_then(Value::as_object_mut).expect("parent").insert(field.into(), value);
+            let err = health_check_from_value(&v).expect_err(pointer);
+            let ManifestError::Shape { path: got, message, .. } = &err else { panic!("{err:?}") };
+            assert_eq!(got, path, "{pointer}");
+            assert!(message.contains(words), "{pointer}: {message}");
+        }
+
+        // Admission errors found on the converted spec are reported on the v1beta2 fields.
+        let mut v = v1beta2_mhc();
+        v["spec"]["checks"]["nodeStartupTimeoutSeconds"] = json!(15);
+        v["spec"]["checks"]["unhealthyNodeConditions"][0]["status"] = json!("Maybe");
+        let HealthCheck::Machine(m) = health_check_from_value(&v).expect("reads") else { panic!("not an MHC") };
+        let errors = as_written(&v, crate::validate::machine_health_check(&m).expect_err("invalid"));
+        let got: Vec<(String, String)> = errors.errors.iter().map(|e| (e.path.clone(), e.value.clone())).collect();
+        assert_eq!(
+            got,
+            [
+                ("spec.checks.unhealthyNodeConditions[0].status".to_string(), "Maybe".to_string()),
+                ("spec.checks.nodeStartupTimeoutSeconds".to_string(), "15".to_string()),
+            ]
+        );
     }
 
     #[test]

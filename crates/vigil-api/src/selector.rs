@@ -41,6 +41,12 @@ impl Selector {
         let mut requirements = Vec::new();
         if let Some(labels) = &sel.match_labels {
             for (k, v) in labels {
+                if let Err(message) = check_label_key(k) {
+                    problems.push(SelectorProblem { path: "matchLabels".into(), value: k.clone(), message });
+                }
+                if let Err(message) = check_label_value(v) {
+                    problems.push(SelectorProblem { path: format!("matchLabels.{k}"), value: v.clone(), message });
+                }
                 requirements.push(Requirement::In(k.clone(), vec![v.clone()]));
             }
         }
@@ -74,6 +80,13 @@ impl Selector {
                     value: String::new(),
                     message: "must not be empty".into(),
                 });
+            } else if let Err(message) = check_label_key(&expr.key) {
+                problems.push(SelectorProblem { path: format!("{path}.key"), value: expr.key.clone(), message });
+            }
+            for (j, v) in expr.values.iter().flatten().enumerate() {
+                if let Err(message) = check_label_value(v) {
+                    problems.push(SelectorProblem { path: format!("{path}.values[{j}]"), value: v.clone(), message });
+                }
             }
         }
         if problems.is_empty() && requirements.is_empty() {
@@ -102,6 +115,52 @@ impl Selector {
             Requirement::DoesNotExist(k) => get(k).is_none(),
         })
     }
+}
+
+/// What a label key must look like, said once for every message that refuses one.
+pub const LABEL_KEY_RULE: &str = "must be a label key: an optional DNS subdomain prefix and '/', then a name of \
+     1 to 63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit";
+/// What a label value must look like.
+pub const LABEL_VALUE_RULE: &str = "must be a label value: empty, or 1 to 63 letters, digits, '-', '_' or '.' \
+     starting and ending with a letter or digit";
+
+/// Kubernetes' label name (the part of a key after `/`, and a non-empty value): the API server
+/// refuses any other, so a selector using one could never match.
+fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    let edge = |c: u8| c.is_ascii_alphanumeric();
+    !b.is_empty()
+        && b.len() <= 63
+        && edge(b[0])
+        && edge(b[b.len() - 1])
+        && b.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// A DNS-1123 subdomain (a label key's prefix): dot-separated lowercase labels, at most 253.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            let edge = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+            !b.is_empty()
+                && edge(b[0])
+                && edge(b[b.len() - 1])
+                && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        })
+}
+
+/// Checks a label key (`[prefix/]name`), as the API server does for labels.
+pub fn check_label_key(key: &str) -> Result<(), String> {
+    let ok = match key.split_once('/') {
+        Some((prefix, name)) => is_dns_subdomain(prefix) && is_label_name(name),
+        None => is_label_name(key),
+    };
+    if ok { Ok(()) } else { Err(LABEL_KEY_RULE.to_string()) }
+}
+
+/// Checks a label value (empty is allowed), as the API server does for labels.
+pub fn check_label_value(value: &str) -> Result<(), String> {
+    if value.is_empty() || is_label_name(value) { Ok(()) } else { Err(LABEL_VALUE_RULE.to_string()) }
 }
 
 #[cfg(test)]
@@ -164,5 +223,42 @@ mod tests {
         let paths: Vec<_> = bad.iter().map(|p| p.path.as_str()).collect();
         assert_eq!(paths, ["matchExpressions[0].operator", "matchExpressions[1].values", "matchExpressions[2].values"]);
         assert_eq!(bad[0].value, "Equals");
+    }
+
+    #[test]
+    fn label_keys_and_values_follow_kubernetes_syntax() {
+        let keys_ok = ["pool", "cluster.x-k8s.io/cluster-name", "a", "A_b.c-d", "x.y/Z9", &"k".repeat(63)];
+        for k in keys_ok {
+            assert_eq!(check_label_key(k), Ok(()), "{k}");
+        }
+        let long_name = "k".repeat(64);
+        let keys_bad = ["", "-pool", "pool-", "a/b/c", "/name", "Prefix.io/name", "a..b/name", "pool name", &long_name];
+        for k in keys_bad {
+            assert!(check_label_key(k).is_err(), "{k:?} must be refused");
+        }
+        for v in ["", "a", "workers-1", "v1.2_3"] {
+            assert_eq!(check_label_value(v), Ok(()), "{v}");
+        }
+        for v in ["-a", "a b", "a/b", &"v".repeat(64)] {
+            assert!(check_label_value(v).is_err(), "{v:?} must be refused");
+        }
+
+        let bad = Selector::compile(&LabelSelector {
+            match_labels: Some(labels(&[("bad key", "ok"), ("pool", "not ok")])),
+            match_expressions: Some(vec![expr("zone/", "In", &["z1", "z 2"])]),
+        })
+        .expect_err("bad syntax");
+        let got: Vec<(&str, &str)> = bad.iter().map(|p| (p.path.as_str(), p.value.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("matchLabels", "bad key"),
+                ("matchLabels.pool", "not ok"),
+                ("matchExpressions[0].key", "zone/"),
+                ("matchExpressions[0].values[1]", "z 2"),
+            ]
+        );
+        assert_eq!(bad[0].message, LABEL_KEY_RULE);
+        assert_eq!(bad[1].message, LABEL_VALUE_RULE);
     }
 }

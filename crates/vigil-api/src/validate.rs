@@ -115,7 +115,7 @@ pub struct MhcPolicy {
 pub enum NhcThreshold {
     /// `minHealthy` (a percentage rounds up).
     MinHealthy(IntOrPercent),
-    /// `maxUnhealthy` (a percentage rounds down).
+    /// `maxUnhealthy` (a percentage rounds up, as medik8s: 75% of 10 allows 8).
     MaxUnhealthy(IntOrPercent),
 }
 
@@ -159,6 +159,15 @@ pub struct NhcPolicy {
     /// How long to keep blocking after a storm.
     pub storm_cooldown: SignedDuration,
 }
+
+/// Machine conditions an `unhealthyMachineConditions` rule may not name (Cluster API's CRD rule):
+/// summaries of the Machine, or conditions the health check itself writes, whose use would feed
+/// a check's verdict back into itself.
+pub const RESERVED_MACHINE_CONDITIONS: [&str; 5] =
+    ["Ready", "Available", "HealthCheckSucceeded", "OwnerRemediated", "ExternallyRemediated"];
+
+/// Template kind of medik8s' MachineDeletionRemediation, which upstream forbids with `maxUnhealthy`.
+pub const MACHINE_DELETION_REMEDIATION_TEMPLATE: &str = "MachineDeletionRemediationTemplate";
 
 /// Smallest non-zero `nodeStartupTimeout` upstream accepts.
 pub const MIN_NODE_STARTUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
@@ -340,6 +349,18 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
     let selector = c.selector("spec.selector", &spec.selector);
     let node_conditions = rules(&mut c, "spec.unhealthyConditions", &spec.unhealthy_conditions);
     let machine_conditions = rules(&mut c, "spec.unhealthyMachineConditions", &spec.unhealthy_machine_conditions);
+    for (i, u) in spec.unhealthy_machine_conditions.iter().enumerate() {
+        if RESERVED_MACHINE_CONDITIONS.contains(&u.type_.as_str()) {
+            c.push(
+                format!("spec.unhealthyMachineConditions[{i}].type"),
+                &u.type_,
+                format!(
+                    "must not be one of {}: they summarise the Machine or are written by the health check itself",
+                    RESERVED_MACHINE_CONDITIONS.join(", ")
+                ),
+            );
+        }
+    }
 
     let node_startup_timeout = match spec.node_startup_timeout.as_deref() {
         None => Some(Some(DEFAULT_NODE_STARTUP_TIMEOUT)),
@@ -358,8 +379,34 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         }),
     };
 
+    if let Some(given) = spec.selector.match_labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL))
+        && given != &spec.cluster_name
+    {
+        c.push(
+            format!("spec.selector.matchLabels.{CLUSTER_NAME_LABEL}"),
+            given,
+            format!(
+                "must equal spec.clusterName {:?}: the check only looks at that cluster's Machines",
+                spec.cluster_name
+            ),
+        );
+    }
+
     let max_unhealthy = match &spec.max_unhealthy {
         None => Some(IntOrPercent::Percent(100)),
+        // Cluster API reads a string as a percentage only: "10" is refused, not taken as 10.
+        Some(IntOrString::String(text)) if !text.trim().ends_with('%') => {
+            c.push(
+                "spec.maxUnhealthy",
+                text,
+                format!(
+                    "a string must be a percentage such as 40%; write a count as a number (maxUnhealthy: {}, not \"{}\")",
+                    text.trim(),
+                    text.trim()
+                ),
+            );
+            None
+        }
         Some(v) => c.threshold("spec.maxUnhealthy", v),
     };
     let range = match spec.unhealthy_range.as_deref() {
@@ -500,6 +547,26 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             None
         }
     };
+
+    // medik8s: a MachineDeletionRemediation deletes Machines, and the MachineSet replacing them
+    // makes the node count move under a maxUnhealthy limit; upstream allows only minHealthy.
+    if let Some(max) = &spec.max_unhealthy {
+        let deleting = spec
+            .remediation_template
+            .iter()
+            .map(|t| ("spec.remediationTemplate".to_string(), t))
+            .chain(spec.escalating_remediations.iter().enumerate().map(|(i, e)| {
+                (format!("spec.escalatingRemediations[{i}].remediationTemplate"), &e.remediation_template)
+            }))
+            .find(|(_, t)| t.kind == MACHINE_DELETION_REMEDIATION_TEMPLATE);
+        if let Some((path, _)) = deleting {
+            c.push(
+                "spec.maxUnhealthy",
+                render_int_or_string(max),
+                format!("cannot be combined with a {MACHINE_DELETION_REMEDIATION_TEMPLATE} ({path}); use minHealthy"),
+            );
+        }
+    }
 
     for (i, p) in spec.pause_requests.iter().enumerate() {
         if p.trim().is_empty() {

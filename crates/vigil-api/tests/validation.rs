@@ -176,6 +176,80 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
             "must not be negative",
         ),
         case(
+            "MHC string count without %: Cluster API reads a string as a percentage only",
+            mhc(),
+            &[set("/spec/maxUnhealthy", json!("10"))],
+            "spec.maxUnhealthy",
+            "10",
+            "a string must be a percentage such as 40%; write a count as a number (maxUnhealthy: 10, not \"10\")",
+        ),
+        case(
+            "MHC selector for another cluster",
+            mhc(),
+            &[set(
+                "/spec/selector/matchLabels",
+                json!({"pool": "workers", "cluster.x-k8s.io/cluster-name": "staging"}),
+            )],
+            "spec.selector.matchLabels.cluster.x-k8s.io/cluster-name",
+            "staging",
+            "must equal spec.clusterName \"prod\": the check only looks at that cluster's Machines",
+        ),
+        case(
+            "label key that is not label syntax",
+            mhc(),
+            &[set("/spec/selector/matchLabels", json!({"node pool": "workers"}))],
+            "spec.selector.matchLabels",
+            "node pool",
+            "must be a label key",
+        ),
+        case(
+            "label value that is not label syntax",
+            mhc(),
+            &[set("/spec/selector/matchLabels", json!({"pool": "workers/a"}))],
+            "spec.selector.matchLabels.pool",
+            "workers/a",
+            "must be a label value",
+        ),
+        case(
+            "expression key that is not label syntax",
+            nhc(),
+            &[set("/spec/selector/matchExpressions/0/key", json!("-worker"))],
+            "spec.selector.matchExpressions[0].key",
+            "-worker",
+            "must be a label key",
+        ),
+        case(
+            "NHC maxUnhealthy with a MachineDeletionRemediation template",
+            nhc(),
+            &[
+                unset("/spec/minHealthy"),
+                set("/spec/maxUnhealthy", json!(1)),
+                set("/spec/remediationTemplate", template("MachineDeletionRemediationTemplate", "delete")),
+            ],
+            "spec.maxUnhealthy",
+            "1",
+            "cannot be combined with a MachineDeletionRemediationTemplate (spec.remediationTemplate); use minHealthy",
+        ),
+        case(
+            "NHC maxUnhealthy with a MachineDeletionRemediation escalation step",
+            nhc(),
+            &[
+                unset("/spec/minHealthy"),
+                set("/spec/maxUnhealthy", json!("20%")),
+                unset("/spec/remediationTemplate"),
+                set(
+                    "/spec/escalatingRemediations",
+                    json!([
+                        {"remediationTemplate": template("RebootTemplate", "reboot"), "order": 1, "timeout": "5m"},
+                        {"remediationTemplate": template("MachineDeletionRemediationTemplate", "delete"), "order": 2, "timeout": "10m"}
+                    ]),
+                ),
+            ],
+            "spec.maxUnhealthy",
+            "20%",
+            "cannot be combined with a MachineDeletionRemediationTemplate (spec.escalatingRemediations[1].remediationTemplate); use minHealthy",
+        ),
+        case(
             "NHC percent above 100",
             nhc(),
             &[set("/spec/minHealthy", json!("101%"))],
@@ -312,6 +386,17 @@ fn every_admission_rule_refuses_with_path_value_and_reason() {
             "spec.unhealthyMachineConditions[0].timeout",
             "-1h",
             "must not be negative",
+        ),
+        case(
+            "a machine condition the check itself writes",
+            mhc(),
+            &[set(
+                "/spec/unhealthyMachineConditions",
+                json!([{"type": "HealthCheckSucceeded", "status": "False", "timeout": "1m"}]),
+            )],
+            "spec.unhealthyMachineConditions[0].type",
+            "HealthCheckSucceeded",
+            "must not be one of Ready, Available, HealthCheckSucceeded, OwnerRemediated, ExternallyRemediated: they summarise the Machine or are written by the health check itself",
         ),
         case(
             "negative NHC duration",

@@ -122,17 +122,25 @@ fn deadline_passed(since: Timestamp, timeout: SignedDuration, now: Timestamp) ->
     }
 }
 
+/// A condition as [`match_rules`] reads it: status, transition time, reason.
+type Observed<'c> = (&'c str, Option<Timestamp>, &'c str);
+/// A rule that holds (no instant) or will hold at an instant, with the condition's reason.
+type RuleMatch<'r, 'c> = (&'r ConditionRule, Option<Timestamp>, &'c str);
+
 /// Checks a list of conditions against the rules: the first rule held past its timeout, or the
 /// earliest instant one will be (`Err`), or neither. A matching condition without a transition
 /// time cannot be timed and is reported as unreadable.
-fn match_rules<'c>(
-    rules: &[ConditionRule],
-    find: impl Fn(&str) -> Option<(&'c str, Option<Timestamp>)>,
+///
+/// A rule that holds comes with the condition's reason (empty when it has none), which the
+/// message carries as upstream's does.
+fn match_rules<'r, 'c>(
+    rules: &'r [ConditionRule],
+    find: impl Fn(&str) -> Option<Observed<'c>>,
     now: Timestamp,
-) -> Result<Option<(&ConditionRule, Option<Timestamp>)>, String> {
+) -> Result<Option<RuleMatch<'r, 'c>>, String> {
     let mut pending = Earliest::default();
     for rule in rules {
-        let Some((status, since)) = find(&rule.type_) else { continue };
+        let Some((status, since, why)) = find(&rule.type_) else { continue };
         if status != rule.status {
             continue;
         }
@@ -140,11 +148,11 @@ fn match_rules<'c>(
             return Err(format!("condition {} has no lastTransitionTime", rule.type_));
         };
         match deadline_passed(since, rule.timeout, now) {
-            Ok(()) => return Ok(Some((rule, None))),
+            Ok(()) => return Ok(Some((rule, None, why))),
             Err(at) => pending.offer(at),
         }
     }
-    Ok(pending.0.map(|at| (&rules[0], Some(at))).filter(|_| !rules.is_empty()))
+    Ok(pending.0.map(|at| (&rules[0], Some(at), "")).filter(|_| !rules.is_empty()))
 }
 
 /// Rule 2 of the spec, in its order: remediate annotation, failure, control plane not
@@ -197,24 +205,28 @@ pub fn evaluate(
     let mut pending = Earliest::default();
     let machine_match = match_rules(
         &policy.machine_conditions,
-        |t| conditions::find(&machine.conditions, t).map(|c| (c.status.as_str(), c.last_transition_time)),
+        |t| {
+            conditions::find(&machine.conditions, t)
+                .map(|c| (c.status.as_str(), c.last_transition_time, c.reason.as_deref().unwrap_or("")))
+        },
         now,
     );
     match machine_match {
         Err(why) => return Verdict::NotEvaluated { why: format!("Machine {why}"), counts_healthy: false },
-        Ok(Some((rule, None))) => {
+        Ok(Some((rule, None, why))) => {
             return Verdict::Unhealthy {
                 reason: reason::UNHEALTHY_MACHINE,
                 message: format!(
-                    "Health check failed: Condition {} on Machine {} reports {} for more than {}",
+                    "Health check failed: Condition {} on Machine {} is reporting status {}{} for more than {}",
                     rule.type_,
                     machine.meta.name,
                     rule.status,
+                    with_reason(why),
                     format_go_duration(rule.timeout)
                 ),
             };
         }
-        Ok(Some((_, Some(at)))) => pending.offer(at),
+        Ok(Some((_, Some(at), _))) => pending.offer(at),
         Ok(None) => {}
     }
 
@@ -270,25 +282,29 @@ pub fn evaluate(
             let node_match = match_rules(
                 &policy.node_conditions,
                 |t| {
-                    node_conditions
-                        .iter()
-                        .find(|c| c.type_ == t)
-                        .map(|c| (c.status.as_str(), c.last_transition_time.as_ref().map(|t| t.0)))
+                    node_conditions.iter().find(|c| c.type_ == t).map(|c| {
+                        (
+                            c.status.as_str(),
+                            c.last_transition_time.as_ref().map(|t| t.0),
+                            c.reason.as_deref().unwrap_or(""),
+                        )
+                    })
                 },
                 now,
             );
             match node_match {
                 Err(why) => Verdict::NotEvaluated { why: format!("Node {name} {why}"), counts_healthy: false },
-                Ok(Some((rule, None))) => Verdict::Unhealthy {
+                Ok(Some((rule, None, why))) => Verdict::Unhealthy {
                     reason: reason::UNHEALTHY_NODE,
                     message: format!(
-                        "Health check failed: Condition {} on Node {name} is reporting status {} for more than {}",
+                        "Health check failed: Condition {} on Node {name} is reporting status {}{} for more than {}",
                         rule.type_,
                         rule.status,
+                        with_reason(why),
                         format_go_duration(rule.timeout)
                     ),
                 },
-                Ok(Some((_, Some(at)))) => {
+                Ok(Some((_, Some(at), _))) => {
                     pending.offer(at);
                     Verdict::Pending { until: pending.0.unwrap_or(at) }
                 }
@@ -299,6 +315,11 @@ pub fn evaluate(
             }
         }
     }
+}
+
+/// ` with reason R` for a condition that has a reason, as upstream's messages say it.
+fn with_reason(why: &str) -> String {
+    if why.is_empty() { String::new() } else { format!(" with reason {why}") }
 }
 
 /// Whether remediation is allowed with `unhealthy` of `total` targets not healthy, and how many
@@ -313,9 +334,8 @@ pub fn remediation_budget(
         MhcShortCircuit::Range(range) => {
             let allowed = range.contains(unhealthy);
             let left = if allowed { u64::from(range.max) - unhealthy } else { 0 };
-            let phrase =
-                if unhealthy < u64::from(range.min) { "is below unhealthyRange" } else { "exceeds unhealthyRange" };
-            (allowed, left, (phrase, format!("unhealthyRange: {range}")))
+            // upstream's wording, for a count below the range as for one above it
+            (allowed, left, ("does not fall within the range", format!("unhealthyRange: {range}")))
         }
         MhcShortCircuit::MaxUnhealthy(max) => {
             let limit = max.scaled(total, Rounding::Down);

@@ -76,10 +76,12 @@ const PHASE_ENABLED: &str = "Enabled";
 const REASON_ALLOWED: &str = "RemediationAllowed";
 const REASON_TOO_FEW_HEALTHY: &str = "TooFewHealthy";
 const REASON_STORM_COOLDOWN: &str = "StormCooldown";
-const REASON_TEMPLATE_NOT_FOUND: &str = "TemplateNotFound";
-const REASON_INVALID_TEMPLATE: &str = "InvalidTemplate";
+const REASON_TEMPLATE_NOT_FOUND: &str = "RemediationTemplateNotFound";
+const REASON_INVALID_TEMPLATE: &str = "RemediationTemplateInvalid";
 const REASON_ENABLED: &str = "Enabled";
 const REASON_CONTROL_PLANE_BUSY: &str = "ControlPlaneRemediationInProgress";
+/// A remediation object of the name this check would use exists and belongs to someone else.
+const REASON_OBJECT_EXISTS: &str = "RemediationObjectExists";
 
 /// Kind of the owner reference that marks the check's own remediation objects.
 const OWNER_KIND: &str = "NodeHealthCheck";
@@ -395,6 +397,8 @@ struct Pass<'a> {
     disabled_changed: bool,
     cp_busy: Vec<&'a str>,
     cp_taken: bool,
+    /// Remediation objects of the steps' kinds that this check does not own.
+    foreign: Vec<&'a RemediationView>,
     actions: Vec<Action>,
     notices: Vec<Notice>,
     wake: Earliest,
@@ -462,6 +466,27 @@ impl<'a> Pass<'a> {
         }
         let generate = view.meta.annotations.get(MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION).is_some_and(|v| v == "true");
         let kind = step.template.remediation_kind();
+        if !generate
+            && let Some(other) = self
+                .foreign
+                .iter()
+                .find(|r| r.meta.kind == kind && r.meta.namespace == step.template.namespace && r.meta.name == name)
+        {
+            // The object this check would make exists and is not ours: leave it alone, and do
+            // not list it in the status as a remediation this check started.
+            let owner = other
+                .meta
+                .owners
+                .first()
+                .map_or_else(|| "no owner".to_string(), |o| format!("owner {} {}", o.kind, o.name));
+            return Requested::Skipped(
+                REASON_OBJECT_EXISTS,
+                format!(
+                    "Cannot remediate node {name}: {kind} {}/{name} already exists and belongs to another check ({owner})",
+                    step.template.namespace
+                ),
+            );
+        }
         let mut metadata = Map::new();
         metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
         if generate {
@@ -526,8 +551,9 @@ impl<'a> Pass<'a> {
         if book.has_in_flight(first) {
             // Completing an earlier plan's request is not a new remediation.
             if let Requested::Skipped(reason, message) = self.request(name, 0, book)
-                && self.disabled_changed
+                && (self.disabled_changed || reason == REASON_OBJECT_EXISTS)
             {
+                // (the request's record is dropped with an existing foreign object: said once)
                 self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
             }
             return;
@@ -559,10 +585,14 @@ impl<'a> Pass<'a> {
             }
             return;
         }
-        if let Requested::Done = self.request(name, 0, book)
-            && cp
-        {
-            self.cp_taken = true;
+        match self.request(name, 0, book) {
+            Requested::Done if cp => self.cp_taken = true,
+            Requested::Done => {}
+            Requested::Skipped(reason, message) => {
+                if news {
+                    self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+                }
+            }
         }
     }
 
@@ -705,7 +735,7 @@ fn threshold_text(t: NhcThreshold, observed: usize) -> String {
     match t {
         NhcThreshold::MinHealthy(v) => format!("minHealthy {v} (needs {} healthy)", v.scaled(observed, Rounding::Up)),
         NhcThreshold::MaxUnhealthy(v) => {
-            format!("maxUnhealthy {v} (allows {} unhealthy)", v.scaled(observed, Rounding::Down))
+            format!("maxUnhealthy {v} (allows {} unhealthy)", v.scaled(observed, Rounding::Up))
         }
     }
 }
@@ -713,7 +743,8 @@ fn threshold_text(t: NhcThreshold, observed: usize) -> String {
 fn threshold_met(t: NhcThreshold, observed: usize, healthy: usize) -> bool {
     match t {
         NhcThreshold::MinHealthy(v) => healthy as u64 >= v.scaled(observed, Rounding::Up),
-        NhcThreshold::MaxUnhealthy(v) => (observed - healthy) as u64 <= v.scaled(observed, Rounding::Down),
+        // medik8s rounds a maxUnhealthy percentage up (75% of 10 allows 8), unlike Cluster API
+        NhcThreshold::MaxUnhealthy(v) => (observed - healthy) as u64 <= v.scaled(observed, Rounding::Up),
     }
 }
 
@@ -969,6 +1000,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         disabled_changed,
         cp_busy,
         cp_taken: false,
+        foreign: input.remediations.iter().copied().filter(|r| !owned_by_check(r, check_name, check_uid)).collect(),
         actions: Vec::new(),
         notices: Vec::new(),
         wake,
@@ -1032,12 +1064,21 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
                 if prev_entry.is_none()
                     && let Some(r) = policy.conditions.get(rule)
                 {
+                    // The condition's reason says what broke, as upstream's messages do.
+                    let why = node
+                        .status
+                        .as_ref()
+                        .and_then(|st| st.conditions.as_deref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == r.type_ && c.status == r.status))
+                        .and_then(|c| c.reason.as_deref())
+                        .filter(|reason| !reason.is_empty())
+                        .map_or_else(String::new, |reason| format!(" with reason {reason}"));
                     pass.notices.push(notice(
                         NoticeKind::Unhealthy,
                         s.name,
                         rule_text(r),
                         format!(
-                            "Node {} has had condition {} for more than {}",
+                            "Node {} has had condition {}{why} for more than {}",
                             s.name,
                             rule_text(r),
                             format_go_duration(r.timeout)

@@ -394,6 +394,31 @@ fn rule2_cluster_readiness_gates_the_verdict() {
 }
 
 #[test]
+fn rule2_unhealthy_messages_carry_the_condition_reason_as_upstream() {
+    // Cluster API: "Condition %s on Node is reporting status %s with reason %s for more than %s"
+    // (and the same for Machine conditions); the reason tells an operator what broke.
+    let world = MhcWorld::new()
+        .spec("unhealthyMachineConditions", json!([{"type": "NodeHealthy", "status": "False", "timeout": "120s"}]))
+        .machine_with_node(machine("m1"), "False", t0())
+        .machine_with_node(machine("m2").condition("NodeHealthy", "False", t0()), "True", t0());
+    let plan = world.decide(now());
+    let mut unhealthy: Vec<(Option<String>, String)> = plan
+        .notices
+        .iter()
+        .filter(|n| n.kind == NoticeKind::Unhealthy)
+        .map(|n| (n.target.clone(), n.message.clone()))
+        .collect();
+    unhealthy.sort();
+    let m1 = unhealthy[0].1.as_str();
+    assert!(m1.starts_with("Health check failed: Condition Ready on Node "), "{m1}");
+    assert!(m1.ends_with(" is reporting status False with reason Test for more than 5m0s"), "{m1}");
+    assert_eq!(
+        unhealthy[1].1,
+        "Health check failed: Condition NodeHealthy on Machine m2 is reporting status False with reason Test for more than 2m0s"
+    );
+}
+
+#[test]
 fn rule2_unhealthy_machine_conditions() {
     let world = || {
         MhcWorld::new()
@@ -764,13 +789,13 @@ fn rule3_blocked_message_names_total_unhealthy_and_limit() {
             json!({"unhealthyRange": "[2-3]"}),
             4,
             1,
-            "is below unhealthyRange (total: 4, unhealthy: 1, unhealthyRange: [2-3])",
+            "does not fall within the range (total: 4, unhealthy: 1, unhealthyRange: [2-3])",
         ),
         (
             json!({"unhealthyRange": "[0-1]"}),
             4,
             2,
-            "exceeds unhealthyRange (total: 4, unhealthy: 2, unhealthyRange: [0-1])",
+            "does not fall within the range (total: 4, unhealthy: 2, unhealthyRange: [0-1])",
         ),
     ];
     for (spec, total, unhealthy, want) in cases {

@@ -394,11 +394,16 @@ fn rule2_unhealthy_reason_names_the_first_expired_rule() {
         {"type": "Ready", "status": "Unknown", "duration": "5m"},
         {"type": "DiskPressure", "status": "True", "duration": "90s"},
     ]}));
-    let w = world(s, vec![node("n2").ready("Unknown", at(0)).cond("DiskPressure", "True", Some(at(0))).build()]);
+    let mut n2 = node("n2").ready("Unknown", at(0)).cond("DiskPressure", "True", Some(at(0)));
+    n2.0["status"]["conditions"][1]["reason"] = json!("KubeletHasDiskPressure");
+    let w = world(s, vec![n2.build()]);
     let plan = w.decide(at(100));
     let n = plan.notices.iter().find(|n| n.kind == NoticeKind::Unhealthy).expect("unhealthy notice");
     assert_eq!(n.reason, "DiskPressure=True");
-    assert_eq!(n.message, "Node n2 has had condition DiskPressure=True for more than 1m30s");
+    assert_eq!(
+        n.message, "Node n2 has had condition DiskPressure=True with reason KubeletHasDiskPressure for more than 1m30s",
+        "the condition's reason says what broke"
+    );
 }
 
 // ---------------------------------------------------------------- rule 3: exclusion
@@ -442,6 +447,10 @@ fn rule4_threshold_allows_or_blocks() {
         ("maxUnhealthy", json!("40%"), 5, 2, true, "maxUnhealthy 40% (allows 2 unhealthy)"),
         ("maxUnhealthy", json!("40%"), 5, 3, false, "maxUnhealthy 40% (allows 2 unhealthy)"),
         ("maxUnhealthy", json!(0), 3, 1, false, "maxUnhealthy 0 (allows 0 unhealthy)"),
+        // a percentage rounds up, as medik8s does: 75% of 10 is 7.5, so 8 are allowed
+        ("maxUnhealthy", json!("75%"), 10, 8, true, "maxUnhealthy 75% (allows 8 unhealthy)"),
+        ("maxUnhealthy", json!("75%"), 10, 9, false, "maxUnhealthy 75% (allows 8 unhealthy)"),
+        ("maxUnhealthy", json!("40%"), 7, 3, true, "maxUnhealthy 40% (allows 3 unhealthy)"),
         // an absolute value above the node count just allows
         ("maxUnhealthy", json!(10), 3, 3, true, "maxUnhealthy 10 (allows 10 unhealthy)"),
     ];
@@ -735,15 +744,15 @@ fn rule7_a_missing_or_invalid_template_disables_remediation() {
     .expect("template");
     // (template, reason, problem)
     let table: Vec<(Option<TemplateView>, &str, &str)> = vec![
-        (None, "TemplateNotFound", "remediation template SelfNodeRemediationTemplate medik8s/snr not found"),
+        (None, "RemediationTemplateNotFound", "remediation template SelfNodeRemediationTemplate medik8s/snr not found"),
         (
             Some(invalid_no_template),
-            "InvalidTemplate",
+            "RemediationTemplateInvalid",
             "remediation template SelfNodeRemediationTemplate medik8s/snr has no spec.template",
         ),
         (
             Some(invalid_no_spec),
-            "InvalidTemplate",
+            "RemediationTemplateInvalid",
             "remediation template SelfNodeRemediationTemplate medik8s/snr has no spec.template.spec",
         ),
     ];
@@ -818,6 +827,47 @@ fn rule7_only_objects_owned_by_this_check_count() {
         assert_eq!(plan.status.healthy_nodes, if ours { 2 } else { 3 }, "case {i}");
         assert_eq!(deleted(&plan).len(), usize::from(ours), "case {i}: only our own objects are cleaned up");
     }
+}
+
+#[test]
+fn rule7_an_object_of_our_name_owned_by_another_check_is_not_listed_as_ours() {
+    let foreign = {
+        let mut v = snr("n1", at(0));
+        v["metadata"]["ownerReferences"][0]["name"] = json!("other-check");
+        v["metadata"]["ownerReferences"][0]["uid"] = json!("other-uid");
+        v
+    };
+    let mut w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+    w.objects.push(view(foreign.clone()));
+    let plan = w.step(at(301));
+    assert_eq!(plan.actions, vec![], "the other check's object is left alone and not re-created");
+    let [entry] = plan.status.unhealthy_nodes.as_slice() else { panic!("n1 listed: {:?}", plan.status) };
+    assert_eq!((entry.name.as_str(), entry.remediations.len()), ("n1", 0), "no remediation this check did not start");
+    assert_eq!(plan.status.phase.as_deref(), Some("Enabled"));
+    let skipped: Vec<_> = plan.notices.iter().filter(|n| n.kind == NoticeKind::RemediationSkipped).collect();
+    assert_eq!(skipped.len(), 1);
+    assert_eq!(skipped[0].reason, "RemediationObjectExists");
+    assert_eq!(
+        skipped[0].message,
+        "Cannot remediate node n1: SelfNodeRemediation medik8s/n1 already exists and belongs to another check (owner NodeHealthCheck other-check)"
+    );
+    let again = w.step(at(302));
+    assert_eq!((again.actions.len(), again.notices.len()), (0, 0), "said once: {:?}", again.notices);
+
+    // A create this check asked for, answered by someone else's object of that name (the API
+    // server refused ours as AlreadyExists): the record of the request is dropped.
+    let mut w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+    let asked = w.decide(at(301));
+    assert_eq!(created_targets(&asked), strs(&["n1"]));
+    w.check.status = Some(asked.status.clone());
+    assert_eq!(asked.status.phase.as_deref(), Some("Remediating"));
+    w.objects.push(view(foreign));
+    let plan = w.decide(at(302));
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(plan.status.unhealthy_nodes[0].remediations, vec![]);
+    assert_eq!(plan.status.phase.as_deref(), Some("Enabled"));
+    let reasons: Vec<&str> = plan.notices.iter().map(|n| n.reason.as_str()).collect();
+    assert_eq!(reasons, ["RemediationObjectExists"]);
 }
 
 #[test]

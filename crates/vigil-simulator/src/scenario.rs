@@ -215,7 +215,11 @@ fn duration(path: &str, text: &str) -> Result<SignedDuration, ScenarioError> {
 impl Scenario {
     /// Parses and checks a scenario file's text.
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-        let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+        let mut raw: RawScenario =
+            serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| match e.without_snippet() {
+                serde_saphyr::Error::Budget { breach, .. } => ScenarioError::Syntax(too_large(breach)),
+                _ => ScenarioError::Syntax(e.to_string()),
+            })?;
         let start_text = raw.start.as_deref().unwrap_or(DEFAULT_START);
         let start: Timestamp = start_text.parse().map_err(|_| {
             entry("start", format!("invalid value {start_text:?}: expected an RFC 3339 time such as {DEFAULT_START}"))
@@ -224,8 +228,23 @@ impl Scenario {
         if duration_value.is_zero() {
             return Err(entry("duration", "must be greater than zero"));
         }
-        for (i, o) in raw.objects.iter().enumerate() {
-            check_manifest(&format!("objects[{i}]"), o)?;
+        let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+        for (i, o) in raw.objects.iter_mut().enumerate() {
+            let path = format!("objects[{i}]");
+            check_manifest(&path, o)?;
+            default_namespace(o);
+            check_health_check(&path, o)?;
+            let (kind, namespace, name) =
+                (text_at(o, "/kind"), text_at(o, "/metadata/namespace"), text_at(o, "/metadata/name"));
+            let id = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
+            if let Some(first) = seen.insert((kind, namespace, name), i) {
+                return Err(entry(
+                    path,
+                    format!(
+                        "{id} is already defined by objects[{first}]: each object may appear once (the API server would keep only the last)"
+                    ),
+                ));
+            }
         }
         for (key, nodes) in &raw.workload_clusters {
             check_cluster_key(&format!("workloadClusters[{key:?}]"), key)?;
@@ -257,11 +276,18 @@ impl Scenario {
                 }
             }
             let change = match (step.apply, step.delete, step.set_node_condition) {
-                (Some(m), None, None) => {
+                (Some(mut m), None, None) => {
                     check_manifest(&format!("{path}.apply"), &m)?;
+                    default_namespace(&mut m);
+                    check_health_check(&format!("{path}.apply"), &m)?;
                     Change::Apply(m)
                 }
-                (None, Some(d), None) => Change::Delete(d),
+                (None, Some(mut d), None) => {
+                    if d.namespace.as_deref().is_none_or(str::is_empty) && is_namespaced(&d.kind) {
+                        d.namespace = Some(DEFAULT_NAMESPACE.into());
+                    }
+                    Change::Delete(d)
+                }
                 (None, None, Some(c)) => {
                     if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
                         return Err(entry(
@@ -316,6 +342,86 @@ impl Scenario {
             models,
         })
     }
+}
+
+/// The namespace kubectl uses for a namespaced object that names none.
+const DEFAULT_NAMESPACE: &str = "default";
+
+/// Kinds that have no namespace (the others the simulator meets are namespaced).
+const CLUSTER_SCOPED_KINDS: [&str; 3] = ["Node", "NodeHealthCheck", "Namespace"];
+
+fn is_namespaced(kind: &str) -> bool {
+    !CLUSTER_SCOPED_KINDS.contains(&kind)
+}
+
+fn text_at(v: &Value, pointer: &str) -> String {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+/// Puts a namespaced object that names no namespace in `default`, as kubectl would.
+fn default_namespace(v: &mut Value) {
+    if !is_namespaced(&text_at(v, "/kind")) || !text_at(v, "/metadata/namespace").is_empty() {
+        return;
+    }
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("namespace".into(), Value::String(DEFAULT_NAMESPACE.into()));
+    }
+}
+
+/// A health check in a scenario must pass the admission rules, as the API server would demand:
+/// a policy test that passes with a policy the cluster refuses would be worse than none.
+fn check_health_check(path: &str, v: &Value) -> Result<(), ScenarioError> {
+    use vigil_api::manifest::{self, HealthCheck};
+    use vigil_api::validate;
+    if !matches!(text_at(v, "/kind").as_str(), "MachineHealthCheck" | "NodeHealthCheck") {
+        return Ok(());
+    }
+    let check = manifest::health_check_from_value(v).map_err(|e| entry(path, e.to_string()))?;
+    let result = match &check {
+        HealthCheck::Machine(m) => validate::machine_health_check(m).map(drop),
+        HealthCheck::Node(n) => validate::node_health_check(n).map(drop),
+    };
+    result.map_err(|e| entry(path, manifest::as_written(v, e).to_string()))
+}
+
+/// Reading limits of scenario files: far above any fleet Vigil is tested with (20 000 Nodes with
+/// anchors and merge keys), while a file built to exhaust memory is still refused.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = 40_000_000;
+    budget.max_nodes = 20_000_000;
+    budget.max_aliases = 2_000_000;
+    budget.max_anchors = 2_000_000;
+    budget.max_merge_keys = 2_000_000;
+    budget.max_total_scalar_bytes = 512 * 1024 * 1024;
+    budget.max_reader_input_bytes = Some(512 * 1024 * 1024);
+    // Many merges of one anchored Node is how a fleet is written; the limits above bound what
+    // aliases can expand to.
+    budget.enforce_alias_anchor_ratio = false;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
+}
+
+/// A limit of the YAML reader, said in a user's words.
+fn too_large(breach: &serde_saphyr::budget::BudgetBreach) -> String {
+    use serde_saphyr::budget::BudgetBreach as B;
+    let what = match breach {
+        B::Events { .. } | B::Nodes { .. } => "more than 20 000 000 YAML values (keys, values, lists)".to_string(),
+        B::Aliases { .. } => "more than 2 000 000 aliases (*name)".to_string(),
+        B::Anchors { .. } => "more than 2 000 000 anchors (&name)".to_string(),
+        B::MergeKeys { .. } => "more than 2 000 000 merge keys (<<)".to_string(),
+        B::ScalarBytes { .. } | B::InputBytes { .. } => "more than 512 MiB of text".to_string(),
+        B::Depth { depth } => format!("values nested {depth} deep (the limit is 64)"),
+        B::RecordedAnchorEvents { .. } | B::RecordedAnchorBytes { .. } => {
+            "anchored values too large to repeat (an anchor holding a whole fleet?)".to_string()
+        }
+        other => format!("a YAML reading limit ({other:?})"),
+    };
+    format!(
+        "the file is too large for the simulator: it has {what}; split the fleet into several scenarios, \
+         or anchor one Node and merge it (<<: *node) rather than repeating fields"
+    )
 }
 
 fn check_cluster_key(path: &str, key: &str) -> Result<(), ScenarioError> {

@@ -213,7 +213,16 @@ impl Sim<'_> {
                 HealthCheck::Machine(m) => serde_json::to_value(m),
                 HealthCheck::Node(n) => serde_json::to_value(n),
             };
-            typed.map_err(|e| err(e.to_string()))?
+            let mut typed = typed.map_err(|e| err(e.to_string()))?;
+            // A check's status is a subresource: applying a manifest without one changes the
+            // spec and leaves the status the controller wrote (so lifting a pause is seen).
+            if typed.get("status").is_none_or(Value::is_null)
+                && let Some(status) = self.store.get(&Key::of(cluster, &typed)).and_then(|o| o.get("status")).cloned()
+                && let Some(map) = typed.as_object_mut()
+            {
+                map.insert("status".into(), status);
+            }
+            typed
         } else {
             if kind == "Node" && text(&object, "/apiVersion") == "v1" {
                 serde_json::from_value::<Node>(object.clone()).map_err(|e| err(format!("not a valid Node: {e}")))?;

@@ -1,8 +1,12 @@
-//! The real upstream CRDs from `shared/crds`, reduced to the one Cluster API version a test
-//! wants (upstream serves two and converts between them with a webhook a bare API server lacks).
+//! The real upstream CRDs, reduced to the one Cluster API version a test wants (upstream serves
+//! two and converts between them with a webhook a bare API server lacks). Cluster API's come from
+//! its published Go module at a pinned version (`scripts/capi-crds.sh`, cached); medik8s' are
+//! committed under `crates/vigil-testenv/upstream-crds/medik8s` (version and licence noted there).
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
@@ -28,23 +32,68 @@ impl CapiVersion {
     }
 }
 
-/// Cluster API CRD files installed by [`crate::TestEnv::install_upstream_crds`].
-const CAPI_FILES: [&str; 3] = [
-    "cluster-api/cluster.x-k8s.io_clusters.yaml",
-    "cluster-api/cluster.x-k8s.io_machines.yaml",
-    "cluster-api/cluster.x-k8s.io_machinesets.yaml",
-];
+/// Cluster API CRD files (in [`capi_crds_dir`]) installed by [`crate::TestEnv::install_upstream_crds`].
+const CAPI_FILES: [&str; 3] =
+    ["cluster.x-k8s.io_clusters.yaml", "cluster.x-k8s.io_machines.yaml", "cluster.x-k8s.io_machinesets.yaml"];
 
-/// medik8s CRD files installed as they are (they serve a single version).
+/// medik8s CRD files (in [`medik8s_crds_dir`]) installed as they are (they serve a single version).
 const MEDIK8S_FILES: [&str; 2] = [
-    "medik8s/self-node-remediation.medik8s.io_selfnoderemediations.yaml",
-    "medik8s/self-node-remediation.medik8s.io_selfnoderemediationtemplates.yaml",
+    "self-node-remediation.medik8s.io_selfnoderemediations.yaml",
+    "self-node-remediation.medik8s.io_selfnoderemediationtemplates.yaml",
 ];
 
-/// Where the shared upstream CRDs live (`<workspace root>/../shared/crds`), so tests find them
-/// both on a developer machine and in CI, which clones the repo beside `shared/`.
-pub fn shared_crds_dir() -> PathBuf {
-    crate::workspace_root().join("..").join("shared").join("crds")
+/// Time limit for `scripts/capi-crds.sh` (one module download; cached afterwards).
+const FETCH_LIMIT: Duration = Duration::from_secs(10 * 60);
+
+/// The committed medik8s CRDs, inside the project so a fresh clone has them.
+pub fn medik8s_crds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("upstream-crds").join("medik8s")
+}
+
+/// The Cluster API CRDs of the pinned `sigs.k8s.io/cluster-api` module: `VIGIL_CAPI_CRD_DIR`
+/// when set (`scripts/test.sh` sets it), else the directory `scripts/capi-crds.sh` prints (it
+/// downloads the module once and caches the CRDs).
+pub fn capi_crds_dir() -> Result<PathBuf> {
+    static DIR: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| match std::env::var_os("VIGIL_CAPI_CRD_DIR") {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => run_capi_crds_script().map_err(|e| format!("{e:#}")),
+    })
+    .clone()
+    .map_err(|e| anyhow!("{e}"))
+}
+
+/// Runs `scripts/capi-crds.sh` and returns the directory it prints on its last line.
+fn run_capi_crds_script() -> Result<PathBuf> {
+    let script = crate::workspace_root().join("scripts").join("capi-crds.sh");
+    let mut child = std::process::Command::new("bash")
+        .arg(&script)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().with_context(|| format!("waiting for {}", script.display()))? {
+            break status;
+        }
+        if started.elapsed() > FETCH_LIMIT {
+            // Best effort: the error below is what matters.
+            let _ = child.kill();
+            bail!("{} did not finish within {FETCH_LIMIT:?}", script.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut stdout).with_context(|| format!("reading the output of {}", script.display()))?;
+    }
+    if !status.success() {
+        bail!("{} failed ({status}); its progress is on stderr above", script.display());
+    }
+    let dir = stdout.lines().rev().find(|l| !l.trim().is_empty()).map(str::trim);
+    dir.map(PathBuf::from).ok_or_else(|| anyhow!("{} printed no directory", script.display()))
 }
 
 /// The upstream CRDs e2e tests need (Cluster, Machine, MachineSet reduced to `capi`, plus
@@ -66,11 +115,14 @@ fn parsed_upstream() -> Result<&'static [(String, Value)]> {
     static PARSED: OnceLock<std::result::Result<Vec<(String, Value)>, String>> = OnceLock::new();
     PARSED
         .get_or_init(|| {
-            let dir = shared_crds_dir();
+            let capi = capi_crds_dir().map_err(|e| format!("{e:#}"))?;
+            let medik8s = medik8s_crds_dir();
+            let files = CAPI_FILES.iter().map(|f| capi.join(f)).chain(MEDIK8S_FILES.iter().map(|f| medik8s.join(f)));
             let mut out = Vec::new();
-            for file in CAPI_FILES.iter().chain(MEDIK8S_FILES.iter()) {
-                let doc = read_crd_file(&dir.join(file)).map_err(|e| format!("{e:#}"))?;
-                out.push(((*file).to_string(), doc));
+            for path in files {
+                let doc = read_crd_file(&path).map_err(|e| format!("{e:#}"))?;
+                let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                out.push((file, doc));
             }
             Ok(out)
         })
@@ -81,7 +133,11 @@ fn parsed_upstream() -> Result<&'static [(String, Value)]> {
 /// Reads a YAML file holding exactly one CustomResourceDefinition document.
 fn read_crd_file(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| {
-        format!("cannot read the upstream CRD {} (shared/ must sit beside the repository clone)", path.display())
+        format!(
+            "cannot read the upstream CRD {} (Cluster API's come from scripts/capi-crds.sh or \
+             VIGIL_CAPI_CRD_DIR)",
+            path.display()
+        )
     })?;
     let docs: Vec<Value> =
         serde_saphyr::from_multiple(&text).with_context(|| format!("{}: invalid YAML", path.display()))?;

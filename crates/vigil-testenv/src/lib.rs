@@ -21,6 +21,7 @@
 //!
 //! Environment variables:
 //! - `VIGIL_KUBE_BIN_DIR`: where `etcd` and `kube-apiserver` are (else the script is run);
+//! - `VIGIL_CAPI_CRD_DIR`: where the Cluster API CRDs are (else `scripts/capi-crds.sh` is run);
 //! - `VIGIL_TESTENV_KEEP=1`: keep the temp dir (logs, etcd data) for a post-mortem;
 //! - `VIGIL_TESTENV_PARALLEL_STARTS=N`: let N envs start at once (default: one per two cores;
 //!   waiting for a turn does not count against the readiness limits);
@@ -55,7 +56,7 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{OnceCell, Semaphore};
 
-pub use crds::{CapiVersion, reduce_to_version, shared_crds_dir, upstream_crds};
+pub use crds::{CapiVersion, capi_crds_dir, medik8s_crds_dir, reduce_to_version, upstream_crds};
 
 use process::{LOG_TAIL_LINES, Proc};
 

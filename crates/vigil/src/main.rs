@@ -1,6 +1,7 @@
 //! The `vigil` command: `simulate` (the decision engine on a scenario, no cluster needed),
 //! `validate` (the admission rules on manifests) and `crd` (the CustomResourceDefinitions).
 
+mod convert_cmd;
 mod run_cmd;
 mod validate_cmd;
 
@@ -41,7 +42,13 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Print the CustomResourceDefinitions of MachineHealthCheck and NodeHealthCheck as YAML.
+    /// Print the vigil.dev/v1alpha1 manifests equivalent to the upstream health checks in the files
+    /// (Cluster API v1beta1/v1beta2 MachineHealthCheck, medik8s NodeHealthCheck).
+    Convert {
+        /// Manifest files (multi-document YAML).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Run the controller against a cluster (kubeconfig, KUBECONFIG, ~/.kube/config or in-cluster).
     Run {
         /// Kubeconfig file to use instead of the default ones.
@@ -56,6 +63,7 @@ enum Command {
         #[command(flatten)]
         election: run_cmd::Election,
     },
+    /// Print the CustomResourceDefinitions of MachineHealthCheck and NodeHealthCheck as YAML.
     Crd {
         /// Write one `<group>_<plural>.yaml` file per CRD into this directory instead (e.g. deploy/crds).
         #[arg(long)]
@@ -108,6 +116,7 @@ fn run(cli: Cli) -> Result<bool> {
             Ok(true)
         }
         Command::Validate { files } => validate_cmd::run(&files, &mut stdout),
+        Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()),
         Command::Run { kubeconfig, workers, metrics_addr, election } => {
             run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, election)
         }

@@ -36,10 +36,8 @@ fn validate_file(path: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
             return Ok(false);
         }
     };
-    if documents.is_empty() {
-        writeln!(out, "{file}: no documents")?;
-    }
     let mut all_valid = true;
+    let mut checks = 0usize;
     for (i, document) in documents.iter().enumerate() {
         let n = i + 1;
         let check = match manifest::health_check_from_value(document) {
@@ -55,7 +53,8 @@ fn validate_file(path: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
                 continue;
             }
         };
-        match validate_check(&check) {
+        checks += 1;
+        match validate_check(&check).map_err(|e| manifest::as_written(document, e)) {
             Ok(()) => writeln!(out, "{file}: document {n}: {}: valid", check.object_id())?,
             Err(invalid) => {
                 all_valid = false;
@@ -64,6 +63,11 @@ fn validate_file(path: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
                 }
             }
         }
+    }
+    if checks == 0 && all_valid {
+        // Nothing checked is not a pass: a CI job pointed at the wrong file must fail.
+        writeln!(out, "{file}: no health checks found (no MachineHealthCheck or NodeHealthCheck document)")?;
+        return Ok(false);
     }
     Ok(all_valid)
 }
@@ -233,10 +237,61 @@ spec:
     }
 
     #[test]
-    fn an_empty_file_is_reported_but_not_invalid() {
-        let file = TempFile::new("# nothing yet\n");
+    fn a_file_without_health_checks_fails() {
+        let empty = TempFile::new("# nothing yet\n");
+        let machines = TempFile::new(MACHINE);
+        let good = TempFile::new(GOOD_NHC);
+        let (ok, lines) = run_on(&[empty.0.clone(), machines.0.clone(), good.0.clone()]);
+        assert!(!ok, "nothing checked is not a pass");
+        let none = "no health checks found (no MachineHealthCheck or NodeHealthCheck document)";
+        assert_eq!(
+            lines,
+            [
+                format!("{}: {none}", empty.0.display()),
+                format!("{}: document 1: Machine/default/m-1: skipped (not a health check)", machines.0.display()),
+                format!("{}: {none}", machines.0.display()),
+                format!("{}: document 1: NodeHealthCheck/workers: valid", good.0.display()),
+            ]
+        );
+    }
+
+    #[test]
+    fn cluster_api_v1beta2_is_read_and_its_errors_name_its_fields() {
+        let v1beta2 = "\
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata:
+  name: workers
+spec:
+  clusterName: prod
+  selector:
+    matchLabels:
+      pool: a
+  checks:
+    nodeStartupTimeoutSeconds: 15
+    unhealthyNodeConditions:
+    - type: Ready
+      status: Unknown
+      timeoutSeconds: 300
+  remediation:
+    triggerIf:
+      unhealthyLessThanOrEqualTo: 120%
+";
+        let file = TempFile::new(&format!("{v1beta2}---\n{}", v1beta2.replace("15", "600").replace("120%", "40%")));
+        let f = file.0.display().to_string();
         let (ok, lines) = run_on(std::slice::from_ref(&file.0));
-        assert!(ok);
-        assert_eq!(lines, [format!("{}: no documents", file.0.display())]);
+        assert!(!ok);
+        assert_eq!(
+            lines,
+            [
+                format!(
+                    "{f}: document 1: MachineHealthCheck/default/workers: spec.checks.nodeStartupTimeoutSeconds: invalid value \"15\": must be 0 (disabled) or at least 30s: a shorter timeout remediates Machines that are still booting"
+                ),
+                format!(
+                    "{f}: document 1: MachineHealthCheck/default/workers: spec.remediation.triggerIf.unhealthyLessThanOrEqualTo: invalid value \"120%\": must be a percentage between 0% and 100%"
+                ),
+                format!("{f}: document 2: MachineHealthCheck/default/workers: valid"),
+            ]
+        );
     }
 }

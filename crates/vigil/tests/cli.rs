@@ -85,18 +85,65 @@ fn an_invalid_health_check_in_a_scenario_is_refused_with_its_field() {
 }
 
 #[test]
-fn a_policy_that_fails_validation_does_nothing_and_says_why() {
+fn a_policy_the_api_server_would_refuse_fails_the_simulation_with_its_field() {
+    // `vigil simulate` is a policy test in CI: a policy the API server refuses must fail it.
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/single-node-failure.yaml"))
         .expect("example")
         .replace("maxUnhealthy: 40%", "maxUnhealthy: 140%");
     let path = temp_file("invalid-policy.yaml", &text);
     let out = vigil(&["simulate", path.to_str().expect("utf-8 path"), "--output", "json"]);
-    assert!(out.status.success());
-    let lines: Vec<Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("json")).collect();
-    let invalid = lines.iter().find(|l| l["event"] == "Invalid").expect("reported");
-    assert!(invalid["message"].as_str().is_some_and(|m| m.contains("spec.maxUnhealthy: invalid value \"140%\"")));
-    for forbidden in ["Unhealthy", "RemediationRequested", "RemediationCreated"] {
-        assert!(lines.iter().all(|l| l["event"] != forbidden), "an invalid policy must not act ({forbidden})");
-    }
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing ran: {}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "objects[1]: MachineHealthCheck/default/workers is invalid: spec.maxUnhealthy: invalid value \"140%\": must be a percentage between 0% and 100%"
+        ),
+        "{err}"
+    );
+
+    // The same in a timeline entry, in Cluster API v1beta2 form: the message names its field.
+    let later = format!(
+        "{}\n  - at: 1m\n    apply:\n      apiVersion: cluster.x-k8s.io/v1beta2\n      kind: MachineHealthCheck\n      metadata: {{name: later}}\n      spec:\n        clusterName: prod\n        selector: {{matchLabels: {{pool: a}}}}\n        checks: {{nodeStartupTimeoutSeconds: 10}}\n",
+        "name: t\nduration: 5m\ntimeline:"
+    );
+    let path = temp_file("invalid-later.yaml", &later);
+    let out = vigil(&["simulate", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("timeline[0].apply: MachineHealthCheck/default/later is invalid: spec.checks.nodeStartupTimeoutSeconds: invalid value \"10\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_same_object_twice_is_refused_naming_both_entries() {
+    let text = "name: dup\nduration: 5m\nobjects:\n  - {apiVersion: v1, kind: Node, metadata: {name: n1}}\n  - {apiVersion: cluster.x-k8s.io/v1beta1, kind: Machine, metadata: {name: n1}}\n  - {apiVersion: v1, kind: Node, metadata: {name: n1, labels: {a: b}}}\n";
+    let path = temp_file("dup.yaml", text);
+    let out = vigil(&["simulate", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("objects[2]: Node n1 is already defined by objects[0]"), "{err}");
+}
+
+#[test]
+fn validate_without_health_checks_exits_1_and_says_so() {
+    let path = temp_file("empty.yaml", "");
+    let out = vigil(&["validate", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no health checks found"), "{text}");
+}
+
+#[test]
+fn convert_then_validate_moves_an_upstream_check_over() {
+    let upstream = "apiVersion: cluster.x-k8s.io/v1beta2\nkind: MachineHealthCheck\nmetadata: {name: workers, namespace: team-a}\nspec:\n  clusterName: prod\n  selector: {matchLabels: {pool: a}}\n  checks:\n    unhealthyNodeConditions: [{type: Ready, status: \"False\", timeoutSeconds: 300}]\n  remediation: {triggerIf: {unhealthyInRange: \"[1-3]\"}}\n";
+    let path = temp_file("upstream.yaml", upstream);
+    let out = vigil(&["convert", path.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let converted = temp_file("converted.yaml", &String::from_utf8_lossy(&out.stdout));
+    let out = vigil(&["validate", converted.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with("document 1: MachineHealthCheck/team-a/workers: valid\n"));
 }

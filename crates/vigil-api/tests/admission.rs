@@ -1,0 +1,175 @@
+//! The admission rules that Cluster API's and medik8s' webhooks enforce, checked by a real API
+//! server against the generated CRDs (their CEL rules), each refusal naming the field.
+
+use serde_json::{Value, json};
+use vigil_api::{MachineHealthCheck, NodeHealthCheck};
+use vigil_testenv::{Error, Result, TestEnv};
+
+use kube::CustomResourceExt as _;
+
+fn mhc(spec: Value) -> Value {
+    let mut base = json!({"clusterName": "prod", "selector": {"matchLabels": {"pool": "workers"}}});
+    merge(&mut base, spec);
+    json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+           "metadata": {"name": "bad", "namespace": "default"}, "spec": base})
+}
+
+fn nhc(spec: Value) -> Value {
+    let mut base = json!({
+        "selector": {"matchLabels": {"role": "worker"}},
+        "minHealthy": "51%",
+        "remediationTemplate": template("SelfNodeRemediationTemplate"),
+    });
+    merge(&mut base, spec);
+    json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "bad"}, "spec": base})
+}
+
+fn template(kind: &str) -> Value {
+    json!({"apiVersion": "remediation.medik8s.io/v1alpha1", "kind": kind, "name": "t", "namespace": "medik8s"})
+}
+
+/// Sets each key of `extra` on `base`; a null removes it.
+fn merge(base: &mut Value, extra: Value) {
+    if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            if v.is_null() {
+                b.remove(k);
+            } else {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field() -> Result<()> {
+    let env = TestEnv::start().await?;
+    env.install_crds(&[
+        serde_json::to_value(MachineHealthCheck::crd())?,
+        serde_json::to_value(NodeHealthCheck::crd())?,
+    ])
+    .await?;
+    // (manifest, the field the message must name, words the message must contain)
+    let cases = [
+        (mhc(json!({"maxUnhealthy": "10"})), "spec.maxUnhealthy", "must be a percentage such as 40%"),
+        (
+            mhc(json!({"selector": {"matchLabels": {"pool": "workers", "cluster.x-k8s.io/cluster-name": "staging"}}})),
+            "spec.selector",
+            "cluster.x-k8s.io/cluster-name staging must equal spec.clusterName prod",
+        ),
+        (mhc(json!({"selector": {"matchLabels": {"node pool": "workers"}}})), "spec.selector.matchLabels", "label key"),
+        (
+            mhc(json!({"unhealthyMachineConditions": [{"type": "Ready", "status": "False", "timeout": "5m"}]})),
+            "spec.unhealthyMachineConditions[0].type",
+            "must not be one of Ready, Available",
+        ),
+        (
+            mhc(json!({"selector": {"matchLabels": {"pool": "workers/a"}}})),
+            "spec.selector.matchLabels[pool]",
+            "label value",
+        ),
+        (
+            nhc(json!({"selector": {"matchExpressions": [{"key": "-role", "operator": "Exists"}]}})),
+            "spec.selector.matchExpressions[0].key",
+            "label key",
+        ),
+        (
+            nhc(json!({"selector": {"matchExpressions": [{"key": "role", "operator": "In", "values": ["a b"]}]}})),
+            "spec.selector.matchExpressions[0].values[0]",
+            "label value",
+        ),
+        (
+            nhc(json!({"minHealthy": null, "maxUnhealthy": 1,
+                        "remediationTemplate": template("MachineDeletionRemediationTemplate")})),
+            "spec.maxUnhealthy",
+            "MachineDeletionRemediationTemplate",
+        ),
+        (
+            nhc(json!({"minHealthy": null, "maxUnhealthy": "10%", "remediationTemplate": null,
+                        "escalatingRemediations": [
+                            {"remediationTemplate": template("SelfNodeRemediationTemplate"), "order": 0, "timeout": "5m"},
+                            {"remediationTemplate": template("MachineDeletionRemediationTemplate"), "order": 1, "timeout": "5m"}]})),
+            "spec.maxUnhealthy",
+            "MachineDeletionRemediationTemplate",
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (manifest, field, words) in cases {
+        match env.apply(manifest.clone()).await {
+            Ok(_) => problems.push(format!("admitted: {}", manifest["spec"])),
+            Err(e) => {
+                let message = format!("{e:#}");
+                if !message.contains(field) || !message.contains(words) {
+                    problems.push(format!(
+                        "{}: message does not name {field:?} / say {words:?}: {message}",
+                        manifest["spec"]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The same shapes done right are admitted.
+    env.apply(mhc(json!({"maxUnhealthy": "10%", "selector": {"matchLabels": {
+        "pool": "workers", "cluster.x-k8s.io/cluster-name": "prod", "example.com/tier": ""}}})))
+        .await?;
+    env.apply(nhc(json!({"minHealthy": 2, "remediationTemplate": template("MachineDeletionRemediationTemplate")})))
+        .await?;
+    Ok(())
+}
+
+/// The Cluster API `v1beta2` shape Vigil reads is the real one: a manifest the upstream CRD
+/// (from the pinned Go module, reduced to `v1beta2`) admits, read back from the API server,
+/// becomes the same policy as its `v1beta1` form.
+#[tokio::test]
+async fn a_v1beta2_check_the_upstream_crd_admits_reads_as_its_v1beta1_form() -> Result<()> {
+    use vigil_api::manifest::{HealthCheck, health_check_from_value};
+    let env = TestEnv::start().await?;
+    let path = vigil_testenv::capi_crds_dir()?.join("cluster.x-k8s.io_machinehealthchecks.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let mut crd: Value = serde_saphyr::from_str(&text)?;
+    vigil_testenv::reduce_to_version(&mut crd, "v1beta2")?;
+    env.install_crds(&[crd]).await?;
+
+    let v1beta2 = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {
+            "clusterName": "prod",
+            "selector": {"matchLabels": {"pool": "a"}},
+            "checks": {
+                "nodeStartupTimeoutSeconds": 900,
+                "unhealthyNodeConditions": [{"type": "Ready", "status": "Unknown", "timeoutSeconds": 300}],
+                "unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeoutSeconds": 120}]
+            },
+            "remediation": {
+                "triggerIf": {"unhealthyInRange": "[1-3]"},
+                "templateRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "Metal3RemediationTemplate", "name": "m3"}
+            }
+        }
+    });
+    env.apply(v1beta2).await.map_err(|e| Error::msg(format!("{e:#}")))?;
+    let stored = env.get_json("cluster.x-k8s.io/v1beta2", "MachineHealthCheck", Some("default"), "workers").await?;
+    let stored = stored.ok_or_else(|| Error::msg("the upstream API server lost the check"))?;
+    let v1beta1 = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {
+            "clusterName": "prod",
+            "selector": {"matchLabels": {"pool": "a"}},
+            "nodeStartupTimeout": "15m",
+            "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "5m"}],
+            "unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeout": "2m"}],
+            "unhealthyRange": "[1-3]",
+            "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "Metal3RemediationTemplate", "name": "m3"}
+        }
+    });
+    let policy = |v: &Value| -> Result<vigil_api::validate::MhcPolicy> {
+        match health_check_from_value(v)? {
+            HealthCheck::Machine(m) => Ok(vigil_api::validate::machine_health_check(&m)?),
+            HealthCheck::Node(_) => Err(Error::msg("not a MachineHealthCheck")),
+        }
+    };
+    assert_eq!(policy(&stored)?, policy(&v1beta1)?);
+    Ok(())
+}
