@@ -56,6 +56,23 @@ pub struct MachineHealthCheckSpec {
     /// A template for external remediation objects, in the check's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation_template: Option<TemplateReference>,
+    /// Shadow mode: evaluate and report what would be remediated (`status.wouldRemediate`,
+    /// `WouldRemediate` events) without marking, creating or deleting anything, so a new policy
+    /// can be watched before it is trusted. Off by default (upstream has no such field).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// A target a check in dry-run would have remediated, and since when.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WouldRemediate {
+    /// The target: Machine name (MachineHealthCheck) or Node name (NodeHealthCheck).
+    pub name: String,
+    /// What would have been done, e.g. `OwnerRemediated=False` or `create SelfNodeRemediation`.
+    pub action: String,
+    /// When the check first would have remediated it (continuously since then).
+    pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 /// A condition and how long it must hold before the target counts as unhealthy.
@@ -115,4 +132,7 @@ pub struct MachineHealthCheckStatus {
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// With `spec.dryRun`: the targets that would be remediated now, sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub would_remediate: Vec<WouldRemediate>,
 }

@@ -1,7 +1,7 @@
 //! NodeHealthCheck: medik8s' health check for plain Nodes, with the
 //! `remediation.medik8s.io/v1alpha1` field names so upstream manifests carry over.
 
-use crate::machine_health_check::TemplateReference;
+use crate::machine_health_check::{TemplateReference, WouldRemediate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -63,6 +63,11 @@ pub struct NodeHealthCheckSpec {
     #[schemars(transform = crate::crd::non_negative_duration)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storm_cooldown_duration: Option<String>,
+    /// Shadow mode: evaluate and report what would be remediated (`status.wouldRemediate`,
+    /// `WouldRemediate` events) without creating or deleting any remediation object, so a new
+    /// policy can be watched before it is trusted. Off by default (upstream has no such field).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// medik8s' defaults: a Node that is not Ready (False or Unknown) for five minutes.
@@ -135,6 +140,9 @@ pub struct NodeHealthCheckStatus {
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// With `spec.dryRun`: the Nodes that would be remediated now, sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub would_remediate: Vec<WouldRemediate>,
 }
 
 /// A Node found unhealthy and what was done about it.

@@ -108,6 +108,8 @@ pub struct MhcPolicy {
     pub short_circuit: MhcShortCircuit,
     /// External remediation template, if any.
     pub remediation_template: Option<TemplateRef>,
+    /// Shadow mode: decide and report, never remediate.
+    pub dry_run: bool,
 }
 
 /// The threshold of a NodeHealthCheck.
@@ -158,6 +160,8 @@ pub struct NhcPolicy {
     pub healthy_delay: HealthyDelay,
     /// How long to keep blocking after a storm.
     pub storm_cooldown: SignedDuration,
+    /// Shadow mode: decide and report, never remediate.
+    pub dry_run: bool,
 }
 
 /// Machine conditions an `unhealthyMachineConditions` rule may not name (Cluster API's CRD rule):
@@ -438,6 +442,7 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
             node_startup_timeout: node_startup_timeout?,
             short_circuit: short_circuit?,
             remediation_template: remediation_template?,
+            dry_run: spec.dry_run,
         })
     })();
     c.finish(object, policy)
@@ -595,6 +600,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             pause_requests: spec.pause_requests.clone(),
             healthy_delay: healthy_delay?,
             storm_cooldown: storm_cooldown?,
+            dry_run: spec.dry_run,
         })
     })();
     c.finish(object, policy)

@@ -1060,3 +1060,17 @@ fn unknown_spec_fields_are_refused_so_a_typo_never_leaves_a_default_in_force() {
     let err = health_check_from_value(&bad).expect_err("typo in a template reference");
     assert!(matches!(&err, ManifestError::Shape { path, .. } if path == "spec.remediationTemplate.nmae"), "{err}");
 }
+
+#[test]
+fn dry_run_is_off_by_default_opt_in_on_both_kinds_and_must_be_a_boolean() {
+    use vigil_api::manifest::ManifestError;
+    assert!(!mhc_policy(&base_mhc()).expect("valid").dry_run, "an upstream-shaped manifest keeps its meaning");
+    assert!(!nhc_policy(&base_nhc()).expect("valid").dry_run);
+    assert!(mhc_policy(&edit(base_mhc(), "/spec/dryRun", Some(json!(true)))).expect("valid").dry_run);
+    assert!(nhc_policy(&edit(base_nhc(), "/spec/dryRun", Some(json!(true)))).expect("valid").dry_run);
+    for base in [base_mhc(), base_nhc()] {
+        let bad = edit(base, "/spec/dryRun", Some(json!("yes")));
+        let err = manifest::health_check_from_value(&bad).expect_err("a string is not a boolean");
+        assert!(matches!(&err, ManifestError::Shape { path, .. } if path == "spec.dryRun"), "{err}");
+    }
+}

@@ -95,6 +95,8 @@ pub type GroupKind = (String, String);
 /// Every index.
 #[derive(Debug, Default)]
 pub struct Index {
+    /// `vigil run --dry-run`: every check is decided in dry-run, whatever its spec says.
+    pub dry_run: bool,
     /// MachineHealthChecks by (namespace, name).
     pub mhcs: BTreeMap<(String, String), Arc<MachineHealthCheck>>,
     /// NodeHealthChecks by name.

@@ -39,6 +39,8 @@ pub struct Options {
     pub ready_grace: Duration,
     /// Leader election (`None`: this replica always leads).
     pub leader: Option<leader::LeaderOptions>,
+    /// Decide every check in dry-run (shadow mode), whatever its spec says: report, never remediate.
+    pub dry_run: bool,
 }
 
 impl Default for Options {
@@ -49,6 +51,7 @@ impl Default for Options {
             probe_period: PROBE_PERIOD,
             ready_grace: sources::READY_GRACE,
             leader: None,
+            dry_run: false,
         }
     }
 }
@@ -343,6 +346,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
         if options.leader.is_some() { leader::Leadership::elected() } else { leader::Leadership::always() };
     let ctx = Context::with_leadership(client.clone(), leadership);
     ctx.ready_grace.store(options.ready_grace.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    ctx.write_index().dry_run = options.dry_run;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let election = options.leader.clone().map(|lo| {
         let ctx = ctx.clone();

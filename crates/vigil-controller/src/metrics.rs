@@ -52,6 +52,7 @@ pub struct Metrics {
     check_unhealthy: Family<CheckLabel, Gauge>,
     check_allowed: Family<CheckLabel, Gauge>,
     check_short_circuited: Family<CheckLabel, Gauge>,
+    check_would_remediate: Family<CheckLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -122,6 +123,7 @@ impl Default for Metrics {
         let check_unhealthy = Family::<CheckLabel, Gauge>::default();
         let check_allowed = Family::<CheckLabel, Gauge>::default();
         let check_short_circuited = Family::<CheckLabel, Gauge>::default();
+        let check_would_remediate = Family::<CheckLabel, Gauge>::default();
         registry.register("check_targets", "Targets a check selects", check_targets.clone());
         registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
         registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
@@ -134,6 +136,11 @@ impl Default for Metrics {
             "check_short_circuited",
             "1 while a check's short-circuit (maxUnhealthy, unhealthyRange, minHealthy, storm cool-down) stops remediation",
             check_short_circuited.clone(),
+        );
+        registry.register(
+            "check_would_remediate",
+            "Targets a check in dry-run would remediate now (its status.wouldRemediate); 0 outside dry-run",
+            check_would_remediate.clone(),
         );
         let leader = Gauge::default();
         registry.register(
@@ -148,6 +155,7 @@ impl Default for Metrics {
             check_unhealthy,
             check_allowed,
             check_short_circuited,
+            check_would_remediate,
             leader,
             registry,
             decisions,
@@ -248,6 +256,7 @@ impl Metrics {
         self.check_unhealthy.get_or_create(&l).set(g.unhealthy);
         self.check_allowed.get_or_create(&l).set(g.remediations_allowed);
         self.check_short_circuited.get_or_create(&l).set(i64::from(g.short_circuited));
+        self.check_would_remediate.get_or_create(&l).set(g.would_remediate);
     }
 
     /// Drops a deleted check's gauges.
@@ -259,6 +268,7 @@ impl Metrics {
             &self.check_unhealthy,
             &self.check_allowed,
             &self.check_short_circuited,
+            &self.check_would_remediate,
         ] {
             f.remove(&l);
         }

@@ -77,6 +77,8 @@ pub struct Gauges {
     pub remediations_allowed: i64,
     /// Whether the short-circuit (too many unhealthy, too few healthy, storm cool-down) holds.
     pub short_circuited: bool,
+    /// Targets a check in dry-run would remediate now.
+    pub would_remediate: i64,
 }
 
 fn condition_false_with<'c>(
@@ -95,6 +97,7 @@ fn mhc_gauges(s: &vigil_api::MachineHealthCheckStatus) -> Gauges {
         unhealthy: (targets - healthy).max(0),
         remediations_allowed: i64::from(s.remediations_allowed),
         short_circuited: condition_false_with(&s.conditions, "RemediationAllowed") == Some("TooManyUnhealthy"),
+        would_remediate: s.would_remediate.len() as i64,
     }
 }
 
@@ -106,6 +109,7 @@ fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
         unhealthy: s.unhealthy_nodes.len() as i64,
         remediations_allowed: i64::from(blocked.is_none()),
         short_circuited: matches!(blocked, Some("TooFewHealthy" | "StormCooldown")),
+        would_remediate: s.would_remediate.len() as i64,
     }
 }
 
@@ -229,7 +233,7 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp, fre
         return Some(finish(machine::refuse(check, REASON_INVALID, error, now), BTreeSet::new(), HashMap::new()));
     }
     let policy = match validate::machine_health_check(check) {
-        Ok(p) => p,
+        Ok(p) => validate::MhcPolicy { dry_run: p.dry_run || idx.dry_run, ..p },
         Err(e) => {
             return Some(finish(
                 machine::refuse(check, REASON_INVALID, &e.to_string(), now),
@@ -366,7 +370,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: bool) -> Option<
         return Some(finish(node::refuse(check, REASON_INVALID, error, now), BTreeSet::new()));
     }
     let policy = match validate::node_health_check(check) {
-        Ok(p) => p,
+        Ok(p) => validate::NhcPolicy { dry_run: p.dry_run || idx.dry_run, ..p },
         Err(e) => return Some(finish(node::refuse(check, REASON_INVALID, &e.to_string(), now), BTreeSet::new())),
     };
     let mut needs = BTreeSet::new();

@@ -130,6 +130,7 @@ pub(crate) fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>
                 max_unhealthy: None,
                 unhealthy_range: None,
                 remediation_template: None,
+                dry_run: false,
             };
             let mut c = MachineHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();
@@ -154,6 +155,7 @@ pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
                 pause_requests: Vec::new(),
                 healthy_delay: None,
                 storm_cooldown_duration: None,
+                dry_run: false,
             };
             let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();

@@ -37,6 +37,7 @@ fn options(metrics: SocketAddr) -> Options {
         probe_period: Duration::from_millis(500),
         ready_grace: Duration::from_secs(2),
         leader: None,
+        dry_run: false,
     }
 }
 

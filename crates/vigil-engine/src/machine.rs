@@ -545,7 +545,12 @@ pub fn decide_among(
     // Everything but the target list is small; the list is rebuilt below, so it is not copied.
     let mut b = Builder {
         status: previous
-            .map(|p| MachineHealthCheckStatus { targets: Vec::new(), conditions: p.conditions.clone(), ..*p })
+            .map(|p| MachineHealthCheckStatus {
+                targets: Vec::new(),
+                conditions: p.conditions.clone(),
+                would_remediate: Vec::new(),
+                ..*p
+            })
             .unwrap_or_default(),
         previous,
         actions: Vec::new(),
@@ -712,6 +717,9 @@ pub fn decide_among(
     }
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = overlap.waits.held_elsewhere;
+    if input.policy.dry_run {
+        plan = crate::dry_run::mhc(plan, previous, namespace, now);
+    }
     plan
 }
 

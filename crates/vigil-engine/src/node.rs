@@ -1162,6 +1162,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         last_update_time: prev.last_update_time.clone(),
         storm_recovery_start_time: storm_start.map(Time),
         observed_generation: generation,
+        would_remediate: Vec::new(),
     };
     if status != *prev {
         status.last_update_time = Some(Time(now));
@@ -1180,13 +1181,14 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         }
     }
 
-    Plan {
+    let plan = Plan {
         status,
         actions: pass.actions,
         notices: pass.notices,
         next_wake: pass.wake.0,
         held_elsewhere: pass.waits.held_elsewhere,
-    }
+    };
+    if policy.dry_run { crate::dry_run::nhc(plan, check.status.as_ref(), now) } else { plan }
 }
 
 /// Phase and reason when neither a template problem nor a pause request decides them.

@@ -99,6 +99,8 @@ pub enum NoticeKind {
     Resumed,
     /// Vigil could not read what it needs and made no decision (safety first).
     NoDecision,
+    /// A check in dry-run would remediate this target now (and did nothing).
+    WouldRemediate,
 }
 
 impl NoticeKind {

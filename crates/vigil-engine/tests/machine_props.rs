@@ -375,4 +375,29 @@ proptest! {
         prop_assert_eq!(plan.next_wake, None);
         prop_assert_eq!(plan.status.remediations_allowed, 0);
     }
+
+    /// Dry-run shadows the real plan: no action at all, the same counts and conditions, exactly
+    /// the Machines the real plan would remediate in `status.wouldRemediate`, and applying it
+    /// settles at once (same input, same plan).
+    #[test]
+    fn dry_run_shadows_the_real_plan(f in fleet()) {
+        let real_world = world(&f, &f.machines);
+        let real = real_world.decide(now());
+        let mut w = real_world.clone().spec("dryRun", json!(true));
+        let dry = w.decide(now());
+        prop_assert_eq!(&dry.actions, &vec![]);
+        let would: BTreeSet<String> = dry.status.would_remediate.iter().map(|x| key(&x.name)).collect();
+        prop_assert_eq!(would, requested(&real));
+        prop_assert!(dry.status.would_remediate.iter().all(|x| x.since.0 == now()));
+        prop_assert_eq!(
+            (dry.status.expected_machines, dry.status.current_healthy, dry.status.remediations_allowed),
+            (real.status.expected_machines, real.status.current_healthy, real.status.remediations_allowed)
+        );
+        prop_assert_eq!(&dry.status.conditions, &real.status.conditions);
+        w.apply(&dry);
+        let again = w.decide(now());
+        prop_assert_eq!(&again.actions, &vec![]);
+        prop_assert_eq!(&again.notices, &vec![]);
+        prop_assert_eq!(&again.status, &dry.status);
+    }
 }

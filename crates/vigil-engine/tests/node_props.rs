@@ -429,4 +429,29 @@ proptest! {
         }
         prop_assert!(settled, "still changing after 6 rounds");
     }
+
+    /// Dry-run shadows the real plan: no action at all (nothing created, deleted or annotated),
+    /// exactly the Nodes the real plan would start remediating in `status.wouldRemediate`, the
+    /// same counts and `RemediationAllowed`, and applying it settles at once.
+    #[test]
+    fn dry_run_shadows_the_real_plan(m in model()) {
+        let real = build(&m).decide(now());
+        let mut w = build(&m);
+        let mut check = serde_json::to_value(&w.check).expect("check");
+        check["spec"]["dryRun"] = json!(true);
+        w.check = serde_json::from_value(check).expect("check");
+        let dry = w.decide(now());
+        prop_assert_eq!(&dry.actions, &vec![]);
+        let would: BTreeSet<&str> = dry.status.would_remediate.iter().map(|x| x.name.as_str()).collect();
+        let real_creates: BTreeSet<&str> = creates(&real).into_iter().collect();
+        prop_assert_eq!(would, real_creates);
+        prop_assert_eq!((dry.status.observed_nodes, dry.status.healthy_nodes), (real.status.observed_nodes, real.status.healthy_nodes));
+        let allowed = |p: &Plan<NodeHealthCheckStatus>| p.status.conditions.iter().find(|c| c.type_ == "RemediationAllowed").map(|c| (c.status.clone(), c.reason.clone()));
+        prop_assert_eq!(allowed(&dry), allowed(&real));
+        w.apply(&dry, now());
+        let again = w.decide(now());
+        prop_assert_eq!(&again.actions, &vec![]);
+        prop_assert_eq!(&again.notices, &vec![]);
+        prop_assert_eq!(&again.status, &dry.status);
+    }
 }

@@ -92,9 +92,22 @@ pub fn text(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Valu
                     .collect()
             })
             .unwrap_or_default();
+        // A check in dry-run: what it would remediate now, and since when.
+        let would: String = status
+            .get("wouldRemediate")
+            .and_then(Value::as_array)
+            .map(|ws| {
+                ws.iter()
+                    .map(|w| {
+                        let text = |k: &str| w[k].as_str().unwrap_or("");
+                        format!(" wouldRemediate {} ({}) since {}", text("name"), text("action"), text("since"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         if check.starts_with("MachineHealthCheck/") {
             out.push_str(&format!(
-                "  {check}: expected {} healthy {} remediationsAllowed {} [{}]\n",
+                "  {check}: expected {} healthy {} remediationsAllowed {} [{}]{would}\n",
                 s("expectedMachines"),
                 s("currentHealthy"),
                 s("remediationsAllowed"),
@@ -103,7 +116,7 @@ pub fn text(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Valu
         } else {
             let unhealthy = status.get("unhealthyNodes").and_then(Value::as_array).map_or(0, Vec::len);
             out.push_str(&format!(
-                "  {check}: phase {} observed {} healthy {} unhealthy {unhealthy} [{}]\n",
+                "  {check}: phase {} observed {} healthy {} unhealthy {unhealthy} [{}]{would}\n",
                 s("phase").trim_matches('"'),
                 s("observedNodes"),
                 s("healthyNodes"),

@@ -179,3 +179,30 @@ fn an_mhc_waits_for_the_nhc_remediating_the_same_node() {
     );
     snapshot("overlapping-mhc-nhc", &r);
 }
+
+#[test]
+fn dry_run_reports_what_it_would_remediate_and_does_nothing() {
+    let r = run("dry-run");
+    let would: Vec<(f64, Option<&str>, Option<&str>)> =
+        events(&r, "WouldRemediate").iter().map(|e| (e.t, e.check.as_deref(), e.target.as_deref())).collect();
+    assert_eq!(
+        would,
+        [
+            (360.0, Some("NodeHealthCheck/infra"), Some("n-2")),
+            (420.0, Some("MachineHealthCheck/default/workers"), Some("default/w-a1")),
+            (1500.0, Some("MachineHealthCheck/default/workers"), Some("default/w-a1")),
+        ]
+    );
+    // The budget is evaluated in dry-run too: three not healthy of five stops even the shadow.
+    assert_eq!(events(&r, "RemediationBlocked").iter().map(|e| e.t).collect::<Vec<_>>(), [600.0]);
+    // Nothing was marked, created or deleted, so no model ever acted.
+    for none in ["RemediationRequested", "RemediationCreated", "RemediationDeleted", "MachineReplaced", "NodeRecovered"]
+    {
+        assert!(events(&r, none).is_empty(), "{none} in dry-run");
+    }
+    let s = status(&r, "MachineHealthCheck/default/workers");
+    assert_eq!(s["wouldRemediate"][0]["name"].as_str(), Some("w-a1"));
+    assert_eq!(s["wouldRemediate"][0]["since"].as_str(), Some("2030-01-01T00:25:00Z"));
+    assert!(status(&r, "NodeHealthCheck/infra").get("wouldRemediate").is_none(), "n-2 recovered");
+    snapshot("dry-run", &r);
+}

@@ -60,6 +60,10 @@ enum Command {
         /// Serve Prometheus metrics at this address (e.g. 0.0.0.0:8080).
         #[arg(long)]
         metrics_addr: Option<std::net::SocketAddr>,
+        /// Shadow mode for every check: decide and report (status.wouldRemediate, WouldRemediate
+        /// events), never mark, create or delete anything.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         election: run_cmd::Election,
     },
@@ -117,8 +121,8 @@ fn run(cli: Cli) -> Result<bool> {
         }
         Command::Validate { files } => validate_cmd::run(&files, &mut stdout),
         Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()),
-        Command::Run { kubeconfig, workers, metrics_addr, election } => {
-            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, election)
+        Command::Run { kubeconfig, workers, metrics_addr, dry_run, election } => {
+            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, dry_run, election)
         }
         Command::Crd { out_dir } => {
             let files = vigil_api::crd::files().context("cannot render the CustomResourceDefinitions")?;

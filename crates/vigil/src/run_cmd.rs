@@ -48,6 +48,7 @@ pub fn run(
     kubeconfig: Option<PathBuf>,
     workers: usize,
     metrics_addr: Option<SocketAddr>,
+    dry_run: bool,
     election: Election,
 ) -> Result<bool> {
     tracing_subscriber::fmt()
@@ -87,7 +88,7 @@ pub fn run(
         } else {
             None
         };
-        let options = vigil_controller::Options { workers, metrics_addr, leader, ..Default::default() };
+        let options = vigil_controller::Options { workers, metrics_addr, leader, dry_run, ..Default::default() };
         vigil_controller::run(client, options, shutdown_signal()).await;
         Ok(true)
     })
