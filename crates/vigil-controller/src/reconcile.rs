@@ -201,10 +201,23 @@ pub const REASON_WAITING: &str = "WaitingForCaches";
 /// Reason when the spec cannot be read or validated.
 pub const REASON_INVALID: &str = "InvalidSpec";
 
+/// The status to send as a merge patch when it changed: a field the new status leaves out (an
+/// emptied list such as `wouldRemediate` or `unhealthyNodes`, a cleared time) is sent as `null`,
+/// since a merge patch keeps every field it does not name.
 fn status_if_changed<S: serde::Serialize>(current: Option<&S>, new: &S) -> Option<Value> {
-    let new = serde_json::to_value(new).ok()?;
+    let mut new = serde_json::to_value(new).ok()?;
     let cur = current.and_then(|c| serde_json::to_value(c).ok());
-    (cur.as_ref() != Some(&new)).then_some(new)
+    if cur.as_ref() == Some(&new) {
+        return None;
+    }
+    if let (Some(Value::Object(cur)), Value::Object(patch)) = (&cur, &mut new) {
+        for key in cur.keys() {
+            if !patch.contains_key(key) {
+                patch.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    Some(new)
 }
 
 /// Decides a MachineHealthCheck; `None` when it no longer exists.
@@ -565,5 +578,27 @@ mod tests {
         for (conditions, want) in cases {
             assert_eq!(expiry(&rules, &node(&conditions), now), want, "{conditions:?}");
         }
+    }
+
+    #[test]
+    fn a_status_field_that_goes_away_is_sent_as_null() {
+        use vigil_api::NodeHealthCheckStatus;
+        use vigil_api::machine_health_check::WouldRemediate;
+        let before = NodeHealthCheckStatus {
+            observed_nodes: 3,
+            would_remediate: vec![WouldRemediate {
+                name: "w1".into(),
+                action: "create SelfNodeRemediation".into(),
+                since: Time(Timestamp::UNIX_EPOCH),
+            }],
+            ..Default::default()
+        };
+        let after = NodeHealthCheckStatus { observed_nodes: 3, ..Default::default() };
+        let patch = status_if_changed(Some(&before), &after).expect("changed");
+        assert_eq!(patch["wouldRemediate"], Value::Null, "{patch}");
+        assert_eq!(patch["observedNodes"], 3);
+        assert_eq!(status_if_changed(Some(&after), &after), None, "unchanged: nothing to send");
+        let first = status_if_changed(None, &after).expect("new");
+        assert!(first.get("wouldRemediate").is_none(), "{first}");
     }
 }
