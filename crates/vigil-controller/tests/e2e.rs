@@ -649,3 +649,105 @@ async fn v1beta1_machines_are_found_by_discovery_and_written_in_their_form() -> 
     controller.stop().await;
     Ok(())
 }
+
+/// The controller's `/metrics` text.
+async fn scrape(addr: std::net::SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await??;
+    Ok(String::from_utf8_lossy(&out).split("\r\n\r\n").nth(1).unwrap_or("").to_string())
+}
+
+/// Waits until the check's `status.wouldRemediate` names `target`, and returns the status.
+async fn wait_would_remediate(env: &TestEnv, kind: &str, name: &str, target: &str) -> Result<Value> {
+    wait_for(&format!("{kind} {name} would remediate {target}"), WAIT, || async {
+        let s = check_status(env, kind, name).await?;
+        let hit = s["wouldRemediate"].as_array().is_some_and(|l| l.iter().any(|w| w["name"] == target));
+        Ok(hit.then_some(s))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_checks_report_what_they_would_remediate_and_write_nothing() -> Result<()> {
+    let env = env().await?;
+    healthy_fleet(&env, 3).await?;
+    workers(&env, 3).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    mhc(&env, "workers", json!({"dryRun": true})).await?;
+    nhc(&env, "infra", json!({"minHealthy": 1, "remediationTemplate": reboot_ref("reboot"), "dryRun": true})).await?;
+    let controller = Controller::start(&env);
+    wait_check_condition(&env, "MachineHealthCheck", "workers", "RemediationAllowed", "True", "RemediationAllowed")
+        .await?;
+    set_ready(&env, "n2", "False", &secs_ago(60)).await?;
+    set_ready(&env, "w1", "False", &secs_ago(60)).await?;
+
+    let s = wait_would_remediate(&env, "MachineHealthCheck", "workers", "m2").await?;
+    assert_eq!(s["wouldRemediate"][0]["action"], "OwnerRemediated=False");
+    assert_eq!(s["currentHealthy"].as_i64(), Some(2), "the counts are the real ones");
+    let s = wait_would_remediate(&env, "NodeHealthCheck", "infra", "w1").await?;
+    assert_eq!(s["wouldRemediate"][0]["action"], "create SelfNodeRemediation");
+    assert_eq!(s["phase"], "Enabled", "nothing is being remediated");
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(env.client());
+    wait_for("WouldRemediate events for both checks", WAIT, || async {
+        let list = events.list(&Default::default()).await?;
+        let of = |kind: &str| {
+            list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("WouldRemediate")
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some(kind)
+            })
+        };
+        Ok((of("MachineHealthCheck") && of("NodeHealthCheck")).then_some(()))
+    })
+    .await?;
+    // Nothing is marked, created or deleted.
+    stays("a write to a target in dry-run", Duration::from_secs(3), || async {
+        let marked = machine_condition(&env, "m2", "OwnerRemediated").await?.is_some()
+            || machine_condition(&env, "m2", "HealthCheckSucceeded").await?.is_some();
+        Ok(marked || !list_snr(&env, MEDIK8S).await?.is_empty())
+    })
+    .await?;
+
+    // The same check with dryRun off remediates for real, and its list empties.
+    nhc(&env, "infra", json!({"minHealthy": 1, "remediationTemplate": reboot_ref("reboot")})).await?;
+    wait_for("w1's remediation", WAIT, || async {
+        let all = list_snr(&env, MEDIK8S).await?;
+        Ok((!for_node(&all, "w1").is_empty()).then_some(()))
+    })
+    .await?;
+    let s = check_status(&env, "NodeHealthCheck", "infra").await?;
+    assert!(s.get("wouldRemediate").is_none(), "{s}");
+    controller.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vigil_run_dry_run_shadows_every_check() -> Result<()> {
+    let env = env().await?;
+    workers(&env, 3).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    nhc(&env, "infra", json!({"minHealthy": 1, "remediationTemplate": reboot_ref("reboot")})).await?;
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let options =
+        vigil_controller::Options { workers: 2, dry_run: true, metrics_addr: Some(metrics), ..Default::default() };
+    let controller = Controller::start_with(env.client(), options);
+    set_ready(&env, "w1", "False", &secs_ago(60)).await?;
+    wait_would_remediate(&env, "NodeHealthCheck", "infra", "w1").await?;
+    // The gauge says how many targets the check would remediate now.
+    wait_for("vigil_check_would_remediate 1", WAIT, || async {
+        let text = scrape(metrics).await.unwrap_or_default();
+        Ok(text.lines().any(|l| l == "vigil_check_would_remediate{check=\"NodeHealthCheck/infra\"} 1").then_some(()))
+    })
+    .await?;
+    stays("a remediation object under --dry-run", Duration::from_secs(3), || async {
+        Ok(!list_snr(&env, MEDIK8S).await?.is_empty())
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}
