@@ -15,5 +15,9 @@ echo "== kube-apiserver + etcd for integration tests (built once, cached)"
 VIGIL_KUBE_BIN_DIR="$(scripts/kube-binaries.sh)"
 export VIGIL_KUBE_BIN_DIR
 
+echo "== helm for the chart tests (built once, cached)"
+VIGIL_HELM="$(scripts/helm.sh)"
+export VIGIL_HELM
+
 echo "== cargo test"
 cargo test --workspace --locked
