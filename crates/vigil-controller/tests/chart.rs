@@ -398,3 +398,38 @@ async fn controller_with_the_charts_service_account_does_its_work_and_nothing_mo
     env.stop().await?;
     Ok(())
 }
+
+/// The alert rules file is a Prometheus rule file with the alerts the README names, each with a
+/// severity and a summary (that their `vigil_*` metrics are served is checked above, against
+/// the running controller).
+#[test]
+fn alert_rules_cover_what_the_readme_promises() -> Result<()> {
+    let text = std::fs::read_to_string(chart_dir().join("alerts").join("vigil.rules.yaml"))?;
+    let file: Value = serde_saphyr::from_str(&text)?;
+    let rules: Vec<&Value> = file["groups"]
+        .as_array()
+        .context("groups")?
+        .iter()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .collect();
+    for rule in &rules {
+        let name = rule["alert"].as_str().context("a rule without alert")?;
+        assert!(rule["expr"].as_str().is_some_and(|e| !e.is_empty()), "{name}: no expr");
+        assert!(
+            matches!(rule["labels"]["severity"].as_str(), Some("warning" | "critical")),
+            "{name}: severity must be warning or critical"
+        );
+        assert!(rule["annotations"]["summary"].is_string(), "{name}: no summary");
+    }
+    let exprs: Vec<&str> = rules.iter().filter_map(|r| r["expr"].as_str()).collect();
+    for needle in [
+        "vigil_api_reachable",
+        "vigil_source_synced",
+        "vigil_remediations_total{outcome=\"failed\"}",
+        "vigil_remediations_unconfirmed_total",
+        "kube_pod_container_status_ready{container=\"vigil\"}",
+    ] {
+        assert!(exprs.iter().any(|e| e.contains(needle)), "no alert on {needle}");
+    }
+    Ok(())
+}
