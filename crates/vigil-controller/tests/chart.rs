@@ -433,3 +433,57 @@ fn alert_rules_cover_what_the_readme_promises() -> Result<()> {
     }
     Ok(())
 }
+
+/// The README's install, upgrade and uninstall commands work against the real API server:
+/// helm installs the CRDs and every object, an upgrade changes the Deployment, an uninstall
+/// removes the release's objects and leaves the CRDs (so no check is lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_upgrade_and_uninstall_on_the_api_server() -> Result<()> {
+    let env = TestEnv::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    env.write_kubeconfig(&kubeconfig).await?;
+    let kubeconfig = kubeconfig.to_str().context("temp path is not UTF-8")?.to_string();
+    let chart = chart_path()?;
+    let helm = |args: &[&str]| {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(["--kubeconfig".into(), kubeconfig.clone(), "--namespace".into(), NAMESPACE.into()]);
+        async move {
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            let (ok, out, err) = helm_run(&refs).await?;
+            ensure!(ok, "helm {} failed:\n{out}\n{err}", refs.join(" "));
+            anyhow::Ok(out)
+        }
+    };
+    let args = || async {
+        let d = env.get_json("apps/v1", "Deployment", Some(NAMESPACE), "vigil").await?;
+        anyhow::Ok(d.and_then(|d| d.pointer("/spec/template/spec/containers/0/args").cloned()))
+    };
+
+    helm(&["install", RELEASE, &chart, "--create-namespace"]).await?;
+    for name in ["machinehealthchecks.vigil.dev", "nodehealthchecks.vigil.dev"] {
+        let crd = env.get_json("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name).await?;
+        assert!(crd.is_some(), "helm install did not install CRD {name}");
+    }
+    assert!(args().await?.is_some_and(|a| a.as_array().is_some_and(|a| a.contains(&json!("--workers=16")))));
+    let sa = env.get_json("v1", "ServiceAccount", Some(NAMESPACE), SA).await?;
+    assert!(sa.is_some(), "no ServiceAccount after helm install");
+
+    helm(&["upgrade", RELEASE, &chart, "--reuse-values", "--set", "workers=8"]).await?;
+    let upgraded = args().await?;
+    assert!(
+        upgraded.as_ref().is_some_and(|a| a.as_array().is_some_and(|a| a.contains(&json!("--workers=8")))),
+        "{upgraded:?}"
+    );
+
+    helm(&["uninstall", RELEASE]).await?;
+    assert!(args().await?.is_none(), "the Deployment survived helm uninstall");
+    let role = env.get_json("rbac.authorization.k8s.io/v1", "ClusterRole", None, "vigil").await?;
+    assert!(role.is_none(), "the ClusterRole survived helm uninstall");
+    let crd = env
+        .get_json("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, "machinehealthchecks.vigil.dev")
+        .await?;
+    assert!(crd.is_some(), "helm uninstall must leave the CRDs (and every check) in place");
+    env.stop().await?;
+    Ok(())
+}
