@@ -257,7 +257,7 @@ async fn snrs_for(env: &TestEnv, node: &str) -> Result<usize> {
 /// The controller holds only a token of the chart's ServiceAccount, bound to exactly the
 /// chart's ClusterRole (and leader-election Role). Happy paths of both checks pass; the
 /// ServiceAccount cannot do what Vigil never does; then `create` on SelfNodeRemediations is
-/// taken from the ClusterRole: a Warning event `RemediationSkipped` says why, no object is made and the
+/// taken from the ClusterRole: a Warning event `RemediationFailed` says why, no object is made and the
 /// status lists none; given back, exactly one object is made. The alert rules' metrics are
 /// all served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,13 +335,13 @@ async fn controller_with_the_charts_service_account_does_its_work_and_nothing_mo
     env.apply(weaker).await?;
     set_ready(&env, "w2", "False", &secs_ago(60)).await?;
     let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(env.client());
-    // The failed create is a Warning event `RemediationSkipped` on the check whose note names
+    // The failed create is a Warning event `RemediationFailed` on the check whose note names
     // the target and the API server's refusal.
     let found = wait_for("a Warning event naming the refused create", WAIT, || async {
         let list = events.list(&Default::default()).await?;
         Ok(list.items.into_iter().find(|e| {
             e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some("RemediationSkipped")
+                && e.reason.as_deref() == Some("RemediationFailed")
                 && e.note.as_deref().is_some_and(|n| n.contains("Could not create SelfNodeRemediation for w2"))
         }))
     })
