@@ -100,3 +100,63 @@ fn a_policy_that_fails_validation_does_nothing_and_says_why() {
         assert!(lines.iter().all(|l| l["event"] != forbidden), "an invalid policy must not act ({forbidden})");
     }
 }
+
+#[test]
+fn every_subcommand_says_what_it_does_and_shows_an_example() {
+    let out = vigil(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line =
+        |cmd: &str| help.lines().find(|l| l.trim_start().starts_with(&format!("{cmd} "))).unwrap_or("").to_string();
+    assert!(line("run").contains("Run the controller") && !line("run").contains("CustomResourceDefinitions"), "{help}");
+    assert!(line("crd").contains("CustomResourceDefinitions"), "{help}");
+    for cmd in ["simulate", "validate", "check", "snapshot", "run", "crd", "completions"] {
+        assert!(line(cmd).len() > cmd.len() + 10, "{cmd} has a description:\n{help}");
+        let out = vigil(&["help", cmd]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Example:") && text.contains(&format!("vigil {cmd}")), "{cmd}:\n{text}");
+    }
+    let check = String::from_utf8_lossy(&vigil(&["help", "check"]).stdout).into_owned();
+    assert!(check.contains("Exit code: 0") && check.contains("1 when") && check.contains("2 when"), "{check}");
+}
+
+#[test]
+fn version_names_the_supported_upstream_api_versions() {
+    let out = vigil(&["--version"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with(&format!("vigil {}", env!("CARGO_PKG_VERSION"))), "{text}");
+    for api in [
+        "vigil.dev/v1alpha1",
+        "cluster.x-k8s.io/v1beta1",
+        "cluster.x-k8s.io/v1beta2",
+        "remediation.medik8s.io/v1alpha1",
+    ] {
+        assert!(text.contains(api), "{api} in {text}");
+    }
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish_know_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = vigil(&["completions", shell]);
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        for word in ["snapshot", "check", "kubeconfig", "policy"] {
+            assert!(text.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let out = vigil(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'tcsh'"));
+}
+
+#[test]
+fn text_output_is_plain_when_not_a_terminal_and_ends_with_one_summary_line_per_check() {
+    let out = vigil(&["simulate", "examples/zone-outage.yaml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\x1b'), "no colour in a pipe");
+    let summary = text.split("summary:\n").nth(1).expect("a summary at the end");
+    assert_eq!(
+        summary,
+        "  MachineHealthCheck/default/workers: 3 unhealthy, 1 remediations, 1 short-circuits, 2 healthy again\n"
+    );
+}
