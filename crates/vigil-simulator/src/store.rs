@@ -149,7 +149,15 @@ impl Store {
         kind: &'a str,
         namespace: Option<&'a str>,
     ) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
-        self.objects.iter().filter(move |(k, _)| {
+        // Keys sort by cluster, group, kind, namespace, name: the objects asked for are one run.
+        let from = Key {
+            cluster: cluster.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.unwrap_or("").to_string(),
+            name: String::new(),
+        };
+        self.objects.range(from..).take_while(move |(k, _)| {
             k.cluster == cluster && k.group == group && k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns)
         })
     }
@@ -196,6 +204,31 @@ mod tests {
         let g = json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"generateName": "n1-", "namespace": "ns"}});
         let k = s.create(MANAGEMENT, g, now()).expect("created");
         assert!(k.name.starts_with("n1-") && k.name.len() > 3);
+    }
+
+    #[test]
+    fn list_returns_exactly_the_kind_and_namespace_asked_for() {
+        let mut s = Store::default();
+        for (cluster, api, kind, ns, name) in [
+            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Machine", "a", "m1"),
+            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Machine", "b", "m2"),
+            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "MachineSet", "a", "s1"),
+            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Cluster", "a", "c1"),
+            ("a/c1", "cluster.x-k8s.io/v1beta2", "Machine", "a", "m3"),
+        ] {
+            s.apply(
+                cluster,
+                json!({"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": ns}}),
+                now(),
+            );
+        }
+        let names = |ns: Option<&str>| {
+            s.list(MANAGEMENT, "cluster.x-k8s.io", "Machine", ns).map(|(k, _)| k.name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(names(None), ["m1", "m2"]);
+        assert_eq!(names(Some("a")), ["m1"]);
+        assert_eq!(names(Some("b")), ["m2"]);
+        assert!(names(Some("c")).is_empty());
     }
 
     #[test]
