@@ -77,7 +77,7 @@ pub struct EventOut {
 pub struct NextOut {
     /// When (RFC 3339).
     pub at: String,
-    /// How long from now (Go duration syntax).
+    /// How long from now, to the second (Go duration syntax).
     #[serde(rename = "in")]
     pub in_: String,
     /// What happens then.
@@ -299,7 +299,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
         let at = now.checked_add(SignedDuration::from_secs_f64(first.t)).unwrap_or(now);
         NextOut {
             at: at.to_string(),
-            in_: vigil_api::duration::format_go_duration(SignedDuration::from_secs_f64(first.t)),
+            in_: vigil_api::duration::format_go_duration(SignedDuration::from_secs(first.t.round() as i64)),
             events: ahead.events.iter().filter(mine).filter(|e| e.t == first.t).map(event_out).collect(),
         }
     });

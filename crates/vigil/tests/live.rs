@@ -160,6 +160,7 @@ async fn check_says_what_vigil_would_do_with_get_list_only_and_exits_2() -> Resu
 
     let out = vigil(&["check", "--kubeconfig", kubeconfig]);
     let (stdout, stderr) = text(&out);
+    eprintln!("$ vigil check\n{stdout}");
     assert_eq!(out.status.code(), Some(2), "w-3 is remediated now\n{stdout}\n{stderr}");
     assert!(stdout.contains("MachineHealthCheck/default/workers"), "{stdout}");
     assert!(stdout.contains("targets 3: 1 healthy, 2 unhealthy; budget: 1 more remediation"), "{stdout}");
@@ -227,6 +228,7 @@ async fn snapshot_writes_a_scenario_without_secrets_that_simulates_an_outage() -
     let out = vigil(&["snapshot", "--kubeconfig", kubeconfig.to_str().context("utf-8")?, "--duration", "20m"]);
     let (yaml, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
+    eprintln!("$ vigil snapshot\n{yaml}");
     assert!(!yaml.contains("kind: Secret"), "Secrets are left out");
     let token = reader.lines().find_map(|l| l.trim().strip_prefix("token: ")).context("token")?;
     assert!(!yaml.contains(token), "no credentials in the snapshot");
