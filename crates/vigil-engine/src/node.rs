@@ -713,7 +713,9 @@ fn threshold_text(t: NhcThreshold, observed: usize) -> String {
     }
 }
 
-fn threshold_met(t: NhcThreshold, observed: usize, healthy: usize) -> bool {
+/// Whether `healthy` of `observed` Nodes meet the check's threshold (remediation allowed); public
+/// so a picture of a run can draw the threshold with this one rule.
+pub fn threshold_met(t: NhcThreshold, observed: usize, healthy: usize) -> bool {
     match t {
         NhcThreshold::MinHealthy(v) => healthy as u64 >= v.scaled(observed, Rounding::Up),
         NhcThreshold::MaxUnhealthy(v) => (observed - healthy) as u64 <= v.scaled(observed, Rounding::Down),

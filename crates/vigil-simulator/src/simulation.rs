@@ -81,6 +81,9 @@ pub struct Report {
     pub end_t: f64,
     /// Every object at the end.
     pub store: Store,
+    /// Each check's status every time it changed: (seconds since start, check, status), for
+    /// pictures of the run (`vigil simulate --plot`).
+    pub history: Vec<(f64, String, Value)>,
 }
 
 struct Sim<'s> {
@@ -93,6 +96,7 @@ struct Sim<'s> {
     task_seq: u64,
     scheduled_replacements: BTreeSet<Key>,
     events: Vec<Event>,
+    history: Vec<(f64, String, Value)>,
     invalid_reported: BTreeMap<CheckId, String>,
     /// While the scenario's objects are loaded: every check is decided afterwards anyway, so
     /// working out which checks each object concerns is skipped (it made loading a 10 000-Node
@@ -112,6 +116,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         task_seq: 0,
         scheduled_replacements: BTreeSet::new(),
         events: Vec::new(),
+        history: Vec::new(),
         invalid_reported: BTreeMap::new(),
         loading: true,
     };
@@ -140,6 +145,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         final_statuses,
         end_t: seconds(scenario.duration.as_nanos()),
         store: sim.store,
+        history: sim.history,
     })
 }
 
@@ -554,6 +560,7 @@ impl Sim<'_> {
         self.invalid_reported.remove(id);
         let status = serde_json::to_value(&plan.status).unwrap_or(json!({}));
         if self.store.get(&key).and_then(|o| o.get("status")) != Some(&status) {
+            self.history.push((self.t(), id.label(), status.clone()));
             self.store.set_status(&key, status);
         }
         for notice in &plan.notices {

@@ -4,6 +4,7 @@
 
 mod check_cmd;
 mod live;
+mod plot;
 mod run_cmd;
 mod snapshot_cmd;
 mod validate_cmd;
@@ -46,7 +47,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the decision engine against a scenario on a virtual clock (no cluster needed).
-    #[command(after_help = "Example:\n  vigil simulate examples/zone-outage.yaml --output json")]
+    #[command(after_help = "Example:\n  vigil simulate examples/zone-outage.yaml --plot zone-outage.svg")]
     Simulate {
         /// Scenario file (format v1, see README); without it, a built-in single-node-failure scenario.
         file: Option<PathBuf>,
@@ -56,6 +57,9 @@ enum Command {
         /// Write every object at the end to this file as multi-document YAML.
         #[arg(long)]
         dump: Option<PathBuf>,
+        /// Draw the run as an SVG picture: per check, healthy / unhealthy / remediating over time.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Check MachineHealthCheck / NodeHealthCheck manifests against the admission rules.
     #[command(
@@ -181,7 +185,7 @@ fn code(ok: bool) -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match cli.command {
-        Command::Simulate { file, output: format, dump } => {
+        Command::Simulate { file, output: format, dump, plot } => {
             let (path, text) = match &file {
                 Some(path) => (
                     path.display().to_string(),
@@ -202,6 +206,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let yaml =
                     vigil_simulator::output::dump_yaml(&report.store).context("cannot render the objects as YAML")?;
                 std::fs::write(&dump, yaml).with_context(|| format!("cannot write {}", dump.display()))?;
+            }
+            if let Some(plot) = plot {
+                let svg = plot::svg(&report).map_err(|e| anyhow::anyhow!("cannot draw the picture: {e}"))?;
+                std::fs::write(&plot, svg).with_context(|| format!("cannot write {}", plot.display()))?;
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -160,3 +160,47 @@ fn text_output_is_plain_when_not_a_terminal_and_ends_with_one_summary_line_per_c
         "  MachineHealthCheck/default/workers: 3 unhealthy, 1 remediations, 1 short-circuits, 2 healthy again\n"
     );
 }
+
+/// The texts of an SVG document (element content, whitespace trimmed).
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| t.split_once('>'))
+        .map(|(_, rest)| rest.split('<').next().unwrap_or("").trim().to_string())
+        .collect()
+}
+
+#[test]
+fn simulate_plot_draws_every_series_with_labelled_axes_and_target_lanes() {
+    let path = std::env::temp_dir().join(format!("vigil-cli-{}-plot.svg", std::process::id()));
+    let out = vigil(&["simulate", "examples/zone-outage.yaml", "--plot", path.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(&path).expect("picture written");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let texts = svg_texts(&svg);
+    for wanted in [
+        "MachineHealthCheck/default/workers",
+        "time (minutes since the start)",
+        "targets",
+        "healthy",
+        "unhealthy",
+        "remediating",
+        "most unhealthy the short-circuit allows",
+        "remediation requested",
+        "short-circuited (remediation blocked)",
+        "default/w-a1",
+        "default/w-a3-r2",
+        "45",
+    ] {
+        assert!(texts.iter().any(|t| t == wanted), "{wanted:?} not among {texts:?}");
+    }
+    // Healthy, unhealthy, remediating and the threshold are lines; the outage's short-circuit
+    // (2m to 20m) is one shaded band.
+    assert!(svg.matches("<polyline").count() >= 4, "{svg}");
+    assert_eq!(svg.matches(r##"fill="#FFCDCD""##).count(), 2, "the band and its legend entry");
+
+    let nhc = vigil(&["simulate", "examples/nhc-escalation.yaml", "--plot", path.to_str().expect("utf-8 path")]);
+    assert!(nhc.status.success());
+    let texts = svg_texts(&std::fs::read_to_string(&path).expect("picture written"));
+    assert!(texts.iter().any(|t| t.starts_with("NodeHealthCheck/")), "{texts:?}");
+}
