@@ -92,6 +92,8 @@ fn series(report: &Report) -> Vec<Series> {
         let mut counts = Vec::new();
         let mut threshold = Vec::new();
         let mut lane_names: BTreeSet<String> = BTreeSet::new();
+        // When each Machine first became a target (a replacement joins part-way through).
+        let mut first_seen: BTreeMap<String, f64> = BTreeMap::new();
         for (t, _, status) in report.history.iter().filter(|(_, l, _)| l == label) {
             let total = status.get(total_key).and_then(Value::as_i64).unwrap_or(0);
             counts.push((minutes(*t), status.get(healthy_key).and_then(Value::as_i64).unwrap_or(0), total));
@@ -101,7 +103,9 @@ fn series(report: &Report) -> Vec<Series> {
             if is_mhc {
                 let namespace = label.split('/').nth(1).unwrap_or("");
                 for name in status.get("targets").and_then(Value::as_array).into_iter().flatten() {
-                    lane_names.insert(format!("{namespace}/{}", name.as_str().unwrap_or("")));
+                    let target = format!("{namespace}/{}", name.as_str().unwrap_or(""));
+                    first_seen.entry(target.clone()).or_insert(minutes(*t));
+                    lane_names.insert(target);
                 }
             }
         }
@@ -142,7 +146,16 @@ fn series(report: &Report) -> Vec<Series> {
         if let Some(from) = blocked_since {
             blocked.push((from, minutes(report.end_t)));
         }
-        let lanes = lane_names.into_iter().map(|n| (n.clone(), lanes.remove(&n).unwrap_or_default())).collect();
+        let lanes = lane_names
+            .into_iter()
+            .map(|n| {
+                let mut changes = lanes.remove(&n).unwrap_or_default();
+                if let Some(t) = first_seen.get(&n).copied().filter(|t| *t > 0.0) {
+                    changes.splice(0..0, [(0.0, State::Gone), (t, State::Healthy)]);
+                }
+                (n, changes)
+            })
+            .collect();
         out.push(Series { label: label.clone(), counts, threshold, blocked, requests, lanes });
     }
     out
@@ -234,7 +247,8 @@ fn draw_check(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, s: &Se
         .x_desc("time (minutes since the start)")
         .y_desc("targets")
         .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
+        .y_labels(ymax as usize + 1)
+        .y_label_formatter(&|y| if y.fract().abs() < 1e-9 { format!("{y:.0}") } else { String::new() })
         .light_line_style(WHITE.mix(0.0))
         .draw()?;
     if !s.blocked.is_empty() {
@@ -286,7 +300,13 @@ fn draw_check(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, s: &Se
         .x_label_area_size(20)
         .y_label_area_size(LEFT - 10)
         .build_cartesian_2d(0f64..end, 0f64..n)?;
-    lanes.configure_mesh().disable_mesh().disable_y_axis().x_label_formatter(&|x| format!("{x:.0}")).draw()?;
+    lanes
+        .configure_mesh()
+        .disable_mesh()
+        .disable_y_axis()
+        .x_label_style(("sans-serif", 11))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()?;
     for (i, (name, changes)) in s.lanes.iter().enumerate() {
         let y = n - i as f64 - 1.0;
         let mut state = State::Healthy;
