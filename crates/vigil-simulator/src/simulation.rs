@@ -263,22 +263,49 @@ impl Sim<'_> {
                 self.changed(&key, Some(&before));
             }
             Change::SetNodeCondition(c) => {
-                let key = Key {
+                let key = |name: &str| Key {
                     cluster: cluster.clone(),
                     group: String::new(),
                     kind: "Node".into(),
                     namespace: String::new(),
-                    name: c.node.clone(),
+                    name: name.to_string(),
                 };
-                if self.store.get(&key).is_none() {
-                    return Err(err(format!("Node {} does not exist at this time", c.node)));
+                let names: Vec<String> = if c.node_selector.is_empty() {
+                    if self.store.get(&key(&c.node)).is_none() {
+                        return Err(err(format!("Node {} does not exist at this time", c.node)));
+                    }
+                    vec![c.node.clone()]
+                } else {
+                    let matching: Vec<String> = self
+                        .store
+                        .list(&cluster, "", "Node", None)
+                        .filter(|(_, n)| {
+                            c.node_selector.iter().all(|(k, v)| {
+                                n.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str)
+                                    == Some(v.as_str())
+                            })
+                        })
+                        .map(|(k, _)| k.name.clone())
+                        .collect();
+                    if matching.is_empty() {
+                        return Err(err(format!("no Node matches nodeSelector {:?} at this time", c.node_selector)));
+                    }
+                    matching
+                };
+                for name in names {
+                    self.set_node_condition(
+                        &key(&name),
+                        &c.type_,
+                        &c.status,
+                        c.reason.as_deref(),
+                        c.message.as_deref(),
+                    );
+                    let mut d = Map::new();
+                    d.insert("type".into(), json!(c.type_));
+                    d.insert("status".into(), json!(c.status));
+                    d.insert("reason".into(), json!(c.reason.clone().unwrap_or_default()));
+                    self.emit("NodeConditionSet", None, Some(name), d);
                 }
-                self.set_node_condition(&key, &c.type_, &c.status, c.reason.as_deref(), c.message.as_deref());
-                let mut d = Map::new();
-                d.insert("type".into(), json!(c.type_));
-                d.insert("status".into(), json!(c.status));
-                d.insert("reason".into(), json!(c.reason.clone().unwrap_or_default()));
-                self.emit("NodeConditionSet", None, Some(c.node.clone()), d);
             }
         }
         Ok(())

@@ -35,7 +35,7 @@ pub fn scenario_yaml(fleet: &Fleet, now: Timestamp, duration: &str) -> Result<St
         "# Written by `vigil snapshot` at {start}: the live health checks, Clusters, Machines, Nodes,\n\
          # templates and remediation objects (Secrets left out). Add timeline entries, e.g.\n\
          #   - at: 5m\n\
-         #     setNodeCondition: {{node: <name>, type: Ready, status: Unknown}}\n\
+         #     setNodeCondition: {{nodeSelector: {{topology.kubernetes.io/zone: b}}, type: Ready, status: Unknown}}\n\
          # then run `vigil simulate` on this file.\n"
     );
     Ok(header + &serde_saphyr::to_string(&out)?)

@@ -241,10 +241,11 @@ async fn snapshot_writes_a_scenario_without_secrets_that_simulates_an_outage() -
     }
     assert_eq!(scenario.workload_clusters.get("default/prod").map(Vec::len), Some(3), "Nodes read via the Secret");
 
-    // The operator adds an outage: at 2m, w-1 goes Unknown too.
+    // The operator adds an outage: at 2m every Node of zone b is NotReady (w-2 and w-3 already
+    // are and keep their transition times; w-1 fails).
     let outage = yaml.replace(
         "timeline: []",
-        "timeline:\n  - at: 2m\n    cluster: default/prod\n    setNodeCondition: {node: w-1, type: Ready, status: \"False\", reason: ZoneDown}",
+        "timeline:\n  - at: 2m\n    cluster: default/prod\n    setNodeCondition: {nodeSelector: {zone: b}, type: Ready, status: \"False\", reason: ZoneDown}",
     );
     let edited = write(&dir, "outage.yaml", &outage)?;
     let out = vigil(&["simulate", edited.to_str().context("utf-8")?, "--output", "json"]);
