@@ -219,7 +219,8 @@ fn duration(path: &str, text: &str) -> Result<SignedDuration, ScenarioError> {
 impl Scenario {
     /// Parses and checks a scenario file's text.
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-        let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+        let raw: RawScenario = serde_saphyr::from_str_with_options(text, yaml_options(text.len()))
+            .map_err(|e| ScenarioError::Syntax(e.to_string()))?;
         let start_text = raw.start.as_deref().unwrap_or(DEFAULT_START);
         let start: Timestamp = start_text.parse().map_err(|_| {
             entry("start", format!("invalid value {start_text:?}: expected an RFC 3339 time such as {DEFAULT_START}"))
@@ -328,6 +329,19 @@ impl Scenario {
     }
 }
 
+/// The YAML parser's limits, grown with the input: its defaults (250 000 nodes, 1 000 000
+/// events) refuse the snapshot of a 10 000-Node fleet, while limits proportional to the file
+/// still stop a small file that expands into a huge one.
+fn yaml_options(len: usize) -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = budget.max_nodes.max(len);
+    budget.max_events = budget.max_events.max(len.saturating_mul(2));
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(len);
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
+}
+
 fn check_cluster_key(path: &str, key: &str) -> Result<(), ScenarioError> {
     match key.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(()),
@@ -432,6 +446,14 @@ models:
             "models.remediators[0]: needs either recoverAfter, or succeeded: false with after"
         );
         assert!(err("name: x\nduration: 5m\nbogus: 1\n").contains("bogus"));
+        // A scenario larger than the parser's default budget (250 000 nodes) still parses.
+        let mut big = String::from("name: big\nduration: 5m\nobjects:\n");
+        for i in 0..30_000 {
+            big.push_str(&format!(
+                "  - {{apiVersion: v1, kind: Node, metadata: {{name: n{i}, labels: {{a: b, c: d, e: f}}}}}}\n"
+            ));
+        }
+        assert_eq!(Scenario::parse(&big).map(|s| s.objects.len()), Ok(30_000));
         assert_eq!(
             err(
                 "name: x\nduration: 5m\ntimeline:\n  - at: 1m\n    setNodeCondition: {node: n, nodeSelector: {zone: b}, type: Ready, status: Unknown}\n"
