@@ -20,8 +20,8 @@ use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::node::NhcInput;
 use vigil_engine::{Action, Notice, Plan};
 
-/// How many decision rounds one instant may take before the run is declared unsettled (a plan
-/// that keeps changing what it looks at would otherwise loop forever).
+/// How many decisions one check may take in one instant before the run is declared unsettled (a
+/// plan that keeps changing what it looks at would otherwise loop forever).
 const MAX_ROUNDS_PER_INSTANT: usize = 50;
 const CAPI_GROUP: &str = "cluster.x-k8s.io";
 
@@ -436,17 +436,28 @@ impl Sim<'_> {
     }
 
     fn settle(&mut self) -> Result<(), ScenarioError> {
-        for _ in 0..MAX_ROUNDS_PER_INSTANT {
-            let Some(id) = self.dirty.pop_first() else { return Ok(()) };
+        // Counted per check: a fleet may have many more checks than one check may take rounds.
+        let mut rounds: BTreeMap<CheckId, usize> = BTreeMap::new();
+        while let Some(id) = self.dirty.pop_first() {
+            let n = rounds.entry(id.clone()).or_insert(0);
+            *n += 1;
+            if *n > MAX_ROUNDS_PER_INSTANT {
+                self.dirty.insert(id);
+                return Err(self.unsettled());
+            }
             self.reconcile(&id);
         }
-        Err(ScenarioError::Entry {
+        Ok(())
+    }
+
+    fn unsettled(&self) -> ScenarioError {
+        ScenarioError::Entry {
             entry: format!("at +{}s", self.t()),
             message: format!(
-                "the checks did not settle after {MAX_ROUNDS_PER_INSTANT} decisions (still pending: {:?}); this is a bug in Vigil, please report it",
+                "the checks did not settle: one was decided {MAX_ROUNDS_PER_INSTANT} times in one instant (still pending: {:?}); this is a bug in Vigil, please report it",
                 self.dirty.iter().map(CheckId::label).collect::<Vec<_>>()
             ),
-        })
+        }
     }
 
     fn invalid(&mut self, id: &CheckId, message: String) {
