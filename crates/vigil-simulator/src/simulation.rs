@@ -503,10 +503,23 @@ impl Sim<'_> {
                     .collect();
                 let machine_refs: Vec<&MachineView> = machines.iter().collect();
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                let nodes: HashMap<String, Node> = self
-                    .store
-                    .list(&node_cluster, "", "Node", None)
-                    .filter_map(|(k, v)| serde_json::from_value::<Node>(v.clone()).ok().map(|n| (k.name.clone(), n)))
+                // Only the Nodes of the check's targets: the engine looks up no other (reading
+                // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
+                let nodes: HashMap<String, Node> = machines
+                    .iter()
+                    .filter(|m| vigil_engine::machine::is_target(&policy, m))
+                    .filter_map(|m| m.node_name.as_deref())
+                    .filter_map(|name| {
+                        let key = Key {
+                            cluster: node_cluster.clone(),
+                            group: String::new(),
+                            kind: "Node".into(),
+                            namespace: String::new(),
+                            name: name.to_string(),
+                        };
+                        let node = serde_json::from_value::<Node>(self.store.get(&key)?.clone()).ok()?;
+                        Some((name.to_string(), node))
+                    })
                     .collect();
                 let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
                 let remediations: HashMap<String, RemediationView> = policy
