@@ -19,5 +19,21 @@ echo "== Cluster API CRDs for integration tests (sigs.k8s.io/cluster-api module,
 VIGIL_CAPI_CRD_DIR="$(scripts/capi-crds.sh)"
 export VIGIL_CAPI_CRD_DIR
 
+echo "== helm for the chart tests (built once, cached)"
+VIGIL_HELM="$(scripts/helm.sh)"
+export VIGIL_HELM
+
+echo "== podman and the Vigil image for the image test (installed and built once, cached)"
+# podman.sh exits 3 only when apt-get cannot install podman: the image test then says it skipped.
+if podman_env="$(scripts/podman.sh)"; then
+  eval "$podman_env"
+  VIGIL_IMAGE="$(scripts/image.sh)"
+  export VIGIL_IMAGE
+else
+  rc=$?
+  [[ $rc == 3 ]] || exit "$rc"
+  echo "!!!! podman cannot be installed here: the image test will report that it skipped !!!!"
+fi
+
 echo "== cargo test"
 cargo test --workspace --locked

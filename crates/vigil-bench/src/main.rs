@@ -9,6 +9,7 @@ mod fleet;
 mod kubelet;
 mod observe;
 mod procstat;
+mod snapshot;
 mod summary;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -64,6 +65,10 @@ struct Args {
     /// Keep the controller's log here (`RUST_LOG` is passed through).
     #[arg(long)]
     controller_log: Option<PathBuf>,
+    /// Instead of running the controller: time `vigil snapshot` of the fleet, `vigil simulate`
+    /// of that snapshot with --failed-percent of the Nodes going Unknown at 5m, and `vigil check`.
+    #[arg(long)]
+    snapshot: bool,
 }
 
 /// The run's parameters once defaults are applied and checked.
@@ -120,8 +125,11 @@ fn main() -> Result<()> {
     };
     ensure!(vigil.is_file(), "the vigil binary {} does not exist (--vigil)", vigil.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let summary = runtime.block_on(run(&plan, &vigil, &args))?;
-    let json = serde_json::to_string_pretty(&summary)?;
+    let json = if args.snapshot {
+        serde_json::to_string_pretty(&runtime.block_on(snapshot::run(plan.nodes, plan.failed_percent, &vigil))?)?
+    } else {
+        serde_json::to_string_pretty(&runtime.block_on(run(&plan, &vigil, &args))?)?
+    };
     println!("{json}");
     if let Some(out) = &args.out {
         std::fs::write(out, format!("{json}\n")).with_context(|| format!("cannot write {}", out.display()))?;

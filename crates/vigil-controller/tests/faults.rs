@@ -620,21 +620,20 @@ async fn a_tenant_kubeconfig_cannot_run_code_read_files_or_be_read_without_its_c
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let controller = Controller::start_with(kube::Client::try_from(config)?, options(free_addr()?));
     for (check, field) in [("execs", "users[0].user.exec"), ("steals", "users[0].user.tokenFile")] {
-        let s = wait_check_condition(
-            &env,
-            "MachineHealthCheck",
-            check,
-            "RemediationAllowed",
-            "False",
-            "WorkloadClusterUnreachable",
-        )
+        // The condition first says the cluster is not connected yet, then why it never will be.
+        wait_for(&format!("{check}: RemediationAllowed=False naming {field}"), WAIT, || async {
+            let s = check_status(&env, "MachineHealthCheck", check).await?;
+            let hit = s["conditions"].as_array().is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c["type"] == "RemediationAllowed"
+                        && c["status"] == "False"
+                        && c["reason"] == "WorkloadClusterUnreachable"
+                        && c["message"].as_str().is_some_and(|m| m.contains(field))
+                })
+            });
+            Ok(hit.then_some(()))
+        })
         .await?;
-        let message = s["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == "RemediationAllowed"))
-            .map(|c| c["message"].to_string())
-            .unwrap_or_default();
-        assert!(message.contains(field), "{check}: the condition names {field}: {message}");
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!marker.exists(), "the exec plugin ran");

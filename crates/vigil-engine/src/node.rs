@@ -208,6 +208,24 @@ fn judge(node: &Node, rules: &[ConditionRule], now: Timestamp, wake: &mut Earlie
     }
 }
 
+/// The rule a Node has broken past its duration at `now` and since when, judged exactly as
+/// [`decide`] judges it, so `vigil check` can say why a Node is unhealthy without a second rule.
+pub fn unhealthy_because<'p>(
+    node: &Node,
+    policy: &'p NhcPolicy,
+    now: Timestamp,
+) -> Option<(&'p ConditionRule, Timestamp)> {
+    let Verdict::Unhealthy(i) = judge(node, &policy.conditions, now, &mut Earliest::default()) else { return None };
+    let rule = policy.conditions.get(i)?;
+    let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    conds
+        .iter()
+        .filter(|c| c.type_ == rule.type_ && c.status == rule.status)
+        .filter_map(|c| c.last_transition_time.as_ref().map(|Time(t)| *t))
+        .min()
+        .map(|since| (rule, since))
+}
+
 /// Whether a step's template can be used to make remediation objects.
 #[derive(Clone, Copy)]
 enum Usable<'a> {
@@ -740,7 +758,9 @@ fn threshold_text(t: NhcThreshold, observed: usize) -> String {
     }
 }
 
-fn threshold_met(t: NhcThreshold, observed: usize, healthy: usize) -> bool {
+/// Whether `healthy` of `observed` Nodes meet the check's threshold (remediation allowed); public
+/// so a picture of a run can draw the threshold with this one rule.
+pub fn threshold_met(t: NhcThreshold, observed: usize, healthy: usize) -> bool {
     match t {
         NhcThreshold::MinHealthy(v) => healthy as u64 >= v.scaled(observed, Rounding::Up),
         // medik8s rounds a maxUnhealthy percentage up (75% of 10 allows 8), unlike Cluster API

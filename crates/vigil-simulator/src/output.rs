@@ -50,6 +50,56 @@ fn clock(t: f64) -> String {
 
 /// The readable form.
 pub fn text(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Value>) -> String {
+    text_styled(name, events, final_statuses, false)
+}
+
+/// ANSI colour of an event name: red for what needs attention, yellow for what Vigil does,
+/// green for recoveries, none for the rest.
+fn colour_of(event: &str) -> Option<&'static str> {
+    match event {
+        "Unhealthy"
+        | "RemediationBlocked"
+        | "NoTemplateLeft"
+        | "RemediationSkipped"
+        | "RemediationTimedOut"
+        | "NoDecision"
+        | "Invalid"
+        | "RemediationFailed"
+        | "WriteFailed" => Some("31"),
+        "RemediationRequested" | "RemediationCreated" | "RemediationDeleted" | "MachineReplaced" => Some("33"),
+        "Healthy" | "RemediationAllowed" | "NodeRecovered" | "NodeJoined" | "Resumed" => Some("32"),
+        _ => None,
+    }
+}
+
+fn paint(text: &str, code: Option<&str>, colour: bool) -> String {
+    match code {
+        Some(code) if colour => format!("\x1b[{code}m{text}\x1b[0m"),
+        _ => text.to_string(),
+    }
+}
+
+/// One line per check: how many targets were found unhealthy, remediations requested or
+/// created, short-circuits, and recoveries over the run.
+fn summary(events: &[Event], final_statuses: &BTreeMap<String, Value>) -> String {
+    let mut out = String::from("summary:\n");
+    for check in final_statuses.keys() {
+        let count = |kinds: &[&str]| {
+            events.iter().filter(|e| e.check.as_deref() == Some(check) && kinds.contains(&e.event.as_str())).count()
+        };
+        out.push_str(&format!(
+            "  {check}: {} unhealthy, {} remediations, {} short-circuits, {} healthy again\n",
+            count(&["Unhealthy"]),
+            count(&["RemediationRequested", "RemediationCreated"]),
+            count(&["RemediationBlocked"]),
+            count(&["Healthy"]),
+        ));
+    }
+    out
+}
+
+/// The readable form, with ANSI colours when `colour` (stdout is a terminal, no `NO_COLOR`).
+pub fn text_styled(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Value>, colour: bool) -> String {
     let mut out = format!("scenario {name}\n");
     for e in events {
         let detail = |k: &str| e.details.get(k).and_then(Value::as_str).unwrap_or("");
@@ -78,7 +128,8 @@ pub fn text(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Valu
             (None, Some(t)) => t.clone(),
             (None, None) => String::new(),
         };
-        out.push_str(&format!("{}  {:<20} {who}  {what}\n", clock(e.t), e.event));
+        let event = paint(&format!("{:<20}", e.event), colour_of(&e.event), colour);
+        out.push_str(&format!("{}  {event} {who}  {what}\n", clock(e.t)));
     }
     out.push_str("final status:\n");
     for (check, status) in final_statuses {
@@ -124,6 +175,7 @@ pub fn text(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Valu
             ));
         }
     }
+    out.push_str(&summary(events, final_statuses));
     out
 }
 
@@ -139,4 +191,37 @@ pub fn dump_yaml(store: &crate::store::Store) -> Result<String, serde_saphyr::Se
         out.push_str(&serde_saphyr::to_string(object)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_marks_event_names_only_when_asked() {
+        let events = vec![
+            Event {
+                t: 1.0,
+                event: "Unhealthy".into(),
+                check: Some("c".into()),
+                target: Some("n1".into()),
+                details: Map::new(),
+            },
+            Event {
+                t: 2.0,
+                event: "Healthy".into(),
+                check: Some("c".into()),
+                target: Some("n1".into()),
+                details: Map::new(),
+            },
+            Event { t: 3.0, event: "Applied".into(), check: None, target: Some("n1".into()), details: Map::new() },
+        ];
+        let statuses = BTreeMap::from([("c".to_string(), json!({}))]);
+        let coloured = text_styled("s", &events, &statuses, true);
+        assert!(coloured.contains("\x1b[31mUnhealthy"), "{coloured}");
+        assert!(coloured.contains("\x1b[32mHealthy"), "{coloured}");
+        assert!(!coloured.contains("\x1b[0m  Applied") && coloured.contains("  Applied "), "{coloured}");
+        assert!(!text_styled("s", &events, &statuses, false).contains('\x1b'));
+        assert!(coloured.ends_with("summary:\n  c: 1 unhealthy, 0 remediations, 0 short-circuits, 1 healthy again\n"));
+    }
 }

@@ -90,8 +90,12 @@ pub struct ObjectId {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeConditionChange {
-    /// Node name.
+    /// Node name (or use `node_selector`).
+    #[serde(default)]
     pub node: String,
+    /// Every Node carrying all these labels at that time (e.g. a zone), instead of one `node`.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
     /// Condition type, e.g. `Ready`.
     #[serde(rename = "type")]
     pub type_: String,
@@ -289,6 +293,12 @@ impl Scenario {
                     Change::Delete(d)
                 }
                 (None, None, Some(c)) => {
+                    if c.node.is_empty() == c.node_selector.is_empty() {
+                        return Err(entry(
+                            format!("{path}.setNodeCondition"),
+                            "needs exactly one of node, nodeSelector",
+                        ));
+                    }
                     if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
                         return Err(entry(
                             format!("{path}.setNodeCondition.status"),
@@ -528,5 +538,19 @@ models:
             "models.remediators[0]: needs either recoverAfter, or succeeded: false with after"
         );
         assert!(err("name: x\nduration: 5m\nbogus: 1\n").contains("bogus"));
+        // A scenario larger than the parser's default budget (250 000 nodes) still parses.
+        let mut big = String::from("name: big\nduration: 5m\nobjects:\n");
+        for i in 0..30_000 {
+            big.push_str(&format!(
+                "  - {{apiVersion: v1, kind: Node, metadata: {{name: n{i}, labels: {{a: b, c: d, e: f}}}}}}\n"
+            ));
+        }
+        assert_eq!(Scenario::parse(&big).map(|s| s.objects.len()), Ok(30_000));
+        assert_eq!(
+            err(
+                "name: x\nduration: 5m\ntimeline:\n  - at: 1m\n    setNodeCondition: {node: n, nodeSelector: {zone: b}, type: Ready, status: Unknown}\n"
+            ),
+            "timeline[0].setNodeCondition: needs exactly one of node, nodeSelector"
+        );
     }
 }

@@ -21,8 +21,8 @@ use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::node::NhcInput;
 use vigil_engine::{Action, Notice, Plan};
 
-/// How many decision rounds one instant may take before the run is declared unsettled (a plan
-/// that keeps changing what it looks at would otherwise loop forever).
+/// How many decisions one check may take in one instant before the run is declared unsettled (a
+/// plan that keeps changing what it looks at would otherwise loop forever).
 const MAX_ROUNDS_PER_INSTANT: usize = 50;
 const CAPI_GROUP: &str = "cluster.x-k8s.io";
 
@@ -82,6 +82,9 @@ pub struct Report {
     pub end_t: f64,
     /// Every object at the end.
     pub store: Store,
+    /// Each check's status every time it changed: (seconds since start, check, status), for
+    /// pictures of the run (`vigil simulate --plot`).
+    pub history: Vec<(f64, String, Value)>,
 }
 
 struct Sim<'s> {
@@ -94,9 +97,14 @@ struct Sim<'s> {
     task_seq: u64,
     scheduled_replacements: BTreeSet<Key>,
     events: Vec<Event>,
+    history: Vec<(f64, String, Value)>,
     invalid_reported: BTreeMap<CheckId, String>,
     /// Targets held by more than one check, as last reported (each tie is told once).
     ties_reported: BTreeSet<String>,
+    /// While the scenario's objects are loaded: every check is decided afterwards anyway, so
+    /// working out which checks each object concerns is skipped (it made loading a 10 000-Node
+    /// snapshot quadratic).
+    loading: bool,
 }
 
 /// Runs a scenario to its end.
@@ -111,8 +119,10 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         task_seq: 0,
         scheduled_replacements: BTreeSet::new(),
         events: Vec::new(),
+        history: Vec::new(),
         invalid_reported: BTreeMap::new(),
         ties_reported: BTreeSet::new(),
+        loading: true,
     };
     for (i, object) in scenario.objects.iter().enumerate() {
         sim.put(MANAGEMENT, object.clone(), &format!("objects[{i}]"))?;
@@ -122,6 +132,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
             sim.put(cluster, node.clone(), &format!("workloadClusters[{cluster:?}][{i}]"))?;
         }
     }
+    sim.loading = false;
     sim.dirty = sim.checks().into_iter().collect();
     sim.run()?;
     let final_statuses = sim
@@ -138,6 +149,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         final_statuses,
         end_t: seconds(scenario.duration.as_nanos()),
         store: sim.store,
+        history: sim.history,
     })
 }
 
@@ -264,22 +276,49 @@ impl Sim<'_> {
                 self.changed(&key, Some(&before));
             }
             Change::SetNodeCondition(c) => {
-                let key = Key {
+                let key = |name: &str| Key {
                     cluster: cluster.clone(),
                     group: String::new(),
                     kind: "Node".into(),
                     namespace: String::new(),
-                    name: c.node.clone(),
+                    name: name.to_string(),
                 };
-                if self.store.get(&key).is_none() {
-                    return Err(err(format!("Node {} does not exist at this time", c.node)));
+                let names: Vec<String> = if c.node_selector.is_empty() {
+                    if self.store.get(&key(&c.node)).is_none() {
+                        return Err(err(format!("Node {} does not exist at this time", c.node)));
+                    }
+                    vec![c.node.clone()]
+                } else {
+                    let matching: Vec<String> = self
+                        .store
+                        .list(&cluster, "", "Node", None)
+                        .filter(|(_, n)| {
+                            c.node_selector.iter().all(|(k, v)| {
+                                n.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str)
+                                    == Some(v.as_str())
+                            })
+                        })
+                        .map(|(k, _)| k.name.clone())
+                        .collect();
+                    if matching.is_empty() {
+                        return Err(err(format!("no Node matches nodeSelector {:?} at this time", c.node_selector)));
+                    }
+                    matching
+                };
+                for name in names {
+                    self.set_node_condition(
+                        &key(&name),
+                        &c.type_,
+                        &c.status,
+                        c.reason.as_deref(),
+                        c.message.as_deref(),
+                    );
+                    let mut d = Map::new();
+                    d.insert("type".into(), json!(c.type_));
+                    d.insert("status".into(), json!(c.status));
+                    d.insert("reason".into(), json!(c.reason.clone().unwrap_or_default()));
+                    self.emit("NodeConditionSet", None, Some(name), d);
                 }
-                self.set_node_condition(&key, &c.type_, &c.status, c.reason.as_deref(), c.message.as_deref());
-                let mut d = Map::new();
-                d.insert("type".into(), json!(c.type_));
-                d.insert("status".into(), json!(c.status));
-                d.insert("reason".into(), json!(c.reason.clone().unwrap_or_default()));
-                self.emit("NodeConditionSet", None, Some(c.node.clone()), d);
             }
         }
         Ok(())
@@ -317,6 +356,9 @@ impl Sim<'_> {
     /// Marks the checks a change concerns (the same predicates the controller maps watch
     /// events with).
     fn changed(&mut self, key: &Key, before: Option<&Value>) {
+        if self.loading {
+            return;
+        }
         let after = self.store.get(key).cloned();
         let versions: Vec<&Value> = before.into_iter().chain(after.as_ref()).collect();
         if key.group == GROUP && key.cluster == MANAGEMENT {
@@ -337,6 +379,16 @@ impl Sim<'_> {
         {
             return;
         }
+        // The namespaces with a Machine of this Node, found once for every check.
+        let node_machine_namespaces: BTreeSet<String> = if key.kind == "Node" && key.group.is_empty() {
+            self.store
+                .list(MANAGEMENT, CAPI_GROUP, "Machine", None)
+                .filter(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
+                .map(|(k, _)| k.namespace.clone())
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
         for id in self.checks() {
             let Some(object) = self.store.get(&id.key()) else { continue };
             let hit = match &id {
@@ -351,10 +403,7 @@ impl Sim<'_> {
                                 .is_some_and(|m| concerns::mhc_concerns_cluster(&check, &policy, &m)),
                             ("", "Node") => {
                                 key.cluster == self.node_cluster(namespace, &policy.cluster_name)
-                                    && self
-                                        .store
-                                        .list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace))
-                                        .any(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
+                                    && node_machine_namespaces.contains(namespace.as_str())
                             }
                             _ if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
                                 .is_some_and(|m| concerns::mhc_concerns_remediation_object(&check, &policy, &m)),
@@ -401,17 +450,28 @@ impl Sim<'_> {
     }
 
     fn settle(&mut self) -> Result<(), ScenarioError> {
-        for _ in 0..MAX_ROUNDS_PER_INSTANT {
-            let Some(id) = self.dirty.pop_first() else { return Ok(()) };
+        // Counted per check: a fleet may have many more checks than one check may take rounds.
+        let mut rounds: BTreeMap<CheckId, usize> = BTreeMap::new();
+        while let Some(id) = self.dirty.pop_first() {
+            let n = rounds.entry(id.clone()).or_insert(0);
+            *n += 1;
+            if *n > MAX_ROUNDS_PER_INSTANT {
+                self.dirty.insert(id);
+                return Err(self.unsettled());
+            }
             self.reconcile(&id);
         }
-        Err(ScenarioError::Entry {
+        Ok(())
+    }
+
+    fn unsettled(&self) -> ScenarioError {
+        ScenarioError::Entry {
             entry: format!("at +{}s", self.t()),
             message: format!(
-                "the checks did not settle after {MAX_ROUNDS_PER_INSTANT} decisions (still pending: {:?}); this is a bug in Vigil, please report it",
+                "the checks did not settle: one was decided {MAX_ROUNDS_PER_INSTANT} times in one instant (still pending: {:?}); this is a bug in Vigil, please report it",
                 self.dirty.iter().map(CheckId::label).collect::<Vec<_>>()
             ),
-        })
+        }
     }
 
     fn invalid(&mut self, id: &CheckId, message: String) {
@@ -453,10 +513,23 @@ impl Sim<'_> {
                 let machines = self.machines(namespace);
                 let machine_refs: Vec<&MachineView> = machines.iter().collect();
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                let nodes: HashMap<String, Node> = self
-                    .store
-                    .list(&node_cluster, "", "Node", None)
-                    .filter_map(|(k, v)| serde_json::from_value::<Node>(v.clone()).ok().map(|n| (k.name.clone(), n)))
+                // Only the Nodes of the check's targets: the engine looks up no other (reading
+                // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
+                let nodes: HashMap<String, Node> = machines
+                    .iter()
+                    .filter(|m| vigil_engine::machine::is_target(&policy, m))
+                    .filter_map(|m| m.node_name.as_deref())
+                    .filter_map(|name| {
+                        let key = Key {
+                            cluster: node_cluster.clone(),
+                            group: String::new(),
+                            kind: "Node".into(),
+                            namespace: String::new(),
+                            name: name.to_string(),
+                        };
+                        let node = serde_json::from_value::<Node>(self.store.get(&key)?.clone()).ok()?;
+                        Some((name.to_string(), node))
+                    })
                     .collect();
                 let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
                 let remediations = self.mhc_remediations(namespace, &policy);
@@ -625,6 +698,7 @@ impl Sim<'_> {
         self.invalid_reported.remove(id);
         let status = serde_json::to_value(&plan.status).unwrap_or(json!({}));
         if self.store.get(&key).and_then(|o| o.get("status")) != Some(&status) {
+            self.history.push((self.t(), id.label(), status.clone()));
             self.store.set_status(&key, status);
         }
         for notice in &plan.notices {

@@ -244,6 +244,31 @@ mod tests {
     }
 
     #[test]
+    fn list_returns_exactly_the_kind_and_namespace_asked_for() {
+        let mut s = Store::default();
+        for (cluster, api, kind, ns, name) in [
+            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Machine", "a", "m1"),
+            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Machine", "b", "m2"),
+            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "MachineSet", "a", "s1"),
+            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Cluster", "a", "c1"),
+            ("a/c1", "cluster.x-k8s.io/v1beta2", "Machine", "a", "m3"),
+        ] {
+            s.apply(
+                cluster,
+                json!({"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": ns}}),
+                now(),
+            );
+        }
+        let names = |ns: Option<&str>| {
+            s.list(MANAGEMENT, "cluster.x-k8s.io", "Machine", ns).map(|(k, _)| k.name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(names(None), ["m1", "m2"]);
+        assert_eq!(names(Some("a")), ["m1"]);
+        assert_eq!(names(Some("b")), ["m2"]);
+        assert!(names(Some("c")).is_empty());
+    }
+
+    #[test]
     fn stale_patch_conflicts() {
         let mut s = Store::default();
         let k = s.apply(MANAGEMENT, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}), now());

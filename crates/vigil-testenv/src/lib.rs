@@ -262,6 +262,22 @@ impl TestEnv {
         client_from(kubeconfig).await
     }
 
+    /// A kubeconfig YAML that authenticates with `token` (e.g. a ServiceAccount token from the
+    /// TokenRequest API) and whose context's namespace is `namespace`, for code that must hold
+    /// only what RBAC grants that identity.
+    pub fn kubeconfig_yaml_with_token(&self, token: &str, namespace: &str) -> Result<String> {
+        let mut kubeconfig = kubeconfig_value(&self.server, &self.ca, token);
+        kubeconfig["contexts"][0]["context"]["namespace"] = json!(namespace);
+        kubeconfig_to_yaml(&kubeconfig)
+    }
+
+    /// A client that authenticates with `token` (see [`TestEnv::kubeconfig_yaml_with_token`]).
+    pub async fn client_with_token(&self, token: &str, namespace: &str) -> Result<Client> {
+        let mut kubeconfig = kubeconfig_value(&self.server, &self.ca, token);
+        kubeconfig["contexts"][0]["context"]["namespace"] = json!(namespace);
+        client_from(serde_json::from_value(kubeconfig)?).await
+    }
+
     /// A loopback [`FaultProxy`] in front of this API server.
     pub async fn proxy(&self) -> Result<FaultProxy> {
         let addr = self.server.trim_start_matches("https://").parse().context("the server URL is not ip:port")?;

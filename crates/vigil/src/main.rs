@@ -1,12 +1,17 @@
 //! The `vigil` command: `simulate` (the decision engine on a scenario, no cluster needed),
-//! `validate` (the admission rules on manifests) and `crd` (the CustomResourceDefinitions).
+//! `validate` (the admission rules on manifests), `check` and `snapshot` (the live fleet, read
+//! only), `run` (the controller), `crd` (the CustomResourceDefinitions) and `completions`.
 
+mod check_cmd;
 mod convert_cmd;
+mod live;
+mod plot;
 mod run_cmd;
+mod snapshot_cmd;
 mod validate_cmd;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,8 +21,25 @@ use vigil_simulator::{Scenario, output, simulate};
 const DEFAULT_SCENARIO: (&str, &str) =
     ("examples/single-node-failure.yaml", include_str!("../../../examples/single-node-failure.yaml"));
 
+/// What `vigil --version` prints after the version: the API versions Vigil reads and writes.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\nhealth checks: vigil.dev/v1alpha1 MachineHealthCheck and NodeHealthCheck (served);",
+    "\n  also read: cluster.x-k8s.io/v1beta1 MachineHealthCheck, remediation.medik8s.io/v1alpha1 NodeHealthCheck",
+    "\nCluster API Machines and Clusters: cluster.x-k8s.io/v1beta1, cluster.x-k8s.io/v1beta2",
+    "\nremediation objects: any kind made from a <Kind>Template (e.g. remediation.medik8s.io/v1alpha1 SelfNodeRemediation)",
+);
+
 #[derive(Parser)]
-#[command(name = "vigil", version, about = "Health checking and remediation of Kubernetes machines and nodes")]
+#[command(
+    name = "vigil",
+    version,
+    long_version = LONG_VERSION,
+    about = "Health checking and remediation of Kubernetes machines and nodes",
+    long_about = "Health checking and remediation of Kubernetes machines and nodes: Cluster API \
+        MachineHealthCheck and medik8s NodeHealthCheck, decided by one pure engine that the \
+        simulator, `vigil check` and the controller share."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,7 +47,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the decision engine against a scenario on a virtual clock.
+    /// Run the decision engine against a scenario on a virtual clock (no cluster needed).
+    #[command(after_help = "Example:\n  vigil simulate examples/zone-outage.yaml --plot zone-outage.svg")]
     Simulate {
         /// Scenario file (format v1, see README); without it, a built-in single-node-failure scenario.
         file: Option<PathBuf>,
@@ -35,8 +58,14 @@ enum Command {
         /// Write every object at the end to this file as multi-document YAML.
         #[arg(long)]
         dump: Option<PathBuf>,
+        /// Draw the run as an SVG picture: per check, healthy / unhealthy / remediating over time.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Check MachineHealthCheck / NodeHealthCheck manifests against the admission rules.
+    #[command(
+        after_help = "Example:\n  vigil validate deploy/my-checks.yaml\n\nExit code: 0 when all are valid, 1 otherwise."
+    )]
     Validate {
         /// Manifest files (multi-document YAML).
         #[arg(required = true)]
@@ -44,12 +73,52 @@ enum Command {
     },
     /// Print the vigil.dev/v1alpha1 manifests equivalent to the upstream health checks in the files
     /// (Cluster API v1beta1/v1beta2 MachineHealthCheck, medik8s NodeHealthCheck).
+    #[command(after_help = "Example:\n  vigil convert capi-mhcs.yaml > vigil-mhcs.yaml")]
     Convert {
         /// Manifest files (multi-document YAML).
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Say what Vigil would do to the live fleet right now, and what next (reads only).
+    #[command(after_help = "Example:\n  vigil check --policy new-mhc.yaml workers\n\n\
+        Exit code: 0 when nothing is being or would be remediated now; 1 when the cluster cannot be \
+        read or a check or candidate policy is invalid (nothing evaluated for it); 2 when at least \
+        one target is being or would be remediated now.")]
+    Check {
+        /// Kubeconfig file to use instead of the default ones.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Read only the MachineHealthChecks, Clusters and Machines of this namespace.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// A candidate MachineHealthCheck / NodeHealthCheck manifest, evaluated as if applied.
+        #[arg(long = "policy")]
+        policies: Vec<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+        output: CheckFormat,
+        /// Only report these checks (`Kind/ns/name`, `ns/name` or `name`); default: all.
+        checks: Vec<String>,
+    },
+    /// Write the live fleet as a scenario for `vigil simulate` (reads only; no Secrets).
+    #[command(after_help = "Example:\n  vigil snapshot --namespace default > fleet.yaml\n  \
+        # add timeline entries (e.g. at 5m, setNodeCondition on the Nodes of zone b), then:\n  \
+        vigil simulate fleet.yaml")]
+    Snapshot {
+        /// Kubeconfig file to use instead of the default ones.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Read only the MachineHealthChecks, Clusters and Machines of this namespace.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// The scenario's duration (Go duration syntax).
+        #[arg(long, default_value = "1h")]
+        duration: String,
+    },
     /// Run the controller against a cluster (kubeconfig, KUBECONFIG, ~/.kube/config or in-cluster).
+    #[command(
+        after_help = "Example:\n  RUST_LOG=info vigil run --kubeconfig ~/.kube/config --metrics-addr 0.0.0.0:8080"
+    )]
     Run {
         /// Kubeconfig file to use instead of the default ones.
         #[arg(long)]
@@ -68,11 +137,36 @@ enum Command {
         election: run_cmd::Election,
     },
     /// Print the CustomResourceDefinitions of MachineHealthCheck and NodeHealthCheck as YAML.
+    #[command(after_help = "Example:\n  vigil crd | kubectl apply -f -")]
     Crd {
         /// Write one `<group>_<plural>.yaml` file per CRD into this directory instead (e.g. deploy/crds).
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Print a shell completion script.
+    #[command(after_help = "Example:\n  vigil completions bash > /etc/bash_completion.d/vigil")]
+    Completions {
+        /// The shell.
+        shell: Shell,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Shell {
+    /// Bash.
+    Bash,
+    /// Zsh.
+    Zsh,
+    /// Fish.
+    Fish,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CheckFormat {
+    /// One block per check.
+    Text,
+    /// One JSON document.
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -85,8 +179,7 @@ enum Format {
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -94,10 +187,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<bool> {
+/// Whether to colour text for stdout: only a terminal, and never with `NO_COLOR` set (no-color.org).
+fn colour_stdout() -> bool {
+    use std::io::IsTerminal;
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal()
+}
+
+fn code(ok: bool) -> ExitCode {
+    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match cli.command {
-        Command::Simulate { file, output: format, dump } => {
+        Command::Simulate { file, output: format, dump, plot } => {
             let (path, text) = match &file {
                 Some(path) => (
                     path.display().to_string(),
@@ -108,7 +211,9 @@ fn run(cli: Cli) -> Result<bool> {
             let scenario = Scenario::parse(&text).with_context(|| path.clone())?;
             let report = simulate(&scenario).with_context(|| path.clone())?;
             let rendered = match format {
-                Format::Text => output::text(&report.name, &report.events, &report.final_statuses),
+                Format::Text => {
+                    output::text_styled(&report.name, &report.events, &report.final_statuses, colour_stdout())
+                }
                 Format::Json => output::json_lines(&report.events, &report.final_statuses, report.end_t),
             };
             stdout.write_all(rendered.as_bytes())?;
@@ -117,12 +222,53 @@ fn run(cli: Cli) -> Result<bool> {
                     vigil_simulator::output::dump_yaml(&report.store).context("cannot render the objects as YAML")?;
                 std::fs::write(&dump, yaml).with_context(|| format!("cannot write {}", dump.display()))?;
             }
-            Ok(true)
+            if let Some(plot) = plot {
+                let svg = plot::svg(&report).map_err(|e| anyhow::anyhow!("cannot draw the picture: {e}"))?;
+                std::fs::write(&plot, svg).with_context(|| format!("cannot write {}", plot.display()))?;
+            }
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Validate { files } => validate_cmd::run(&files, &mut stdout),
-        Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()),
+        Command::Validate { files } => validate_cmd::run(&files, &mut stdout).map(code),
+        Command::Check { kubeconfig, namespace, policies, output: format, checks } => {
+            let candidates = check_cmd::candidates(&policies)?;
+            let runtime = runtime()?;
+            let fleet = runtime.block_on(async {
+                let client = live::client(kubeconfig.as_deref()).await?;
+                live::read(&client, namespace.as_deref(), &candidates).await
+            })?;
+            for note in &fleet.notes {
+                eprintln!("note: {note}");
+            }
+            let report = check_cmd::evaluate(fleet, candidates, &checks, jiff::Timestamp::now())?;
+            let rendered = match format {
+                CheckFormat::Text => check_cmd::text(&report),
+                CheckFormat::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
+            };
+            stdout.write_all(rendered.as_bytes())?;
+            Ok(ExitCode::from(report.exit_code()))
+        }
+        Command::Snapshot { kubeconfig, namespace, duration } => {
+            vigil_api::duration::parse_go_duration(&duration).ok().filter(|d| d.is_positive()).with_context(|| {
+                format!("--duration: invalid value {duration:?}: expected a positive Go duration such as 1h or 45m")
+            })?;
+            let runtime = runtime()?;
+            let fleet = runtime.block_on(async {
+                let client = live::client(kubeconfig.as_deref()).await?;
+                live::read(&client, namespace.as_deref(), &[]).await
+            })?;
+            for note in &fleet.notes {
+                eprintln!("note: {note}");
+            }
+            for (cluster, why) in &fleet.unreachable {
+                eprintln!("note: workload cluster {cluster} unreachable, its Nodes are left out: {why}");
+            }
+            let yaml = snapshot_cmd::scenario_yaml(&fleet, jiff::Timestamp::now(), &duration)?;
+            stdout.write_all(yaml.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()).map(code),
         Command::Run { kubeconfig, workers, metrics_addr, dry_run, election } => {
-            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, dry_run, election)
+            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, dry_run, election).map(code)
         }
         Command::Crd { out_dir } => {
             let files = vigil_api::crd::files().context("cannot render the CustomResourceDefinitions")?;
@@ -137,7 +283,20 @@ fn run(cli: Cli) -> Result<bool> {
                     }
                 }
             }
-            Ok(true)
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            let shell = match shell {
+                Shell::Bash => clap_complete::Shell::Bash,
+                Shell::Zsh => clap_complete::Shell::Zsh,
+                Shell::Fish => clap_complete::Shell::Fish,
+            };
+            clap_complete::generate(shell, &mut Cli::command(), "vigil", &mut stdout);
+            Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")
 }

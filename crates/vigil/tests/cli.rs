@@ -147,3 +147,107 @@ fn convert_then_validate_moves_an_upstream_check_over() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).ends_with("document 1: MachineHealthCheck/team-a/workers: valid\n"));
 }
+
+#[test]
+fn every_subcommand_says_what_it_does_and_shows_an_example() {
+    let out = vigil(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line =
+        |cmd: &str| help.lines().find(|l| l.trim_start().starts_with(&format!("{cmd} "))).unwrap_or("").to_string();
+    assert!(line("run").contains("Run the controller") && !line("run").contains("CustomResourceDefinitions"), "{help}");
+    assert!(line("crd").contains("CustomResourceDefinitions"), "{help}");
+    for cmd in ["simulate", "validate", "check", "snapshot", "run", "crd", "completions"] {
+        assert!(line(cmd).len() > cmd.len() + 10, "{cmd} has a description:\n{help}");
+        let out = vigil(&["help", cmd]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Example:") && text.contains(&format!("vigil {cmd}")), "{cmd}:\n{text}");
+    }
+    let check = String::from_utf8_lossy(&vigil(&["help", "check"]).stdout).into_owned();
+    assert!(check.contains("Exit code: 0") && check.contains("1 when") && check.contains("2 when"), "{check}");
+}
+
+#[test]
+fn version_names_the_supported_upstream_api_versions() {
+    let out = vigil(&["--version"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with(&format!("vigil {}", env!("CARGO_PKG_VERSION"))), "{text}");
+    for api in [
+        "vigil.dev/v1alpha1",
+        "cluster.x-k8s.io/v1beta1",
+        "cluster.x-k8s.io/v1beta2",
+        "remediation.medik8s.io/v1alpha1",
+    ] {
+        assert!(text.contains(api), "{api} in {text}");
+    }
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish_know_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = vigil(&["completions", shell]);
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        for word in ["snapshot", "check", "kubeconfig", "policy"] {
+            assert!(text.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let out = vigil(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'tcsh'"));
+}
+
+#[test]
+fn text_output_is_plain_when_not_a_terminal_and_ends_with_one_summary_line_per_check() {
+    let out = vigil(&["simulate", "examples/zone-outage.yaml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\x1b'), "no colour in a pipe");
+    let summary = text.split("summary:\n").nth(1).expect("a summary at the end");
+    assert_eq!(
+        summary,
+        "  MachineHealthCheck/default/workers: 3 unhealthy, 1 remediations, 1 short-circuits, 2 healthy again\n"
+    );
+}
+
+/// The texts of an SVG document (element content, whitespace trimmed).
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| t.split_once('>'))
+        .map(|(_, rest)| rest.split('<').next().unwrap_or("").trim().to_string())
+        .collect()
+}
+
+#[test]
+fn simulate_plot_draws_every_series_with_labelled_axes_and_target_lanes() {
+    let path = std::env::temp_dir().join(format!("vigil-cli-{}-plot.svg", std::process::id()));
+    let out = vigil(&["simulate", "examples/zone-outage.yaml", "--plot", path.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(&path).expect("picture written");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let texts = svg_texts(&svg);
+    for wanted in [
+        "MachineHealthCheck/default/workers",
+        "time (minutes since the start)",
+        "targets",
+        "healthy",
+        "unhealthy",
+        "remediating",
+        "most unhealthy the short-circuit allows",
+        "remediation requested",
+        "short-circuited (remediation blocked)",
+        "default/w-a1",
+        "default/w-a3-r2",
+        "45",
+    ] {
+        assert!(texts.iter().any(|t| t == wanted), "{wanted:?} not among {texts:?}");
+    }
+    // Healthy, unhealthy, remediating and the threshold are lines; the outage's short-circuit
+    // (2m to 20m) is one shaded band.
+    assert!(svg.matches("<polyline").count() >= 4, "{svg}");
+    assert_eq!(svg.matches(r##"fill="#FFCDCD""##).count(), 2, "the band and its legend entry");
+
+    let nhc = vigil(&["simulate", "examples/nhc-escalation.yaml", "--plot", path.to_str().expect("utf-8 path")]);
+    assert!(nhc.status.success());
+    let texts = svg_texts(&std::fs::read_to_string(&path).expect("picture written"));
+    assert!(texts.iter().any(|t| t.starts_with("NodeHealthCheck/")), "{texts:?}");
+}

@@ -1,0 +1,120 @@
+//! `vigil-bench --snapshot`: how long `vigil snapshot` takes on the fleet, how long `vigil
+//! simulate` takes on that snapshot with an outage added, and how long `vigil check` takes —
+//! each a separate process timed from outside, all requests counted from the audit log.
+
+use crate::{audit, fleet};
+use anyhow::{Context as _, Result, ensure};
+use kube::CustomResourceExt as _;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+use vigil_api::{MachineHealthCheck, NodeHealthCheck};
+use vigil_testenv::TestEnv;
+
+/// What `--snapshot` prints.
+#[derive(Serialize)]
+pub struct SnapshotSummary {
+    nodes: usize,
+    machines: usize,
+    checks: usize,
+    /// `vigil snapshot` wall time and output size.
+    snapshot_ms: f64,
+    snapshot_bytes: usize,
+    /// Requests `vigil snapshot` and `vigil check` made, by verb (audit log).
+    requests: BTreeMap<String, usize>,
+    /// Nodes set `Ready=Unknown` at 5m in the simulated outage.
+    failed: usize,
+    /// `vigil simulate` wall time on the snapshot with the outage (1h, JSON output).
+    simulate_ms: f64,
+    /// Events of the simulation by kind.
+    simulate_events: BTreeMap<String, usize>,
+    /// `vigil check` wall time and exit code.
+    check_ms: f64,
+    check_exit: Option<i32>,
+}
+
+fn timed(vigil: &Path, args: &[&str]) -> Result<(std::process::Output, f64)> {
+    let t = Instant::now();
+    let out =
+        std::process::Command::new(vigil).args(args).output().with_context(|| format!("cannot run vigil {args:?}"))?;
+    Ok((out, t.elapsed().as_secs_f64() * 1000.0))
+}
+
+/// Creates the fleet of `n` Nodes, then measures the three commands.
+pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<SnapshotSummary> {
+    eprintln!("vigil-bench: starting etcd + kube-apiserver");
+    let env = TestEnv::start().await?;
+    env.install_upstream_crds().await?;
+    env.install_crds(&[
+        serde_json::to_value(MachineHealthCheck::crd())?,
+        serde_json::to_value(NodeHealthCheck::crd())?,
+    ])
+    .await?;
+    let groups = fleet::layout(n);
+    eprintln!("vigil-bench: creating {n} Nodes, {n} Machines and {} checks", groups.len());
+    fleet::create(&env, n, &groups, "5m").await?;
+
+    let dir = tempfile::Builder::new().prefix("vigil-bench-snapshot-").tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, env.audited_kubeconfig_yaml())?;
+    let kc = kubeconfig.to_str().context("utf-8 path")?;
+
+    eprintln!("vigil-bench: vigil snapshot");
+    let (out, snapshot_ms) = timed(vigil, &["snapshot", "--kubeconfig", kc, "--duration", "1h"])?;
+    ensure!(out.status.success(), "vigil snapshot failed: {}", String::from_utf8_lossy(&out.stderr));
+    let yaml = String::from_utf8(out.stdout).context("snapshot is not UTF-8")?;
+
+    // The outage: every `1/failed_percent`-th Node goes Unknown at 5m, seen in both clusters
+    // the snapshot holds it in (management for the NodeHealthChecks, the workload cluster
+    // `bench/fleet` for the MachineHealthChecks; the fleet is self-hosted).
+    let every = (100.0 / failed_percent).round().max(1.0) as usize;
+    let failed: Vec<usize> = (0..n).step_by(every).collect();
+    let mut timeline = String::from("timeline:\n");
+    for i in &failed {
+        let node = fleet::node_name(*i);
+        for cluster in ["", "    cluster: bench/fleet\n"] {
+            timeline.push_str(&format!(
+                "  - at: 5m\n{cluster}    setNodeCondition: {{node: {node}, type: Ready, status: Unknown, reason: ZoneDown}}\n"
+            ));
+        }
+    }
+    ensure!(yaml.contains("\ntimeline: []\n"), "the snapshot has an empty timeline");
+    let outage = yaml.replace("\ntimeline: []\n", &format!("\n{timeline}"));
+    let file = dir.path().join("outage.yaml");
+    std::fs::write(&file, &outage)?;
+
+    eprintln!("vigil-bench: vigil simulate");
+    let (out, simulate_ms) = timed(vigil, &["simulate", file.to_str().context("utf-8 path")?, "--output", "json"])?;
+    ensure!(out.status.success(), "vigil simulate failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mut simulate_events = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let event: Value = serde_json::from_str(line)?;
+        *simulate_events.entry(event["event"].as_str().unwrap_or("").to_string()).or_insert(0) += 1;
+    }
+
+    eprintln!("vigil-bench: vigil check");
+    let (out, check_ms) = timed(vigil, &["check", "--kubeconfig", kc, "--output", "json"])?;
+    ensure!(out.status.code().is_some_and(|c| c != 1), "vigil check failed: {}", String::from_utf8_lossy(&out.stderr));
+
+    let mut requests = BTreeMap::new();
+    if let Some(log) = env.audit_log_path() {
+        for r in audit::read(&log)? {
+            *requests.entry(r.verb).or_insert(0) += 1;
+        }
+    }
+    Ok(SnapshotSummary {
+        nodes: n,
+        machines: n,
+        checks: groups.len(),
+        snapshot_ms,
+        snapshot_bytes: yaml.len(),
+        requests,
+        failed: failed.len(),
+        simulate_ms,
+        simulate_events,
+        check_ms,
+        check_exit: out.status.code(),
+    })
+}

@@ -1,0 +1,567 @@
+//! `vigil check`: what Vigil would do to the live fleet right now, and what next.
+//!
+//! The cluster is read once ([`crate::live`], get and list only) into the objects of a scenario
+//! with an empty timeline; the simulator then runs the real engine on it twice: at this instant
+//! (what the checks look like and what Vigil would do now) and forward, with nothing changing
+//! and no other controller acting, up to a horizon (the next change, e.g. "w-3 will be
+//! remediated at 12:40:05 unless it recovers"). Nothing is written anywhere.
+
+use anyhow::{Context, Result};
+use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use vigil_api::conditions::find;
+use vigil_api::manifest::{HealthCheck, health_check_from_value, parse_documents};
+use vigil_api::views::MachineView;
+use vigil_api::well_known::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED};
+use vigil_api::{GROUP, NodeHealthCheck, validate};
+use vigil_simulator::output::Event;
+use vigil_simulator::scenario::Models;
+use vigil_simulator::store::{Key, MANAGEMENT};
+use vigil_simulator::{Report, Scenario, simulate};
+
+/// How far ahead `vigil check` looks for the next change.
+pub const HORIZON: SignedDuration = SignedDuration::from_hours(24);
+
+/// Exit code: nothing is being or would be remediated now.
+pub const EXIT_QUIET: u8 = 0;
+/// Exit code: the cluster could not be read, or a check or candidate policy is invalid.
+pub const EXIT_ERROR: u8 = 1;
+/// Exit code: at least one target is being remediated or would be remediated now.
+pub const EXIT_REMEDIATING: u8 = 2;
+
+/// One condition as shown to the operator.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ConditionOut {
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Machine-readable reason.
+    pub reason: String,
+    /// For a person.
+    pub message: String,
+}
+
+/// An unhealthy target: why, since when, and its remediation.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetOut {
+    /// Machine `namespace/name` or Node name.
+    pub target: String,
+    /// Why it is unhealthy (a condition reason, or the broken rule).
+    pub reason: String,
+    /// Why, for a person.
+    pub message: String,
+    /// Since when the verdict (MachineHealthCheck) or the broken condition (NodeHealthCheck) holds.
+    pub since: Option<String>,
+    /// What is being done about it (`OwnerRemediated=False …`, the remediation objects), if anything.
+    pub remediation: Option<String>,
+}
+
+/// One thing Vigil does, now or later.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EventOut {
+    /// The simulator's event name (`RemediationRequested`, `Unhealthy`, …; README "Output").
+    pub event: String,
+    /// Machine `namespace/name` or Node name, if the event is about one target.
+    pub target: Option<String>,
+    /// Machine-readable reason.
+    pub reason: String,
+    /// For a person.
+    pub message: String,
+}
+
+/// The next change, if nothing else changes.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NextOut {
+    /// When (RFC 3339).
+    pub at: String,
+    /// How long from now, to the second (Go duration syntax).
+    #[serde(rename = "in")]
+    pub in_: String,
+    /// What happens then.
+    pub events: Vec<EventOut>,
+}
+
+/// The answer for one check.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckOut {
+    /// `MachineHealthCheck/<ns>/<name>` or `NodeHealthCheck/<name>`.
+    pub check: String,
+    /// Targets selected.
+    pub targets: i64,
+    /// Of which healthy.
+    pub healthy: i64,
+    /// Of which not healthy.
+    pub unhealthy: i64,
+    /// MachineHealthCheck: how many more remediations the short-circuit allows.
+    pub remediations_allowed: Option<i64>,
+    /// NodeHealthCheck: its phase (Disabled, Paused, Remediating, Enabled).
+    pub phase: Option<String>,
+    /// The `RemediationAllowed` condition (the short-circuit's verdict).
+    pub remediation_allowed: Option<ConditionOut>,
+    /// Each unhealthy target.
+    pub unhealthy_targets: Vec<TargetOut>,
+    /// What Vigil would do at this instant (empty when the cluster already shows its decision).
+    pub now: Vec<EventOut>,
+    /// The next change within the horizon if nothing else changes.
+    pub next: Option<NextOut>,
+    /// Why Vigil decides nothing for this check (invalid spec, workload cluster unreachable).
+    pub problem: Option<String>,
+    /// Whether a target is being or would be remediated now.
+    pub remediating: bool,
+}
+
+/// The whole answer.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CheckReport {
+    /// The instant evaluated (RFC 3339).
+    pub now: String,
+    /// One entry per check, in name order.
+    pub checks: Vec<CheckOut>,
+}
+
+impl CheckReport {
+    /// The documented exit code (0, 1 or 2).
+    pub fn exit_code(&self) -> u8 {
+        if self.checks.iter().any(|c| c.problem.is_some()) {
+            EXIT_ERROR
+        } else if self.checks.iter().any(|c| c.remediating) {
+            EXIT_REMEDIATING
+        } else {
+            EXIT_QUIET
+        }
+    }
+}
+
+/// Reads candidate health checks from files; an invalid one is an error naming the field and
+/// the value (the same findings as `vigil validate`), so it is never evaluated.
+pub fn candidates(paths: &[PathBuf]) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let documents = parse_documents(&text).with_context(|| path.display().to_string())?;
+        for (i, mut doc) in documents.into_iter().enumerate() {
+            let what = format!("{}: document {}", path.display(), i + 1);
+            if doc.pointer("/metadata/namespace").is_none() && doc["kind"] == "MachineHealthCheck" {
+                doc["metadata"]["namespace"] = json!("default");
+            }
+            let check = health_check_from_value(&doc).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+            let errors = match &check {
+                HealthCheck::Machine(m) => validate::machine_health_check(m).err(),
+                HealthCheck::Node(n) => validate::node_health_check(n).err(),
+            };
+            if let Some(invalid) = errors {
+                let lines: Vec<String> =
+                    invalid.errors.iter().map(|e| format!("{what}: {}: {e}", invalid.object)).collect();
+                anyhow::bail!("invalid policy, nothing evaluated:\n{}", lines.join("\n"));
+            }
+            out.push(doc);
+        }
+    }
+    Ok(out)
+}
+
+fn label_of(v: &Value) -> String {
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
+    match text("/kind") {
+        "MachineHealthCheck" => {
+            format!("MachineHealthCheck/{}/{}", text("/metadata/namespace"), text("/metadata/name"))
+        }
+        kind => format!("{kind}/{}", text("/metadata/name")),
+    }
+}
+
+/// Whether `wanted` (as given on the command line) names the check `label`: the full label,
+/// `namespace/name` or `name`.
+fn names(wanted: &str, label: &str) -> bool {
+    label == wanted || label.ends_with(&format!("/{wanted}"))
+}
+
+/// Evaluates the fleet at `now` (to the millisecond). With candidates, only they are evaluated
+/// (one named like a live check keeps its status, as applying it would); `only` limits the
+/// report to those checks.
+pub fn evaluate(
+    mut fleet: crate::live::Fleet,
+    candidates: Vec<Value>,
+    only: &[String],
+    now: Timestamp,
+) -> Result<CheckReport> {
+    // Evaluated at a whole millisecond, so the simulator's times (milliseconds) add up exactly.
+    let now = Timestamp::from_millisecond(now.as_millisecond()).unwrap_or(now);
+    if !candidates.is_empty() {
+        // Only the candidates are evaluated: a live check selecting the same targets would
+        // otherwise contend with them over the same Machines. A candidate named like a live
+        // check takes its status, as applying it would.
+        let live: BTreeMap<String, Value> = fleet
+            .objects
+            .iter()
+            .filter(|o| is_check(o))
+            .filter_map(|o| Some((label_of(o), o.get("status")?.clone())))
+            .collect();
+        fleet.objects.retain(|o| !is_check(o));
+        for mut candidate in candidates {
+            if let Some(status) = live.get(&label_of(&candidate)) {
+                candidate["status"] = status.clone();
+            }
+            fleet.objects.push(candidate);
+        }
+    }
+    let labels: Vec<String> = fleet.objects.iter().filter(|o| is_check(o)).map(label_of).collect();
+    for wanted in only {
+        if !labels.iter().any(|l| names(wanted, l)) {
+            anyhow::bail!("no health check named {wanted:?} (there are: {})", labels.join(", "));
+        }
+    }
+    // A check whose workload cluster cannot be read gets no decision, as in the controller.
+    let mut problems: BTreeMap<String, String> = BTreeMap::new();
+    fleet.objects.retain(|o| {
+        if o["kind"] != "MachineHealthCheck" {
+            return true;
+        }
+        let key = format!(
+            "{}/{}",
+            o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(""),
+            o.pointer("/spec/clusterName").and_then(Value::as_str).unwrap_or("")
+        );
+        match fleet.unreachable.get(&key) {
+            Some(why) => {
+                problems
+                    .insert(label_of(o), format!("workload cluster {key} unreachable, Vigil decides nothing: {why}"));
+                false
+            }
+            None => true,
+        }
+    });
+    let scenario = |duration| Scenario {
+        name: "vigil check".into(),
+        start: now,
+        duration,
+        objects: fleet.objects.clone(),
+        workload_clusters: fleet.workload_clusters.clone(),
+        timeline: Vec::new(),
+        models: Models::default(),
+    };
+    let at_now = simulate(&scenario(SignedDuration::ZERO))?;
+    let ahead = simulate(&scenario(HORIZON))?;
+    let mut checks: Vec<CheckOut> =
+        at_now.final_statuses.iter().map(|(label, status)| check_out(label, status, &at_now, &ahead, now)).collect();
+    for (label, problem) in problems {
+        checks.push(CheckOut {
+            check: label,
+            targets: 0,
+            healthy: 0,
+            unhealthy: 0,
+            remediations_allowed: None,
+            phase: None,
+            remediation_allowed: None,
+            unhealthy_targets: Vec::new(),
+            now: Vec::new(),
+            next: None,
+            problem: Some(problem),
+            remediating: false,
+        });
+    }
+    checks.retain(|c| only.is_empty() || only.iter().any(|w| names(w, &c.check)));
+    checks.sort_by(|a, b| a.check.cmp(&b.check));
+    Ok(CheckReport { now: now.to_string(), checks })
+}
+
+fn is_check(o: &Value) -> bool {
+    o["kind"] == "MachineHealthCheck" || o["kind"] == "NodeHealthCheck"
+}
+
+fn event_out(e: &Event) -> EventOut {
+    let detail = |k: &str| e.details.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let message = match e.event.as_str() {
+        "RemediationCreated" | "RemediationDeleted" => {
+            format!("{} {}/{}", detail("kind"), detail("namespace"), detail("name"))
+        }
+        _ => detail("message"),
+    };
+    EventOut { event: e.event.clone(), target: e.target.clone(), reason: detail("reason"), message }
+}
+
+fn condition_out(status: &Value, type_: &str) -> Option<ConditionOut> {
+    let c = status.get("conditions")?.as_array()?.iter().find(|c| c["type"] == type_)?;
+    let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    Some(ConditionOut { status: s("status"), reason: s("reason"), message: s("message") })
+}
+
+fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: Timestamp) -> CheckOut {
+    let int = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let mine = |e: &&Event| e.check.as_deref() == Some(label);
+    let now_events: Vec<&Event> = at_now.events.iter().filter(mine).collect();
+    let problem = now_events.iter().find(|e| e.event == "Invalid").map(|e| event_out(e).message);
+    let next = ahead.events.iter().filter(mine).find(|e| e.t > 0.0).map(|first| {
+        let at = now.checked_add(SignedDuration::from_secs_f64(first.t)).unwrap_or(now);
+        NextOut {
+            at: at.to_string(),
+            in_: vigil_api::duration::format_go_duration(SignedDuration::from_secs(first.t.round() as i64)),
+            events: ahead.events.iter().filter(mine).filter(|e| e.t == first.t).map(event_out).collect(),
+        }
+    });
+    let requested_now =
+        now_events.iter().any(|e| matches!(e.event.as_str(), "RemediationRequested" | "RemediationCreated"));
+    let mut out = CheckOut {
+        check: label.to_string(),
+        targets: 0,
+        healthy: 0,
+        unhealthy: 0,
+        remediations_allowed: None,
+        phase: None,
+        remediation_allowed: condition_out(status, "RemediationAllowed"),
+        unhealthy_targets: Vec::new(),
+        now: now_events.iter().filter(|e| e.event != "Invalid").map(|e| event_out(e)).collect(),
+        next,
+        problem,
+        remediating: requested_now,
+    };
+    if let Some(rest) = label.strip_prefix("MachineHealthCheck/") {
+        let namespace = rest.split_once('/').map_or("", |(ns, _)| ns);
+        out.targets = int("expectedMachines");
+        out.healthy = int("currentHealthy");
+        out.unhealthy = out.targets - out.healthy;
+        out.remediations_allowed = Some(int("remediationsAllowed"));
+        for name in status.get("targets").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+            let key = Key {
+                cluster: MANAGEMENT.into(),
+                group: "cluster.x-k8s.io".into(),
+                kind: "Machine".into(),
+                namespace: namespace.into(),
+                name: name.into(),
+            };
+            let Some(machine) = at_now.store.get(&key).and_then(MachineView::read) else { continue };
+            let Some(verdict) = find(&machine.conditions, "HealthCheckSucceeded").filter(|c| c.status == "False")
+            else {
+                continue;
+            };
+            let remediation = [OWNER_REMEDIATED, EXTERNALLY_REMEDIATED].iter().find_map(|t| {
+                find(&machine.conditions, t).filter(|c| c.status == "False").map(|c| {
+                    format!("{t}=False {}: {}", c.reason.as_deref().unwrap_or(""), c.message.as_deref().unwrap_or(""))
+                })
+            });
+            out.remediating |= remediation.as_deref().is_some_and(|r| r.contains("WaitingForRemediation"));
+            let reason = verdict.reason.clone().unwrap_or_default();
+            let since = if reason == vigil_engine::machine::reason::UNHEALTHY_NODE {
+                node_condition_since(at_now, label, &machine)
+            } else {
+                None
+            };
+            out.unhealthy_targets.push(TargetOut {
+                target: format!("{namespace}/{name}"),
+                reason,
+                message: verdict.message.clone().unwrap_or_default(),
+                since: since.or(verdict.last_transition_time).map(|t| t.to_string()),
+                remediation,
+            });
+        }
+    } else {
+        out.targets = int("observedNodes");
+        out.healthy = int("healthyNodes");
+        out.unhealthy = out.targets - out.healthy;
+        out.phase = status.get("phase").and_then(Value::as_str).map(str::to_string);
+        let name = label.strip_prefix("NodeHealthCheck/").unwrap_or(label);
+        let check_key = Key {
+            cluster: MANAGEMENT.into(),
+            group: GROUP.into(),
+            kind: "NodeHealthCheck".into(),
+            namespace: String::new(),
+            name: name.into(),
+        };
+        let policy = at_now
+            .store
+            .get(&check_key)
+            .and_then(|v| serde_json::from_value::<NodeHealthCheck>(v.clone()).ok())
+            .and_then(|c| validate::node_health_check(&c).ok());
+        for entry in status.get("unhealthyNodes").and_then(Value::as_array).into_iter().flatten() {
+            let node_name = entry.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+            let node_key = Key {
+                cluster: MANAGEMENT.into(),
+                group: String::new(),
+                kind: "Node".into(),
+                namespace: String::new(),
+                name: node_name.clone(),
+            };
+            let node = at_now.store.get(&node_key).and_then(|v| serde_json::from_value(v.clone()).ok());
+            let because = match (&node, &policy) {
+                (Some(node), Some(policy)) => {
+                    vigil_engine::node::unhealthy_because(node, policy, now).map(|(rule, since)| (rule.clone(), since))
+                }
+                _ => None,
+            };
+            let (reason, message, since) = match (&node, because) {
+                (None, _) => ("NodeDeleted".to_string(), format!("Node {node_name} no longer exists"), None),
+                (Some(_), Some((rule, since))) => (
+                    "UnhealthyNode".to_string(),
+                    format!(
+                        "{}={} for more than {}",
+                        rule.type_,
+                        rule.status,
+                        vigil_api::duration::format_go_duration(rule.timeout)
+                    ),
+                    Some(since.to_string()),
+                ),
+                (Some(_), None) => (
+                    "Recovering".to_string(),
+                    "conditions healthy again; remediation objects kept until healthyDelay passes".to_string(),
+                    None,
+                ),
+            };
+            let remediations: Vec<String> = entry
+                .get("remediations")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    let res = &r["resource"];
+                    let timed_out = if r.get("timedOut").is_some() { " (timed out)" } else { "" };
+                    format!(
+                        "{} {}/{} since {}{timed_out}",
+                        res["kind"].as_str().unwrap_or(""),
+                        res["namespace"].as_str().unwrap_or(""),
+                        res["name"].as_str().unwrap_or(""),
+                        r["started"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            out.remediating |= entry
+                .get("remediations")
+                .and_then(Value::as_array)
+                .is_some_and(|rs| rs.iter().any(|r| r.get("timedOut").is_none()));
+            out.unhealthy_targets.push(TargetOut {
+                target: node_name,
+                reason,
+                message,
+                since,
+                remediation: (!remediations.is_empty()).then(|| remediations.join(", ")),
+            });
+        }
+    }
+    out
+}
+
+/// When the Node condition behind an `UnhealthyNode` verdict started: the earliest transition
+/// of a Node condition that one of the check's rules names with that status.
+fn node_condition_since(at_now: &Report, label: &str, machine: &MachineView) -> Option<Timestamp> {
+    let rest = label.strip_prefix("MachineHealthCheck/")?;
+    let (namespace, name) = rest.split_once('/')?;
+    let key = Key {
+        cluster: MANAGEMENT.into(),
+        group: GROUP.into(),
+        kind: "MachineHealthCheck".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let check: vigil_api::MachineHealthCheck = serde_json::from_value(at_now.store.get(&key)?.clone()).ok()?;
+    let policy = validate::machine_health_check(&check).ok()?;
+    let node_name = machine.node_name.as_deref()?;
+    let workload = format!("{namespace}/{}", policy.cluster_name);
+    let node_key = |cluster: &str| Key {
+        cluster: cluster.into(),
+        group: String::new(),
+        kind: "Node".into(),
+        namespace: String::new(),
+        name: node_name.into(),
+    };
+    let node = at_now.store.get(&node_key(&workload)).or_else(|| at_now.store.get(&node_key(MANAGEMENT)))?;
+    node.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .filter(|c| {
+            policy.node_conditions.iter().any(|r| c["type"] == r.type_.as_str() && c["status"] == r.status.as_str())
+        })
+        .filter_map(|c| c["lastTransitionTime"].as_str()?.parse::<Timestamp>().ok())
+        .min()
+}
+
+fn hms(rfc3339: &str) -> String {
+    rfc3339.parse::<Timestamp>().map(|t| t.strftime("%H:%M:%S").to_string()).unwrap_or_else(|_| rfc3339.to_string())
+}
+
+/// The readable form: one block per check.
+pub fn text(report: &CheckReport) -> String {
+    let mut out = format!("vigil check at {}\n", report.now);
+    if report.checks.is_empty() {
+        out.push_str("\nno health checks found\n");
+    }
+    for c in &report.checks {
+        out.push_str(&format!("\n{}\n", c.check));
+        if let Some(problem) = &c.problem {
+            out.push_str(&format!("  PROBLEM: {problem}\n"));
+            continue;
+        }
+        let mut line = format!("  targets {}: {} healthy, {} unhealthy", c.targets, c.healthy, c.unhealthy);
+        if let Some(n) = c.remediations_allowed {
+            line.push_str(&format!("; budget: {n} more remediation{}", if n == 1 { "" } else { "s" }));
+        }
+        if let Some(phase) = &c.phase {
+            line.push_str(&format!("; phase {phase}"));
+        }
+        out.push_str(&line);
+        out.push('\n');
+        if let Some(ra) = &c.remediation_allowed {
+            let detail = if ra.message.is_empty() { String::new() } else { format!(": {}", ra.message) };
+            out.push_str(&format!("  RemediationAllowed={} {}{detail}\n", ra.status, ra.reason));
+        }
+        for t in &c.unhealthy_targets {
+            let since = t.since.as_deref().map(|s| format!(" since {}", hms(s))).unwrap_or_default();
+            out.push_str(&format!("  unhealthy {}{since}: {}: {}\n", t.target, t.reason, t.message));
+            if let Some(r) = &t.remediation {
+                out.push_str(&format!("    remediation: {r}\n"));
+            }
+        }
+        if c.now.is_empty() {
+            out.push_str("  now: nothing to do (the cluster already shows Vigil's decision)\n");
+        } else {
+            out.push_str("  now:\n");
+            for e in &c.now {
+                out.push_str(&format!("    {}\n", describe(e, None)));
+            }
+        }
+        match &c.next {
+            None => out.push_str("  next: no change within 24h unless an object changes\n"),
+            Some(next) => {
+                out.push_str(&format!("  next: at {} (in {}), unless something changes:\n", hms(&next.at), next.in_));
+                for e in &next.events {
+                    out.push_str(&format!("    {}\n", describe(e, Some(&hms(&next.at)))));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn describe(e: &EventOut, at: Option<&str>) -> String {
+    let target = e.target.as_deref().unwrap_or("");
+    match (e.event.as_str(), at) {
+        ("RemediationRequested" | "RemediationCreated", Some(at)) => {
+            format!("{target} will be remediated at {at} unless it recovers ({}: {})", e.event, e.message)
+        }
+        ("Unhealthy", Some(at)) => {
+            format!("{target} will be marked unhealthy at {at} unless it recovers: {}", e.message)
+        }
+        _ => {
+            let target = if target.is_empty() { String::new() } else { format!("{target} ") };
+            let reason = if e.reason.is_empty() { String::new() } else { format!("{}: ", e.reason) };
+            format!("{} {target}{reason}{}", e.event, e.message)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_the_full_label_namespace_name_or_name() {
+        assert!(names("MachineHealthCheck/default/workers", "MachineHealthCheck/default/workers"));
+        assert!(names("default/workers", "MachineHealthCheck/default/workers"));
+        assert!(names("workers", "MachineHealthCheck/default/workers"));
+        assert!(names("workers", "NodeHealthCheck/workers"));
+        assert!(!names("orkers", "NodeHealthCheck/workers"));
+        assert!(!names("other/workers", "MachineHealthCheck/default/workers"));
+    }
+}

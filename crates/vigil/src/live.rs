@@ -1,0 +1,243 @@
+//! Reads the live cluster once, with get and list requests only, into the objects of a scenario:
+//! what `vigil check` evaluates and `vigil snapshot` writes. Nothing here can write.
+//!
+//! It reads what the controller reads: Vigil's health checks, Cluster API Clusters and Machines
+//! (the version the API server prefers), Nodes, the templates the checks name and the
+//! remediation objects made from them, and each MachineHealthCheck's workload cluster through
+//! its `<clusterName>-kubeconfig` Secret. Secrets themselves are never part of the result.
+
+use anyhow::{Context, Result};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, discovery};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use vigil_api::manifest::{HealthCheck, health_check_from_value};
+use vigil_api::validate::{self, TemplateRef};
+
+/// Page size of list requests, so a 10 000-Node cluster is read in pieces.
+const PAGE: u32 = 500;
+/// The annotation `kubectl apply` keeps a copy of the whole object in; noise in a scenario.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// What was read: the objects of the management cluster, the Nodes of each workload cluster
+/// reached, and why the others could not be reached.
+#[derive(Debug, Default)]
+pub struct Fleet {
+    /// Health checks, Clusters, Machines, Nodes, templates and remediation objects.
+    pub objects: Vec<Value>,
+    /// Nodes of each workload cluster, keyed `namespace/clusterName`.
+    pub workload_clusters: BTreeMap<String, Vec<Value>>,
+    /// Workload clusters that could not be read, keyed `namespace/clusterName`, with why.
+    pub unreachable: BTreeMap<String, String>,
+    /// Things left out, for stderr (a kind not served, a template not found…).
+    pub notes: Vec<String>,
+}
+
+/// A client from a kubeconfig file, or `KUBECONFIG`, `~/.kube/config`, or in-cluster.
+pub async fn client(kubeconfig: Option<&Path>) -> Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("unusable kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
+    };
+    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// Lists every object of a resource (all namespaces, or one), page by page, each with its
+/// apiVersion and kind set (list items may omit them) and cleaned for a scenario.
+async fn list(client: &Client, ar: &ApiResource, namespace: Option<&str>) -> Result<Vec<Value>, kube::Error> {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        for item in page.items {
+            let mut v = serde_json::to_value(item).unwrap_or(Value::Null);
+            v["apiVersion"] = json!(ar.api_version);
+            v["kind"] = json!(ar.kind);
+            out.push(clean(v));
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// Drops what the API server keeps for itself (managed fields, resource versions) and, for
+/// Nodes, everything of the status but the conditions (images, addresses, capacity): the
+/// rules read labels, annotations and conditions only, and a 10 000-Node snapshot stays small.
+fn clean(mut v: Value) -> Value {
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in ["managedFields", "resourceVersion", "selfLink", "generation"] {
+            meta.remove(field);
+        }
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            annotations.remove(LAST_APPLIED);
+            if annotations.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    if v["kind"] == "Node" && v["apiVersion"] == "v1" {
+        let conditions = v.pointer("/status/conditions").cloned();
+        match (v.as_object_mut(), conditions) {
+            (Some(o), Some(c)) => {
+                o.insert("status".into(), json!({"conditions": c}));
+            }
+            (Some(o), None) => {
+                o.remove("status");
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Reads the fleet. `namespace` limits the MachineHealthChecks, Clusters and Machines read;
+/// NodeHealthChecks and Nodes are cluster-wide and always read. The templates and workload
+/// clusters of `candidates` (checks not applied yet) are read too; they are not added.
+pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]) -> Result<Fleet> {
+    let mut fleet = Fleet::default();
+    let mhc = resource(vigil_api::GROUP, "v1alpha1", "MachineHealthCheck", "machinehealthchecks");
+    let nhc = resource(vigil_api::GROUP, "v1alpha1", "NodeHealthCheck", "nodehealthchecks");
+    let mhcs = list(client, &mhc, namespace).await.with_context(|| {
+        "cannot list MachineHealthChecks (vigil.dev/v1alpha1); are Vigil's CRDs installed (kubectl apply -f deploy/crds/)?"
+    })?;
+    let nhcs = list(client, &nhc, None).await.context("cannot list NodeHealthChecks (vigil.dev/v1alpha1)")?;
+
+    let (clusters, machines) = match discovery::group(client, "cluster.x-k8s.io").await {
+        Ok(group) => {
+            let mut read_kind = async |kind: &str| -> Result<Vec<Value>> {
+                match group.recommended_kind(kind) {
+                    Some((ar, _)) => list(client, &ar, namespace).await.with_context(|| format!("cannot list {kind}s")),
+                    None => {
+                        fleet.notes.push(format!("cluster.x-k8s.io serves no {kind}: none read"));
+                        Ok(Vec::new())
+                    }
+                }
+            };
+            (read_kind("Cluster").await?, read_kind("Machine").await?)
+        }
+        Err(e) if not_found(&e) => {
+            if !mhcs.is_empty() {
+                fleet.notes.push("Cluster API (cluster.x-k8s.io) is not served: no Clusters or Machines read".into());
+            }
+            (Vec::new(), Vec::new())
+        }
+        Err(e) => return Err(e).context("cannot discover Cluster API (cluster.x-k8s.io)"),
+    };
+    let node = resource("", "v1", "Node", "nodes");
+    let nodes = list(client, &node, None).await.context("cannot list Nodes")?;
+
+    // The templates and remediation kinds the checks name, and the workload clusters.
+    let mut templates: BTreeSet<TemplateRef> = BTreeSet::new();
+    let mut workload: BTreeSet<(String, String)> = BTreeSet::new();
+    for check in mhcs.iter().chain(&nhcs).chain(candidates) {
+        match health_check_from_value(check) {
+            Ok(HealthCheck::Machine(m)) => {
+                if let Ok(policy) = validate::machine_health_check(&m) {
+                    let ns = m.metadata.namespace.clone().unwrap_or_default();
+                    workload.insert((ns, policy.cluster_name.clone()));
+                    templates.extend(policy.remediation_template);
+                }
+            }
+            Ok(HealthCheck::Node(n)) => {
+                if let Ok(policy) = validate::node_health_check(&n) {
+                    templates.extend(policy.steps.into_iter().map(|s| s.template));
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    let mut template_objects = Vec::new();
+    let mut remediation_kinds: BTreeSet<(String, String, String)> = BTreeSet::new();
+    for t in &templates {
+        let (group, version) = t.api_version.rsplit_once('/').unwrap_or(("", &t.api_version));
+        match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, &t.kind)).await {
+            Ok((ar, _)) => {
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &t.namespace, &ar);
+                match api.get_opt(&t.name).await.with_context(|| format!("cannot read {t}"))? {
+                    Some(o) => {
+                        let mut v = serde_json::to_value(o)?;
+                        v["apiVersion"] = json!(ar.api_version);
+                        v["kind"] = json!(ar.kind);
+                        template_objects.push(clean(v));
+                    }
+                    None => fleet.notes.push(format!("{t} not found")),
+                }
+            }
+            Err(e) => fleet.notes.push(format!("{} {} is not served ({e}): {t} not read", t.api_version, t.kind)),
+        }
+        remediation_kinds.insert((t.api_version.clone(), t.remediation_kind().to_string(), t.namespace.clone()));
+    }
+    let mut remediations = Vec::new();
+    for (api_version, kind, ns) in &remediation_kinds {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
+            Ok((ar, _)) => remediations
+                .extend(list(client, &ar, Some(ns)).await.with_context(|| format!("cannot list {kind} in {ns}"))?),
+            Err(e) => fleet.notes.push(format!("{api_version} {kind} is not served ({e}): none read")),
+        }
+    }
+
+    for (ns, cluster) in workload {
+        let key = format!("{ns}/{cluster}");
+        let secret = format!("{cluster}-kubeconfig");
+        match vigil_controller::workload::connect(client, &ns, &secret).await {
+            Ok(workload_client) => match list(&workload_client, &node, None).await {
+                Ok(nodes) => {
+                    fleet.workload_clusters.insert(key, nodes);
+                }
+                Err(e) => {
+                    fleet.unreachable.insert(key, format!("cannot list its Nodes: {e}"));
+                }
+            },
+            Err(why) => {
+                fleet.unreachable.insert(key, why);
+            }
+        }
+    }
+
+    fleet.objects = [mhcs, nhcs, clusters, machines, nodes, template_objects, remediations].concat();
+    Ok(fleet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_keeps_what_the_rules_read_and_drops_server_bookkeeping() {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "resourceVersion": "7", "managedFields": [{}], "labels": {"zone": "b"},
+                         "annotations": {LAST_APPLIED: "{}"}},
+            "status": {"images": [{"names": ["x"]}], "conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            clean(node),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "b"}},
+                   "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        );
+        let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m", "annotations": {"a": "b"}}, "status": {"nodeRef": {"name": "n1"}}});
+        assert_eq!(clean(machine.clone()), machine, "only Nodes lose status fields");
+    }
+}
