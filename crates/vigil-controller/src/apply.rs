@@ -118,6 +118,7 @@ pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
         NoticeKind::Paused => "Paused",
         NoticeKind::Resumed => "Resumed",
         NoticeKind::NoDecision => "NoDecision",
+        NoticeKind::MachinesSelectedByAnotherCheck => "MachinesSelectedByAnotherCheck",
     }
 }
 

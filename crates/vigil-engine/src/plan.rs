@@ -99,6 +99,9 @@ pub enum NoticeKind {
     Resumed,
     /// Vigil could not read what it needs and made no decision (safety first).
     NoDecision,
+    /// Another MachineHealthCheck writes the conditions of some of this check's Machines (see
+    /// [`crate::peers`]); told when the set of such Machines changes.
+    MachinesSelectedByAnotherCheck,
 }
 
 impl NoticeKind {
@@ -112,6 +115,7 @@ impl NoticeKind {
                 | NoticeKind::RemediationBlocked
                 | NoticeKind::RemediationTimedOut
                 | NoticeKind::NoDecision
+                | NoticeKind::MachinesSelectedByAnotherCheck
         )
     }
 }
