@@ -476,7 +476,19 @@ impl Index {
             Some(c) => self.mhcs.insert(key.clone(), Arc::new(c)),
             None => self.mhcs.remove(&key),
         };
-        if changed { BTreeSet::from([CheckKey::Machine(key.0, key.1)]) } else { BTreeSet::new() }
+        if !changed {
+            return BTreeSet::new();
+        }
+        // Another check of the namespace may now own (or no longer own) Machines' conditions
+        // (vigil_engine::peers): every check of the namespace decides again.
+        let mut out: BTreeSet<CheckKey> = self
+            .mhcs
+            .range((key.0.clone(), String::new())..)
+            .take_while(|((ns, _), _)| *ns == key.0)
+            .map(|((ns, n), _)| CheckKey::Machine(ns.clone(), n.clone()))
+            .collect();
+        out.insert(CheckKey::Machine(key.0, key.1));
+        out
     }
 
     /// Stores (or removes) a NodeHealthCheck; a change of anything but its status concerns it.

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use vigil_api::MachineHealthCheck;
 use vigil_api::validate;
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
 use vigil_engine::concerns::group_of;
@@ -14,6 +15,7 @@ use vigil_engine::holders::{self, Claim, Holders};
 use vigil_engine::lookup::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::node::{self, NhcInput};
+use vigil_engine::peers::{MhcPeer, MhcPeers};
 use vigil_engine::{Action, Notice};
 
 /// Something a check needs watched before it can be decided.
@@ -319,7 +321,9 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp, fre
         MhcInput { check, policy: &policy, cluster, machines: &machines, nodes, template, remediations: &remediations };
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
     let holders = holders_for(idx, &key, fresh);
-    let plan = machine::decide_among(&input, &holders, &node_cluster, now);
+    let peer_checks = mhc_peers(idx, namespace);
+    let peers = peers_of(&peer_checks);
+    let plan = machine::decide_among_peers(&input, &holders, &peers, &node_cluster, now);
     let mut expiries = HashMap::new();
     for action in &plan.actions {
         let machine = match action {
@@ -466,6 +470,22 @@ pub fn job_with_fresh_holders(idx: &Index, key: &CheckKey, now: Timestamp) -> Op
     }
 }
 
+/// The valid MachineHealthChecks of a namespace with their policies (who may own a Machine's
+/// conditions: [`vigil_engine::peers`]). Per decision and per namespace: a namespace holds a
+/// few checks, and validating one costs microseconds.
+fn mhc_peers(idx: &Index, namespace: &str) -> Vec<(Arc<MachineHealthCheck>, validate::MhcPolicy)> {
+    idx.mhcs
+        .range((namespace.to_string(), String::new())..)
+        .take_while(|((ns, _), _)| ns == namespace)
+        .filter(|(k, c)| c.metadata.deletion_timestamp.is_none() && !idx.mhc_errors.contains_key(*k))
+        .filter_map(|(_, c)| validate::machine_health_check(c).ok().map(|p| (Arc::clone(c), p)))
+        .collect()
+}
+
+fn peers_of(checks: &[(Arc<MachineHealthCheck>, validate::MhcPolicy)]) -> MhcPeers<'_> {
+    MhcPeers::new(checks.iter().map(|(c, p)| MhcPeer::of(c, p)))
+}
+
 /// The cluster key the engine uses for an MHC's Nodes: the cluster Vigil runs in when the
 /// workload cluster is that same cluster (so an MHC and an NHC see one Node as one target).
 pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
@@ -503,7 +523,9 @@ pub fn claims_of(idx: &Index, key: &CheckKey) -> Vec<Claim> {
             });
             let remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(ns)));
             let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
-            holders::mhc_claims(check, &policy, &node_cluster, &machines, &remediations)
+            let peer_checks = mhc_peers(idx, ns);
+            let peers = peers_of(&peer_checks);
+            holders::mhc_claims_among(check, &policy, &peers, &node_cluster, &machines, &remediations)
         }
         CheckKey::Node(n) => {
             let Some(check) = idx.nhcs.get(n) else { return Vec::new() };

@@ -751,3 +751,110 @@ async fn vigil_run_dry_run_shadows_every_check() -> Result<()> {
     controller.stop().await;
     Ok(())
 }
+
+/// Two MachineHealthChecks on the same Machines with different timeouts (unsupported upstream,
+/// where they overwrite each other's `HealthCheckSucceeded` forever): the older one writes the
+/// Machine's conditions and remediates; the other writes nothing on it and names the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_mhcs_write_a_machine_from_one_check_only() -> Result<()> {
+    use futures::StreamExt;
+    use kube::api::{Api, DynamicObject};
+    use kube::core::{ApiResource, GroupVersionKind};
+    use kube::runtime::watcher::{self, Event};
+    use std::sync::{Arc, Mutex};
+
+    let env = env().await?;
+    healthy_fleet(&env, 2).await?;
+    mhc(&env, "workers", json!({})).await?;
+    // creationTimestamp has second precision: the second check is created a second later.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    mhc(&env, "workers-slow", json!({"unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "6s"}]}))
+        .await?;
+
+    // Every version of m2 the API server hands out, from this test's own watch.
+    let versions: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine"));
+    let api: Api<DynamicObject> = Api::namespaced_with(env.client(), NS, &ar);
+    let seen = versions.clone();
+    let watch = tokio::spawn(async move {
+        let config = watcher::Config::default().fields("metadata.name=m2");
+        let mut stream = std::pin::pin!(watcher::watcher(api, config));
+        while let Some(e) = stream.next().await {
+            if let Ok(Event::Apply(o) | Event::InitApply(o)) = e {
+                let rv = o.metadata.resource_version.unwrap_or_default();
+                let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                if seen.last().is_none_or(|(_, last)| *last != rv) {
+                    seen.push((Instant::now(), rv));
+                }
+            }
+        }
+    });
+
+    let controller = Controller::start(&env);
+    wait_machine_condition(&env, "m2", "HealthCheckSucceeded", "True", "HealthCheckSucceeded").await?;
+    let s = wait_check_condition(
+        &env,
+        "MachineHealthCheck",
+        "workers-slow",
+        "MachinesSelectedByAnotherCheck",
+        "True",
+        "OverlappingMachineHealthChecks",
+    )
+    .await?;
+    let message = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "MachinesSelectedByAnotherCheck"))
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert_eq!(
+        message,
+        "MachineHealthCheck/default/workers writes the health-check conditions of and remediates Machines default/m1, default/m2, which this check also selects; this check counts them but writes nothing on them"
+    );
+
+    set_ready(&env, "n2", "False", &secs_ago(0)).await?;
+    wait_machine_condition(&env, "m2", "HealthCheckSucceeded", "False", "UnhealthyNode").await?;
+    wait_machine_condition(&env, "m2", "OwnerRemediated", "False", "WaitingForRemediation").await?;
+    // The window covers workers-slow's own timeout (6s after n2 went False), where upstream's
+    // two checks start overwriting each other. One version may still arrive from the owner's
+    // write above (the watch can deliver it after the GET saw it); a flapping pair makes dozens.
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let written: Vec<String> = versions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(at, _)| *at >= start)
+        .map(|(_, rv)| rv.clone())
+        .collect();
+    watch.abort();
+    assert!(written.len() <= 1, "m2 was written {} times in 10 s after its remediation: {written:?}", written.len());
+    let slow = check_status(&env, "MachineHealthCheck", "workers-slow").await?;
+    assert_eq!(
+        (slow["expectedMachines"].as_i64(), slow["currentHealthy"].as_i64()),
+        (Some(2), Some(1)),
+        "workers-slow still counts m2: {slow}"
+    );
+    let m2 = get(&env, "cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "m2").await?.context("m2")?;
+    let verdict = condition(&m2, "HealthCheckSucceeded").context("verdict")?;
+    assert!(
+        verdict["message"].as_str().is_some_and(|m| m.contains("for more than 3s")),
+        "the verdict is the owner's (3s timeout): {verdict}"
+    );
+    // The operator is told on the non-owning check.
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(env.client(), NS);
+    wait_for("a MachinesSelectedByAnotherCheck event on workers-slow", WAIT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("MachinesSelectedByAnotherCheck")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("workers-slow")
+            })
+            .then_some(()))
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}

@@ -14,6 +14,7 @@
 
 use crate::lookup::Lookup;
 use crate::machine::is_target;
+use crate::peers::MhcPeers;
 use crate::plan::{Notice, NoticeKind};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -249,10 +250,26 @@ pub fn mhc_claims(
     machines: &[&MachineView],
     remediations: &dyn Lookup<RemediationView>,
 ) -> Vec<Claim> {
+    mhc_claims_among(check, policy, &MhcPeers::none(), node_cluster, machines, remediations)
+}
+
+/// [`mhc_claims`] among other MachineHealthChecks: a Machine whose conditions another check owns
+/// ([`crate::peers`]) is not claimed, since its `OwnerRemediated` was written by that check.
+pub fn mhc_claims_among(
+    check: &MachineHealthCheck,
+    policy: &MhcPolicy,
+    peers: &MhcPeers<'_>,
+    node_cluster: &str,
+    machines: &[&MachineView],
+    remediations: &dyn Lookup<RemediationView>,
+) -> Vec<Claim> {
     let me = CheckRef::of_mhc(check);
     let namespace = check.metadata.namespace.as_deref().unwrap_or("default");
     let mut claims = Vec::new();
-    for m in machines.iter().filter(|m| m.meta.namespace == namespace && is_target(policy, m)) {
+    for m in machines
+        .iter()
+        .filter(|m| m.meta.namespace == namespace && is_target(policy, m) && peers.owner_other_than(&me, m).is_none())
+    {
         let since = match &policy.remediation_template {
             None => conditions::find(&m.conditions, OWNER_REMEDIATED)
                 .filter(|c| c.status == "False")

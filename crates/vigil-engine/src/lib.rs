@@ -12,6 +12,7 @@ pub mod lookup;
 pub mod machine;
 pub mod machine_write;
 pub mod node;
+pub mod peers;
 pub mod plan;
 
 pub use lookup::Lookup;

@@ -7,10 +7,12 @@
 
 use crate::holders::{CheckRef, Holders, Target, Waits};
 use crate::lookup::Lookup;
+use crate::peers::{MhcPeers, NAMED_MACHINES, REASON_NO_OVERLAP, REASON_OVERLAP, SELECTED_BY_ANOTHER_CHECK};
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use vigil_api::MachineHealthCheck;
 use vigil_api::conditions::{self, DesiredCondition, ObservedCondition, get_condition, set_condition};
 use vigil_api::duration::format_go_duration;
@@ -541,6 +543,20 @@ pub fn decide_among(
     node_cluster: &str,
     now: Timestamp,
 ) -> Plan<MachineHealthCheckStatus> {
+    decide_among_peers(input, holders, &MhcPeers::none(), node_cluster, now)
+}
+
+/// [`decide_among`] with the other MachineHealthChecks that may select the same Machines
+/// (`peers`, see [`crate::peers`]): a Machine whose conditions another check owns is evaluated
+/// and counted, but this check writes nothing on it and does not remediate it, and says so with
+/// the condition [`SELECTED_BY_ANOTHER_CHECK`].
+pub fn decide_among_peers(
+    input: &MhcInput<'_>,
+    holders: &Holders,
+    peers: &MhcPeers<'_>,
+    node_cluster: &str,
+    now: Timestamp,
+) -> Plan<MachineHealthCheckStatus> {
     let previous = input.check.status.as_ref();
     // Everything but the target list is small; the list is rebuilt below, so it is not copied.
     let mut b = Builder {
@@ -662,8 +678,14 @@ pub fn decide_among(
     };
     let template_ref = input.policy.remediation_template.as_ref();
     let healthy_condition = DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, reason::SUCCEEDED, "");
+    let me = CheckRef::of_mhc(input.check);
+    let mut owned_elsewhere: BTreeMap<&CheckRef, Vec<String>> = BTreeMap::new();
     for (machine, verdict) in targets.iter().zip(&verdicts) {
         let key = || machine.meta.key();
+        if let Some(owner) = peers.owner_other_than(&me, machine) {
+            owned_elsewhere.entry(owner).or_default().push(key());
+            continue;
+        }
         let mut writes = MachineWrites::new(machine);
         match verdict {
             Verdict::Unhealthy { reason: why, message } => {
@@ -715,12 +737,52 @@ pub fn decide_among(
     if let Some(waiting) = overlap.waits.condition() {
         b.condition(waiting, None, None);
     }
+    selected_elsewhere(&mut b, &owned_elsewhere);
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = overlap.waits.held_elsewhere;
     if input.policy.dry_run {
         plan = crate::dry_run::mhc(plan, previous, namespace, now);
     }
     plan
+}
+
+/// The condition [`SELECTED_BY_ANOTHER_CHECK`]: True naming each owner and its Machines (sorted,
+/// at most [`NAMED_MACHINES`] named per owner), False once it has been present, absent on a check
+/// that never overlapped. A notice when the message changes (new overlap, or a different one).
+fn selected_elsewhere(b: &mut Builder<'_>, owned_elsewhere: &BTreeMap<&CheckRef, Vec<String>>) {
+    let before = b.previous.and_then(|p| get_condition(&p.conditions, SELECTED_BY_ANOTHER_CHECK));
+    if owned_elsewhere.is_empty() {
+        if before.is_some() {
+            b.condition(
+                DesiredCondition::false_(
+                    SELECTED_BY_ANOTHER_CHECK,
+                    REASON_NO_OVERLAP,
+                    "No Machine of this check is selected by an older MachineHealthCheck",
+                ),
+                None,
+                None,
+            );
+        }
+        return;
+    }
+    let phrases: Vec<String> = owned_elsewhere
+        .iter()
+        .map(|(owner, machines)| {
+            let mut named = machines[..machines.len().min(NAMED_MACHINES)].join(", ");
+            if machines.len() > NAMED_MACHINES {
+                named.push_str(&format!(" and {} more", machines.len() - NAMED_MACHINES));
+            }
+            let noun = if machines.len() == 1 { "Machine" } else { "Machines" };
+            format!(
+                "{owner} writes the health-check conditions of and remediates {noun} {named}, which this check also selects; this check counts them but writes nothing on them"
+            )
+        })
+        .collect();
+    let desired = DesiredCondition::true_(SELECTED_BY_ANOTHER_CHECK, REASON_OVERLAP, phrases.join("; "));
+    if before.is_none_or(|c| c.status != "True" || c.message != desired.message) {
+        b.notice(NoticeKind::MachinesSelectedByAnotherCheck, None, REASON_OVERLAP, desired.message.clone());
+    }
+    b.condition(desired, None, None);
 }
 
 /// Requests remediation of one unhealthy Machine (rule 4).

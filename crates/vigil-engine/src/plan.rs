@@ -101,6 +101,9 @@ pub enum NoticeKind {
     NoDecision,
     /// A check in dry-run would remediate this target now (and did nothing).
     WouldRemediate,
+    /// Another MachineHealthCheck writes the conditions of some of this check's Machines (see
+    /// [`crate::peers`]); told when the set of such Machines changes.
+    MachinesSelectedByAnotherCheck,
 }
 
 impl NoticeKind {
@@ -114,6 +117,7 @@ impl NoticeKind {
                 | NoticeKind::RemediationBlocked
                 | NoticeKind::RemediationTimedOut
                 | NoticeKind::NoDecision
+                | NoticeKind::MachinesSelectedByAnotherCheck
         )
     }
 }

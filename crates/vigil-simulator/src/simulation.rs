@@ -363,6 +363,13 @@ impl Sim<'_> {
         let versions: Vec<&Value> = before.into_iter().chain(after.as_ref()).collect();
         if key.group == GROUP && key.cluster == MANAGEMENT {
             let id = if key.kind == "MachineHealthCheck" {
+                // Another check of the namespace may now own (or no longer own) Machines' conditions.
+                let same_namespace: Vec<CheckId> = self
+                    .checks()
+                    .into_iter()
+                    .filter(|c| matches!(c, CheckId::Machine { namespace, .. } if *namespace == key.namespace))
+                    .collect();
+                self.dirty.extend(same_namespace);
                 CheckId::Machine { namespace: key.namespace.clone(), name: key.name.clone() }
             } else {
                 CheckId::Node { name: key.name.clone() }
@@ -543,7 +550,9 @@ impl Sim<'_> {
                     remediations: &remediations,
                 };
                 let holders = self.holders_reporting_ties();
-                let plan = vigil_engine::machine::decide_among(&input, &holders, &node_cluster, self.now);
+                let peer_checks = self.mhc_peers(namespace);
+                let peers = peers_of(&peer_checks);
+                let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
                 self.apply(id, plan);
             }
             CheckId::Node { .. } => {
@@ -604,6 +613,16 @@ impl Sim<'_> {
             .collect()
     }
 
+    /// The valid MachineHealthChecks of a namespace, with their policies (who may own a Machine's
+    /// conditions: [`vigil_engine::peers`]).
+    fn mhc_peers(&self, namespace: &str) -> Vec<(MachineHealthCheck, validate::MhcPolicy)> {
+        self.store
+            .list(MANAGEMENT, GROUP, "MachineHealthCheck", Some(namespace))
+            .filter_map(|(_, v)| serde_json::from_value::<MachineHealthCheck>(v.clone()).ok())
+            .filter_map(|c| validate::machine_health_check(&c).ok().map(|p| (c, p)))
+            .collect()
+    }
+
     /// The remediation objects an MHC looks at: its template's kind in its namespace, by name.
     fn mhc_remediations(&self, namespace: &str, policy: &validate::MhcPolicy) -> HashMap<String, RemediationView> {
         policy
@@ -631,6 +650,7 @@ impl Sim<'_> {
             .collect();
         let object_refs: Vec<&RemediationView> = objects.iter().collect();
         let mut claims = Vec::new();
+        let mut peer_checks: BTreeMap<String, Vec<(MachineHealthCheck, validate::MhcPolicy)>> = BTreeMap::new();
         for id in self.checks() {
             let Some(object) = self.store.get(&id.key()) else { continue };
             match &id {
@@ -641,7 +661,16 @@ impl Sim<'_> {
                     let machine_refs: Vec<&MachineView> = machines.iter().collect();
                     let remediations = self.mhc_remediations(namespace, &policy);
                     let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                    claims.extend(holders::mhc_claims(&check, &policy, &node_cluster, &machine_refs, &remediations));
+                    let peers =
+                        peers_of(peer_checks.entry(namespace.clone()).or_insert_with(|| self.mhc_peers(namespace)));
+                    claims.extend(holders::mhc_claims_among(
+                        &check,
+                        &policy,
+                        &peers,
+                        &node_cluster,
+                        &machine_refs,
+                        &remediations,
+                    ));
                 }
                 CheckId::Node { .. } => {
                     let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
@@ -961,4 +990,9 @@ fn object_details(key: &Key) -> Map<String, Value> {
     d.insert("namespace".into(), json!(key.namespace));
     d.insert("name".into(), json!(key.name));
     d
+}
+
+/// The ownership ranking of a namespace's checks ([`vigil_engine::peers`]).
+fn peers_of(checks: &[(MachineHealthCheck, validate::MhcPolicy)]) -> vigil_engine::peers::MhcPeers<'_> {
+    vigil_engine::peers::MhcPeers::new(checks.iter().map(|(c, p)| vigil_engine::peers::MhcPeer::of(c, p)))
 }

@@ -206,3 +206,48 @@ fn dry_run_reports_what_it_would_remediate_and_does_nothing() {
     assert!(status(&r, "NodeHealthCheck/infra").get("wouldRemediate").is_none(), "n-2 recovered");
     snapshot("dry-run", &r);
 }
+
+#[test]
+fn overlapping_mhcs_settle_with_one_condition_writer() {
+    // Before the rule this run stopped: "did not settle … decided 50 times in one instant".
+    let r = run("overlapping-mhcs");
+    let owner = "MachineHealthCheck/default/workers";
+    let other = "MachineHealthCheck/default/workers-slow";
+    // The older check marks workers-b at 6m (1m + 5m) and asks its owner to remediate it.
+    let by = |event: &str, check: &str| -> Vec<(f64, Option<String>)> {
+        events(&r, event)
+            .iter()
+            .filter(|e| e.check.as_deref() == Some(check))
+            .map(|e| (e.t, e.target.clone()))
+            .collect()
+    };
+    assert_eq!(by("Unhealthy", owner), [(360.0, Some("default/workers-b".to_string()))]);
+    assert_eq!(by("RemediationRequested", owner), [(360.0, Some("default/workers-b".to_string()))]);
+    // The other check never writes the Machine nor remediates it, even past its own 10m timeout,
+    // and is told once, at its first decision, which check writes which Machines.
+    for event in ["Unhealthy", "Healthy", "RemediationRequested", "RemediationSkipped", "TargetHeldTwice"] {
+        assert!(by(event, other).is_empty(), "{event} on {other}: {:?}", by(event, other));
+    }
+    let told = by("MachinesSelectedByAnotherCheck", other);
+    assert_eq!(told, [(0.0, None)]);
+    assert!(events(&r, "MachinesSelectedByAnotherCheck").iter().all(|e| e.check.as_deref() == Some(other)));
+    // It still counts them: workers-b is unhealthy for it too.
+    let s = status(&r, other);
+    assert_eq!((s["expectedMachines"].as_i64(), s["currentHealthy"].as_i64()), (Some(3), Some(2)));
+    let condition = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "MachinesSelectedByAnotherCheck"))
+        .expect("the other check has the condition");
+    assert_eq!(condition["status"], "True");
+    assert_eq!(
+        condition["message"],
+        "MachineHealthCheck/default/workers writes the health-check conditions of and remediates Machines default/workers-a, default/workers-b, default/workers-c, which this check also selects; this check counts them but writes nothing on them"
+    );
+    let owner_status = status(&r, owner);
+    assert!(
+        owner_status["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().all(|c| c["type"] != "MachinesSelectedByAnotherCheck"))
+    );
+    snapshot("overlapping-mhcs", &r);
+}
