@@ -480,28 +480,41 @@ async fn nhc_healthy_delay_keeps_objects_until_it_passes() -> Result<()> {
 async fn a_bad_health_check_gets_a_condition_and_does_not_stop_the_others() -> Result<()> {
     let env = env().await?;
     healthy_fleet(&env, 2).await?;
+    // Each check has Machines of its own (overlapping checks would leave one writer per Machine).
+    for (m, n, pool) in [("b1", "nb1", "empty"), ("b2", "nb2", "unserved")] {
+        node(&env, n, json!({})).await?;
+        machine_in_pool(&env, m, Some(n), json!({}), pool).await?;
+    }
     // A template without spec.template, and a template kind the API server does not serve.
     env.apply(json!({"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate",
         "metadata": {"name": "empty", "namespace": NS}, "spec": {}}))
         .await
         .ok();
-    mhc(&env, "empty-template", json!({"selector": {"matchLabels": {"pool": "workers"}},
+    mhc(&env, "empty-template", json!({"selector": {"matchLabels": {"pool": "empty"}},
         "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate", "name": "empty"}})).await?;
     mhc(
         &env,
         "unserved-kind",
-        json!({"remediationTemplate": {"apiVersion": "example.com/v1", "kind": "NopeTemplate", "name": "x"}}),
+        json!({"selector": {"matchLabels": {"pool": "unserved"}},
+               "remediationTemplate": {"apiVersion": "example.com/v1", "kind": "NopeTemplate", "name": "x"}}),
     )
     .await?;
     mhc(&env, "workers", json!({})).await?;
     let controller = Controller::start(&env);
-    set_ready(&env, "n1", "False", &secs_ago(60)).await?;
+    for n in ["n1", "nb1", "nb2"] {
+        set_ready(&env, n, "False", &secs_ago(60)).await?;
+    }
     // The good check works.
     wait_machine_condition(&env, "m1", "OwnerRemediated", "False", "WaitingForRemediation").await?;
-    // The bad ones still mark the Machine unhealthy and say why remediation could not be asked for.
-    wait_machine_condition(&env, "m1", "ExternallyRemediated", "False", "RemediationRequestCreationFailed")
-        .await
-        .or(wait_machine_condition(&env, "m1", "ExternallyRemediated", "False", "RemediationTemplateNotFound").await)?;
+    // The bad ones still mark their Machines unhealthy and say why remediation could not be asked for.
+    for m in ["b1", "b2"] {
+        wait_for(&format!("{m} ExternallyRemediated=False saying why"), WAIT, || async {
+            Ok(machine_condition(&env, m, "ExternallyRemediated").await?.filter(|(s, r)| {
+                s == "False" && matches!(r.as_str(), "RemediationRequestCreationFailed" | "RemediationTemplateNotFound")
+            }))
+        })
+        .await?;
+    }
     controller.stop().await;
     Ok(())
 }

@@ -89,9 +89,20 @@ pub async fn self_hosted(env: &TestEnv) -> Result<()> {
 }
 
 pub async fn machine(env: &TestEnv, name: &str, node: Option<&str>, annotations: Value) -> Result<()> {
+    machine_in_pool(env, name, node, annotations, "workers").await
+}
+
+/// A Machine labelled `pool: <pool>` (checks select Machines by that label).
+pub async fn machine_in_pool(
+    env: &TestEnv,
+    name: &str,
+    node: Option<&str>,
+    annotations: Value,
+    pool: &str,
+) -> Result<()> {
     env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
         "metadata": {"name": name, "namespace": NS, "annotations": annotations,
-                     "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER, "pool": "workers"}},
+                     "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER, "pool": pool}},
         "spec": {"clusterName": CLUSTER, "bootstrap": {"dataSecretName": name},
                  "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": name}}}))
     .await?;
