@@ -39,6 +39,14 @@ pub enum HealthCheck {
 }
 
 impl HealthCheck {
+    /// Every admission rule of its kind, so that each command checks a manifest the same way.
+    pub fn validate(&self) -> Result<(), crate::validate::ValidationErrors> {
+        match self {
+            HealthCheck::Machine(m) => crate::validate::machine_health_check(m).map(drop),
+            HealthCheck::Node(n) => crate::validate::node_health_check(n).map(drop),
+        }
+    }
+
     /// The kind, for messages that must say what was read.
     pub fn kind(&self) -> &'static str {
         match self {

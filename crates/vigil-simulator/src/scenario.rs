@@ -381,17 +381,12 @@ fn default_namespace(v: &mut Value) {
 /// A health check in a scenario must pass the admission rules, as the API server would demand:
 /// a policy test that passes with a policy the cluster refuses would be worse than none.
 fn check_health_check(path: &str, v: &Value) -> Result<(), ScenarioError> {
-    use vigil_api::manifest::{self, HealthCheck};
-    use vigil_api::validate;
+    use vigil_api::manifest;
     if !matches!(text_at(v, "/kind").as_str(), "MachineHealthCheck" | "NodeHealthCheck") {
         return Ok(());
     }
     let check = manifest::health_check_from_value(v).map_err(|e| entry(path, e.to_string()))?;
-    let result = match &check {
-        HealthCheck::Machine(m) => validate::machine_health_check(m).map(drop),
-        HealthCheck::Node(n) => validate::node_health_check(n).map(drop),
-    };
-    result.map_err(|e| entry(path, manifest::as_written(v, e).to_string()))
+    check.validate().map_err(|e| entry(path, manifest::as_written(v, e).to_string()))
 }
 
 /// Reading limits of scenario files: far above any fleet Vigil is tested with (20 000 Nodes with

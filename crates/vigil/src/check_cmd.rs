@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use vigil_api::conditions::find;
-use vigil_api::manifest::{HealthCheck, health_check_from_value, parse_documents};
+use vigil_api::manifest::{health_check_from_value, parse_documents};
 use vigil_api::views::MachineView;
 use vigil_api::well_known::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED};
 use vigil_api::{GROUP, NodeHealthCheck, validate};
@@ -149,11 +149,7 @@ pub fn candidates(paths: &[PathBuf]) -> Result<Vec<Value>> {
                 doc["metadata"]["namespace"] = json!("default");
             }
             let check = health_check_from_value(&doc).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-            let errors = match &check {
-                HealthCheck::Machine(m) => validate::machine_health_check(m).err(),
-                HealthCheck::Node(n) => validate::node_health_check(n).err(),
-            };
-            if let Some(invalid) = errors {
+            if let Err(invalid) = check.validate() {
                 let lines: Vec<String> =
                     invalid.errors.iter().map(|e| format!("{what}: {}: {e}", invalid.object)).collect();
                 anyhow::bail!("invalid policy, nothing evaluated:\n{}", lines.join("\n"));

@@ -8,10 +8,10 @@
 //! with the file and document, and make the command exit 1; nothing is printed for such a
 //! document, so an invalid check is never half-converted.
 
+use crate::documents::each_health_check;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use vigil_api::manifest::{self, CAPI_MHC_API_VERSION, CAPI_MHC_V1BETA2_API_VERSION, HealthCheck};
-use vigil_api::validate;
 
 /// Converts every health check of every file; returns whether all of them converted.
 pub fn run(paths: &[PathBuf], out: &mut impl Write, problems: &mut impl Write) -> anyhow::Result<bool> {
@@ -31,48 +31,13 @@ pub fn run(paths: &[PathBuf], out: &mut impl Write, problems: &mut impl Write) -
 
 fn convert_file(path: &Path, out: &mut impl Write, problems: &mut impl Write) -> anyhow::Result<(bool, usize)> {
     let file = path.display();
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) => {
-            writeln!(problems, "{file}: cannot read: {e}")?;
-            return Ok((false, 0));
-        }
-    };
-    let documents = match manifest::parse_documents(&text) {
-        Ok(documents) => documents,
-        Err(e) => {
-            writeln!(problems, "{file}: {e}")?;
-            return Ok((false, 0));
-        }
-    };
-    let mut ok = true;
-    let mut converted = 0;
-    for (i, document) in documents.iter().enumerate() {
-        let n = i + 1;
-        let mut check = match manifest::health_check_from_value(document) {
-            Ok(check) => check,
-            Err(e) if e.is_other_kind() => {
-                let object = manifest::object_id_of(document).unwrap_or_default();
-                writeln!(problems, "{file}: document {n}: {object}: skipped (not a health check)")?;
-                continue;
-            }
-            Err(e) => {
-                writeln!(problems, "{file}: {}", e.in_document(n))?;
-                ok = false;
-                continue;
-            }
-        };
+    each_health_check(path, problems, |n, document, mut check, problems| {
         let notes = notes(document, &mut check);
-        let valid = match &check {
-            HealthCheck::Machine(m) => validate::machine_health_check(m).map(drop),
-            HealthCheck::Node(nhc) => validate::node_health_check(nhc).map(drop),
-        };
-        if let Err(invalid) = valid.map_err(|e| manifest::as_written(document, e)) {
+        if let Err(invalid) = check.validate().map_err(|e| manifest::as_written(document, e)) {
             for error in &invalid.errors {
                 writeln!(problems, "{file}: document {n}: {}: {error}", invalid.object)?;
             }
-            ok = false;
-            continue;
+            return Ok(false);
         }
         let yaml = match &check {
             HealthCheck::Machine(m) => serde_saphyr::to_string(m),
@@ -85,9 +50,8 @@ fn convert_file(path: &Path, out: &mut impl Write, problems: &mut impl Write) ->
             writeln!(out, "# {note}")?;
         }
         out.write_all(yaml.as_bytes())?;
-        converted += 1;
-    }
-    Ok((ok, converted))
+        Ok(true)
+    })
 }
 
 /// What a user must know about one converted check; also puts a namespaced check without a
@@ -148,6 +112,7 @@ fn notes(document: &serde_json::Value, check: &mut HealthCheck) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vigil_api::validate;
 
     fn convert(text: &str) -> (bool, String, String) {
         let path = std::env::temp_dir().join(format!(

@@ -4,6 +4,7 @@
 
 mod check_cmd;
 mod convert_cmd;
+mod documents;
 mod live;
 mod plot;
 mod run_cmd;
