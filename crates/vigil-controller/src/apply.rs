@@ -120,6 +120,8 @@ pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
         NoticeKind::NoDecision => "NoDecision",
         NoticeKind::WouldRemediate => "WouldRemediate",
         NoticeKind::MachinesSelectedByAnotherCheck => "MachinesSelectedByAnotherCheck",
+        NoticeKind::RemediationFailed => "RemediationFailed",
+        NoticeKind::OtherCheckWaiting => "OtherCheckWaiting",
     }
 }
 
@@ -245,7 +247,7 @@ impl Context {
                         let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
                         self.metrics.remediation(&key, kind, "failed");
                         notices.push(Notice {
-                            kind: NoticeKind::RemediationSkipped,
+                            kind: NoticeKind::RemediationFailed,
                             target: Some(target.clone()),
                             reason: "RemediationFailed".into(),
                             message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
@@ -368,11 +370,7 @@ impl Context {
         };
         let event = Event {
             type_: if notice.kind.is_warning() { EventType::Warning } else { EventType::Normal },
-            reason: if notice.reason == "OtherCheckWaiting" || notice.reason == "RemediationFailed" {
-                notice.reason.clone()
-            } else {
-                event_reason(key, notice.kind).into()
-            },
+            reason: event_reason(key, notice.kind).into(),
             note: Some(note.chars().take(1000).collect()),
             action: format!("{:?}", notice.kind),
             secondary: related(key, notice.target.as_deref()),

@@ -321,7 +321,7 @@ impl Context {
                     }
                 };
                 let notice = vigil_engine::Notice {
-                    kind: vigil_engine::NoticeKind::RemediationSkipped,
+                    kind: vigil_engine::NoticeKind::OtherCheckWaiting,
                     target: Some(h.target.clone()),
                     reason: "OtherCheckWaiting".into(),
                     message: format!("{} ({})", h.message, h.waiter),

@@ -81,6 +81,11 @@ pub enum NoticeKind {
     RemediationCreated,
     /// A remediation object was deleted (reported by the applier once it is gone).
     RemediationDeleted,
+    /// Creating a remediation object failed (reported by the applier; it is retried).
+    RemediationFailed,
+    /// Another check waits for a target this check remediates (reported to the holder by the
+    /// controller from [`Plan::held_elsewhere`]).
+    OtherCheckWaiting,
     /// A remediation step timed out or failed and the next one starts.
     RemediationTimedOut,
     /// Every remediation step was tried; nothing is left.
@@ -118,6 +123,8 @@ impl NoticeKind {
                 | NoticeKind::RemediationTimedOut
                 | NoticeKind::NoDecision
                 | NoticeKind::MachinesSelectedByAnotherCheck
+                | NoticeKind::RemediationFailed
+                | NoticeKind::OtherCheckWaiting
         )
     }
 }
