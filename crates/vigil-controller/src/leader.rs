@@ -38,28 +38,37 @@ pub struct LeaderOptions {
 }
 
 impl LeaderOptions {
-    /// Checks the durations: fencing needs `retry_period < renew_deadline < lease_duration`.
+    /// Checks the durations and names: fencing needs `retry_period < renew_deadline < lease_duration`.
     pub fn validate(&self) -> Result<(), String> {
-        if self.renew_deadline >= self.lease_duration {
-            return Err(format!(
-                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): a leader must stop writing before another can take over",
-                self.renew_deadline, self.lease_duration
-            ));
-        }
-        if self.retry_period >= self.renew_deadline {
-            return Err(format!(
-                "--retry-period ({:?}) must be shorter than --renew-deadline ({:?}): a leader must get to renew before its right to write ends",
-                self.retry_period, self.renew_deadline
-            ));
-        }
-        if self.lease_duration.as_secs() < 1 {
-            return Err(format!("--lease-duration ({:?}) must be at least 1s", self.lease_duration));
-        }
+        check_durations(self.lease_duration, self.renew_deadline, self.retry_period)?;
         if self.lease_name.is_empty() || self.namespace.is_empty() || self.identity.is_empty() {
             return Err("--lease-name, --lease-namespace and the identity must not be empty".into());
         }
         Ok(())
     }
+}
+
+/// Checks that a leader stops writing before another can take over and gets to renew before its
+/// right to write ends: `retry_period < renew_deadline < lease_duration`, lease at least 1 s.
+pub fn check_durations(
+    lease_duration: Duration,
+    renew_deadline: Duration,
+    retry_period: Duration,
+) -> Result<(), String> {
+    if renew_deadline >= lease_duration {
+        return Err(format!(
+            "--renew-deadline ({renew_deadline:?}) must be shorter than --lease-duration ({lease_duration:?}): a leader must stop writing before another can take over"
+        ));
+    }
+    if retry_period >= renew_deadline {
+        return Err(format!(
+            "--retry-period ({retry_period:?}) must be shorter than --renew-deadline ({renew_deadline:?}): a leader must get to renew before its right to write ends"
+        ));
+    }
+    if lease_duration.as_secs() < 1 {
+        return Err(format!("--lease-duration ({lease_duration:?}) must be at least 1s"));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy)]

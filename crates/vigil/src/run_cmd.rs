@@ -51,6 +51,15 @@ pub fn run(
     dry_run: bool,
     election: Election,
 ) -> Result<bool> {
+    // Bad flags are refused before anything connects, naming the flag and its value.
+    if election.leader_elect {
+        vigil_controller::leader::check_durations(
+            election.lease_duration,
+            election.renew_deadline,
+            election.retry_period,
+        )
+        .map_err(|e| anyhow!(e))?;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)

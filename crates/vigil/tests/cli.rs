@@ -251,3 +251,21 @@ fn simulate_plot_draws_every_series_with_labelled_axes_and_target_lanes() {
     let texts = svg_texts(&std::fs::read_to_string(&path).expect("picture written"));
     assert!(texts.iter().any(|t| t.starts_with("NodeHealthCheck/")), "{texts:?}");
 }
+
+#[test]
+fn bad_leader_election_flags_are_refused_naming_the_flag_before_connecting() {
+    // No cluster is reachable here: the flags must be refused first, by name.
+    let out = vigil(&["run", "--kubeconfig", "/nonexistent", "--lease-duration", "5s", "--renew-deadline", "10s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--renew-deadline") && stderr.contains("--lease-duration"), "{stderr}");
+    assert!(!stderr.contains("kubeconfig"), "refused before the kubeconfig is read: {stderr}");
+    let out = vigil(&["run", "--kubeconfig", "/nonexistent", "--lease-duration", "soon"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--lease-duration") && stderr.contains("soon"), "{stderr}");
+    let out = vigil(&["run", "--kubeconfig", "/nonexistent", "--leader-elect", "maybe"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--leader-elect") && stderr.contains("maybe"), "{stderr}");
+}
