@@ -213,9 +213,11 @@ pub fn machine_resource() -> ApiResource {
 }
 
 /// Creates the Cluster, its kubeconfig Secret (the audited identity), the remediation template,
-/// every Node and Machine, and then the checks; returns once all exist.
-pub async fn create(env: &TestEnv, n: usize, groups: &[Group], timeout: &str) -> Result<()> {
-    let since = time(Timestamp::now() - jiff::SignedDuration::from_hours(24));
+/// every Node and Machine, and then the checks; returns once all exist. Every condition has been
+/// true `since` (the same instant the kubelets keep reporting, so a heartbeat changes no
+/// transition time).
+pub async fn create(env: &TestEnv, n: usize, groups: &[Group], timeout: &str, since: &str) -> Result<()> {
+    let since = since.to_string();
     env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": CLUSTER, "namespace": NS}, "spec": {"paused": false}}))
         .await?;

@@ -245,11 +245,13 @@ async fn run(plan: &Plan, vigil: &Path, args: &Args) -> Result<Summary> {
     let timeout = format!("{}s", plan.timeout_secs);
     eprintln!("vigil-bench: creating {n} Nodes, {n} Machines and {} checks", groups.len());
     let t1 = Instant::now();
-    fleet::create(&env, n, &groups, &timeout).await?;
+    // One instant for the fleet and the kubelets: if the heartbeats carried another
+    // `lastTransitionTime`, the first heartbeat of each Node would be a real condition change.
+    let since = fleet::time(Timestamp::now() - SignedDuration::from_hours(24));
+    fleet::create(&env, n, &groups, &timeout, &since).await?;
     let fleet_ms = t1.elapsed().as_secs_f64() * 1000.0;
 
     let nodes: Api<Node> = Api::all(env.client());
-    let since = fleet::time(Timestamp::now() - SignedDuration::from_hours(24));
     let kubelets = kubelet::Kubelets::new(nodes, n, since);
     let beats_started = Instant::now();
     let beats = kubelets.spawn_heartbeats(plan.heartbeat);

@@ -54,7 +54,8 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
     .await?;
     let groups = fleet::layout(n);
     eprintln!("vigil-bench: creating {n} Nodes, {n} Machines and {} checks", groups.len());
-    fleet::create(&env, n, &groups, "5m").await?;
+    let since = fleet::time(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24));
+    fleet::create(&env, n, &groups, "5m", &since).await?;
 
     let dir = tempfile::Builder::new().prefix("vigil-bench-snapshot-").tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
