@@ -354,3 +354,30 @@ fn a_node_that_fails_again_counts_again() {
     let resumed = decide_nhc(&spec, Some(&again.status), &[gpu("False", at(500))], &[], at(3901));
     assert_eq!(creates(&resumed).len(), 1);
 }
+
+#[test]
+fn node_dry_run_lists_only_what_the_back_off_allows_and_settles() {
+    let mut spec = nhc_spec(1);
+    spec["dryRun"] = json!(true);
+    let sick = |n: &str| node(n).ready("False", t0()).label(POOL, "gpu").build();
+    let nodes = [sick("n1"), sick("n2")];
+    let first = decide_nhc(&spec, None, &nodes, &[], at(301));
+    assert_eq!(first.actions, vec![]);
+    let would: Vec<&str> = first.status.would_remediate.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(would, ["n1"], "n2 would wait for the back-off");
+    assert_eq!(first.status.backed_off_pools[0].waiting, ["n2"]);
+    assert!(first.status.remediation_history.iter().all(|r| r.dry_run), "{:?}", first.status.remediation_history);
+    // Decided again on its own status: n1 is not counted again, nothing moves or is told again.
+    let again = decide_nhc(&spec, Some(&first.status), &nodes, &[], at(900));
+    assert_eq!(again.status, first.status);
+    assert_eq!(again.notices, vec![]);
+    // Live: the dry-run record does not hold the pool back.
+    let live = decide_nhc(&nhc_spec(1), Some(&again.status), &nodes, &[], at(901));
+    let targets: Vec<&str> = creates(&live).iter().map(|o| o["metadata"]["name"].as_str().expect("name")).collect();
+    assert_eq!(targets, ["n1"]);
+    assert_eq!(history_of(&live.status.remediation_history), [("n1".to_string(), at(901), false)]);
+}
+
+fn history_of(list: &[RemediationRecord]) -> Vec<(String, Timestamp, bool)> {
+    list.iter().map(|r| (r.target.clone(), r.started.0, r.dry_run)).collect()
+}
