@@ -99,7 +99,8 @@ pub(crate) struct Ledger<'p> {
 impl<'p> Ledger<'p> {
     /// Reads the previous history: records inside `(now - window, …]` only, at most
     /// `maxRemediations` per pool (older ones never decide anything) and [`HISTORY_CAP`] in all,
-    /// the newest kept. A check not in dry-run ignores the records its dry-run made.
+    /// the newest kept (the engine never writes more, so only an edited status loses records
+    /// here). A check not in dry-run ignores the records its dry-run made.
     pub(crate) fn new(
         policy: Option<&'p BackoffPolicy>,
         dry_run: bool,
