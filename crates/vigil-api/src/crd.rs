@@ -23,7 +23,7 @@ use kube::CustomResourceExt;
 use schemars::Schema;
 
 use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
-use crate::validate::{MACHINE_DELETION_REMEDIATION_TEMPLATE, RESERVED_MACHINE_CONDITIONS};
+use crate::validate::{MACHINE_DELETION_REMEDIATION_TEMPLATE, MAX_BACKOFF_REMEDIATIONS, RESERVED_MACHINE_CONDITIONS};
 use crate::well_known::CLUSTER_NAME_LABEL;
 use serde_json::{Map, Value, json};
 
@@ -558,6 +558,58 @@ pub(crate) fn nhc_spec(schema: &mut Schema) {
     );
 }
 
+/// `backoff.maxRemediations`: 1 to [`MAX_BACKOFF_REMEDIATIONS`] (the history keeps that many
+/// records per pool).
+pub(crate) fn max_remediations(schema: &mut Schema) {
+    push_rules(
+        object(schema),
+        [
+            Rule::new("self >= 1", "must be at least 1"),
+            Rule::new(
+                &format!("self <= {MAX_BACKOFF_REMEDIATIONS}"),
+                &format!("must be at most {MAX_BACKOFF_REMEDIATIONS}"),
+            ),
+        ],
+    );
+}
+
+/// `backoff.window`: a Go duration greater than zero.
+pub(crate) fn backoff_window(schema: &mut Schema) {
+    go_duration(schema);
+    let rule = format!("!{} || duration(self) > duration('0s')", is_duration());
+    push_rules(object(schema), [Rule::new(&rule, "must be greater than zero")]);
+}
+
+/// `backoff.poolLabel`: a label key.
+pub(crate) fn pool_label(schema: &mut Schema) {
+    let s = object(schema);
+    s.insert("maxLength".into(), LABEL_KEY_MAX_LENGTH.into());
+    push_rules(s, [Rule::new(&format!("self.matches(r'{LABEL_KEY_PATTERN}')"), LABEL_KEY_RULE)]);
+}
+
+/// A MachineHealthCheck's `backoff`: no `poolLabel`, since its pools are the Machines' owners.
+pub(crate) fn mhc_backoff(schema: &mut Schema) {
+    push_rules(
+        object(schema),
+        [Rule::new("!has(self.poolLabel)", MHC_POOL_LABEL_MESSAGE).at(".poolLabel").reason("FieldValueForbidden")],
+    );
+}
+
+/// A NodeHealthCheck's `backoff`: `poolLabel` is required, as Nodes have no owner to group them.
+pub(crate) fn nhc_backoff(schema: &mut Schema) {
+    push_rules(
+        object(schema),
+        [Rule::new("has(self.poolLabel)", NHC_POOL_LABEL_MESSAGE).at(".poolLabel").reason("FieldValueRequired")],
+    );
+}
+
+/// Why a MachineHealthCheck refuses `backoff.poolLabel` (shared with `validate.rs`).
+pub const MHC_POOL_LABEL_MESSAGE: &str = "must not be set on a MachineHealthCheck: its pools are the Machines' \
+     MachineDeployment, else their controlling owner";
+/// Why a NodeHealthCheck needs `backoff.poolLabel` (shared with `validate.rs`).
+pub const NHC_POOL_LABEL_MESSAGE: &str = "must be set on a NodeHealthCheck: the Node label whose value names \
+     a Node's pool, e.g. karpenter.sh/nodepool";
+
 /// A status `conditions` list: one entry per type, as for every `metav1.Condition` list, so
 /// server-side apply merges them by type.
 pub(crate) fn status_conditions(schema: &mut Schema) {
@@ -750,6 +802,10 @@ mod tests {
             (&["spec", "remediationTemplate", "kind"], "self.endsWith('Template') && self != 'Template'"),
             (&["spec", "remediationTemplate", "apiVersion"], "self.contains('/')"),
             (&["spec", "remediationTemplate", "name"], "self.trim() != ''"),
+            (&["spec", "backoff"], "!has(self.poolLabel)"),
+            (&["spec", "backoff", "maxRemediations"], "self >= 1"),
+            (&["spec", "backoff", "maxRemediations"], "self <= 100"),
+            (&["spec", "backoff", "window"], "duration(self) > duration('0s')"),
         ];
         for (path, rule) in table {
             let rules = rules_at(schema, path);
@@ -787,6 +843,10 @@ mod tests {
             (&["spec", "escalatingRemediations", "[]", "remediationTemplate"], "has(self.namespace)"),
             (&["spec", "pauseRequests"], "self.all(p, p.trim() != '')"),
             (&["spec", "stormCooldownDuration"], "duration(self) >= duration('0s')"),
+            (&["spec", "backoff"], "has(self.poolLabel)"),
+            (&["spec", "backoff", "maxRemediations"], "self >= 1"),
+            (&["spec", "backoff", "window"], "duration(self) > duration('0s')"),
+            (&["spec", "backoff", "poolLabel"], "self.matches("),
         ];
         for (path, rule) in table {
             let rules = rules_at(schema, path);

@@ -61,6 +61,66 @@ pub struct MachineHealthCheckSpec {
     /// can be watched before it is trusted. Off by default (upstream has no such field).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// Remediation back-off: stops remediating a pool (the Machines of one MachineDeployment,
+    /// else of one controlling owner) once `maxRemediations` were started in it within `window`,
+    /// since more remediation will not fix a bad image or config. Off by default.
+    #[schemars(transform = crate::crd::mhc_backoff)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<RemediationBackoff>,
+}
+
+/// `spec.backoff`: how many remediations one pool may start within a window.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationBackoff {
+    /// Most remediations started in one pool within `window` (1 to 100); the next one waits.
+    #[schemars(transform = crate::crd::max_remediations)]
+    pub max_remediations: i32,
+    /// How far back remediations count, a Go duration greater than zero, e.g. `30m`.
+    #[schemars(transform = crate::crd::backoff_window)]
+    pub window: String,
+    /// NodeHealthCheck only (required there): the Node label whose value names a Node's pool,
+    /// e.g. `karpenter.sh/nodepool`; a Node without it is a pool of its own.
+    #[schemars(transform = crate::crd::pool_label)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_label: Option<String>,
+}
+
+/// One remediation a check with `spec.backoff` started: kept in status so that the back-off
+/// survives a restart of the controller.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationRecord {
+    /// The pool, e.g. `MachineDeployment/md-0` or `karpenter.sh/nodepool=default`.
+    pub pool: String,
+    /// The target: Machine name or Node name.
+    pub target: String,
+    /// When the remediation started.
+    pub started: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// Made in dry-run (it would have started): never holds back a check that is not in dry-run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// A pool whose remediation is backed off now.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackedOffPool {
+    /// The pool.
+    pub pool: String,
+    /// Remediations started in the pool within the window.
+    pub started: i32,
+    /// When the next remediation may start in the pool.
+    pub resumes_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// Unhealthy targets waiting for the back-off, sorted (at most 10 named).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<String>,
+    /// How many targets wait, named or not.
+    pub waiting_count: i32,
+    /// The pool waits because the history is full (200 records within the window), not because
+    /// of its own `maxRemediations`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub history_full: bool,
 }
 
 /// A target a check in dry-run would have remediated, and since when.
@@ -135,4 +195,11 @@ pub struct MachineHealthCheckStatus {
     /// With `spec.dryRun`: the targets that would be remediated now, sorted by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub would_remediate: Vec<WouldRemediate>,
+    /// With `spec.backoff`: the remediations started within the window, oldest first (at most
+    /// `maxRemediations` per pool and 200 in all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remediation_history: Vec<RemediationRecord>,
+    /// With `spec.backoff`: the pools where remediation waits for the window now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backed_off_pools: Vec<BackedOffPool>,
 }

@@ -1,7 +1,9 @@
 //! NodeHealthCheck: medik8s' health check for plain Nodes, with the
 //! `remediation.medik8s.io/v1alpha1` field names so upstream manifests carry over.
 
-use crate::machine_health_check::{TemplateReference, WouldRemediate};
+use crate::machine_health_check::{
+    BackedOffPool, RemediationBackoff, RemediationRecord, TemplateReference, WouldRemediate,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -68,6 +70,12 @@ pub struct NodeHealthCheckSpec {
     /// policy can be watched before it is trusted. Off by default (upstream has no such field).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// Remediation back-off: stops remediating a pool (the Nodes sharing the value of
+    /// `poolLabel`) once `maxRemediations` were started in it within `window`, since more
+    /// remediation will not fix a bad image or config. Off by default.
+    #[schemars(transform = crate::crd::nhc_backoff)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<RemediationBackoff>,
 }
 
 /// medik8s' defaults: a Node that is not Ready (False or Unknown) for five minutes.
@@ -143,6 +151,13 @@ pub struct NodeHealthCheckStatus {
     /// With `spec.dryRun`: the Nodes that would be remediated now, sorted by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub would_remediate: Vec<WouldRemediate>,
+    /// With `spec.backoff`: the remediations started within the window, oldest first (at most
+    /// `maxRemediations` per pool and 200 in all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remediation_history: Vec<RemediationRecord>,
+    /// With `spec.backoff`: the pools where remediation waits for the window now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backed_off_pools: Vec<BackedOffPool>,
 }
 
 /// A Node found unhealthy and what was done about it.

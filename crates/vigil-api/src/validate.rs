@@ -3,7 +3,7 @@
 //! `vigil validate`, the simulator and the controller all call these functions.
 
 use crate::duration::{format_go_duration, parse_go_duration};
-use crate::machine_health_check::{MachineHealthCheck, TemplateReference, UnhealthyCondition};
+use crate::machine_health_check::{MachineHealthCheck, RemediationBackoff, TemplateReference, UnhealthyCondition};
 use crate::node_health_check::NodeHealthCheck;
 use crate::selector::Selector;
 use crate::threshold::{IntOrPercent, UnhealthyRange};
@@ -110,7 +110,23 @@ pub struct MhcPolicy {
     pub remediation_template: Option<TemplateRef>,
     /// Shadow mode: decide and report, never remediate.
     pub dry_run: bool,
+    /// Remediation back-off per pool, when enabled.
+    pub backoff: Option<BackoffPolicy>,
 }
+
+/// A validated `spec.backoff`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackoffPolicy {
+    /// Most remediations started in one pool within `window`.
+    pub max_remediations: u32,
+    /// How far back starts count (positive).
+    pub window: SignedDuration,
+    /// NodeHealthCheck: the label naming a Node's pool; `None` for a MachineHealthCheck.
+    pub pool_label: Option<String>,
+}
+
+/// Largest `backoff.maxRemediations`: the history keeps that many records per pool.
+pub const MAX_BACKOFF_REMEDIATIONS: i32 = 100;
 
 /// The threshold of a NodeHealthCheck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +178,8 @@ pub struct NhcPolicy {
     pub storm_cooldown: SignedDuration,
     /// Shadow mode: decide and report, never remediate.
     pub dry_run: bool,
+    /// Remediation back-off per pool, when enabled.
+    pub backoff: Option<BackoffPolicy>,
 }
 
 /// Machine conditions an `unhealthyMachineConditions` rule may not name (Cluster API's CRD rule):
@@ -318,6 +336,51 @@ impl Collector {
     }
 }
 
+/// Checks `spec.backoff`; `node_check` says which kind asks (NodeHealthCheck: required,
+/// MachineHealthCheck: refused). `Some(None)` when absent, `None` when invalid.
+fn backoff(c: &mut Collector, b: Option<&RemediationBackoff>, node_check: bool) -> Option<Option<BackoffPolicy>> {
+    let Some(b) = b else { return Some(None) };
+    let mut ok = true;
+    if !(1..=MAX_BACKOFF_REMEDIATIONS).contains(&b.max_remediations) {
+        c.push(
+            "spec.backoff.maxRemediations",
+            b.max_remediations.to_string(),
+            format!("must be between 1 and {MAX_BACKOFF_REMEDIATIONS}"),
+        );
+        ok = false;
+    }
+    let window = c.duration("spec.backoff.window", &b.window);
+    if window.is_some_and(|w| !w.is_positive()) {
+        c.push("spec.backoff.window", &b.window, "must be greater than zero");
+        ok = false;
+    }
+    match (node_check, b.pool_label.as_deref()) {
+        (true, None) => {
+            c.push("spec.backoff.poolLabel", "", crate::crd::NHC_POOL_LABEL_MESSAGE);
+            ok = false;
+        }
+        (true, Some(key)) => {
+            if let Err(message) = crate::selector::check_label_key(key) {
+                c.push("spec.backoff.poolLabel", key, message);
+                ok = false;
+            }
+        }
+        (false, Some(key)) => {
+            c.push("spec.backoff.poolLabel", key, crate::crd::MHC_POOL_LABEL_MESSAGE);
+            ok = false;
+        }
+        (false, None) => {}
+    }
+    let window = window?;
+    ok.then(|| {
+        Some(BackoffPolicy {
+            max_remediations: u32::try_from(b.max_remediations).unwrap_or(1),
+            window,
+            pool_label: b.pool_label.clone(),
+        })
+    })
+}
+
 fn render_int_or_string(v: &IntOrString) -> String {
     match v {
         IntOrString::Int(n) => n.to_string(),
@@ -433,6 +496,8 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         Some(t) => c.template("spec.remediationTemplate", t, Some(namespace)).map(Some),
     };
 
+    let backoff = backoff(&mut c, spec.backoff.as_ref(), false);
+
     let policy = (|| {
         Some(MhcPolicy {
             cluster_name: spec.cluster_name.clone(),
@@ -443,6 +508,7 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
             short_circuit: short_circuit?,
             remediation_template: remediation_template?,
             dry_run: spec.dry_run,
+            backoff: backoff?,
         })
     })();
     c.finish(object, policy)
@@ -590,6 +656,8 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
         Some(text) => c.non_negative_duration("spec.stormCooldownDuration", text),
     };
 
+    let backoff = backoff(&mut c, spec.backoff.as_ref(), true);
+
     let policy = (|| {
         Some(NhcPolicy {
             selector: selector?,
@@ -601,6 +669,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             healthy_delay: healthy_delay?,
             storm_cooldown: storm_cooldown?,
             dry_run: spec.dry_run,
+            backoff: backoff?,
         })
     })();
     c.finish(object, policy)

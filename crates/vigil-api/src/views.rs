@@ -69,6 +69,8 @@ pub struct OwnerRef {
     pub name: String,
     /// UID of the owner.
     pub uid: String,
+    /// Whether this is the controlling owner (`controller: true`).
+    pub controller: bool,
 }
 
 fn str_map(v: Option<&Value>) -> BTreeMap<String, String> {
@@ -105,6 +107,7 @@ impl Meta {
                         kind: text(o, "/kind").unwrap_or_default(),
                         name: text(o, "/name").unwrap_or_default(),
                         uid: text(o, "/uid").unwrap_or_default(),
+                        controller: o.get("controller").and_then(Value::as_bool).unwrap_or(false),
                     })
                     .collect()
             })

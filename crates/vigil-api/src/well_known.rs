@@ -3,6 +3,8 @@
 
 /// Label on Cluster API objects naming their Cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// Label naming the MachineDeployment of a Machine (a back-off pool).
+pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
 /// Label that marks a control-plane Machine.
 pub const CONTROL_PLANE_MACHINE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 /// Annotation that pauses reconciliation of a Cluster API object (and of an MHC).

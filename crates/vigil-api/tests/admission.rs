@@ -92,6 +92,33 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
             "spec.maxUnhealthy",
             "MachineDeletionRemediationTemplate",
         ),
+        (
+            mhc(json!({"backoff": {"maxRemediations": 2, "window": "30m", "poolLabel": "karpenter.sh/nodepool"}})),
+            "spec.backoff.poolLabel",
+            "must not be set on a MachineHealthCheck",
+        ),
+        (
+            mhc(json!({"backoff": {"maxRemediations": 0, "window": "30m"}})),
+            "spec.backoff.maxRemediations",
+            "at least 1",
+        ),
+        (mhc(json!({"backoff": {"maxRemediations": 2, "window": "0s"}})), "spec.backoff.window", "greater than zero"),
+        (nhc(json!({"backoff": {"maxRemediations": 2, "window": "30m"}})), "spec.backoff.poolLabel", "must be set"),
+        (
+            nhc(json!({"backoff": {"maxRemediations": 101, "window": "30m", "poolLabel": "pool"}})),
+            "spec.backoff.maxRemediations",
+            "at most 100",
+        ),
+        (
+            nhc(json!({"backoff": {"maxRemediations": 1, "window": "-5m", "poolLabel": "pool"}})),
+            "spec.backoff.window",
+            "greater than zero",
+        ),
+        (
+            nhc(json!({"backoff": {"maxRemediations": 1, "window": "5m", "poolLabel": "bad key/x"}})),
+            "spec.backoff.poolLabel",
+            "label key",
+        ),
     ];
     let mut problems = Vec::new();
     for (manifest, field, words) in cases {
@@ -114,6 +141,9 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
         "pool": "workers", "cluster.x-k8s.io/cluster-name": "prod", "example.com/tier": ""}}})))
         .await?;
     env.apply(nhc(json!({"minHealthy": 2, "remediationTemplate": template("MachineDeletionRemediationTemplate")})))
+        .await?;
+    env.apply(mhc(json!({"backoff": {"maxRemediations": 2, "window": "30m"}}))).await?;
+    env.apply(nhc(json!({"backoff": {"maxRemediations": 2, "window": "30m", "poolLabel": "karpenter.sh/nodepool"}})))
         .await?;
     Ok(())
 }

@@ -1074,3 +1074,92 @@ fn dry_run_is_off_by_default_opt_in_on_both_kinds_and_must_be_a_boolean() {
         assert!(matches!(&err, ManifestError::Shape { path, .. } if path == "spec.dryRun"), "{err}");
     }
 }
+
+#[test]
+fn backoff_is_off_by_default_and_each_field_is_checked_naming_it() {
+    use vigil_api::validate::BackoffPolicy;
+    assert_eq!(mhc_policy(&base_mhc()).expect("valid").backoff, None, "an upstream-shaped manifest keeps its meaning");
+    assert_eq!(nhc_policy(&base_nhc()).expect("valid").backoff, None);
+    let on = mhc_policy(&edit(base_mhc(), "/spec/backoff", Some(json!({"maxRemediations": 2, "window": "30m"}))));
+    assert_eq!(
+        on.expect("valid").backoff,
+        Some(BackoffPolicy { max_remediations: 2, window: secs(1800), pool_label: None })
+    );
+    let pool = json!({"maxRemediations": 1, "window": "1h", "poolLabel": "karpenter.sh/nodepool"});
+    assert_eq!(
+        nhc_policy(&edit(base_nhc(), "/spec/backoff", Some(pool))).expect("valid").backoff,
+        Some(BackoffPolicy {
+            max_remediations: 1,
+            window: secs(3600),
+            pool_label: Some("karpenter.sh/nodepool".into())
+        })
+    );
+    // (base, backoff, path, value, words of the message)
+    let cases = [
+        (
+            base_mhc(),
+            json!({"maxRemediations": 0, "window": "30m"}),
+            "spec.backoff.maxRemediations",
+            "0",
+            "between 1 and 100",
+        ),
+        (
+            base_mhc(),
+            json!({"maxRemediations": 101, "window": "30m"}),
+            "spec.backoff.maxRemediations",
+            "101",
+            "between 1 and 100",
+        ),
+        (
+            base_mhc(),
+            json!({"maxRemediations": -3, "window": "30m"}),
+            "spec.backoff.maxRemediations",
+            "-3",
+            "between 1 and 100",
+        ),
+        (base_mhc(), json!({"maxRemediations": 2, "window": "0s"}), "spec.backoff.window", "0s", "greater than zero"),
+        (base_mhc(), json!({"maxRemediations": 2, "window": "-1m"}), "spec.backoff.window", "-1m", "greater than zero"),
+        (base_mhc(), json!({"maxRemediations": 2, "window": "30 minutes"}), "spec.backoff.window", "30 minutes", ""),
+        (
+            base_mhc(),
+            json!({"maxRemediations": 2, "window": "30m", "poolLabel": "pool"}),
+            "spec.backoff.poolLabel",
+            "pool",
+            "must not be set on a MachineHealthCheck",
+        ),
+        (
+            base_nhc(),
+            json!({"maxRemediations": 2, "window": "30m"}),
+            "spec.backoff.poolLabel",
+            "",
+            "must be set on a NodeHealthCheck",
+        ),
+        (
+            base_nhc(),
+            json!({"maxRemediations": 2, "window": "30m", "poolLabel": "-pool"}),
+            "spec.backoff.poolLabel",
+            "-pool",
+            "must be a label key",
+        ),
+        (
+            base_nhc(),
+            json!({"maxRemediations": 0, "window": "30m", "poolLabel": "p"}),
+            "spec.backoff.maxRemediations",
+            "0",
+            "between",
+        ),
+    ];
+    for (base, backoff, path, value, words) in cases {
+        let object = edit(base, "/spec/backoff", Some(backoff.clone()));
+        let errors = errors_of(&object);
+        assert!(
+            errors.iter().any(|e| e.path == path && e.value == value && e.message.contains(words)),
+            "{backoff}: want {path} {value:?} {words:?}, got {errors:?}"
+        );
+    }
+    for (base, kind) in [(base_mhc(), "MachineHealthCheck"), (base_nhc(), "NodeHealthCheck")] {
+        let missing = edit(base, "/spec/backoff", Some(json!({"window": "30m"})));
+        let err = manifest::health_check_from_value(&missing).expect_err("maxRemediations is required");
+        assert!(err.to_string().contains("maxRemediations"), "{kind}: {err}");
+    }
+}

@@ -53,6 +53,7 @@ pub struct Metrics {
     check_allowed: Family<CheckLabel, Gauge>,
     check_short_circuited: Family<CheckLabel, Gauge>,
     check_would_remediate: Family<CheckLabel, Gauge>,
+    check_backoff_pools: Family<CheckLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -124,6 +125,7 @@ impl Default for Metrics {
         let check_allowed = Family::<CheckLabel, Gauge>::default();
         let check_short_circuited = Family::<CheckLabel, Gauge>::default();
         let check_would_remediate = Family::<CheckLabel, Gauge>::default();
+        let check_backoff_pools = Family::<CheckLabel, Gauge>::default();
         registry.register("check_targets", "Targets a check selects", check_targets.clone());
         registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
         registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
@@ -142,6 +144,11 @@ impl Default for Metrics {
             "Targets a check in dry-run would remediate now (its status.wouldRemediate); 0 outside dry-run",
             check_would_remediate.clone(),
         );
+        registry.register(
+            "check_backoff_pools",
+            "Pools whose remediation a check's spec.backoff holds back now (its status.backedOffPools)",
+            check_backoff_pools.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -156,6 +163,7 @@ impl Default for Metrics {
             check_allowed,
             check_short_circuited,
             check_would_remediate,
+            check_backoff_pools,
             leader,
             registry,
             decisions,
@@ -257,6 +265,7 @@ impl Metrics {
         self.check_allowed.get_or_create(&l).set(g.remediations_allowed);
         self.check_short_circuited.get_or_create(&l).set(i64::from(g.short_circuited));
         self.check_would_remediate.get_or_create(&l).set(g.would_remediate);
+        self.check_backoff_pools.get_or_create(&l).set(g.backoff_pools);
     }
 
     /// Drops a deleted check's gauges.
@@ -269,6 +278,7 @@ impl Metrics {
             &self.check_allowed,
             &self.check_short_circuited,
             &self.check_would_remediate,
+            &self.check_backoff_pools,
         ] {
             f.remove(&l);
         }

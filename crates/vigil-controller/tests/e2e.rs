@@ -871,3 +871,76 @@ async fn overlapping_mhcs_write_a_machine_from_one_check_only() -> Result<()> {
     controller.stop().await;
     Ok(())
 }
+
+/// `spec.backoff` on the real API server: with at most one remediation per pool and hour, the
+/// second failing Node of pool `a` waits (event, condition, status history, gauge) while pool `b`
+/// is remediated; a second controller instance, reading only what the API server keeps, still
+/// holds pool `a` back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nhc_backoff_holds_a_failing_pool_back_across_a_restart() -> Result<()> {
+    let env = env().await?;
+    for (name, pool) in [("w1", "a"), ("w2", "a"), ("w3", "b"), ("w4", "b")] {
+        node(&env, name, json!({"role": "worker", "example.com/pool": pool})).await?;
+    }
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    let backoff = json!({"maxRemediations": 1, "window": "1h", "poolLabel": "example.com/pool"});
+    nhc(&env, "workers", json!({"minHealthy": 1, "remediationTemplate": reboot_ref("reboot"), "backoff": backoff}))
+        .await?;
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let options = vigil_controller::Options { workers: 2, metrics_addr: Some(metrics), ..Default::default() };
+    let controller = Controller::start_with(env.client(), options);
+    set_ready(&env, "w1", "False", &secs_ago(60)).await?;
+    wait_for("w1's remediation", WAIT, || async {
+        Ok((!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty()).then_some(()))
+    })
+    .await?;
+    set_ready(&env, "w2", "False", &secs_ago(60)).await?;
+    let s =
+        wait_check_condition(&env, "NodeHealthCheck", "workers", "RemediationBackoff", "True", "RemediationBackoff")
+            .await?;
+    assert_eq!(s["backedOffPools"][0]["pool"], "example.com/pool=a", "{s}");
+    assert_eq!(s["backedOffPools"][0]["waiting"], json!(["w2"]), "{s}");
+    assert_eq!(s["remediationHistory"][0]["target"], "w1", "{s}");
+    assert_eq!(s["remediationHistory"][0]["pool"], "example.com/pool=a", "{s}");
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(env.client());
+    let note = wait_for("a RemediationBackoff event", WAIT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list.items.into_iter().find(|e| e.reason.as_deref() == Some("RemediationBackoff")).and_then(|e| e.note))
+    })
+    .await?;
+    assert!(
+        note.contains("pool example.com/pool=a") && note.contains("w1 at") && note.contains("waiting: w2"),
+        "{note}"
+    );
+    wait_for("vigil_check_backoff_pools 1", WAIT, || async {
+        let text = scrape(metrics).await.unwrap_or_default();
+        Ok(text.lines().any(|l| l == "vigil_check_backoff_pools{check=\"NodeHealthCheck/workers\"} 1").then_some(()))
+    })
+    .await?;
+    // Another pool is not held back.
+    set_ready(&env, "w3", "False", &secs_ago(60)).await?;
+    wait_for("w3's remediation", WAIT, || async {
+        Ok((!for_node(&list_snr(&env, MEDIK8S).await?, "w3").is_empty()).then_some(()))
+    })
+    .await?;
+    stays("a remediation of w2", Duration::from_secs(2), || async {
+        Ok(!for_node(&list_snr(&env, MEDIK8S).await?, "w2").is_empty())
+    })
+    .await?;
+
+    // A restart: the new instance knows the history only from the status on the API server.
+    controller.stop().await;
+    let second = Controller::start(&env);
+    set_ready(&env, "w2", "False", &secs_ago(61)).await?;
+    stays("a remediation of w2 after the restart", Duration::from_secs(4), || async {
+        Ok(!for_node(&list_snr(&env, MEDIK8S).await?, "w2").is_empty())
+    })
+    .await?;
+    let s = check_status(&env, "NodeHealthCheck", "workers").await?;
+    assert_eq!(s["backedOffPools"][0]["waiting"], json!(["w2"]), "{s}");
+    second.stop().await;
+    Ok(())
+}

@@ -5,6 +5,7 @@
 //! here, once. A plan carries the exact instant its verdicts can next change
 //! ([`plan::Plan::next_wake`]) so callers wake exactly then instead of polling.
 
+pub mod backoff;
 pub mod concerns;
 pub mod dry_run;
 pub mod holders;

@@ -5,6 +5,7 @@
 //! timers are kept while the short-circuit blocks; a percentage is never an error; and the next
 //! wake-up is the exact instant a verdict can change (no 1 s padding, no rate limit).
 
+use crate::backoff::{self, Gate, Ledger};
 use crate::holders::{CheckRef, Holders, Target, Waits};
 use crate::lookup::Lookup;
 use crate::peers::{MhcPeers, NAMED_MACHINES, REASON_NO_OVERLAP, REASON_OVERLAP, SELECTED_BY_ANOTHER_CHECK};
@@ -565,6 +566,8 @@ pub fn decide_among_peers(
                 targets: Vec::new(),
                 conditions: p.conditions.clone(),
                 would_remediate: Vec::new(),
+                remediation_history: p.remediation_history.clone(),
+                backed_off_pools: p.backed_off_pools.clone(),
                 ..*p
             })
             .unwrap_or_default(),
@@ -679,6 +682,8 @@ pub fn decide_among_peers(
     let template_ref = input.policy.remediation_template.as_ref();
     let healthy_condition = DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, reason::SUCCEEDED, "");
     let me = CheckRef::of_mhc(input.check);
+    let history = previous.map_or(&[][..], |p| p.remediation_history.as_slice());
+    let mut ledger = Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now);
     let mut owned_elsewhere: BTreeMap<&CheckRef, Vec<String>> = BTreeMap::new();
     for (machine, verdict) in targets.iter().zip(&verdicts) {
         let key = || machine.meta.key();
@@ -695,7 +700,8 @@ pub fn decide_among_peers(
                     b.notice(NoticeKind::Unhealthy, Some(key()), why, message.clone());
                 }
                 if allowed {
-                    remediate(&mut b, &mut overlap, &mut writes, input, template_ref, machine, &key(), now);
+                    let mut started = Started { overlap: &mut overlap, ledger: &mut ledger };
+                    remediate(&mut b, &mut started, &mut writes, input, template_ref, machine, &key(), now);
                 }
             }
             Verdict::Healthy => {
@@ -738,6 +744,7 @@ pub fn decide_among_peers(
         b.condition(waiting, None, None);
     }
     selected_elsewhere(&mut b, &owned_elsewhere);
+    backoff_status(&mut b, ledger, input.policy, &mut wake);
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = overlap.waits.held_elsewhere;
     if input.policy.dry_run {
@@ -785,11 +792,53 @@ fn selected_elsewhere(b: &mut Builder<'_>, owned_elsewhere: &BTreeMap<&CheckRef,
     b.condition(desired, None, None);
 }
 
+/// The history, backed-off pools, `RemediationBackoff` condition and notices of `spec.backoff`.
+fn backoff_status(b: &mut Builder<'_>, ledger: Ledger<'_>, policy: &MhcPolicy, wake: &mut Earliest) {
+    let (history, pools) = ledger.finish(wake);
+    let (previous_pools, previous_conditions) =
+        b.previous.map_or((&[][..], &[][..]), |p| (p.backed_off_pools.as_slice(), p.conditions.as_slice()));
+    let (condition, notices) =
+        backoff::report(previous_pools, previous_conditions, &pools, &history, policy.backoff.as_ref());
+    b.status.remediation_history = history;
+    b.status.backed_off_pools = pools;
+    if let Some(condition) = condition {
+        b.condition(condition, None, None);
+    }
+    b.notices.extend(notices);
+}
+
+/// What decides whether a remediation may start besides the short-circuit: other checks
+/// holding the target, and the pool's back-off.
+struct Started<'s, 'h, 'p> {
+    overlap: &'s mut Overlap<'h>,
+    ledger: &'s mut Ledger<'p>,
+}
+
+impl Started<'_, '_, '_> {
+    /// Whether the back-off lets `machine` start now; records the start when it counts. A
+    /// Machine already in the history (the same start asked for again), or one a check in
+    /// dry-run already lists, is not counted twice.
+    fn backoff_allows(&mut self, input: &MhcInput<'_>, machine: &MachineView) -> bool {
+        let name = machine.meta.name.as_str();
+        let listed = input.policy.dry_run
+            && input.check.status.as_ref().is_some_and(|s| s.would_remediate.iter().any(|w| w.name == name));
+        let pool = backoff::machine_pool(machine);
+        match self.ledger.gate(&pool, name, listed || self.ledger.recorded(name)) {
+            Gate::Wait => false,
+            Gate::Repeat => true,
+            Gate::Start => {
+                self.ledger.record(&pool, name);
+                true
+            }
+        }
+    }
+}
+
 /// Requests remediation of one unhealthy Machine (rule 4).
 #[allow(clippy::too_many_arguments)]
 fn remediate(
     b: &mut Builder<'_>,
-    overlap: &mut Overlap<'_>,
+    started: &mut Started<'_, '_, '_>,
     writes: &mut MachineWrites<'_>,
     input: &MhcInput<'_>,
     template_ref: Option<&vigil_api::validate::TemplateRef>,
@@ -802,7 +851,10 @@ fn remediate(
     }
     let Some(template_ref) = template_ref else {
         let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == "True");
-        if needs_request && overlap.held_elsewhere(b, machine, key) {
+        if needs_request && started.overlap.held_elsewhere(b, machine, key) {
+            return;
+        }
+        if needs_request && !started.backoff_allows(input, machine) {
             return;
         }
         if needs_request
@@ -836,10 +888,11 @@ fn remediate(
         );
         return;
     }
-    if overlap.held_elsewhere(b, machine, key) {
+    if started.overlap.held_elsewhere(b, machine, key) {
         return;
     }
     match remediation_object(input.policy, template, machine) {
+        Ok(_) if !started.backoff_allows(input, machine) => {}
         Ok(object) => {
             writes.set(
                 DesiredCondition::false_(

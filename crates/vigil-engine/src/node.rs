@@ -28,6 +28,7 @@
 //! - objects of Nodes that still exist but are no longer selected are removed like those of
 //!   deleted Nodes: nothing else would ever clean them up.
 
+use crate::backoff::{self, Gate as Backoff, Ledger};
 use crate::holders::{CheckRef, Holders, Target, Waits};
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
 use jiff::{SignedDuration, Timestamp};
@@ -424,6 +425,10 @@ struct Pass<'a> {
     holders: &'a Holders,
     /// Targets waiting for another check.
     waits: Waits,
+    /// The back-off history of this decision (`spec.backoff`).
+    ledger: Ledger<'a>,
+    /// The previous `status.wouldRemediate`: in dry-run, a Node listed there was already counted.
+    would_before: &'a [vigil_api::machine_health_check::WouldRemediate],
 }
 
 fn notice(kind: NoticeKind, target: &str, reason: impl Into<String>, message: String) -> Notice {
@@ -603,9 +608,25 @@ impl<'a> Pass<'a> {
             }
             return;
         }
+        let pool = self
+            .policy
+            .backoff
+            .as_ref()
+            .map_or_else(String::new, |b| backoff::node_pool(node, b.pool_label.as_deref().unwrap_or_default()));
+        let repeat = self.policy.dry_run && self.would_before.iter().any(|w| w.name == name);
+        let gate = self.ledger.gate(&pool, name, repeat);
+        if gate == Backoff::Wait {
+            return;
+        }
         match self.request(name, 0, book) {
-            Requested::Done if cp => self.cp_taken = true,
-            Requested::Done => {}
+            Requested::Done => {
+                if gate == Backoff::Start {
+                    self.ledger.record(&pool, name);
+                }
+                if cp {
+                    self.cp_taken = true;
+                }
+            }
             Requested::Skipped(reason, message) => {
                 if news {
                     self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
@@ -1026,6 +1047,8 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         wake,
         holders,
         waits: Waits::new(CheckRef::of_nhc(check), &prev.conditions),
+        ledger: Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.remediation_history, now),
+        would_before: &prev.would_remediate,
     };
 
     // Global notices first.
@@ -1155,6 +1178,13 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     if let Some(waiting) = pass.waits.condition() {
         set_condition(&mut conditions, &waiting, now, generation);
     }
+    let (history, pools) = pass.ledger.finish(&mut pass.wake);
+    let (backoff_condition, backoff_notices) =
+        backoff::report(&prev.backed_off_pools, &prev.conditions, &pools, &history, policy.backoff.as_ref());
+    if let Some(c) = backoff_condition {
+        set_condition(&mut conditions, &c, now, generation);
+    }
+    pass.notices.extend(backoff_notices);
 
     if paused && phase == PHASE_PAUSED && !prev_paused {
         pass.notices.push(Notice {
@@ -1183,6 +1213,8 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         storm_recovery_start_time: storm_start.map(Time),
         observed_generation: generation,
         would_remediate: Vec::new(),
+        remediation_history: history,
+        backed_off_pools: pools,
     };
     if status != *prev {
         status.last_update_time = Some(Time(now));

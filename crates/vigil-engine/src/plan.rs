@@ -109,6 +109,11 @@ pub enum NoticeKind {
     /// Another MachineHealthCheck writes the conditions of some of this check's Machines (see
     /// [`crate::peers`]); told when the set of such Machines changes.
     MachinesSelectedByAnotherCheck,
+    /// A pool started `maxRemediations` remediations within the back-off window and one of its
+    /// targets has to wait (see [`crate::backoff`]).
+    RemediationBackoff,
+    /// A pool is no longer backed off: none of its targets waits any more.
+    RemediationBackoffEnded,
 }
 
 impl NoticeKind {
@@ -125,6 +130,7 @@ impl NoticeKind {
                 | NoticeKind::MachinesSelectedByAnotherCheck
                 | NoticeKind::RemediationFailed
                 | NoticeKind::OtherCheckWaiting
+                | NoticeKind::RemediationBackoff
         )
     }
 }

@@ -208,6 +208,63 @@ fn dry_run_reports_what_it_would_remediate_and_does_nothing() {
 }
 
 #[test]
+fn remediation_backoff_stops_a_failing_pool_and_resumes_when_the_window_allows() {
+    let r = run("remediation-backoff");
+    let requested: Vec<(f64, Option<&str>)> = events(&r, "RemediationRequested").iter().map(|e| at(e)).collect();
+    assert_eq!(
+        requested,
+        [
+            (360.0, Some("default/a-1")),
+            (720.0, Some("default/a-1-r2")),
+            (1800.0, Some("default/b-1")),
+            (2160.0, Some("default/b-1-r8")),
+            // 6m1s (the first start, rounded up to the second) + 30m: not a moment earlier.
+            (2161.0, Some("default/a-1-r5")),
+        ]
+    );
+    let backoff = events(&r, "RemediationBackoff");
+    assert_eq!(backoff.iter().map(|e| e.t).collect::<Vec<_>>(), [1080.0], "told once, when md-a backs off");
+    let message = backoff[0].details["message"].as_str().unwrap_or("");
+    for words in [
+        "pool MachineDeployment/md-a: 2 remediation(s) started within 30m0s (maxRemediations 2)",
+        "a-1 at 2030-01-01T00:06:01Z, a-1-r2 at 2030-01-01T00:12:01Z",
+        "waiting: a-1-r5",
+        "resumes at 2030-01-01T00:36:01Z",
+    ] {
+        assert!(message.contains(words), "{words:?} in {message}");
+    }
+    assert_eq!(events(&r, "RemediationBackoffEnded").iter().map(|e| e.t).collect::<Vec<_>>(), [2161.0]);
+    // The waiting Machine was counted unhealthy while it waited, and md-b was never held back.
+    let s = status(&r, "MachineHealthCheck/default/workers");
+    assert!(s.get("backedOffPools").is_none(), "{s}");
+    let history: Vec<(&str, &str, &str)> = s["remediationHistory"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|h| {
+                    (
+                        h["pool"].as_str().unwrap_or(""),
+                        h["target"].as_str().unwrap_or(""),
+                        h["started"].as_str().unwrap_or(""),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        history,
+        [
+            ("MachineDeployment/md-a", "a-1-r2", "2030-01-01T00:12:01Z"),
+            ("MachineDeployment/md-b", "b-1", "2030-01-01T00:30:01Z"),
+            ("MachineDeployment/md-a", "a-1-r5", "2030-01-01T00:36:01Z"),
+            ("MachineDeployment/md-b", "b-1-r8", "2030-01-01T00:36:01Z"),
+        ],
+        "a-1's start left the window at 36m1s"
+    );
+    snapshot("remediation-backoff", &r);
+}
+
+#[test]
 fn overlapping_mhcs_settle_with_one_condition_writer() {
     // Before the rule this run stopped: "did not settle … decided 50 times in one instant".
     let r = run("overlapping-mhcs");

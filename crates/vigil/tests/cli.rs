@@ -269,3 +269,19 @@ fn bad_leader_election_flags_are_refused_naming_the_flag_before_connecting() {
     assert!(!out.status.success());
     assert!(stderr.contains("--leader-elect") && stderr.contains("maybe"), "{stderr}");
 }
+
+#[test]
+fn validate_names_a_bad_backoff_field_and_its_value() {
+    let text = "apiVersion: vigil.dev/v1alpha1\nkind: NodeHealthCheck\nmetadata: {name: workers}\nspec:\n  selector: {matchLabels: {role: worker}}\n  minHealthy: 1\n  remediationTemplate: {apiVersion: a.example/v1, kind: RebootTemplate, name: r, namespace: ops}\n  backoff: {maxRemediations: 0, window: 30m}\n---\napiVersion: vigil.dev/v1alpha1\nkind: MachineHealthCheck\nmetadata: {name: workers, namespace: team-a}\nspec:\n  clusterName: prod\n  selector: {matchLabels: {pool: a}}\n  backoff: {maxRemediations: 2, window: 30m}\n";
+    let path = temp_file("backoff.yaml", text);
+    let out = vigil(&["validate", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for words in [
+        "spec.backoff.maxRemediations: invalid value \"0\": must be between 1 and 100",
+        "spec.backoff.poolLabel: must be set on a NodeHealthCheck",
+        "MachineHealthCheck/team-a/workers: valid",
+    ] {
+        assert!(stdout.contains(words), "{words:?} in {stdout}");
+    }
+}
