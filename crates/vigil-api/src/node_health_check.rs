@@ -68,6 +68,12 @@ pub struct NodeHealthCheckSpec {
     /// policy can be watched before it is trusted. Off by default (upstream has no such field).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// Failure-domain budgets: a separate unhealthy budget per domain (a zone, a rack), so an
+    /// outage in one domain pauses remediation there only. Off when absent (upstream has no
+    /// such field). The key must be a Node label.
+    #[schemars(transform = crate::crd::nhc_failure_domains)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domains: Option<crate::failure_domains::FailureDomains>,
 }
 
 /// medik8s' defaults: a Node that is not Ready (False or Unknown) for five minutes.
@@ -143,6 +149,10 @@ pub struct NodeHealthCheckStatus {
     /// With `spec.dryRun`: the Nodes that would be remediated now, sorted by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub would_remediate: Vec<WouldRemediate>,
+    /// With `spec.failureDomains`: each domain's counts and whether it is paused (at most
+    /// 100 domains, paused ones first; see `FailureDomainsHealthy` for the full story).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_domains: Vec<crate::failure_domains::FailureDomainStatus>,
 }
 
 /// A Node found unhealthy and what was done about it.

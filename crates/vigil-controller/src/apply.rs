@@ -122,6 +122,8 @@ pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
         NoticeKind::MachinesSelectedByAnotherCheck => "MachinesSelectedByAnotherCheck",
         NoticeKind::RemediationFailed => "RemediationFailed",
         NoticeKind::OtherCheckWaiting => "OtherCheckWaiting",
+        NoticeKind::FailureDomainShortCircuit => "FailureDomainShortCircuit",
+        NoticeKind::FailureDomainResumed => "FailureDomainResumed",
     }
 }
 

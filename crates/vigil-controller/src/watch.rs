@@ -131,6 +131,7 @@ pub(crate) fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>
                 unhealthy_range: None,
                 remediation_template: None,
                 dry_run: false,
+                failure_domains: None,
             };
             let mut c = MachineHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();
@@ -156,6 +157,7 @@ pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
                 healthy_delay: None,
                 storm_cooldown_duration: None,
                 dry_run: false,
+                failure_domains: None,
             };
             let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();

@@ -6,6 +6,7 @@
 //! ([`plan::Plan::next_wake`]) so callers wake exactly then instead of polling.
 
 pub mod concerns;
+pub mod domains;
 pub mod dry_run;
 pub mod holders;
 pub mod lookup;

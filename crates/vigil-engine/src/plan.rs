@@ -109,6 +109,11 @@ pub enum NoticeKind {
     /// Another MachineHealthCheck writes the conditions of some of this check's Machines (see
     /// [`crate::peers`]); told when the set of such Machines changes.
     MachinesSelectedByAnotherCheck,
+    /// Failure domains went over their budget: no new remediation starts there (see
+    /// [`crate::domains`]).
+    FailureDomainShortCircuit,
+    /// Failure domains are within their budget again.
+    FailureDomainResumed,
 }
 
 impl NoticeKind {
@@ -125,6 +130,7 @@ impl NoticeKind {
                 | NoticeKind::MachinesSelectedByAnotherCheck
                 | NoticeKind::RemediationFailed
                 | NoticeKind::OtherCheckWaiting
+                | NoticeKind::FailureDomainShortCircuit
         )
     }
 }
