@@ -53,6 +53,7 @@ pub struct Metrics {
     check_allowed: Family<CheckLabel, Gauge>,
     check_short_circuited: Family<CheckLabel, Gauge>,
     check_would_remediate: Family<CheckLabel, Gauge>,
+    check_failure_domains_paused: Family<CheckLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -124,6 +125,7 @@ impl Default for Metrics {
         let check_allowed = Family::<CheckLabel, Gauge>::default();
         let check_short_circuited = Family::<CheckLabel, Gauge>::default();
         let check_would_remediate = Family::<CheckLabel, Gauge>::default();
+        let check_failure_domains_paused = Family::<CheckLabel, Gauge>::default();
         registry.register("check_targets", "Targets a check selects", check_targets.clone());
         registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
         registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
@@ -142,6 +144,11 @@ impl Default for Metrics {
             "Targets a check in dry-run would remediate now (its status.wouldRemediate); 0 outside dry-run",
             check_would_remediate.clone(),
         );
+        registry.register(
+            "check_failure_domains_paused",
+            "Failure domains of a check over their own budget, where no new remediation starts (spec.failureDomains); 0 without it",
+            check_failure_domains_paused.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -156,6 +163,7 @@ impl Default for Metrics {
             check_allowed,
             check_short_circuited,
             check_would_remediate,
+            check_failure_domains_paused,
             leader,
             registry,
             decisions,
@@ -257,6 +265,7 @@ impl Metrics {
         self.check_allowed.get_or_create(&l).set(g.remediations_allowed);
         self.check_short_circuited.get_or_create(&l).set(i64::from(g.short_circuited));
         self.check_would_remediate.get_or_create(&l).set(g.would_remediate);
+        self.check_failure_domains_paused.get_or_create(&l).set(g.failure_domains_paused);
     }
 
     /// Drops a deleted check's gauges.
@@ -269,6 +278,7 @@ impl Metrics {
             &self.check_allowed,
             &self.check_short_circuited,
             &self.check_would_remediate,
+            &self.check_failure_domains_paused,
         ] {
             f.remove(&l);
         }

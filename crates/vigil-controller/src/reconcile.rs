@@ -81,6 +81,8 @@ pub struct Gauges {
     pub short_circuited: bool,
     /// Targets a check in dry-run would remediate now.
     pub would_remediate: i64,
+    /// Failure domains where no new remediation starts (`status.failureDomains[].paused`).
+    pub failure_domains_paused: i64,
 }
 
 fn condition_false_with<'c>(
@@ -100,7 +102,13 @@ fn mhc_gauges(s: &vigil_api::MachineHealthCheckStatus) -> Gauges {
         remediations_allowed: i64::from(s.remediations_allowed),
         short_circuited: condition_false_with(&s.conditions, "RemediationAllowed") == Some("TooManyUnhealthy"),
         would_remediate: s.would_remediate.len() as i64,
+        failure_domains_paused: paused_domains(&s.failure_domains),
     }
+}
+
+/// Paused failure domains of a status list (every paused domain is listed, up to the list's cap).
+fn paused_domains(list: &[vigil_api::failure_domains::FailureDomainStatus]) -> i64 {
+    list.iter().filter(|d| d.paused).count() as i64
 }
 
 fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
@@ -112,6 +120,7 @@ fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
         remediations_allowed: i64::from(blocked.is_none()),
         short_circuited: matches!(blocked, Some("TooFewHealthy" | "StormCooldown")),
         would_remediate: s.would_remediate.len() as i64,
+        failure_domains_paused: paused_domains(&s.failure_domains),
     }
 }
 
