@@ -346,7 +346,7 @@ fn oracle_domains(m: &Model) -> BTreeMap<String, (u64, u64, u64)> {
         if let Some(z) = n.zone {
             let e = out.entry(zone(z)).or_default();
             e.0 += 1;
-            e.1 += u64::from(!(n.ready == 0 && !n.objects.iter().any(|o| !o.foreign)));
+            e.1 += u64::from(n.ready != 0 || n.objects.iter().any(|o| !o.foreign));
         }
     }
     for e in out.values_mut() {
