@@ -74,6 +74,7 @@ impl Tally {
     }
 }
 
+/// One domain's counts and verdict.
 #[derive(Debug, Clone, Copy)]
 struct Judged {
     count: Count,
@@ -126,9 +127,7 @@ impl Budgets {
     /// at most [`STATUS_MAX_DOMAINS`], sorted by name.
     fn status_list(&self) -> Vec<FailureDomainStatus> {
         let mut all: Vec<(&String, &Judged)> = self.domains.iter().collect();
-        all.sort_by(|a, b| {
-            (!a.1.paused, u64::MAX - a.1.count.unhealthy, a.0).cmp(&(!b.1.paused, u64::MAX - b.1.count.unhealthy, b.0))
-        });
+        all.sort_by_key(|(name, j)| (!j.paused, std::cmp::Reverse(j.count.unhealthy), *name));
         all.truncate(STATUS_MAX_DOMAINS);
         all.sort_by(|a, b| a.0.cmp(b.0));
         all.into_iter()
@@ -143,9 +142,14 @@ impl Budgets {
     }
 
     /// The status list, the condition and the notices of the transitions since `previous`
-    /// (the previous `status.failureDomains`): one `FailureDomainShortCircuit` naming every
-    /// domain that paused, one `FailureDomainResumed` naming every domain that resumed.
+    /// (the previous `status.failureDomains`).
     pub(crate) fn report(&self, previous: &[FailureDomainStatus]) -> Report {
+        Report { status: self.status_list(), condition: self.condition(), notices: self.transitions(previous) }
+    }
+
+    /// `FailureDomainsHealthy`: False naming each paused domain with its counts; both say how
+    /// many domains there are and how many targets are in none.
+    fn condition(&self) -> DesiredCondition {
         let paused: Vec<String> =
             self.domains.iter().filter(|(_, j)| j.paused).map(|(name, j)| phrase(name, j)).collect();
         let none = if self.none.targets == 0 {
@@ -157,7 +161,7 @@ impl Budgets {
             )
         };
         let domains = format!("{} domain(s) by {}", self.domains.len(), self.key);
-        let condition = if paused.is_empty() {
+        if paused.is_empty() {
             DesiredCondition::true_(
                 FAILURE_DOMAINS_HEALTHY,
                 REASON_WITHIN_BUDGET,
@@ -173,22 +177,21 @@ impl Budgets {
                     named(&paused)
                 ),
             )
-        };
+        }
+    }
+
+    /// One `FailureDomainShortCircuit` naming every domain that paused since `previous`, one
+    /// `FailureDomainResumed` naming every domain back within its budget (a domain that is gone
+    /// is not told).
+    fn transitions(&self, previous: &[FailureDomainStatus]) -> Vec<Notice> {
         // A previous list full of paused domains may have left some out: those are not news.
         let full = previous.len() >= STATUS_MAX_DOMAINS && previous.iter().all(|d| d.paused);
         let was_paused = |name: &str| previous.iter().any(|d| d.name == name && d.paused);
-        let newly: Vec<String> = self
-            .domains
-            .iter()
-            .filter(|(name, j)| j.paused && !was_paused(name) && !full)
-            .map(|(name, j)| phrase(name, j))
-            .collect();
-        let resumed: Vec<String> = self
-            .domains
-            .iter()
-            .filter(|(name, j)| !j.paused && was_paused(name))
-            .map(|(name, j)| phrase(name, j))
-            .collect();
+        let phrases = |pick: &dyn Fn(&str, &Judged) -> bool| -> Vec<String> {
+            self.domains.iter().filter(|(name, j)| pick(name, j)).map(|(name, j)| phrase(name, j)).collect()
+        };
+        let newly = phrases(&|name, j| j.paused && !full && !was_paused(name));
+        let resumed = phrases(&|name, j| !j.paused && was_paused(name));
         let mut notices = Vec::new();
         if !newly.is_empty() {
             notices.push(Notice {
@@ -214,6 +217,6 @@ impl Budgets {
                 ),
             });
         }
-        Report { status: self.status_list(), condition, notices }
+        notices
     }
 }
