@@ -953,3 +953,58 @@ async fn failure_domain_over_its_budget_pauses_only_that_zone() -> Result<()> {
     controller.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mhc_failure_domain_keyed_on_spec_failure_domain_pauses_only_that_domain() -> Result<()> {
+    let env = env().await?;
+    healthy_fleet(&env, 5).await?;
+    // The same Machines as healthy_fleet's, with their spec.failureDomain (server-side apply
+    // replaces the whole spec this manager owns, so it is written in full).
+    for (i, fd) in [(1, "fd-a"), (2, "fd-a"), (3, "fd-a"), (4, "fd-b"), (5, "fd-b")] {
+        let name = format!("m{i}");
+        env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": NS, "annotations": {},
+                         "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER, "pool": "workers"}},
+            "spec": {"clusterName": CLUSTER, "bootstrap": {"dataSecretName": name}, "failureDomain": fd,
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": name}}}))
+        .await?;
+    }
+    mhc(
+        &env,
+        "workers",
+        json!({"maxUnhealthy": "100%", "failureDomains": {"key": "spec.failureDomain", "maxUnhealthy": 1}}),
+    )
+    .await?;
+    let controller = Controller::start(&env);
+    wait_check_condition(&env, "MachineHealthCheck", "workers", "FailureDomainsHealthy", "True", "WithinBudget")
+        .await?;
+    for n in ["n1", "n2", "n4"] {
+        set_ready(&env, n, "Unknown", &secs_ago(0)).await?;
+    }
+    let s = wait_check_condition(
+        &env,
+        "MachineHealthCheck",
+        "workers",
+        "FailureDomainsHealthy",
+        "False",
+        "FailureDomainShortCircuit",
+    )
+    .await?;
+    let message = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "FailureDomainsHealthy"))
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(message.contains("fd-a: 2 of 3 unhealthy, 1 allowed"), "{message}");
+    // fd-b's Machine is remediated; fd-a's are marked unhealthy but nobody is asked.
+    wait_machine_condition(&env, "m4", "OwnerRemediated", "False", "WaitingForRemediation").await?;
+    wait_machine_condition(&env, "m1", "HealthCheckSucceeded", "False", "UnhealthyNode").await?;
+    stays("an OwnerRemediated in the paused domain", Duration::from_secs(3), || async {
+        Ok(machine_condition(&env, "m1", "OwnerRemediated").await?.is_some()
+            || machine_condition(&env, "m2", "OwnerRemediated").await?.is_some())
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}
