@@ -22,6 +22,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use schemars::Schema;
 
+use crate::failure_domains::MACHINE_FAILURE_DOMAIN_KEY;
 use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
 use crate::validate::{MACHINE_DELETION_REMEDIATION_TEMPLATE, MAX_BACKOFF_REMEDIATIONS, RESERVED_MACHINE_CONDITIONS};
 use crate::well_known::CLUSTER_NAME_LABEL;
@@ -252,6 +253,46 @@ pub(crate) fn mhc_threshold(schema: &mut Schema) {
             "a string must be a percentage such as 40%; write a count as a number",
         )],
     );
+}
+
+/// `failureDomains.key`: a label key (on a MachineHealthCheck `spec.failureDomain` also passes:
+/// it has a label key's shape; a NodeHealthCheck refuses it in [`nhc_spec`]).
+pub(crate) fn failure_domain_key(schema: &mut Schema) {
+    let s = object(schema);
+    s.insert("maxLength".into(), LABEL_KEY_MAX_LENGTH.into());
+    push_rules(s, [Rule::new(&format!("self.matches(r'{LABEL_KEY_PATTERN}')"), LABEL_KEY_RULE)]);
+}
+
+/// A MachineHealthCheck's `failureDomains`: `maxUnhealthy` as the check's own (Cluster API reads
+/// a string as a percentage only).
+pub(crate) fn mhc_failure_domains(schema: &mut Schema) {
+    push_rules(
+        object(schema),
+        [Rule::new(
+            "type(self.maxUnhealthy) == int || self.maxUnhealthy.endsWith('%')",
+            "a string must be a percentage such as 40%; write a count as a number",
+        )
+        .at(".maxUnhealthy")],
+    );
+}
+
+/// A NodeHealthCheck's `failureDomains`: the key must be a Node label (`spec.failureDomain` is a
+/// Machine field).
+pub(crate) fn nhc_failure_domains(schema: &mut Schema) {
+    push_rules(
+        object(schema),
+        [Rule::new(
+            &format!("self.key != '{MACHINE_FAILURE_DOMAIN_KEY}'"),
+            "spec.failureDomain is a Machine field; a NodeHealthCheck groups Nodes by a Node label",
+        )
+        .at(".key")
+        .reason("FieldValueForbidden")],
+    );
+}
+
+/// `failureDomains.minAllowed`: a count, not negative.
+pub(crate) fn min_allowed(schema: &mut Schema) {
+    push_rules(object(schema), [Rule::new("self >= 0", "must not be negative")]);
 }
 
 /// A MachineHealthCheck spec: a `cluster.x-k8s.io/cluster-name` label in the selector must name

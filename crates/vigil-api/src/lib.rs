@@ -8,6 +8,7 @@
 pub mod conditions;
 pub mod crd;
 pub mod duration;
+pub mod failure_domains;
 pub mod machine_health_check;
 pub mod manifest;
 pub mod node_health_check;

@@ -67,6 +67,12 @@ pub struct MachineHealthCheckSpec {
     #[schemars(transform = crate::crd::mhc_backoff)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<RemediationBackoff>,
+    /// Failure-domain budgets: a separate unhealthy budget per domain (a zone, a rack), so an
+    /// outage in one domain pauses remediation there only. Off when absent (upstream has no
+    /// such field).
+    #[schemars(transform = crate::crd::mhc_failure_domains)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domains: Option<crate::failure_domains::FailureDomains>,
 }
 
 /// `spec.backoff`: how many remediations one pool may start within a window.
@@ -202,4 +208,8 @@ pub struct MachineHealthCheckStatus {
     /// With `spec.backoff`: the pools where remediation waits for the window now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backed_off_pools: Vec<BackedOffPool>,
+    /// With `spec.failureDomains`: each domain's counts and whether it is paused (at most
+    /// 100 domains, paused ones first; see `FailureDomainsHealthy` for the full story).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_domains: Vec<crate::failure_domains::FailureDomainStatus>,
 }

@@ -3,9 +3,10 @@
 //! `vigil validate`, the simulator and the controller all call these functions.
 
 use crate::duration::{format_go_duration, parse_go_duration};
+use crate::failure_domains::{FailureDomains, MACHINE_FAILURE_DOMAIN_KEY};
 use crate::machine_health_check::{MachineHealthCheck, RemediationBackoff, TemplateReference, UnhealthyCondition};
 use crate::node_health_check::NodeHealthCheck;
-use crate::selector::Selector;
+use crate::selector::{Selector, check_label_key};
 use crate::threshold::{IntOrPercent, UnhealthyRange};
 use crate::well_known::CLUSTER_NAME_LABEL;
 use jiff::SignedDuration;
@@ -112,6 +113,38 @@ pub struct MhcPolicy {
     pub dry_run: bool,
     /// Remediation back-off per pool, when enabled.
     pub backoff: Option<BackoffPolicy>,
+    /// Failure-domain budgets, when asked for.
+    pub failure_domains: Option<FailureDomainPolicy>,
+}
+
+/// Where a target's failure domain is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DomainKey {
+    /// The value of this label on the target's Node (a Machine's Node for a MachineHealthCheck).
+    NodeLabel(String),
+    /// A Machine's own `spec.failureDomain` (MachineHealthCheck only).
+    MachineField,
+}
+
+impl fmt::Display for DomainKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DomainKey::NodeLabel(key) => write!(f, "{key}"),
+            DomainKey::MachineField => write!(f, "{MACHINE_FAILURE_DOMAIN_KEY}"),
+        }
+    }
+}
+
+/// A validated `spec.failureDomains`: a separate unhealthy budget per domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureDomainPolicy {
+    /// How a target's domain is found.
+    pub key: DomainKey,
+    /// Most targets of a domain that may be unhealthy (a percentage of the domain's targets,
+    /// rounded as the check's own `maxUnhealthy`).
+    pub max_unhealthy: IntOrPercent,
+    /// A domain may always have this many unhealthy (the small-domain floor).
+    pub min_allowed: u32,
 }
 
 /// A validated `spec.backoff`.
@@ -180,6 +213,8 @@ pub struct NhcPolicy {
     pub dry_run: bool,
     /// Remediation back-off per pool, when enabled.
     pub backoff: Option<BackoffPolicy>,
+    /// Failure-domain budgets, when asked for.
+    pub failure_domains: Option<FailureDomainPolicy>,
 }
 
 /// Machine conditions an `unhealthyMachineConditions` rule may not name (Cluster API's CRD rule):
@@ -381,6 +416,68 @@ fn backoff(c: &mut Collector, b: Option<&RemediationBackoff>, node_check: bool) 
     })
 }
 
+impl Collector {
+    /// `spec.failureDomains`; `machine` allows the `spec.failureDomain` key and asks a string
+    /// `maxUnhealthy` to be a percentage, as the MachineHealthCheck's own `maxUnhealthy`.
+    fn failure_domains(&mut self, fd: &FailureDomains, machine: bool) -> Option<FailureDomainPolicy> {
+        let path = "spec.failureDomains";
+        let key = if fd.key == MACHINE_FAILURE_DOMAIN_KEY {
+            if machine {
+                Some(DomainKey::MachineField)
+            } else {
+                self.push(
+                    format!("{path}.key"),
+                    &fd.key,
+                    "spec.failureDomain is a Machine field; a NodeHealthCheck groups Nodes by a Node label such as topology.kubernetes.io/zone",
+                );
+                None
+            }
+        } else if fd.key.trim().is_empty() {
+            self.push(
+                format!("{path}.key"),
+                "",
+                "must not be empty: name a Node label such as topology.kubernetes.io/zone",
+            );
+            None
+        } else {
+            match check_label_key(&fd.key) {
+                Ok(()) => Some(DomainKey::NodeLabel(fd.key.clone())),
+                Err(why) => {
+                    self.push(format!("{path}.key"), &fd.key, why);
+                    None
+                }
+            }
+        };
+        let max_path = format!("{path}.maxUnhealthy");
+        let max_unhealthy = match &fd.max_unhealthy {
+            IntOrString::String(text) if machine && !text.trim().ends_with('%') => {
+                self.push(
+                    &max_path,
+                    text,
+                    format!(
+                        "a string must be a percentage such as 40%; write a count as a number ({}, not \"{}\")",
+                        text.trim(),
+                        text.trim()
+                    ),
+                );
+                None
+            }
+            v => self.threshold(&max_path, v),
+        };
+        let min_allowed = match fd.min_allowed {
+            None => Some(1),
+            Some(n) => match u32::try_from(n) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    self.push(format!("{path}.minAllowed"), n.to_string(), "must not be negative");
+                    None
+                }
+            },
+        };
+        Some(FailureDomainPolicy { key: key?, max_unhealthy: max_unhealthy?, min_allowed: min_allowed? })
+    }
+}
+
 fn render_int_or_string(v: &IntOrString) -> String {
     match v {
         IntOrString::Int(n) => n.to_string(),
@@ -497,6 +594,10 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
     };
 
     let backoff = backoff(&mut c, spec.backoff.as_ref(), false);
+    let failure_domains = match &spec.failure_domains {
+        None => Some(None),
+        Some(fd) => c.failure_domains(fd, true).map(Some),
+    };
 
     let policy = (|| {
         Some(MhcPolicy {
@@ -509,6 +610,7 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
             remediation_template: remediation_template?,
             dry_run: spec.dry_run,
             backoff: backoff?,
+            failure_domains: failure_domains?,
         })
     })();
     c.finish(object, policy)
@@ -657,6 +759,10 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     };
 
     let backoff = backoff(&mut c, spec.backoff.as_ref(), true);
+    let failure_domains = match &spec.failure_domains {
+        None => Some(None),
+        Some(fd) => c.failure_domains(fd, false).map(Some),
+    };
 
     let policy = (|| {
         Some(NhcPolicy {
@@ -670,6 +776,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             storm_cooldown: storm_cooldown?,
             dry_run: spec.dry_run,
             backoff: backoff?,
+            failure_domains: failure_domains?,
         })
     })();
     c.finish(object, policy)

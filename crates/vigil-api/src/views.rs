@@ -143,6 +143,8 @@ pub struct MachineView {
     pub node_name: Option<String>,
     /// `failureReason: failureMessage`, from either API form.
     pub failure: Option<String>,
+    /// `spec.failureDomain` (both API forms), for failure-domain budgets keyed on it.
+    pub failure_domain: Option<String>,
     /// Conditions, `metav1.Condition` form first (`status.conditions` of v1beta2,
     /// `status.v1beta2.conditions` of v1beta1), then legacy ones of other types.
     pub conditions: Vec<ObservedCondition>,
@@ -190,7 +192,15 @@ impl MachineView {
                 }
             }
         }
-        Some(MachineView { node_name: text(v, "/status/nodeRef/name"), meta, version, failure, conditions, problems })
+        Some(MachineView {
+            node_name: text(v, "/status/nodeRef/name"),
+            failure_domain: text(v, "/spec/failureDomain"),
+            meta,
+            version,
+            failure,
+            conditions,
+            problems,
+        })
     }
 
     /// Whether this Machine belongs to the control plane.

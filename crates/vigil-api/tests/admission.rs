@@ -119,6 +119,27 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
             "spec.backoff.poolLabel",
             "label key",
         ),
+        (
+            nhc(json!({"failureDomains": {"key": "spec.failureDomain", "maxUnhealthy": 1}})),
+            "spec.failureDomains.key",
+            "spec.failureDomain is a Machine field",
+        ),
+        (nhc(json!({"failureDomains": {"key": "zone a", "maxUnhealthy": 1}})), "spec.failureDomains.key", "label key"),
+        (
+            mhc(json!({"failureDomains": {"key": "spec.failureDomain", "maxUnhealthy": "10"}})),
+            "spec.failureDomains.maxUnhealthy",
+            "must be a percentage such as 40%",
+        ),
+        (
+            nhc(json!({"failureDomains": {"key": "zone", "maxUnhealthy": "120%"}})),
+            "spec.failureDomains.maxUnhealthy",
+            "between 0% and 100%",
+        ),
+        (
+            mhc(json!({"failureDomains": {"key": "zone", "maxUnhealthy": 1, "minAllowed": -1}})),
+            "spec.failureDomains.minAllowed",
+            "must not be negative",
+        ),
     ];
     let mut problems = Vec::new();
     for (manifest, field, words) in cases {
@@ -145,6 +166,12 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
     env.apply(mhc(json!({"backoff": {"maxRemediations": 2, "window": "30m"}}))).await?;
     env.apply(nhc(json!({"backoff": {"maxRemediations": 2, "window": "30m", "poolLabel": "karpenter.sh/nodepool"}})))
         .await?;
+    let mut good = nhc(json!({"failureDomains": {"key": "topology.kubernetes.io/zone", "maxUnhealthy": "30%"}}));
+    good["metadata"]["name"] = json!("zones");
+    env.apply(good).await?;
+    let mut good = mhc(json!({"failureDomains": {"key": "spec.failureDomain", "maxUnhealthy": 1, "minAllowed": 0}}));
+    good["metadata"]["name"] = json!("zones");
+    env.apply(good).await?;
     Ok(())
 }
 

@@ -1163,3 +1163,106 @@ fn backoff_is_off_by_default_and_each_field_is_checked_naming_it() {
         assert!(err.to_string().contains("maxRemediations"), "{kind}: {err}");
     }
 }
+
+#[test]
+fn failure_domains_are_off_by_default_and_validated_like_the_checks_thresholds() {
+    use vigil_api::validate::{DomainKey, FailureDomainPolicy};
+    assert_eq!(mhc_policy(&base_mhc()).expect("valid").failure_domains, None, "upstream manifests keep their meaning");
+    assert_eq!(nhc_policy(&base_nhc()).expect("valid").failure_domains, None);
+    let zone = "topology.kubernetes.io/zone";
+    let fd = |v: Value| Some(v);
+    assert_eq!(
+        nhc_policy(&edit(base_nhc(), "/spec/failureDomains", fd(json!({"key": zone, "maxUnhealthy": "30%"}))))
+            .expect("valid")
+            .failure_domains,
+        Some(FailureDomainPolicy {
+            key: DomainKey::NodeLabel(zone.into()),
+            max_unhealthy: IntOrPercent::Percent(30),
+            min_allowed: 1
+        }),
+        "minAllowed defaults to 1"
+    );
+    assert_eq!(
+        mhc_policy(&edit(
+            base_mhc(),
+            "/spec/failureDomains",
+            fd(json!({"key": "spec.failureDomain", "maxUnhealthy": 2, "minAllowed": 0}))
+        ))
+        .expect("valid")
+        .failure_domains,
+        Some(FailureDomainPolicy {
+            key: DomainKey::MachineField,
+            max_unhealthy: IntOrPercent::Count(2),
+            min_allowed: 0
+        })
+    );
+    // (base, failureDomains, refused field, value as reported, words of the message)
+    let cases = [
+        (
+            base_nhc(),
+            json!({"key": "spec.failureDomain", "maxUnhealthy": 1}),
+            "spec.failureDomains.key",
+            "spec.failureDomain",
+            "is a Machine field",
+        ),
+        (
+            base_nhc(),
+            json!({"key": "zone a", "maxUnhealthy": 1}),
+            "spec.failureDomains.key",
+            "zone a",
+            "must be a label key",
+        ),
+        (
+            base_mhc(),
+            json!({"key": "-zone", "maxUnhealthy": 1}),
+            "spec.failureDomains.key",
+            "-zone",
+            "must be a label key",
+        ),
+        (base_nhc(), json!({"key": "", "maxUnhealthy": 1}), "spec.failureDomains.key", "", "must not be empty"),
+        (
+            base_mhc(),
+            json!({"key": zone, "maxUnhealthy": "10"}),
+            "spec.failureDomains.maxUnhealthy",
+            "10",
+            "must be a percentage such as 40%",
+        ),
+        (
+            base_nhc(),
+            json!({"key": zone, "maxUnhealthy": "120%"}),
+            "spec.failureDomains.maxUnhealthy",
+            "120%",
+            "between 0% and 100%",
+        ),
+        (
+            base_nhc(),
+            json!({"key": zone, "maxUnhealthy": -1}),
+            "spec.failureDomains.maxUnhealthy",
+            "-1",
+            "must not be negative",
+        ),
+        (
+            base_mhc(),
+            json!({"key": zone, "maxUnhealthy": 1, "minAllowed": -1}),
+            "spec.failureDomains.minAllowed",
+            "-1",
+            "must not be negative",
+        ),
+    ];
+    for (base, domains, path, value, words) in cases {
+        let spec = edit(base, "/spec/failureDomains", Some(domains.clone()));
+        let errors = errors_of(&spec);
+        assert!(
+            errors.iter().any(|e| e.path == path && e.value == value && e.message.contains(words)),
+            "{domains}: {errors:?}"
+        );
+    }
+    // A NodeHealthCheck reads a count written as a string, as its own maxUnhealthy.
+    assert!(
+        nhc_policy(&edit(base_nhc(), "/spec/failureDomains", fd(json!({"key": zone, "maxUnhealthy": "2"})))).is_ok()
+    );
+    // An unknown field inside failureDomains is a typo, refused like any other.
+    let typo = edit(base_nhc(), "/spec/failureDomains", fd(json!({"key": zone, "maxUnhealthy": 1, "minAlowed": 2})));
+    let err = manifest::health_check_from_value(&typo).expect_err("typo");
+    assert!(err.to_string().contains("spec.failureDomains.minAlowed"), "{err}");
+}

@@ -124,6 +124,8 @@ pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
         NoticeKind::OtherCheckWaiting => "OtherCheckWaiting",
         NoticeKind::RemediationBackoff => "RemediationBackoff",
         NoticeKind::RemediationBackoffEnded => "RemediationBackoffEnded",
+        NoticeKind::FailureDomainShortCircuit => "FailureDomainShortCircuit",
+        NoticeKind::FailureDomainResumed => "FailureDomainResumed",
     }
 }
 

@@ -54,6 +54,7 @@ pub struct Metrics {
     check_short_circuited: Family<CheckLabel, Gauge>,
     check_would_remediate: Family<CheckLabel, Gauge>,
     check_backoff_pools: Family<CheckLabel, Gauge>,
+    check_failure_domains_paused: Family<CheckLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -126,6 +127,7 @@ impl Default for Metrics {
         let check_short_circuited = Family::<CheckLabel, Gauge>::default();
         let check_would_remediate = Family::<CheckLabel, Gauge>::default();
         let check_backoff_pools = Family::<CheckLabel, Gauge>::default();
+        let check_failure_domains_paused = Family::<CheckLabel, Gauge>::default();
         registry.register("check_targets", "Targets a check selects", check_targets.clone());
         registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
         registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
@@ -149,6 +151,11 @@ impl Default for Metrics {
             "Pools whose remediation a check's spec.backoff holds back now (its status.backedOffPools)",
             check_backoff_pools.clone(),
         );
+        registry.register(
+            "check_failure_domains_paused",
+            "Failure domains of a check over their own budget, where no new remediation starts (spec.failureDomains); 0 without it",
+            check_failure_domains_paused.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -164,6 +171,7 @@ impl Default for Metrics {
             check_short_circuited,
             check_would_remediate,
             check_backoff_pools,
+            check_failure_domains_paused,
             leader,
             registry,
             decisions,
@@ -266,6 +274,7 @@ impl Metrics {
         self.check_short_circuited.get_or_create(&l).set(i64::from(g.short_circuited));
         self.check_would_remediate.get_or_create(&l).set(g.would_remediate);
         self.check_backoff_pools.get_or_create(&l).set(g.backoff_pools);
+        self.check_failure_domains_paused.get_or_create(&l).set(g.failure_domains_paused);
     }
 
     /// Drops a deleted check's gauges.
@@ -279,6 +288,7 @@ impl Metrics {
             &self.check_short_circuited,
             &self.check_would_remediate,
             &self.check_backoff_pools,
+            &self.check_failure_domains_paused,
         ] {
             f.remove(&l);
         }

@@ -83,6 +83,8 @@ pub struct Gauges {
     pub would_remediate: i64,
     /// Pools `spec.backoff` holds back now.
     pub backoff_pools: i64,
+    /// Failure domains where no new remediation starts (`status.failureDomains[].paused`).
+    pub failure_domains_paused: i64,
 }
 
 fn condition_false_with<'c>(
@@ -103,7 +105,13 @@ fn mhc_gauges(s: &vigil_api::MachineHealthCheckStatus) -> Gauges {
         short_circuited: condition_false_with(&s.conditions, "RemediationAllowed") == Some("TooManyUnhealthy"),
         would_remediate: s.would_remediate.len() as i64,
         backoff_pools: s.backed_off_pools.len() as i64,
+        failure_domains_paused: paused_domains(&s.failure_domains),
     }
+}
+
+/// Paused failure domains of a status list (every paused domain is listed, up to the list's cap).
+fn paused_domains(list: &[vigil_api::failure_domains::FailureDomainStatus]) -> i64 {
+    list.iter().filter(|d| d.paused).count() as i64
 }
 
 fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
@@ -116,6 +124,7 @@ fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
         short_circuited: matches!(blocked, Some("TooFewHealthy" | "StormCooldown")),
         would_remediate: s.would_remediate.len() as i64,
         backoff_pools: s.backed_off_pools.len() as i64,
+        failure_domains_paused: paused_domains(&s.failure_domains),
     }
 }
 

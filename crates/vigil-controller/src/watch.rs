@@ -132,6 +132,7 @@ pub(crate) fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>
                 remediation_template: None,
                 dry_run: false,
                 backoff: None,
+                failure_domains: None,
             };
             let mut c = MachineHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();
@@ -158,6 +159,7 @@ pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
                 storm_cooldown_duration: None,
                 dry_run: false,
                 backoff: None,
+                failure_domains: None,
             };
             let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();

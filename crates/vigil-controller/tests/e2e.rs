@@ -944,3 +944,140 @@ async fn nhc_backoff_holds_a_failing_pool_back_across_a_restart() -> Result<()> 
     second.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_domain_over_its_budget_pauses_only_that_zone() -> Result<()> {
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    let env = env().await?;
+    for (name, zone) in [("a1", "zone-a"), ("a2", "zone-a"), ("a3", "zone-a"), ("b1", "zone-b"), ("b2", "zone-b")] {
+        node(&env, name, json!({"role": "worker", ZONE: zone})).await?;
+    }
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    nhc(
+        &env,
+        "zones",
+        json!({"maxUnhealthy": "100%", "remediationTemplate": reboot_ref("reboot"),
+               "failureDomains": {"key": ZONE, "maxUnhealthy": 1}}),
+    )
+    .await?;
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let options = vigil_controller::Options { workers: 2, metrics_addr: Some(metrics), ..Default::default() };
+    let controller = Controller::start_with(env.client(), options);
+    wait_check_condition(&env, "NodeHealthCheck", "zones", "FailureDomainsHealthy", "True", "WithinBudget").await?;
+    // zone-a loses two of three (one allowed); zone-b loses one of two (one allowed).
+    set_ready(&env, "a1", "False", &secs_ago(0)).await?;
+    set_ready(&env, "a2", "False", &secs_ago(0)).await?;
+    let s = wait_check_condition(
+        &env,
+        "NodeHealthCheck",
+        "zones",
+        "FailureDomainsHealthy",
+        "False",
+        "FailureDomainShortCircuit",
+    )
+    .await?;
+    let paused: Vec<&Value> = s["failureDomains"].as_array().map(|l| l.iter().collect()).unwrap_or_default();
+    assert_eq!(paused.len(), 2, "{s}");
+    assert_eq!(
+        (
+            &paused[0]["name"],
+            &paused[0]["targets"],
+            &paused[0]["unhealthy"],
+            &paused[0]["allowed"],
+            &paused[0]["paused"]
+        ),
+        (&json!("zone-a"), &json!(3), &json!(2), &json!(1), &json!(true)),
+        "{s}"
+    );
+    set_ready(&env, "b1", "False", &secs_ago(0)).await?;
+    wait_for("b1's remediation", WAIT, || async {
+        let all = list_snr(&env, MEDIK8S).await?;
+        Ok((!for_node(&all, "b1").is_empty()).then_some(()))
+    })
+    .await?;
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(env.client());
+    let note = wait_for("a FailureDomainShortCircuit event", WAIT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list.items.into_iter().find_map(|e| {
+            (e.reason.as_deref() == Some("FailureDomainShortCircuit")
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("NodeHealthCheck"))
+            .then(|| e.note.unwrap_or_default())
+        }))
+    })
+    .await?;
+    assert!(note.contains("zone-a: 2 of 3 unhealthy, 1 allowed"), "{note}");
+    wait_for("vigil_check_failure_domains_paused 1", WAIT, || async {
+        let text = scrape(metrics).await.unwrap_or_default();
+        Ok(text
+            .lines()
+            .any(|l| l == "vigil_check_failure_domains_paused{check=\"NodeHealthCheck/zones\"} 1")
+            .then_some(()))
+    })
+    .await?;
+    stays("a remediation in the paused zone", Duration::from_secs(3), || async {
+        let all = list_snr(&env, MEDIK8S).await?;
+        Ok(!for_node(&all, "a1").is_empty() || !for_node(&all, "a2").is_empty())
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mhc_failure_domain_keyed_on_spec_failure_domain_pauses_only_that_domain() -> Result<()> {
+    let env = env().await?;
+    healthy_fleet(&env, 5).await?;
+    // The same Machines as healthy_fleet's, with their spec.failureDomain (server-side apply
+    // replaces the whole spec this manager owns, so it is written in full).
+    for (i, fd) in [(1, "fd-a"), (2, "fd-a"), (3, "fd-a"), (4, "fd-b"), (5, "fd-b")] {
+        let name = format!("m{i}");
+        env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": NS, "annotations": {},
+                         "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER, "pool": "workers"}},
+            "spec": {"clusterName": CLUSTER, "bootstrap": {"dataSecretName": name}, "failureDomain": fd,
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": name}}}))
+        .await?;
+    }
+    mhc(
+        &env,
+        "workers",
+        json!({"maxUnhealthy": "100%", "failureDomains": {"key": "spec.failureDomain", "maxUnhealthy": 1}}),
+    )
+    .await?;
+    let controller = Controller::start(&env);
+    wait_check_condition(&env, "MachineHealthCheck", "workers", "FailureDomainsHealthy", "True", "WithinBudget")
+        .await?;
+    for n in ["n1", "n2", "n4"] {
+        set_ready(&env, n, "Unknown", &secs_ago(0)).await?;
+    }
+    let s = wait_check_condition(
+        &env,
+        "MachineHealthCheck",
+        "workers",
+        "FailureDomainsHealthy",
+        "False",
+        "FailureDomainShortCircuit",
+    )
+    .await?;
+    let message = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "FailureDomainsHealthy"))
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(message.contains("fd-a: 2 of 3 unhealthy, 1 allowed"), "{message}");
+    // fd-b's Machine is remediated; fd-a's are marked unhealthy but nobody is asked.
+    wait_machine_condition(&env, "m4", "OwnerRemediated", "False", "WaitingForRemediation").await?;
+    wait_machine_condition(&env, "m1", "HealthCheckSucceeded", "False", "UnhealthyNode").await?;
+    stays("an OwnerRemediated in the paused domain", Duration::from_secs(3), || async {
+        Ok(machine_condition(&env, "m1", "OwnerRemediated").await?.is_some()
+            || machine_condition(&env, "m2", "OwnerRemediated").await?.is_some())
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}

@@ -7,6 +7,7 @@
 
 pub mod backoff;
 pub mod concerns;
+pub mod domains;
 pub mod dry_run;
 pub mod holders;
 pub mod lookup;

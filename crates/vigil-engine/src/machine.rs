@@ -6,6 +6,7 @@
 //! wake-up is the exact instant a verdict can change (no 1 s padding, no rate limit).
 
 use crate::backoff::{self, Gate, Ledger};
+use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY, Tally};
 use crate::holders::{CheckRef, Holders, Target, Waits};
 use crate::lookup::Lookup;
 use crate::peers::{MhcPeers, NAMED_MACHINES, REASON_NO_OVERLAP, REASON_OVERLAP, SELECTED_BY_ANOTHER_CHECK};
@@ -19,7 +20,7 @@ use vigil_api::conditions::{self, DesiredCondition, ObservedCondition, get_condi
 use vigil_api::duration::format_go_duration;
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
 use vigil_api::threshold::Rounding;
-use vigil_api::validate::{ConditionRule, MhcPolicy, MhcShortCircuit};
+use vigil_api::validate::{ConditionRule, DomainKey, FailureDomainPolicy, MhcPolicy, MhcShortCircuit};
 use vigil_api::views::{ClusterView, MachineView, RemediationView, TemplateView};
 use vigil_api::well_known::*;
 
@@ -568,6 +569,7 @@ pub fn decide_among_peers(
                 would_remediate: Vec::new(),
                 remediation_history: p.remediation_history.clone(),
                 backed_off_pools: p.backed_off_pools.clone(),
+                failure_domains: p.failure_domains.clone(),
                 ..*p
             })
             .unwrap_or_default(),
@@ -638,14 +640,24 @@ pub fn decide_among_peers(
     let verdicts: Vec<Verdict> = targets.iter().map(|m| evaluate(m, cluster, input.policy, nodes, now)).collect();
     let mut healthy = 0usize;
     for (machine, verdict) in targets.iter().zip(&verdicts) {
-        match verdict {
-            Verdict::Pending { until } => wake.offer(*until),
-            Verdict::Healthy if !machine.meta.deleting => healthy += 1,
-            Verdict::NotEvaluated { counts_healthy: true, .. } if !machine.meta.deleting => healthy += 1,
-            _ => {}
+        if let Verdict::Pending { until } = verdict {
+            wake.offer(*until);
         }
+        healthy += usize::from(counts_healthy(machine, verdict));
     }
     b.status.current_healthy = i32::try_from(healthy).unwrap_or(i32::MAX);
+    // Failure domains: judged on the same counts as the short-circuit, rounded down as it.
+    let domain_of: Vec<Option<&str>> = match &input.policy.failure_domains {
+        Some(fd) => targets.iter().map(|m| machine_domain(fd, m, nodes)).collect(),
+        None => Vec::new(),
+    };
+    let budgets = input.policy.failure_domains.as_ref().map(|fd| {
+        let mut tally = Tally::default();
+        for ((machine, verdict), domain) in targets.iter().zip(&verdicts).zip(&domain_of) {
+            tally.add(*domain, counts_healthy(machine, verdict));
+        }
+        tally.judge(fd, Rounding::Down)
+    });
 
     // Rule 3: the short-circuit.
     let unhealthy_count = targets.len() - healthy;
@@ -685,8 +697,10 @@ pub fn decide_among_peers(
     let history = previous.map_or(&[][..], |p| p.remediation_history.as_slice());
     let mut ledger = Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now);
     let mut owned_elsewhere: BTreeMap<&CheckRef, Vec<String>> = BTreeMap::new();
-    for (machine, verdict) in targets.iter().zip(&verdicts) {
+    for (i, (machine, verdict)) in targets.iter().zip(&verdicts).enumerate() {
         let key = || machine.meta.key();
+        // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
+        let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(domain_of.get(i).copied().flatten()));
         if let Some(owner) = peers.owner_other_than(&me, machine) {
             owned_elsewhere.entry(owner).or_default().push(key());
             continue;
@@ -699,7 +713,7 @@ pub fn decide_among_peers(
                 if !was_unhealthy {
                     b.notice(NoticeKind::Unhealthy, Some(key()), why, message.clone());
                 }
-                if allowed {
+                if allowed && domain_open {
                     let mut started = Started { overlap: &mut overlap, ledger: &mut ledger };
                     remediate(&mut b, &mut started, &mut writes, input, template_ref, machine, &key(), now);
                 }
@@ -745,12 +759,54 @@ pub fn decide_among_peers(
     }
     selected_elsewhere(&mut b, &owned_elsewhere);
     backoff_status(&mut b, ledger, input.policy, &mut wake);
+    report_domains(&mut b, budgets.as_ref());
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = overlap.waits.held_elsewhere;
     if input.policy.dry_run {
         plan = crate::dry_run::mhc(plan, previous, namespace, now);
     }
     plan
+}
+
+/// Whether a target counts towards `currentHealthy` (upstream: evaluated healthy, or not
+/// evaluated with a Node; a deleting Machine never).
+fn counts_healthy(machine: &MachineView, verdict: &Verdict) -> bool {
+    !machine.meta.deleting && matches!(verdict, Verdict::Healthy | Verdict::NotEvaluated { counts_healthy: true, .. })
+}
+
+/// A Machine's failure domain: its own `spec.failureDomain`, or the label of its Node. A Machine
+/// without a Node (or whose Node is gone) has no Node label, so it is in no domain and only the
+/// check-wide budget applies to it; Machine labels are not a fallback (they name other things,
+/// and mixing two sources would split one domain's count).
+fn machine_domain<'a>(
+    fd: &FailureDomainPolicy,
+    machine: &'a MachineView,
+    nodes: &'a dyn Lookup<Node>,
+) -> Option<&'a str> {
+    match &fd.key {
+        DomainKey::MachineField => machine.failure_domain.as_deref(),
+        DomainKey::NodeLabel(key) => machine
+            .node_name
+            .as_deref()
+            .and_then(|n| nodes.lookup(n))
+            .and_then(|node| node.metadata.labels.as_ref()?.get(key))
+            .map(String::as_str),
+    }
+    .filter(|d| !d.is_empty())
+}
+
+/// `status.failureDomains`, the `FailureDomainsHealthy` condition and its notices; without
+/// `spec.failureDomains`, neither list nor condition.
+fn report_domains(b: &mut Builder<'_>, budgets: Option<&Budgets>) {
+    let Some(budgets) = budgets else {
+        b.status.failure_domains.clear();
+        b.status.conditions.retain(|c| c.type_ != FAILURE_DOMAINS_HEALTHY);
+        return;
+    };
+    let report = budgets.report(b.previous.map_or(&[][..], |p| p.failure_domains.as_slice()));
+    set_condition(&mut b.status.conditions, &report.condition, b.now, b.generation);
+    b.status.failure_domains = report.status;
+    b.notices.extend(report.notices);
 }
 
 /// The condition [`SELECTED_BY_ANOTHER_CHECK`]: True naming each owner and its Machines (sorted,

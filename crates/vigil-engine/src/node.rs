@@ -29,6 +29,7 @@
 //!   deleted Nodes: nothing else would ever clean them up.
 
 use crate::backoff::{self, Gate as Backoff, Ledger};
+use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY, Tally};
 use crate::holders::{CheckRef, Holders, Target, Waits};
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
 use jiff::{SignedDuration, Timestamp};
@@ -42,7 +43,7 @@ use vigil_api::conditions::{self, DesiredCondition, get_condition, set_condition
 use vigil_api::duration::format_go_duration;
 use vigil_api::node_health_check::{NodeHealthCheckStatus, NodeRemediation, RemediationReference, UnhealthyNode};
 use vigil_api::threshold::Rounding;
-use vigil_api::validate::{ConditionRule, HealthyDelay, NhcPolicy, NhcThreshold, RemediationStep};
+use vigil_api::validate::{ConditionRule, DomainKey, HealthyDelay, NhcPolicy, NhcThreshold, RemediationStep};
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_api::well_known::{
     CONTROL_PLANE_NODE_LABELS, DISABLED, EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION,
@@ -429,6 +430,8 @@ struct Pass<'a> {
     ledger: Ledger<'a>,
     /// The previous `status.wouldRemediate`: in dry-run, a Node listed there was already counted.
     would_before: &'a [vigil_api::machine_health_check::WouldRemediate],
+    /// Failure-domain budgets (a Node of a paused domain is not started) and their label.
+    domains: Option<(&'a Budgets, &'a str)>,
 }
 
 fn notice(kind: NoticeKind, target: &str, reason: impl Into<String>, message: String) -> Notice {
@@ -582,6 +585,12 @@ impl<'a> Pass<'a> {
             return;
         }
         if self.paused || !self.allowed {
+            return;
+        }
+        // A paused failure domain starts nothing new, as the check-wide short-circuit.
+        if let Some((budgets, key)) = self.domains
+            && budgets.is_paused(node_domain(node, key))
+        {
             return;
         }
         if let Usable::Missing | Usable::Invalid(_) = self.templates.first().copied().unwrap_or(Usable::Missing) {
@@ -806,6 +815,8 @@ struct Scan<'a> {
     /// Control-plane Nodes, sorted.
     cp_names: Vec<&'a str>,
     wake: Earliest,
+    /// Per failure domain, with `spec.failureDomains`.
+    tally: Option<Tally>,
 }
 
 /// Pass 1: one look at every Node (name order, labels, conditions), merged with the check's
@@ -820,7 +831,9 @@ fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &NhcPolicy, now
         healthy: 0,
         cp_names: Vec::new(),
         wake: Earliest::default(),
+        tally: policy.failure_domains.as_ref().map(|_| Tally::default()),
     };
+    let domain_key = domain_label(policy);
     let mut b = 0usize;
     let mut last = "";
     for (i, &node) in all.iter().enumerate() {
@@ -842,6 +855,9 @@ fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &NhcPolicy, now
         if policy.selector.matches(node.metadata.labels.as_ref()) {
             scan.observed += 1;
             let verdict = judge(node, &policy.conditions, now, &mut scan.wake);
+            if let Some(tally) = &mut scan.tally {
+                tally.add(domain_key.and_then(|k| node_domain(node, k)), verdict == Verdict::Clear && start == b);
+            }
             if verdict == Verdict::Clear && start == b {
                 scan.healthy += 1;
                 scan.healthy_at[i] = true;
@@ -854,6 +870,22 @@ fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &NhcPolicy, now
     }
     gone_before(owned, &mut b, None, &mut scan.subjects);
     scan
+}
+
+/// The Node label naming failure domains, with `spec.failureDomains` (validation admits only a
+/// label key on a NodeHealthCheck; any other key puts every Node in no domain, where the
+/// check-wide budget alone applies).
+fn domain_label(policy: &NhcPolicy) -> Option<&str> {
+    match policy.failure_domains.as_ref().map(|fd| &fd.key) {
+        Some(DomainKey::NodeLabel(key)) => Some(key.as_str()),
+        _ => None,
+    }
+}
+
+/// A Node's failure domain: the label's value; a Node without it (or with an empty value) is in
+/// no domain.
+fn node_domain<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
+    node.metadata.labels.as_ref().and_then(|l| entry(l, key)).filter(|v| !v.is_empty())
 }
 
 /// Adds a subject for each Node from `owned[*b..]` named before `limit` (all when `None`): the
@@ -921,7 +953,9 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         all = &sorted_copy;
         scan = scan_nodes(all, &owned, policy, now);
     }
-    let Scan { subjects, healthy_at, observed, healthy, cp_names, wake: scan_wake, .. } = scan;
+    let Scan { subjects, healthy_at, observed, healthy, cp_names, wake: scan_wake, tally, .. } = scan;
+    // Failure domains: judged on the same counts as the threshold, rounded up as medik8s'.
+    let budgets = tally.zip(policy.failure_domains.as_ref()).map(|(t, fd)| t.judge(fd, Rounding::Up));
     let mut wake = scan_wake;
 
     // Threshold and storm cooldown.
@@ -1049,6 +1083,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         waits: Waits::new(CheckRef::of_nhc(check), &prev.conditions),
         ledger: Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.remediation_history, now),
         would_before: &prev.would_remediate,
+        domains: budgets.as_ref().zip(domain_label(policy)),
     };
 
     // Global notices first.
@@ -1185,6 +1220,11 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         set_condition(&mut conditions, &c, now, generation);
     }
     pass.notices.extend(backoff_notices);
+    let domains_report = budgets.as_ref().map(|b| b.report(&prev.failure_domains));
+    match &domains_report {
+        Some(report) => set_condition(&mut conditions, &report.condition, now, generation),
+        None => conditions.retain(|c| c.type_ != FAILURE_DOMAINS_HEALTHY),
+    }
 
     if paused && phase == PHASE_PAUSED && !prev_paused {
         pass.notices.push(Notice {
@@ -1215,7 +1255,12 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         would_remediate: Vec::new(),
         remediation_history: history,
         backed_off_pools: pools,
+        failure_domains: Vec::new(),
     };
+    if let Some(report) = domains_report {
+        status.failure_domains = report.status;
+        pass.notices.extend(report.notices);
+    }
     if status != *prev {
         status.last_update_time = Some(Time(now));
         // No status field remembers undecided Nodes: tell about them when the status moves

@@ -114,6 +114,11 @@ pub enum NoticeKind {
     RemediationBackoff,
     /// A pool is no longer backed off: none of its targets waits any more.
     RemediationBackoffEnded,
+    /// Failure domains went over their budget: no new remediation starts there (see
+    /// [`crate::domains`]).
+    FailureDomainShortCircuit,
+    /// Failure domains are within their budget again.
+    FailureDomainResumed,
 }
 
 impl NoticeKind {
@@ -131,6 +136,7 @@ impl NoticeKind {
                 | NoticeKind::RemediationFailed
                 | NoticeKind::OtherCheckWaiting
                 | NoticeKind::RemediationBackoff
+                | NoticeKind::FailureDomainShortCircuit
         )
     }
 }

@@ -51,6 +51,8 @@ struct MachineSpec {
     prior_owner: Option<&'static str>,
     /// A remediation object of its name already exists (only used with a template).
     has_object: bool,
+    /// `spec.failureDomain` (`None`: not set).
+    fd: Option<u8>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -85,6 +87,8 @@ struct Fleet {
     short_circuit: ShortCircuit,
     template: TemplateMode,
     mode: Mode,
+    /// `spec.failureDomains` keyed on `spec.failureDomain`: (percent, minAllowed).
+    domains: Option<(u32, u32)>,
 }
 
 fn node_state() -> impl Strategy<Value = NodeState> {
@@ -108,7 +112,7 @@ fn machine_spec() -> impl Strategy<Value = MachineSpec> {
         (rarely(), rarely(), rarely(), rarely()),
         prop::option::of(prop_oneof![Just("True"), Just("False")]),
         prop::option::of(prop_oneof![Just("True"), Just("False")]),
-        any::<bool>(),
+        (any::<bool>(), prop::option::weighted(0.8, 0u8..3)),
     )
         .prop_map(
             |(
@@ -118,7 +122,7 @@ fn machine_spec() -> impl Strategy<Value = MachineSpec> {
                 (remediate_annotation, failure, deleting, control_plane),
                 prior_health,
                 prior_owner,
-                has_object,
+                (has_object, fd),
             )| {
                 MachineSpec {
                     name: String::new(),
@@ -132,6 +136,7 @@ fn machine_spec() -> impl Strategy<Value = MachineSpec> {
                     prior_health,
                     prior_owner,
                     has_object,
+                    fd,
                 }
             },
         )
@@ -164,12 +169,13 @@ fn fleet() -> impl Strategy<Value = Fleet> {
             1 => Just(Mode::ControlPlaneNotInitialized),
             1 => Just(Mode::InfrastructureNotReady),
         ],
+        prop::option::of((0u32..=100, 0u32..3)),
     )
-        .prop_map(|(mut machines, short_circuit, template, mode)| {
+        .prop_map(|(mut machines, short_circuit, template, mode, domains)| {
             for (i, m) in machines.iter_mut().enumerate() {
                 m.name = format!("m{i}");
             }
-            Fleet { machines, short_circuit, template, mode }
+            Fleet { machines, short_circuit, template, mode, domains }
         })
 }
 
@@ -237,8 +243,17 @@ fn world(f: &Fleet, machines: &[MachineSpec]) -> MhcWorld {
         Mode::ControlPlaneNotInitialized => w = w.cluster(Some(cluster().control_plane_initialized(None))),
         Mode::InfrastructureNotReady => w = w.cluster(Some(cluster().infrastructure_ready(None))),
     }
+    if let Some((percent, min)) = f.domains {
+        w = w.spec(
+            "failureDomains",
+            json!({"key": "spec.failureDomain", "maxUnhealthy": format!("{percent}%"), "minAllowed": min}),
+        );
+    }
     for m in machines {
         w = w.machine(machine_json(m));
+        if let Some(fd) = m.fd {
+            w.edit_machine(&m.name, |v| set_pointer(v, "/spec/failureDomain", json!(format!("fd-{fd}"))));
+        }
         if let NodeState::Present { status, ago: secs } = m.node {
             w = w.node(node(&m.name).ready(status, ago(secs)));
         }
@@ -315,6 +330,41 @@ proptest! {
         prop_assert!(asked.len() <= limit(f.short_circuit, targets), "asked {} > limit {} ({:?})", asked.len(), limit(f.short_circuit, targets), f.short_circuit);
         prop_assert!(usize::try_from(plan.status.remediations_allowed).expect("non-negative") <= limit(f.short_circuit, targets));
         prop_assert!(plan.status.current_healthy <= plan.status.expected_machines);
+    }
+
+    /// Failure domains: each listed domain has the Machines of its `spec.failureDomain`, the
+    /// allowance `max(percent of its targets rounded down, minAllowed)` and is paused exactly
+    /// when its not-healthy count exceeds that; the invariant: no Machine of a paused domain is
+    /// asked to be remediated (no new `OwnerRemediated=False`, no new remediation object).
+    #[test]
+    fn no_new_remediation_in_a_paused_failure_domain(f in fleet()) {
+        let plan = world(&f, &f.machines).decide(now());
+        let Some((percent, min)) = f.domains else {
+            prop_assert!(plan.status.failure_domains.is_empty());
+            return Ok(());
+        };
+        if f.mode != Mode::Normal && f.mode != Mode::ControlPlaneNotInitialized && f.mode != Mode::InfrastructureNotReady {
+            prop_assert!(plan.status.failure_domains.is_empty(), "no decision, no counts");
+            return Ok(());
+        }
+        let asked = requested(&plan);
+        let mut unhealthy_sum = 0;
+        for d in &plan.status.failure_domains {
+            let members: Vec<&MachineSpec> = f.machines.iter().filter(|m| m.fd.map(|x| format!("fd-{x}")) == Some(d.name.clone())).collect();
+            prop_assert_eq!(d.targets as usize, members.len());
+            let allowed = (members.len() as u64 * u64::from(percent) / 100).max(u64::from(min));
+            prop_assert_eq!(d.allowed as u64, allowed);
+            prop_assert_eq!(d.paused, d.unhealthy as u64 > allowed);
+            unhealthy_sum += d.unhealthy;
+            if d.paused {
+                for m in members {
+                    prop_assert!(!asked.contains(&key(&m.name)), "{} asked in paused {}", m.name, d.name);
+                }
+            }
+        }
+        let domains: BTreeSet<u8> = f.machines.iter().filter_map(|m| m.fd).collect();
+        prop_assert_eq!(plan.status.failure_domains.len(), domains.len());
+        prop_assert!(unhealthy_sum <= plan.status.expected_machines - plan.status.current_healthy);
     }
 
     /// (b) The same input gives the same plan.

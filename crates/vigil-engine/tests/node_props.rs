@@ -7,7 +7,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::views::{RemediationView, TemplateView};
@@ -15,6 +15,11 @@ use vigil_engine::node::{NhcInput, decide};
 use vigil_engine::{Action, Plan};
 
 const NS: &str = "medik8s";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+fn zone(z: u8) -> String {
+    format!("zone-{z}")
+}
 const STEPS: [(&str, &str, &str); 2] = [
     ("self-node-remediation.medik8s.io/v1alpha1", "SelfNodeRemediation", "snr"),
     ("fence-agents-remediation.medik8s.io/v1alpha1", "FenceAgentsRemediation", "far"),
@@ -48,6 +53,8 @@ struct NodeSpec {
     control_plane: bool,
     unselected: bool,
     objects: Vec<Obj>,
+    /// Failure domain label value (`None`: no label).
+    zone: Option<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +70,8 @@ struct Model {
     cooldown: bool,
     missing_template: bool,
     generate_name: bool,
+    /// `spec.failureDomains` on the zone label: (percent, value, minAllowed).
+    domains: Option<(bool, u32, u32)>,
 }
 
 fn obj() -> impl Strategy<Value = Obj> {
@@ -88,14 +97,16 @@ fn node_spec() -> impl Strategy<Value = NodeSpec> {
         prop::bool::weighted(0.2),
         prop::bool::weighted(0.1),
         prop::collection::vec(obj(), 0..3).prop_map(|v| if v.len() == 2 { v } else { v.into_iter().take(1).collect() }),
+        prop::option::weighted(0.85, 0u8..3),
     )
-        .prop_map(|(ready, since, excluded, control_plane, unselected, objects)| NodeSpec {
+        .prop_map(|(ready, since, excluded, control_plane, unselected, objects, zone)| NodeSpec {
             ready,
             since,
             excluded,
             control_plane,
             unselected,
             objects,
+            zone,
         })
 }
 
@@ -106,6 +117,7 @@ fn model() -> impl Strategy<Value = Model> {
         (any::<bool>(), any::<bool>(), 0u32..=100),
         (any::<bool>(), prop::bool::weighted(0.2), prop_oneof![Just(-1i64), Just(0i64), Just(120i64)]),
         (any::<bool>(), prop::bool::weighted(0.1), prop::bool::weighted(0.2)),
+        prop::option::weighted(0.5, (any::<bool>(), 0u32..=100, 0u32..3)),
     )
         .prop_map(
             |(
@@ -114,6 +126,7 @@ fn model() -> impl Strategy<Value = Model> {
                 (min_healthy, percent, value),
                 (escalating, paused, healthy_delay),
                 (cooldown, missing_template, generate_name),
+                domains,
             )| Model {
                 nodes,
                 vanished,
@@ -126,6 +139,7 @@ fn model() -> impl Strategy<Value = Model> {
                 cooldown,
                 missing_template,
                 generate_name,
+                domains: domains.map(|(percent, value, min)| (percent, if percent { value } else { value % 4 }, min)),
             },
         )
 }
@@ -197,6 +211,10 @@ fn build(m: &Model) -> World {
     if m.paused {
         spec["pauseRequests"] = json!(["test"]);
     }
+    if let Some((percent, value, min)) = m.domains {
+        let max = if percent { json!(format!("{value}%")) } else { json!(value) };
+        spec["failureDomains"] = json!({"key": ZONE, "maxUnhealthy": max, "minAllowed": min});
+    }
     let check: NodeHealthCheck = serde_json::from_value(json!({
         "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
         "metadata": {"name": "nhc", "uid": "nhc-uid", "generation": 1},
@@ -234,6 +252,9 @@ fn build(m: &Model) -> World {
         }
         if n.unselected {
             v["metadata"]["labels"]["skip"] = json!("y");
+        }
+        if let Some(z) = n.zone {
+            v["metadata"]["labels"][ZONE] = json!(zone(z));
         }
         let status = ["True", "False", "Unknown", "Unknown"][usize::from(n.ready)];
         let mut c = json!({"type": "Ready", "status": status});
@@ -316,6 +337,25 @@ fn oracle_unhealthy(n: &NodeSpec) -> bool {
     matches!(n.ready, 1 | 2) && n.since > 300
 }
 
+/// The oracle's failure domains: `zone -> (targets, not healthy, allowed)` (a target is healthy
+/// when Ready=True and without an object of the check; a percentage rounds up, as the check's).
+fn oracle_domains(m: &Model) -> BTreeMap<String, (u64, u64, u64)> {
+    let mut out: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    let Some((percent, value, min)) = m.domains else { return out };
+    for n in m.nodes.iter().filter(|n| !n.unselected) {
+        if let Some(z) = n.zone {
+            let e = out.entry(zone(z)).or_default();
+            e.0 += 1;
+            e.1 += u64::from(n.ready != 0 || n.objects.iter().any(|o| !o.foreign));
+        }
+    }
+    for e in out.values_mut() {
+        let scaled = if percent { (e.0 * u64::from(value)).div_ceil(100) } else { u64::from(value) };
+        e.2 = scaled.max(u64::from(min));
+    }
+    out
+}
+
 fn creates(plan: &Plan<NodeHealthCheckStatus>) -> Vec<&str> {
     plan.actions
         .iter()
@@ -380,6 +420,40 @@ proptest! {
         }
         let unique: BTreeSet<&str> = first.iter().copied().collect();
         prop_assert_eq!(unique.len(), first.len(), "one first object per node");
+    }
+
+    /// Failure domains: the status lists every domain with the oracle's counts and allowance
+    /// (`max(maxUnhealthy of the domain's targets rounded up, minAllowed)`), and the invariant:
+    /// when a domain's not-healthy count exceeds its allowance, no new remediation starts in it
+    /// (an escalation of a Node that already has an object of the check is not new). The model
+    /// has no previous status, so every other create is a new start.
+    #[test]
+    fn no_new_remediation_in_a_paused_failure_domain(m in model()) {
+        let plan = build(&m).decide(now());
+        let oracle = oracle_domains(&m);
+        let listed: BTreeMap<String, (u64, u64, u64, bool)> = plan
+            .status
+            .failure_domains
+            .iter()
+            .map(|d| (d.name.clone(), (d.targets as u64, d.unhealthy as u64, d.allowed as u64, d.paused)))
+            .collect();
+        let expected: BTreeMap<String, (u64, u64, u64, bool)> =
+            oracle.iter().map(|(z, (t, u, a))| (z.clone(), (*t, *u, *a, u > a))).collect();
+        prop_assert_eq!(&listed, &expected);
+        prop_assert_eq!(
+            plan.status.conditions.iter().any(|c| c.type_ == "FailureDomainsHealthy"),
+            m.domains.is_some()
+        );
+        for t in creates(&plan) {
+            let (_, n) = m.nodes.iter().enumerate().find(|(i, _)| name(*i) == t).expect("a known node");
+            if n.objects.iter().any(|o| !o.foreign) {
+                continue; // escalation of a remediation already started
+            }
+            if let Some(z) = n.zone.filter(|_| m.domains.is_some()) {
+                let (_, unhealthy, allowed) = oracle[&zone(z)];
+                prop_assert!(unhealthy <= allowed, "{} started in paused {} ({} > {})", t, zone(z), unhealthy, allowed);
+            }
+        }
     }
 
     /// (b) The same input gives the same plan, whatever the order of Nodes and objects.

@@ -65,9 +65,12 @@ fn colour_of(event: &str) -> Option<&'static str> {
         | "NoDecision"
         | "Invalid"
         | "RemediationFailed"
+        | "FailureDomainShortCircuit"
         | "WriteFailed" => Some("31"),
         "RemediationRequested" | "RemediationCreated" | "RemediationDeleted" | "MachineReplaced" => Some("33"),
-        "Healthy" | "RemediationAllowed" | "NodeRecovered" | "NodeJoined" | "Resumed" => Some("32"),
+        "Healthy" | "RemediationAllowed" | "NodeRecovered" | "NodeJoined" | "Resumed" | "FailureDomainResumed" => {
+            Some("32")
+        }
         _ => None,
     }
 }
@@ -156,6 +159,26 @@ pub fn text_styled(name: &str, events: &[Event], final_statuses: &BTreeMap<Strin
                     .collect()
             })
             .unwrap_or_default();
+        // With failure domains: each domain's counts, and which are paused.
+        let domains: String = status
+            .get("failureDomains")
+            .and_then(Value::as_array)
+            .map(|ds| {
+                ds.iter()
+                    .map(|d| {
+                        format!(
+                            " domain {} {}/{} unhealthy allowed {}{}",
+                            d["name"].as_str().unwrap_or(""),
+                            d["unhealthy"],
+                            d["targets"],
+                            d["allowed"],
+                            if d["paused"].as_bool() == Some(true) { " paused" } else { "" }
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let would = format!("{would}{domains}");
         if check.starts_with("MachineHealthCheck/") {
             out.push_str(&format!(
                 "  {check}: expected {} healthy {} remediationsAllowed {} [{}]{would}\n",

@@ -308,3 +308,35 @@ fn overlapping_mhcs_settle_with_one_condition_writer() {
     );
     snapshot("overlapping-mhcs", &r);
 }
+
+#[test]
+fn zone_budget_pauses_the_failing_zone_only() {
+    let r = run("zone-budget");
+    let check = "NodeHealthCheck/workers";
+    // zone-a loses 3 of 5 at 1m: paused at once, the event names the zone and the counts.
+    let short = events(&r, "FailureDomainShortCircuit");
+    assert_eq!(short.iter().map(|e| (e.t, e.check.as_deref())).collect::<Vec<_>>(), [(60.0, Some(check))]);
+    let message = short[0].details["message"].as_str().unwrap_or("");
+    assert!(message.contains("zone-a: 3 of 5 unhealthy, 1 allowed"), "{message}");
+    // b-1 (zone-b) and c-1 (the 2-Node zone-c) are remediated at 7m; zone-a's Nodes, unhealthy
+    // since 6m, only once the zone is back within its budget at 20m (a-3, still down).
+    let created: Vec<(f64, Option<&str>)> = events(&r, "RemediationCreated").iter().map(|e| at(e)).collect();
+    assert_eq!(created, [(420.0, Some("b-1")), (420.0, Some("c-1")), (1200.0, Some("a-3"))]);
+    let resumed = events(&r, "FailureDomainResumed");
+    assert_eq!(resumed.iter().map(|e| e.t).collect::<Vec<_>>(), [1200.0]);
+    assert!(resumed[0].details["message"].as_str().unwrap_or("").contains("zone-a: 1 of 5 unhealthy, 1 allowed"));
+    // The check-wide budget never tripped.
+    assert!(events(&r, "RemediationBlocked").is_empty());
+    let s = status(&r, check);
+    let domains: Vec<(&str, i64, i64, bool)> = s["failureDomains"]
+        .as_array()
+        .expect("status.failureDomains")
+        .iter()
+        .map(|d| {
+            let n = |k: &str| d[k].as_i64().unwrap_or(-1);
+            (d["name"].as_str().unwrap_or(""), n("targets"), n("allowed"), d["paused"].as_bool().unwrap_or(true))
+        })
+        .collect();
+    assert_eq!(domains, [("zone-a", 5, 1, false), ("zone-b", 4, 1, false), ("zone-c", 2, 1, false)]);
+    snapshot("zone-budget", &r);
+}

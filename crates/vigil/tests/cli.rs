@@ -285,3 +285,19 @@ fn validate_names_a_bad_backoff_field_and_its_value() {
         assert!(stdout.contains(words), "{words:?} in {stdout}");
     }
 }
+
+#[test]
+fn validate_names_a_bad_failure_domains_field_and_accepts_a_good_one() {
+    let bad = "apiVersion: vigil.dev/v1alpha1\nkind: NodeHealthCheck\nmetadata: {name: zones}\nspec:\n  selector: {matchLabels: {role: worker}}\n  minHealthy: 51%\n  remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: snr, namespace: medik8s}\n  failureDomains: {key: spec.failureDomain, maxUnhealthy: 150%}\n";
+    let path = temp_file("bad-domains.yaml", bad);
+    let out = vigil(&["validate", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("spec.failureDomains.key: invalid value \"spec.failureDomain\""), "{text}");
+    assert!(text.contains("spec.failureDomains.maxUnhealthy: invalid value \"150%\""), "{text}");
+    let good = bad
+        .replace("key: spec.failureDomain, maxUnhealthy: 150%", "key: topology.kubernetes.io/zone, maxUnhealthy: 30%");
+    let path = temp_file("good-domains.yaml", &good);
+    let out = vigil(&["validate", path.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
