@@ -1,7 +1,7 @@
 //! NodeHealthCheck: medik8s' health check for plain Nodes, with the
 //! `remediation.medik8s.io/v1alpha1` field names so upstream manifests carry over.
 
-use crate::machine_health_check::{TemplateReference, WouldRemediate};
+use crate::machine_health_check::{StaleTarget, TemplateReference, WouldRemediate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -74,7 +74,12 @@ pub struct NodeHealthCheckSpec {
 pub fn default_unhealthy_conditions() -> Vec<NodeUnhealthyCondition> {
     ["False", "Unknown"]
         .into_iter()
-        .map(|status| NodeUnhealthyCondition { type_: "Ready".into(), status: status.into(), duration: "300s".into() })
+        .map(|status| NodeUnhealthyCondition {
+            type_: "Ready".into(),
+            status: status.into(),
+            duration: "300s".into(),
+            max_condition_age: None,
+        })
         .collect()
 }
 
@@ -91,6 +96,12 @@ pub struct NodeUnhealthyCondition {
     /// Go duration, e.g. `300s`.
     #[schemars(transform = crate::crd::non_negative_duration)]
     pub duration: String,
+    /// Stale-signal guard (not on `Ready`): a matching condition whose `lastHeartbeatTime` is
+    /// older than this (Go duration, at least `1m`) is set aside as stale, so a dead detector's
+    /// last word never remediates. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::crd::max_condition_age)]
+    #[serde(default, rename = "maxConditionAge", skip_serializing_if = "Option::is_none")]
+    pub max_condition_age: Option<String>,
 }
 
 /// One step of an escalation.
@@ -143,6 +154,12 @@ pub struct NodeHealthCheckStatus {
     /// With `spec.dryRun`: the Nodes that would be remediated now, sorted by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub would_remediate: Vec<WouldRemediate>,
+    /// How many Nodes have a matching condition set aside as stale (`maxConditionAge`).
+    #[serde(default, skip_serializing_if = "crate::machine_health_check::is_zero")]
+    pub stale_target_count: i32,
+    /// The first of those Nodes by name (at most 50), with the stale condition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_targets: Vec<StaleTarget>,
 }
 
 /// A Node found unhealthy and what was done about it.

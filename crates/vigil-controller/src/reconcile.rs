@@ -583,6 +583,7 @@ mod tests {
             type_: t.into(),
             status: s.into(),
             timeout: SignedDuration::from_secs(secs),
+            max_age: None,
         };
         let rules = [rule("Ready", "False", 300), rule("Ready", "Unknown", 60), rule("DiskPressure", "True", 30)];
         let since: Timestamp = "2030-01-01T00:02:00Z".parse().expect("time");
