@@ -22,6 +22,25 @@ struct CheckLabel {
     check: String,
 }
 
+/// A check named by kind, namespace (empty for a NodeHealthCheck) and name, so a query can
+/// select on each.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckIdLabel {
+    check_kind: String,
+    namespace: String,
+    name: String,
+}
+
+impl CheckIdLabel {
+    fn of(check: &crate::index::CheckKey) -> Self {
+        let (check_kind, namespace, name) = match check {
+            crate::index::CheckKey::Machine(ns, n) => ("MachineHealthCheck", ns.clone(), n.clone()),
+            crate::index::CheckKey::Node(n) => ("NodeHealthCheck", String::new(), n.clone()),
+        };
+        CheckIdLabel { check_kind: check_kind.into(), namespace, name }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RemediationLabel {
     check_kind: String,
@@ -53,6 +72,7 @@ pub struct Metrics {
     check_allowed: Family<CheckLabel, Gauge>,
     check_short_circuited: Family<CheckLabel, Gauge>,
     check_would_remediate: Family<CheckLabel, Gauge>,
+    check_stale_conditions: Family<CheckIdLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -124,6 +144,7 @@ impl Default for Metrics {
         let check_allowed = Family::<CheckLabel, Gauge>::default();
         let check_short_circuited = Family::<CheckLabel, Gauge>::default();
         let check_would_remediate = Family::<CheckLabel, Gauge>::default();
+        let check_stale_conditions = Family::<CheckIdLabel, Gauge>::default();
         registry.register("check_targets", "Targets a check selects", check_targets.clone());
         registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
         registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
@@ -142,6 +163,11 @@ impl Default for Metrics {
             "Targets a check in dry-run would remediate now (its status.wouldRemediate); 0 outside dry-run",
             check_would_remediate.clone(),
         );
+        registry.register(
+            "check_stale_conditions",
+            "Targets of a check whose matching Node condition is set aside as stale: its reporter has not heartbeated within the rule's maxConditionAge (status.staleTargetCount)",
+            check_stale_conditions.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -156,6 +182,7 @@ impl Default for Metrics {
             check_allowed,
             check_short_circuited,
             check_would_remediate,
+            check_stale_conditions,
             leader,
             registry,
             decisions,
@@ -257,6 +284,7 @@ impl Metrics {
         self.check_allowed.get_or_create(&l).set(g.remediations_allowed);
         self.check_short_circuited.get_or_create(&l).set(i64::from(g.short_circuited));
         self.check_would_remediate.get_or_create(&l).set(g.would_remediate);
+        self.check_stale_conditions.get_or_create(&CheckIdLabel::of(check)).set(g.stale_conditions);
     }
 
     /// Drops a deleted check's gauges.
@@ -272,6 +300,7 @@ impl Metrics {
         ] {
             f.remove(&l);
         }
+        self.check_stale_conditions.remove(&CheckIdLabel::of(check));
     }
 
     /// Records whether this replica leads.

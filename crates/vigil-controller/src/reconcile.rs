@@ -81,6 +81,8 @@ pub struct Gauges {
     pub short_circuited: bool,
     /// Targets a check in dry-run would remediate now.
     pub would_remediate: i64,
+    /// Targets with a matching Node condition set aside as stale (`maxConditionAge`).
+    pub stale_conditions: i64,
 }
 
 fn condition_false_with<'c>(
@@ -100,6 +102,7 @@ fn mhc_gauges(s: &vigil_api::MachineHealthCheckStatus) -> Gauges {
         remediations_allowed: i64::from(s.remediations_allowed),
         short_circuited: condition_false_with(&s.conditions, "RemediationAllowed") == Some("TooManyUnhealthy"),
         would_remediate: s.would_remediate.len() as i64,
+        stale_conditions: i64::from(s.stale_target_count),
     }
 }
 
@@ -112,6 +115,7 @@ fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
         remediations_allowed: i64::from(blocked.is_none()),
         short_circuited: matches!(blocked, Some("TooFewHealthy" | "StormCooldown")),
         would_remediate: s.would_remediate.len() as i64,
+        stale_conditions: i64::from(s.stale_target_count),
     }
 }
 
