@@ -183,9 +183,11 @@ fn judge(
     let mut unhealthy = None;
     let mut pending = false;
     let mut first_deadline: Option<Timestamp> = None;
+    // A condition one guarded rule sets aside matches no rule, guarded or not.
+    let guarded = rules.iter().any(|r| r.max_age.is_some());
     for (i, rule) in rules.iter().enumerate() {
         for c in conds.iter().filter(|c| crate::stale::matches(c, rule)) {
-            if rule.max_age.is_some() {
+            if guarded {
                 match crate::stale::freshness(c, rules, now) {
                     crate::stale::Freshness::Stale(s) => {
                         stale.get_or_insert(s);
