@@ -341,3 +341,43 @@ proptest! {
         prop_assert_eq!(with.status.observed_nodes - with.status.healthy_nodes, pending_or_unhealthy);
     }
 }
+
+proptest! {
+    /// MachineHealthCheck: over random heartbeats, a Machine whose Node's only matching condition
+    /// is stale is never marked unhealthy nor handed to its owner, and is listed; a fresh one is
+    /// marked exactly as without the guard.
+    #[test]
+    fn machine_stale_is_never_remediated_and_fresh_is_judged_as_without_the_guard(
+        heartbeats in prop::collection::vec(prop::option::of(0i64..1800), 1..6),
+    ) {
+        let guarded = json!({"type": DETECTOR, "status": "True", "timeout": "300s", "maxConditionAge": "10m"});
+        let mut plain = guarded.clone();
+        plain.as_object_mut().expect("rule").remove("maxConditionAge");
+        let world = |rule: &Value| {
+            let mut w = MhcWorld::new().spec("unhealthyConditions", json!([rule]));
+            for (i, hb) in heartbeats.iter().enumerate() {
+                let name = format!("m{i}");
+                let heartbeat = hb.map(|h| now() - SignedDuration::from_secs(h));
+                w = w.machine(machine(&name).node(&name));
+                w.nodes.insert(name.clone(), node_with(&name, vec![cond(DETECTOR, "True", t0(), heartbeat)]));
+            }
+            w
+        };
+        let with = world(&guarded).decide(now());
+        let without = world(&plain).decide(now());
+        let owner_asked = |plan: &Plan<vigil_api::MachineHealthCheckStatus>, name: &str| {
+            written(plan, name, "OwnerRemediated").map(|(c, _)| c.status.clone())
+        };
+        for (i, hb) in heartbeats.iter().enumerate() {
+            let name = format!("m{i}");
+            if hb.is_some_and(|h| h <= 600) {
+                prop_assert_eq!(owner_asked(&with, &name), owner_asked(&without, &name), "{} fresh", name);
+            } else {
+                prop_assert_eq!(owner_asked(&with, &name), None, "{} stale but handed to its owner", name);
+                let verdict = written(&with, &name, "HealthCheckSucceeded").map(|(c, _)| c.status.clone());
+                prop_assert_eq!(verdict.as_deref(), Some("True"), "{} stale counts as healthy", name);
+                prop_assert!(with.status.stale_targets.iter().any(|s| s.name == name), "{} not listed", name);
+            }
+        }
+    }
+}
