@@ -24,7 +24,10 @@ use schemars::Schema;
 
 use crate::failure_domains::MACHINE_FAILURE_DOMAIN_KEY;
 use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
-use crate::validate::{MACHINE_DELETION_REMEDIATION_TEMPLATE, MAX_BACKOFF_REMEDIATIONS, RESERVED_MACHINE_CONDITIONS};
+use crate::validate::{
+    MACHINE_DELETION_REMEDIATION_TEMPLATE, MAX_BACKOFF_REMEDIATIONS, MAX_CONDITION_AGE_ON_MACHINE,
+    MAX_CONDITION_AGE_ON_READY, MAX_CONDITION_AGE_TOO_SHORT, RESERVED_MACHINE_CONDITIONS,
+};
 use crate::well_known::CLUSTER_NAME_LABEL;
 use serde_json::{Map, Value, json};
 
@@ -418,10 +421,19 @@ pub(crate) fn label_selector(schema: &mut Schema) {
     }
 }
 
-/// `unhealthyMachineConditions`: as [`condition_list`], and no rule may name a condition that
-/// summarises the Machine or that the health check writes (Cluster API's rule).
+/// `unhealthyMachineConditions`: bounded, no `maxConditionAge` (Machine conditions carry no
+/// heartbeat), and no rule may name a condition that summarises the Machine or that the health
+/// check writes (Cluster API's rule).
 pub(crate) fn machine_condition_list(schema: &mut Schema) {
-    condition_list(schema);
+    object(schema).insert("maxItems".into(), CONDITIONS_MAX_ITEMS.into());
+    if let Some(item) = child(object(schema), &["items"]) {
+        push_rules(
+            item,
+            [Rule::new("!has(self.maxConditionAge)", MAX_CONDITION_AGE_ON_MACHINE)
+                .at(".maxConditionAge")
+                .reason("FieldValueForbidden")],
+        );
+    }
     let reserved = RESERVED_MACHINE_CONDITIONS.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", ");
     if let Some(type_) = child(object(schema), &["items", "type"]) {
         push_rules(
@@ -437,9 +449,25 @@ pub(crate) fn machine_condition_list(schema: &mut Schema) {
     }
 }
 
-/// A list of condition rules (`unhealthyConditions`, `unhealthyMachineConditions`), bounded.
+/// A list of Node condition rules (`unhealthyConditions` of both kinds), bounded; a `Ready`
+/// rule may not set `maxConditionAge`.
 pub(crate) fn condition_list(schema: &mut Schema) {
     object(schema).insert("maxItems".into(), CONDITIONS_MAX_ITEMS.into());
+    if let Some(item) = child(object(schema), &["items"]) {
+        push_rules(
+            item,
+            [Rule::new("!has(self.maxConditionAge) || self.type != 'Ready'", MAX_CONDITION_AGE_ON_READY)
+                .at(".maxConditionAge")
+                .reason("FieldValueForbidden")],
+        );
+    }
+}
+
+/// A rule's `maxConditionAge`: a Go duration of at least 1m.
+pub(crate) fn max_condition_age(schema: &mut Schema) {
+    go_duration(schema);
+    let rule = format!("!{} || duration(self) >= duration('1m')", is_duration());
+    push_rules(object(schema), [Rule::new(&rule, MAX_CONDITION_AGE_TOO_SHORT)]);
 }
 
 /// A condition rule's `type`: not blank.
@@ -847,6 +875,9 @@ mod tests {
             (&["spec", "backoff", "maxRemediations"], "self >= 1"),
             (&["spec", "backoff", "maxRemediations"], "self <= 100"),
             (&["spec", "backoff", "window"], "duration(self) > duration('0s')"),
+            (&["spec", "unhealthyConditions", "[]"], "!has(self.maxConditionAge) || self.type != 'Ready'"),
+            (&["spec", "unhealthyConditions", "[]", "maxConditionAge"], "duration(self) >= duration('1m')"),
+            (&["spec", "unhealthyMachineConditions", "[]"], "!has(self.maxConditionAge)"),
         ];
         for (path, rule) in table {
             let rules = rules_at(schema, path);
@@ -888,6 +919,8 @@ mod tests {
             (&["spec", "backoff", "maxRemediations"], "self >= 1"),
             (&["spec", "backoff", "window"], "duration(self) > duration('0s')"),
             (&["spec", "backoff", "poolLabel"], "self.matches("),
+            (&["spec", "unhealthyConditions", "[]"], "!has(self.maxConditionAge) || self.type != 'Ready'"),
+            (&["spec", "unhealthyConditions", "[]", "maxConditionAge"], "duration(self) >= duration('1m')"),
         ];
         for (path, rule) in table {
             let rules = rules_at(schema, path);

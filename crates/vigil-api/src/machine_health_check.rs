@@ -154,6 +154,26 @@ pub struct UnhealthyCondition {
     /// Go duration, e.g. `300s`.
     #[schemars(transform = crate::crd::non_negative_duration)]
     pub timeout: String,
+    /// Stale-signal guard (Node conditions only, not `Ready`): a matching condition whose
+    /// `lastHeartbeatTime` is older than this (Go duration, at least `1m`) is set aside as stale,
+    /// so a dead detector's last word never remediates. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::crd::max_condition_age)]
+    #[serde(default, rename = "maxConditionAge", skip_serializing_if = "Option::is_none")]
+    pub max_condition_age: Option<String>,
+}
+
+/// A target whose matching Node condition was set aside because its reporter stopped
+/// heartbeating (`maxConditionAge`), so an operator sees which detector went quiet where.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StaleTarget {
+    /// The target: Machine name (MachineHealthCheck) or Node name (NodeHealthCheck).
+    pub name: String,
+    /// The stale condition, `Type=Status`.
+    pub condition: String,
+    /// Its last heartbeat; absent when it has none or an unreadable one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// Reference to a remediation template.
@@ -212,4 +232,15 @@ pub struct MachineHealthCheckStatus {
     /// 100 domains, paused ones first; see `FailureDomainsHealthy` for the full story).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_domains: Vec<crate::failure_domains::FailureDomainStatus>,
+    /// How many targets have a matching Node condition set aside as stale (`maxConditionAge`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stale_target_count: i32,
+    /// The first of those targets by name (at most 50), with the stale condition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_targets: Vec<StaleTarget>,
+}
+
+/// For `skip_serializing_if`: a zero count is left out, as an absent list.
+pub(crate) fn is_zero(n: &i32) -> bool {
+    *n == 0
 }

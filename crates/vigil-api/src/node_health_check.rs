@@ -2,7 +2,7 @@
 //! `remediation.medik8s.io/v1alpha1` field names so upstream manifests carry over.
 
 use crate::machine_health_check::{
-    BackedOffPool, RemediationBackoff, RemediationRecord, TemplateReference, WouldRemediate,
+    BackedOffPool, RemediationBackoff, RemediationRecord, StaleTarget, TemplateReference, WouldRemediate,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -88,7 +88,12 @@ pub struct NodeHealthCheckSpec {
 pub fn default_unhealthy_conditions() -> Vec<NodeUnhealthyCondition> {
     ["False", "Unknown"]
         .into_iter()
-        .map(|status| NodeUnhealthyCondition { type_: "Ready".into(), status: status.into(), duration: "300s".into() })
+        .map(|status| NodeUnhealthyCondition {
+            type_: "Ready".into(),
+            status: status.into(),
+            duration: "300s".into(),
+            max_condition_age: None,
+        })
         .collect()
 }
 
@@ -105,6 +110,12 @@ pub struct NodeUnhealthyCondition {
     /// Go duration, e.g. `300s`.
     #[schemars(transform = crate::crd::non_negative_duration)]
     pub duration: String,
+    /// Stale-signal guard (not on `Ready`): a matching condition whose `lastHeartbeatTime` is
+    /// older than this (Go duration, at least `1m`) is set aside as stale, so a dead detector's
+    /// last word never remediates. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::crd::max_condition_age)]
+    #[serde(default, rename = "maxConditionAge", skip_serializing_if = "Option::is_none")]
+    pub max_condition_age: Option<String>,
 }
 
 /// One step of an escalation.
@@ -168,6 +179,12 @@ pub struct NodeHealthCheckStatus {
     /// 100 domains, paused ones first; see `FailureDomainsHealthy` for the full story).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_domains: Vec<crate::failure_domains::FailureDomainStatus>,
+    /// How many Nodes have a matching condition set aside as stale (`maxConditionAge`).
+    #[serde(default, skip_serializing_if = "crate::machine_health_check::is_zero")]
+    pub stale_target_count: i32,
+    /// The first of those Nodes by name (at most 50), with the stale condition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_targets: Vec<StaleTarget>,
 }
 
 /// A Node found unhealthy and what was done about it.

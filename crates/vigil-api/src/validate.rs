@@ -55,6 +55,9 @@ pub struct ConditionRule {
     pub status: String,
     /// How long the condition must hold.
     pub timeout: SignedDuration,
+    /// `maxConditionAge`: a matching condition whose heartbeat is older is stale (matches no
+    /// rule); `None` when the guard is off for this rule.
+    pub max_age: Option<SignedDuration>,
 }
 
 /// A template reference with its namespace resolved.
@@ -232,6 +235,18 @@ pub const MIN_NODE_STARTUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(3
 pub const DEFAULT_NODE_STARTUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(600);
 /// Smallest escalation step timeout medik8s accepts.
 pub const MIN_ESCALATION_TIMEOUT: SignedDuration = SignedDuration::from_secs(60);
+/// Smallest `maxConditionAge`: reporters heartbeat at intervals (a detector every few minutes,
+/// the kubelet rewrites unchanged conditions every 5m), so a shorter age would call live
+/// reporters stale between two heartbeats.
+pub const MIN_MAX_CONDITION_AGE: SignedDuration = SignedDuration::from_secs(60);
+/// Why `maxConditionAge` may not guard a `Ready` rule.
+pub const MAX_CONDITION_AGE_ON_READY: &str = "must not be set on a Ready rule: the node lifecycle controller already turns a Ready whose kubelet stopped reporting into Unknown; a stale Ready is exactly the dead-kubelet signal";
+/// Why `maxConditionAge` may not be set on a Machine condition rule.
+pub const MAX_CONDITION_AGE_ON_MACHINE: &str =
+    "must not be set on a Machine condition rule: Machine conditions carry no heartbeat";
+/// Why a `maxConditionAge` below [`MIN_MAX_CONDITION_AGE`] is refused.
+pub const MAX_CONDITION_AGE_TOO_SHORT: &str =
+    "must be at least 1m: reporters heartbeat at intervals, so a shorter age calls a live reporter stale";
 
 #[derive(Default)]
 struct Collector {
@@ -313,7 +328,24 @@ impl Collector {
         if !ok {
             return None;
         }
-        Some(ConditionRule { type_: type_.to_string(), status: status.to_string(), timeout: timeout? })
+        Some(ConditionRule { type_: type_.to_string(), status: status.to_string(), timeout: timeout?, max_age: None })
+    }
+
+    /// A Node condition rule's `maxConditionAge`: at least [`MIN_MAX_CONDITION_AGE`], and not on
+    /// a `Ready` rule. `Some(None)` when absent; `None` when refused.
+    fn max_condition_age(&mut self, path: &str, type_: &str, text: Option<&str>) -> Option<Option<SignedDuration>> {
+        let Some(text) = text else { return Some(None) };
+        let path = format!("{path}.maxConditionAge");
+        let age = self.duration(&path, text)?;
+        if age < MIN_MAX_CONDITION_AGE {
+            self.push(&path, text, MAX_CONDITION_AGE_TOO_SHORT);
+            return None;
+        }
+        if type_ == "Ready" {
+            self.push(&path, text, MAX_CONDITION_AGE_ON_READY);
+            return None;
+        }
+        Some(Some(age))
     }
 
     fn template(&mut self, path: &str, t: &TemplateReference, default_namespace: Option<&str>) -> Option<TemplateRef> {
@@ -493,10 +525,31 @@ fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String 
     }
 }
 
-fn rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> Vec<ConditionRule> {
+/// A MachineHealthCheck's Node condition rules (`maxConditionAge` allowed).
+fn node_rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> Vec<ConditionRule> {
     list.iter()
         .enumerate()
-        .filter_map(|(i, u)| c.condition_rule(&format!("{path}[{i}]"), &u.type_, &u.status, "timeout", &u.timeout))
+        .filter_map(|(i, u)| {
+            let path = format!("{path}[{i}]");
+            let rule = c.condition_rule(&path, &u.type_, &u.status, "timeout", &u.timeout);
+            let age = c.max_condition_age(&path, &u.type_, u.max_condition_age.as_deref());
+            Some(ConditionRule { max_age: age?, ..rule? })
+        })
+        .collect()
+}
+
+/// A MachineHealthCheck's Machine condition rules: Machine conditions carry no heartbeat, so
+/// `maxConditionAge` is refused.
+fn machine_rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> Vec<ConditionRule> {
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, u)| {
+            let path = format!("{path}[{i}]");
+            if let Some(age) = &u.max_condition_age {
+                c.push(format!("{path}.maxConditionAge"), age, MAX_CONDITION_AGE_ON_MACHINE);
+            }
+            c.condition_rule(&path, &u.type_, &u.status, "timeout", &u.timeout)
+        })
         .collect()
 }
 
@@ -511,8 +564,9 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         c.push("spec.clusterName", "", "must not be empty");
     }
     let selector = c.selector("spec.selector", &spec.selector);
-    let node_conditions = rules(&mut c, "spec.unhealthyConditions", &spec.unhealthy_conditions);
-    let machine_conditions = rules(&mut c, "spec.unhealthyMachineConditions", &spec.unhealthy_machine_conditions);
+    let node_conditions = node_rules(&mut c, "spec.unhealthyConditions", &spec.unhealthy_conditions);
+    let machine_conditions =
+        machine_rules(&mut c, "spec.unhealthyMachineConditions", &spec.unhealthy_machine_conditions);
     for (i, u) in spec.unhealthy_machine_conditions.iter().enumerate() {
         if RESERVED_MACHINE_CONDITIONS.contains(&u.type_.as_str()) {
             c.push(
@@ -628,7 +682,10 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
         .iter()
         .enumerate()
         .filter_map(|(i, u)| {
-            c.condition_rule(&format!("spec.unhealthyConditions[{i}]"), &u.type_, &u.status, "duration", &u.duration)
+            let path = format!("spec.unhealthyConditions[{i}]");
+            let rule = c.condition_rule(&path, &u.type_, &u.status, "duration", &u.duration);
+            let age = c.max_condition_age(&path, &u.type_, u.max_condition_age.as_deref());
+            Some(ConditionRule { max_age: age?, ..rule? })
         })
         .collect();
 

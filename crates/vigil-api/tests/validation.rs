@@ -771,7 +771,12 @@ fn valid_mhc_becomes_its_policy() {
     assert!(p.selector.matches(Some(&labels(&[("pool", "workers"), (CLUSTER_NAME_LABEL, "prod")]))));
     assert!(!p.selector.matches(Some(&labels(&[("pool", "workers")]))), "the cluster-name label is required");
     assert!(!p.selector.matches(Some(&labels(&[("pool", "workers"), (CLUSTER_NAME_LABEL, "staging")]))));
-    let rule = |t: &str, s: &str, d: SignedDuration| ConditionRule { type_: t.into(), status: s.into(), timeout: d };
+    let rule = |t: &str, s: &str, d: SignedDuration| ConditionRule {
+        type_: t.into(),
+        status: s.into(),
+        timeout: d,
+        max_age: None,
+    };
     assert_eq!(p.node_conditions, [rule("Ready", "False", secs(300)), rule("Ready", "Unknown", secs(300))]);
     assert_eq!(p.machine_conditions, [rule("Healthy", "False", secs(90))]);
     assert_eq!(p.node_startup_timeout, Some(secs(600)));
@@ -798,7 +803,7 @@ fn valid_mhc_becomes_its_policy() {
 #[test]
 fn valid_nhc_becomes_its_policy() {
     let p = nhc_policy(&base_nhc()).expect("valid");
-    let rule = |s: &str| ConditionRule { type_: "Ready".into(), status: s.into(), timeout: secs(300) };
+    let rule = |s: &str| ConditionRule { type_: "Ready".into(), status: s.into(), timeout: secs(300), max_age: None };
     assert_eq!(p.conditions, [rule("False"), rule("Unknown")], "medik8s' default when unhealthyConditions is omitted");
     assert_eq!(p.threshold, NhcThreshold::MinHealthy(IntOrPercent::Percent(51)));
     assert!(!p.escalating);
@@ -1265,4 +1270,99 @@ fn failure_domains_are_off_by_default_and_validated_like_the_checks_thresholds()
     let typo = edit(base_nhc(), "/spec/failureDomains", fd(json!({"key": zone, "maxUnhealthy": 1, "minAlowed": 2})));
     let err = manifest::health_check_from_value(&typo).expect_err("typo");
     assert!(err.to_string().contains("spec.failureDomains.minAlowed"), "{err}");
+}
+
+#[test]
+fn max_condition_age_is_opt_in_at_least_a_minute_and_only_on_node_conditions_other_than_ready() {
+    let detector =
+        |age: Value| json!([{"type": "KernelDeadlock", "status": "True", "timeout": "5m", "maxConditionAge": age}]);
+    // Off by default on both kinds: upstream manifests keep their meaning.
+    assert!(mhc_policy(&base_mhc()).expect("valid").node_conditions.iter().all(|r| r.max_age.is_none()));
+    assert!(nhc_policy(&base_nhc()).expect("valid").conditions.iter().all(|r| r.max_age.is_none()));
+    let mhc = mhc_policy(&edit(base_mhc(), "/spec/unhealthyConditions", Some(detector(json!("10m"))))).expect("valid");
+    assert_eq!(mhc.node_conditions[0].max_age, Some(secs(600)));
+    let nhc = nhc_policy(&edit(
+        base_nhc(),
+        "/spec/unhealthyConditions",
+        Some(json!([{"type": "KernelDeadlock", "status": "True", "duration": "5m", "maxConditionAge": "1m"}])),
+    ))
+    .expect("valid: exactly the minimum");
+    assert_eq!(nhc.conditions[0].max_age, Some(secs(60)));
+
+    let ready = "must not be set on a Ready rule: the node lifecycle controller";
+    let short = "must be at least 1m";
+    let machine = "must not be set on a Machine condition rule: Machine conditions carry no heartbeat";
+    let cases = [
+        (
+            edit(base_mhc(), "/spec/unhealthyConditions", Some(detector(json!("59s")))),
+            "spec.unhealthyConditions[0].maxConditionAge",
+            "59s",
+            short,
+        ),
+        (
+            edit(base_mhc(), "/spec/unhealthyConditions", Some(detector(json!("0")))),
+            "spec.unhealthyConditions[0].maxConditionAge",
+            "0",
+            short,
+        ),
+        (
+            edit(base_mhc(), "/spec/unhealthyConditions", Some(detector(json!("-10m")))),
+            "spec.unhealthyConditions[0].maxConditionAge",
+            "-10m",
+            short,
+        ),
+        (
+            edit(base_mhc(), "/spec/unhealthyConditions", Some(detector(json!("ten minutes")))),
+            "spec.unhealthyConditions[0].maxConditionAge",
+            "ten minutes",
+            "not a duration",
+        ),
+        (
+            edit(
+                base_mhc(),
+                "/spec/unhealthyConditions/1",
+                Some(json!({"type": "Ready", "status": "Unknown", "timeout": "5m", "maxConditionAge": "10m"})),
+            ),
+            "spec.unhealthyConditions[1].maxConditionAge",
+            "10m",
+            ready,
+        ),
+        (
+            edit(
+                base_mhc(),
+                "/spec/unhealthyMachineConditions",
+                Some(json!([{"type": "NodeHealthy", "status": "False", "timeout": "5m", "maxConditionAge": "10m"}])),
+            ),
+            "spec.unhealthyMachineConditions[0].maxConditionAge",
+            "10m",
+            machine,
+        ),
+        (
+            edit(
+                base_nhc(),
+                "/spec/unhealthyConditions",
+                Some(json!([{"type": "Ready", "status": "False", "duration": "5m", "maxConditionAge": "10m"}])),
+            ),
+            "spec.unhealthyConditions[0].maxConditionAge",
+            "10m",
+            ready,
+        ),
+        (
+            edit(
+                base_nhc(),
+                "/spec/unhealthyConditions",
+                Some(json!([{"type": "KernelDeadlock", "status": "True", "duration": "5m", "maxConditionAge": "30s"}])),
+            ),
+            "spec.unhealthyConditions[0].maxConditionAge",
+            "30s",
+            short,
+        ),
+    ];
+    for (object, path, value, message) in cases {
+        let errors = errors_of(&object);
+        assert!(
+            matches!(errors.as_slice(), [e] if e.path == path && e.value == value && e.message.contains(message)),
+            "want {path} = {value:?} ({message}), got {errors:?}"
+        );
+    }
 }

@@ -119,6 +119,7 @@ pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
         NoticeKind::Resumed => "Resumed",
         NoticeKind::NoDecision => "NoDecision",
         NoticeKind::WouldRemediate => "WouldRemediate",
+        NoticeKind::StaleCondition => "StaleCondition",
         NoticeKind::MachinesSelectedByAnotherCheck => "MachinesSelectedByAnotherCheck",
         NoticeKind::RemediationFailed => "RemediationFailed",
         NoticeKind::OtherCheckWaiting => "OtherCheckWaiting",

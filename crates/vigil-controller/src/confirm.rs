@@ -193,10 +193,10 @@ async fn refresh_node(ctx: &Arc<Context>, cluster: &str, client: kube::Client, n
     match node {
         Some(n) => {
             let (slim, _) = crate::wire::slim(&n);
-            idx.put_node(cluster, Some(slim), None);
+            idx.put_node(cluster, Some(slim), None, jiff::Timestamp::now());
         }
         None => {
-            idx.put_node(cluster, None, Some(name.to_string()));
+            idx.put_node(cluster, None, Some(name.to_string()), jiff::Timestamp::now());
         }
     }
     Ok(())

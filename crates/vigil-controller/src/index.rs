@@ -128,6 +128,9 @@ pub struct Index {
     pub claims: HashMap<CheckKey, Vec<vigil_engine::holders::Claim>>,
     /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
     pub self_hosted: BTreeSet<String>,
+    /// Every check's `maxConditionAge`s by condition type, built when first needed after the
+    /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
+    guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
 }
 
 /// The cluster key of a Machine's Nodes.
@@ -136,8 +139,8 @@ pub fn machine_cluster(view: &MachineView) -> ClusterKey {
     format!("{}/{cluster}", view.meta.namespace)
 }
 
-/// Reduces a Node to what rules read, so 10 000 Nodes stay small (no images, addresses,
-/// heartbeats or capacity).
+/// Reduces a Node to what rules read, so 10 000 Nodes stay small (no images, addresses or
+/// capacity; heartbeats are kept for the stale-signal guard).
 pub fn slim_node(node: &Node) -> Node {
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref()).map(|cs| {
         cs.iter()
@@ -147,7 +150,7 @@ pub fn slim_node(node: &Node) -> Node {
                 last_transition_time: c.last_transition_time.clone(),
                 reason: c.reason.clone(),
                 message: None,
-                last_heartbeat_time: None,
+                last_heartbeat_time: c.last_heartbeat_time.clone(),
             })
             .collect()
     });
@@ -342,25 +345,46 @@ impl Index {
     }
 
     /// Stores (or removes) a Node of `cluster`, already reduced by [`slim_node`]; returns the
-    /// checks whose verdict the change can alter (none for a heartbeat).
-    pub fn put_node(&mut self, cluster: &str, slim: Option<Node>, removed: Option<String>) -> BTreeSet<CheckKey> {
+    /// checks whose verdict the change can alter at `now` (none for a heartbeat, unless it
+    /// brings a condition a check guards with `maxConditionAge` back from stale).
+    pub fn put_node(
+        &mut self,
+        cluster: &str,
+        slim: Option<Node>,
+        removed: Option<String>,
+        now: jiff::Timestamp,
+    ) -> BTreeSet<CheckKey> {
         let Some(name) = slim.as_ref().and_then(|n| n.metadata.name.clone()).or(removed) else {
             return BTreeSet::new();
         };
         let cache = self.nodes.entry(cluster.to_string()).or_default();
-        let old = match slim {
+        match slim {
             Some(n) => {
                 let new = Arc::new(n);
                 let old = cache.nodes.insert(name.clone(), new.clone());
-                if old.as_ref().is_some_and(|o| !concerns::node_change_matters(o, &new)) {
+                if let Some(old) = old
+                    && !concerns::node_change_matters(&old, &new)
+                    && !concerns::heartbeat_revives(&old, &new, self.guarded_ages(), now)
+                {
                     return BTreeSet::new();
                 }
-                old
             }
-            None => cache.nodes.remove(&name),
-        };
-        let _ = old;
+            None => {
+                cache.nodes.remove(&name);
+            }
+        }
         self.checks_for_node(cluster, &name)
+    }
+
+    /// Every valid check's `maxConditionAge`s (rebuilt after the checks changed).
+    fn guarded_ages(&mut self) -> &vigil_engine::concerns::GuardedAges {
+        let (mhcs, nhcs) = (&self.mhcs, &self.nhcs);
+        self.guarded_ages.get_or_insert_with(|| {
+            let mhc = mhcs.values().filter_map(|c| parsed_mhc(c)).flat_map(|p| p.node_conditions);
+            let nhc = nhcs.values().filter_map(|c| parsed_nhc(c)).flat_map(|p| p.conditions);
+            let rules: Vec<vigil_api::validate::ConditionRule> = mhc.chain(nhc).collect();
+            vigil_engine::concerns::GuardedAges::of(&rules)
+        })
     }
 
     /// The checks that look at Node `name` of `cluster`.
@@ -476,6 +500,7 @@ impl Index {
             Some(c) => self.mhcs.insert(key.clone(), Arc::new(c)),
             None => self.mhcs.remove(&key),
         };
+        self.guarded_ages = None;
         if !changed {
             return BTreeSet::new();
         }
@@ -509,6 +534,7 @@ impl Index {
             Some(c) => self.nhcs.insert(key.clone(), Arc::new(c)),
             None => self.nhcs.remove(&key),
         };
+        self.guarded_ages = None;
         if changed { BTreeSet::from([CheckKey::Node(key)]) } else { BTreeSet::new() }
     }
 }

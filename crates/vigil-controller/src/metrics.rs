@@ -55,6 +55,7 @@ pub struct Metrics {
     check_would_remediate: Family<CheckLabel, Gauge>,
     check_backoff_pools: Family<CheckLabel, Gauge>,
     check_failure_domains_paused: Family<CheckLabel, Gauge>,
+    check_stale_conditions: Family<CheckLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -128,6 +129,7 @@ impl Default for Metrics {
         let check_would_remediate = Family::<CheckLabel, Gauge>::default();
         let check_backoff_pools = Family::<CheckLabel, Gauge>::default();
         let check_failure_domains_paused = Family::<CheckLabel, Gauge>::default();
+        let check_stale_conditions = Family::<CheckLabel, Gauge>::default();
         registry.register("check_targets", "Targets a check selects", check_targets.clone());
         registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
         registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
@@ -156,6 +158,11 @@ impl Default for Metrics {
             "Failure domains of a check over their own budget, where no new remediation starts (spec.failureDomains); 0 without it",
             check_failure_domains_paused.clone(),
         );
+        registry.register(
+            "check_stale_conditions",
+            "Targets of a check whose matching Node condition is set aside as stale: its reporter has not heartbeated within the rule's maxConditionAge (status.staleTargetCount)",
+            check_stale_conditions.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -172,6 +179,7 @@ impl Default for Metrics {
             check_would_remediate,
             check_backoff_pools,
             check_failure_domains_paused,
+            check_stale_conditions,
             leader,
             registry,
             decisions,
@@ -275,6 +283,7 @@ impl Metrics {
         self.check_would_remediate.get_or_create(&l).set(g.would_remediate);
         self.check_backoff_pools.get_or_create(&l).set(g.backoff_pools);
         self.check_failure_domains_paused.get_or_create(&l).set(g.failure_domains_paused);
+        self.check_stale_conditions.get_or_create(&l).set(g.stale_conditions);
     }
 
     /// Drops a deleted check's gauges.
@@ -289,6 +298,7 @@ impl Metrics {
             &self.check_would_remediate,
             &self.check_backoff_pools,
             &self.check_failure_domains_paused,
+            &self.check_stale_conditions,
         ] {
             f.remove(&l);
         }

@@ -85,6 +85,8 @@ pub struct Gauges {
     pub backoff_pools: i64,
     /// Failure domains where no new remediation starts (`status.failureDomains[].paused`).
     pub failure_domains_paused: i64,
+    /// Targets with a matching Node condition set aside as stale (`maxConditionAge`).
+    pub stale_conditions: i64,
 }
 
 fn condition_false_with<'c>(
@@ -106,6 +108,7 @@ fn mhc_gauges(s: &vigil_api::MachineHealthCheckStatus) -> Gauges {
         would_remediate: s.would_remediate.len() as i64,
         backoff_pools: s.backed_off_pools.len() as i64,
         failure_domains_paused: paused_domains(&s.failure_domains),
+        stale_conditions: i64::from(s.stale_target_count),
     }
 }
 
@@ -125,6 +128,7 @@ fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
         would_remediate: s.would_remediate.len() as i64,
         backoff_pools: s.backed_off_pools.len() as i64,
         failure_domains_paused: paused_domains(&s.failure_domains),
+        stale_conditions: i64::from(s.stale_target_count),
     }
 }
 
@@ -596,6 +600,7 @@ mod tests {
             type_: t.into(),
             status: s.into(),
             timeout: SignedDuration::from_secs(secs),
+            max_age: None,
         };
         let rules = [rule("Ready", "False", 300), rule("Ready", "Unknown", 60), rule("DiskPressure", "True", 30)];
         let since: Timestamp = "2030-01-01T00:02:00Z".parse().expect("time");

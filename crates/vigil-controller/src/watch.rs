@@ -374,8 +374,8 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
             slim
         },
         move |idx, op| match op {
-            Op::Upsert(n) => idx.put_node(&cluster, Some(n), None),
-            Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone()),
+            Op::Upsert(n) => idx.put_node(&cluster, Some(n), None, jiff::Timestamp::now()),
+            Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone(), jiff::Timestamp::now()),
             Op::Replace(list) => {
                 let cache = idx.nodes.entry(cluster.clone()).or_default();
                 cache.nodes =

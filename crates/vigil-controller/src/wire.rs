@@ -65,6 +65,9 @@ pub struct RawCondition {
     /// When the status last changed, as sent.
     #[serde(default)]
     pub last_transition_time: Option<String>,
+    /// When the reporter last confirmed the condition, as sent (the stale-signal guard reads it).
+    #[serde(default)]
+    pub last_heartbeat_time: Option<String>,
 }
 
 impl From<RawNode> for WireNode {
@@ -120,14 +123,22 @@ pub struct Unreadable {
     pub field: String,
     /// The value as sent.
     pub value: String,
+    /// What the rules make of the condition then.
+    pub effect: &'static str,
 }
+
+/// An unreadable `lastTransitionTime`: the condition cannot be timed.
+const NO_TRANSITION: &str = "the condition is treated as unknown (never as unhealthy)";
+/// An unreadable `lastHeartbeatTime`: the reporter cannot be shown alive.
+const NO_HEARTBEAT: &str =
+    "a rule with maxConditionAge treats the condition as stale (never as unhealthy); other rules do not read it";
 
 impl std::fmt::Display for Unreadable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Node {}: {}: invalid value {:?}: not a time Vigil can read; the condition is treated as unknown (never as unhealthy)",
-            self.node, self.field, self.value
+            "Node {}: {}: invalid value {:?}: not a time Vigil can read; {}",
+            self.node, self.field, self.value, self.effect
         )
     }
 }
@@ -140,24 +151,29 @@ pub fn slim(node: &WireNode) -> (Node, Vec<Unreadable>) {
         .conditions
         .iter()
         .map(|c| {
-            let last_transition_time = c.last_transition_time.as_deref().and_then(|t| match t.parse() {
-                Ok(ts) => Some(Time(ts)),
-                Err(_) => {
-                    problems.push(Unreadable {
-                        node: name.clone(),
-                        field: format!("status.conditions[{}].lastTransitionTime", c.type_),
-                        value: t.chars().take(64).collect(),
-                    });
-                    None
-                }
-            });
+            let mut time = |text: Option<&str>, field: &str, effect: &'static str| {
+                text.and_then(|t| match t.parse() {
+                    Ok(ts) => Some(Time(ts)),
+                    Err(_) => {
+                        problems.push(Unreadable {
+                            node: name.clone(),
+                            field: format!("status.conditions[{}].{field}", c.type_),
+                            value: t.chars().take(64).collect(),
+                            effect,
+                        });
+                        None
+                    }
+                })
+            };
+            let last_transition_time = time(c.last_transition_time.as_deref(), "lastTransitionTime", NO_TRANSITION);
+            let last_heartbeat_time = time(c.last_heartbeat_time.as_deref(), "lastHeartbeatTime", NO_HEARTBEAT);
             NodeCondition {
                 type_: c.type_.clone(),
                 status: c.status.clone(),
                 last_transition_time,
                 reason: c.reason.clone(),
                 message: None,
-                last_heartbeat_time: None,
+                last_heartbeat_time,
             }
         })
         .collect();
@@ -203,6 +219,11 @@ mod tests {
         let c = &good.status.as_ref().and_then(|s| s.conditions.clone()).expect("conditions")[0];
         assert_eq!((c.type_.as_str(), c.status.as_str()), ("Ready", "False"));
         assert!(c.last_transition_time.is_some());
+        assert_eq!(
+            c.last_heartbeat_time.as_ref().map(|t| t.0.to_string()).as_deref(),
+            Some("2026-01-01T00:00:00Z"),
+            "the heartbeat is kept for the stale-signal guard"
+        );
         let (bad, p) = slim(&list[1]);
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].field, "status.conditions[Ready].lastTransitionTime");
@@ -221,6 +242,17 @@ mod tests {
         let n: WireNode = serde_json::from_value(v).expect("decodes");
         let (_, p) = slim(&n);
         assert_eq!(p.len(), 1);
+        // A garbage heartbeat spoils only its own field: the transition time is still read.
+        let v = json!({"metadata": {"name": "n4"}, "status": {"conditions": [
+            {"type": "KernelDeadlock", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z",
+             "lastHeartbeatTime": "9999-12-31T23:59:59Z"}]}});
+        let n: WireNode = serde_json::from_value(v).expect("decodes");
+        let (slimmed, p) = slim(&n);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].field, "status.conditions[KernelDeadlock].lastHeartbeatTime");
+        assert!(p[0].to_string().contains("stale"), "{}", p[0]);
+        let c = &slimmed.status.and_then(|s| s.conditions).expect("conditions")[0];
+        assert!(c.last_heartbeat_time.is_none() && c.last_transition_time.is_some());
         let n: WireNode = serde_json::from_value(json!({"metadata": {"name": "n3"}})).expect("no status");
         assert!(slim(&n).0.status.and_then(|s| s.conditions).is_some_and(|c| c.is_empty()));
     }

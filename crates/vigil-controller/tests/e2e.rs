@@ -567,6 +567,27 @@ async fn the_api_server_refuses_bad_specs_with_a_clear_message() -> Result<()> {
             "spec.remediationTemplate.kind",
             "Template",
         ),
+        (
+            mhc_with(
+                json!({"unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "5m", "maxConditionAge": "10m"}]}),
+            ),
+            "maxConditionAge",
+            "node lifecycle controller",
+        ),
+        (
+            mhc_with(
+                json!({"unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeout": "5m", "maxConditionAge": "10m"}]}),
+            ),
+            "spec.unhealthyMachineConditions[0].maxConditionAge",
+            "no heartbeat",
+        ),
+        (
+            nhc_with(
+                json!({"unhealthyConditions": [{"type": "KernelDeadlock", "status": "True", "duration": "5m", "maxConditionAge": "30s"}]}),
+            ),
+            "maxConditionAge",
+            "at least 1m",
+        ),
         (nhc_with(json!({"maxUnhealthy": 1})), "spec", "minHealthy"),
         (nhc_with(json!({"minHealthy": null})), "spec", "minHealthy"),
         (
@@ -1076,6 +1097,107 @@ async fn mhc_failure_domain_keyed_on_spec_failure_domain_pauses_only_that_domain
     stays("an OwnerRemediated in the paused domain", Duration::from_secs(3), || async {
         Ok(machine_condition(&env, "m1", "OwnerRemediated").await?.is_some()
             || machine_condition(&env, "m2", "OwnerRemediated").await?.is_some())
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}
+
+/// Sets a Node's conditions: Ready=True and a detector's `KernelDeadlock=True` (since `since`)
+/// whose last heartbeat was `heartbeat_ago` seconds ago.
+async fn set_detector(env: &TestEnv, name: &str, since: &str, heartbeat_ago: i64) -> Result<()> {
+    env.apply_status(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "",
+             "lastHeartbeatTime": secs_ago(0), "lastTransitionTime": "2020-01-01T00:00:00Z"},
+            {"type": "KernelDeadlock", "status": "True", "reason": "DockerHung", "message": "",
+             "lastHeartbeatTime": secs_ago(heartbeat_ago), "lastTransitionTime": since}]}}))
+        .await?;
+    Ok(())
+}
+
+/// The stale-signal guard on the real API server: a detector condition whose last heartbeat is
+/// older than `maxConditionAge` is not acted on and is reported (event, status, gauge); the same
+/// condition with a fresh heartbeat is remediated, and a heartbeat that revives the stale one
+/// wakes the check at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_detector_condition_is_reported_not_remediated_and_a_fresh_one_is() -> Result<()> {
+    let env = env().await?;
+    workers(&env, 3).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    let rules = json!([{"type": "KernelDeadlock", "status": "True", "duration": "2s", "maxConditionAge": "1m"}]);
+    nhc(
+        &env,
+        "detector",
+        json!({"minHealthy": 1, "remediationTemplate": reboot_ref("reboot"), "unhealthyConditions": rules}),
+    )
+    .await?;
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let controller = Controller::start_with(
+        env.client(),
+        vigil_controller::Options { workers: 2, metrics_addr: Some(metrics), ..Default::default() },
+    );
+    wait_check_condition(&env, "NodeHealthCheck", "detector", "RemediationAllowed", "True", "RemediationAllowed")
+        .await?;
+    let since = secs_ago(60);
+    set_detector(&env, "w1", &since, 600).await?; // the detector on w1 died 10 minutes ago
+    set_detector(&env, "w2", &since, 0).await?; // alive
+
+    wait_for("w2's remediation", WAIT, || async {
+        Ok((!for_node(&list_snr(&env, MEDIK8S).await?, "w2").is_empty()).then_some(()))
+    })
+    .await?;
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(env.client());
+    let event = wait_for("a StaleCondition event about w1", WAIT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("StaleCondition")
+                && e.related.as_ref().and_then(|r| r.name.as_deref()) == Some("w1")
+        }))
+    })
+    .await?;
+    let note = event.note.unwrap_or_default();
+    for words in ["NodeHealthCheck/detector", "KernelDeadlock=True", "maxConditionAge 1m0s", "ago"] {
+        assert!(note.contains(words), "{words:?} missing in {note}");
+    }
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    // The status is written after the remediation: wait for the decision that made it.
+    let s = wait_for("the status after w2's remediation", WAIT, || async {
+        let s = check_status(&env, "NodeHealthCheck", "detector").await?;
+        Ok((s["phase"] == "Remediating").then_some(s))
+    })
+    .await?;
+    assert_eq!(s["staleTargetCount"].as_i64(), Some(1), "{s}");
+    assert_eq!(
+        (s["staleTargets"][0]["name"].as_str(), s["staleTargets"][0]["condition"].as_str()),
+        (Some("w1"), Some("KernelDeadlock=True"))
+    );
+    assert_eq!(s["healthyNodes"].as_i64(), Some(2), "the stale Node counts as healthy: {s}");
+    wait_for("vigil_check_stale_conditions 1", WAIT, || async {
+        let text = scrape(metrics).await.unwrap_or_default();
+        let line = "vigil_check_stale_conditions{check=\"NodeHealthCheck/detector\"} 1";
+        Ok(text.lines().any(|l| l == line).then_some(()))
+    })
+    .await?;
+    stays("a remediation of the stale w1", Duration::from_secs(3), || async {
+        Ok(!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty())
+    })
+    .await?;
+
+    // The detector on w1 comes back: a heartbeat alone wakes the check, and w1 (deadlocked for a
+    // minute, past its 2s) is remediated.
+    // Only heartbeats change (the Ready one too, as a kubelet's would).
+    set_detector(&env, "w1", &since, 0).await?;
+    wait_for("w1's remediation once its detector heartbeats again", WAIT, || async {
+        Ok((!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty()).then_some(()))
+    })
+    .await?;
+    wait_for("no stale target listed any more", WAIT, || async {
+        let s = check_status(&env, "NodeHealthCheck", "detector").await?;
+        Ok((s.get("staleTargetCount").is_none() && s.get("staleTargets").is_none()).then_some(()))
     })
     .await?;
     controller.stop().await;

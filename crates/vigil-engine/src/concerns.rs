@@ -5,8 +5,10 @@
 
 use crate::machine::is_target;
 use crate::node::is_control_plane;
-use k8s_openapi::api::core::v1::Node;
-use vigil_api::validate::{MhcPolicy, NhcPolicy};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use std::collections::BTreeMap;
+use vigil_api::validate::{ConditionRule, MhcPolicy, NhcPolicy};
 use vigil_api::views::{MachineView, Meta};
 use vigil_api::well_known::NODE_NAME_ANNOTATION;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
@@ -94,6 +96,55 @@ pub fn node_change_matters(old: &Node, new: &Node) -> bool {
     conditions(old) != conditions(new)
 }
 
+/// The `maxConditionAge`s of the checks' guarded rules, by condition type: what a heartbeat is
+/// measured against (see [`heartbeat_revives`]). Adapters build it when the checks change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuardedAges(BTreeMap<String, Vec<SignedDuration>>);
+
+impl GuardedAges {
+    /// The ages of every guarded rule among `rules`.
+    pub fn of<'r>(rules: impl IntoIterator<Item = &'r ConditionRule>) -> Self {
+        let mut ages: BTreeMap<String, Vec<SignedDuration>> = BTreeMap::new();
+        for rule in rules {
+            if let Some(age) = rule.max_age {
+                let list = ages.entry(rule.type_.clone()).or_default();
+                if !list.contains(&age) {
+                    list.push(age);
+                }
+            }
+        }
+        GuardedAges(ages)
+    }
+
+    /// Whether no check guards any rule (heartbeats then never matter).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Whether a Node update that [`node_change_matters`] calls a heartbeat can still change a
+/// verdict at `now`: it brings a condition some check guards with `maxConditionAge` back from
+/// stale (the old heartbeat too old or missing, the new one fresh). A fresh heartbeat replacing
+/// a fresh one changes nothing: the plan already wakes when the condition would turn stale, and
+/// then reads the newer heartbeat. So a fleet's heartbeats still cause no work.
+pub fn heartbeat_revives(old: &Node, new: &Node, ages: &GuardedAges, now: Timestamp) -> bool {
+    if ages.is_empty() {
+        return false;
+    }
+    let conditions = |n: &Node| n.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]).to_vec();
+    let (before, after) = (conditions(old), conditions(new));
+    let heartbeat = |c: Option<&NodeCondition>| c.and_then(|c| c.last_heartbeat_time.as_ref()).map(|t| t.0);
+    // Fresh: `heartbeat + age` is not before `now` (a sum beyond time's range is fresh for ever).
+    let fresh =
+        |h: Option<Timestamp>, age: SignedDuration| h.is_some_and(|h| h.checked_add(age).map_or(true, |d| d >= now));
+    after.iter().any(|c| {
+        let Some(list) = ages.0.get(&c.type_) else { return false };
+        let was = heartbeat(before.iter().find(|o| o.type_ == c.type_));
+        let is = heartbeat(Some(c));
+        list.iter().any(|age| !fresh(was, *age) && fresh(is, *age))
+    })
+}
+
 /// The API group of an `apiVersion` (`""` for the core group).
 pub fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
@@ -130,6 +181,39 @@ mod tests {
         assert!(!node_change_matters(&a, &b));
         let c = node("False", "2030-01-01T00:00:20Z", "2030-01-01T00:00:20Z");
         assert!(node_change_matters(&b, &c));
+    }
+
+    fn guarded(type_: &str, age_secs: i64) -> GuardedAges {
+        GuardedAges::of(&[ConditionRule {
+            type_: type_.into(),
+            status: "True".into(),
+            timeout: SignedDuration::from_secs(60),
+            max_age: Some(SignedDuration::from_secs(age_secs)),
+        }])
+    }
+
+    #[test]
+    fn a_heartbeat_matters_only_when_it_revives_a_guarded_stale_condition() {
+        let now: Timestamp = "2030-01-01T01:00:00Z".parse().expect("ts");
+        let ltt = "2030-01-01T00:00:00Z";
+        let stale = node("True", "2030-01-01T00:40:00Z", ltt); // 20m old
+        let fresh = node("True", "2030-01-01T00:59:00Z", ltt);
+        let fresher = node("True", "2030-01-01T00:59:30Z", ltt);
+        let ages = guarded("Ready", 600); // 10m (the types are what matters here)
+        assert!(heartbeat_revives(&stale, &fresh, &ages, now), "stale -> fresh");
+        assert!(!heartbeat_revives(&fresh, &fresher, &ages, now), "fresh -> fresh: the planned wake-up reads it");
+        assert!(!heartbeat_revives(&stale, &stale, &ages, now));
+        assert!(!heartbeat_revives(&stale, &fresh, &GuardedAges::default(), now), "no guarded rule: no work");
+        assert!(!heartbeat_revives(&stale, &fresh, &guarded("KernelDeadlock", 600), now), "another type");
+        assert!(!heartbeat_revives(&stale, &fresh, &guarded("Ready", 1500), now), "20m old is fresh under 25m");
+        // Exactly at the age is still fresh (strictly older is stale).
+        let edge = node("True", "2030-01-01T00:50:00Z", ltt);
+        assert!(!heartbeat_revives(&edge, &fresh, &ages, now));
+        let mut none = stale.clone();
+        if let Some(c) = none.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c[0].last_heartbeat_time = None;
+        }
+        assert!(heartbeat_revives(&none, &fresh, &ages, now), "no heartbeat counts as stale");
     }
 
     #[test]

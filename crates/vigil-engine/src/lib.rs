@@ -16,6 +16,7 @@ pub mod machine_write;
 pub mod node;
 pub mod peers;
 pub mod plan;
+pub mod stale;
 
 pub use lookup::Lookup;
 pub use plan::{Action, Notice, NoticeKind, ObjectRef, Plan};

@@ -283,10 +283,19 @@ pub fn evaluate(
         }
         (Some(name), Some(node)) => {
             let node_conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+            // The stale-signal guard: a stale condition is as if absent.
+            let guarded = policy.node_conditions.iter().any(|r| r.max_age.is_some());
+            let trusted = |c: &&k8s_openapi::api::core::v1::NodeCondition| {
+                !guarded
+                    || !matches!(
+                        crate::stale::freshness(c, &policy.node_conditions, now),
+                        crate::stale::Freshness::Stale(_)
+                    )
+            };
             let node_match = match_rules(
                 &policy.node_conditions,
                 |t| {
-                    node_conditions.iter().find(|c| c.type_ == t).map(|c| {
+                    node_conditions.iter().find(|c| c.type_ == t).filter(trusted).map(|c| {
                         (
                             c.status.as_str(),
                             c.last_transition_time.as_ref().map(|t| t.0),
@@ -319,6 +328,29 @@ pub fn evaluate(
             }
         }
     }
+}
+
+/// The stale-signal guard on a Node (see [`crate::stale`]): its first matching condition set
+/// aside as stale, and the earliest instant a guarded fresh one turns stale (for the plan's
+/// wake-up). [`evaluate`] reads such a condition as absent.
+pub fn stale_node_condition(
+    node: &Node,
+    policy: &MhcPolicy,
+    now: Timestamp,
+) -> (Option<crate::stale::Stale>, Option<Timestamp>) {
+    let mut stale = None;
+    let mut fresh_until = Earliest::default();
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    for c in conditions {
+        match crate::stale::freshness(c, &policy.node_conditions, now) {
+            crate::stale::Freshness::Stale(s) => {
+                stale.get_or_insert(s);
+            }
+            crate::stale::Freshness::FreshUntil(t) => fresh_until.offer(t),
+            crate::stale::Freshness::Unguarded => {}
+        }
+    }
+    (stale, fresh_until.0)
 }
 
 /// ` with reason R` for a condition that has a reason, as upstream's messages say it.
@@ -570,6 +602,7 @@ pub fn decide_among_peers(
                 remediation_history: p.remediation_history.clone(),
                 backed_off_pools: p.backed_off_pools.clone(),
                 failure_domains: p.failure_domains.clone(),
+                stale_targets: p.stale_targets.clone(),
                 ..*p
             })
             .unwrap_or_default(),
@@ -658,6 +691,8 @@ pub fn decide_among_peers(
         }
         tally.judge(fd, Rounding::Down)
     });
+    let me = CheckRef::of_mhc(input.check);
+    stale_targets(&mut b, input, &targets, nodes, peers, &me, &mut wake);
 
     // Rule 3: the short-circuit.
     let unhealthy_count = targets.len() - healthy;
@@ -693,7 +728,6 @@ pub fn decide_among_peers(
     };
     let template_ref = input.policy.remediation_template.as_ref();
     let healthy_condition = DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, reason::SUCCEEDED, "");
-    let me = CheckRef::of_mhc(input.check);
     let history = previous.map_or(&[][..], |p| p.remediation_history.as_slice());
     let mut ledger = Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now);
     let mut owned_elsewhere: BTreeMap<&CheckRef, Vec<String>> = BTreeMap::new();
@@ -807,6 +841,55 @@ fn report_domains(b: &mut Builder<'_>, budgets: Option<&Budgets>) {
     set_condition(&mut b.status.conditions, &report.condition, b.now, b.generation);
     b.status.failure_domains = report.status;
     b.notices.extend(report.notices);
+}
+
+/// The stale-signal guard's report: the targets this check writes whose Node has a matching
+/// condition set aside as stale (count, first names, a notice when one is newly listed), and the
+/// instants guarded fresh conditions turn stale.
+fn stale_targets(
+    b: &mut Builder<'_>,
+    input: &MhcInput<'_>,
+    targets: &[&MachineView],
+    nodes: &dyn Lookup<Node>,
+    peers: &MhcPeers<'_>,
+    me: &CheckRef,
+    wake: &mut Earliest,
+) {
+    if !input.policy.node_conditions.iter().any(|r| r.max_age.is_some()) {
+        b.status.stale_target_count = 0;
+        return;
+    }
+    let mut stale = Vec::new();
+    for machine in targets {
+        let Some(node) = machine.node_name.as_deref().and_then(|n| nodes.lookup(n)) else { continue };
+        if peers.owner_other_than(me, machine).is_some() {
+            continue; // the owning check reports it
+        }
+        let (s, fresh_until) = stale_node_condition(node, input.policy, b.now);
+        if let Some(t) = fresh_until {
+            wake.offer(t);
+        }
+        if let Some(s) = s {
+            stale.push((machine.meta.name.clone(), s));
+        }
+    }
+    let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
+    let check = format!("MachineHealthCheck/{namespace}/{}", input.check.metadata.name.as_deref().unwrap_or(""));
+    let previous = b.previous.map_or(&[][..], |p| p.stale_targets.as_slice());
+    let notices = crate::stale::notices(
+        &check,
+        previous,
+        &stale,
+        |name| {
+            let key = format!("{namespace}/{name}");
+            let what = format!("the Node of Machine {key}");
+            (key, what)
+        },
+        b.now,
+    );
+    b.notices.extend(notices);
+    b.status.stale_target_count = i32::try_from(stale.len()).unwrap_or(i32::MAX);
+    b.status.stale_targets = crate::stale::listed(&stale);
 }
 
 /// The condition [`SELECTED_BY_ANOTHER_CHECK`]: True naming each owner and its Machines (sorted,

@@ -170,19 +170,38 @@ fn has_annotation(node: &Node, key: &str) -> bool {
     node.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
 }
 
-/// Judges a Node against the rules; offers the instant its verdict can change.
-fn judge(node: &Node, rules: &[ConditionRule], now: Timestamp, wake: &mut Earliest) -> Verdict {
+/// Judges a Node against the rules; offers the instant its verdict can change. A matching
+/// condition set aside by the stale-signal guard ([`crate::stale`]) matches nothing and is put in
+/// `stale` (the first one); a guarded fresh one offers the instant it turns stale.
+fn judge(
+    node: &Node,
+    rules: &[ConditionRule],
+    now: Timestamp,
+    wake: &mut Earliest,
+    stale: &mut Option<crate::stale::Stale>,
+) -> Verdict {
     let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
     let mut undecided = None;
+    let mut unhealthy = None;
     let mut pending = false;
     let mut first_deadline: Option<Timestamp> = None;
+    // A condition one guarded rule sets aside matches no rule, guarded or not.
+    let guarded = rules.iter().any(|r| r.max_age.is_some());
     for (i, rule) in rules.iter().enumerate() {
-        for c in conds.iter().filter(|c| {
-            c.type_.len() == rule.type_.len()
-                && c.status.len() == rule.status.len()
-                && c.type_ == rule.type_
-                && c.status == rule.status
-        }) {
+        for c in conds.iter().filter(|c| crate::stale::matches(c, rule)) {
+            if guarded {
+                match crate::stale::freshness(c, rules, now) {
+                    crate::stale::Freshness::Stale(s) => {
+                        stale.get_or_insert(s);
+                        continue;
+                    }
+                    crate::stale::Freshness::FreshUntil(t) => wake.offer(t),
+                    crate::stale::Freshness::Unguarded => {}
+                }
+            }
+            if unhealthy.is_some() {
+                continue; // already decided; only staleness is still looked for
+            }
             match &c.last_transition_time {
                 None => {
                     undecided.get_or_insert(i);
@@ -190,7 +209,7 @@ fn judge(node: &Node, rules: &[ConditionRule], now: Timestamp, wake: &mut Earlie
                 Some(Time(since)) => {
                     pending = true;
                     match after(*since, rule.timeout) {
-                        Some(deadline) if deadline < now => return Verdict::Unhealthy(i),
+                        Some(deadline) if deadline < now => unhealthy = Some(i),
                         Some(deadline) => {
                             first_deadline = Some(first_deadline.map_or(deadline, |d| d.min(deadline)));
                         }
@@ -199,6 +218,9 @@ fn judge(node: &Node, rules: &[ConditionRule], now: Timestamp, wake: &mut Earlie
                 }
             }
         }
+    }
+    if let Some(i) = unhealthy {
+        return Verdict::Unhealthy(i);
     }
     if let Some(t) = first_deadline.and_then(|d| after(d, ONE_NS)) {
         wake.offer(t);
@@ -217,7 +239,9 @@ pub fn unhealthy_because<'p>(
     policy: &'p NhcPolicy,
     now: Timestamp,
 ) -> Option<(&'p ConditionRule, Timestamp)> {
-    let Verdict::Unhealthy(i) = judge(node, &policy.conditions, now, &mut Earliest::default()) else { return None };
+    let Verdict::Unhealthy(i) = judge(node, &policy.conditions, now, &mut Earliest::default(), &mut None) else {
+        return None;
+    };
     let rule = policy.conditions.get(i)?;
     let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
     conds
@@ -814,6 +838,8 @@ struct Scan<'a> {
     healthy: usize,
     /// Control-plane Nodes, sorted.
     cp_names: Vec<&'a str>,
+    /// Selected Nodes with a matching condition set aside as stale, in name order.
+    stale: Vec<(String, crate::stale::Stale)>,
     wake: Earliest,
     /// Per failure domain, with `spec.failureDomains`.
     tally: Option<Tally>,
@@ -830,6 +856,7 @@ fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &NhcPolicy, now
         observed: 0,
         healthy: 0,
         cp_names: Vec::new(),
+        stale: Vec::new(),
         wake: Earliest::default(),
         tally: policy.failure_domains.as_ref().map(|_| Tally::default()),
     };
@@ -854,7 +881,11 @@ fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &NhcPolicy, now
         }
         if policy.selector.matches(node.metadata.labels.as_ref()) {
             scan.observed += 1;
-            let verdict = judge(node, &policy.conditions, now, &mut scan.wake);
+            let mut stale = None;
+            let verdict = judge(node, &policy.conditions, now, &mut scan.wake, &mut stale);
+            if let Some(stale) = stale {
+                scan.stale.push((name.to_string(), stale));
+            }
             if let Some(tally) = &mut scan.tally {
                 tally.add(domain_key.and_then(|k| node_domain(node, k)), verdict == Verdict::Clear && start == b);
             }
@@ -953,8 +984,8 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         all = &sorted_copy;
         scan = scan_nodes(all, &owned, policy, now);
     }
-    let Scan { subjects, healthy_at, observed, healthy, cp_names, wake: scan_wake, tally, .. } = scan;
-    // Failure domains: judged on the same counts as the threshold, rounded up as medik8s'.
+    let Scan { subjects, healthy_at, observed, healthy, cp_names, stale, wake: scan_wake, tally, .. } = scan;
+    // Failure domains: judged on the same counts as the threshold, rounded up as medik8s.
     let budgets = tally.zip(policy.failure_domains.as_ref()).map(|(t, fd)| t.judge(fd, Rounding::Up));
     let mut wake = scan_wake;
 
@@ -1197,6 +1228,14 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     for e in &prev_entries[p..] {
         pass.notices.extend(recovered(&e.name));
     }
+    // The stale-signal guard: tell about Nodes whose stale condition is newly listed.
+    pass.notices.extend(crate::stale::notices(
+        &format!("NodeHealthCheck/{check_name}"),
+        &prev.stale_targets,
+        &stale,
+        |name| (name.to_string(), format!("Node {name}")),
+        now,
+    ));
 
     // Phase, conditions, status.
     let remediating = entries.iter().filter(|e| !e.remediations.is_empty()).count();
@@ -1256,6 +1295,8 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         remediation_history: history,
         backed_off_pools: pools,
         failure_domains: Vec::new(),
+        stale_target_count: count(stale.len()),
+        stale_targets: crate::stale::listed(&stale),
     };
     if let Some(report) = domains_report {
         status.failure_domains = report.status;

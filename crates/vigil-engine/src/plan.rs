@@ -106,6 +106,9 @@ pub enum NoticeKind {
     NoDecision,
     /// A check in dry-run would remediate this target now (and did nothing).
     WouldRemediate,
+    /// A matching Node condition of this target was set aside: its reporter stopped heartbeating
+    /// for longer than the rule's `maxConditionAge` (see [`crate::stale`]).
+    StaleCondition,
     /// Another MachineHealthCheck writes the conditions of some of this check's Machines (see
     /// [`crate::peers`]); told when the set of such Machines changes.
     MachinesSelectedByAnotherCheck,
@@ -137,6 +140,7 @@ impl NoticeKind {
                 | NoticeKind::OtherCheckWaiting
                 | NoticeKind::RemediationBackoff
                 | NoticeKind::FailureDomainShortCircuit
+                | NoticeKind::StaleCondition
         )
     }
 }

@@ -66,7 +66,8 @@ fn colour_of(event: &str) -> Option<&'static str> {
         | "Invalid"
         | "RemediationFailed"
         | "FailureDomainShortCircuit"
-        | "WriteFailed" => Some("31"),
+        | "WriteFailed"
+        | "StaleCondition" => Some("31"),
         "RemediationRequested" | "RemediationCreated" | "RemediationDeleted" | "MachineReplaced" => Some("33"),
         "Healthy" | "RemediationAllowed" | "NodeRecovered" | "NodeJoined" | "Resumed" | "FailureDomainResumed" => {
             Some("32")
@@ -179,6 +180,18 @@ pub fn text_styled(name: &str, events: &[Event], final_statuses: &BTreeMap<Strin
             })
             .unwrap_or_default();
         let would = format!("{would}{domains}");
+        // The stale-signal guard: how many targets have a condition set aside, the first names.
+        let stale_count = status.get("staleTargetCount").and_then(Value::as_i64).unwrap_or(0);
+        let would = if stale_count > 0 {
+            let names: Vec<&str> = status
+                .get("staleTargets")
+                .and_then(Value::as_array)
+                .map(|ts| ts.iter().filter_map(|t| t["name"].as_str()).collect())
+                .unwrap_or_default();
+            format!("{would} staleTargets {stale_count} ({})", names.join(" "))
+        } else {
+            would
+        };
         if check.starts_with("MachineHealthCheck/") {
             out.push_str(&format!(
                 "  {check}: expected {} healthy {} remediationsAllowed {} [{}]{would}\n",

@@ -50,6 +50,24 @@ struct RawModels {
     owner: Option<RawOwner>,
     #[serde(default)]
     remediators: Vec<RawRemediator>,
+    #[serde(default)]
+    heartbeats: Vec<RawHeartbeat>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawHeartbeat {
+    #[serde(rename = "type")]
+    type_: String,
+    every: String,
+    #[serde(default)]
+    node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    cluster: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    until: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -159,6 +177,26 @@ pub struct Models {
     pub owner: Option<OwnerModel>,
     /// Remediators by remediation kind.
     pub remediators: Vec<RemediatorModel>,
+    /// Reporters that renew a condition's `lastHeartbeatTime` (a detector, the kubelet).
+    pub heartbeats: Vec<HeartbeatModel>,
+}
+
+/// A reporter that renews one condition type's `lastHeartbeatTime`, as a detector does while it
+/// is alive; after `until` it is dead and the heartbeats stop (the stale-signal guard's input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatModel {
+    /// The condition type it reports, e.g. `KernelDeadlock`.
+    pub type_: String,
+    /// Time between two heartbeats.
+    pub every: SignedDuration,
+    /// Only Nodes with all these labels (every Node when empty).
+    pub node_selector: BTreeMap<String, String>,
+    /// Workload cluster (`namespace/clusterName`), or the management cluster.
+    pub cluster: Option<String>,
+    /// First heartbeat, from the start.
+    pub from: SignedDuration,
+    /// From this offset on, no heartbeat (the reporter died); `None`: never stops.
+    pub until: Option<SignedDuration>,
 }
 
 /// The owner model's timings.
@@ -339,7 +377,11 @@ impl Scenario {
                     };
                     remediators.push(RemediatorModel { kind: r.kind, outcome });
                 }
-                Models { owner, remediators }
+                let mut heartbeats = Vec::new();
+                for (i, h) in m.heartbeats.into_iter().enumerate() {
+                    heartbeats.push(heartbeat_model(&format!("models.heartbeats[{i}]"), h, &raw.workload_clusters)?);
+                }
+                Models { owner, remediators, heartbeats }
             }
         };
         Ok(Scenario {
@@ -352,6 +394,45 @@ impl Scenario {
             models,
         })
     }
+}
+
+/// Checks one heartbeat model: a type, a positive period, a known cluster, `from` ≤ `until`.
+fn heartbeat_model(
+    path: &str,
+    h: RawHeartbeat,
+    workload_clusters: &BTreeMap<String, Vec<Value>>,
+) -> Result<HeartbeatModel, ScenarioError> {
+    if h.type_.trim().is_empty() {
+        return Err(entry(format!("{path}.type"), "must not be empty"));
+    }
+    let every = duration(&format!("{path}.every"), &h.every)?;
+    if every.is_zero() {
+        return Err(entry(format!("{path}.every"), format!("invalid value {:?}: must be greater than zero", h.every)));
+    }
+    if let Some(cluster) = &h.cluster {
+        check_cluster_key(&format!("{path}.cluster"), cluster)?;
+        if !workload_clusters.contains_key(cluster) {
+            return Err(entry(
+                format!("{path}.cluster"),
+                format!("invalid value {cluster:?}: no such workload cluster in workloadClusters"),
+            ));
+        }
+    }
+    let from = match &h.from {
+        Some(text) => duration(&format!("{path}.from"), text)?,
+        None => SignedDuration::ZERO,
+    };
+    let until = match &h.until {
+        Some(text) => {
+            let until = duration(&format!("{path}.until"), text)?;
+            if until < from {
+                return Err(entry(format!("{path}.until"), format!("invalid value {text:?}: before from")));
+            }
+            Some(until)
+        }
+        None => None,
+    };
+    Ok(HeartbeatModel { type_: h.type_, every, node_selector: h.node_selector, cluster: h.cluster, from, until })
 }
 
 /// The namespace kubectl uses for a namespaced object that names none.
@@ -491,6 +572,8 @@ models:
   remediators:
     - {kind: SelfNodeRemediation, recoverAfter: 3m}
     - {kind: FenceAgentsRemediation, succeeded: false, after: 2m}
+  heartbeats:
+    - {type: KernelDeadlock, every: 30s, nodeSelector: {role: worker}, until: 8m}
 "#,
         )
         .expect("valid");
@@ -498,6 +581,11 @@ models:
         assert_eq!(s.timeline[0].at, SignedDuration::from_secs(90), "sorted by time");
         assert_eq!(s.timeline[0].index, 1, "keeps its position in the file for messages");
         assert_eq!(s.models.remediators[1].outcome, RemediatorOutcome::Fails(SignedDuration::from_secs(120)));
+        let h = &s.models.heartbeats[0];
+        assert_eq!(
+            (h.every, h.from, h.until),
+            (SignedDuration::from_secs(30), SignedDuration::ZERO, Some(SignedDuration::from_secs(480)))
+        );
     }
 
     #[test]
@@ -541,6 +629,16 @@ models:
             ));
         }
         assert_eq!(Scenario::parse(&big).map(|s| s.objects.len()), Ok(30_000));
+        assert_eq!(
+            err("name: x\nduration: 5m\nmodels:\n  heartbeats:\n    - {type: KernelDeadlock, every: 0s}\n"),
+            r#"models.heartbeats[0].every: invalid value "0s": must be greater than zero"#
+        );
+        assert_eq!(
+            err(
+                "name: x\nduration: 5m\nmodels:\n  heartbeats:\n    - {type: KernelDeadlock, every: 1m, from: 3m, until: 2m}\n"
+            ),
+            r#"models.heartbeats[0].until: invalid value "2m": before from"#
+        );
         assert_eq!(
             err(
                 "name: x\nduration: 5m\ntimeline:\n  - at: 1m\n    setNodeCondition: {node: n, nodeSelector: {zone: b}, type: Ready, status: Unknown}\n"

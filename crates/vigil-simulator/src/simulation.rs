@@ -67,6 +67,10 @@ enum Task {
     ReplaceMachine(Key),
     JoinNode(Key),
     Remediator(Key, RemediatorOutcome),
+    /// Heartbeat model `i` renews its condition.
+    Heartbeat(usize),
+    /// Heartbeat model `i` dies.
+    HeartbeatsStop(usize),
 }
 
 /// What a run produced.
@@ -133,6 +137,14 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         }
     }
     sim.loading = false;
+    for (i, h) in scenario.models.heartbeats.iter().enumerate() {
+        if h.until.is_none_or(|until| h.from < until) {
+            sim.schedule(h.from, Task::Heartbeat(i));
+        }
+        if let Some(until) = h.until {
+            sim.schedule(until, Task::HeartbeatsStop(i));
+        }
+    }
     sim.dirty = sim.checks().into_iter().collect();
     sim.run()?;
     let final_statuses = sim
@@ -383,6 +395,7 @@ impl Sim<'_> {
             && let (Ok(b), Ok(a)) =
                 (serde_json::from_value::<Node>(b.clone()), serde_json::from_value::<Node>(a.clone()))
             && !concerns::node_change_matters(&b, &a)
+            && !concerns::heartbeat_revives(&b, &a, &self.guarded_ages(), self.now)
         {
             return;
         }
@@ -436,6 +449,32 @@ impl Sim<'_> {
                 self.dirty.insert(id);
             }
         }
+    }
+
+    /// Every valid check's `maxConditionAge`s, what a heartbeat is measured against (the
+    /// controller keeps the same, built when its checks change).
+    fn guarded_ages(&self) -> concerns::GuardedAges {
+        let mut rules = Vec::new();
+        for id in self.checks() {
+            let Some(object) = self.store.get(&id.key()) else { continue };
+            match id {
+                CheckId::Machine { .. } => {
+                    if let Ok(c) = serde_json::from_value::<MachineHealthCheck>(object.clone())
+                        && let Ok(p) = validate::machine_health_check(&c)
+                    {
+                        rules.extend(p.node_conditions);
+                    }
+                }
+                CheckId::Node { .. } => {
+                    if let Ok(c) = serde_json::from_value::<NodeHealthCheck>(object.clone())
+                        && let Ok(p) = validate::node_health_check(&c)
+                    {
+                        rules.extend(p.conditions);
+                    }
+                }
+            }
+        }
+        concerns::GuardedAges::of(&rules)
     }
 
     /// A Node of the management cluster by name, if the store has it.
@@ -836,6 +875,46 @@ impl Sim<'_> {
             Task::ReplaceMachine(key) => self.replace_machine(&key),
             Task::JoinNode(key) => self.join_node(&key),
             Task::Remediator(key, outcome) => self.remediator_acts(&key, outcome),
+            Task::Heartbeat(i) => self.heartbeat(i),
+            Task::HeartbeatsStop(i) => {
+                let Some(h) = self.scenario.models.heartbeats.get(i) else { return };
+                let mut d = Map::new();
+                d.insert("type".into(), json!(h.type_));
+                d.insert("message".into(), json!(format!("the reporter of {} stops heartbeating", h.type_)));
+                self.emit("HeartbeatsStopped", None, None, d);
+            }
+        }
+    }
+
+    /// A heartbeat model renews `lastHeartbeatTime` of its condition on every Node it covers
+    /// that carries the condition (nothing else changes), then plans its next heartbeat.
+    fn heartbeat(&mut self, i: usize) {
+        let Some(h) = self.scenario.models.heartbeats.get(i).cloned() else { return };
+        let cluster = h.cluster.clone().unwrap_or_else(|| MANAGEMENT.to_string());
+        let now = self.now.to_string();
+        let keys: Vec<Key> = self
+            .store
+            .list(&cluster, "", "Node", None)
+            .filter(|(_, n)| {
+                h.node_selector.iter().all(|(k, v)| {
+                    n.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v.as_str())
+                })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            let Some(mut node) = self.store.get(&key).cloned() else { continue };
+            let before = node.clone();
+            let Some(list) = node.pointer_mut("/status/conditions").and_then(Value::as_array_mut) else { continue };
+            let Some(c) = list.iter_mut().find(|c| c["type"] == h.type_.as_str()) else { continue };
+            c["lastHeartbeatTime"] = json!(now);
+            self.store.apply(&key.cluster, node, self.now);
+            self.changed(&key, Some(&before));
+        }
+        let next = self.now.checked_add(h.every).unwrap_or(Timestamp::MAX);
+        let end = self.scenario.start.checked_add(self.scenario.duration).unwrap_or(Timestamp::MAX);
+        if h.until.is_none_or(|u| next < self.at(u)) && next <= end {
+            self.schedule(h.every, Task::Heartbeat(i));
         }
     }
 

@@ -340,3 +340,49 @@ fn zone_budget_pauses_the_failing_zone_only() {
     assert_eq!(domains, [("zone-a", 5, 1, false), ("zone-b", 4, 1, false), ("zone-c", 2, 1, false)]);
     snapshot("zone-budget", &r);
 }
+
+#[test]
+fn stale_signal_a_dead_detector_remediates_nothing_and_blocks_nothing() {
+    let r = run("stale-signal");
+    // n1's deadlock with live heartbeats: remediated after its 10m, then the dead kubelet at 30m.
+    assert_eq!(
+        events(&r, "RemediationCreated").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(720.0, Some("n1")), (1800.0, Some("n1"))],
+        "nothing but n1 is ever remediated"
+    );
+    assert_eq!(
+        events(&r, "Unhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(720.0, Some("n1")), (1800.0, Some("n1"))],
+        "n2..n5 never count as unhealthy: stale at 23m, before their 10m ran out at 30m"
+    );
+    let stale = events(&r, "StaleCondition");
+    assert_eq!(
+        stale.iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(1380.0, Some("n2")), (1380.0, Some("n3")), (1380.0, Some("n4")), (1380.0, Some("n5"))],
+        "told once each, when the last heartbeat (20m) got older than maxConditionAge (3m)"
+    );
+    let message = stale[0].details["message"].as_str().unwrap_or("");
+    for words in ["NodeHealthCheck/workers", "KernelDeadlock=True", "2030-01-01T00:20:00Z", "maxConditionAge 3m0s"] {
+        assert!(message.contains(words), "{words:?} missing in {message}");
+    }
+    // While the four fresh conditions were still pending (20m..23m), they were not healthy; from
+    // 23m they count as healthy again, so the budget lets n1's remediation through.
+    assert_eq!(events(&r, "RemediationBlocked").iter().map(|e| e.t).collect::<Vec<_>>(), [1200.0]);
+    assert_eq!(events(&r, "RemediationAllowed").iter().map(|e| e.t).collect::<Vec<_>>(), [1380.0]);
+    let s = status(&r, "NodeHealthCheck/workers");
+    assert_eq!((s["observedNodes"].as_i64(), s["healthyNodes"].as_i64()), (Some(5), Some(5)));
+    assert_eq!(s["staleTargetCount"].as_i64(), Some(4));
+    let listed: Vec<(&str, &str, &str)> = s["staleTargets"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    let f = |k: &str| t[k].as_str().unwrap_or("");
+                    (f("name"), f("condition"), f("lastHeartbeatTime"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(listed, ["n2", "n3", "n4", "n5"].map(|n| (n, "KernelDeadlock=True", "2030-01-01T00:20:00Z")).to_vec());
+    snapshot("stale-signal", &r);
+}

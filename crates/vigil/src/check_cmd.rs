@@ -539,6 +539,10 @@ fn describe(e: &EventOut, at: Option<&str>) -> String {
         ("Unhealthy", Some(at)) => {
             format!("{target} will be marked unhealthy at {at} unless it recovers: {}", e.message)
         }
+        // Looking ahead nothing changes, heartbeats included: say what a heartbeat prevents.
+        ("StaleCondition", Some(at)) => {
+            format!("{target}: a condition will be set aside as stale at {at} unless its reporter heartbeats before")
+        }
         _ => {
             let target = if target.is_empty() { String::new() } else { format!("{target} ") };
             let reason = if e.reason.is_empty() { String::new() } else { format!("{}: ", e.reason) };
