@@ -5,10 +5,15 @@
 //! 1. its target is claimed by this check for the moment (another check deciding on the same
 //!    target waits: one check remediates a target at a time),
 //! 2. the target is read again from the API server — a quorum read of that Machine and its Node,
-//!    or of that Node — within [`CONFIRM_TIMEOUT`], and what was read is put into the indexes,
-//! 3. the check is decided again on the indexes with what was read, at the current time, and
-//!    the new plan still asks for it (the sources it reads must be live: a plan decided while one
-//!    is not is a refusal without writes).
+//!    or of that Node; a plan's targets are read together, [`CONFIRM_READS`] at a time, all
+//!    within [`CONFIRM_TIMEOUT`] — and what was read is put into the indexes,
+//! 3. the check is decided again, once for the whole plan, on the indexes with what was read, at
+//!    the current time, with the other checks' claims about the confirmed targets derived anew
+//!    (only checks that can select one of them, looking only at the Machines and remediation
+//!    objects that can stand for one), and the new plan still asks for it (the sources it reads
+//!    must be live: a plan decided while one is not is a refusal without writes). A remediation
+//!    the new plan asks for a target that was not confirmed is left out, and the check decided
+//!    again: it was decided on cached claims.
 //!
 //! Remediation is rare; one read per remediated target is cheap. Cluster API's and medik8s'
 //! controllers write what they decided from their caches (see docs/DECISIONS.md).
@@ -17,6 +22,7 @@ use crate::Context;
 use crate::index::{CheckKey, MANAGEMENT, machine_cluster};
 use crate::reconcile::{self, Job};
 use crate::wire::WireNode;
+use futures::StreamExt as _;
 use jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
@@ -29,8 +35,10 @@ use vigil_api::well_known::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use vigil_engine::Action;
 use vigil_engine::holders;
 
-/// How long one confirming read may take.
+/// How long the confirming reads of one plan may take together.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many confirming reads of one plan run at once (a wave may put hundreds in one plan).
+pub const CONFIRM_READS: usize = 16;
 
 /// What a remediating action needs read again.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,16 +53,22 @@ impl Target {
     /// The key under which the target is claimed: the engine's [`holders::Target`], so that a
     /// MachineHealthCheck and a NodeHealthCheck on one self-hosted Node claim the same key.
     pub fn claim_key(&self, idx: &crate::index::Index) -> String {
+        self.claim_target(idx).to_string()
+    }
+
+    /// The engine's target this stands for in the indexes as they are now (a Machine's Node may
+    /// change with a fresh read).
+    pub fn claim_target(&self, idx: &crate::index::Index) -> holders::Target {
         match self {
-            Target::Node(n) => holders::Target::local_node(n).to_string(),
+            Target::Node(n) => holders::Target::local_node(n),
             Target::Machine(ns, n, _) => {
                 let Some(entry) = idx.machines.get(ns).and_then(|m| m.get(n)) else {
-                    return holders::Target::Machine { namespace: ns.clone(), name: n.clone() }.to_string();
+                    return holders::Target::Machine { namespace: ns.clone(), name: n.clone() };
                 };
                 let workload = machine_cluster(&entry.view);
                 let node_cluster =
                     if idx.self_hosted.contains(&workload) { holders::LOCAL_CLUSTER.to_string() } else { workload };
-                holders::Target::of_machine(&node_cluster, &entry.view).to_string()
+                holders::Target::of_machine(&node_cluster, &entry.view)
             }
         }
     }
@@ -104,17 +118,65 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         return Confirmed::Go(Box::new(job), BTreeSet::new());
     }
     let key = job.key.clone();
-    let keyed: Vec<(Target, String)> = {
+    let keyed: Vec<(Target, holders::Target)> = {
         let idx = ctx.read_index();
-        targets.iter().map(|t| (t.clone(), t.claim_key(&idx))).collect()
+        targets.iter().map(|t| (t.clone(), t.claim_target(&idx))).collect()
     };
-    let keys: BTreeSet<String> = keyed.iter().map(|(_, k)| k.clone()).collect();
+    let keys: BTreeSet<String> = keyed.iter().map(|(_, k)| k.to_string()).collect();
     let held_elsewhere = ctx.claim(&key, &keys);
     let claimed: BTreeSet<String> = keys.difference(&held_elsewhere).cloned().collect();
-    let key_ref = &key;
-    let reads = keyed.iter().filter(|(_, k)| claimed.contains(k)).map(|(t, k)| async move {
-        let key = key_ref;
-        match tokio::time::timeout(CONFIRM_TIMEOUT, refresh(ctx, t)).await {
+    let to_read: Vec<&(Target, holders::Target)> =
+        keyed.iter().filter(|(_, k)| claimed.contains(&k.to_string())).collect();
+    let confirmed = read_all(ctx, &key, &to_read).await;
+    let fresh = {
+        let idx = ctx.read_index();
+        let about = about(&idx, &keyed, &confirmed);
+        reconcile::job_with_fresh_holders(&idx, &key, Timestamp::now(), &about)
+    };
+    let Some(mut fresh) = fresh else {
+        ctx.release(&key, &claimed);
+        return Confirmed::Gone;
+    };
+    keep_confirmed(&mut fresh, &confirmed);
+    let sent = targets_of(&fresh).len();
+    ctx.metrics.confirmations(targets.len(), sent);
+    if sent < targets.len() {
+        info!(
+            check = %key,
+            decided = targets.len(),
+            confirmed = sent,
+            "remediations decided from the caches were not all confirmed by a fresh read; only confirmed ones are sent"
+        );
+    }
+    Confirmed::Go(Box::new(fresh), claimed)
+}
+
+/// Leaves out of the confirming plan `job` every remediation of a target that was not
+/// confirmed (not claimed, not read, or outside what the plan was confirmed about: decided on
+/// cached claims), and says to decide the check again if any was.
+pub fn keep_confirmed(job: &mut Job, confirmed: &BTreeSet<Target>) {
+    let mut left_out: Vec<Action> = Vec::new();
+    let mut kept = Vec::with_capacity(job.actions.len());
+    for action in std::mem::take(&mut job.actions) {
+        match remediating_target(&job.key, &action, job) {
+            Some(t) if !confirmed.contains(&t) => left_out.push(action),
+            _ => kept.push(action),
+        }
+    }
+    job.actions = kept;
+    if !left_out.is_empty() {
+        job.again = true;
+        job.leave_out(&left_out);
+    }
+}
+
+/// Reads the targets again, [`CONFIRM_READS`] at a time, all within [`CONFIRM_TIMEOUT`] of the
+/// first; returns those read.
+async fn read_all(ctx: &Arc<Context>, key: &CheckKey, targets: &[&(Target, holders::Target)]) -> BTreeSet<Target> {
+    let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
+    // Collected first: a stream over a borrowing iterator is not `Send` for the worker task.
+    let reads: Vec<_> = targets.iter().map(|(t, k)| async move {
+        match tokio::time::timeout_at(deadline, refresh(ctx, t)).await {
             Ok(Ok(())) => Some(t.clone()),
             Ok(Err(why)) => {
                 info!(check = %key, target = %k, %why, "remediation not confirmed: the target could not be read again");
@@ -125,40 +187,22 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
                 None
             }
         }
-    });
-    let confirmed: BTreeSet<Target> = futures::future::join_all(reads).await.into_iter().flatten().collect();
-    let fresh = {
-        let idx = ctx.read_index();
-        reconcile::job_with_fresh_holders(&idx, &key, Timestamp::now())
-    };
-    let Some(mut fresh) = fresh else {
-        ctx.release(&key, &claimed);
-        return Confirmed::Gone;
-    };
-    let mut left_out: Vec<Action> = Vec::new();
-    let mut kept = Vec::with_capacity(fresh.actions.len());
-    for action in std::mem::take(&mut fresh.actions) {
-        match remediating_target(&key, &action, &fresh) {
-            Some(t) if !confirmed.contains(&t) => left_out.push(action),
-            _ => kept.push(action),
-        }
-    }
-    fresh.actions = kept;
-    let sent = targets_of(&fresh).len();
-    ctx.metrics.confirmations(targets.len(), sent);
-    if !left_out.is_empty() {
-        fresh.again = true;
-        fresh.leave_out(&left_out);
-    }
-    if sent < targets.len() {
-        info!(
-            check = %key,
-            decided = targets.len(),
-            confirmed = sent,
-            "remediations decided from the caches were not all confirmed by a fresh read; only confirmed ones are sent"
-        );
-    }
-    Confirmed::Go(Box::new(fresh), claimed)
+    }).collect();
+    futures::stream::iter(reads).buffer_unordered(CONFIRM_READS).filter_map(std::future::ready).collect().await
+}
+
+/// What the confirming decision derives other checks' claims about: the confirmed targets, as
+/// claimed before the reads and as they stand after (a Machine's Node may have changed).
+fn about(
+    idx: &crate::index::Index,
+    keyed: &[(Target, holders::Target)],
+    confirmed: &BTreeSet<Target>,
+) -> BTreeSet<holders::Target> {
+    keyed
+        .iter()
+        .filter(|(t, _)| confirmed.contains(t))
+        .flat_map(|(t, before)| [before.clone(), t.claim_target(idx)])
+        .collect()
 }
 
 /// Reads a target again from the API server and puts what was read into the indexes.

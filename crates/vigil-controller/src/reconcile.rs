@@ -11,7 +11,7 @@ use vigil_api::MachineHealthCheck;
 use vigil_api::validate;
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
 use vigil_engine::concerns::group_of;
-use vigil_engine::holders::{self, Claim, Holders};
+use vigil_engine::holders::{self, Claim, Holders, Target};
 use vigil_engine::lookup::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::node::{self, NhcInput};
@@ -240,7 +240,15 @@ fn status_if_changed<S: serde::Serialize>(current: Option<&S>, new: &S) -> Optio
 }
 
 /// Decides a MachineHealthCheck; `None` when it no longer exists.
-pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp, fresh: bool) -> Option<Job> {
+/// With `fresh`, the other checks' claims about those targets are derived from the indexes now
+/// (see [`job_with_fresh_holders`]).
+pub fn machine_job(
+    idx: &Index,
+    namespace: &str,
+    name: &str,
+    now: Timestamp,
+    fresh: Option<&BTreeSet<Target>>,
+) -> Option<Job> {
     let key = CheckKey::Machine(namespace.to_string(), name.to_string());
     let check = idx.mhcs.get(&(namespace.to_string(), name.to_string()))?;
     if check.metadata.deletion_timestamp.is_some() {
@@ -379,7 +387,9 @@ pub fn machine_job(idx: &Index, namespace: &str, name: &str, now: Timestamp, fre
 }
 
 /// Decides a NodeHealthCheck; `None` when it no longer exists.
-pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: bool) -> Option<Job> {
+/// With `fresh`, the other checks' claims about those targets are derived from the indexes now
+/// (see [`job_with_fresh_holders`]).
+pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet<Target>>) -> Option<Job> {
     let key = CheckKey::Node(name.to_string());
     let check = idx.nhcs.get(name)?;
     if check.metadata.deletion_timestamp.is_some() {
@@ -474,16 +484,19 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: bool) -> Option<
 /// Remediating plans are decided again by [`job_with_fresh_holders`] before anything is sent.
 pub fn job(idx: &Index, key: &CheckKey, now: Timestamp) -> Option<Job> {
     match key {
-        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now, false),
-        CheckKey::Node(n) => node_job(idx, n, now, false),
+        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now, None),
+        CheckKey::Node(n) => node_job(idx, n, now, None),
     }
 }
 
-/// Decides the check `key` with every check's claims derived from the indexes now (exact).
-pub fn job_with_fresh_holders(idx: &Index, key: &CheckKey, now: Timestamp) -> Option<Job> {
+/// Decides the check `key` for confirming remediations of the targets `about`: every other
+/// check's claims about them are derived from the indexes now (exact, where it matters), its
+/// claims about anything else are as cached after its last decision, as in [`job`]. The
+/// caller sends no remediation of a target outside `about` from this plan.
+pub fn job_with_fresh_holders(idx: &Index, key: &CheckKey, now: Timestamp, about: &BTreeSet<Target>) -> Option<Job> {
     match key {
-        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now, true),
-        CheckKey::Node(n) => node_job(idx, n, now, true),
+        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now, Some(about)),
+        CheckKey::Node(n) => node_job(idx, n, now, Some(about)),
     }
 }
 
@@ -510,57 +523,155 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
     if idx.self_hosted.contains(&workload) { holders::LOCAL_CLUSTER.to_string() } else { workload }
 }
 
-/// Who holds which target: `key`'s own claims derived now, the others' as cached after their
-/// last decision, or everyone's derived now when `fresh`.
-fn holders_for(idx: &Index, key: &CheckKey, fresh: bool) -> Holders {
+/// Who holds which target: `key`'s own claims derived now and the others' as cached after their
+/// last decision; with `fresh`, the others' claims about those targets derived now instead.
+fn holders_for(idx: &Index, key: &CheckKey, fresh: Option<&BTreeSet<Target>>) -> Holders {
     let mut claims: Vec<Claim> = claims_of(idx, key);
-    if fresh {
-        for other in idx.all_checks() {
-            if other != *key {
-                claims.extend(claims_of(idx, &other));
-            }
-        }
-    } else {
+    let Some(about) = fresh else {
         claims.extend(idx.claims.iter().filter(|(k, _)| *k != key).flat_map(|(_, c)| c.iter().cloned()));
+        return Holders::from_claims(claims);
+    };
+    let scope = Scope::of(idx, about);
+    let mut rederived: BTreeSet<CheckKey> = BTreeSet::new();
+    for other in idx.all_checks().into_iter().filter(|o| o != key) {
+        if let Some(fresh_claims) = claims_within(idx, &other, Some(&scope)) {
+            claims.extend(fresh_claims);
+            rederived.insert(other);
+        }
+    }
+    // Cached claims of the others stand for everything else; a check that cannot select a
+    // target of `about` keeps even its cached claims about one (when unsure, wait).
+    for (other, cached) in idx.claims.iter().filter(|(k, _)| *k != key) {
+        let replaced = rederived.contains(other);
+        claims.extend(cached.iter().filter(|c| !(replaced && about.contains(&c.target))).cloned());
     }
     Holders::from_claims(claims)
+}
+
+/// What a confirming decision derives claims about: its targets, and the Machines that can
+/// stand for one of them (the Machine itself, or any Machine referencing a Node of the set), so
+/// that a MachineHealthCheck looks at these instead of every Machine of its namespace.
+struct Scope<'a> {
+    about: &'a BTreeSet<Target>,
+    machines: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl<'a> Scope<'a> {
+    /// The scope of `about`: one pass over the Node-to-Machine index, per confirmation.
+    fn of(idx: &Index, about: &'a BTreeSet<Target>) -> Self {
+        let mut machines: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut node_names = BTreeSet::new();
+        for t in about {
+            match t {
+                Target::Machine { namespace, name } => {
+                    machines.entry(namespace.clone()).or_default().insert(name.clone());
+                }
+                Target::Node { name, .. } => {
+                    node_names.insert(name.as_str());
+                }
+            }
+        }
+        // A check's cluster key for a Machine's Node is its own (or the local cluster when
+        // self-hosted), not the Machine's label: match on the Node name in every cluster.
+        if !node_names.is_empty() {
+            for ((_, node), ms) in &idx.machines_by_node {
+                if node_names.contains(node.as_str()) {
+                    for (ns, m) in ms {
+                        machines.entry(ns.clone()).or_default().insert(m.clone());
+                    }
+                }
+            }
+        }
+        Scope { about, machines }
+    }
+
+    fn machines_of<'i>(&self, idx: &'i Index, namespace: &str) -> Vec<&'i MachineView> {
+        let (Some(names), Some(all)) = (self.machines.get(namespace), idx.machines.get(namespace)) else {
+            return Vec::new();
+        };
+        names.iter().filter_map(|n| all.get(n)).map(|e| e.view.as_ref()).collect()
+    }
 }
 
 /// The targets check `key` is remediating, derived from the indexes (its remediation objects,
 /// its Machines' conditions, its status' requests in flight).
 pub fn claims_of(idx: &Index, key: &CheckKey) -> Vec<Claim> {
-    match key {
-        CheckKey::Machine(ns, n) => {
-            let Some(check) = idx.mhcs.get(&(ns.clone(), n.clone())) else { return Vec::new() };
-            let Ok(policy) = validate::machine_health_check(check) else { return Vec::new() };
-            let machines: Vec<&MachineView> =
-                idx.machines.get(ns).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default();
-            let objects = policy.remediation_template.as_ref().and_then(|t| {
-                idx.objects.get(&(group_of(&t.api_version).to_string(), t.remediation_kind().to_string()))
+    claims_within(idx, key, None).unwrap_or_default()
+}
+
+/// [`claims_of`], or within `scope` only its claims about the scope's targets (looking only at
+/// the scope's Machines and remediation objects naming its Nodes); `None` when the check cannot
+/// hold any target of the scope (another namespace or cluster).
+fn claims_within(idx: &Index, key: &CheckKey, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
+    let claims = match key {
+        CheckKey::Machine(ns, n) => mhc_claims_within(idx, ns, n, scope)?,
+        CheckKey::Node(n) => nhc_claims_within(idx, n, scope)?,
+    };
+    Some(match scope {
+        Some(s) => claims.into_iter().filter(|c| s.about.contains(&c.target)).collect(),
+        None => claims,
+    })
+}
+
+fn mhc_claims_within(idx: &Index, ns: &str, n: &str, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
+    let Some(check) = idx.mhcs.get(&(ns.to_string(), n.to_string())) else { return Some(Vec::new()) };
+    let Ok(policy) = validate::machine_health_check(check) else { return Some(Vec::new()) };
+    let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
+    let machines: Vec<&MachineView> = match scope {
+        None => idx.machines.get(ns).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default(),
+        Some(s) => {
+            let can_hold = s.about.iter().any(|t| match t {
+                Target::Node { cluster, .. } => *cluster == node_cluster,
+                Target::Machine { namespace, .. } => namespace == ns,
             });
-            let remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(ns)));
-            let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
-            let peer_checks = mhc_peers(idx, ns);
-            let peers = peers_of(&peer_checks);
-            holders::mhc_claims_among(check, &policy, &peers, &node_cluster, &machines, &remediations)
-        }
-        CheckKey::Node(n) => {
-            let Some(check) = idx.nhcs.get(n) else { return Vec::new() };
-            let Ok(policy) = validate::node_health_check(check) else { return Vec::new() };
-            let mut seen = BTreeSet::new();
-            let mut views: Vec<&RemediationView> = Vec::new();
-            for step in &policy.steps {
-                let t = &step.template;
-                let gk = (group_of(&t.api_version).to_string(), t.remediation_kind().to_string());
-                if seen.insert((gk.clone(), t.namespace.clone()))
-                    && let Some(m) = idx.objects.get(&gk).and_then(|c| c.remediations.get(&t.namespace))
-                {
-                    views.extend(m.values().map(|a| a.as_ref()));
-                }
+            if !can_hold {
+                return None;
             }
-            holders::nhc_claims(check, &views)
+            s.machines_of(idx, ns)
+        }
+    };
+    let objects = policy
+        .remediation_template
+        .as_ref()
+        .and_then(|t| idx.objects.get(&(group_of(&t.api_version).to_string(), t.remediation_kind().to_string())));
+    let remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(ns)));
+    let peer_checks = mhc_peers(idx, ns);
+    let peers = peers_of(&peer_checks);
+    Some(holders::mhc_claims_among(check, &policy, &peers, &node_cluster, &machines, &remediations))
+}
+
+fn nhc_claims_within(idx: &Index, n: &str, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
+    let Some(check) = idx.nhcs.get(n) else { return Some(Vec::new()) };
+    let Ok(policy) = validate::node_health_check(check) else { return Some(Vec::new()) };
+    let local: Option<BTreeSet<&str>> = scope.map(|s| {
+        s.about
+            .iter()
+            .filter_map(|t| match t {
+                Target::Node { cluster, name } if cluster == holders::LOCAL_CLUSTER => Some(name.as_str()),
+                _ => None,
+            })
+            .collect()
+    });
+    if local.as_ref().is_some_and(BTreeSet::is_empty) {
+        return None;
+    }
+    let names_a_scoped_node = |v: &RemediationView| {
+        local.as_ref().is_none_or(|l| {
+            v.meta.annotations.get(vigil_api::well_known::NODE_NAME_ANNOTATION).is_some_and(|n| l.contains(n.as_str()))
+        })
+    };
+    let mut seen = BTreeSet::new();
+    let mut views: Vec<&RemediationView> = Vec::new();
+    for step in &policy.steps {
+        let t = &step.template;
+        let gk = (group_of(&t.api_version).to_string(), t.remediation_kind().to_string());
+        if seen.insert((gk.clone(), t.namespace.clone()))
+            && let Some(m) = idx.objects.get(&gk).and_then(|c| c.remediations.get(&t.namespace))
+        {
+            views.extend(m.values().map(|a| a.as_ref()).filter(|v| names_a_scoped_node(v)));
         }
     }
+    Some(holders::nhc_claims(check, &views))
 }
 
 #[cfg(test)]
@@ -640,5 +751,196 @@ mod tests {
         assert_eq!(status_if_changed(Some(&after), &after), None, "unchanged: nothing to send");
         let first = status_if_changed(None, &after).expect("new");
         assert!(first.get("wouldRemediate").is_none(), "{first}");
+    }
+}
+
+/// Confirming decisions derive other checks' claims only about the confirmed targets: that must
+/// lose nothing a full derivation would find about them.
+#[cfg(test)]
+mod scoped_claims {
+    use super::*;
+    use crate::confirm::{self, keep_confirmed};
+    use crate::index::slim_node;
+    use serde_json::json;
+    use vigil_api::well_known::NODE_NAME_ANNOTATION;
+
+    const SNR: &str = "self-node-remediation.medik8s.io/v1alpha1";
+    const FAR: &str = "fence-agents-remediation.medik8s.io/v1alpha1";
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("time")
+    }
+
+    fn nhc(name: &str, api_version: &str, kind: &str) -> vigil_api::NodeHealthCheck {
+        serde_json::from_value(json!({
+            "apiVersion": "remediation.medik8s.io/v1alpha1", "kind": "NodeHealthCheck",
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "1", "generation": 1},
+            "spec": {"selector": {"matchExpressions": [{"key": "node-role.kubernetes.io/worker", "operator": "Exists"}]},
+                     "minHealthy": "51%",
+                     "remediationTemplate": {"apiVersion": api_version, "kind": kind, "name": "t", "namespace": "medik8s"}}
+        }))
+        .expect("NodeHealthCheck")
+    }
+
+    fn node(name: &str, ready: &str) -> Node {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"node-role.kubernetes.io/worker": ""}},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "r",
+                "lastHeartbeatTime": "2030-01-01T00:00:00Z", "lastTransitionTime": "2029-12-01T00:00:00Z"}]}
+        }))
+        .expect("Node")
+    }
+
+    fn synced_kind(idx: &mut Index, api_version: &str, kind: &str) {
+        let (group, _) = split_api_version(api_version);
+        for (k, is_template) in [(format!("{kind}Template"), true), (kind.to_string(), false)] {
+            let gk = (group.clone(), k.clone());
+            if is_template {
+                let t = json!({"apiVersion": api_version, "kind": k, "metadata": {"name": "t", "namespace": "medik8s"},
+                               "spec": {"template": {"spec": {}}}});
+                idx.put_object(&gk, true, Some(&t), None);
+            }
+            idx.objects.entry(gk).or_default().state = SourceState::Synced;
+        }
+    }
+
+    /// Three workers, w-2 `Ready=False` for a month; NodeHealthChecks `reboot` (SelfNode-) and
+    /// `fence` (FenceAgentsRemediation), `fence` remediating w-2 already (its object exists),
+    /// while the cached claims, from before that object was seen, say nobody holds anything.
+    fn two_nhcs() -> Index {
+        let mut idx = Index::default();
+        idx.nhc_state = SourceState::Synced;
+        idx.put_nhc(Some(nhc("reboot", SNR, "SelfNodeRemediationTemplate")), None);
+        idx.put_nhc(Some(nhc("fence", FAR, "FenceAgentsRemediationTemplate")), None);
+        for (n, ready) in [("w-1", "True"), ("w-2", "False"), ("w-3", "True")] {
+            idx.put_node(MANAGEMENT, Some(slim_node(&node(n, ready))), None, at("2030-01-01T00:00:00Z"));
+        }
+        idx.nodes.entry(MANAGEMENT.to_string()).or_default().state = SourceState::Synced;
+        synced_kind(&mut idx, SNR, "SelfNodeRemediation");
+        synced_kind(&mut idx, FAR, "FenceAgentsRemediation");
+        let object = json!({"apiVersion": FAR, "kind": "FenceAgentsRemediation",
+            "metadata": {"name": "w-2", "namespace": "medik8s", "creationTimestamp": "2029-12-31T23:00:00Z",
+                         "annotations": {NODE_NAME_ANNOTATION: "w-2"},
+                         "ownerReferences": [{"apiVersion": "remediation.medik8s.io/v1alpha1", "kind": "NodeHealthCheck",
+                                              "name": "fence", "uid": "uid-fence"}]}});
+        idx.put_object(
+            &("fence-agents-remediation.medik8s.io".into(), "FenceAgentsRemediation".into()),
+            false,
+            Some(&object),
+            None,
+        );
+        idx.claims.clear();
+        idx
+    }
+
+    fn creates_for(job: &Job) -> Vec<String> {
+        job.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::CreateRemediation { target, .. } => Some(target.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn about(nodes: &[&str]) -> BTreeSet<Target> {
+        nodes.iter().map(|n| Target::local_node(n)).collect()
+    }
+
+    #[test]
+    fn another_checks_fresh_claim_on_a_confirmed_target_blocks_it_whatever_the_cache_says() {
+        let idx = two_nhcs();
+        let now = at("2030-01-01T00:00:10Z");
+        let reboot = CheckKey::Node("reboot".into());
+        let cached = job(&idx, &reboot, now).expect("decided");
+        assert_eq!(creates_for(&cached), ["w-2"], "the cached claims say nobody holds w-2");
+        let fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
+        assert_eq!(creates_for(&fresh), Vec::<String>::new(), "fence's object holds w-2");
+        assert!(fresh.held_elsewhere.iter().any(|h| h.target == "w-2"), "{:?}", fresh.held_elsewhere);
+    }
+
+    #[test]
+    fn a_remediation_outside_what_was_confirmed_is_left_out_and_decided_again() {
+        let idx = two_nhcs();
+        let now = at("2030-01-01T00:00:10Z");
+        let reboot = CheckKey::Node("reboot".into());
+        // Confirmed about w-1 only: w-2 is decided on cached claims, which miss fence's hold.
+        let mut fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-1"])).expect("decided");
+        assert_eq!(creates_for(&fresh), ["w-2"]);
+        keep_confirmed(&mut fresh, &[confirm::Target::Node("w-1".into())].into());
+        assert_eq!(creates_for(&fresh), Vec::<String>::new());
+        assert!(fresh.again, "the check is decided again");
+    }
+
+    fn machine(name: &str, node: &str, owner_remediated: bool) -> Value {
+        let conditions = if owner_remediated {
+            json!([{"type": "HealthCheckSucceeded", "status": "False", "reason": "r", "message": "", "lastTransitionTime": "2029-12-31T22:00:00Z"},
+                   {"type": "OwnerRemediated", "status": "False", "reason": "r", "message": "", "lastTransitionTime": "2029-12-31T22:00:00Z"}])
+        } else {
+            json!([])
+        };
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": name, "namespace": "default", "resourceVersion": "1",
+                            "labels": {"cluster.x-k8s.io/cluster-name": "prod", "pool": "workers"}},
+               "spec": {"clusterName": "prod"},
+               "status": {"nodeRef": {"name": node}, "conditions": conditions}})
+    }
+
+    /// [`two_nhcs`] without fence's object, plus a self-hosted cluster `default/prod` whose
+    /// MachineHealthCheck asked the owner to remediate the Machine of w-2 (the same target), a
+    /// check of another cluster, and 50 healthy Machines.
+    fn self_hosted() -> Index {
+        let mut idx = two_nhcs();
+        idx.put_object(
+            &("fence-agents-remediation.medik8s.io".into(), "FenceAgentsRemediation".into()),
+            false,
+            None,
+            Some(("medik8s".into(), "w-2".into())),
+        );
+        idx.self_hosted.insert("default/prod".into());
+        for (ns, name, cluster) in [("default", "workers", "prod"), ("other", "elsewhere", "far")] {
+            let mhc: MachineHealthCheck = serde_json::from_value(json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+                "metadata": {"name": name, "namespace": ns, "resourceVersion": "1", "generation": 1},
+                "spec": {"clusterName": cluster, "selector": {"matchLabels": {"pool": "workers"}},
+                         "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "8m"}]}
+            }))
+            .expect("MachineHealthCheck");
+            idx.put_mhc(Some(mhc), None);
+        }
+        idx.put_machine(Some(&machine("m-2", "w-2", true)), None);
+        for i in 0..50 {
+            idx.put_machine(Some(&machine(&format!("m-x{i}"), &format!("x{i}"), false)), None);
+        }
+        idx.claims.clear();
+        idx
+    }
+
+    #[test]
+    fn a_self_hosted_machine_claim_on_a_confirmed_node_is_found_without_walking_the_namespace() {
+        let idx = self_hosted();
+        let now = at("2030-01-01T00:00:10Z");
+        let reboot = CheckKey::Node("reboot".into());
+        assert_eq!(creates_for(&job(&idx, &reboot, now).expect("decided")), ["w-2"]);
+        let fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
+        assert_eq!(creates_for(&fresh), Vec::<String>::new(), "the Machine of w-2 is held by the MHC");
+        // Scoped derivation equals the full one restricted to the scope, for every check, and
+        // a check that cannot select a target of the scope is not derived at all.
+        for targets in [about(&["w-2"]), about(&["w-1", "w-2"]), about(&["x3"])] {
+            let scope = Scope::of(&idx, &targets);
+            for key in idx.all_checks() {
+                let full: Vec<Claim> =
+                    claims_of(&idx, &key).into_iter().filter(|c| targets.contains(&c.target)).collect();
+                match claims_within(&idx, &key, Some(&scope)) {
+                    Some(scoped) => assert_eq!(scoped, full, "{key:?} about {targets:?}"),
+                    None => assert!(full.is_empty(), "{key:?} skipped but claims {full:?}"),
+                }
+            }
+            assert!(scope.machines.get("default").is_some_and(|m| m.len() <= 2), "{:?}", scope.machines);
+        }
+        let other = CheckKey::Machine("other".into(), "elsewhere".into());
+        assert!(claims_within(&idx, &other, Some(&Scope::of(&idx, &about(&["w-2"])))).is_none());
+        assert!(!claims_of(&idx, &CheckKey::Machine("default".into(), "workers".into())).is_empty());
     }
 }
