@@ -52,9 +52,9 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
         serde_json::to_value(NodeHealthCheck::crd())?,
     ])
     .await?;
-    let groups = fleet::layout(n);
+    let groups = fleet::layout(n, fleet::Fleet::Mixed);
     eprintln!("vigil-bench: creating {n} Nodes, {n} Machines and {} checks", groups.len());
-    fleet::create(&env, n, &groups, "5m").await?;
+    fleet::create(&env, n, &groups, 300, fleet::Checks::Vigil).await?;
 
     let dir = tempfile::Builder::new().prefix("vigil-bench-snapshot-").tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
