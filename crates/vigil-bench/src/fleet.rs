@@ -1,9 +1,11 @@
 //! The fleet: how N targets are split between health checks, and the objects that make them up.
 //!
-//! Layout (index `i` of N): the first 60% are Machines watched by MachineHealthChecks — two large
-//! checks of 20% each, then checks of 50 — and the last 40% are Nodes watched by
-//! NodeHealthChecks — one large check of 20%, then checks of 50. Every Node has a Machine (one
-//! Cluster, self-hosted: its workload cluster is this same API server).
+//! Layout (index `i` of N), mixed fleet (the default): the first 60% are Machines watched by
+//! MachineHealthChecks — two large checks of 20% each, then checks of 50 — and the last 40% are
+//! Nodes watched by NodeHealthChecks — one large check of 20%, then checks of 50. MHC-only fleet
+//! (`--fleet mhc`, the one `--against capi` uses): two large MachineHealthChecks of 20% each,
+//! then checks of 50 up to N. Every Node has a Machine (one Cluster, self-hosted: its workload
+//! cluster is this same API server).
 
 use anyhow::{Context as _, Result};
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -53,19 +55,62 @@ impl Group {
     }
 }
 
+/// Which checks cover the fleet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fleet {
+    /// 60% of the targets under MachineHealthChecks, 40% under NodeHealthChecks.
+    Mixed,
+    /// Every target under MachineHealthChecks (what `--against capi` compares).
+    Mhc,
+    /// Every target under NodeHealthChecks (one of 20%, then checks of 50), the layout medik8s'
+    /// NodeHealthCheck operator was measured on in issue 11.
+    Nhc,
+}
+
+impl Fleet {
+    /// The flag value, as the summary's `config.fleet` shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fleet::Mixed => "mixed",
+            Fleet::Mhc => "mhc",
+            Fleet::Nhc => "nhc",
+        }
+    }
+}
+
+/// Whose MachineHealthCheck resources the fleet carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checks {
+    /// Vigil's `vigil.dev/v1alpha1` checks.
+    Vigil,
+    /// Cluster API's own `cluster.x-k8s.io/v1beta2` MachineHealthChecks, equivalent to Vigil's.
+    Capi,
+}
+
 /// Splits `n` targets into checks (see the module doc).
-pub fn layout(n: usize) -> Vec<Group> {
+pub fn layout(n: usize, fleet: Fleet) -> Vec<Group> {
     let cut = |pct: usize| n * pct / 100;
+    let mhc_end = if fleet == Fleet::Mhc { n } else { cut(60) };
     let mut groups = Vec::new();
     let mut push = |name: String, kind, start, end| {
         if end > start {
             groups.push(Group { name, kind, start, end });
         }
     };
+    if fleet == Fleet::Nhc {
+        push("nhc-large".into(), Kind::Node, 0, cut(20));
+        for (k, start) in (cut(20)..n).step_by(SMALL).enumerate() {
+            push(format!("nhc-small-{k:03}"), Kind::Node, start, (start + SMALL).min(n));
+        }
+        return groups;
+    }
     push("mhc-large-a".into(), Kind::Machine, 0, cut(20));
     push("mhc-large-b".into(), Kind::Machine, cut(20), cut(40));
-    for (k, start) in (cut(40)..cut(60)).step_by(SMALL).enumerate() {
-        push(format!("mhc-small-{k:03}"), Kind::Machine, start, (start + SMALL).min(cut(60)));
+    for (k, start) in (cut(40)..mhc_end).step_by(SMALL).enumerate() {
+        push(format!("mhc-small-{k:03}"), Kind::Machine, start, (start + SMALL).min(mhc_end));
+    }
+    if fleet == Fleet::Mhc {
+        return groups;
     }
     push("nhc-large".into(), Kind::Node, cut(60), cut(80));
     for (k, start) in (cut(80)..n).step_by(SMALL).enumerate() {
@@ -194,9 +239,34 @@ fn machine_status(i: usize, since: &str) -> Value {
     }})
 }
 
-/// The Ready conditions both kinds of check act on, with `timeout` (Go duration).
-fn unhealthy_conditions(field: &str, timeout: &str) -> Value {
+/// The Ready conditions both kinds of check act on, with `timeout` (Go duration or seconds).
+fn unhealthy_conditions(field: &str, timeout: Value) -> Value {
     json!([{"type": "Ready", "status": "Unknown", field: timeout}, {"type": "Ready", "status": "False", field: timeout}])
+}
+
+/// Short-circuit threshold of every MachineHealthCheck (the wave fails at most 30%).
+const MAX_UNHEALTHY: &str = "40%";
+/// How long a Machine may go without a Node: longer than any run, so it never fires.
+const NODE_STARTUP_TIMEOUT_SECS: u64 = 600;
+
+/// The MachineHealthCheck of group `g`: Vigil's, or Cluster API's v1beta2 equivalent (same
+/// cluster, selector, unhealthy conditions and timeouts, maxUnhealthy as
+/// `remediation.triggerIf.unhealthyLessThanOrEqualTo`, nodeStartupTimeout in seconds).
+pub fn machine_health_check(g: &Group, checks: Checks, timeout_secs: u64) -> Value {
+    let selector = json!({"matchLabels": {GROUP_LABEL: g.name}});
+    match checks {
+        Checks::Vigil => json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+            "metadata": {"name": g.name, "namespace": NS},
+            "spec": {"clusterName": CLUSTER, "selector": selector, "maxUnhealthy": MAX_UNHEALTHY,
+                     "nodeStartupTimeout": format!("{}m", NODE_STARTUP_TIMEOUT_SECS / 60),
+                     "unhealthyConditions": unhealthy_conditions("timeout", json!(format!("{timeout_secs}s")))}}),
+        Checks::Capi => json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+            "metadata": {"name": g.name, "namespace": NS},
+            "spec": {"clusterName": CLUSTER, "selector": selector,
+                     "checks": {"nodeStartupTimeoutSeconds": NODE_STARTUP_TIMEOUT_SECS,
+                                "unhealthyNodeConditions": unhealthy_conditions("timeoutSeconds", json!(timeout_secs))},
+                     "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": MAX_UNHEALTHY}}}}),
+    }
 }
 
 /// The SelfNodeRemediationTemplate the NodeHealthChecks use.
@@ -212,11 +282,33 @@ pub fn machine_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine"))
 }
 
+/// Installs Cluster API's own MachineHealthCheck CRD (v1beta2 only, from the same pinned module
+/// as the test env's other Cluster API CRDs), which the test env does not install.
+pub async fn install_capi_mhc_crd(env: &TestEnv) -> Result<()> {
+    let path = vigil_testenv::capi_crds_dir()?.join("cluster.x-k8s.io_machinehealthchecks.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{}: invalid YAML", path.display()))?;
+    let mut crd = docs
+        .into_iter()
+        .find(|d| d["kind"] == "CustomResourceDefinition")
+        .with_context(|| format!("{}: no CustomResourceDefinition", path.display()))?;
+    vigil_testenv::reduce_to_version(&mut crd, "v1beta2").with_context(|| path.display().to_string())?;
+    env.install_crds(&[crd]).await
+}
+
 /// Creates the Cluster, its kubeconfig Secret (the audited identity), the remediation template,
-/// every Node and Machine, and then the checks; returns once all exist. Every condition has been
-/// true `since` (the same instant the kubelets keep reporting, so a heartbeat changes no
-/// transition time).
-pub async fn create(env: &TestEnv, n: usize, groups: &[Group], timeout: &str, since: &str) -> Result<()> {
+/// every Node and Machine, and then the checks (`checks` says whose MachineHealthChecks);
+/// returns once all exist. Every condition has been true `since` (the same instant the kubelets
+/// keep reporting, so a heartbeat changes no transition time).
+pub async fn create(
+    env: &TestEnv,
+    n: usize,
+    groups: &[Group],
+    timeout_secs: u64,
+    checks: Checks,
+    since: &str,
+) -> Result<()> {
     let since = since.to_string();
     env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": CLUSTER, "namespace": NS}, "spec": {"paused": false}}))
@@ -266,17 +358,15 @@ pub async fn create(env: &TestEnv, n: usize, groups: &[Group], timeout: &str, si
         .try_collect::<()>()
         .await?;
 
+    let timeout = json!(format!("{timeout_secs}s"));
     for g in groups {
         let selector = json!({"matchLabels": {GROUP_LABEL: g.name}});
         let manifest = match g.kind {
-            Kind::Machine => json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
-                "metadata": {"name": g.name, "namespace": NS},
-                "spec": {"clusterName": CLUSTER, "selector": selector, "maxUnhealthy": "40%", "nodeStartupTimeout": "10m",
-                         "unhealthyConditions": unhealthy_conditions("timeout", timeout)}}),
+            Kind::Machine => machine_health_check(g, checks, timeout_secs),
             Kind::Node => json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
                 "metadata": {"name": g.name},
                 "spec": {"selector": selector, "minHealthy": "51%",
-                         "unhealthyConditions": unhealthy_conditions("duration", timeout),
+                         "unhealthyConditions": unhealthy_conditions("duration", timeout.clone()),
                          "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
                                                  "kind": "SelfNodeRemediationTemplate", "name": TEMPLATE, "namespace": NS}}}),
         };
@@ -292,7 +382,7 @@ mod tests {
     #[test]
     fn layout_covers_every_target_once_with_a_few_large_and_many_small_checks() {
         for n in [500, 1000, 5000, 10_000, 1234] {
-            let groups = layout(n);
+            let groups = layout(n, Fleet::Mixed);
             let mut covered = vec![0; n];
             for g in &groups {
                 covered[g.start..g.end].iter_mut().for_each(|c| *c += 1);
@@ -302,9 +392,52 @@ mod tests {
             let large = groups.iter().filter(|g| g.size() > SMALL).count();
             assert_eq!(large, 3, "n={n}");
         }
-        let groups = layout(10_000);
+        let groups = layout(10_000, Fleet::Mixed);
         assert_eq!(groups.iter().filter(|g| g.kind == Kind::Machine).count(), 42);
         assert_eq!(groups.iter().filter(|g| g.kind == Kind::Node).count(), 41);
         assert_eq!(groups.iter().filter(|g| g.kind == Kind::Machine).map(Group::size).sum::<usize>(), 6000);
+    }
+
+    #[test]
+    fn the_mhc_fleet_puts_every_target_under_a_machine_health_check() {
+        for n in [500, 1000, 1234, 10_000] {
+            let groups = layout(n, Fleet::Mhc);
+            let mut covered = vec![0; n];
+            for g in &groups {
+                assert_eq!(g.kind, Kind::Machine, "n={n}");
+                covered[g.start..g.end].iter_mut().for_each(|c| *c += 1);
+            }
+            assert!(covered.iter().all(|&c| c == 1), "n={n}");
+        }
+        assert_eq!(layout(10_000, Fleet::Mhc).len(), 2 + 6000 / SMALL);
+        let nhc = layout(10_000, Fleet::Nhc);
+        assert_eq!(nhc.len(), 161, "the 161 NodeHealthChecks issue 11 measured medik8s on");
+        assert!(nhc.iter().all(|g| g.kind == Kind::Node));
+        assert_eq!(nhc.iter().map(Group::size).sum::<usize>(), 10_000);
+    }
+
+    #[test]
+    fn upstream_machine_health_checks_say_what_vigils_say() {
+        let g = Group { name: "mhc-small-007".into(), kind: Kind::Machine, start: 0, end: 50 };
+        let vigil = machine_health_check(&g, Checks::Vigil, 5);
+        let capi = machine_health_check(&g, Checks::Capi, 5);
+        assert_eq!(capi["apiVersion"], "cluster.x-k8s.io/v1beta2");
+        assert_eq!(capi["metadata"], vigil["metadata"]);
+        for field in ["clusterName", "selector"] {
+            assert_eq!(capi["spec"][field], vigil["spec"][field], "{field}");
+        }
+        assert_eq!(
+            capi["spec"]["remediation"]["triggerIf"]["unhealthyLessThanOrEqualTo"],
+            vigil["spec"]["maxUnhealthy"]
+        );
+        assert_eq!(vigil["spec"]["nodeStartupTimeout"], "10m");
+        assert_eq!(capi["spec"]["checks"]["nodeStartupTimeoutSeconds"], 600);
+        let theirs = capi["spec"]["checks"]["unhealthyNodeConditions"].as_array().expect("conditions");
+        let ours = vigil["spec"]["unhealthyConditions"].as_array().expect("conditions");
+        assert_eq!(theirs.len(), ours.len());
+        for (t, o) in theirs.iter().zip(ours) {
+            assert_eq!((&t["type"], &t["status"]), (&o["type"], &o["status"]));
+            assert_eq!((t["timeoutSeconds"].clone(), o["timeout"].clone()), (json!(5), json!("5s")));
+        }
     }
 }

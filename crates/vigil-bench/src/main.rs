@@ -17,10 +17,13 @@ use clap::Parser;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use kube::CustomResourceExt as _;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use summary::{Checks, Config, Cpu, Heartbeats, Latency, Rss, Setup, Summary, Verbs, WaveWrites, Writes};
+use summary::{
+    Checks, Comparison, Config, Cpu, Heartbeats, Latency, Ratios, Rss, Setup, Summary, Verbs, WaveWrites, Writes,
+};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 use vigil_testenv::TestEnv;
 
@@ -53,6 +56,19 @@ struct Args {
     /// `vigil run --workers` (its default is 16).
     #[arg(long, default_value_t = 16)]
     workers: usize,
+    /// Which checks cover the fleet: `mixed` (60% of the targets under MachineHealthChecks,
+    /// 40% under NodeHealthChecks), `mhc` (all under MachineHealthChecks) or `nhc` (all under
+    /// NodeHealthChecks)
+    /// [default: mixed; with --against capi: mhc].
+    #[arg(long, value_enum)]
+    fleet: Option<fleet::Fleet>,
+    /// Run Vigil, then another controller on a fresh API server with the same fleet, and print
+    /// both summaries and their ratios: `capi` is Cluster API's MachineHealthCheck controller.
+    #[arg(long, value_enum, conflicts_with = "snapshot")]
+    against: Option<Against>,
+    /// Cluster API's MachineHealthCheck controller binary [default: built by scripts/capi-mhc.sh].
+    #[arg(long)]
+    capi_mhc: Option<PathBuf>,
     /// The `vigil` binary [default: built with this benchmark's profile, next to it].
     #[arg(long)]
     vigil: Option<PathBuf>,
@@ -71,9 +87,17 @@ struct Args {
     snapshot: bool,
 }
 
+/// The controller `--against` compares Vigil with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Against {
+    /// Cluster API's MachineHealthCheck reconciler and cluster cache (bench/capi-mhc).
+    Capi,
+}
+
 /// The run's parameters once defaults are applied and checked.
 struct Plan {
     nodes: usize,
+    fleet: fleet::Fleet,
     failed_percent: f64,
     heartbeat: Duration,
     steady: Duration,
@@ -93,6 +117,7 @@ impl Args {
         let heartbeat = secs(self.heartbeat_secs, 60.0, 5.0, "heartbeat-secs")?;
         let plan = Plan {
             nodes: if short { 500 } else { self.nodes },
+            fleet: self.fleet.unwrap_or(if self.against.is_some() { fleet::Fleet::Mhc } else { fleet::Fleet::Mixed }),
             failed_percent: self.failed_percent,
             heartbeat,
             steady: secs(self.steady_secs, heartbeat.as_secs_f64(), 10.0, "steady-secs")?,
@@ -112,6 +137,11 @@ impl Args {
             plan.timeout_secs
         );
         ensure!((1..=64).contains(&plan.workers), "--workers must be in 1..=64, got {}", plan.workers);
+        ensure!(
+            self.against.is_none() || plan.fleet == fleet::Fleet::Mhc,
+            "--against capi compares MachineHealthChecks only: --fleet must be mhc, got {}",
+            plan.fleet.as_str()
+        );
         Ok(plan)
     }
 }
@@ -125,10 +155,16 @@ fn main() -> Result<()> {
     };
     ensure!(vigil.is_file(), "the vigil binary {} does not exist (--vigil)", vigil.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let ours = Contender::Vigil { bin: vigil.clone(), workers: plan.workers };
     let json = if args.snapshot {
         serde_json::to_string_pretty(&runtime.block_on(snapshot::run(plan.nodes, plan.failed_percent, &vigil))?)?
+    } else if let Some(Against::Capi) = args.against {
+        let theirs = Contender::Capi { bin: capi_mhc(&args)? };
+        let vigil = runtime.block_on(run(&plan, &ours, &args))?;
+        let capi = runtime.block_on(run(&plan, &theirs, &args))?;
+        serde_json::to_string_pretty(&Comparison { ratios: Ratios::of(&vigil, &capi), vigil, capi })?
     } else {
-        serde_json::to_string_pretty(&runtime.block_on(run(&plan, &vigil, &args))?)?
+        serde_json::to_string_pretty(&runtime.block_on(run(&plan, &ours, &args))?)?
     };
     println!("{json}");
     if let Some(out) = &args.out {
@@ -161,6 +197,98 @@ fn build_vigil() -> Result<PathBuf> {
     Ok(vigil)
 }
 
+/// The pinned Cluster API version of bench/capi-mhc (go.mod) and scripts/capi-mhc.sh.
+const CAPI_VERSION: &str = "v1.14.2";
+/// How long cold start may take before the run fails.
+const COLD_START_LIMIT_SECS: u64 = 1200;
+/// Cluster API's default `--machinehealthcheck-concurrency`, passed explicitly.
+const CAPI_MHC_CONCURRENCY: usize = 50;
+
+/// Cluster API's MachineHealthCheck controller: `--capi-mhc`, or built (once, cached) by
+/// scripts/capi-mhc.sh before anything is measured.
+fn capi_mhc(args: &Args) -> Result<PathBuf> {
+    if let Some(path) = &args.capi_mhc {
+        ensure!(path.is_file(), "the capi-mhc binary {} does not exist (--capi-mhc)", path.display());
+        return Ok(path.clone());
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/capi-mhc.sh");
+    eprintln!("vigil-bench: building Cluster API {CAPI_VERSION}'s MachineHealthCheck controller (cached)");
+    let out = std::process::Command::new(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    ensure!(out.status.success(), "{} failed ({})", script.display(), out.status);
+    let path = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    ensure!(path.is_file(), "{} printed {}, which is not a file", script.display(), path.display());
+    Ok(path)
+}
+
+/// The controller a run measures.
+enum Contender {
+    /// `vigil run` with `workers`.
+    Vigil { bin: PathBuf, workers: usize },
+    /// Cluster API's MachineHealthCheck reconciler with its cluster cache (bench/capi-mhc).
+    Capi { bin: PathBuf },
+}
+
+impl Contender {
+    /// Its name in the summary and in errors.
+    fn name(&self) -> String {
+        match self {
+            Contender::Vigil { .. } => "vigil".into(),
+            Contender::Capi { .. } => format!("cluster-api {CAPI_VERSION} MachineHealthCheck"),
+        }
+    }
+
+    /// Whose MachineHealthChecks the fleet carries for it.
+    fn checks(&self) -> fleet::Checks {
+        match self {
+            Contender::Vigil { .. } => fleet::Checks::Vigil,
+            Contender::Capi { .. } => fleet::Checks::Capi,
+        }
+    }
+
+    /// How many checks it works on at once.
+    fn concurrency(&self) -> usize {
+        match self {
+            Contender::Vigil { workers, .. } => *workers,
+            Contender::Capi { .. } => CAPI_MHC_CONCURRENCY,
+        }
+    }
+
+    /// `path` for Vigil, `path.capi` for Cluster API (`--controller-log`, `--samples`).
+    fn file(&self, path: Option<&Path>) -> Option<PathBuf> {
+        let path = path?;
+        Some(match self {
+            Contender::Vigil { .. } => path.to_path_buf(),
+            Contender::Capi { .. } => {
+                let mut name = path.as_os_str().to_owned();
+                name.push(".capi");
+                PathBuf::from(name)
+            }
+        })
+    }
+
+    fn command(&self, kubeconfig: &Path) -> tokio::process::Command {
+        match self {
+            Contender::Vigil { bin, workers } => {
+                let mut cmd = tokio::process::Command::new(bin);
+                cmd.arg("run").arg("--kubeconfig").arg(kubeconfig).arg("--workers").arg(workers.to_string());
+                // One replica, as the upstream controllers are measured: a Lease renewal every 2 s
+                // would be the only steady-state write, and it measures nothing about health checking.
+                cmd.arg("--leader-elect=false");
+                cmd
+            }
+            Contender::Capi { bin } => {
+                let mut cmd = tokio::process::Command::new(bin);
+                cmd.arg("--kubeconfig").arg(kubeconfig);
+                cmd.arg(format!("--machinehealthcheck-concurrency={CAPI_MHC_CONCURRENCY}"));
+                cmd
+            }
+        }
+    }
+}
+
 /// A phase boundary on both clocks: `Instant` for samples, wall time for the audit log.
 #[derive(Clone, Copy)]
 struct Mark {
@@ -173,33 +301,28 @@ fn mark(pid: u32) -> Result<Mark> {
     Ok(Mark { at: Instant::now(), wall: Timestamp::now(), cpu: procstat::cpu_seconds(pid)? })
 }
 
-/// `vigil run` as a child process, killed if the benchmark fails.
+/// The measured controller as a child process, killed if the benchmark fails.
 struct Controller {
     child: tokio::process::Child,
     pid: u32,
     log: PathBuf,
+    name: String,
 }
 
 impl Controller {
-    fn spawn(vigil: &Path, kubeconfig: &Path, workers: usize, log: PathBuf) -> Result<Controller> {
+    fn spawn(contender: &Contender, kubeconfig: &Path, log: PathBuf) -> Result<Controller> {
         let stderr = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-        let child = tokio::process::Command::new(vigil)
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .arg("--workers")
-            .arg(workers.to_string())
-            // One replica, as the upstream controllers are measured: a Lease renewal every 2 s
-            // would be the only steady-state write, and it measures nothing about health checking.
-            .arg("--leader-elect=false")
+        let name = contender.name();
+        let child = contender
+            .command(kubeconfig)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("cannot start {}", vigil.display()))?;
-        let pid = child.id().context("vigil exited at once")?;
-        Ok(Controller { child, pid, log })
+            .with_context(|| format!("cannot start {name}"))?;
+        let pid = child.id().with_context(|| format!("{name} exited at once"))?;
+        Ok(Controller { child, pid, log, name })
     }
 
     /// Fails when the controller has exited, with the end of its log.
@@ -208,7 +331,8 @@ impl Controller {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(20).collect();
             bail!(
-                "vigil run exited ({status}); last lines of its log:\n{}",
+                "{} exited ({status}); last lines of its log:\n{}",
+                self.name,
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             );
         }
@@ -228,12 +352,14 @@ impl Controller {
     }
 }
 
-async fn run(plan: &Plan, vigil: &Path, args: &Args) -> Result<Summary> {
+async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary> {
     let n = plan.nodes;
     let t0 = Instant::now();
     eprintln!("vigil-bench: starting etcd + kube-apiserver");
     let env = TestEnv::start().await?;
     env.install_upstream_crds().await?;
+    // Both runs get the same CRDs: Vigil's and Cluster API's MachineHealthCheck.
+    fleet::install_capi_mhc_crd(&env).await?;
     env.install_crds(&[
         serde_json::to_value(MachineHealthCheck::crd())?,
         serde_json::to_value(NodeHealthCheck::crd())?,
@@ -241,14 +367,13 @@ async fn run(plan: &Plan, vigil: &Path, args: &Args) -> Result<Summary> {
     .await?;
     let apiserver_ms = t0.elapsed().as_secs_f64() * 1000.0;
 
-    let groups = fleet::layout(n);
-    let timeout = format!("{}s", plan.timeout_secs);
-    eprintln!("vigil-bench: creating {n} Nodes, {n} Machines and {} checks", groups.len());
+    let groups = fleet::layout(n, plan.fleet);
+    eprintln!("vigil-bench: creating {n} Nodes, {n} Machines and {} checks for {}", groups.len(), contender.name());
     let t1 = Instant::now();
     // One instant for the fleet and the kubelets: if the heartbeats carried another
     // `lastTransitionTime`, the first heartbeat of each Node would be a real condition change.
     let since = fleet::time(Timestamp::now() - SignedDuration::from_hours(24));
-    fleet::create(&env, n, &groups, &timeout, &since).await?;
+    fleet::create(&env, n, &groups, plan.timeout_secs, contender.checks(), &since).await?;
     let fleet_ms = t1.elapsed().as_secs_f64() * 1000.0;
 
     let nodes: Api<Node> = Api::all(env.client());
@@ -263,27 +388,28 @@ async fn run(plan: &Plan, vigil: &Path, args: &Args) -> Result<Summary> {
     std::fs::write(&kubeconfig, env.audited_kubeconfig_yaml())?;
     let mhc_targets: usize = groups.iter().filter(|g| g.kind == fleet::Kind::Machine).map(fleet::Group::size).sum();
 
-    eprintln!("vigil-bench: starting {}", vigil.display());
-    let log = args.controller_log.clone().unwrap_or_else(|| dir.path().join("vigil.log"));
-    let mut controller = Controller::spawn(vigil, &kubeconfig, plan.workers, log)?;
+    eprintln!("vigil-bench: starting {}", contender.name());
+    let log = contender.file(args.controller_log.as_deref()).unwrap_or_else(|| dir.path().join("controller.log"));
+    let mut controller = Controller::spawn(contender, &kubeconfig, log)?;
     let pid = controller.pid;
     let start = mark(pid)?;
     let rss = procstat::RssSamples::default();
     let sampler = rss.spawn(pid);
 
     // Cold start: every check's first status, every selected Machine's first verdict.
-    let mhcs: Api<MachineHealthCheck> = Api::namespaced(env.client(), fleet::NS);
-    let nhcs: Api<NodeHealthCheck> = Api::all(env.client());
-    let cold_deadline = Instant::now() + Duration::from_secs(600);
+    let checks = CheckApis::new(env.client(), contender.checks());
+    // Cluster API's controller took 581 s at 10 000 Machines (its client rate limit and 1-minute
+    // reconcile timeout make the first passes of the large checks fail): room for that.
+    let cold_deadline = Instant::now() + Duration::from_secs(COLD_START_LIMIT_SECS);
     loop {
         controller.check_running()?;
         let verdicts = observer.lock().verdicts.len();
-        if verdicts == mhc_targets && all_evaluated(&mhcs, &nhcs, &groups).await? {
+        if verdicts == mhc_targets && checks.all_evaluated(&groups).await? {
             break;
         }
         ensure!(
             Instant::now() < cold_deadline,
-            "cold start did not complete within 600 s ({verdicts} of {mhc_targets} Machines have a verdict)"
+            "cold start did not complete within {COLD_START_LIMIT_SECS} s ({verdicts} of {mhc_targets} Machines have a verdict)"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -340,8 +466,8 @@ async fn run(plan: &Plan, vigil: &Path, args: &Args) -> Result<Summary> {
             }
         }
     }
-    if let Some(path) = &args.samples {
-        std::fs::write(path, lines).with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(path) = contender.file(args.samples.as_deref()) {
+        std::fs::write(&path, lines).with_context(|| format!("cannot write {}", path.display()))?;
     }
     let detected = samples.len();
 
@@ -387,6 +513,7 @@ async fn run(plan: &Plan, vigil: &Path, args: &Args) -> Result<Summary> {
     }
     let failed = failures.len();
     Ok(Summary {
+        controller: contender.name(),
         nodes: n,
         machines: n,
         failed,
@@ -422,37 +549,58 @@ async fn run(plan: &Plan, vigil: &Path, args: &Args) -> Result<Summary> {
         },
         setup_ms: Setup { apiserver: apiserver_ms, fleet: fleet_ms },
         config: Config {
+            fleet: plan.fleet.as_str().to_string(),
             heartbeat_secs: plan.heartbeat.as_secs_f64(),
             steady_secs: plan.steady.as_secs_f64(),
             wave_secs: plan.wave.as_secs_f64(),
             timeout_secs: plan.timeout_secs,
             failed_percent: plan.failed_percent,
-            workers: plan.workers,
+            workers: contender.concurrency(),
             profile: profile().to_string(),
         },
     })
 }
 
-/// Whether every check has written a status that accounts for all its targets.
-async fn all_evaluated(
-    mhcs: &Api<MachineHealthCheck>,
-    nhcs: &Api<NodeHealthCheck>,
-    groups: &[fleet::Group],
-) -> Result<bool> {
-    let size = |name: &str| groups.iter().find(|g| g.name == name).map(fleet::Group::size);
-    for c in mhcs.list(&ListParams::default()).await? {
-        let expected = c.status.as_ref().map(|s| s.expected_machines as usize);
-        if expected != size(c.metadata.name.as_deref().unwrap_or_default()) {
-            return Ok(false);
+/// The health checks of a run, read back to see when cold start is complete.
+struct CheckApis {
+    vigil_mhcs: Api<MachineHealthCheck>,
+    /// Cluster API's MachineHealthChecks, when the run is Cluster API's.
+    capi_mhcs: Option<Api<DynamicObject>>,
+    nhcs: Api<NodeHealthCheck>,
+}
+
+impl CheckApis {
+    fn new(client: kube::Client, checks: fleet::Checks) -> CheckApis {
+        let capi = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachineHealthCheck"));
+        CheckApis {
+            vigil_mhcs: Api::namespaced(client.clone(), fleet::NS),
+            capi_mhcs: (checks == fleet::Checks::Capi).then(|| Api::namespaced_with(client.clone(), fleet::NS, &capi)),
+            nhcs: Api::all(client),
         }
     }
-    for c in nhcs.list(&ListParams::default()).await? {
-        let observed = c.status.as_ref().map(|s| s.observed_nodes as usize);
-        if observed != size(c.metadata.name.as_deref().unwrap_or_default()) {
-            return Ok(false);
+
+    /// Whether every check has written a status that accounts for all its targets
+    /// (`status.expectedMachines` of both kinds of MachineHealthCheck).
+    async fn all_evaluated(&self, groups: &[fleet::Group]) -> Result<bool> {
+        let size = |name: &str| groups.iter().find(|g| g.name == name).map(fleet::Group::size);
+        let mut expected: Vec<(String, Option<usize>)> = Vec::new();
+        if let Some(capi) = &self.capi_mhcs {
+            for c in capi.list(&ListParams::default()).await? {
+                let count = c.data.pointer("/status/expectedMachines").and_then(serde_json::Value::as_u64);
+                expected.push((c.metadata.name.unwrap_or_default(), count.map(|c| c as usize)));
+            }
+        } else {
+            for c in self.vigil_mhcs.list(&ListParams::default()).await? {
+                let count = c.status.as_ref().map(|s| s.expected_machines as usize);
+                expected.push((c.metadata.name.unwrap_or_default(), count));
+            }
         }
+        for c in self.nhcs.list(&ListParams::default()).await? {
+            let observed = c.status.as_ref().map(|s| s.observed_nodes as usize);
+            expected.push((c.metadata.name.unwrap_or_default(), observed));
+        }
+        Ok(expected.iter().all(|(name, count)| *count == size(name)))
     }
-    Ok(true)
 }
 
 #[cfg(test)]
@@ -481,6 +629,11 @@ mod tests {
         assert!(plan_of(&["--short", "--nodes", "1000"]).is_err(), "--short fixes the size");
         let short = plan_of(&["--short"]).expect("valid");
         assert_eq!((short.nodes, short.timeout_secs, short.steady), (500, 3, Duration::from_secs(10)));
+        let err = plan_of(&["--against", "capi", "--fleet", "mixed"]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("--fleet must be mhc, got mixed"), "{err}");
+        assert_eq!(plan_of(&["--against", "capi"]).expect("valid").fleet, fleet::Fleet::Mhc);
+        assert_eq!(plan_of(&[]).expect("valid").fleet, fleet::Fleet::Mixed, "the default fleet stays mixed");
+        assert!(plan_of(&["--against", "capi", "--snapshot"]).is_err());
         let big = plan_of(&["--nodes", "10000"]).expect("valid");
         assert_eq!((big.nodes, big.heartbeat, big.steady), (10_000, Duration::from_secs(60), Duration::from_secs(60)));
     }

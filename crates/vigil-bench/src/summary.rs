@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 /// One benchmark run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
+    /// The controller measured: `vigil`, or `cluster-api v1.14.2 MachineHealthCheck`.
+    pub controller: String,
     /// Nodes in the fleet.
     pub nodes: usize,
     /// Cluster API Machines in the fleet (one per Node).
@@ -179,6 +181,8 @@ pub struct Setup {
 /// The run's parameters.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Config {
+    /// `mixed` (MachineHealthChecks and NodeHealthChecks) or `mhc` (MachineHealthChecks only).
+    pub fleet: String,
     /// Every Node heartbeats once per this many seconds.
     pub heartbeat_secs: f64,
     /// Length of the steady phase.
@@ -189,15 +193,154 @@ pub struct Config {
     pub timeout_secs: u64,
     /// Share of the targets that fail.
     pub failed_percent: f64,
-    /// `vigil run --workers`.
+    /// The controller's concurrency: `vigil run --workers`, or Cluster API's
+    /// `--machinehealthcheck-concurrency`.
     pub workers: usize,
     /// Cargo profile the controller was built with.
     pub profile: String,
 }
 
+/// `--against capi`: both runs on the same fleet, one after the other, and how they compare.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Comparison {
+    /// Vigil's run.
+    pub vigil: Summary,
+    /// Cluster API's MachineHealthCheck controller's run.
+    pub capi: Summary,
+    /// capi / vigil per headline figure.
+    pub ratios: Ratios,
+}
+
+/// capi / vigil for each headline figure. Every figure is a cost (lower is better), so a ratio
+/// above 1 means Vigil needed less; `null` where Vigil's figure is 0 (no ratio exists).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Ratios {
+    /// How to read the ratios.
+    pub meaning: String,
+    /// Detection latency, median.
+    pub detect_p50: Option<f64>,
+    /// Detection latency, 99th percentile.
+    pub detect_p99: Option<f64>,
+    /// Detection latency, slowest.
+    pub detect_max: Option<f64>,
+    /// CPU seconds to cold start.
+    pub cpu_cold_start: Option<f64>,
+    /// CPU seconds in the steady phase.
+    pub cpu_steady: Option<f64>,
+    /// CPU seconds in the wave.
+    pub cpu_wave: Option<f64>,
+    /// Peak resident memory.
+    pub rss_peak: Option<f64>,
+    /// Highest resident memory in the steady phase.
+    pub rss_steady: Option<f64>,
+    /// Time to cold start.
+    pub cold_start_ms: Option<f64>,
+    /// Every request over the run.
+    pub requests: Option<f64>,
+    /// Writes during cold start.
+    pub writes_cold_start: Option<f64>,
+    /// Writes in the wave (targets, status, events, other).
+    pub writes_wave: Option<f64>,
+}
+
+impl Verbs {
+    /// Every request, whatever the verb.
+    pub fn total(&self) -> u64 {
+        self.get + self.list + self.watch + self.patch + self.create + self.update + self.delete
+    }
+}
+
+impl WaveWrites {
+    /// Every write in the wave.
+    pub fn total(&self) -> u64 {
+        self.target + self.status + self.event + self.other
+    }
+}
+
+/// `capi / vigil` to three decimals; `None` when Vigil's figure is not positive.
+fn ratio(capi: f64, vigil: f64) -> Option<f64> {
+    (vigil > 0.0 && capi.is_finite()).then(|| (capi / vigil * 1000.0).round() / 1000.0)
+}
+
+impl Ratios {
+    /// The ratios of two runs of the same fleet.
+    pub fn of(vigil: &Summary, capi: &Summary) -> Ratios {
+        let r = |f: fn(&Summary) -> f64| ratio(f(capi), f(vigil));
+        Ratios {
+            meaning: "capi / vigil; every figure is a cost, lower is better: above 1 means Vigil needed less".into(),
+            detect_p50: r(|s| s.detect_ms.p50),
+            detect_p99: r(|s| s.detect_ms.p99),
+            detect_max: r(|s| s.detect_ms.max),
+            cpu_cold_start: r(|s| s.cpu_s.cold_start),
+            cpu_steady: r(|s| s.cpu_s.steady),
+            cpu_wave: r(|s| s.cpu_s.wave),
+            rss_peak: r(|s| s.rss_mib.peak),
+            rss_steady: r(|s| s.rss_mib.steady),
+            cold_start_ms: r(|s| s.cold_start_ms),
+            requests: r(|s| s.requests.total() as f64),
+            writes_cold_start: r(|s| s.writes.cold_start as f64),
+            writes_wave: r(|s| s.writes.wave.total() as f64),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn summary(scale: f64) -> Summary {
+        let n = |x: f64| x * scale;
+        Summary {
+            controller: "test".into(),
+            nodes: 100,
+            machines: 100,
+            failed: 5,
+            detected: 5,
+            checks: Checks { machine: 3, node: 0 },
+            detect_ms: Latency { min: n(1.0), p50: n(10.0), p99: n(20.0), max: n(40.0) },
+            cpu_s: Cpu { cold_start: n(2.0), steady: n(1.0), wave: n(0.5) },
+            rss_mib: Rss { peak: n(100.0), steady: n(80.0), wave: n(90.0) },
+            requests: Verbs { get: 1, list: 2, watch: 3, patch: 4, create: 0, update: 0, delete: 0 },
+            requests_by_phase: Default::default(),
+            writes: Writes {
+                cold_start: n(100.0) as u64,
+                steady: 0,
+                wave: WaveWrites { target: 5, status: 1, event: 2, other: 0 },
+                per_remediation: 1.0,
+            },
+            cold_start_ms: n(1500.0),
+            heartbeats: Heartbeats { sent: 10, errors: 0, per_second: 1.0 },
+            setup_ms: Setup { apiserver: 1.0, fleet: 1.0 },
+            config: Config {
+                fleet: "mhc".into(),
+                heartbeat_secs: 60.0,
+                steady_secs: 60.0,
+                wave_secs: 10.0,
+                timeout_secs: 5,
+                failed_percent: 5.0,
+                workers: 16,
+                profile: "release".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn ratios_are_capi_over_vigil_and_absent_where_vigil_spent_nothing() {
+        let vigil = summary(1.0);
+        let mut capi = summary(3.0);
+        capi.requests.get += 10;
+        let r = Ratios::of(&vigil, &capi);
+        assert_eq!((r.detect_p50, r.detect_p99, r.detect_max), (Some(3.0), Some(3.0), Some(3.0)));
+        assert_eq!((r.cpu_cold_start, r.cpu_steady, r.cpu_wave), (Some(3.0), Some(3.0), Some(3.0)));
+        assert_eq!((r.rss_peak, r.rss_steady, r.cold_start_ms), (Some(3.0), Some(3.0), Some(3.0)));
+        assert_eq!(r.writes_cold_start, Some(3.0));
+        assert_eq!(r.requests, Some(2.0), "20 requests against 10");
+        assert_eq!(r.writes_wave, Some(1.0), "8 wave writes each");
+        let mut idle = summary(1.0);
+        idle.cpu_s.steady = 0.0;
+        assert_eq!(Ratios::of(&idle, &capi).cpu_steady, None, "no ratio to zero");
+        assert_eq!(ratio(2.0, 3.0), Some(0.667));
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

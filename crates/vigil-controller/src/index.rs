@@ -131,6 +131,19 @@ pub struct Index {
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
     /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
     guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
+    /// For each NodeHealthCheck, its validated policy and the management cluster's Nodes its
+    /// decision needs (`vigil_engine::node::needs_node`), kept as Nodes and checks change: a
+    /// decision then reads a few dozen Nodes instead of walking (and sorting) every Node.
+    nhc_nodes: HashMap<String, NhcNodes>,
+}
+
+/// What the index keeps for one NodeHealthCheck's decisions.
+#[derive(Debug, Default)]
+struct NhcNodes {
+    /// The spec validated (`None` when invalid: every Node is then handed over).
+    policy: Option<NhcPolicy>,
+    /// The Nodes `needs_node` keeps, by name.
+    names: BTreeSet<String>,
 }
 
 /// The cluster key of a Machine's Nodes.
@@ -232,7 +245,62 @@ fn parsed_nhc(check: &NodeHealthCheck) -> Option<NhcPolicy> {
     validate::node_health_check(check).ok()
 }
 
+impl NhcNodes {
+    /// The entry of a check with `policy`, over the Nodes of `cache`.
+    fn of(policy: Option<NhcPolicy>, cache: Option<&NodeCache>) -> NhcNodes {
+        let mut entry = NhcNodes { policy, names: BTreeSet::new() };
+        for (name, node) in cache.into_iter().flat_map(|c| &c.nodes) {
+            entry.place(name, Some(node));
+        }
+        entry
+    }
+
+    /// Puts Node `name` (now `node`, `None` when gone) in or out of the set.
+    fn place(&mut self, name: &str, node: Option<&Node>) {
+        let Some(policy) = &self.policy else { return };
+        if node.is_some_and(|n| vigil_engine::node::needs_node(policy, n)) {
+            if !self.names.contains(name) {
+                self.names.insert(name.to_string());
+            }
+        } else {
+            self.names.remove(name);
+        }
+    }
+}
+
 impl Index {
+    /// The management cluster's Nodes a decision of NodeHealthCheck `check` needs, sorted by
+    /// name: those `vigil_engine::node::needs_node` keeps, those `named` (by remediation
+    /// objects or the check's status); every Node when the check's spec is invalid.
+    pub fn nhc_decision_nodes<'a>(&'a self, check: &str, named: impl IntoIterator<Item = &'a str>) -> Vec<&'a Node> {
+        let Some(cache) = self.nodes.get(MANAGEMENT) else { return Vec::new() };
+        let Some(names) = self.nhc_nodes.get(check).filter(|e| e.policy.is_some()).map(|e| &e.names) else {
+            let mut all: Vec<&Node> = cache.nodes.values().map(|n| n.as_ref()).collect();
+            all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            return all;
+        };
+        let mut wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        wanted.extend(named);
+        wanted.into_iter().filter_map(|n| cache.nodes.get(n)).map(|n| n.as_ref()).collect()
+    }
+
+    /// Forgets every NodeHealthCheck (a complete list of them follows).
+    pub fn clear_nhcs(&mut self) {
+        self.nhcs.clear();
+        self.nhc_nodes.clear();
+        self.nhc_errors.clear();
+    }
+
+    /// Works out again which Nodes each NodeHealthCheck needs (after a complete list of the
+    /// management cluster's Nodes replaced the cache).
+    pub fn renew_nhc_nodes(&mut self) {
+        let cache = self.nodes.get(MANAGEMENT);
+        for entry in self.nhc_nodes.values_mut() {
+            let policy = entry.policy.take();
+            *entry = NhcNodes::of(policy, cache);
+        }
+    }
+
     /// Every check.
     pub fn all_checks(&self) -> Vec<CheckKey> {
         let m = self.mhcs.keys().map(|(ns, n)| CheckKey::Machine(ns.clone(), n.clone()));
@@ -358,7 +426,7 @@ impl Index {
             return BTreeSet::new();
         };
         let cache = self.nodes.entry(cluster.to_string()).or_default();
-        match slim {
+        let stored = match slim {
             Some(n) => {
                 let new = Arc::new(n);
                 let old = cache.nodes.insert(name.clone(), new.clone());
@@ -368,9 +436,16 @@ impl Index {
                 {
                     return BTreeSet::new();
                 }
+                Some(new)
             }
             None => {
                 cache.nodes.remove(&name);
+                None
+            }
+        };
+        if cluster == MANAGEMENT {
+            for entry in self.nhc_nodes.values_mut() {
+                entry.place(&name, stored.as_deref());
             }
         }
         self.checks_for_node(cluster, &name)
@@ -400,8 +475,8 @@ impl Index {
         if cluster == MANAGEMENT {
             let node = self.nodes.get(MANAGEMENT).and_then(|c| c.nodes.get(name));
             for (n, check) in &self.nhcs {
-                let hit = match (parsed_nhc(check), node) {
-                    (Some(p), Some(node)) => concerns::nhc_concerns_node(check, &p, node),
+                let hit = match (self.nhc_nodes.get(n).and_then(|e| e.policy.as_ref()), node) {
+                    (Some(p), Some(node)) => concerns::nhc_concerns_node(check, p, node),
                     // A deleted Node: the checks that listed it, or every check if unknown.
                     (Some(_), None) => {
                         check.status.as_ref().is_none_or(|s| s.unhealthy_nodes.iter().any(|u| u.name == name))
@@ -531,8 +606,17 @@ impl Index {
         }
         let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
         match check {
-            Some(c) => self.nhcs.insert(key.clone(), Arc::new(c)),
-            None => self.nhcs.remove(&key),
+            Some(c) => {
+                if changed || !self.nhc_nodes.contains_key(&key) {
+                    let entry = NhcNodes::of(parsed_nhc(&c), self.nodes.get(MANAGEMENT));
+                    self.nhc_nodes.insert(key.clone(), entry);
+                }
+                self.nhcs.insert(key.clone(), Arc::new(c))
+            }
+            None => {
+                self.nhc_nodes.remove(&key);
+                self.nhcs.remove(&key)
+            }
         };
         self.guarded_ages = None;
         if changed { BTreeSet::from([CheckKey::Node(key)]) } else { BTreeSet::new() }
@@ -577,6 +661,51 @@ mod tests {
         let entry = idx.machines.get("ns").and_then(|m| m.get("m1"))?;
         assert_eq!(resource_version(&entry.raw_value()), entry.resource_version.as_deref());
         entry.resource_version.clone()
+    }
+
+    fn node(name: &str, labels: Value) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+                                      "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+        .expect("node")
+    }
+
+    fn names<'a>(nodes: &[&'a Node]) -> Vec<&'a str> {
+        nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect()
+    }
+
+    #[test]
+    fn a_node_health_check_decision_gets_the_nodes_it_needs_as_labels_change() {
+        let mut idx = Index::default();
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let nodes = [
+            node("w2", json!({"role": "worker"})),
+            node("w1", json!({"role": "worker"})),
+            node("db", json!({"role": "db"})),
+            node("cp", json!({"node-role.kubernetes.io/control-plane": ""})),
+        ];
+        for n in &nodes {
+            idx.put_node(MANAGEMENT, Some(n.clone()), None, now);
+        }
+        let check: NodeHealthCheck = serde_json::from_value(json!({
+            "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
+            "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1, "remediationTemplate":
+                     {"apiVersion": "x.io/v1", "kind": "RebootTemplate", "name": "t", "namespace": "ns"}}}))
+        .expect("check");
+        validate::node_health_check(&check).expect("a valid check");
+        idx.put_nhc(Some(check), None);
+        // Selected, control-plane, and what an object names; sorted; never the others.
+        assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["cp", "w1", "w2"]);
+        assert_eq!(names(&idx.nhc_decision_nodes("workers", ["db", "gone"])), ["cp", "db", "w1", "w2"]);
+        // A label change moves a Node in or out; a deleted Node leaves.
+        idx.put_node(MANAGEMENT, Some(node("db", json!({"role": "worker"}))), None, now);
+        idx.put_node(MANAGEMENT, Some(node("w1", json!({"role": "spare"}))), None, now);
+        idx.put_node(MANAGEMENT, None, Some("w2".into()), now);
+        assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["cp", "db"]);
+        // A complete list replaces everything.
+        idx.nodes.entry(MANAGEMENT.to_string()).or_default().nodes =
+            [node("w9", json!({"role": "worker"}))].into_iter().map(|n| ("w9".to_string(), Arc::new(n))).collect();
+        idx.renew_nhc_nodes();
+        assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["w9"]);
     }
 
     #[test]

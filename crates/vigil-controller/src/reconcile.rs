@@ -458,8 +458,10 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     if !unsure.is_empty() {
         return Some(finish(node::refuse(check, REASON_WAITING, &unsure.join("; "), now), needs));
     }
-    let nodes: Vec<&Node> =
-        idx.nodes.get(MANAGEMENT).map(|c| c.nodes.values().map(|n| n.as_ref()).collect()).unwrap_or_default();
+    // Only the Nodes the decision reads (see `NhcInput::nodes`), sorted by name.
+    let named = remediations.iter().flat_map(|r| node::nodes_named_by(r));
+    let listed = check.status.iter().flat_map(|s| s.unhealthy_nodes.iter().map(|u| u.name.as_str()));
+    let nodes: Vec<&Node> = idx.nhc_decision_nodes(name, named.chain(listed));
     let input = NhcInput { check, policy: &policy, nodes: &nodes, templates: &templates, remediations: &remediations };
     let holders = holders_for(idx, &key, fresh);
     let plan = node::decide_among(&input, &holders, now);

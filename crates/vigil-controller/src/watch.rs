@@ -238,8 +238,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                 idx.put_nhc(None, Some(key_of(&o).1))
             }
             Op::Replace(list) => {
-                idx.nhcs.clear();
-                idx.nhc_errors.clear();
+                idx.clear_nhcs();
                 for (name, (check, error)) in list {
                     if let Some(e) = error {
                         idx.nhc_errors.insert(name, e);
@@ -380,6 +379,9 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
                 let cache = idx.nodes.entry(cluster.clone()).or_default();
                 cache.nodes =
                     list.into_iter().filter_map(|n| n.metadata.name.clone().map(|name| (name, Arc::new(n)))).collect();
+                if cluster == MANAGEMENT {
+                    idx.renew_nhc_nodes();
+                }
                 BTreeSet::new()
             }
         },

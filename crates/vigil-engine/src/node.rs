@@ -57,7 +57,10 @@ pub struct NhcInput<'a> {
     pub check: &'a NodeHealthCheck,
     /// Its validated spec.
     pub policy: &'a NhcPolicy,
-    /// Every Node of the cluster; the engine applies the selector.
+    /// The Nodes of the cluster; the engine applies the selector. Every Node is always right;
+    /// passing only those [`needs_node`] keeps plus every Node a remediation object names
+    /// ([`nodes_named_by`]) gives the same plan, so an adapter need not hand over the whole
+    /// cluster to each check.
     pub nodes: &'a [&'a Node],
     /// The template of each of `policy.steps`, same order; `None` when it was not found.
     pub templates: &'a [Option<&'a TemplateView>],
@@ -154,6 +157,20 @@ impl Flags {
             }
         }
     }
+}
+
+/// Whether a decision of the check with `policy` reads `node`: the check selects it, or it is a
+/// control-plane Node (at most one of those is remediated at a time, whoever selects it). Other
+/// Nodes only matter through the remediation objects that name them (see [`nodes_named_by`]).
+pub fn needs_node(policy: &NhcPolicy, node: &Node) -> bool {
+    is_control_plane(node) || policy.selector.matches(node.metadata.labels.as_ref())
+}
+
+/// The Node names a remediation object may stand for (its Node-name annotation, and its own
+/// name, which upstream remediators use): a decision needs those Nodes whether or not it
+/// selects them, to tell a Node that is gone from one that is not.
+pub fn nodes_named_by(object: &RemediationView) -> impl Iterator<Item = &str> {
+    object.meta.annotations.get(NODE_NAME_ANNOTATION).map(String::as_str).into_iter().chain([object.meta.name.as_str()])
 }
 
 /// Whether a Node carries a control-plane role label.
@@ -950,118 +967,17 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let default_status = NodeHealthCheckStatus::default();
     let prev = check.status.as_ref().unwrap_or(&default_status);
 
-    // The check's own objects, sorted by Node then identity.
-    let mut owned: Vec<Owned<'_>> = input
-        .remediations
-        .iter()
-        .filter(|r| owned_by_check(r, check_name, check_uid))
-        .filter_map(|r| {
-            let node = entry(&r.meta.annotations, NODE_NAME_ANNOTATION)?;
-            let template = entry(&r.meta.annotations, TEMPLATE_NAME_ANNOTATION);
-            Some(Owned { node, view: r, template, step: step_of(r, template, &policy.steps) })
-        })
-        .collect();
-    owned.sort_unstable_by(|a, b| {
-        (a.node, &a.view.meta.kind, &a.view.meta.namespace, &a.view.meta.name).cmp(&(
-            b.node,
-            &b.view.meta.kind,
-            &b.view.meta.namespace,
-            &b.view.meta.name,
-        ))
-    });
-
-    // Pass 1. Nodes usually come sorted by name (adapters index them in sorted maps): the scan
-    // checks that as it goes, and only when they are not (or some has no name, or two share
-    // one) is it redone over a sorted copy without those (the first of a name wins).
-    let sorted_copy: Vec<&Node>;
-    let mut all: &[&Node] = input.nodes;
-    let mut scan = scan_nodes(all, &owned, policy, now);
-    if !scan.sorted {
-        let mut copy: Vec<&Node> = input.nodes.iter().copied().filter(|n| !node_name(n).is_empty()).collect();
-        copy.sort_by(|a, b| node_name(a).cmp(node_name(b)));
-        copy.dedup_by(|a, b| node_name(a) == node_name(b));
-        sorted_copy = copy;
-        all = &sorted_copy;
-        scan = scan_nodes(all, &owned, policy, now);
-    }
+    // Judge: every Node against the rules.
+    let owned = own_objects(input, check_name, check_uid);
+    let (all, scan) = judge_nodes(input, &owned, now);
     let Scan { subjects, healthy_at, observed, healthy, cp_names, stale, wake: scan_wake, tally, .. } = scan;
-    // Failure domains: judged on the same counts as the threshold, rounded up as medik8s.
+    // Budget: the threshold, the storm cool-down, the failure domains (rounded up as medik8s).
     let budgets = tally.zip(policy.failure_domains.as_ref()).map(|(t, fd)| t.judge(fd, Rounding::Up));
     let mut wake = scan_wake;
-
-    // Threshold and storm cooldown.
-    let met = threshold_met(policy.threshold, observed, healthy);
-    let counts = format!(
-        "{observed} nodes observed, {healthy} healthy, {} not healthy; {}",
-        observed - healthy,
-        threshold_text(policy.threshold, observed)
-    );
+    let (allowed_condition, storm_start) = budget(policy, prev, observed, healthy, now, &mut wake);
     let prev_allowed = get_condition(&prev.conditions, REMEDIATION_ALLOWED);
-    let gate = if !met {
-        Gate::TooFewHealthy
-    } else if !policy.storm_cooldown.is_positive() {
-        Gate::Allowed
-    } else {
-        match &prev.storm_recovery_start_time {
-            Some(Time(start)) => match after(*start, policy.storm_cooldown) {
-                Some(end) if now >= end => Gate::Allowed,
-                end => Gate::Cooldown { start: *start, end },
-            },
-            None if prev_allowed.is_some_and(|c| {
-                c.status == "False" && (c.reason == REASON_TOO_FEW_HEALTHY || c.reason == REASON_STORM_COOLDOWN)
-            }) =>
-            {
-                Gate::Cooldown { start: now, end: after(now, policy.storm_cooldown) }
-            }
-            None => Gate::Allowed,
-        }
-    };
-    let (allowed_condition, storm_start) = match gate {
-        Gate::Allowed => (DesiredCondition::true_(REMEDIATION_ALLOWED, REASON_ALLOWED, counts), None),
-        Gate::TooFewHealthy => (DesiredCondition::false_(REMEDIATION_ALLOWED, REASON_TOO_FEW_HEALTHY, counts), None),
-        Gate::Cooldown { start, end } => {
-            if let Some(end) = end {
-                wake.offer(end);
-            }
-            let until = end.map_or_else(|| "the end of time".to_string(), |e| e.to_string());
-            let message = format!(
-                "{counts}; the threshold is met again, but the storm cooldown of {} that started at {start} lasts until {until}",
-                format_go_duration(policy.storm_cooldown)
-            );
-            (DesiredCondition::false_(REMEDIATION_ALLOWED, REASON_STORM_COOLDOWN, message), Some(start))
-        }
-    };
     let allowed = allowed_condition.status == "True";
-
-    // Templates: the check is Disabled while any step's template is missing or invalid.
-    let templates: Vec<Usable<'_>> = (0..policy.steps.len()).map(|i| usable(input.templates, i)).collect();
-    let mut missing = Vec::new();
-    let mut invalid = Vec::new();
-    for (step, state) in policy.steps.iter().zip(&templates) {
-        match state {
-            Usable::Yes(..) => {}
-            Usable::Missing => missing.push(format!("remediation template {} not found", step.template)),
-            Usable::Invalid(why) => invalid.push(format!("remediation template {} {why}", step.template)),
-        }
-    }
-    let disabled = if missing.is_empty() && invalid.is_empty() {
-        None
-    } else {
-        let reason = if missing.is_empty() { REASON_INVALID_TEMPLATE } else { REASON_TEMPLATE_NOT_FOUND };
-        missing.extend(invalid);
-        Some((reason, missing.join("; ")))
-    };
-    let disabled_condition = match &disabled {
-        Some((reason, message)) => DesiredCondition::true_(DISABLED, reason, message.clone()),
-        None => {
-            DesiredCondition::false_(DISABLED, REASON_ENABLED, "All remediation templates were found and are valid")
-        }
-    };
-    let disabled_changed = get_condition(&prev.conditions, DISABLED).is_none_or(|c| {
-        c.status != disabled_condition.status
-            || c.reason != disabled_condition.reason
-            || c.message != disabled_condition.message
-    });
+    let Templates { usable: templates, disabled, disabled_condition, disabled_changed } = template_state(input, prev);
 
     let paused = !policy.pause_requests.is_empty();
     let prev_paused = prev.phase.as_deref() == Some(PHASE_PAUSED);
@@ -1071,28 +987,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         prev_entries.sort_by(|a, b| a.name.cmp(&b.name));
         prev_entries.dedup_by(|a, b| a.name == b.name);
     }
-    let prev_entry_of =
-        |name: &str| prev_entries.binary_search_by(|e| e.name.as_str().cmp(name)).ok().map(|i| prev_entries[i]);
-
-    // Control-plane Nodes already being remediated (by anyone) or with a request in flight.
-    let mut cp_flags = vec![false; cp_names.len()];
-    if !cp_names.is_empty() {
-        for r in input.remediations {
-            if let Some(n) = entry(&r.meta.annotations, NODE_NAME_ANNOTATION)
-                && let Ok(i) = cp_names.binary_search(&n)
-            {
-                cp_flags[i] = true;
-            }
-        }
-        for (i, n) in cp_names.iter().enumerate() {
-            if prev_entry_of(n)
-                .is_some_and(|e| e.remediations.iter().any(|r| r.timed_out.is_none() && r.resource.uid.is_none()))
-            {
-                cp_flags[i] = true;
-            }
-        }
-    }
-    let cp_busy: Vec<&str> = cp_names.iter().zip(&cp_flags).filter(|(_, f)| **f).map(|(n, _)| *n).collect();
+    let cp_busy = busy_control_planes(&cp_names, input.remediations, &prev_entries);
 
     let mut pass = Pass {
         policy,
@@ -1130,104 +1025,8 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         });
     }
 
-    // Pass 2: every subject in name order.
-    let mut entries: Vec<UnhealthyNode> = Vec::new();
-    let mut undecided: Vec<(&str, usize)> = Vec::new();
-    // A listed Node that is not a subject any more and is healthy now has recovered.
-    let recovered = |name: &str| {
-        all.binary_search_by(|n| node_name(n).cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
-            notice(
-                NoticeKind::Healthy,
-                name,
-                "NodeHealthy",
-                format!("Node {name} is healthy and has no remediation objects left"),
-            )
-        })
-    };
-    let mut p = 0usize;
-    for s in &subjects {
-        let objs = &owned[s.objs.clone()];
-        while p < prev_entries.len() && prev_entries[p].name.as_str() < s.name {
-            pass.notices.extend(recovered(&prev_entries[p].name));
-            p += 1;
-        }
-        let prev_entry = match prev_entries.get(p) {
-            Some(e) if e.name == s.name => {
-                p += 1;
-                Some(*e)
-            }
-            _ => None,
-        };
-        let mut book = Book::new(objs, prev_entry, now);
-        let mut healthy_since = None;
-        let mut delayed = false;
-        let listed = match (s.verdict, s.node) {
-            (Some(Verdict::Clear), Some(node)) => {
-                // a subject that matches no rule still has objects (pass 1 kept only those)
-                let (since, wait) = pass.recover(node, objs, prev_entry);
-                healthy_since = Some(Time(since));
-                delayed = wait;
-                !objs.is_empty()
-            }
-            (Some(Verdict::Unhealthy(rule)), Some(node)) => {
-                if prev_entry.is_none()
-                    && let Some(r) = policy.conditions.get(rule)
-                {
-                    // The condition's reason says what broke, as upstream's messages do.
-                    let why = node
-                        .status
-                        .as_ref()
-                        .and_then(|st| st.conditions.as_deref())
-                        .and_then(|cs| cs.iter().find(|c| c.type_ == r.type_ && c.status == r.status))
-                        .and_then(|c| c.reason.as_deref())
-                        .filter(|reason| !reason.is_empty())
-                        .map_or_else(String::new, |reason| format!(" with reason {reason}"));
-                    pass.notices.push(notice(
-                        NoticeKind::Unhealthy,
-                        s.name,
-                        rule_text(r),
-                        format!(
-                            "Node {} has had condition {}{why} for more than {}",
-                            s.name,
-                            rule_text(r),
-                            format_go_duration(r.timeout)
-                        ),
-                    ));
-                }
-                if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
-                    if objs.is_empty() {
-                        pass.start(s.name, node, prev_entry.is_some(), &mut book);
-                    } else {
-                        pass.escalate(s.name, objs, &mut book);
-                    }
-                }
-                true
-            }
-            (Some(verdict), _) => {
-                if let Verdict::Undecided(rule) = verdict {
-                    undecided.push((s.name, rule));
-                }
-                !objs.is_empty()
-            }
-            (None, _) => {
-                // Deleted or no longer selected: nothing will watch this Node for the check.
-                pass.delete_all(objs, true);
-                !objs.is_empty()
-            }
-        };
-        if listed {
-            entries.push(UnhealthyNode {
-                name: s.name.to_string(),
-                remediations: book.finish(),
-                conditions_healthy_timestamp: healthy_since,
-                healthy_delayed: delayed.then_some(true),
-            });
-        }
-    }
-
-    for e in &prev_entries[p..] {
-        pass.notices.extend(recovered(&e.name));
-    }
+    // Remediate (pass 2): every subject in name order.
+    let (entries, undecided) = remediate(&mut pass, &subjects, &owned, &prev_entries, &all, &healthy_at);
     // The stale-signal guard: tell about Nodes whose stale condition is newly listed.
     pass.notices.extend(crate::stale::notices(
         &format!("NodeHealthCheck/{check_name}"),
@@ -1327,6 +1126,286 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         held_elsewhere: pass.waits.held_elsewhere,
     };
     if policy.dry_run { crate::dry_run::nhc(plan, check.status.as_ref(), now) } else { plan }
+}
+
+/// The check's own remediation objects, sorted by Node then identity.
+fn own_objects<'a>(input: &NhcInput<'a>, check_name: &str, check_uid: Option<&str>) -> Vec<Owned<'a>> {
+    let policy = input.policy;
+    let mut owned: Vec<Owned<'a>> = input
+        .remediations
+        .iter()
+        .filter(|r| owned_by_check(r, check_name, check_uid))
+        .filter_map(|r| {
+            let node = entry(&r.meta.annotations, NODE_NAME_ANNOTATION)?;
+            let template = entry(&r.meta.annotations, TEMPLATE_NAME_ANNOTATION);
+            Some(Owned { node, view: r, template, step: step_of(r, template, &policy.steps) })
+        })
+        .collect();
+    owned.sort_unstable_by(|a, b| {
+        (a.node, &a.view.meta.kind, &a.view.meta.namespace, &a.view.meta.name).cmp(&(
+            b.node,
+            &b.view.meta.kind,
+            &b.view.meta.namespace,
+            &b.view.meta.name,
+        ))
+    });
+    owned
+}
+
+/// Judge (pass 1). Nodes usually come sorted by name (adapters index them in sorted maps): the
+/// scan checks that as it goes, and only when they are not (or some has no name, or two share
+/// one) is it redone over a sorted copy without those (the first of a name wins). Returns the
+/// list the scan's indexes refer to.
+fn judge_nodes<'a>(
+    input: &NhcInput<'a>,
+    owned: &[Owned<'a>],
+    now: Timestamp,
+) -> (std::borrow::Cow<'a, [&'a Node]>, Scan<'a>) {
+    let scan = scan_nodes(input.nodes, owned, input.policy, now);
+    if scan.sorted {
+        return (std::borrow::Cow::Borrowed(input.nodes), scan);
+    }
+    let mut copy: Vec<&Node> = input.nodes.iter().copied().filter(|n| !node_name(n).is_empty()).collect();
+    copy.sort_by(|a, b| node_name(a).cmp(node_name(b)));
+    copy.dedup_by(|a, b| node_name(a) == node_name(b));
+    let scan = scan_nodes(&copy, owned, input.policy, now);
+    (std::borrow::Cow::Owned(copy), scan)
+}
+
+/// Budget: whether the threshold lets remediation start (`RemediationAllowed`), held back by a
+/// storm cool-down after it was not met; offers the cool-down's end and returns its start.
+fn budget(
+    policy: &NhcPolicy,
+    prev: &NodeHealthCheckStatus,
+    observed: usize,
+    healthy: usize,
+    now: Timestamp,
+    wake: &mut Earliest,
+) -> (DesiredCondition, Option<Timestamp>) {
+    let met = threshold_met(policy.threshold, observed, healthy);
+    let counts = format!(
+        "{observed} nodes observed, {healthy} healthy, {} not healthy; {}",
+        observed - healthy,
+        threshold_text(policy.threshold, observed)
+    );
+    let prev_allowed = get_condition(&prev.conditions, REMEDIATION_ALLOWED);
+    let gate = if !met {
+        Gate::TooFewHealthy
+    } else if !policy.storm_cooldown.is_positive() {
+        Gate::Allowed
+    } else {
+        match &prev.storm_recovery_start_time {
+            Some(Time(start)) => match after(*start, policy.storm_cooldown) {
+                Some(end) if now >= end => Gate::Allowed,
+                end => Gate::Cooldown { start: *start, end },
+            },
+            None if prev_allowed.is_some_and(|c| {
+                c.status == "False" && (c.reason == REASON_TOO_FEW_HEALTHY || c.reason == REASON_STORM_COOLDOWN)
+            }) =>
+            {
+                Gate::Cooldown { start: now, end: after(now, policy.storm_cooldown) }
+            }
+            None => Gate::Allowed,
+        }
+    };
+    match gate {
+        Gate::Allowed => (DesiredCondition::true_(REMEDIATION_ALLOWED, REASON_ALLOWED, counts), None),
+        Gate::TooFewHealthy => (DesiredCondition::false_(REMEDIATION_ALLOWED, REASON_TOO_FEW_HEALTHY, counts), None),
+        Gate::Cooldown { start, end } => {
+            if let Some(end) = end {
+                wake.offer(end);
+            }
+            let until = end.map_or_else(|| "the end of time".to_string(), |e| e.to_string());
+            let message = format!(
+                "{counts}; the threshold is met again, but the storm cooldown of {} that started at {start} lasts until {until}",
+                format_go_duration(policy.storm_cooldown)
+            );
+            (DesiredCondition::false_(REMEDIATION_ALLOWED, REASON_STORM_COOLDOWN, message), Some(start))
+        }
+    }
+}
+
+/// The templates of the steps, and the `Disabled` condition they make.
+struct Templates<'a> {
+    usable: Vec<Usable<'a>>,
+    disabled: Option<(&'static str, String)>,
+    disabled_condition: DesiredCondition,
+    disabled_changed: bool,
+}
+
+/// Templates: the check is Disabled while any step's template is missing or invalid.
+fn template_state<'a>(input: &NhcInput<'a>, prev: &NodeHealthCheckStatus) -> Templates<'a> {
+    let policy = input.policy;
+    let templates: Vec<Usable<'_>> = (0..policy.steps.len()).map(|i| usable(input.templates, i)).collect();
+    let mut missing = Vec::new();
+    let mut invalid = Vec::new();
+    for (step, state) in policy.steps.iter().zip(&templates) {
+        match state {
+            Usable::Yes(..) => {}
+            Usable::Missing => missing.push(format!("remediation template {} not found", step.template)),
+            Usable::Invalid(why) => invalid.push(format!("remediation template {} {why}", step.template)),
+        }
+    }
+    let disabled = if missing.is_empty() && invalid.is_empty() {
+        None
+    } else {
+        let reason = if missing.is_empty() { REASON_INVALID_TEMPLATE } else { REASON_TEMPLATE_NOT_FOUND };
+        missing.extend(invalid);
+        Some((reason, missing.join("; ")))
+    };
+    let disabled_condition = match &disabled {
+        Some((reason, message)) => DesiredCondition::true_(DISABLED, reason, message.clone()),
+        None => {
+            DesiredCondition::false_(DISABLED, REASON_ENABLED, "All remediation templates were found and are valid")
+        }
+    };
+    let disabled_changed = get_condition(&prev.conditions, DISABLED).is_none_or(|c| {
+        c.status != disabled_condition.status
+            || c.reason != disabled_condition.reason
+            || c.message != disabled_condition.message
+    });
+
+    Templates { usable: templates, disabled, disabled_condition, disabled_changed }
+}
+
+/// Control-plane Nodes already being remediated (by anyone) or with a request in flight.
+fn busy_control_planes<'a>(
+    cp_names: &[&'a str],
+    remediations: &[&RemediationView],
+    prev_entries: &[&UnhealthyNode],
+) -> Vec<&'a str> {
+    let prev_entry_of =
+        |name: &str| prev_entries.binary_search_by(|e| e.name.as_str().cmp(name)).ok().map(|i| prev_entries[i]);
+    let mut cp_flags = vec![false; cp_names.len()];
+    if !cp_names.is_empty() {
+        for r in remediations {
+            if let Some(n) = entry(&r.meta.annotations, NODE_NAME_ANNOTATION)
+                && let Ok(i) = cp_names.binary_search(&n)
+            {
+                cp_flags[i] = true;
+            }
+        }
+        for (i, n) in cp_names.iter().enumerate() {
+            if prev_entry_of(n)
+                .is_some_and(|e| e.remediations.iter().any(|r| r.timed_out.is_none() && r.resource.uid.is_none()))
+            {
+                cp_flags[i] = true;
+            }
+        }
+    }
+    cp_names.iter().zip(&cp_flags).filter(|(_, f)| **f).map(|(n, _)| *n).collect()
+}
+
+/// Remediate (pass 2): each subject in name order, merged with the previous status entries —
+/// start, escalate, recover or clean up — giving the new `unhealthyNodes` and the Nodes that
+/// could not be judged.
+fn remediate<'a>(
+    pass: &mut Pass<'a>,
+    subjects: &[Subject<'a>],
+    owned: &[Owned<'a>],
+    prev_entries: &[&'a UnhealthyNode],
+    all: &[&'a Node],
+    healthy_at: &[bool],
+) -> (Vec<UnhealthyNode>, Vec<(&'a str, usize)>) {
+    let (policy, now) = (pass.policy, pass.now);
+    let mut entries: Vec<UnhealthyNode> = Vec::new();
+    let mut undecided: Vec<(&str, usize)> = Vec::new();
+    // A listed Node that is not a subject any more and is healthy now has recovered.
+    let recovered = |name: &str| {
+        all.binary_search_by(|n| node_name(n).cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
+            notice(
+                NoticeKind::Healthy,
+                name,
+                "NodeHealthy",
+                format!("Node {name} is healthy and has no remediation objects left"),
+            )
+        })
+    };
+    let mut p = 0usize;
+    for s in subjects {
+        let objs = &owned[s.objs.clone()];
+        while p < prev_entries.len() && prev_entries[p].name.as_str() < s.name {
+            pass.notices.extend(recovered(&prev_entries[p].name));
+            p += 1;
+        }
+        let prev_entry = match prev_entries.get(p) {
+            Some(e) if e.name == s.name => {
+                p += 1;
+                Some(*e)
+            }
+            _ => None,
+        };
+        let mut book = Book::new(objs, prev_entry, now);
+        let mut healthy_since = None;
+        let mut delayed = false;
+        let listed = match (s.verdict, s.node) {
+            (Some(Verdict::Clear), Some(node)) => {
+                // a subject that matches no rule still has objects (pass 1 kept only those)
+                let (since, wait) = pass.recover(node, objs, prev_entry);
+                healthy_since = Some(Time(since));
+                delayed = wait;
+                !objs.is_empty()
+            }
+            (Some(Verdict::Unhealthy(rule)), Some(node)) => {
+                if prev_entry.is_none()
+                    && let Some(r) = policy.conditions.get(rule)
+                {
+                    // The condition's reason says what broke, as upstream's messages do.
+                    let why = node
+                        .status
+                        .as_ref()
+                        .and_then(|st| st.conditions.as_deref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == r.type_ && c.status == r.status))
+                        .and_then(|c| c.reason.as_deref())
+                        .filter(|reason| !reason.is_empty())
+                        .map_or_else(String::new, |reason| format!(" with reason {reason}"));
+                    pass.notices.push(notice(
+                        NoticeKind::Unhealthy,
+                        s.name,
+                        rule_text(r),
+                        format!(
+                            "Node {} has had condition {}{why} for more than {}",
+                            s.name,
+                            rule_text(r),
+                            format_go_duration(r.timeout)
+                        ),
+                    ));
+                }
+                if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
+                    if objs.is_empty() {
+                        pass.start(s.name, node, prev_entry.is_some(), &mut book);
+                    } else {
+                        pass.escalate(s.name, objs, &mut book);
+                    }
+                }
+                true
+            }
+            (Some(verdict), _) => {
+                if let Verdict::Undecided(rule) = verdict {
+                    undecided.push((s.name, rule));
+                }
+                !objs.is_empty()
+            }
+            (None, _) => {
+                // Deleted or no longer selected: nothing will watch this Node for the check.
+                pass.delete_all(objs, true);
+                !objs.is_empty()
+            }
+        };
+        if listed {
+            entries.push(UnhealthyNode {
+                name: s.name.to_string(),
+                remediations: book.finish(),
+                conditions_healthy_timestamp: healthy_since,
+                healthy_delayed: delayed.then_some(true),
+            });
+        }
+    }
+
+    for e in &prev_entries[p..] {
+        pass.notices.extend(recovered(&e.name));
+    }
+    (entries, undecided)
 }
 
 /// Phase and reason when neither a template problem nor a pause request decides them.

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::views::{RemediationView, TemplateView};
-use vigil_engine::node::{NhcInput, decide};
+use vigil_engine::node::{NhcInput, decide, needs_node, nodes_named_by};
 use vigil_engine::{Action, Plan};
 
 const NS: &str = "medik8s";
@@ -467,6 +467,29 @@ proptest! {
         prop_assert_eq!(&a, &b);
         let c = w.decide_ordered(now(), true);
         prop_assert_eq!(&a, &c);
+    }
+
+    /// (b') An adapter may hand over only the Nodes the check needs (those it selects, the
+    /// control-plane ones, those a remediation object names): the plan is the same as with every
+    /// Node of the cluster.
+    #[test]
+    fn the_nodes_a_check_needs_are_enough(m in model(), earlier in 0i64..1200) {
+        let mut w = build(&m);
+        let prev = w.decide(ago(earlier));
+        w.check.status = Some(prev.status);
+        let all = w.decide(now());
+        let policy = vigil_api::validate::node_health_check(&w.check).expect("valid spec");
+        let named: BTreeSet<&str> = w.objects.iter().flat_map(nodes_named_by).collect();
+        let needed: Vec<Node> = w
+            .nodes
+            .iter()
+            .filter(|n| needs_node(&policy, n) || n.metadata.name.as_deref().is_some_and(|x| named.contains(x)))
+            .cloned()
+            .collect();
+        let left_out = w.nodes.len() - needed.len();
+        w.nodes = needed;
+        let some = w.decide(now());
+        prop_assert_eq!(&all, &some, "{} Nodes left out", left_out);
     }
 
     /// (c) Applying nothing and deciding again with the plan's status tells nothing new, and the
