@@ -750,6 +750,16 @@ pub fn decide_among_peers(
     let history = previous.map_or(&[][..], |p| p.remediation_history.as_slice());
     let mut ledger = Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now);
     let mut owned_elsewhere: BTreeMap<&CheckRef, Vec<String>> = BTreeMap::new();
+    // Which healthy targets already say `HealthCheckSucceeded=True` as it would be written (the
+    // common case: nothing to do), read in one tight pass for the same reason as the Nodes.
+    let already_healthy: Vec<bool> = targets
+        .iter()
+        .zip(&verdicts)
+        .map(|(m, v)| {
+            matches!(v, Verdict::Healthy)
+                && healthy_condition.is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
+        })
+        .collect();
     for (i, (machine, verdict)) in targets.iter().zip(&verdicts).enumerate() {
         let key = || machine.meta.key();
         // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
@@ -772,8 +782,8 @@ pub fn decide_among_peers(
                 }
             }
             Verdict::Healthy => {
-                let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == "False");
-                if !machine.meta.deleting {
+                if !machine.meta.deleting && !already_healthy[i] {
+                    let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == "False");
                     writes.set_ref(&healthy_condition, now);
                     if was_unhealthy {
                         let key = key();
