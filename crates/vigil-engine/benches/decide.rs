@@ -80,7 +80,9 @@ fn bench_machine_health_check(c: &mut Criterion) {
         let mut machines: Vec<MachineView> = (0..size).map(machine).collect();
         machines.sort_by(|a, b| a.meta.name.cmp(&b.meta.name));
         let machine_refs: Vec<&MachineView> = machines.iter().collect();
-        let nodes: HashMap<String, Node> = (0..size).map(|i| (format!("n{i}"), node(i))).collect();
+        // Keyed by Node name with a fast hasher (foldhash), as an adapter's Node index should be.
+        let nodes: HashMap<String, Node, foldhash::fast::RandomState> =
+            (0..size).map(|i| (format!("n{i}"), node(i))).collect();
         let remediations: HashMap<String, RemediationView> = HashMap::new();
         let input = MhcInput {
             check: &check,
