@@ -289,6 +289,7 @@ impl Index {
         self.nhcs.clear();
         self.nhc_nodes.clear();
         self.nhc_errors.clear();
+        self.guarded_ages = None;
     }
 
     /// Works out again which Nodes each NodeHealthCheck needs (after a complete list of the
@@ -453,10 +454,11 @@ impl Index {
 
     /// Every valid check's `maxConditionAge`s (rebuilt after the checks changed).
     fn guarded_ages(&mut self) -> &vigil_engine::concerns::GuardedAges {
-        let (mhcs, nhcs) = (&self.mhcs, &self.nhcs);
+        let (mhcs, nhc_nodes) = (&self.mhcs, &self.nhc_nodes);
         self.guarded_ages.get_or_insert_with(|| {
             let mhc = mhcs.values().filter_map(|c| parsed_mhc(c)).flat_map(|p| p.node_conditions);
-            let nhc = nhcs.values().filter_map(|c| parsed_nhc(c)).flat_map(|p| p.conditions);
+            // NodeHealthChecks: the policies validated when they were stored.
+            let nhc = nhc_nodes.values().filter_map(|e| e.policy.as_ref()).flat_map(|p| p.conditions.iter().cloned());
             let rules: Vec<vigil_api::validate::ConditionRule> = mhc.chain(nhc).collect();
             vigil_engine::concerns::GuardedAges::of(&rules)
         })

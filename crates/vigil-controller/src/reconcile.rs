@@ -459,7 +459,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
         return Some(finish(node::refuse(check, REASON_WAITING, &unsure.join("; "), now), needs));
     }
     // Only the Nodes the decision reads (see `NhcInput::nodes`), sorted by name.
-    let named = remediations.iter().flat_map(|r| node::nodes_named_by(r));
+    let named = remediations.iter().map(|r| vigil_engine::concerns::remediation_node_name(&r.meta));
     let listed = check.status.iter().flat_map(|s| s.unhealthy_nodes.iter().map(|u| u.name.as_str()));
     let nodes: Vec<&Node> = idx.nhc_decision_nodes(name, named.chain(listed));
     let input = NhcInput { check, policy: &policy, nodes: &nodes, templates: &templates, remediations: &remediations };

@@ -59,7 +59,7 @@ pub struct NhcInput<'a> {
     pub policy: &'a NhcPolicy,
     /// The Nodes of the cluster; the engine applies the selector. Every Node is always right;
     /// passing only those [`needs_node`] keeps plus every Node a remediation object names
-    /// ([`nodes_named_by`]) gives the same plan, so an adapter need not hand over the whole
+    /// ([`crate::concerns::remediation_node_name`]) gives the same plan, so an adapter need not hand over the whole
     /// cluster to each check.
     pub nodes: &'a [&'a Node],
     /// The template of each of `policy.steps`, same order; `None` when it was not found.
@@ -161,16 +161,10 @@ impl Flags {
 
 /// Whether a decision of the check with `policy` reads `node`: the check selects it, or it is a
 /// control-plane Node (at most one of those is remediated at a time, whoever selects it). Other
-/// Nodes only matter through the remediation objects that name them (see [`nodes_named_by`]).
+/// Nodes only matter through the remediation objects that name them
+/// ([`crate::concerns::remediation_node_name`]).
 pub fn needs_node(policy: &NhcPolicy, node: &Node) -> bool {
     is_control_plane(node) || policy.selector.matches(node.metadata.labels.as_ref())
-}
-
-/// The Node names a remediation object may stand for (its Node-name annotation, and its own
-/// name, which upstream remediators use): a decision needs those Nodes whether or not it
-/// selects them, to tell a Node that is gone from one that is not.
-pub fn nodes_named_by(object: &RemediationView) -> impl Iterator<Item = &str> {
-    object.meta.annotations.get(NODE_NAME_ANNOTATION).map(String::as_str).into_iter().chain([object.meta.name.as_str()])
 }
 
 /// Whether a Node carries a control-plane role label.

@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::views::{RemediationView, TemplateView};
-use vigil_engine::node::{NhcInput, decide, needs_node, nodes_named_by};
+use vigil_engine::concerns::remediation_node_name;
+use vigil_engine::node::{NhcInput, decide, needs_node};
 use vigil_engine::{Action, Plan};
 
 const NS: &str = "medik8s";
@@ -479,7 +480,7 @@ proptest! {
         w.check.status = Some(prev.status);
         let all = w.decide(now());
         let policy = vigil_api::validate::node_health_check(&w.check).expect("valid spec");
-        let named: BTreeSet<&str> = w.objects.iter().flat_map(nodes_named_by).collect();
+        let named: BTreeSet<&str> = w.objects.iter().map(|o| remediation_node_name(&o.meta)).collect();
         let needed: Vec<Node> = w
             .nodes
             .iter()
