@@ -2,6 +2,7 @@
 //! `metav1.Condition` share these fields) and the one rule for writing them: the transition time
 //! moves only when the status changes.
 
+use crate::reason::Reason;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
@@ -28,7 +29,7 @@ pub fn find<'a>(list: &'a [ObservedCondition], type_: &str) -> Option<&'a Observ
 
 /// Whether `list` has `type_` with status `True`.
 pub fn is_true(list: &[ObservedCondition], type_: &str) -> bool {
-    find(list, type_).is_some_and(|c| c.status == "True")
+    find(list, type_).is_some_and(|c| c.status == ConditionStatus::True)
 }
 
 /// Reads a `conditions` array; entries that cannot be read are reported with their path.
@@ -71,35 +72,105 @@ pub fn read_list(value: Option<&Value>, path: &str) -> (Vec<ObservedCondition>, 
     (out, problems)
 }
 
+/// A condition's status: code compares against this type, never against a spelling, so a typo
+/// (`"true"`, `"Flase"`) cannot silently never match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConditionStatus {
+    /// `True`.
+    True,
+    /// `False`.
+    False,
+    /// `Unknown`.
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// The API spelling, the one place it is written.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+
+    /// The status an API object spells `s`; `None` for anything else (which matches no status).
+    pub fn parse(s: &str) -> Option<Self> {
+        [ConditionStatus::True, ConditionStatus::False, ConditionStatus::Unknown].into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<ConditionStatus> for str {
+    fn eq(&self, other: &ConditionStatus) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<ConditionStatus> for &str {
+    fn eq(&self, other: &ConditionStatus) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialEq<ConditionStatus> for String {
+    fn eq(&self, other: &ConditionStatus) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<str> for ConditionStatus {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for ConditionStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for ConditionStatus {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
 /// A condition Vigil wants an object to carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredCondition {
     /// Condition type.
     pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    /// Machine-readable reason (CamelCase).
-    pub reason: String,
+    /// Its status.
+    pub status: ConditionStatus,
+    /// Machine-readable reason.
+    pub reason: Reason,
     /// Human-readable message.
     pub message: String,
 }
 
 impl DesiredCondition {
     /// A condition with status `True`.
-    pub fn true_(type_: &str, reason: &str, message: impl Into<String>) -> Self {
-        Self { type_: type_.into(), status: "True".into(), reason: reason.into(), message: message.into() }
+    pub fn true_(type_: &str, reason: Reason, message: impl Into<String>) -> Self {
+        Self { type_: type_.into(), status: ConditionStatus::True, reason, message: message.into() }
     }
 
     /// A condition with status `False`.
-    pub fn false_(type_: &str, reason: &str, message: impl Into<String>) -> Self {
-        Self { type_: type_.into(), status: "False".into(), reason: reason.into(), message: message.into() }
+    pub fn false_(type_: &str, reason: Reason, message: impl Into<String>) -> Self {
+        Self { type_: type_.into(), status: ConditionStatus::False, reason, message: message.into() }
     }
 
     /// Whether `current` already says the same (so nothing needs writing).
     pub fn is_satisfied_by(&self, current: Option<&ObservedCondition>) -> bool {
         current.is_some_and(|c| {
             c.status == self.status
-                && c.reason.as_deref().unwrap_or("") == self.reason
+                && c.reason.as_deref().unwrap_or("") == self.reason.as_str()
                 && c.message.as_deref().unwrap_or("") == self.message
         })
     }
@@ -128,8 +199,8 @@ pub fn set_condition(
     };
     let condition = Condition {
         type_: desired.type_.clone(),
-        status: desired.status.clone(),
-        reason: desired.reason.clone(),
+        status: desired.status.as_str().to_string(),
+        reason: desired.reason.as_str().to_string(),
         message: desired.message.clone(),
         last_transition_time,
         observed_generation,
@@ -166,11 +237,11 @@ mod tests {
         let mut list = Vec::new();
         let t0 = ts("2030-01-01T00:00:00Z");
         let t1 = ts("2030-01-01T00:05:00Z");
-        set_condition(&mut list, &DesiredCondition::false_("Paused", "NotPaused", "a"), t0, None);
-        set_condition(&mut list, &DesiredCondition::false_("Paused", "NotPaused", "b"), t1, None);
+        set_condition(&mut list, &DesiredCondition::false_("Paused", Reason::NotPaused, "a"), t0, None);
+        set_condition(&mut list, &DesiredCondition::false_("Paused", Reason::NotPaused, "b"), t1, None);
         assert_eq!(list[0].last_transition_time, Time(t0));
         assert_eq!(list[0].message, "b");
-        set_condition(&mut list, &DesiredCondition::true_("Paused", "Paused", "c"), t1, None);
+        set_condition(&mut list, &DesiredCondition::true_("Paused", Reason::Paused, "c"), t1, None);
         assert_eq!(list[0].last_transition_time, Time(t1));
     }
 

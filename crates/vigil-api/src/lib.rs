@@ -12,6 +12,7 @@ pub mod failure_domains;
 pub mod machine_health_check;
 pub mod manifest;
 pub mod node_health_check;
+pub mod reason;
 pub mod selector;
 pub mod threshold;
 pub mod validate;

@@ -320,7 +320,7 @@ impl Collector {
             self.push(format!("{path}.type"), type_, "must not be empty");
             ok = false;
         }
-        if !matches!(status, "True" | "False" | "Unknown") {
+        if crate::conditions::ConditionStatus::parse(status).is_none() {
             self.push(format!("{path}.status"), status, "must be one of True, False, Unknown");
             ok = false;
         }

@@ -237,7 +237,9 @@ impl ClusterView {
         problems.extend(condition_problems);
         let flag = |pointer: &str| v.pointer(pointer).and_then(Value::as_bool).unwrap_or(false);
         let at = |type_: &str| {
-            crate::conditions::find(&conditions, type_).filter(|c| c.status == "True").map(|c| c.last_transition_time)
+            crate::conditions::find(&conditions, type_)
+                .filter(|c| c.status == crate::conditions::ConditionStatus::True)
+                .map(|c| c.last_transition_time)
         };
         let cp = at(CONTROL_PLANE_INITIALIZED);
         let infra = at(INFRASTRUCTURE_READY);

@@ -226,7 +226,7 @@ impl Context {
                     notices.push(Notice {
                         kind: NoticeKind::RemediationCreated,
                         target: Some(target.clone()),
-                        reason: "RemediationCreated".into(),
+                        reason: vigil_api::reason::Reason::RemediationCreated,
                         message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
                     });
                 }
@@ -234,7 +234,7 @@ impl Context {
                     notices.push(Notice {
                         kind: NoticeKind::RemediationDeleted,
                         target: Some(target.clone()),
-                        reason: "RemediationRemoved".into(),
+                        reason: vigil_api::reason::Reason::RemediationRemoved,
                         message: format!("Deleted {object} for {target}: it is healthy again or gone"),
                     });
                 }
@@ -254,7 +254,7 @@ impl Context {
                         notices.push(Notice {
                             kind: NoticeKind::RemediationFailed,
                             target: Some(target.clone()),
-                            reason: "RemediationFailed".into(),
+                            reason: vigil_api::reason::Reason::RemediationFailed,
                             message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
                         });
                         if e.outcome_unknown() {

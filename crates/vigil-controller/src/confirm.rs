@@ -30,6 +30,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
+use vigil_api::conditions::ConditionStatus;
 use vigil_api::views::MachineView;
 use vigil_api::well_known::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use vigil_engine::Action;
@@ -79,7 +80,7 @@ pub fn remediating_target(key: &CheckKey, action: &Action, job: &Job) -> Option<
     match (key, action) {
         (CheckKey::Machine(..), Action::SetMachineConditions { machine, conditions, .. }) => {
             let remediates = conditions.iter().any(|(c, _)| {
-                c.status == "False" && (c.type_ == HEALTH_CHECK_SUCCEEDED || c.type_ == OWNER_REMEDIATED)
+                c.status == ConditionStatus::False && (c.type_ == HEALTH_CHECK_SUCCEEDED || c.type_ == OWNER_REMEDIATED)
             });
             remediates
                 .then(|| Target::Machine(machine.namespace.clone(), machine.name.clone(), machine.api_version.clone()))

@@ -193,7 +193,7 @@ impl Context {
         tokio::spawn(async move {
             let event = kube::runtime::events::Event {
                 type_: kube::runtime::events::EventType::Warning,
-                reason: "UnreadableCondition".into(),
+                reason: vigil_api::reason::Reason::UnreadableCondition.as_str().into(),
                 note: Some(problem.to_string().chars().take(1000).collect()),
                 action: "Read".into(),
                 secondary: None,
@@ -323,7 +323,7 @@ impl Context {
                 let notice = vigil_engine::Notice {
                     kind: vigil_engine::NoticeKind::OtherCheckWaiting,
                     target: Some(h.target.clone()),
-                    reason: "OtherCheckWaiting".into(),
+                    reason: vigil_api::reason::Reason::OtherCheckWaiting,
                     message: format!("{} ({})", h.message, h.waiter),
                 };
                 this.publish(&key, uid.as_deref(), &notice).await;

@@ -8,6 +8,8 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use vigil_api::MachineHealthCheck;
+use vigil_api::conditions::ConditionStatus;
+use vigil_api::reason::Reason;
 use vigil_api::validate;
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
 use vigil_engine::concerns::group_of;
@@ -93,7 +95,7 @@ fn condition_false_with<'c>(
     conditions: &'c [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     type_: &str,
 ) -> Option<&'c str> {
-    conditions.iter().find(|c| c.type_ == type_ && c.status == "False").map(|c| c.reason.as_str())
+    conditions.iter().find(|c| c.type_ == type_ && c.status == ConditionStatus::False).map(|c| c.reason.as_str())
 }
 
 fn mhc_gauges(s: &vigil_api::MachineHealthCheckStatus) -> Gauges {
@@ -216,9 +218,9 @@ fn waiting(state: &SourceState, what: &str) -> Option<String> {
 }
 
 /// Reason of `RemediationAllowed=False` when no decision can be made.
-pub const REASON_WAITING: &str = "WaitingForCaches";
+pub const REASON_WAITING: Reason = Reason::WaitingForCaches;
 /// Reason when the spec cannot be read or validated.
-pub const REASON_INVALID: &str = "InvalidSpec";
+pub const REASON_INVALID: Reason = Reason::InvalidSpec;
 
 /// The status to send as a merge patch when it changed: a field the new status leaves out (an
 /// emptied list such as `wouldRemediate` or `unhealthyNodes`, a cleared time) is sent as `null`,

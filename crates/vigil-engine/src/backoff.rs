@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use vigil_api::conditions::{DesiredCondition, get_condition};
 use vigil_api::duration::format_go_duration;
 use vigil_api::machine_health_check::{BackedOffPool, RemediationRecord};
+use vigil_api::reason::Reason;
 use vigil_api::validate::BackoffPolicy;
 use vigil_api::views::MachineView;
 use vigil_api::well_known::DEPLOYMENT_NAME_LABEL;
@@ -29,12 +30,6 @@ use vigil_api::well_known::DEPLOYMENT_NAME_LABEL;
 pub const HISTORY_CAP: usize = 200;
 /// Type of the check condition that says which pools are backed off.
 pub const CONDITION: &str = "RemediationBackoff";
-/// Reason of that condition when True, and of the notice when a pool backs off.
-pub const REASON_BACKOFF: &str = "RemediationBackoff";
-/// Reason of the condition once no pool is backed off any more.
-pub const REASON_NONE: &str = "NoPoolBackedOff";
-/// Reason of the notice when a pool is no longer backed off.
-pub const REASON_ENDED: &str = "RemediationBackoffEnded";
 /// Most targets named per pool in the status, and most pools or records named in a message.
 const NAMED: usize = 10;
 
@@ -243,7 +238,7 @@ pub(crate) fn report(
         notices.push(Notice {
             kind: NoticeKind::RemediationBackoff,
             target: None,
-            reason: REASON_BACKOFF.into(),
+            reason: Reason::RemediationBackoff,
             message: format!("Remediation backed off in {}", describe(p, history, policy)),
         });
     }
@@ -251,13 +246,13 @@ pub(crate) fn report(
         notices.push(Notice {
             kind: NoticeKind::RemediationBackoffEnded,
             target: None,
-            reason: REASON_ENDED.into(),
+            reason: Reason::RemediationBackoffEnded,
             message: format!("Remediation of pool {} is no longer backed off: no target of it waits any more", p.pool),
         });
     }
     let condition = if pools.is_empty() {
         get_condition(previous_conditions, CONDITION)
-            .map(|_| DesiredCondition::false_(CONDITION, REASON_NONE, "No pool is backed off"))
+            .map(|_| DesiredCondition::false_(CONDITION, Reason::NoPoolBackedOff, "No pool is backed off"))
     } else {
         let mut parts: Vec<String> = pools.iter().take(NAMED).map(|p| describe(p, history, policy)).collect();
         if pools.len() > NAMED {
@@ -265,7 +260,7 @@ pub(crate) fn report(
         }
         Some(DesiredCondition::true_(
             CONDITION,
-            REASON_BACKOFF,
+            Reason::RemediationBackoff,
             format!("Remediation backed off in {}", parts.join("; ")),
         ))
     };

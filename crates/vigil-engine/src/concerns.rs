@@ -3,14 +3,13 @@
 //! may say yes too often (a wasted, idempotent decision) but must never miss a check whose
 //! verdict the change can alter.
 
-use crate::machine::is_target;
-use crate::node::is_control_plane;
+pub use crate::target::remediation_node_name;
+use crate::target::{is_control_plane, is_target};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use std::collections::BTreeMap;
 use vigil_api::validate::{ConditionRule, MhcPolicy, NhcPolicy};
 use vigil_api::views::{MachineView, Meta};
-use vigil_api::well_known::NODE_NAME_ANNOTATION;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 
 fn namespace_of(check: &MachineHealthCheck) -> &str {
@@ -44,11 +43,6 @@ pub fn nhc_concerns_node(check: &NodeHealthCheck, policy: &NhcPolicy, node: &Nod
     let name = node.metadata.name.as_deref().unwrap_or("");
     policy.selector.matches(node.metadata.labels.as_ref())
         || check.status.as_ref().is_some_and(|s| s.unhealthy_nodes.iter().any(|u| u.name == name))
-}
-
-/// The Node a medik8s remediation object is for: its node-name annotation, else its name.
-pub fn remediation_node_name(object: &Meta) -> &str {
-    object.annotations.get(NODE_NAME_ANNOTATION).map_or(object.name.as_str(), String::as_str)
 }
 
 /// A template concerns the NHCs that use it. A remediation object concerns the NHC that owns

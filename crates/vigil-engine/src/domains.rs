@@ -11,17 +11,12 @@ use crate::plan::{Notice, NoticeKind};
 use std::collections::BTreeMap;
 use vigil_api::conditions::DesiredCondition;
 use vigil_api::failure_domains::{FailureDomainStatus, STATUS_MAX_DOMAINS};
+use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
 use vigil_api::validate::FailureDomainPolicy;
 
 /// Condition type on the check: True while no domain is paused.
 pub const FAILURE_DOMAINS_HEALTHY: &str = "FailureDomainsHealthy";
-/// Reason of `FailureDomainsHealthy=True`.
-pub const REASON_WITHIN_BUDGET: &str = "WithinBudget";
-/// Reason of `FailureDomainsHealthy=False` and of the notice that a domain paused.
-pub const REASON_SHORT_CIRCUIT: &str = "FailureDomainShortCircuit";
-/// Reason of the notice that a domain is within its budget again.
-pub const REASON_RESUMED: &str = "FailureDomainResumed";
 /// Most paused domains a condition or notice names (the rest are counted).
 const NAMED_DOMAINS: usize = 10;
 
@@ -164,13 +159,13 @@ impl Budgets {
         if paused.is_empty() {
             DesiredCondition::true_(
                 FAILURE_DOMAINS_HEALTHY,
-                REASON_WITHIN_BUDGET,
+                Reason::WithinBudget,
                 format!("Every failure domain is within its budget ({domains}{none})"),
             )
         } else {
             DesiredCondition::false_(
                 FAILURE_DOMAINS_HEALTHY,
-                REASON_SHORT_CIRCUIT,
+                Reason::FailureDomainShortCircuit,
                 format!(
                     "No new remediation in {} paused failure domain(s): {}; other domains continue ({domains}{none})",
                     paused.len(),
@@ -197,7 +192,7 @@ impl Budgets {
             notices.push(Notice {
                 kind: NoticeKind::FailureDomainShortCircuit,
                 target: None,
-                reason: REASON_SHORT_CIRCUIT.into(),
+                reason: Reason::FailureDomainShortCircuit,
                 message: format!(
                     "Remediation paused in failure domain(s) by {}: {}; other domains continue",
                     self.key,
@@ -209,7 +204,7 @@ impl Budgets {
             notices.push(Notice {
                 kind: NoticeKind::FailureDomainResumed,
                 target: None,
-                reason: REASON_RESUMED.into(),
+                reason: Reason::FailureDomainResumed,
                 message: format!(
                     "Remediation may start again in failure domain(s) by {}: {}",
                     self.key,

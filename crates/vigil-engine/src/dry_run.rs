@@ -8,12 +8,11 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use vigil_api::conditions::ConditionStatus;
 use vigil_api::machine_health_check::WouldRemediate;
+use vigil_api::reason::Reason;
 use vigil_api::well_known::OWNER_REMEDIATED;
 use vigil_api::{MachineHealthCheckStatus, NodeHealthCheckStatus};
-
-/// Reason of the `WouldRemediate` notice.
-pub const REASON_WOULD_REMEDIATE: &str = "WouldRemediate";
 
 /// Target notices a MachineHealthCheck derives from what its Machines carry: in dry-run nothing
 /// is written to a Machine, so they would repeat on every decision; `WouldRemediate` (derived from
@@ -28,7 +27,7 @@ fn would(actions: &[Action]) -> BTreeMap<String, String> {
         match action {
             Action::SetMachineConditions { machine, conditions, .. } => {
                 // External remediation shows as its CreateRemediation below.
-                if conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == "False") {
+                if conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == ConditionStatus::False) {
                     out.insert(machine.name.clone(), format!("{OWNER_REMEDIATED}=False"));
                 }
             }
@@ -68,7 +67,7 @@ fn entered(
             Notice {
                 kind: NoticeKind::WouldRemediate,
                 target: Some(target),
-                reason: REASON_WOULD_REMEDIATE.into(),
+                reason: Reason::WouldRemediate,
                 message: format!("Dry run: {what} would be remediated now ({}); nothing was done", w.action),
             }
         })
@@ -115,7 +114,7 @@ pub(crate) fn nhc(
         })
         .collect();
     let mut status = plan.status.clone();
-    crate::node::forget_requests(&mut status, &unsent);
+    crate::partial::forget_requests(&mut status, &unsent);
     plan.actions.clear();
     plan.notices.extend(entered(prev, &list, |name| (name.to_string(), format!("Node {name}"))));
     status.would_remediate = list;

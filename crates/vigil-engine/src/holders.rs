@@ -13,14 +13,17 @@
 //! [`crate::machine::decide_among`].
 
 use crate::lookup::Lookup;
-use crate::machine::is_target;
 use crate::peers::MhcPeers;
+pub use crate::plan::HeldElsewhere;
 use crate::plan::{Notice, NoticeKind};
+pub use crate::target::{CheckRef, LOCAL_CLUSTER, Target};
+use crate::target::{is_target, made_for};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use serde::Serialize;
 use std::collections::BTreeMap;
+use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition, get_condition};
+use vigil_api::reason::Reason;
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::{MachineView, RemediationView};
 use vigil_api::well_known::{
@@ -28,102 +31,12 @@ use vigil_api::well_known::{
 };
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 
-/// The cluster key of Nodes of the cluster Vigil runs in (where NodeHealthChecks look, and where
-/// a self-hosted MachineHealthCheck's Nodes are).
-pub const LOCAL_CLUSTER: &str = "";
-
 /// Condition on a check that has a target it would remediate but another check holds.
 pub const WAITING_FOR_OTHER_CHECK: &str = "WaitingForOtherCheck";
 /// Reason of [`WAITING_FOR_OTHER_CHECK`]`=True`, of the skip notice, and of the holder's event.
-pub const REASON_HELD: &str = "TargetHeldByAnotherCheck";
+pub const REASON_HELD: &str = Reason::TargetHeldByAnotherCheck.as_str();
 /// Reason of [`WAITING_FOR_OTHER_CHECK`]`=False` (once it has been True).
-pub const REASON_NOT_WAITING: &str = "NoTargetWaiting";
-
-/// A health check, named the way events and messages name it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum CheckRef {
-    /// A MachineHealthCheck.
-    Machine {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-    },
-    /// A NodeHealthCheck (cluster-scoped).
-    Node {
-        /// Its name.
-        name: String,
-    },
-}
-
-impl CheckRef {
-    /// The identity of a MachineHealthCheck (namespace `default` when unset, as the API server does).
-    pub fn of_mhc(check: &MachineHealthCheck) -> Self {
-        CheckRef::Machine {
-            namespace: check.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-            name: check.metadata.name.clone().unwrap_or_default(),
-        }
-    }
-
-    /// The identity of a NodeHealthCheck.
-    pub fn of_nhc(check: &NodeHealthCheck) -> Self {
-        CheckRef::Node { name: check.metadata.name.clone().unwrap_or_default() }
-    }
-}
-
-impl std::fmt::Display for CheckRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CheckRef::Machine { namespace, name } => write!(f, "MachineHealthCheck/{namespace}/{name}"),
-            CheckRef::Node { name } => write!(f, "NodeHealthCheck/{name}"),
-        }
-    }
-}
-
-/// What is remediated, as every check sees it: a Node of a cluster, or a Machine that has no
-/// Node yet (only MachineHealthChecks of its namespace can select it).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Target {
-    /// A Node.
-    Node {
-        /// [`LOCAL_CLUSTER`] or the workload cluster's `namespace/clusterName`.
-        cluster: String,
-        /// The Node's name.
-        name: String,
-    },
-    /// A Machine without a Node reference.
-    Machine {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-    },
-}
-
-impl Target {
-    /// A Node of the cluster Vigil runs in (what a NodeHealthCheck remediates).
-    pub fn local_node(name: &str) -> Self {
-        Target::Node { cluster: LOCAL_CLUSTER.into(), name: name.into() }
-    }
-
-    /// What a Machine stands for: its Node in `node_cluster` when it references one, else itself.
-    pub fn of_machine(node_cluster: &str, machine: &MachineView) -> Self {
-        match &machine.node_name {
-            Some(node) => Target::Node { cluster: node_cluster.into(), name: node.clone() },
-            None => Target::Machine { namespace: machine.meta.namespace.clone(), name: machine.meta.name.clone() },
-        }
-    }
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Target::Node { cluster, name } if cluster.is_empty() => write!(f, "node {name}"),
-            Target::Node { cluster, name } => write!(f, "node {name} of cluster {cluster}"),
-            Target::Machine { namespace, name } => write!(f, "Machine {namespace}/{name}"),
-        }
-    }
-}
+pub const REASON_NOT_WAITING: &str = Reason::NoTargetWaiting.as_str();
 
 /// Evidence that a check is remediating a target, and since when (`None`: not known).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,17 +185,18 @@ pub fn mhc_claims_among(
     {
         let since = match &policy.remediation_template {
             None => conditions::find(&m.conditions, OWNER_REMEDIATED)
-                .filter(|c| c.status == "False")
+                .filter(|c| c.status == ConditionStatus::False)
                 .map(|c| c.last_transition_time),
             Some(_) => {
-                let object = remediations
-                    .lookup(&m.meta.name)
-                    .filter(|o| crate::machine::made_for(o, m))
-                    .map(|o| o.meta.created);
-                let unhealthy =
-                    conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == "False");
+                let object = remediations.lookup(&m.meta.name).filter(|o| made_for(o, m)).map(|o| o.meta.created);
+                let unhealthy = conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED)
+                    .is_some_and(|c| c.status == ConditionStatus::False);
                 let requested = conditions::find(&m.conditions, EXTERNALLY_REMEDIATED)
-                    .filter(|c| unhealthy && c.status == "False" && c.reason.as_deref() == Some(WAITING_REASON))
+                    .filter(|c| {
+                        unhealthy
+                            && c.status == ConditionStatus::False
+                            && c.reason.as_deref() == Some(Reason::WaitingForRemediation.as_str())
+                    })
                     .map(|c| c.last_transition_time);
                 object.or(requested)
             }
@@ -292,25 +206,6 @@ pub fn mhc_claims_among(
         }
     }
     claims
-}
-
-/// The reason Vigil writes on `ExternallyRemediated=False` when it asked for remediation.
-const WAITING_REASON: &str = crate::machine::reason::WAITING_FOR_REMEDIATION;
-
-/// Told to the holder of a target when another check starts waiting for it (an event on the
-/// holding check; the waiting check gets a [`NoticeKind::RemediationSkipped`] notice).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HeldElsewhere {
-    /// The holding check, which the event is about.
-    pub holder: CheckRef,
-    /// The waiting check.
-    pub waiter: CheckRef,
-    /// The target (Machine `namespace/name` or Node name, as in notices).
-    pub target: String,
-    /// [`REASON_HELD`].
-    pub reason: String,
-    /// For a person: which target, held by whom, who waits.
-    pub message: String,
 }
 
 /// Collects one decision's waits, and turns them into notices, the condition and the holder
@@ -328,7 +223,7 @@ impl Waits {
     pub(crate) fn new(me: CheckRef, previous_conditions: &[Condition]) -> Self {
         let prev = get_condition(previous_conditions, WAITING_FOR_OTHER_CHECK);
         let previous = prev
-            .filter(|c| c.status == "True")
+            .filter(|c| c.status == ConditionStatus::True)
             .map(|c| c.message.split("; ").map(str::to_string).collect())
             .unwrap_or_default();
         Waits { me, previous, was_present: prev.is_some(), phrases: Vec::new(), held_elsewhere: Vec::new() }
@@ -350,13 +245,13 @@ impl Waits {
                 holder: holder.check.clone(),
                 waiter: self.me.clone(),
                 target: notice_target.to_string(),
-                reason: REASON_HELD.into(),
+                reason: Reason::TargetHeldByAnotherCheck,
                 message: message.clone(),
             });
             Notice {
                 kind: NoticeKind::RemediationSkipped,
                 target: Some(notice_target.to_string()),
-                reason: REASON_HELD.into(),
+                reason: Reason::TargetHeldByAnotherCheck,
                 message,
             }
         });
@@ -368,11 +263,15 @@ impl Waits {
     /// for a check that never waited (so checks without overlap show nothing new).
     pub(crate) fn condition(&self) -> Option<DesiredCondition> {
         if !self.phrases.is_empty() {
-            Some(DesiredCondition::true_(WAITING_FOR_OTHER_CHECK, REASON_HELD, self.phrases.join("; ")))
+            Some(DesiredCondition::true_(
+                WAITING_FOR_OTHER_CHECK,
+                Reason::TargetHeldByAnotherCheck,
+                self.phrases.join("; "),
+            ))
         } else if self.was_present {
             Some(DesiredCondition::false_(
                 WAITING_FOR_OTHER_CHECK,
-                REASON_NOT_WAITING,
+                Reason::NoTargetWaiting,
                 "No target of this check is held by another check",
             ))
         } else {
@@ -384,5 +283,5 @@ impl Waits {
 /// Whether a check's conditions say it waits for another check: such a check is concerned by
 /// every remediation object and Machine change (any may release the target it waits for).
 pub fn is_waiting(conditions: &[Condition]) -> bool {
-    get_condition(conditions, WAITING_FOR_OTHER_CHECK).is_some_and(|c| c.status == "True")
+    get_condition(conditions, WAITING_FOR_OTHER_CHECK).is_some_and(|c| c.status == ConditionStatus::True)
 }

@@ -14,9 +14,11 @@ pub mod lookup;
 pub mod machine;
 pub mod machine_write;
 pub mod node;
+pub mod partial;
 pub mod peers;
 pub mod plan;
 pub mod stale;
+pub mod target;
 
 pub use lookup::Lookup;
 pub use plan::{Action, Notice, NoticeKind, ObjectRef, Plan};

@@ -7,18 +7,22 @@
 
 use crate::backoff::{self, Gate, Ledger};
 use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY, Tally};
-use crate::holders::{CheckRef, Holders, Target, Waits};
+use crate::holders::{Holders, Waits};
 use crate::lookup::Lookup;
-use crate::peers::{MhcPeers, NAMED_MACHINES, REASON_NO_OVERLAP, REASON_OVERLAP, SELECTED_BY_ANOTHER_CHECK};
+use crate::peers::{MhcPeers, NAMED_MACHINES, SELECTED_BY_ANOTHER_CHECK};
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
+pub use crate::target::is_target;
+use crate::target::{CheckRef, LOCAL_CLUSTER, Target, made_for};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use vigil_api::MachineHealthCheck;
+use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition, ObservedCondition, get_condition, set_condition};
 use vigil_api::duration::format_go_duration;
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
+use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
 use vigil_api::validate::{ConditionRule, DomainKey, FailureDomainPolicy, MhcPolicy, MhcShortCircuit};
 use vigil_api::views::{ClusterView, MachineView, RemediationView, TemplateView};
@@ -52,49 +56,13 @@ pub struct MhcInput<'a> {
     pub remediations: &'a dyn Lookup<RemediationView>,
 }
 
-/// Reasons of `HealthCheckSucceeded=False`, as Cluster API v1beta2 names them.
-pub mod reason {
-    /// A Node condition matched for longer than its timeout.
-    pub const UNHEALTHY_NODE: &str = "UnhealthyNode";
-    /// A Machine condition matched for longer than its timeout.
-    pub const UNHEALTHY_MACHINE: &str = "UnhealthyMachine";
-    /// No Node joined within `nodeStartupTimeout`.
-    pub const NODE_STARTUP_TIMEOUT: &str = "NodeStartupTimeout";
-    /// The Machine's Node was deleted.
-    pub const NODE_DELETED: &str = "NodeDeleted";
-    /// The user asked for remediation with the annotation.
-    pub const HAS_REMEDIATE_ANNOTATION: &str = "HasRemediateAnnotation";
-    /// The Machine reports a terminal failure.
-    pub const MACHINE_HAS_FAILURE: &str = "MachineHasFailure";
-    /// The Machine passed every check.
-    pub const SUCCEEDED: &str = "HealthCheckSucceeded";
-    /// `OwnerRemediated` / `ExternallyRemediated` is waiting for the remediator.
-    pub const WAITING_FOR_REMEDIATION: &str = "WaitingForRemediation";
-    /// The remediation template does not exist.
-    pub const TEMPLATE_NOT_FOUND: &str = "RemediationTemplateNotFound";
-    /// The remediation object could not be built (template without `spec.template`).
-    pub const REQUEST_CREATION_FAILED: &str = "RemediationRequestCreationFailed";
-    /// The short-circuit tripped.
-    pub const TOO_MANY_UNHEALTHY: &str = "TooManyUnhealthy";
-    /// Remediation is allowed.
-    pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
-    /// The Cluster of the check was not found.
-    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
-    /// The workload cluster's API could not be reached.
-    pub const CLUSTER_UNREACHABLE: &str = "WorkloadClusterUnreachable";
-    /// The check is paused.
-    pub const PAUSED: &str = "Paused";
-    /// The check is not paused.
-    pub const NOT_PAUSED: &str = "NotPaused";
-}
-
 /// The verdict on one target at `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Needs remediation.
     Unhealthy {
         /// `HealthCheckSucceeded` reason.
-        reason: &'static str,
+        reason: Reason,
         /// Why, for a person.
         message: String,
     },
@@ -193,7 +161,7 @@ fn evaluate_with_node(
     }
     if machine.meta.annotations.contains_key(REMEDIATE_MACHINE_ANNOTATION) {
         return Verdict::Unhealthy {
-            reason: reason::HAS_REMEDIATE_ANNOTATION,
+            reason: Reason::HasRemediateAnnotation,
             message: format!(
                 "Health check failed: marked for remediation via the {REMEDIATE_MACHINE_ANNOTATION} annotation"
             ),
@@ -201,7 +169,7 @@ fn evaluate_with_node(
     }
     if let Some(failure) = &machine.failure {
         return Verdict::Unhealthy {
-            reason: reason::MACHINE_HAS_FAILURE,
+            reason: Reason::MachineHasFailure,
             message: format!("Health check failed: Machine has failed: {failure}"),
         };
     }
@@ -232,7 +200,7 @@ fn evaluate_with_node(
         Err(why) => return Verdict::NotEvaluated { why: format!("Machine {why}"), counts_healthy: false },
         Ok(Some((rule, None, why))) => {
             return Verdict::Unhealthy {
-                reason: reason::UNHEALTHY_MACHINE,
+                reason: Reason::UnhealthyMachine,
                 message: format!(
                     "Health check failed: Condition {} on Machine {} is reporting status {}{} for more than {}",
                     rule.type_,
@@ -249,7 +217,7 @@ fn evaluate_with_node(
 
     match (machine.node_name.as_deref(), node) {
         (Some(name), None) => Verdict::Unhealthy {
-            reason: reason::NODE_DELETED,
+            reason: Reason::NodeDeleted,
             message: format!("Health check failed: Node {name} has been deleted"),
         },
         (None, _) => {
@@ -263,7 +231,7 @@ fn evaluate_with_node(
                 };
             };
             let machine_infra = conditions::find(&machine.conditions, INFRASTRUCTURE_READY)
-                .filter(|c| c.status == "True")
+                .filter(|c| c.status == ConditionStatus::True)
                 .and_then(|c| c.last_transition_time);
             let since = [
                 machine.meta.created,
@@ -282,7 +250,7 @@ fn evaluate_with_node(
             };
             match deadline_passed(since, timeout, now) {
                 Ok(()) => Verdict::Unhealthy {
-                    reason: reason::NODE_STARTUP_TIMEOUT,
+                    reason: Reason::NodeStartupTimeout,
                     message: format!(
                         "Health check failed: Node failed to report startup in {}",
                         format_go_duration(timeout)
@@ -321,7 +289,7 @@ fn evaluate_with_node(
             match node_match {
                 Err(why) => Verdict::NotEvaluated { why: format!("Node {name} {why}"), counts_healthy: false },
                 Ok(Some((rule, None, why))) => Verdict::Unhealthy {
-                    reason: reason::UNHEALTHY_NODE,
+                    reason: Reason::UnhealthyNode,
                     message: format!(
                         "Health check failed: Condition {} on Node {name} is reporting status {}{} for more than {}",
                         rule.type_,
@@ -399,13 +367,6 @@ fn check_paused(input: &MhcInput<'_>) -> bool {
         || input.cluster.is_some_and(|c| c.paused)
 }
 
-/// Whether a Machine is a target: selected, and not opted out by annotation.
-pub fn is_target(policy: &MhcPolicy, machine: &MachineView) -> bool {
-    policy.selector.matches(Some(&machine.meta.labels))
-        && !machine.meta.annotations.contains_key(PAUSED_ANNOTATION)
-        && !machine.meta.annotations.contains_key(SKIP_REMEDIATION_ANNOTATION)
-}
-
 fn machine_ref(m: &MachineView) -> ObjectRef {
     ObjectRef {
         api_version: m.meta.api_version.clone(),
@@ -425,8 +386,8 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn notice(&mut self, kind: NoticeKind, target: Option<String>, reason: &str, message: impl Into<String>) {
-        self.notices.push(Notice { kind, target, reason: reason.to_string(), message: message.into() });
+    fn notice(&mut self, kind: NoticeKind, target: Option<String>, reason: Reason, message: impl Into<String>) {
+        self.notices.push(Notice { kind, target, reason, message: message.into() });
     }
 
     /// Sets a check condition, with a notice when its status flips.
@@ -437,18 +398,19 @@ impl Builder<'_> {
             .map(|c| (c.status.clone(), c.reason.clone()));
         let changed = match &before {
             Some((status, reason)) => {
-                *status != desired.status || (desired.status == "False" && *reason != desired.reason)
+                *status != desired.status || (desired.status == ConditionStatus::False && *reason != desired.reason)
             }
-            None => desired.status == "True" || desired.type_ == REMEDIATION_ALLOWED,
+            None => desired.status == ConditionStatus::True || desired.type_ == REMEDIATION_ALLOWED,
         };
-        let kind = if desired.status == "True" { on_true } else { on_false };
+        let kind = if desired.status == ConditionStatus::True { on_true } else { on_false };
         // A first-time RemediationAllowed=True is the normal state, not news.
-        let first_allowed = before.is_none() && desired.status == "True" && desired.type_ == REMEDIATION_ALLOWED;
+        let first_allowed =
+            before.is_none() && desired.status == ConditionStatus::True && desired.type_ == REMEDIATION_ALLOWED;
         if changed
             && !first_allowed
             && let Some(kind) = kind
         {
-            self.notice(kind, None, &desired.reason, desired.message.clone());
+            self.notice(kind, None, desired.reason.clone(), desired.message.clone());
         }
         set_condition(&mut self.status.conditions, &desired, self.now, self.generation);
     }
@@ -460,6 +422,7 @@ impl Builder<'_> {
             notices: self.notices,
             next_wake,
             held_elsewhere: Vec::new(),
+            short_circuited: false,
         }
     }
 }
@@ -539,19 +502,10 @@ pub fn remediation_object(policy: &MhcPolicy, template: &TemplateView, machine: 
     Ok(object)
 }
 
-/// Whether `object` is the remediation object Vigil made for `machine` (so it may delete it).
-pub(crate) fn made_for(object: &RemediationView, machine: &MachineView) -> bool {
-    object.meta.owners.iter().any(|o| {
-        o.kind == "Machine"
-            && o.name == machine.meta.name
-            && (o.uid.is_empty() || machine.meta.uid.as_deref().is_none_or(|u| u == o.uid))
-    })
-}
-
 /// Decides what a MachineHealthCheck should do now when it is the only check: [`decide_among`]
 /// with nobody else holding anything.
 pub fn decide(input: &MhcInput<'_>, now: Timestamp) -> Plan<MachineHealthCheckStatus> {
-    decide_among(input, &Holders::none(), crate::holders::LOCAL_CLUSTER, now)
+    decide_among(input, &Holders::none(), LOCAL_CLUSTER, now)
 }
 
 /// What other checks hold, as one MachineHealthCheck decision sees it.
@@ -635,13 +589,13 @@ pub fn decide_among_peers(
             "the check has the cluster.x-k8s.io/paused annotation"
         };
         b.condition(
-            DesiredCondition::true_(PAUSED, reason::PAUSED, format!("Remediation is paused: {why}")),
+            DesiredCondition::true_(PAUSED, Reason::Paused, format!("Remediation is paused: {why}")),
             Some(NoticeKind::Paused),
             None,
         );
         return b.finish(None);
     }
-    b.condition(DesiredCondition::false_(PAUSED, reason::NOT_PAUSED, ""), None, Some(NoticeKind::Resumed));
+    b.condition(DesiredCondition::false_(PAUSED, Reason::NotPaused, ""), None, Some(NoticeKind::Resumed));
 
     let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
     let mut targets: Vec<&MachineView> = input
@@ -659,7 +613,7 @@ pub fn decide_among_peers(
     // Safety first: without the Cluster or the workload cluster's Nodes, decide nothing.
     let blocked_reason = match (input.cluster, input.nodes) {
         (None, _) => Some((
-            reason::CLUSTER_NOT_FOUND,
+            Reason::ClusterNotFound,
             format!(
                 "Cluster {}/{} was not found; no Machine is evaluated",
                 input.check.metadata.namespace.as_deref().unwrap_or(""),
@@ -667,7 +621,7 @@ pub fn decide_among_peers(
             ),
         )),
         (_, NodeSource::Unreachable(why)) => Some((
-            reason::CLUSTER_UNREACHABLE,
+            Reason::WorkloadClusterUnreachable,
             format!(
                 "The workload cluster cannot be reached ({why}); no Machine is evaluated, and no Node is taken for deleted"
             ),
@@ -675,7 +629,7 @@ pub fn decide_among_peers(
         _ => None,
     };
     let (Some(cluster), NodeSource::Reachable(nodes), None) = (input.cluster, input.nodes, &blocked_reason) else {
-        let (why, message) = blocked_reason.unwrap_or((reason::CLUSTER_NOT_FOUND, String::new()));
+        let (why, message) = blocked_reason.unwrap_or((Reason::ClusterNotFound, String::new()));
         b.status.remediations_allowed = 0;
         b.condition(DesiredCondition::false_(REMEDIATION_ALLOWED, why, message), None, Some(NoticeKind::NoDecision));
         return b.finish(None);
@@ -720,7 +674,7 @@ pub fn decide_among_peers(
     b.status.remediations_allowed = i32::try_from(left).unwrap_or(i32::MAX);
     if allowed {
         b.condition(
-            DesiredCondition::true_(REMEDIATION_ALLOWED, reason::REMEDIATION_ALLOWED, ""),
+            DesiredCondition::true_(REMEDIATION_ALLOWED, Reason::RemediationAllowed, ""),
             Some(NoticeKind::RemediationAllowed),
             None,
         );
@@ -728,7 +682,7 @@ pub fn decide_among_peers(
         b.condition(
             DesiredCondition::false_(
                 REMEDIATION_ALLOWED,
-                reason::TOO_MANY_UNHEALTHY,
+                Reason::TooManyUnhealthy,
                 format!(
                     "Remediation is not allowed, the number of not started or unhealthy machines {limit} (total: {}, unhealthy: {unhealthy_count}, {limit_value})",
                     targets.len()
@@ -746,7 +700,7 @@ pub fn decide_among_peers(
         waits: Waits::new(CheckRef::of_mhc(input.check), previous.map_or(&[][..], |p| p.conditions.as_slice())),
     };
     let template_ref = input.policy.remediation_template.as_ref();
-    let healthy_condition = DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, reason::SUCCEEDED, "");
+    let healthy_condition = DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, "");
     let history = previous.map_or(&[][..], |p| p.remediation_history.as_slice());
     let mut ledger = Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now);
     let mut owned_elsewhere: BTreeMap<&CheckRef, Vec<String>> = BTreeMap::new();
@@ -771,10 +725,11 @@ pub fn decide_among_peers(
         let mut writes = MachineWrites::new(machine);
         match verdict {
             Verdict::Unhealthy { reason: why, message } => {
-                let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == "False");
-                writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, why, message.clone()), now);
+                let was_unhealthy =
+                    writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
+                writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, why.clone(), message.clone()), now);
                 if !was_unhealthy {
-                    b.notice(NoticeKind::Unhealthy, Some(key()), why, message.clone());
+                    b.notice(NoticeKind::Unhealthy, Some(key()), why.clone(), message.clone());
                 }
                 if allowed && domain_open {
                     let mut started = Started { overlap: &mut overlap, ledger: &mut ledger };
@@ -783,14 +738,15 @@ pub fn decide_among_peers(
             }
             Verdict::Healthy => {
                 if !machine.meta.deleting && !already_healthy[i] {
-                    let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == "False");
+                    let was_unhealthy =
+                        writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
                     writes.set_ref(&healthy_condition, now);
                     if was_unhealthy {
                         let key = key();
                         b.notice(
                             NoticeKind::Healthy,
                             Some(key.clone()),
-                            reason::SUCCEEDED,
+                            Reason::HealthCheckSucceeded,
                             format!("Machine {key} is healthy again"),
                         );
                     }
@@ -825,6 +781,7 @@ pub fn decide_among_peers(
     report_domains(&mut b, budgets.as_ref());
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = overlap.waits.held_elsewhere;
+    plan.short_circuited = !allowed;
     if input.policy.dry_run {
         plan = crate::dry_run::mhc(plan, previous, namespace, now);
     }
@@ -931,7 +888,7 @@ fn selected_elsewhere(b: &mut Builder<'_>, owned_elsewhere: &BTreeMap<&CheckRef,
             b.condition(
                 DesiredCondition::false_(
                     SELECTED_BY_ANOTHER_CHECK,
-                    REASON_NO_OVERLAP,
+                    Reason::NoOverlap,
                     "No Machine of this check is selected by an older MachineHealthCheck",
                 ),
                 None,
@@ -953,9 +910,15 @@ fn selected_elsewhere(b: &mut Builder<'_>, owned_elsewhere: &BTreeMap<&CheckRef,
             )
         })
         .collect();
-    let desired = DesiredCondition::true_(SELECTED_BY_ANOTHER_CHECK, REASON_OVERLAP, phrases.join("; "));
-    if before.is_none_or(|c| c.status != "True" || c.message != desired.message) {
-        b.notice(NoticeKind::MachinesSelectedByAnotherCheck, None, REASON_OVERLAP, desired.message.clone());
+    let desired =
+        DesiredCondition::true_(SELECTED_BY_ANOTHER_CHECK, Reason::OverlappingMachineHealthChecks, phrases.join("; "));
+    if before.is_none_or(|c| c.status != ConditionStatus::True || c.message != desired.message) {
+        b.notice(
+            NoticeKind::MachinesSelectedByAnotherCheck,
+            None,
+            Reason::OverlappingMachineHealthChecks,
+            desired.message.clone(),
+        );
     }
     b.condition(desired, None, None);
 }
@@ -1018,7 +981,7 @@ fn remediate(
         return;
     }
     let Some(template_ref) = template_ref else {
-        let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == "True");
+        let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == ConditionStatus::True);
         if needs_request && started.overlap.held_elsewhere(b, machine, key) {
             return;
         }
@@ -1027,14 +990,14 @@ fn remediate(
         }
         if needs_request
             && writes.set(
-                DesiredCondition::false_(OWNER_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"),
+                DesiredCondition::false_(OWNER_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation"),
                 now,
             )
         {
             b.notice(
                 NoticeKind::RemediationRequested,
                 Some(key.to_string()),
-                reason::WAITING_FOR_REMEDIATION,
+                Reason::WaitingForRemediation,
                 format!("Asked the owner of Machine {key} to remediate it"),
             );
         }
@@ -1042,16 +1005,23 @@ fn remediate(
     };
     let Some(template) = input.template else {
         let message = format!("Remediation template {template_ref} not found");
-        if writes.set(DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::TEMPLATE_NOT_FOUND, message.clone()), now)
-        {
-            b.notice(NoticeKind::RemediationSkipped, Some(key.to_string()), reason::TEMPLATE_NOT_FOUND, message);
+        if writes.set(
+            DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::RemediationTemplateNotFound, message.clone()),
+            now,
+        ) {
+            b.notice(
+                NoticeKind::RemediationSkipped,
+                Some(key.to_string()),
+                Reason::RemediationTemplateNotFound,
+                message,
+            );
         }
         return;
     };
     if input.remediations.lookup(&machine.meta.name).is_some() {
         // Already requested: leave it to the remediator, and go on with the other Machines.
         writes.set(
-            DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::WAITING_FOR_REMEDIATION, "Waiting for remediation"),
+            DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation"),
             now,
         );
         return;
@@ -1065,7 +1035,7 @@ fn remediate(
             writes.set(
                 DesiredCondition::false_(
                     EXTERNALLY_REMEDIATED,
-                    reason::WAITING_FOR_REMEDIATION,
+                    Reason::WaitingForRemediation,
                     "Waiting for remediation",
                 ),
                 now,
@@ -1075,13 +1045,17 @@ fn remediate(
         Err(why) => {
             let message = format!("Cannot create a remediation request: {why}");
             if writes.set(
-                DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason::REQUEST_CREATION_FAILED, message.clone()),
+                DesiredCondition::false_(
+                    EXTERNALLY_REMEDIATED,
+                    Reason::RemediationRequestCreationFailed,
+                    message.clone(),
+                ),
                 now,
             ) {
                 b.notice(
                     NoticeKind::RemediationSkipped,
                     Some(key.to_string()),
-                    reason::REQUEST_CREATION_FAILED,
+                    Reason::RemediationRequestCreationFailed,
                     message,
                 );
             }
@@ -1094,7 +1068,7 @@ fn remediate(
 /// `reason`), and a `NoDecision` notice when that reason is new. Counts are left as last observed.
 pub fn refuse(
     check: &MachineHealthCheck,
-    reason: &str,
+    reason: Reason,
     message: &str,
     now: Timestamp,
 ) -> Plan<MachineHealthCheckStatus> {

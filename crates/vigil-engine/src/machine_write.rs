@@ -10,31 +10,36 @@
 
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
-use vigil_api::conditions::DesiredCondition;
+use vigil_api::conditions::{ConditionStatus, DesiredCondition};
+use vigil_api::reason::Reason;
 use vigil_api::views::CapiVersion;
+use vigil_api::well_known::{EXTERNALLY_REMEDIATED, HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 
 /// The legacy (`v1beta1`) type and reason for a condition Vigil writes, or `None` when upstream
 /// writes no legacy counterpart (e.g. `ExternallyRemediated=False/WaitingForRemediation`).
 pub fn legacy_form(c: &DesiredCondition) -> Option<(&'static str, &'static str)> {
-    let reason = |r: &str| -> &'static str {
+    // v1beta1 spells some reasons differently; these legacy words exist only here.
+    let legacy = |r: &Reason| -> &'static str {
         match r {
-            "NodeDeleted" => "NodeNotFound",
-            "HasRemediateAnnotation" => "HasRemediateMachineAnnotation",
-            "UnhealthyNode" => "UnhealthyNode",
-            "UnhealthyMachine" => "UnhealthyMachine",
-            "NodeStartupTimeout" => "NodeStartupTimeout",
-            "MachineHasFailure" => "MachineHasFailure",
-            "WaitingForRemediation" => "WaitingForRemediation",
+            Reason::NodeDeleted => "NodeNotFound",
+            Reason::HasRemediateAnnotation => "HasRemediateMachineAnnotation",
+            Reason::UnhealthyNode => Reason::UnhealthyNode.as_str(),
+            Reason::UnhealthyMachine => Reason::UnhealthyMachine.as_str(),
+            Reason::NodeStartupTimeout => Reason::NodeStartupTimeout.as_str(),
+            Reason::MachineHasFailure => Reason::MachineHasFailure.as_str(),
+            Reason::WaitingForRemediation => Reason::WaitingForRemediation.as_str(),
             _ => "",
         }
     };
-    match (c.type_.as_str(), c.reason.as_str()) {
-        ("HealthCheckSucceeded", r) => Some(("HealthCheckSucceeded", if c.status == "True" { "" } else { reason(r) })),
-        ("OwnerRemediated", r) => Some(("OwnerRemediated", reason(r))),
-        ("ExternallyRemediated", "RemediationTemplateNotFound") => {
+    match (c.type_.as_str(), &c.reason) {
+        (HEALTH_CHECK_SUCCEEDED, r) => {
+            Some((HEALTH_CHECK_SUCCEEDED, if c.status == ConditionStatus::True { "" } else { legacy(r) }))
+        }
+        (OWNER_REMEDIATED, r) => Some((OWNER_REMEDIATED, legacy(r))),
+        (EXTERNALLY_REMEDIATED, Reason::RemediationTemplateNotFound) => {
             Some(("ExternalRemediationTemplateAvailable", "ExternalRemediationTemplateNotFound"))
         }
-        ("ExternallyRemediated", "RemediationRequestCreationFailed") => {
+        (EXTERNALLY_REMEDIATED, Reason::RemediationRequestCreationFailed) => {
             Some(("ExternalRemediationRequestAvailable", "ExternalRemediationRequestCreationFailed"))
         }
         _ => None,
@@ -43,7 +48,7 @@ pub fn legacy_form(c: &DesiredCondition) -> Option<(&'static str, &'static str)>
 
 fn metav1_condition(c: &DesiredCondition, at: Timestamp, observed_generation: Option<i64>) -> Value {
     let mut v = json!({
-        "type": c.type_, "status": c.status, "reason": c.reason, "message": c.message,
+        "type": c.type_, "status": c.status.as_str(), "reason": c.reason.as_str(), "message": c.message,
         "lastTransitionTime": at.to_string(),
     });
     if let Some(g) = observed_generation {
@@ -53,8 +58,8 @@ fn metav1_condition(c: &DesiredCondition, at: Timestamp, observed_generation: Op
 }
 
 fn legacy_condition(type_: &str, reason: &str, c: &DesiredCondition, at: Timestamp) -> Value {
-    let mut v = json!({"type": type_, "status": c.status, "lastTransitionTime": at.to_string()});
-    if c.status != "True" {
+    let mut v = json!({"type": type_, "status": c.status.as_str(), "lastTransitionTime": at.to_string()});
+    if c.status != ConditionStatus::True {
         v["severity"] = json!("Warning");
         v["reason"] = json!(reason);
         if !c.message.is_empty() {
@@ -153,12 +158,15 @@ mod tests {
             (
                 DesiredCondition::false_(
                     "HealthCheckSucceeded",
-                    "NodeDeleted",
+                    Reason::NodeDeleted,
                     "Health check failed: Node n1 has been deleted",
                 ),
                 at(),
             ),
-            (DesiredCondition::false_("OwnerRemediated", "WaitingForRemediation", "Waiting for remediation"), at()),
+            (
+                DesiredCondition::false_("OwnerRemediated", Reason::WaitingForRemediation, "Waiting for remediation"),
+                at(),
+            ),
         ]
     }
 
@@ -195,7 +203,7 @@ mod tests {
 
     #[test]
     fn healthy_legacy_condition_has_no_reason_or_severity() {
-        let c = vec![(DesiredCondition::true_("HealthCheckSucceeded", "HealthCheckSucceeded", ""), at())];
+        let c = vec![(DesiredCondition::true_("HealthCheckSucceeded", Reason::HealthCheckSucceeded, ""), at())];
         let patch = machine_status_patch(&json!({}), CapiVersion::V1Beta1, &c);
         let legacy = &patch["status"]["conditions"][0];
         assert_eq!(legacy["status"], "True");

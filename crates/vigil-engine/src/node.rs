@@ -30,8 +30,11 @@
 
 use crate::backoff::{self, Gate as Backoff, Ledger};
 use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY, Tally};
-use crate::holders::{CheckRef, Holders, Target, Waits};
+use crate::holders::{Holders, Waits};
+pub use crate::partial::forget_requests;
+use crate::partial::remediation_phase;
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
+use crate::target::{CheckRef, Target, is_control_plane, same_str};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -39,14 +42,16 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use vigil_api::NodeHealthCheck;
+use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition, get_condition, set_condition};
 use vigil_api::duration::format_go_duration;
 use vigil_api::node_health_check::{NodeHealthCheckStatus, NodeRemediation, RemediationReference, UnhealthyNode};
+use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
 use vigil_api::validate::{ConditionRule, DomainKey, HealthyDelay, NhcPolicy, NhcThreshold, RemediationStep};
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_api::well_known::{
-    CONTROL_PLANE_NODE_LABELS, DISABLED, EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION,
+    DISABLED, EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION,
     MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION,
     PERMANENT_NODE_DELETION_EXPECTED, REMEDIATION_ALLOWED, SUCCEEDED, TEMPLATE_NAME_ANNOTATION,
 };
@@ -72,21 +77,6 @@ pub struct NhcInput<'a> {
 const PHASE_DISABLED: &str = "Disabled";
 /// Phase while pause requests are present.
 const PHASE_PAUSED: &str = "Paused";
-/// Phase while some Node has remediation objects.
-const PHASE_REMEDIATING: &str = "Remediating";
-/// Phase otherwise.
-const PHASE_ENABLED: &str = "Enabled";
-
-/// `RemediationAllowed` / `Disabled` reasons and skip reasons.
-const REASON_ALLOWED: &str = "RemediationAllowed";
-const REASON_TOO_FEW_HEALTHY: &str = "TooFewHealthy";
-const REASON_STORM_COOLDOWN: &str = "StormCooldown";
-const REASON_TEMPLATE_NOT_FOUND: &str = "RemediationTemplateNotFound";
-const REASON_INVALID_TEMPLATE: &str = "RemediationTemplateInvalid";
-const REASON_ENABLED: &str = "Enabled";
-const REASON_CONTROL_PLANE_BUSY: &str = "ControlPlaneRemediationInProgress";
-/// A remediation object of the name this check would use exists and belongs to someone else.
-const REASON_OBJECT_EXISTS: &str = "RemediationObjectExists";
 
 /// Kind of the owner reference that marks the check's own remediation objects.
 const OWNER_KIND: &str = "NodeHealthCheck";
@@ -114,12 +104,6 @@ enum Verdict {
 
 fn node_name(node: &Node) -> &str {
     node.metadata.name.as_deref().unwrap_or("")
-}
-
-/// Whether two strings are equal, looking at their (inline) lengths before their (heap) bytes:
-/// with 100 000 Nodes most comparisons fail on the length and touch no cold memory.
-fn same_str(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a == b
 }
 
 /// `map[key]`, walking the entries with [`same_str`] (label and annotation maps are small).
@@ -165,16 +149,6 @@ impl Flags {
 /// ([`crate::concerns::remediation_node_name`]).
 pub fn needs_node(policy: &NhcPolicy, node: &Node) -> bool {
     is_control_plane(node) || policy.selector.matches(node.metadata.labels.as_ref())
-}
-
-/// Whether a Node carries a control-plane role label.
-pub(crate) fn is_control_plane(node: &Node) -> bool {
-    // Walks the keys instead of searching the map: a search compares the bytes of every key it
-    // passes, while label keys of the right length are rare.
-    node.metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.keys().any(|k| CONTROL_PLANE_NODE_LABELS.iter().any(|c| same_str(k, c))))
 }
 
 fn has_annotation(node: &Node, key: &str) -> bool {
@@ -418,7 +392,7 @@ enum Requested {
     /// A create action was added (or an in-flight `generateName` request is awaited).
     Done,
     /// The template cannot be used: reason and why.
-    Skipped(&'static str, String),
+    Skipped(Reason, String),
 }
 
 /// A Node the second pass looks at: selected, or owning objects of the check (or both).
@@ -469,8 +443,8 @@ struct Pass<'a> {
     domains: Option<(&'a Budgets, &'a str)>,
 }
 
-fn notice(kind: NoticeKind, target: &str, reason: impl Into<String>, message: String) -> Notice {
-    Notice { kind, target: Some(target.to_string()), reason: reason.into(), message }
+fn notice(kind: NoticeKind, target: &str, reason: Reason, message: String) -> Notice {
+    Notice { kind, target: Some(target.to_string()), reason, message }
 }
 
 fn rule_text(rule: &ConditionRule) -> String {
@@ -495,19 +469,19 @@ impl<'a> Pass<'a> {
     /// Asks for an object of step `s` for Node `name` (the caller checked every other rule).
     fn request(&mut self, name: &str, s: usize, book: &mut Book<'_>) -> Requested {
         let Some(step) = self.policy.steps.get(s) else {
-            return Requested::Skipped(REASON_TEMPLATE_NOT_FOUND, format!("no remediation step {s}"));
+            return Requested::Skipped(Reason::RemediationTemplateNotFound, format!("no remediation step {s}"));
         };
         let (view, spec) = match self.templates.get(s).copied().unwrap_or(Usable::Missing) {
             Usable::Yes(view, spec) => (view, spec),
             Usable::Missing => {
                 return Requested::Skipped(
-                    REASON_TEMPLATE_NOT_FOUND,
+                    Reason::RemediationTemplateNotFound,
                     format!("Cannot remediate node {name}: remediation template {} not found", step.template),
                 );
             }
             Usable::Invalid(why) => {
                 return Requested::Skipped(
-                    REASON_INVALID_TEMPLATE,
+                    Reason::RemediationTemplateInvalid,
                     format!("Cannot remediate node {name}: remediation template {} {why}", step.template),
                 );
             }
@@ -541,7 +515,7 @@ impl<'a> Pass<'a> {
                 .first()
                 .map_or_else(|| "no owner".to_string(), |o| format!("owner {} {}", o.kind, o.name));
             return Requested::Skipped(
-                REASON_OBJECT_EXISTS,
+                Reason::RemediationObjectExists,
                 format!(
                     "Cannot remediate node {name}: {kind} {}/{name} already exists and belongs to another check ({owner})",
                     step.template.namespace
@@ -612,7 +586,7 @@ impl<'a> Pass<'a> {
         if book.has_in_flight(first) {
             // Completing an earlier plan's request is not a new remediation.
             if let Requested::Skipped(reason, message) = self.request(name, 0, book)
-                && (self.disabled_changed || reason == REASON_OBJECT_EXISTS)
+                && (self.disabled_changed || reason == Reason::RemediationObjectExists)
             {
                 // (the request's record is dropped with an existing foreign object: said once)
                 self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
@@ -648,7 +622,12 @@ impl<'a> Pass<'a> {
                         "Not remediating control-plane node {name}: another control-plane node is being remediated"
                     ),
                 };
-                self.notices.push(notice(NoticeKind::RemediationSkipped, name, REASON_CONTROL_PLANE_BUSY, message));
+                self.notices.push(notice(
+                    NoticeKind::RemediationSkipped,
+                    name,
+                    Reason::ControlPlaneRemediationInProgress,
+                    message,
+                ));
             }
             return;
         }
@@ -707,7 +686,8 @@ impl<'a> Pass<'a> {
                     value: at.to_string(),
                 });
             } else {
-                let failed = conditions::find(&view.conditions, SUCCEEDED).is_some_and(|c| c.status == "False");
+                let failed =
+                    conditions::find(&view.conditions, SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
                 let deadline = step.timeout.and_then(|d| after(book.records[k].started.0, d));
                 let expired = deadline.is_some_and(|d| d < self.now);
                 if failed || expired {
@@ -731,7 +711,7 @@ impl<'a> Pass<'a> {
                     self.notices.push(notice(
                         NoticeKind::RemediationTimedOut,
                         name,
-                        if failed { "RemediationFailed" } else { "RemediationTimedOut" },
+                        if failed { Reason::RemediationFailed } else { Reason::RemediationTimedOut },
                         format!(
                             "{} {}/{} for node {name} (template {}) {what}; {then}",
                             view.meta.kind, view.meta.namespace, view.meta.name, step.template.name
@@ -751,7 +731,7 @@ impl<'a> Pass<'a> {
                 self.notices.push(notice(
                     NoticeKind::NoTemplateLeft,
                     name,
-                    "NoTemplateLeft",
+                    Reason::NoTemplateLeft,
                     format!(
                         "Every remediation step for node {name} timed out or failed ({} step(s)); no remediation template left to try",
                         self.policy.steps.len()
@@ -970,7 +950,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let mut wake = scan_wake;
     let (allowed_condition, storm_start) = budget(policy, prev, observed, healthy, now, &mut wake);
     let prev_allowed = get_condition(&prev.conditions, REMEDIATION_ALLOWED);
-    let allowed = allowed_condition.status == "True";
+    let allowed = allowed_condition.status == ConditionStatus::True;
     let Templates { usable: templates, disabled, disabled_condition, disabled_changed } = template_state(input, prev);
 
     let paused = !policy.pause_requests.is_empty();
@@ -991,7 +971,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         templates,
         allowed,
         paused,
-        newly_open: prev_allowed.is_none_or(|c| c.status != "True") || prev_paused,
+        newly_open: prev_allowed.is_none_or(|c| c.status != ConditionStatus::True) || prev_paused,
         disabled_changed,
         cp_busy,
         cp_taken: false,
@@ -1062,14 +1042,14 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         pass.notices.push(Notice {
             kind: NoticeKind::Paused,
             target: None,
-            reason: PHASE_PAUSED.into(),
+            reason: Reason::Paused,
             message: reason.clone(),
         });
     } else if !paused && prev_paused {
         pass.notices.push(Notice {
             kind: NoticeKind::Resumed,
             target: None,
-            reason: "Resumed".into(),
+            reason: Reason::Resumed,
             message: "No pause request is left; remediation may start again".into(),
         });
     }
@@ -1104,7 +1084,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
             pass.notices.push(notice(
                 NoticeKind::NoDecision,
                 name,
-                "MissingLastTransitionTime",
+                Reason::MissingLastTransitionTime,
                 format!(
                     "Node {name} has condition {what} without lastTransitionTime: cannot tell how long it has held, so no decision is made for this node"
                 ),
@@ -1118,6 +1098,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         notices: pass.notices,
         next_wake: pass.wake.0,
         held_elsewhere: pass.waits.held_elsewhere,
+        short_circuited: !allowed,
     };
     if policy.dry_run { crate::dry_run::nhc(plan, check.status.as_ref(), now) } else { plan }
 }
@@ -1194,7 +1175,8 @@ fn budget(
                 end => Gate::Cooldown { start: *start, end },
             },
             None if prev_allowed.is_some_and(|c| {
-                c.status == "False" && (c.reason == REASON_TOO_FEW_HEALTHY || c.reason == REASON_STORM_COOLDOWN)
+                c.status == ConditionStatus::False
+                    && (c.reason == Reason::TooFewHealthy || c.reason == Reason::StormCooldown)
             }) =>
             {
                 Gate::Cooldown { start: now, end: after(now, policy.storm_cooldown) }
@@ -1203,8 +1185,8 @@ fn budget(
         }
     };
     match gate {
-        Gate::Allowed => (DesiredCondition::true_(REMEDIATION_ALLOWED, REASON_ALLOWED, counts), None),
-        Gate::TooFewHealthy => (DesiredCondition::false_(REMEDIATION_ALLOWED, REASON_TOO_FEW_HEALTHY, counts), None),
+        Gate::Allowed => (DesiredCondition::true_(REMEDIATION_ALLOWED, Reason::RemediationAllowed, counts), None),
+        Gate::TooFewHealthy => (DesiredCondition::false_(REMEDIATION_ALLOWED, Reason::TooFewHealthy, counts), None),
         Gate::Cooldown { start, end } => {
             if let Some(end) = end {
                 wake.offer(end);
@@ -1214,7 +1196,7 @@ fn budget(
                 "{counts}; the threshold is met again, but the storm cooldown of {} that started at {start} lasts until {until}",
                 format_go_duration(policy.storm_cooldown)
             );
-            (DesiredCondition::false_(REMEDIATION_ALLOWED, REASON_STORM_COOLDOWN, message), Some(start))
+            (DesiredCondition::false_(REMEDIATION_ALLOWED, Reason::StormCooldown, message), Some(start))
         }
     }
 }
@@ -1222,7 +1204,7 @@ fn budget(
 /// The templates of the steps, and the `Disabled` condition they make.
 struct Templates<'a> {
     usable: Vec<Usable<'a>>,
-    disabled: Option<(&'static str, String)>,
+    disabled: Option<(Reason, String)>,
     disabled_condition: DesiredCondition,
     disabled_changed: bool,
 }
@@ -1243,14 +1225,15 @@ fn template_state<'a>(input: &NhcInput<'a>, prev: &NodeHealthCheckStatus) -> Tem
     let disabled = if missing.is_empty() && invalid.is_empty() {
         None
     } else {
-        let reason = if missing.is_empty() { REASON_INVALID_TEMPLATE } else { REASON_TEMPLATE_NOT_FOUND };
+        let reason =
+            if missing.is_empty() { Reason::RemediationTemplateInvalid } else { Reason::RemediationTemplateNotFound };
         missing.extend(invalid);
         Some((reason, missing.join("; ")))
     };
     let disabled_condition = match &disabled {
-        Some((reason, message)) => DesiredCondition::true_(DISABLED, reason, message.clone()),
+        Some((reason, message)) => DesiredCondition::true_(DISABLED, reason.clone(), message.clone()),
         None => {
-            DesiredCondition::false_(DISABLED, REASON_ENABLED, "All remediation templates were found and are valid")
+            DesiredCondition::false_(DISABLED, Reason::Enabled, "All remediation templates were found and are valid")
         }
     };
     let disabled_changed = get_condition(&prev.conditions, DISABLED).is_none_or(|c| {
@@ -1310,7 +1293,7 @@ fn remediate<'a>(
             notice(
                 NoticeKind::Healthy,
                 name,
-                "NodeHealthy",
+                Reason::NodeHealthy,
                 format!("Node {name} is healthy and has no remediation objects left"),
             )
         })
@@ -1356,7 +1339,7 @@ fn remediate<'a>(
                     pass.notices.push(notice(
                         NoticeKind::Unhealthy,
                         s.name,
-                        rule_text(r),
+                        Reason::Rule(rule_text(r)),
                         format!(
                             "Node {} has had condition {}{why} for more than {}",
                             s.name,
@@ -1402,57 +1385,17 @@ fn remediate<'a>(
     (entries, undecided)
 }
 
-/// Phase and reason when neither a template problem nor a pause request decides them.
-fn remediation_phase(remediating: usize) -> (&'static str, String) {
-    if remediating > 0 {
-        (PHASE_REMEDIATING, format!("{remediating} node(s) being remediated"))
-    } else {
-        (PHASE_ENABLED, "No node is being remediated".to_string())
-    }
-}
-
-/// Takes out of a plan's status the records of create requests that were not carried out
-/// (`unsent`: target Node and the manifest of [`Action::CreateRemediation`]): an adapter that
-/// could not send one, or whose create failed, must not report a remediation object that does
-/// not exist, and the next decision then asks for it again instead of waiting for it.
-pub fn forget_requests(status: &mut NodeHealthCheckStatus, unsent: &[(&str, &Value)]) {
-    for (target, object) in unsent {
-        let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("");
-        let (kind, namespace, name) = (text("/kind"), text("/metadata/namespace"), text("/metadata/name"));
-        let template = object
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(TEMPLATE_NAME_ANNOTATION))
-            .and_then(Value::as_str);
-        let Some(entry) = status.unhealthy_nodes.iter_mut().find(|e| e.name == *target) else { continue };
-        if let Some(i) = entry.remediations.iter().position(|r| {
-            r.resource.uid.is_none()
-                && r.resource.kind == kind
-                && r.resource.namespace == namespace
-                && r.resource.name == name
-                && r.template_name.as_deref() == template
-        }) {
-            entry.remediations.remove(i);
-        }
-    }
-    if status.phase.as_deref() == Some(PHASE_REMEDIATING) {
-        let remediating = status.unhealthy_nodes.iter().filter(|e| !e.remediations.is_empty()).count();
-        let (phase, reason) = remediation_phase(remediating);
-        status.phase = Some(phase.to_string());
-        status.reason = Some(reason);
-    }
-}
-
 /// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):
 /// nothing is written but the status, which says why — phase `Disabled` with `reason`, condition
 /// `Disabled=True` — and a `NoDecision` notice when that reason is new. Counts are left as last
 /// observed; remediation objects already made are left alone.
-pub fn refuse(check: &NodeHealthCheck, reason: &str, message: &str, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
+pub fn refuse(check: &NodeHealthCheck, reason: Reason, message: &str, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
     let prev = check.status.clone().unwrap_or_default();
     let generation = check.metadata.generation;
     let mut status = prev.clone();
-    let disabled = DesiredCondition::true_(DISABLED, reason, message);
+    let disabled = DesiredCondition::true_(DISABLED, reason.clone(), message);
     let is_new = get_condition(&prev.conditions, DISABLED)
-        .is_none_or(|c| c.status != "True" || c.reason != reason || c.message != message);
+        .is_none_or(|c| c.status != ConditionStatus::True || c.reason != reason || c.message != message);
     set_condition(&mut status.conditions, &disabled, now, generation);
     status.phase = Some(PHASE_DISABLED.to_string());
     status.reason = Some(message.to_string());
@@ -1465,9 +1408,9 @@ pub fn refuse(check: &NodeHealthCheck, reason: &str, message: &str, now: Timesta
         notices.push(Notice {
             kind: NoticeKind::NoDecision,
             target: None,
-            reason: reason.to_string(),
+            reason: reason.clone(),
             message: message.to_string(),
         });
     }
-    Plan { status, actions: Vec::new(), notices, next_wake: None, held_elsewhere: Vec::new() }
+    Plan { status, actions: Vec::new(), notices, next_wake: None, held_elsewhere: Vec::new(), short_circuited: false }
 }

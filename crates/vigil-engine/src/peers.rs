@@ -12,19 +12,19 @@
 //! Machine's namespace ([`MhcPeer::of`]), builds [`MhcPeers::new`] and passes it to
 //! [`crate::machine::decide_among_peers`] and [`crate::holders::mhc_claims_among`].
 
-use crate::holders::CheckRef;
-use crate::machine::is_target;
+use crate::target::{CheckRef, is_target};
 use jiff::Timestamp;
 use vigil_api::MachineHealthCheck;
+use vigil_api::reason::Reason;
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::MachineView;
 
 /// Condition on a check some of whose Machines another check owns.
 pub const SELECTED_BY_ANOTHER_CHECK: &str = "MachinesSelectedByAnotherCheck";
 /// Reason of [`SELECTED_BY_ANOTHER_CHECK`]`=True` and of its notice.
-pub const REASON_OVERLAP: &str = "OverlappingMachineHealthChecks";
+pub const REASON_OVERLAP: &str = Reason::OverlappingMachineHealthChecks.as_str();
 /// Reason of [`SELECTED_BY_ANOTHER_CHECK`]`=False` (once it has been True).
-pub const REASON_NO_OVERLAP: &str = "NoOverlap";
+pub const REASON_NO_OVERLAP: &str = Reason::NoOverlap.as_str();
 /// At most this many Machines are named per owner in the condition's message.
 pub const NAMED_MACHINES: usize = 10;
 

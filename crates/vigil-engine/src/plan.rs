@@ -1,10 +1,12 @@
 //! What the engine asks for: the check's new status, the writes to make, the notices to tell the
 //! operator, and when to look again.
 
+use crate::target::CheckRef;
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 use vigil_api::conditions::DesiredCondition;
+use vigil_api::reason::Reason;
 use vigil_api::views::CapiVersion;
 
 /// Identifies an object the plan acts on.
@@ -68,6 +70,19 @@ pub enum Action {
         /// Annotation value.
         value: String,
     },
+}
+
+impl Action {
+    /// The name of the target (Machine or Node) or object the action is about, without namespace.
+    pub fn target_name(&self) -> &str {
+        match self {
+            Action::CreateRemediation { target, .. } | Action::DeleteRemediation { target, .. } => {
+                target.rsplit('/').next().unwrap_or(target)
+            }
+            Action::SetMachineConditions { machine, .. } => machine.name.as_str(),
+            Action::AnnotateRemediation { object, .. } => object.name.as_str(),
+        }
+    }
 }
 
 /// What an operator is told (an Event in the controller, a line in the simulator).
@@ -154,7 +169,7 @@ pub struct Notice {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
     /// Machine-readable reason (a condition reason where there is one).
-    pub reason: String,
+    pub reason: Reason,
     /// What happened and why, for a person.
     pub message: String,
 }
@@ -173,7 +188,11 @@ pub struct Plan<S> {
     pub next_wake: Option<Timestamp>,
     /// Targets this check started waiting for, to tell their holders (an event on the holding
     /// check); see [`crate::holders`].
-    pub held_elsewhere: Vec<crate::holders::HeldElsewhere>,
+    pub held_elsewhere: Vec<HeldElsewhere>,
+    /// Whether the check-wide short-circuit (`maxUnhealthy`, `unhealthyRange`, `minHealthy`, the
+    /// storm cool-down) stops remediation now: adapters report it (a gauge) without reading
+    /// reasons back out of the status.
+    pub short_circuited: bool,
 }
 
 /// Tracks the earliest of several wake-up times.
@@ -187,4 +206,20 @@ impl Earliest {
             _ => t,
         });
     }
+}
+
+/// Told to the holder of a target when another check starts waiting for it (an event on the
+/// holding check; the waiting check gets a [`NoticeKind::RemediationSkipped`] notice).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldElsewhere {
+    /// The holding check, which the event is about.
+    pub holder: CheckRef,
+    /// The waiting check.
+    pub waiter: CheckRef,
+    /// The target (Machine `namespace/name` or Node name, as in notices).
+    pub target: String,
+    /// [`Reason::TargetHeldByAnotherCheck`].
+    pub reason: Reason,
+    /// For a person: which target, held by whom, who waits.
+    pub message: String,
 }

@@ -13,10 +13,8 @@ use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::duration::format_go_duration;
 use vigil_api::machine_health_check::StaleTarget;
+use vigil_api::reason::Reason;
 use vigil_api::validate::ConditionRule;
-
-/// Reason of the `StaleCondition` notice.
-pub const REASON_STALE_CONDITION: &str = "StaleCondition";
 
 /// How many stale targets a status names (the count is always exact).
 pub const LISTED_STALE_TARGETS: usize = 50;
@@ -83,7 +81,7 @@ pub(crate) fn notice(check: &str, target: &str, what: &str, stale: &Stale, now: 
     Notice {
         kind: NoticeKind::StaleCondition,
         target: Some(target.to_string()),
-        reason: REASON_STALE_CONDITION.into(),
+        reason: Reason::StaleCondition,
         message: format!(
             "{check}: condition {} on {what} is stale: {age}, older than maxConditionAge {}; it is treated as unknown (not unhealthy) until its reporter heartbeats again",
             stale.condition,

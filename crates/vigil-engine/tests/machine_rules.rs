@@ -179,8 +179,8 @@ fn with_previous(mut world: MhcWorld, conditions: &[(&str, &str, &str)]) -> MhcW
     for (type_, s, reason) in conditions {
         let desired = DesiredCondition {
             type_: type_.to_string(),
-            status: s.to_string(),
-            reason: reason.to_string(),
+            status: vigil_api::conditions::ConditionStatus::parse(s).expect("a condition status"),
+            reason: vigil_api::reason::Reason::read(reason),
             message: String::new(),
         };
         vigil_api::conditions::set_condition(&mut status.conditions, &desired, t0(), Some(1));

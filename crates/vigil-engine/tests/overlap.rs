@@ -136,7 +136,7 @@ fn skips<S>(plan: &Plan<S>) -> Vec<(String, String, String)> {
     plan.notices
         .iter()
         .filter(|n| n.kind == NoticeKind::RemediationSkipped)
-        .map(|n| (n.target.clone().unwrap_or_default(), n.reason.clone(), n.message.clone()))
+        .map(|n| (n.target.clone().unwrap_or_default(), n.reason.to_string(), n.message.clone()))
         .collect()
 }
 
@@ -566,7 +566,7 @@ fn mhc_skip_rule_table() {
         assert_eq!(asked, owner_asked, "{what}");
         assert_eq!(creates(&plan).len(), want_creates, "{what}");
         assert_eq!(skips(&plan).len(), want_skips, "{what}");
-        let unhealthy = support::written(&plan, "m1", "HealthCheckSucceeded").map(|(c, _)| c.status.clone());
+        let unhealthy = support::written(&plan, "m1", "HealthCheckSucceeded").map(|(c, _)| c.status.to_string());
         assert_eq!(unhealthy.as_deref(), Some("False"), "{what}: the verdict is written either way");
         assert_eq!(
             support::written(&plan, "m1", "ExternallyRemediated").is_some(),

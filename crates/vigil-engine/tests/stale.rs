@@ -366,7 +366,7 @@ proptest! {
         let with = world(&guarded).decide(now());
         let without = world(&plain).decide(now());
         let owner_asked = |plan: &Plan<vigil_api::MachineHealthCheckStatus>, name: &str| {
-            written(plan, name, "OwnerRemediated").map(|(c, _)| c.status.clone())
+            written(plan, name, "OwnerRemediated").map(|(c, _)| c.status)
         };
         for (i, hb) in heartbeats.iter().enumerate() {
             let name = format!("m{i}");
@@ -374,7 +374,7 @@ proptest! {
                 prop_assert_eq!(owner_asked(&with, &name), owner_asked(&without, &name), "{} fresh", name);
             } else {
                 prop_assert_eq!(owner_asked(&with, &name), None, "{} stale but handed to its owner", name);
-                let verdict = written(&with, &name, "HealthCheckSucceeded").map(|(c, _)| c.status.clone());
+                let verdict = written(&with, &name, "HealthCheckSucceeded").map(|(c, _)| c.status.to_string());
                 prop_assert_eq!(verdict.as_deref(), Some("True"), "{} stale counts as healthy", name);
                 prop_assert!(with.status.stale_targets.iter().any(|s| s.name == name), "{} not listed", name);
             }

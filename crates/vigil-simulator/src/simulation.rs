@@ -10,6 +10,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
 use vigil_api::well_known::{CLUSTER_NAME_LABEL, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, REMEDIATE_MACHINE_ANNOTATION};
@@ -814,7 +815,8 @@ impl Sim<'_> {
                     self.emit("WriteFailed", Some(id.label()), Some(key.object_name()), d);
                     return;
                 }
-                let owner_asked = conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == "False");
+                let owner_asked =
+                    conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == ConditionStatus::False);
                 if owner_asked
                     && let Some(owner) = self.scenario.models.owner
                     && self.scheduled_replacements.insert(key.clone())
@@ -923,7 +925,8 @@ impl Sim<'_> {
         self.scheduled_replacements.remove(key);
         let Some(old) = self.store.get(key).cloned() else { return };
         let still_asked = MachineView::read(&old).is_some_and(|m| {
-            vigil_api::conditions::find(&m.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == "False")
+            vigil_api::conditions::find(&m.conditions, OWNER_REMEDIATED)
+                .is_some_and(|c| c.status == ConditionStatus::False)
         });
         if !still_asked {
             return;

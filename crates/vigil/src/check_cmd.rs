@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::find;
 use vigil_api::manifest::{health_check_from_value, parse_documents};
 use vigil_api::views::MachineView;
@@ -330,18 +331,19 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 name: name.into(),
             };
             let Some(machine) = at_now.store.get(&key).and_then(MachineView::read) else { continue };
-            let Some(verdict) = find(&machine.conditions, "HealthCheckSucceeded").filter(|c| c.status == "False")
+            let Some(verdict) =
+                find(&machine.conditions, "HealthCheckSucceeded").filter(|c| c.status == ConditionStatus::False)
             else {
                 continue;
             };
             let remediation = [OWNER_REMEDIATED, EXTERNALLY_REMEDIATED].iter().find_map(|t| {
-                find(&machine.conditions, t).filter(|c| c.status == "False").map(|c| {
+                find(&machine.conditions, t).filter(|c| c.status == ConditionStatus::False).map(|c| {
                     format!("{t}=False {}: {}", c.reason.as_deref().unwrap_or(""), c.message.as_deref().unwrap_or(""))
                 })
             });
             out.remediating |= remediation.as_deref().is_some_and(|r| r.contains("WaitingForRemediation"));
             let reason = verdict.reason.clone().unwrap_or_default();
-            let since = if reason == vigil_engine::machine::reason::UNHEALTHY_NODE {
+            let since = if reason == vigil_api::reason::Reason::UnhealthyNode {
                 node_condition_since(at_now, label, &machine)
             } else {
                 None

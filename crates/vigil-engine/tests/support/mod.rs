@@ -737,7 +737,7 @@ pub fn machine_writes<S>(plan: &Plan<S>) -> BTreeMap<String, Vec<(String, String
     for action in &plan.actions {
         if let Action::SetMachineConditions { machine, conditions, .. } = action {
             let list = out.entry(machine.name.clone()).or_default();
-            list.extend(conditions.iter().map(|(c, _)| (c.type_.clone(), c.status.clone(), c.reason.clone())));
+            list.extend(conditions.iter().map(|(c, _)| (c.type_.clone(), c.status.to_string(), c.reason.to_string())));
             list.sort();
         }
     }
@@ -791,7 +791,7 @@ pub fn deleted_names<S>(plan: &Plan<S>) -> Vec<String> {
 
 /// A plan's notices as `(kind, target, reason)`, in order.
 pub fn notices<S>(plan: &Plan<S>) -> Vec<(NoticeKind, Option<String>, String)> {
-    plan.notices.iter().map(|n| (n.kind, n.target.clone(), n.reason.clone())).collect()
+    plan.notices.iter().map(|n| (n.kind, n.target.clone(), n.reason.to_string())).collect()
 }
 
 /// The check condition of `type_` in a status's conditions.
