@@ -1,0 +1,325 @@
+//! Judging one Machine (the rules of upstream's `needsRemediation`): its verdict at `now` and the
+//! instant that verdict can next change. Nothing here writes or counts.
+
+use crate::lookup::Lookup;
+use crate::plan::Earliest;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Node;
+use vigil_api::conditions::ConditionStatus;
+use vigil_api::conditions::{self};
+use vigil_api::duration::format_go_duration;
+use vigil_api::reason::Reason;
+use vigil_api::validate::{ConditionRule, DomainKey, FailureDomainPolicy, MhcPolicy};
+use vigil_api::views::{ClusterView, MachineView};
+use vigil_api::well_known::*;
+
+/// The verdict on one target at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Needs remediation.
+    Unhealthy {
+        /// `HealthCheckSucceeded` reason.
+        reason: Reason,
+        /// Why, for a person.
+        message: String,
+    },
+    /// A condition matches but its timeout has not passed; the verdict can change at `until`.
+    Pending {
+        /// First instant at which the timeout has passed.
+        until: Timestamp,
+    },
+    /// Evaluated and healthy (it has a Node and nothing matches).
+    Healthy,
+    /// Not evaluated (cluster not ready, startup timeout disabled, unreadable fields); counts as
+    /// healthy only when `counts_healthy`.
+    NotEvaluated {
+        /// Why.
+        why: String,
+        /// Whether it counts towards `currentHealthy` (upstream counts a Machine with a Node).
+        counts_healthy: bool,
+    },
+}
+
+/// The first instant at which `since + timeout` is strictly before it: the rule is
+/// "unhealthy when `lastTransitionTime + timeout` is before now", as upstream.
+pub(super) fn deadline_passed(since: Timestamp, timeout: SignedDuration, now: Timestamp) -> Result<(), Timestamp> {
+    let deadline = since.checked_add(timeout).unwrap_or(Timestamp::MAX);
+    if deadline < now {
+        Ok(())
+    } else {
+        Err(deadline.checked_add(SignedDuration::from_nanos(1)).unwrap_or(Timestamp::MAX))
+    }
+}
+
+/// A condition as [`match_rules`] reads it: status, transition time, reason.
+pub(super) type Observed<'c> = (&'c str, Option<Timestamp>, &'c str);
+
+/// A rule that holds (no instant) or will hold at an instant, with the condition's reason.
+pub(super) type RuleMatch<'r, 'c> = (&'r ConditionRule, Option<Timestamp>, &'c str);
+
+/// Checks a list of conditions against the rules: the first rule held past its timeout, or the
+/// earliest instant one will be (`Err`), or neither. A matching condition without a transition
+/// time cannot be timed and is reported as unreadable.
+///
+/// A rule that holds comes with the condition's reason (empty when it has none), which the
+/// message carries as upstream's does.
+pub(super) fn match_rules<'r, 'c>(
+    rules: &'r [ConditionRule],
+    find: impl Fn(&str) -> Option<Observed<'c>>,
+    now: Timestamp,
+) -> Result<Option<RuleMatch<'r, 'c>>, String> {
+    let mut pending = Earliest::default();
+    for rule in rules {
+        let Some((status, since, why)) = find(&rule.type_) else { continue };
+        if status != rule.status {
+            continue;
+        }
+        let Some(since) = since else {
+            return Err(format!("condition {} has no lastTransitionTime", rule.type_));
+        };
+        match deadline_passed(since, rule.timeout, now) {
+            Ok(()) => return Ok(Some((rule, None, why))),
+            Err(at) => pending.offer(at),
+        }
+    }
+    Ok(pending.0.map(|at| (&rules[0], Some(at), "")).filter(|_| !rules.is_empty()))
+}
+
+/// Rule 2 of the spec, in its order: remediate annotation, failure, control plane not
+/// initialized, infrastructure not ready, Machine conditions, then the Node. A Machine that
+/// cannot be read gets no verdict before any of these (rule 7).
+pub fn evaluate(
+    machine: &MachineView,
+    cluster: &ClusterView,
+    policy: &MhcPolicy,
+    nodes: &dyn Lookup<Node>,
+    now: Timestamp,
+) -> Verdict {
+    let node = machine.node_name.as_deref().and_then(|n| nodes.lookup(n));
+    evaluate_with_node(machine, node, cluster, policy, now)
+}
+
+/// [`evaluate`] with the Machine's Node already looked up (`None`: no `nodeRef`, or its Node is
+/// not in the cluster). A decision looks every Node up first, in one tight pass: the look-ups
+/// are memory-bound, and the processor overlaps more of them when nothing else runs between.
+pub(super) fn evaluate_with_node(
+    machine: &MachineView,
+    node: Option<&Node>,
+    cluster: &ClusterView,
+    policy: &MhcPolicy,
+    now: Timestamp,
+) -> Verdict {
+    // A Machine that cannot be read gets no verdict at all, not even from the annotation or a
+    // failure: its form (and so where its conditions go) may be unknown.
+    if !machine.problems.is_empty() {
+        return Verdict::NotEvaluated {
+            why: format!("Machine cannot be read: {}", machine.problems.join("; ")),
+            counts_healthy: false,
+        };
+    }
+    if machine.meta.annotations.contains_key(REMEDIATE_MACHINE_ANNOTATION) {
+        return Verdict::Unhealthy {
+            reason: Reason::HasRemediateAnnotation,
+            message: format!(
+                "Health check failed: marked for remediation via the {REMEDIATE_MACHINE_ANNOTATION} annotation"
+            ),
+        };
+    }
+    if let Some(failure) = &machine.failure {
+        return Verdict::Unhealthy {
+            reason: Reason::MachineHasFailure,
+            message: format!("Health check failed: Machine has failed: {failure}"),
+        };
+    }
+    let has_node = node.is_some();
+    if !cluster.control_plane_initialized && !machine.is_control_plane() {
+        return Verdict::NotEvaluated {
+            why: "the cluster's control plane is not initialized yet".into(),
+            counts_healthy: has_node,
+        };
+    }
+    if !cluster.infrastructure_ready {
+        return Verdict::NotEvaluated {
+            why: "the cluster's infrastructure is not ready yet".into(),
+            counts_healthy: has_node,
+        };
+    }
+
+    let mut pending = Earliest::default();
+    let machine_match = match_rules(
+        &policy.machine_conditions,
+        |t| {
+            conditions::find(&machine.conditions, t)
+                .map(|c| (c.status.as_str(), c.last_transition_time, c.reason.as_deref().unwrap_or("")))
+        },
+        now,
+    );
+    match machine_match {
+        Err(why) => return Verdict::NotEvaluated { why: format!("Machine {why}"), counts_healthy: false },
+        Ok(Some((rule, None, why))) => {
+            return Verdict::Unhealthy {
+                reason: Reason::UnhealthyMachine,
+                message: format!(
+                    "Health check failed: Condition {} on Machine {} is reporting status {}{} for more than {}",
+                    rule.type_,
+                    machine.meta.name,
+                    rule.status,
+                    with_reason(why),
+                    format_go_duration(rule.timeout)
+                ),
+            };
+        }
+        Ok(Some((_, Some(at), _))) => pending.offer(at),
+        Ok(None) => {}
+    }
+
+    match (machine.node_name.as_deref(), node) {
+        (Some(name), None) => Verdict::Unhealthy {
+            reason: Reason::NodeDeleted,
+            message: format!("Health check failed: Node {name} has been deleted"),
+        },
+        (None, _) => {
+            let Some(timeout) = policy.node_startup_timeout else {
+                return match pending.0 {
+                    Some(until) => Verdict::Pending { until },
+                    None => Verdict::NotEvaluated {
+                        why: "no Node yet and nodeStartupTimeout is disabled".into(),
+                        counts_healthy: false,
+                    },
+                };
+            };
+            let machine_infra = conditions::find(&machine.conditions, INFRASTRUCTURE_READY)
+                .filter(|c| c.status == ConditionStatus::True)
+                .and_then(|c| c.last_transition_time);
+            let since = [
+                machine.meta.created,
+                cluster.control_plane_initialized_at,
+                cluster.infrastructure_ready_at,
+                machine_infra,
+            ]
+            .into_iter()
+            .flatten()
+            .max();
+            let Some(since) = since else {
+                return Verdict::NotEvaluated {
+                    why: "Machine has no creation time to time its startup from".into(),
+                    counts_healthy: false,
+                };
+            };
+            match deadline_passed(since, timeout, now) {
+                Ok(()) => Verdict::Unhealthy {
+                    reason: Reason::NodeStartupTimeout,
+                    message: format!(
+                        "Health check failed: Node failed to report startup in {}",
+                        format_go_duration(timeout)
+                    ),
+                },
+                Err(at) => {
+                    pending.offer(at);
+                    Verdict::Pending { until: pending.0.unwrap_or(at) }
+                }
+            }
+        }
+        (Some(name), Some(node)) => {
+            let node_conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+            // The stale-signal guard: a stale condition is as if absent.
+            let guarded = policy.node_conditions.iter().any(|r| r.max_age.is_some());
+            let trusted = |c: &&k8s_openapi::api::core::v1::NodeCondition| {
+                !guarded
+                    || !matches!(
+                        crate::stale::freshness(c, &policy.node_conditions, now),
+                        crate::stale::Freshness::Stale(_)
+                    )
+            };
+            let node_match = match_rules(
+                &policy.node_conditions,
+                |t| {
+                    node_conditions.iter().find(|c| c.type_ == t).filter(trusted).map(|c| {
+                        (
+                            c.status.as_str(),
+                            c.last_transition_time.as_ref().map(|t| t.0),
+                            c.reason.as_deref().unwrap_or(""),
+                        )
+                    })
+                },
+                now,
+            );
+            match node_match {
+                Err(why) => Verdict::NotEvaluated { why: format!("Node {name} {why}"), counts_healthy: false },
+                Ok(Some((rule, None, why))) => Verdict::Unhealthy {
+                    reason: Reason::UnhealthyNode,
+                    message: format!(
+                        "Health check failed: Condition {} on Node {name} is reporting status {}{} for more than {}",
+                        rule.type_,
+                        rule.status,
+                        with_reason(why),
+                        format_go_duration(rule.timeout)
+                    ),
+                },
+                Ok(Some((_, Some(at), _))) => {
+                    pending.offer(at);
+                    Verdict::Pending { until: pending.0.unwrap_or(at) }
+                }
+                Ok(None) => match pending.0 {
+                    Some(until) => Verdict::Pending { until },
+                    None => Verdict::Healthy,
+                },
+            }
+        }
+    }
+}
+
+/// The stale-signal guard on a Node (see [`crate::stale`]): its first matching condition set
+/// aside as stale, and the earliest instant a guarded fresh one turns stale (for the plan's
+/// wake-up). [`evaluate`] reads such a condition as absent.
+pub fn stale_node_condition(
+    node: &Node,
+    policy: &MhcPolicy,
+    now: Timestamp,
+) -> (Option<crate::stale::Stale>, Option<Timestamp>) {
+    let mut stale = None;
+    let mut fresh_until = Earliest::default();
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    for c in conditions {
+        match crate::stale::freshness(c, &policy.node_conditions, now) {
+            crate::stale::Freshness::Stale(s) => {
+                stale.get_or_insert(s);
+            }
+            crate::stale::Freshness::FreshUntil(t) => fresh_until.offer(t),
+            crate::stale::Freshness::Unguarded => {}
+        }
+    }
+    (stale, fresh_until.0)
+}
+
+/// ` with reason R` for a condition that has a reason, as upstream's messages say it.
+pub(super) fn with_reason(why: &str) -> String {
+    if why.is_empty() { String::new() } else { format!(" with reason {why}") }
+}
+
+/// Whether a target counts towards `currentHealthy` (upstream: evaluated healthy, or not
+/// evaluated with a Node; a deleting Machine never).
+pub(super) fn counts_healthy(machine: &MachineView, verdict: &Verdict) -> bool {
+    !machine.meta.deleting && matches!(verdict, Verdict::Healthy | Verdict::NotEvaluated { counts_healthy: true, .. })
+}
+
+/// A Machine's failure domain: its own `spec.failureDomain`, or the label of its Node. A Machine
+/// without a Node (or whose Node is gone) has no Node label, so it is in no domain and only the
+/// check-wide budget applies to it; Machine labels are not a fallback (they name other things,
+/// and mixing two sources would split one domain's count).
+pub(super) fn machine_domain<'a>(
+    fd: &FailureDomainPolicy,
+    machine: &'a MachineView,
+    nodes: &'a dyn Lookup<Node>,
+) -> Option<&'a str> {
+    match &fd.key {
+        DomainKey::MachineField => machine.failure_domain.as_deref(),
+        DomainKey::NodeLabel(key) => machine
+            .node_name
+            .as_deref()
+            .and_then(|n| nodes.lookup(n))
+            .and_then(|node| node.metadata.labels.as_ref()?.get(key))
+            .map(String::as_str),
+    }
+    .filter(|d| !d.is_empty())
+}

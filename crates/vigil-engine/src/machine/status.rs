@@ -1,0 +1,282 @@
+//! What a decision reports: the check's new status and conditions (with a notice when one flips),
+//! the conditions to write on each Machine, and the feature reports (stale signals, overlap,
+//! back-off, failure domains).
+
+use super::input::MhcInput;
+use super::judge::stale_node_condition;
+use crate::backoff::{self, Ledger};
+use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY};
+use crate::lookup::Lookup;
+use crate::peers::{MhcPeers, NAMED_MACHINES, SELECTED_BY_ANOTHER_CHECK};
+use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
+use crate::target::CheckRef;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use std::collections::BTreeMap;
+use vigil_api::MachineHealthCheck;
+use vigil_api::conditions::ConditionStatus;
+use vigil_api::conditions::{self, DesiredCondition, ObservedCondition, get_condition, set_condition};
+use vigil_api::machine_health_check::MachineHealthCheckStatus;
+use vigil_api::reason::Reason;
+use vigil_api::validate::MhcPolicy;
+use vigil_api::views::MachineView;
+use vigil_api::well_known::*;
+
+pub(super) fn machine_ref(m: &MachineView) -> ObjectRef {
+    ObjectRef {
+        api_version: m.meta.api_version.clone(),
+        kind: "Machine".into(),
+        namespace: m.meta.namespace.clone(),
+        name: m.meta.name.clone(),
+    }
+}
+
+pub(super) struct Builder<'a> {
+    pub(super) status: MachineHealthCheckStatus,
+    pub(super) previous: Option<&'a MachineHealthCheckStatus>,
+    pub(super) actions: Vec<Action>,
+    pub(super) notices: Vec<Notice>,
+    pub(super) now: Timestamp,
+    pub(super) generation: Option<i64>,
+}
+
+impl Builder<'_> {
+    pub(super) fn notice(
+        &mut self,
+        kind: NoticeKind,
+        target: Option<String>,
+        reason: Reason,
+        message: impl Into<String>,
+    ) {
+        self.notices.push(Notice { kind, target, reason, message: message.into() });
+    }
+
+    /// Sets a check condition, with a notice when its status flips.
+    pub(super) fn condition(
+        &mut self,
+        desired: DesiredCondition,
+        on_true: Option<NoticeKind>,
+        on_false: Option<NoticeKind>,
+    ) {
+        let before = self
+            .previous
+            .and_then(|p| get_condition(&p.conditions, &desired.type_))
+            .map(|c| (c.status.clone(), c.reason.clone()));
+        let changed = match &before {
+            Some((status, reason)) => {
+                *status != desired.status || (desired.status == ConditionStatus::False && *reason != desired.reason)
+            }
+            None => desired.status == ConditionStatus::True || desired.type_ == REMEDIATION_ALLOWED,
+        };
+        let kind = if desired.status == ConditionStatus::True { on_true } else { on_false };
+        // A first-time RemediationAllowed=True is the normal state, not news.
+        let first_allowed =
+            before.is_none() && desired.status == ConditionStatus::True && desired.type_ == REMEDIATION_ALLOWED;
+        if changed
+            && !first_allowed
+            && let Some(kind) = kind
+        {
+            self.notice(kind, None, desired.reason.clone(), desired.message.clone());
+        }
+        set_condition(&mut self.status.conditions, &desired, self.now, self.generation);
+    }
+
+    pub(super) fn finish(self, next_wake: Option<Timestamp>) -> Plan<MachineHealthCheckStatus> {
+        Plan {
+            status: self.status,
+            actions: self.actions,
+            notices: self.notices,
+            next_wake,
+            held_elsewhere: Vec::new(),
+            short_circuited: false,
+        }
+    }
+}
+
+/// Conditions to write on one Machine: only the ones that differ from what it carries.
+pub(super) struct MachineWrites<'m> {
+    pub(super) machine: &'m MachineView,
+    pub(super) conditions: Vec<(DesiredCondition, Timestamp)>,
+}
+
+impl<'m> MachineWrites<'m> {
+    pub(super) fn new(machine: &'m MachineView) -> Self {
+        Self { machine, conditions: Vec::new() }
+    }
+
+    pub(super) fn current(&self, type_: &str) -> Option<&'m ObservedCondition> {
+        conditions::find(&self.machine.conditions, type_)
+    }
+
+    /// Queues `desired` unless the Machine already says so; returns whether it was queued.
+    pub(super) fn set(&mut self, desired: DesiredCondition, now: Timestamp) -> bool {
+        self.set_ref(&desired, now)
+    }
+
+    /// Like `set`, cloning `desired` only when it has to be written (the hot path of a healthy
+    /// fleet writes nothing).
+    pub(super) fn set_ref(&mut self, desired: &DesiredCondition, now: Timestamp) -> bool {
+        let current = self.current(&desired.type_);
+        if desired.is_satisfied_by(current) {
+            return false;
+        }
+        let at = desired.transition_time(current, now);
+        self.conditions.push((desired.clone(), at));
+        true
+    }
+
+    pub(super) fn into_action(self) -> Option<Action> {
+        (!self.conditions.is_empty()).then(|| Action::SetMachineConditions {
+            machine: machine_ref(self.machine),
+            version: self.machine.version,
+            conditions: self.conditions,
+        })
+    }
+}
+
+/// `status.failureDomains`, the `FailureDomainsHealthy` condition and its notices; without
+/// `spec.failureDomains`, neither list nor condition.
+pub(super) fn report_domains(b: &mut Builder<'_>, budgets: Option<&Budgets>) {
+    let Some(budgets) = budgets else {
+        b.status.failure_domains.clear();
+        b.status.conditions.retain(|c| c.type_ != FAILURE_DOMAINS_HEALTHY);
+        return;
+    };
+    let report = budgets.report(b.previous.map_or(&[][..], |p| p.failure_domains.as_slice()));
+    set_condition(&mut b.status.conditions, &report.condition, b.now, b.generation);
+    b.status.failure_domains = report.status;
+    b.notices.extend(report.notices);
+}
+
+/// The stale-signal guard's report: the targets this check writes whose Node has a matching
+/// condition set aside as stale (count, first names, a notice when one is newly listed), and the
+/// instants guarded fresh conditions turn stale.
+pub(super) fn stale_targets(
+    b: &mut Builder<'_>,
+    input: &MhcInput<'_>,
+    targets: &[&MachineView],
+    nodes: &dyn Lookup<Node>,
+    peers: &MhcPeers<'_>,
+    me: &CheckRef,
+    wake: &mut Earliest,
+) {
+    if !input.policy.node_conditions.iter().any(|r| r.max_age.is_some()) {
+        b.status.stale_target_count = 0;
+        return;
+    }
+    let mut stale = Vec::new();
+    for machine in targets {
+        let Some(node) = machine.node_name.as_deref().and_then(|n| nodes.lookup(n)) else { continue };
+        if peers.owner_other_than(me, machine).is_some() {
+            continue; // the owning check reports it
+        }
+        let (s, fresh_until) = stale_node_condition(node, input.policy, b.now);
+        if let Some(t) = fresh_until {
+            wake.offer(t);
+        }
+        if let Some(s) = s {
+            stale.push((machine.meta.name.clone(), s));
+        }
+    }
+    let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
+    let check = format!("MachineHealthCheck/{namespace}/{}", input.check.metadata.name.as_deref().unwrap_or(""));
+    let previous = b.previous.map_or(&[][..], |p| p.stale_targets.as_slice());
+    let notices = crate::stale::notices(
+        &check,
+        previous,
+        &stale,
+        |name| {
+            let key = format!("{namespace}/{name}");
+            let what = format!("the Node of Machine {key}");
+            (key, what)
+        },
+        b.now,
+    );
+    b.notices.extend(notices);
+    b.status.stale_target_count = i32::try_from(stale.len()).unwrap_or(i32::MAX);
+    b.status.stale_targets = crate::stale::listed(&stale);
+}
+
+/// The condition [`SELECTED_BY_ANOTHER_CHECK`]: True naming each owner and its Machines (sorted,
+/// at most [`NAMED_MACHINES`] named per owner), False once it has been present, absent on a check
+/// that never overlapped. A notice when the message changes (new overlap, or a different one).
+pub(super) fn selected_elsewhere(b: &mut Builder<'_>, owned_elsewhere: &BTreeMap<&CheckRef, Vec<String>>) {
+    let before = b.previous.and_then(|p| get_condition(&p.conditions, SELECTED_BY_ANOTHER_CHECK));
+    if owned_elsewhere.is_empty() {
+        if before.is_some() {
+            b.condition(
+                DesiredCondition::false_(
+                    SELECTED_BY_ANOTHER_CHECK,
+                    Reason::NoOverlap,
+                    "No Machine of this check is selected by an older MachineHealthCheck",
+                ),
+                None,
+                None,
+            );
+        }
+        return;
+    }
+    let phrases: Vec<String> = owned_elsewhere
+        .iter()
+        .map(|(owner, machines)| {
+            let mut named = machines[..machines.len().min(NAMED_MACHINES)].join(", ");
+            if machines.len() > NAMED_MACHINES {
+                named.push_str(&format!(" and {} more", machines.len() - NAMED_MACHINES));
+            }
+            let noun = if machines.len() == 1 { "Machine" } else { "Machines" };
+            format!(
+                "{owner} writes the health-check conditions of and remediates {noun} {named}, which this check also selects; this check counts them but writes nothing on them"
+            )
+        })
+        .collect();
+    let desired =
+        DesiredCondition::true_(SELECTED_BY_ANOTHER_CHECK, Reason::OverlappingMachineHealthChecks, phrases.join("; "));
+    if before.is_none_or(|c| c.status != ConditionStatus::True || c.message != desired.message) {
+        b.notice(
+            NoticeKind::MachinesSelectedByAnotherCheck,
+            None,
+            Reason::OverlappingMachineHealthChecks,
+            desired.message.clone(),
+        );
+    }
+    b.condition(desired, None, None);
+}
+
+/// The history, backed-off pools, `RemediationBackoff` condition and notices of `spec.backoff`.
+pub(super) fn backoff_status(b: &mut Builder<'_>, ledger: Ledger<'_>, policy: &MhcPolicy, wake: &mut Earliest) {
+    let (history, pools) = ledger.finish(wake);
+    let (previous_pools, previous_conditions) =
+        b.previous.map_or((&[][..], &[][..]), |p| (p.backed_off_pools.as_slice(), p.conditions.as_slice()));
+    let (condition, notices) =
+        backoff::report(previous_pools, previous_conditions, &pools, &history, policy.backoff.as_ref());
+    b.status.remediation_history = history;
+    b.status.backed_off_pools = pools;
+    if let Some(condition) = condition {
+        b.condition(condition, None, None);
+    }
+    b.notices.extend(notices);
+}
+
+/// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):
+/// nothing is written but the check's status, which says why (`RemediationAllowed=False` with
+/// `reason`), and a `NoDecision` notice when that reason is new. Counts are left as last observed.
+pub fn refuse(
+    check: &MachineHealthCheck,
+    reason: Reason,
+    message: &str,
+    now: Timestamp,
+) -> Plan<MachineHealthCheckStatus> {
+    let previous = check.status.as_ref();
+    let mut b = Builder {
+        status: previous.cloned().unwrap_or_default(),
+        previous,
+        actions: Vec::new(),
+        notices: Vec::new(),
+        now,
+        generation: check.metadata.generation,
+    };
+    b.status.observed_generation = check.metadata.generation;
+    b.status.remediations_allowed = 0;
+    b.condition(DesiredCondition::false_(REMEDIATION_ALLOWED, reason, message), None, Some(NoticeKind::NoDecision));
+    b.finish(None)
+}

@@ -1,0 +1,249 @@
+//! Judging the Nodes: each against the condition rules (with the stale-signal guard), the counts
+//! the budget reads, and the subjects a decision acts on (Nodes, and Nodes gone with objects left).
+
+use super::basics::{ONE_NS, after, entry, node_name};
+use super::input::NhcInput;
+use super::objects::Owned;
+use crate::domains::Tally;
+use crate::plan::Earliest;
+use crate::target::is_control_plane;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::ops::Range;
+use vigil_api::validate::{ConditionRule, DomainKey, NhcPolicy};
+
+/// A Node's verdict from its conditions alone (remediation objects not considered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Matches no rule.
+    Clear,
+    /// Matches a rule whose duration has not passed yet.
+    Pending,
+    /// Matches this rule with a condition that has no `lastTransitionTime`: no decision.
+    Undecided(usize),
+    /// Has matched this rule for longer than its duration.
+    Unhealthy(usize),
+}
+
+/// Judges a Node against the rules; offers the instant its verdict can change. A matching
+/// condition set aside by the stale-signal guard ([`crate::stale`]) matches nothing and is put in
+/// `stale` (the first one); a guarded fresh one offers the instant it turns stale.
+pub(super) fn judge(
+    node: &Node,
+    rules: &[ConditionRule],
+    now: Timestamp,
+    wake: &mut Earliest,
+    stale: &mut Option<crate::stale::Stale>,
+) -> Verdict {
+    let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    let mut undecided = None;
+    let mut unhealthy = None;
+    let mut pending = false;
+    let mut first_deadline: Option<Timestamp> = None;
+    // A condition one guarded rule sets aside matches no rule, guarded or not.
+    let guarded = rules.iter().any(|r| r.max_age.is_some());
+    for (i, rule) in rules.iter().enumerate() {
+        for c in conds.iter().filter(|c| crate::stale::matches(c, rule)) {
+            if guarded {
+                match crate::stale::freshness(c, rules, now) {
+                    crate::stale::Freshness::Stale(s) => {
+                        stale.get_or_insert(s);
+                        continue;
+                    }
+                    crate::stale::Freshness::FreshUntil(t) => wake.offer(t),
+                    crate::stale::Freshness::Unguarded => {}
+                }
+            }
+            if unhealthy.is_some() {
+                continue; // already decided; only staleness is still looked for
+            }
+            match &c.last_transition_time {
+                None => {
+                    undecided.get_or_insert(i);
+                }
+                Some(Time(since)) => {
+                    pending = true;
+                    match after(*since, rule.timeout) {
+                        Some(deadline) if deadline < now => unhealthy = Some(i),
+                        Some(deadline) => {
+                            first_deadline = Some(first_deadline.map_or(deadline, |d| d.min(deadline)));
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
+    if let Some(i) = unhealthy {
+        return Verdict::Unhealthy(i);
+    }
+    if let Some(t) = first_deadline.and_then(|d| after(d, ONE_NS)) {
+        wake.offer(t);
+    }
+    match (undecided, pending) {
+        (Some(i), _) => Verdict::Undecided(i),
+        (None, true) => Verdict::Pending,
+        (None, false) => Verdict::Clear,
+    }
+}
+
+/// The rule a Node has broken past its duration at `now` and since when, judged exactly as
+/// [`decide`] judges it, so `vigil check` can say why a Node is unhealthy without a second rule.
+pub fn unhealthy_because<'p>(
+    node: &Node,
+    policy: &'p NhcPolicy,
+    now: Timestamp,
+) -> Option<(&'p ConditionRule, Timestamp)> {
+    let Verdict::Unhealthy(i) = judge(node, &policy.conditions, now, &mut Earliest::default(), &mut None) else {
+        return None;
+    };
+    let rule = policy.conditions.get(i)?;
+    let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    conds
+        .iter()
+        .filter(|c| c.type_ == rule.type_ && c.status == rule.status)
+        .filter_map(|c| c.last_transition_time.as_ref().map(|Time(t)| *t))
+        .min()
+        .map(|since| (rule, since))
+}
+
+/// A Node the second pass looks at: selected, or owning objects of the check (or both).
+pub(super) struct Subject<'a> {
+    pub(super) name: &'a str,
+    pub(super) node: Option<&'a Node>,
+    /// `Some` for a selected Node.
+    pub(super) verdict: Option<Verdict>,
+    pub(super) objs: Range<usize>,
+}
+
+/// What pass 1 found.
+pub(super) struct Scan<'a> {
+    /// Whether the Nodes were strictly sorted by name; when not, nothing else is meaningful.
+    pub(super) sorted: bool,
+    /// Nodes with something to decide (not healthy, or owning objects), in name order.
+    pub(super) subjects: Vec<Subject<'a>>,
+    /// Per Node (same index as the scanned list): selected, matching no rule, without objects.
+    pub(super) healthy_at: Vec<bool>,
+    pub(super) observed: usize,
+    pub(super) healthy: usize,
+    /// Control-plane Nodes, sorted.
+    pub(super) cp_names: Vec<&'a str>,
+    /// Selected Nodes with a matching condition set aside as stale, in name order.
+    pub(super) stale: Vec<(String, crate::stale::Stale)>,
+    pub(super) wake: Earliest,
+    /// Per failure domain, with `spec.failureDomains`.
+    pub(super) tally: Option<Tally>,
+}
+
+/// Pass 1: one look at every Node (name order, labels, conditions), merged with the check's
+/// objects by Node name. Healthy Nodes without objects are only counted: nothing is decided for
+/// them, which keeps the common case to a few comparisons a Node.
+pub(super) fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &NhcPolicy, now: Timestamp) -> Scan<'a> {
+    let mut scan = Scan {
+        sorted: true,
+        subjects: Vec::new(),
+        healthy_at: vec![false; all.len()],
+        observed: 0,
+        healthy: 0,
+        cp_names: Vec::new(),
+        stale: Vec::new(),
+        wake: Earliest::default(),
+        tally: policy.failure_domains.as_ref().map(|_| Tally::default()),
+    };
+    let domain_key = domain_label(policy);
+    let mut b = 0usize;
+    let mut last = "";
+    for (i, &node) in all.iter().enumerate() {
+        let name = node_name(node);
+        if name <= last {
+            // out of order, a duplicate, or no name ("" sorts first)
+            scan.sorted = false;
+            return scan;
+        }
+        last = name;
+        gone_before(owned, &mut b, Some(name), &mut scan.subjects);
+        let start = b;
+        while b < owned.len() && owned[b].node == name {
+            b += 1;
+        }
+        if is_control_plane(node) {
+            scan.cp_names.push(name);
+        }
+        if policy.selector.matches(node.metadata.labels.as_ref()) {
+            scan.observed += 1;
+            let mut stale = None;
+            let verdict = judge(node, &policy.conditions, now, &mut scan.wake, &mut stale);
+            if let Some(stale) = stale {
+                scan.stale.push((name.to_string(), stale));
+            }
+            if let Some(tally) = &mut scan.tally {
+                tally.add(domain_key.and_then(|k| node_domain(node, k)), verdict == Verdict::Clear && start == b);
+            }
+            if verdict == Verdict::Clear && start == b {
+                scan.healthy += 1;
+                scan.healthy_at[i] = true;
+            } else {
+                scan.subjects.push(Subject { name, node: Some(node), verdict: Some(verdict), objs: start..b });
+            }
+        } else if start < b {
+            scan.subjects.push(Subject { name, node: Some(node), verdict: None, objs: start..b });
+        }
+    }
+    gone_before(owned, &mut b, None, &mut scan.subjects);
+    scan
+}
+
+/// The Node label naming failure domains, with `spec.failureDomains` (validation admits only a
+/// label key on a NodeHealthCheck; any other key puts every Node in no domain, where the
+/// check-wide budget alone applies).
+pub(super) fn domain_label(policy: &NhcPolicy) -> Option<&str> {
+    match policy.failure_domains.as_ref().map(|fd| &fd.key) {
+        Some(DomainKey::NodeLabel(key)) => Some(key.as_str()),
+        _ => None,
+    }
+}
+
+/// A Node's failure domain: the label's value; a Node without it (or with an empty value) is in
+/// no domain.
+pub(super) fn node_domain<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
+    node.metadata.labels.as_ref().and_then(|l| entry(l, key)).filter(|v| !v.is_empty())
+}
+
+/// Adds a subject for each Node from `owned[*b..]` named before `limit` (all when `None`): the
+/// scan passed their place, so they are not in the cluster.
+pub(super) fn gone_before<'a>(
+    owned: &[Owned<'a>],
+    b: &mut usize,
+    limit: Option<&str>,
+    subjects: &mut Vec<Subject<'a>>,
+) {
+    while *b < owned.len() && limit.is_none_or(|l| owned[*b].node < l) {
+        let gone = owned[*b].node;
+        let start = *b;
+        while *b < owned.len() && owned[*b].node == gone {
+            *b += 1;
+        }
+        subjects.push(Subject { name: gone, node: None, verdict: None, objs: start..*b });
+    }
+}
+
+/// Judge (pass 1). Nodes usually come sorted by name (adapters index them in sorted maps): the
+/// scan checks that as it goes, and only when they are not (or some has no name, or two share
+/// one) is it redone over a sorted copy without those (the first of a name wins). Returns the
+/// list the scan's indexes refer to.
+pub(super) fn judge_nodes<'a>(
+    input: &NhcInput<'a>,
+    owned: &[Owned<'a>],
+    now: Timestamp,
+) -> (std::borrow::Cow<'a, [&'a Node]>, Scan<'a>) {
+    let scan = scan_nodes(input.nodes, owned, input.policy, now);
+    if scan.sorted {
+        return (std::borrow::Cow::Borrowed(input.nodes), scan);
+    }
+    let mut copy: Vec<&Node> = input.nodes.iter().copied().filter(|n| !node_name(n).is_empty()).collect();
+    copy.sort_by(|a, b| node_name(a).cmp(node_name(b)));
+    copy.dedup_by(|a, b| node_name(a) == node_name(b));
+    let scan = scan_nodes(&copy, owned, input.policy, now);
+    (std::borrow::Cow::Owned(copy), scan)
+}

@@ -1,0 +1,549 @@
+//! Remediating the unhealthy Nodes: requesting the first step, escalating on timeout or failure,
+//! deleting objects of recovered Nodes, one control-plane Node at a time.
+
+use super::basics::{ONE_NS, OWNER_KIND, after, entry, has_annotation, has_label_value, node_name, notice, rule_text};
+use super::judge::{Subject, Verdict, node_domain};
+use super::objects::{Book, Owned, object_ref};
+use super::templates::Usable;
+use crate::backoff::{self, Gate as Backoff, Ledger};
+use crate::domains::Budgets;
+use crate::holders::{Holders, Waits};
+use crate::plan::{Action, Earliest, Notice, NoticeKind};
+use crate::target::{Target, is_control_plane};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Map, Value, json};
+use vigil_api::conditions::ConditionStatus;
+use vigil_api::conditions::{self};
+use vigil_api::duration::format_go_duration;
+use vigil_api::node_health_check::{NodeRemediation, RemediationReference, UnhealthyNode};
+use vigil_api::reason::Reason;
+use vigil_api::validate::{HealthyDelay, NhcPolicy, RemediationStep};
+use vigil_api::views::RemediationView;
+use vigil_api::well_known::{
+    EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION,
+    NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, PERMANENT_NODE_DELETION_EXPECTED, SUCCEEDED,
+    TEMPLATE_NAME_ANNOTATION,
+};
+
+/// What happened to a request for a remediation object.
+pub(super) enum Requested {
+    /// A create action was added (or an in-flight `generateName` request is awaited).
+    Done,
+    /// The template cannot be used: reason and why.
+    Skipped(Reason, String),
+}
+
+/// Shared state of the second pass.
+pub(super) struct Pass<'a> {
+    pub(super) policy: &'a NhcPolicy,
+    pub(super) now: Timestamp,
+    pub(super) check_name: &'a str,
+    pub(super) check_uid: Option<&'a str>,
+    pub(super) templates: Vec<Usable<'a>>,
+    pub(super) allowed: bool,
+    pub(super) paused: bool,
+    /// New remediation was not possible in the previous status but is now: a skip is news.
+    pub(super) newly_open: bool,
+    /// The `Disabled` condition changed: a template skip is news.
+    pub(super) disabled_changed: bool,
+    pub(super) cp_busy: Vec<&'a str>,
+    pub(super) cp_taken: bool,
+    /// Remediation objects of the steps' kinds that this check does not own.
+    pub(super) foreign: Vec<&'a RemediationView>,
+    pub(super) actions: Vec<Action>,
+    pub(super) notices: Vec<Notice>,
+    pub(super) wake: Earliest,
+    /// What other checks hold (a Node held by another check is never started here).
+    pub(super) holders: &'a Holders,
+    /// Targets waiting for another check.
+    pub(super) waits: Waits,
+    /// The back-off history of this decision (`spec.backoff`).
+    pub(super) ledger: Ledger<'a>,
+    /// The previous `status.wouldRemediate`: in dry-run, a Node listed there was already counted.
+    pub(super) would_before: &'a [vigil_api::machine_health_check::WouldRemediate],
+    /// Failure-domain budgets (a Node of a paused domain is not started) and their label.
+    pub(super) domains: Option<(&'a Budgets, &'a str)>,
+}
+
+impl<'a> Pass<'a> {
+    pub(super) fn step_label(&self, s: usize) -> String {
+        self.policy.steps.get(s).map_or_else(String::new, |st| st.template.to_string())
+    }
+
+    /// Offers the instant a step requested at `started` times out, when that is still ahead (an
+    /// object not seen yet cannot be judged, but its timer already runs).
+    pub(super) fn offer_step_timeout(&mut self, step: &RemediationStep, started: Timestamp) {
+        if let Some(t) = step.timeout.and_then(|d| after(started, d)).and_then(|d| after(d, ONE_NS))
+            && t > self.now
+        {
+            self.wake.offer(t);
+        }
+    }
+
+    /// Asks for an object of step `s` for Node `name` (the caller checked every other rule).
+    pub(super) fn request(&mut self, name: &str, s: usize, book: &mut Book<'_>) -> Requested {
+        let Some(step) = self.policy.steps.get(s) else {
+            return Requested::Skipped(Reason::RemediationTemplateNotFound, format!("no remediation step {s}"));
+        };
+        let (view, spec) = match self.templates.get(s).copied().unwrap_or(Usable::Missing) {
+            Usable::Yes(view, spec) => (view, spec),
+            Usable::Missing => {
+                return Requested::Skipped(
+                    Reason::RemediationTemplateNotFound,
+                    format!("Cannot remediate node {name}: remediation template {} not found", step.template),
+                );
+            }
+            Usable::Invalid(why) => {
+                return Requested::Skipped(
+                    Reason::RemediationTemplateInvalid,
+                    format!("Cannot remediate node {name}: remediation template {} {why}", step.template),
+                );
+            }
+        };
+        let mut earlier = book.take_in_flight(step);
+        if let Some(r) = earlier.filter(|r| r.resource.name.is_empty()) {
+            // An earlier generateName request not seen yet: repeating it could make a second
+            // object, so it is awaited, unless its step's timeout passed without any object
+            // showing up (the request was lost; a single template has no timeout and waits).
+            let lost = step.timeout.and_then(|d| after(r.started.0, d)).is_some_and(|end| end < self.now);
+            if !lost {
+                book.records.push(r.clone());
+                self.offer_step_timeout(step, r.started.0);
+                return Requested::Done;
+            }
+            earlier = None;
+        }
+        let generate = view.meta.annotations.get(MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION).is_some_and(|v| v == "true");
+        let kind = step.template.remediation_kind();
+        if !generate
+            && let Some(other) = self
+                .foreign
+                .iter()
+                .find(|r| r.meta.kind == kind && r.meta.namespace == step.template.namespace && r.meta.name == name)
+        {
+            // The object this check would make exists and is not ours: leave it alone, and do
+            // not list it in the status as a remediation this check started.
+            let owner = other
+                .meta
+                .owners
+                .first()
+                .map_or_else(|| "no owner".to_string(), |o| format!("owner {} {}", o.kind, o.name));
+            return Requested::Skipped(
+                Reason::RemediationObjectExists,
+                format!(
+                    "Cannot remediate node {name}: {kind} {}/{name} already exists and belongs to another check ({owner})",
+                    step.template.namespace
+                ),
+            );
+        }
+        let mut metadata = Map::new();
+        metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
+        if generate {
+            metadata.insert("generateName".into(), Value::String(format!("{name}-")));
+        } else {
+            metadata.insert("name".into(), Value::String(name.to_string()));
+        }
+        metadata.insert(
+            "annotations".into(),
+            json!({ NODE_NAME_ANNOTATION: name, TEMPLATE_NAME_ANNOTATION: step.template.name }),
+        );
+        let mut owner = Map::new();
+        owner.insert("apiVersion".into(), Value::String(vigil_api::API_VERSION.into()));
+        owner.insert("kind".into(), Value::String(OWNER_KIND.into()));
+        owner.insert("name".into(), Value::String(self.check_name.to_string()));
+        if let Some(uid) = self.check_uid {
+            owner.insert("uid".into(), Value::String(uid.to_string()));
+        }
+        owner.insert("controller".into(), Value::Bool(false));
+        owner.insert("blockOwnerDeletion".into(), Value::Bool(false));
+        metadata.insert("ownerReferences".into(), Value::Array(vec![Value::Object(owner)]));
+        let object = json!({
+            "apiVersion": step.template.api_version,
+            "kind": kind,
+            "metadata": Value::Object(metadata),
+            "spec": spec.clone(),
+        });
+        let started = earlier.map_or(self.now, |r| r.started.0);
+        self.offer_step_timeout(step, started);
+        book.records.push(NodeRemediation {
+            resource: RemediationReference {
+                api_version: step.template.api_version.clone(),
+                kind: kind.to_string(),
+                namespace: step.template.namespace.clone(),
+                name: if generate { String::new() } else { name.to_string() },
+                uid: None,
+            },
+            started: Time(started),
+            timed_out: None,
+            template_name: Some(step.template.name.clone()),
+        });
+        self.actions.push(Action::CreateRemediation { object, target: name.to_string() });
+        Requested::Done
+    }
+
+    /// A selected, unhealthy, not excluded Node without objects: start remediation if allowed.
+    pub(super) fn start(&mut self, name: &str, node: &Node, listed_before: bool, book: &mut Book<'_>) {
+        let Some(first) = self.policy.steps.first() else {
+            return;
+        };
+        let news = !listed_before || self.newly_open;
+        // One check remediates a Node at a time: a Node another check holds waits here, even
+        // for a request of an earlier plan (the other check started first).
+        let holders = self.holders;
+        let target = Target::local_node(name);
+        if let Some(holder) = holders.other_than(&target, self.waits.me()) {
+            if let Some(n) = self.waits.wait(name, &target, holder) {
+                self.notices.push(n);
+            }
+            return;
+        }
+        if book.has_in_flight(first) {
+            // Completing an earlier plan's request is not a new remediation.
+            if let Requested::Skipped(reason, message) = self.request(name, 0, book)
+                && (self.disabled_changed || reason == Reason::RemediationObjectExists)
+            {
+                // (the request's record is dropped with an existing foreign object: said once)
+                self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+            }
+            return;
+        }
+        if self.paused || !self.allowed {
+            return;
+        }
+        // A paused failure domain starts nothing new, as the check-wide short-circuit.
+        if let Some((budgets, key)) = self.domains
+            && budgets.is_paused(node_domain(node, key))
+        {
+            return;
+        }
+        if let Usable::Missing | Usable::Invalid(_) = self.templates.first().copied().unwrap_or(Usable::Missing) {
+            if let Requested::Skipped(reason, message) = self.request(name, 0, book)
+                && (news || self.disabled_changed)
+            {
+                self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+            }
+            return;
+        }
+        let cp = is_control_plane(node);
+        if cp && (self.cp_taken || self.cp_busy.iter().any(|n| *n != name)) {
+            if news {
+                let other = self.cp_busy.iter().find(|n| **n != name).copied();
+                let message = match other {
+                    Some(other) => format!(
+                        "Not remediating control-plane node {name}: control-plane node {other} is being remediated"
+                    ),
+                    None => format!(
+                        "Not remediating control-plane node {name}: another control-plane node is being remediated"
+                    ),
+                };
+                self.notices.push(notice(
+                    NoticeKind::RemediationSkipped,
+                    name,
+                    Reason::ControlPlaneRemediationInProgress,
+                    message,
+                ));
+            }
+            return;
+        }
+        let pool = self
+            .policy
+            .backoff
+            .as_ref()
+            .map_or_else(String::new, |b| backoff::node_pool(node, b.pool_label.as_deref().unwrap_or_default()));
+        let repeat = self.policy.dry_run && self.would_before.iter().any(|w| w.name == name);
+        let gate = self.ledger.gate(&pool, name, repeat);
+        if gate == Backoff::Wait {
+            return;
+        }
+        match self.request(name, 0, book) {
+            Requested::Done => {
+                if gate == Backoff::Start {
+                    self.ledger.record(&pool, name);
+                }
+                if cp {
+                    self.cp_taken = true;
+                }
+            }
+            Requested::Skipped(reason, message) => {
+                if news {
+                    self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+                }
+            }
+        }
+    }
+
+    /// A selected, unhealthy, not excluded Node with objects: give up on its latest step when
+    /// it timed out or failed and go on with the next one.
+    ///
+    /// This runs whatever the threshold, storm cooldown or pause requests say: it only moves an
+    /// already-remediated Node along (medik8s does the same), and stopping half-way would leave
+    /// a Node with a remediator that has already given up.
+    pub(super) fn escalate(&mut self, name: &str, objs: &[Owned<'_>], book: &mut Book<'_>) {
+        let Some(latest) = objs.iter().filter_map(|o| o.step).max() else {
+            return;
+        };
+        let Some(k) = objs.iter().position(|o| o.step == Some(latest) && !o.view.meta.deleting) else {
+            return; // the latest step's objects are being deleted: wait until they are gone
+        };
+        let Some(step) = self.policy.steps.get(latest) else {
+            return;
+        };
+        let view = objs[k].view;
+        let annotated = entry(&view.meta.annotations, NHC_TIMED_OUT_ANNOTATION).is_some();
+        let mut gave_up_now = false;
+        if !annotated {
+            if let Some(Time(at)) = book.records[k].timed_out.clone() {
+                // An earlier plan gave up but the annotation did not make it: write it again.
+                self.actions.push(Action::AnnotateRemediation {
+                    object: object_ref(view),
+                    key: NHC_TIMED_OUT_ANNOTATION.into(),
+                    value: at.to_string(),
+                });
+            } else {
+                let failed =
+                    conditions::find(&view.conditions, SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
+                let deadline = step.timeout.and_then(|d| after(book.records[k].started.0, d));
+                let expired = deadline.is_some_and(|d| d < self.now);
+                if failed || expired {
+                    gave_up_now = true;
+                    book.records[k].timed_out = Some(Time(self.now));
+                    self.actions.push(Action::AnnotateRemediation {
+                        object: object_ref(view),
+                        key: NHC_TIMED_OUT_ANNOTATION.into(),
+                        value: self.now.to_string(),
+                    });
+                    let what = if failed {
+                        "reported Succeeded=False".to_string()
+                    } else {
+                        format!("did not succeed within {}", format_go_duration(step.timeout.unwrap_or_default()))
+                    };
+                    let then = if latest + 1 < self.policy.steps.len() {
+                        format!("escalating to {}", self.step_label(latest + 1))
+                    } else {
+                        "no remediation template left".to_string()
+                    };
+                    self.notices.push(notice(
+                        NoticeKind::RemediationTimedOut,
+                        name,
+                        if failed { Reason::RemediationFailed } else { Reason::RemediationTimedOut },
+                        format!(
+                            "{} {}/{} for node {name} (template {}) {what}; {then}",
+                            view.meta.kind, view.meta.namespace, view.meta.name, step.template.name
+                        ),
+                    ));
+                } else if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
+                    self.wake.offer(t);
+                    return;
+                } else {
+                    return;
+                }
+            }
+        }
+        let next = latest + 1;
+        if next >= self.policy.steps.len() {
+            if gave_up_now || !book.prev_timed_out.get(k) {
+                self.notices.push(notice(
+                    NoticeKind::NoTemplateLeft,
+                    name,
+                    Reason::NoTemplateLeft,
+                    format!(
+                        "Every remediation step for node {name} timed out or failed ({} step(s)); no remediation template left to try",
+                        self.policy.steps.len()
+                    ),
+                ));
+            }
+            return;
+        }
+        if let Requested::Skipped(reason, message) = self.request(name, next, book)
+            && (gave_up_now || self.disabled_changed)
+        {
+            self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+        }
+    }
+
+    /// A selected Node that matches no rule but still has objects: remove them once the
+    /// healthy delay allows. Returns `(conditionsHealthyTimestamp, healthyDelayed)`.
+    pub(super) fn recover(
+        &mut self,
+        node: &Node,
+        objs: &[Owned<'_>],
+        prev: Option<&UnhealthyNode>,
+    ) -> (Timestamp, bool) {
+        let since = prev.and_then(|p| p.conditions_healthy_timestamp.as_ref()).map_or(self.now, |t| t.0);
+        let release = match self.policy.healthy_delay {
+            HealthyDelay::After(d) if d.is_zero() => true,
+            HealthyDelay::After(d) => match after(since, d) {
+                Some(end) if end < self.now => true,
+                Some(end) => {
+                    if let Some(t) = after(end, ONE_NS) {
+                        self.wake.offer(t);
+                    }
+                    false
+                }
+                None => false,
+            },
+            HealthyDelay::UntilConfirmed => has_annotation(node, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION),
+        };
+        if release {
+            self.delete_all(objs, false);
+        }
+        (since, !release)
+    }
+
+    /// Deletes the objects that are not being deleted yet; with `spare_permanent`, keeps those
+    /// whose remediator is deleting the Node on purpose and still working.
+    pub(super) fn delete_all(&mut self, objs: &[Owned<'_>], spare_permanent: bool) {
+        for o in objs.iter().filter(|o| !o.view.meta.deleting) {
+            let c = &o.view.conditions;
+            if spare_permanent
+                && conditions::is_true(c, PERMANENT_NODE_DELETION_EXPECTED)
+                && !conditions::is_true(c, SUCCEEDED)
+            {
+                continue;
+            }
+            self.actions.push(Action::DeleteRemediation { object: object_ref(o.view), target: o.node.to_string() });
+        }
+    }
+}
+
+/// Control-plane Nodes already being remediated (by anyone) or with a request in flight.
+pub(super) fn busy_control_planes<'a>(
+    cp_names: &[&'a str],
+    remediations: &[&RemediationView],
+    prev_entries: &[&UnhealthyNode],
+) -> Vec<&'a str> {
+    let prev_entry_of =
+        |name: &str| prev_entries.binary_search_by(|e| e.name.as_str().cmp(name)).ok().map(|i| prev_entries[i]);
+    let mut cp_flags = vec![false; cp_names.len()];
+    if !cp_names.is_empty() {
+        for r in remediations {
+            if let Some(n) = entry(&r.meta.annotations, NODE_NAME_ANNOTATION)
+                && let Ok(i) = cp_names.binary_search(&n)
+            {
+                cp_flags[i] = true;
+            }
+        }
+        for (i, n) in cp_names.iter().enumerate() {
+            if prev_entry_of(n)
+                .is_some_and(|e| e.remediations.iter().any(|r| r.timed_out.is_none() && r.resource.uid.is_none()))
+            {
+                cp_flags[i] = true;
+            }
+        }
+    }
+    cp_names.iter().zip(&cp_flags).filter(|(_, f)| **f).map(|(n, _)| *n).collect()
+}
+
+/// Remediate (pass 2): each subject in name order, merged with the previous status entries —
+/// start, escalate, recover or clean up — giving the new `unhealthyNodes` and the Nodes that
+/// could not be judged.
+pub(super) fn remediate<'a>(
+    pass: &mut Pass<'a>,
+    subjects: &[Subject<'a>],
+    owned: &[Owned<'a>],
+    prev_entries: &[&'a UnhealthyNode],
+    all: &[&'a Node],
+    healthy_at: &[bool],
+) -> (Vec<UnhealthyNode>, Vec<(&'a str, usize)>) {
+    let (policy, now) = (pass.policy, pass.now);
+    let mut entries: Vec<UnhealthyNode> = Vec::new();
+    let mut undecided: Vec<(&str, usize)> = Vec::new();
+    // A listed Node that is not a subject any more and is healthy now has recovered.
+    let recovered = |name: &str| {
+        all.binary_search_by(|n| node_name(n).cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
+            notice(
+                NoticeKind::Healthy,
+                name,
+                Reason::NodeHealthy,
+                format!("Node {name} is healthy and has no remediation objects left"),
+            )
+        })
+    };
+    let mut p = 0usize;
+    for s in subjects {
+        let objs = &owned[s.objs.clone()];
+        while p < prev_entries.len() && prev_entries[p].name.as_str() < s.name {
+            pass.notices.extend(recovered(&prev_entries[p].name));
+            p += 1;
+        }
+        let prev_entry = match prev_entries.get(p) {
+            Some(e) if e.name == s.name => {
+                p += 1;
+                Some(*e)
+            }
+            _ => None,
+        };
+        let mut book = Book::new(objs, prev_entry, now);
+        let mut healthy_since = None;
+        let mut delayed = false;
+        let listed = match (s.verdict, s.node) {
+            (Some(Verdict::Clear), Some(node)) => {
+                // a subject that matches no rule still has objects (pass 1 kept only those)
+                let (since, wait) = pass.recover(node, objs, prev_entry);
+                healthy_since = Some(Time(since));
+                delayed = wait;
+                !objs.is_empty()
+            }
+            (Some(Verdict::Unhealthy(rule)), Some(node)) => {
+                if prev_entry.is_none()
+                    && let Some(r) = policy.conditions.get(rule)
+                {
+                    // The condition's reason says what broke, as upstream's messages do.
+                    let why = node
+                        .status
+                        .as_ref()
+                        .and_then(|st| st.conditions.as_deref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == r.type_ && c.status == r.status))
+                        .and_then(|c| c.reason.as_deref())
+                        .filter(|reason| !reason.is_empty())
+                        .map_or_else(String::new, |reason| format!(" with reason {reason}"));
+                    pass.notices.push(notice(
+                        NoticeKind::Unhealthy,
+                        s.name,
+                        Reason::Rule(rule_text(r)),
+                        format!(
+                            "Node {} has had condition {}{why} for more than {}",
+                            s.name,
+                            rule_text(r),
+                            format_go_duration(r.timeout)
+                        ),
+                    ));
+                }
+                if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
+                    if objs.is_empty() {
+                        pass.start(s.name, node, prev_entry.is_some(), &mut book);
+                    } else {
+                        pass.escalate(s.name, objs, &mut book);
+                    }
+                }
+                true
+            }
+            (Some(verdict), _) => {
+                if let Verdict::Undecided(rule) = verdict {
+                    undecided.push((s.name, rule));
+                }
+                !objs.is_empty()
+            }
+            (None, _) => {
+                // Deleted or no longer selected: nothing will watch this Node for the check.
+                pass.delete_all(objs, true);
+                !objs.is_empty()
+            }
+        };
+        if listed {
+            entries.push(UnhealthyNode {
+                name: s.name.to_string(),
+                remediations: book.finish(),
+                conditions_healthy_timestamp: healthy_since,
+                healthy_delayed: delayed.then_some(true),
+            });
+        }
+    }
+
+    for e in &prev_entries[p..] {
+        pass.notices.extend(recovered(&e.name));
+    }
+    (entries, undecided)
+}
