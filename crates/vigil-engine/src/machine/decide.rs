@@ -1,14 +1,18 @@
 //! The MachineHealthCheck decision, in its phases: pause, targets, safety (Cluster and Nodes
 //! readable), verdicts, short-circuit, writes per target, reports.
 
-use super::budget::{check_paused, remediation_budget};
 use super::input::{MhcInput, NodeSource};
 use super::judge::{Verdict, counts_healthy, evaluate_with_node, machine_domain};
 use super::remediate::{Overlap, Started, remediate};
-use super::status::{Builder, MachineWrites, backoff_status, report_domains, selected_elsewhere, stale_targets};
+use super::status::{
+    Builder, MachineWrites, backoff_status, report_domains, report_no_decision, report_pause, report_short_circuit,
+    selected_elsewhere, stale_targets,
+};
 use crate::backoff::Ledger;
+use crate::domains::Budgets;
 use crate::domains::Tally;
 use crate::holders::{Holders, Waits};
+use crate::lookup::Lookup;
 use crate::peers::MhcPeers;
 use crate::plan::{Action, Earliest, NoticeKind, ObjectRef, Plan};
 use crate::target::is_target;
@@ -21,7 +25,8 @@ use vigil_api::conditions::{self, DesiredCondition};
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
 use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
-use vigil_api::views::MachineView;
+use vigil_api::validate::MhcPolicy;
+use vigil_api::views::{ClusterView, MachineView};
 use vigil_api::well_known::*;
 
 /// Decides what a MachineHealthCheck should do now when it is the only check: [`decide_among`]
@@ -47,6 +52,10 @@ pub fn decide_among(
 /// (`peers`, see [`crate::peers`]): a Machine whose conditions another check owns is evaluated
 /// and counted, but this check writes nothing on it and does not remediate it, and says so with
 /// the condition [`SELECTED_BY_ANOTHER_CHECK`].
+///
+/// The phases, in the order the spec numbers its rules: pause (rule 1), targets, safety (no
+/// Cluster or no Nodes: no verdict), verdicts (rule 2), the short-circuit (rule 3), writes per
+/// target (rules 4 and 5), the feature reports; dry-run last.
 pub fn decide_among_peers(
     input: &MhcInput<'_>,
     holders: &Holders,
@@ -54,45 +63,51 @@ pub fn decide_among_peers(
     node_cluster: &str,
     now: Timestamp,
 ) -> Plan<MachineHealthCheckStatus> {
-    let previous = input.check.status.as_ref();
-    // Everything but the target list is small; the list is rebuilt below, so it is not copied.
-    let mut b = Builder {
-        status: previous
-            .map(|p| MachineHealthCheckStatus {
-                targets: Vec::new(),
-                conditions: p.conditions.clone(),
-                would_remediate: Vec::new(),
-                remediation_history: p.remediation_history.clone(),
-                backed_off_pools: p.backed_off_pools.clone(),
-                failure_domains: p.failure_domains.clone(),
-                stale_targets: p.stale_targets.clone(),
-                ..*p
-            })
-            .unwrap_or_default(),
-        previous,
-        actions: Vec::new(),
-        notices: Vec::new(),
-        now,
-        generation: input.check.metadata.generation,
-    };
-    b.status.observed_generation = input.check.metadata.generation;
-
-    // Rule 1: a paused Cluster or check does nothing else.
-    if check_paused(input) {
-        let why = if input.cluster.is_some_and(|c| c.paused) {
-            "the Cluster is paused (spec.paused)"
-        } else {
-            "the check has the cluster.x-k8s.io/paused annotation"
-        };
-        b.condition(
-            DesiredCondition::true_(PAUSED, Reason::Paused, format!("Remediation is paused: {why}")),
-            Some(NoticeKind::Paused),
-            None,
-        );
+    let mut b = Builder::for_decision(input.check, now);
+    if report_pause(&mut b, input) {
         return b.finish(None);
     }
-    b.condition(DesiredCondition::false_(PAUSED, Reason::NotPaused, ""), None, Some(NoticeKind::Resumed));
+    let targets = select_targets(input);
+    b.status.targets = targets.iter().map(|m| m.meta.name.clone()).collect();
+    b.status.expected_machines = count(targets.len());
+    let (cluster, nodes) = match readable(input) {
+        Ok(sources) => sources,
+        Err((why, message)) => return report_no_decision(b, why, message),
+    };
+    let mut wake = Earliest::default();
+    let judged = judge_targets(&targets, cluster, nodes, input.policy, now, &mut wake);
+    b.status.current_healthy = count(judged.healthy);
+    let budgets = domain_budgets(input.policy, &targets, &judged);
+    let me = CheckRef::of_mhc(input.check);
+    stale_targets(&mut b, input, &targets, nodes, peers, &me, &mut wake);
+    let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
 
+    let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, now);
+    for (i, (machine, verdict)) in targets.iter().zip(&judged.verdicts).enumerate() {
+        // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
+        let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(judged.domain_of.get(i).copied().flatten()));
+        writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i]);
+    }
+    let held_elsewhere = writer.report(&mut b, &mut wake);
+    report_domains(&mut b, budgets.as_ref());
+    let mut plan = b.finish(wake.0);
+    plan.held_elsewhere = held_elsewhere;
+    plan.short_circuited = !allowed;
+    if input.policy.dry_run {
+        let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
+        plan = crate::dry_run::mhc(plan, input.check.status.as_ref(), namespace, now);
+    }
+    plan
+}
+
+/// A count as the status' `int32`.
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The check's targets: the Machines of its namespace it selects and that have not opted out,
+/// sorted by name (already sorted is the fast path).
+fn select_targets<'a>(input: &MhcInput<'a>) -> Vec<&'a MachineView> {
     let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
     let mut targets: Vec<&MachineView> = input
         .machines
@@ -103,12 +118,14 @@ pub fn decide_among_peers(
     if !targets.is_sorted_by(|a, c| a.meta.name <= c.meta.name) {
         targets.sort_unstable_by(|a, c| a.meta.name.cmp(&c.meta.name));
     }
-    b.status.targets = targets.iter().map(|m| m.meta.name.clone()).collect();
-    b.status.expected_machines = i32::try_from(targets.len()).unwrap_or(i32::MAX);
+    targets
+}
 
-    // Safety first: without the Cluster or the workload cluster's Nodes, decide nothing.
-    let blocked_reason = match (input.cluster, input.nodes) {
-        (None, _) => Some((
+/// Safety first: the Cluster and the workload cluster's Nodes, or why no Machine can be judged
+/// (a missing Cluster, an unreachable workload cluster: no Node is taken for deleted).
+fn readable<'a>(input: &MhcInput<'a>) -> Result<(&'a ClusterView, &'a dyn Lookup<Node>), (Reason, String)> {
+    match (input.cluster, input.nodes) {
+        (None, _) => Err((
             Reason::ClusterNotFound,
             format!(
                 "Cluster {}/{} was not found; no Machine is evaluated",
@@ -116,30 +133,41 @@ pub fn decide_among_peers(
                 input.policy.cluster_name
             ),
         )),
-        (_, NodeSource::Unreachable(why)) => Some((
+        (_, NodeSource::Unreachable(why)) => Err((
             Reason::WorkloadClusterUnreachable,
             format!(
                 "The workload cluster cannot be reached ({why}); no Machine is evaluated, and no Node is taken for deleted"
             ),
         )),
-        _ => None,
-    };
-    let (Some(cluster), NodeSource::Reachable(nodes), None) = (input.cluster, input.nodes, &blocked_reason) else {
-        let (why, message) = blocked_reason.unwrap_or((Reason::ClusterNotFound, String::new()));
-        b.status.remediations_allowed = 0;
-        b.condition(DesiredCondition::false_(REMEDIATION_ALLOWED, why, message), None, Some(NoticeKind::NoDecision));
-        return b.finish(None);
-    };
+        (Some(cluster), NodeSource::Reachable(nodes)) => Ok((cluster, nodes)),
+    }
+}
 
-    // Rule 2: verdicts.
-    let mut wake = Earliest::default();
+/// Rule 2 over every target: the verdicts, how many count healthy, and what the writes need.
+struct Judged<'a> {
+    verdicts: Vec<Verdict>,
+    healthy: usize,
+    /// Each target's failure domain (empty without `spec.failureDomains`).
+    domain_of: Vec<Option<&'a str>>,
+    /// Whether a healthy target already says `HealthCheckSucceeded=True` as it would be written.
+    already_healthy: Vec<bool>,
+}
+
+/// Judges every target. Nodes are looked up in one tight pass first, and "already healthy?" in
+/// another: both are memory-bound, and the processor overlaps more of them when nothing else
+/// runs between (the common case of a healthy fleet writes nothing).
+fn judge_targets<'a>(
+    targets: &[&'a MachineView],
+    cluster: &ClusterView,
+    nodes: &'a dyn Lookup<Node>,
+    policy: &MhcPolicy,
+    now: Timestamp,
+    wake: &mut Earliest,
+) -> Judged<'a> {
     let target_nodes: Vec<Option<&Node>> =
         targets.iter().map(|m| m.node_name.as_deref().and_then(|n| nodes.lookup(n))).collect();
-    let verdicts: Vec<Verdict> = targets
-        .iter()
-        .zip(&target_nodes)
-        .map(|(m, node)| evaluate_with_node(m, *node, cluster, input.policy, now))
-        .collect();
+    let verdicts: Vec<Verdict> =
+        targets.iter().zip(&target_nodes).map(|(m, node)| evaluate_with_node(m, *node, cluster, policy, now)).collect();
     let mut healthy = 0usize;
     for (machine, verdict) in targets.iter().zip(&verdicts) {
         if let Verdict::Pending { until } = verdict {
@@ -147,62 +175,12 @@ pub fn decide_among_peers(
         }
         healthy += usize::from(counts_healthy(machine, verdict));
     }
-    b.status.current_healthy = i32::try_from(healthy).unwrap_or(i32::MAX);
-    // Failure domains: judged on the same counts as the short-circuit, rounded down as it.
-    let domain_of: Vec<Option<&str>> = match &input.policy.failure_domains {
+    let domain_of = match &policy.failure_domains {
         Some(fd) => targets.iter().map(|m| machine_domain(fd, m, nodes)).collect(),
         None => Vec::new(),
     };
-    let budgets = input.policy.failure_domains.as_ref().map(|fd| {
-        let mut tally = Tally::default();
-        for ((machine, verdict), domain) in targets.iter().zip(&verdicts).zip(&domain_of) {
-            tally.add(*domain, counts_healthy(machine, verdict));
-        }
-        tally.judge(fd, Rounding::Down)
-    });
-    let me = CheckRef::of_mhc(input.check);
-    stale_targets(&mut b, input, &targets, nodes, peers, &me, &mut wake);
-
-    // Rule 3: the short-circuit.
-    let unhealthy_count = targets.len() - healthy;
-    let (allowed, left, (limit, limit_value)) =
-        remediation_budget(input.policy.short_circuit, targets.len(), unhealthy_count);
-    b.status.remediations_allowed = i32::try_from(left).unwrap_or(i32::MAX);
-    if allowed {
-        b.condition(
-            DesiredCondition::true_(REMEDIATION_ALLOWED, Reason::RemediationAllowed, ""),
-            Some(NoticeKind::RemediationAllowed),
-            None,
-        );
-    } else {
-        b.condition(
-            DesiredCondition::false_(
-                REMEDIATION_ALLOWED,
-                Reason::TooManyUnhealthy,
-                format!(
-                    "Remediation is not allowed, the number of not started or unhealthy machines {limit} (total: {}, unhealthy: {unhealthy_count}, {limit_value})",
-                    targets.len()
-                ),
-            ),
-            None,
-            Some(NoticeKind::RemediationBlocked),
-        );
-    }
-
-    // Rules 4 and 5: writes per target.
-    let mut overlap = Overlap {
-        holders,
-        node_cluster,
-        waits: Waits::new(CheckRef::of_mhc(input.check), previous.map_or(&[][..], |p| p.conditions.as_slice())),
-    };
-    let template_ref = input.policy.remediation_template.as_ref();
-    let healthy_condition = DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, "");
-    let history = previous.map_or(&[][..], |p| p.remediation_history.as_slice());
-    let mut ledger = Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now);
-    let mut owned_elsewhere: BTreeMap<&CheckRef, Vec<String>> = BTreeMap::new();
-    // Which healthy targets already say `HealthCheckSucceeded=True` as it would be written (the
-    // common case: nothing to do), read in one tight pass for the same reason as the Nodes.
-    let already_healthy: Vec<bool> = targets
+    let healthy_condition = healthy_condition();
+    let already_healthy = targets
         .iter()
         .zip(&verdicts)
         .map(|(m, v)| {
@@ -210,76 +188,154 @@ pub fn decide_among_peers(
                 && healthy_condition.is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
         })
         .collect();
-    for (i, (machine, verdict)) in targets.iter().zip(&verdicts).enumerate() {
-        let key = || machine.meta.key();
-        // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
-        let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(domain_of.get(i).copied().flatten()));
-        if let Some(owner) = peers.owner_other_than(&me, machine) {
-            owned_elsewhere.entry(owner).or_default().push(key());
-            continue;
+    Judged { verdicts, healthy, domain_of, already_healthy }
+}
+
+/// `HealthCheckSucceeded=True`, as written on a healthy Machine.
+fn healthy_condition() -> DesiredCondition {
+    DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, "")
+}
+
+/// Failure-domain budgets, judged on the same counts as the short-circuit and rounded down as it.
+fn domain_budgets(policy: &MhcPolicy, targets: &[&MachineView], judged: &Judged<'_>) -> Option<Budgets> {
+    policy.failure_domains.as_ref().map(|fd| {
+        let mut tally = Tally::default();
+        for ((machine, verdict), domain) in targets.iter().zip(&judged.verdicts).zip(&judged.domain_of) {
+            tally.add(*domain, counts_healthy(machine, verdict));
+        }
+        tally.judge(fd, Rounding::Down)
+    })
+}
+
+/// Rules 4 and 5, target by target: the verdict written on the Machine, remediation started
+/// where allowed, a remediation object of a healthy Machine deleted; Machines another check owns
+/// are only collected for the overlap report.
+struct TargetWriter<'i, 'h> {
+    input: &'i MhcInput<'i>,
+    peers: &'i MhcPeers<'i>,
+    me: CheckRef,
+    overlap: Overlap<'h>,
+    ledger: Ledger<'i>,
+    owned_elsewhere: BTreeMap<&'i CheckRef, Vec<String>>,
+    healthy_condition: DesiredCondition,
+    now: Timestamp,
+}
+
+impl<'i, 'h> TargetWriter<'i, 'h> {
+    fn new(
+        input: &'i MhcInput<'i>,
+        holders: &'h Holders,
+        peers: &'i MhcPeers<'i>,
+        node_cluster: &'h str,
+        me: CheckRef,
+        now: Timestamp,
+    ) -> Self {
+        let previous = input.check.status.as_ref();
+        let history = previous.map_or(&[][..], |p| p.remediation_history.as_slice());
+        let conditions = previous.map_or(&[][..], |p| p.conditions.as_slice());
+        TargetWriter {
+            input,
+            peers,
+            overlap: Overlap { holders, node_cluster, waits: Waits::new(me.clone(), conditions) },
+            me,
+            ledger: Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now),
+            owned_elsewhere: BTreeMap::new(),
+            healthy_condition: healthy_condition(),
+            now,
+        }
+    }
+
+    /// The writes for one target; `may_start`: neither the check-wide short-circuit nor its
+    /// failure domain stops a new remediation.
+    fn write(
+        &mut self,
+        b: &mut Builder<'_>,
+        machine: &'i MachineView,
+        verdict: &Verdict,
+        may_start: bool,
+        already_healthy: bool,
+    ) {
+        if let Some(owner) = self.peers.owner_other_than(&self.me, machine) {
+            self.owned_elsewhere.entry(owner).or_default().push(machine.meta.key());
+            return;
         }
         let mut writes = MachineWrites::new(machine);
         match verdict {
-            Verdict::Unhealthy { reason: why, message } => {
-                let was_unhealthy =
-                    writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
-                writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, why.clone(), message.clone()), now);
-                if !was_unhealthy {
-                    b.notice(NoticeKind::Unhealthy, Some(key()), why.clone(), message.clone());
-                }
-                if allowed && domain_open {
-                    let mut started = Started { overlap: &mut overlap, ledger: &mut ledger };
-                    remediate(&mut b, &mut started, &mut writes, input, template_ref, machine, &key(), now);
-                }
-            }
-            Verdict::Healthy => {
-                if !machine.meta.deleting && !already_healthy[i] {
-                    let was_unhealthy =
-                        writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
-                    writes.set_ref(&healthy_condition, now);
-                    if was_unhealthy {
-                        let key = key();
-                        b.notice(
-                            NoticeKind::Healthy,
-                            Some(key.clone()),
-                            Reason::HealthCheckSucceeded,
-                            format!("Machine {key} is healthy again"),
-                        );
-                    }
-                }
-                if template_ref.is_some()
-                    && let Some(object) = input.remediations.lookup(&machine.meta.name)
-                    && made_for(object, machine)
-                    && !object.meta.deleting
-                {
-                    b.actions.push(Action::DeleteRemediation {
-                        object: ObjectRef {
-                            api_version: object.meta.api_version.clone(),
-                            kind: object.meta.kind.clone(),
-                            namespace: object.meta.namespace.clone(),
-                            name: object.meta.name.clone(),
-                        },
-                        target: key(),
-                    });
-                }
-            }
+            Verdict::Unhealthy { reason, message } => self.unhealthy(b, &mut writes, reason, message, may_start),
+            Verdict::Healthy => self.healthy(b, &mut writes, already_healthy),
             Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => {}
         }
         if let Some(action) = writes.into_action() {
             b.actions.push(action);
         }
     }
-    if let Some(waiting) = overlap.waits.condition() {
-        b.condition(waiting, None, None);
+
+    /// An unhealthy Machine: its verdict (told once), and its remediation when it may start.
+    fn unhealthy(
+        &mut self,
+        b: &mut Builder<'_>,
+        writes: &mut MachineWrites<'_>,
+        reason: &Reason,
+        message: &str,
+        may_start: bool,
+    ) {
+        let machine = writes.machine;
+        let key = machine.meta.key();
+        let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
+        writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, reason.clone(), message), self.now);
+        if !was_unhealthy {
+            b.notice(NoticeKind::Unhealthy, Some(key.clone()), reason.clone(), message);
+        }
+        if may_start {
+            let template_ref = self.input.policy.remediation_template.as_ref();
+            let mut started = Started { overlap: &mut self.overlap, ledger: &mut self.ledger };
+            remediate(b, &mut started, writes, self.input, template_ref, machine, &key, self.now);
+        }
     }
-    selected_elsewhere(&mut b, &owned_elsewhere);
-    backoff_status(&mut b, ledger, input.policy, &mut wake);
-    report_domains(&mut b, budgets.as_ref());
-    let mut plan = b.finish(wake.0);
-    plan.held_elsewhere = overlap.waits.held_elsewhere;
-    plan.short_circuited = !allowed;
-    if input.policy.dry_run {
-        plan = crate::dry_run::mhc(plan, previous, namespace, now);
+
+    /// A healthy Machine: `HealthCheckSucceeded=True` (news when it was unhealthy) and its
+    /// remediation object, if Vigil made one, deleted.
+    fn healthy(&mut self, b: &mut Builder<'_>, writes: &mut MachineWrites<'_>, already_healthy: bool) {
+        let machine = writes.machine;
+        if !machine.meta.deleting && !already_healthy {
+            let was_unhealthy =
+                writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
+            writes.set_ref(&self.healthy_condition, self.now);
+            if was_unhealthy {
+                let key = machine.meta.key();
+                b.notice(
+                    NoticeKind::Healthy,
+                    Some(key.clone()),
+                    Reason::HealthCheckSucceeded,
+                    format!("Machine {key} is healthy again"),
+                );
+            }
+        }
+        if self.input.policy.remediation_template.is_some()
+            && let Some(object) = self.input.remediations.lookup(&machine.meta.name)
+            && made_for(object, machine)
+            && !object.meta.deleting
+        {
+            b.actions.push(Action::DeleteRemediation {
+                object: ObjectRef {
+                    api_version: object.meta.api_version.clone(),
+                    kind: object.meta.kind.clone(),
+                    namespace: object.meta.namespace.clone(),
+                    name: object.meta.name.clone(),
+                },
+                target: machine.meta.key(),
+            });
+        }
     }
-    plan
+
+    /// The reports of the writes: waiting for other checks, Machines another check owns, the
+    /// back-off; returns the holders to tell.
+    fn report(self, b: &mut Builder<'_>, wake: &mut Earliest) -> Vec<crate::plan::HeldElsewhere> {
+        if let Some(waiting) = self.overlap.waits.condition() {
+            b.condition(waiting, None, None);
+        }
+        selected_elsewhere(b, &self.owned_elsewhere);
+        backoff_status(b, self.ledger, self.input.policy, wake);
+        self.overlap.waits.held_elsewhere
+    }
 }

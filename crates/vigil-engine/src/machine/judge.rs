@@ -102,6 +102,9 @@ pub fn evaluate(
 /// [`evaluate`] with the Machine's Node already looked up (`None`: no `nodeRef`, or its Node is
 /// not in the cluster). A decision looks every Node up first, in one tight pass: the look-ups
 /// are memory-bound, and the processor overlaps more of them when nothing else runs between.
+///
+/// The rules in their order: what stops a verdict or decides it at once ([`before_conditions`]),
+/// the Machine's own conditions, then its Node: deleted, never joined, or its conditions.
 pub(super) fn evaluate_with_node(
     machine: &MachineView,
     node: Option<&Node>,
@@ -109,44 +112,71 @@ pub(super) fn evaluate_with_node(
     policy: &MhcPolicy,
     now: Timestamp,
 ) -> Verdict {
-    // A Machine that cannot be read gets no verdict at all, not even from the annotation or a
-    // failure: its form (and so where its conditions go) may be unknown.
+    if let Some(verdict) = before_conditions(machine, node.is_some(), cluster) {
+        return verdict;
+    }
+    let mut pending = Earliest::default();
+    if let Some(verdict) = machine_conditions(machine, policy, now, &mut pending) {
+        return verdict;
+    }
+    match (machine.node_name.as_deref(), node) {
+        (Some(name), None) => Verdict::Unhealthy {
+            reason: Reason::NodeDeleted,
+            message: format!("Health check failed: Node {name} has been deleted"),
+        },
+        (None, _) => node_startup(machine, cluster, policy, now, pending),
+        (Some(name), Some(node)) => node_conditions(name, node, policy, now, pending),
+    }
+}
+
+/// What decides before any condition is read: an unreadable Machine gets no verdict at all (its
+/// form, and so where its conditions go, may be unknown); the remediate annotation and a terminal
+/// failure make it unhealthy; a cluster not initialized or not ready leaves it unjudged.
+fn before_conditions(machine: &MachineView, has_node: bool, cluster: &ClusterView) -> Option<Verdict> {
     if !machine.problems.is_empty() {
-        return Verdict::NotEvaluated {
+        return Some(Verdict::NotEvaluated {
             why: format!("Machine cannot be read: {}", machine.problems.join("; ")),
             counts_healthy: false,
-        };
+        });
     }
     if machine.meta.annotations.contains_key(REMEDIATE_MACHINE_ANNOTATION) {
-        return Verdict::Unhealthy {
+        return Some(Verdict::Unhealthy {
             reason: Reason::HasRemediateAnnotation,
             message: format!(
                 "Health check failed: marked for remediation via the {REMEDIATE_MACHINE_ANNOTATION} annotation"
             ),
-        };
+        });
     }
     if let Some(failure) = &machine.failure {
-        return Verdict::Unhealthy {
+        return Some(Verdict::Unhealthy {
             reason: Reason::MachineHasFailure,
             message: format!("Health check failed: Machine has failed: {failure}"),
-        };
+        });
     }
-    let has_node = node.is_some();
     if !cluster.control_plane_initialized && !machine.is_control_plane() {
-        return Verdict::NotEvaluated {
+        return Some(Verdict::NotEvaluated {
             why: "the cluster's control plane is not initialized yet".into(),
             counts_healthy: has_node,
-        };
+        });
     }
     if !cluster.infrastructure_ready {
-        return Verdict::NotEvaluated {
+        return Some(Verdict::NotEvaluated {
             why: "the cluster's infrastructure is not ready yet".into(),
             counts_healthy: has_node,
-        };
+        });
     }
+    None
+}
 
-    let mut pending = Earliest::default();
-    let machine_match = match_rules(
+/// The Machine's own conditions (`unhealthyMachineConditions`): a verdict when one held past its
+/// timeout or cannot be timed; else the instant one will is offered to `pending`.
+fn machine_conditions(
+    machine: &MachineView,
+    policy: &MhcPolicy,
+    now: Timestamp,
+    pending: &mut Earliest,
+) -> Option<Verdict> {
+    let found = match_rules(
         &policy.machine_conditions,
         |t| {
             conditions::find(&machine.conditions, t)
@@ -154,118 +184,110 @@ pub(super) fn evaluate_with_node(
         },
         now,
     );
-    match machine_match {
-        Err(why) => return Verdict::NotEvaluated { why: format!("Machine {why}"), counts_healthy: false },
-        Ok(Some((rule, None, why))) => {
-            return Verdict::Unhealthy {
-                reason: Reason::UnhealthyMachine,
-                message: format!(
-                    "Health check failed: Condition {} on Machine {} is reporting status {}{} for more than {}",
-                    rule.type_,
-                    machine.meta.name,
-                    rule.status,
-                    with_reason(why),
-                    format_go_duration(rule.timeout)
-                ),
-            };
+    match found {
+        Err(why) => Some(Verdict::NotEvaluated { why: format!("Machine {why}"), counts_healthy: false }),
+        Ok(Some((rule, None, why))) => Some(Verdict::Unhealthy {
+            reason: Reason::UnhealthyMachine,
+            message: format!(
+                "Health check failed: Condition {} on Machine {} is reporting status {}{} for more than {}",
+                rule.type_,
+                machine.meta.name,
+                rule.status,
+                with_reason(why),
+                format_go_duration(rule.timeout)
+            ),
+        }),
+        Ok(Some((_, Some(at), _))) => {
+            pending.offer(at);
+            None
         }
-        Ok(Some((_, Some(at), _))) => pending.offer(at),
-        Ok(None) => {}
+        Ok(None) => None,
     }
+}
 
-    match (machine.node_name.as_deref(), node) {
-        (Some(name), None) => Verdict::Unhealthy {
-            reason: Reason::NodeDeleted,
-            message: format!("Health check failed: Node {name} has been deleted"),
-        },
-        (None, _) => {
-            let Some(timeout) = policy.node_startup_timeout else {
-                return match pending.0 {
-                    Some(until) => Verdict::Pending { until },
-                    None => Verdict::NotEvaluated {
-                        why: "no Node yet and nodeStartupTimeout is disabled".into(),
-                        counts_healthy: false,
-                    },
-                };
-            };
-            let machine_infra = conditions::find(&machine.conditions, INFRASTRUCTURE_READY)
-                .filter(|c| c.status == ConditionStatus::True)
-                .and_then(|c| c.last_transition_time);
-            let since = [
-                machine.meta.created,
-                cluster.control_plane_initialized_at,
-                cluster.infrastructure_ready_at,
-                machine_infra,
-            ]
+/// A Machine without a Node: unhealthy once `nodeStartupTimeout` has passed since the latest of
+/// its creation, the control plane's initialization, the infrastructure's readiness and its own
+/// `InfrastructureReady` (as upstream); pending until then.
+fn node_startup(
+    machine: &MachineView,
+    cluster: &ClusterView,
+    policy: &MhcPolicy,
+    now: Timestamp,
+    mut pending: Earliest,
+) -> Verdict {
+    let Some(timeout) = policy.node_startup_timeout else {
+        return match pending.0 {
+            Some(until) => Verdict::Pending { until },
+            None => Verdict::NotEvaluated {
+                why: "no Node yet and nodeStartupTimeout is disabled".into(),
+                counts_healthy: false,
+            },
+        };
+    };
+    let machine_infra = conditions::find(&machine.conditions, INFRASTRUCTURE_READY)
+        .filter(|c| c.status == ConditionStatus::True)
+        .and_then(|c| c.last_transition_time);
+    let since =
+        [machine.meta.created, cluster.control_plane_initialized_at, cluster.infrastructure_ready_at, machine_infra]
             .into_iter()
             .flatten()
             .max();
-            let Some(since) = since else {
-                return Verdict::NotEvaluated {
-                    why: "Machine has no creation time to time its startup from".into(),
-                    counts_healthy: false,
-                };
-            };
-            match deadline_passed(since, timeout, now) {
-                Ok(()) => Verdict::Unhealthy {
-                    reason: Reason::NodeStartupTimeout,
-                    message: format!(
-                        "Health check failed: Node failed to report startup in {}",
-                        format_go_duration(timeout)
-                    ),
-                },
-                Err(at) => {
-                    pending.offer(at);
-                    Verdict::Pending { until: pending.0.unwrap_or(at) }
-                }
-            }
+    let Some(since) = since else {
+        return Verdict::NotEvaluated {
+            why: "Machine has no creation time to time its startup from".into(),
+            counts_healthy: false,
+        };
+    };
+    match deadline_passed(since, timeout, now) {
+        Ok(()) => Verdict::Unhealthy {
+            reason: Reason::NodeStartupTimeout,
+            message: format!("Health check failed: Node failed to report startup in {}", format_go_duration(timeout)),
+        },
+        Err(at) => {
+            pending.offer(at);
+            Verdict::Pending { until: pending.0.unwrap_or(at) }
         }
-        (Some(name), Some(node)) => {
-            let node_conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
-            // The stale-signal guard: a stale condition is as if absent.
-            let guarded = policy.node_conditions.iter().any(|r| r.max_age.is_some());
-            let trusted = |c: &&k8s_openapi::api::core::v1::NodeCondition| {
-                !guarded
-                    || !matches!(
-                        crate::stale::freshness(c, &policy.node_conditions, now),
-                        crate::stale::Freshness::Stale(_)
-                    )
-            };
-            let node_match = match_rules(
-                &policy.node_conditions,
-                |t| {
-                    node_conditions.iter().find(|c| c.type_ == t).filter(trusted).map(|c| {
-                        (
-                            c.status.as_str(),
-                            c.last_transition_time.as_ref().map(|t| t.0),
-                            c.reason.as_deref().unwrap_or(""),
-                        )
-                    })
-                },
-                now,
-            );
-            match node_match {
-                Err(why) => Verdict::NotEvaluated { why: format!("Node {name} {why}"), counts_healthy: false },
-                Ok(Some((rule, None, why))) => Verdict::Unhealthy {
-                    reason: Reason::UnhealthyNode,
-                    message: format!(
-                        "Health check failed: Condition {} on Node {name} is reporting status {}{} for more than {}",
-                        rule.type_,
-                        rule.status,
-                        with_reason(why),
-                        format_go_duration(rule.timeout)
-                    ),
-                },
-                Ok(Some((_, Some(at), _))) => {
-                    pending.offer(at);
-                    Verdict::Pending { until: pending.0.unwrap_or(at) }
-                }
-                Ok(None) => match pending.0 {
-                    Some(until) => Verdict::Pending { until },
-                    None => Verdict::Healthy,
-                },
-            }
+    }
+}
+
+/// The Node's conditions (`unhealthyConditions`), a stale one (the stale-signal guard) read as
+/// absent: unhealthy past a timeout, pending until the first one would be, else healthy.
+fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, mut pending: Earliest) -> Verdict {
+    let node_conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    let guarded = policy.node_conditions.iter().any(|r| r.max_age.is_some());
+    let trusted = |c: &&k8s_openapi::api::core::v1::NodeCondition| {
+        !guarded
+            || !matches!(crate::stale::freshness(c, &policy.node_conditions, now), crate::stale::Freshness::Stale(_))
+    };
+    let found = match_rules(
+        &policy.node_conditions,
+        |t| {
+            node_conditions.iter().find(|c| c.type_ == t).filter(trusted).map(|c| {
+                (c.status.as_str(), c.last_transition_time.as_ref().map(|t| t.0), c.reason.as_deref().unwrap_or(""))
+            })
+        },
+        now,
+    );
+    match found {
+        Err(why) => Verdict::NotEvaluated { why: format!("Node {name} {why}"), counts_healthy: false },
+        Ok(Some((rule, None, why))) => Verdict::Unhealthy {
+            reason: Reason::UnhealthyNode,
+            message: format!(
+                "Health check failed: Condition {} on Node {name} is reporting status {}{} for more than {}",
+                rule.type_,
+                rule.status,
+                with_reason(why),
+                format_go_duration(rule.timeout)
+            ),
+        },
+        Ok(Some((_, Some(at), _))) => {
+            pending.offer(at);
+            Verdict::Pending { until: pending.0.unwrap_or(at) }
         }
+        Ok(None) => match pending.0 {
+            Some(until) => Verdict::Pending { until },
+            None => Verdict::Healthy,
+        },
     }
 }
 

@@ -2,6 +2,7 @@
 //! the conditions to write on each Machine, and the feature reports (stale signals, overlap,
 //! back-off, failure domains).
 
+use super::budget::{check_paused, remediation_budget};
 use super::input::MhcInput;
 use super::judge::stale_node_condition;
 use crate::backoff::{self, Ledger};
@@ -38,6 +39,35 @@ pub(super) struct Builder<'a> {
     pub(super) notices: Vec<Notice>,
     pub(super) now: Timestamp,
     pub(super) generation: Option<i64>,
+}
+
+impl<'a> Builder<'a> {
+    /// A decision's builder, its status seeded from the previous one. Everything but the target
+    /// list is small; the list is rebuilt by the decision, so it is not copied.
+    pub(super) fn for_decision(check: &'a MachineHealthCheck, now: Timestamp) -> Self {
+        let previous = check.status.as_ref();
+        let mut b = Builder {
+            status: previous
+                .map(|p| MachineHealthCheckStatus {
+                    targets: Vec::new(),
+                    conditions: p.conditions.clone(),
+                    would_remediate: Vec::new(),
+                    remediation_history: p.remediation_history.clone(),
+                    backed_off_pools: p.backed_off_pools.clone(),
+                    failure_domains: p.failure_domains.clone(),
+                    stale_targets: p.stale_targets.clone(),
+                    ..*p
+                })
+                .unwrap_or_default(),
+            previous,
+            actions: Vec::new(),
+            notices: Vec::new(),
+            now,
+            generation: check.metadata.generation,
+        };
+        b.status.observed_generation = check.metadata.generation;
+        b
+    }
 }
 
 impl Builder<'_> {
@@ -260,6 +290,62 @@ pub(super) fn backoff_status(b: &mut Builder<'_>, ledger: Ledger<'_>, policy: &M
 /// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):
 /// nothing is written but the check's status, which says why (`RemediationAllowed=False` with
 /// `reason`), and a `NoDecision` notice when that reason is new. Counts are left as last observed.
+/// Rule 1: a paused Cluster or check does nothing else; returns whether it is paused, after
+/// setting `Paused` (told when it flips).
+pub(super) fn report_pause(b: &mut Builder<'_>, input: &MhcInput<'_>) -> bool {
+    if !check_paused(input) {
+        b.condition(DesiredCondition::false_(PAUSED, Reason::NotPaused, ""), None, Some(NoticeKind::Resumed));
+        return false;
+    }
+    let why = if input.cluster.is_some_and(|c| c.paused) {
+        "the Cluster is paused (spec.paused)"
+    } else {
+        "the check has the cluster.x-k8s.io/paused annotation"
+    };
+    b.condition(
+        DesiredCondition::true_(PAUSED, Reason::Paused, format!("Remediation is paused: {why}")),
+        Some(NoticeKind::Paused),
+        None,
+    );
+    true
+}
+
+/// The plan when the Cluster or its Nodes cannot be read: `RemediationAllowed=False` saying why,
+/// nothing remediated, no wake-up (a change to the Cluster or the connection decides again).
+pub(super) fn report_no_decision(mut b: Builder<'_>, why: Reason, message: String) -> Plan<MachineHealthCheckStatus> {
+    b.status.remediations_allowed = 0;
+    b.condition(DesiredCondition::false_(REMEDIATION_ALLOWED, why, message), None, Some(NoticeKind::NoDecision));
+    b.finish(None)
+}
+
+/// Rule 3, the short-circuit, as `remediationsAllowed` and `RemediationAllowed` (told when it
+/// flips); returns whether remediation may start.
+pub(super) fn report_short_circuit(b: &mut Builder<'_>, policy: &MhcPolicy, total: usize, healthy: usize) -> bool {
+    let unhealthy = total - healthy;
+    let (allowed, left, (limit, limit_value)) = remediation_budget(policy.short_circuit, total, unhealthy);
+    b.status.remediations_allowed = i32::try_from(left).unwrap_or(i32::MAX);
+    if allowed {
+        b.condition(
+            DesiredCondition::true_(REMEDIATION_ALLOWED, Reason::RemediationAllowed, ""),
+            Some(NoticeKind::RemediationAllowed),
+            None,
+        );
+    } else {
+        b.condition(
+            DesiredCondition::false_(
+                REMEDIATION_ALLOWED,
+                Reason::TooManyUnhealthy,
+                format!(
+                    "Remediation is not allowed, the number of not started or unhealthy machines {limit} (total: {total}, unhealthy: {unhealthy}, {limit_value})"
+                ),
+            ),
+            None,
+            Some(NoticeKind::RemediationBlocked),
+        );
+    }
+    allowed
+}
+
 pub fn refuse(
     check: &MachineHealthCheck,
     reason: Reason,

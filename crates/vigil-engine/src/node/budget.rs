@@ -15,7 +15,7 @@ use vigil_api::validate::{NhcPolicy, NhcThreshold};
 use vigil_api::well_known::REMEDIATION_ALLOWED;
 
 /// What the threshold and storm cooldown say.
-pub(super) enum Gate {
+pub(super) enum Allowance {
     Allowed,
     TooFewHealthy,
     Cooldown { start: Timestamp, end: Option<Timestamp> },
@@ -58,29 +58,31 @@ pub(super) fn budget(
     );
     let prev_allowed = get_condition(&prev.conditions, REMEDIATION_ALLOWED);
     let gate = if !met {
-        Gate::TooFewHealthy
+        Allowance::TooFewHealthy
     } else if !policy.storm_cooldown.is_positive() {
-        Gate::Allowed
+        Allowance::Allowed
     } else {
         match &prev.storm_recovery_start_time {
             Some(Time(start)) => match after(*start, policy.storm_cooldown) {
-                Some(end) if now >= end => Gate::Allowed,
-                end => Gate::Cooldown { start: *start, end },
+                Some(end) if now >= end => Allowance::Allowed,
+                end => Allowance::Cooldown { start: *start, end },
             },
             None if prev_allowed.is_some_and(|c| {
                 c.status == ConditionStatus::False
                     && (c.reason == Reason::TooFewHealthy || c.reason == Reason::StormCooldown)
             }) =>
             {
-                Gate::Cooldown { start: now, end: after(now, policy.storm_cooldown) }
+                Allowance::Cooldown { start: now, end: after(now, policy.storm_cooldown) }
             }
-            None => Gate::Allowed,
+            None => Allowance::Allowed,
         }
     };
     match gate {
-        Gate::Allowed => (DesiredCondition::true_(REMEDIATION_ALLOWED, Reason::RemediationAllowed, counts), None),
-        Gate::TooFewHealthy => (DesiredCondition::false_(REMEDIATION_ALLOWED, Reason::TooFewHealthy, counts), None),
-        Gate::Cooldown { start, end } => {
+        Allowance::Allowed => (DesiredCondition::true_(REMEDIATION_ALLOWED, Reason::RemediationAllowed, counts), None),
+        Allowance::TooFewHealthy => {
+            (DesiredCondition::false_(REMEDIATION_ALLOWED, Reason::TooFewHealthy, counts), None)
+        }
+        Allowance::Cooldown { start, end } => {
             if let Some(end) = end {
                 wake.offer(end);
             }

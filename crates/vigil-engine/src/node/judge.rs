@@ -13,9 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::ops::Range;
 use vigil_api::validate::{ConditionRule, DomainKey, NhcPolicy};
 
-/// A Node's verdict from its conditions alone (remediation objects not considered).
+/// What a Node's conditions show against the rules alone (remediation objects not considered);
+/// named apart from the MachineHealthCheck [`crate::machine::Verdict`], which is a full verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict {
+pub(super) enum Finding {
     /// Matches no rule.
     Clear,
     /// Matches a rule whose duration has not passed yet.
@@ -35,7 +36,7 @@ pub(super) fn judge(
     now: Timestamp,
     wake: &mut Earliest,
     stale: &mut Option<crate::stale::Stale>,
-) -> Verdict {
+) -> Finding {
     let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
     let mut undecided = None;
     let mut unhealthy = None;
@@ -76,15 +77,15 @@ pub(super) fn judge(
         }
     }
     if let Some(i) = unhealthy {
-        return Verdict::Unhealthy(i);
+        return Finding::Unhealthy(i);
     }
     if let Some(t) = first_deadline.and_then(|d| after(d, ONE_NS)) {
         wake.offer(t);
     }
     match (undecided, pending) {
-        (Some(i), _) => Verdict::Undecided(i),
-        (None, true) => Verdict::Pending,
-        (None, false) => Verdict::Clear,
+        (Some(i), _) => Finding::Undecided(i),
+        (None, true) => Finding::Pending,
+        (None, false) => Finding::Clear,
     }
 }
 
@@ -95,7 +96,7 @@ pub fn unhealthy_because<'p>(
     policy: &'p NhcPolicy,
     now: Timestamp,
 ) -> Option<(&'p ConditionRule, Timestamp)> {
-    let Verdict::Unhealthy(i) = judge(node, &policy.conditions, now, &mut Earliest::default(), &mut None) else {
+    let Finding::Unhealthy(i) = judge(node, &policy.conditions, now, &mut Earliest::default(), &mut None) else {
         return None;
     };
     let rule = policy.conditions.get(i)?;
@@ -113,7 +114,7 @@ pub(super) struct Subject<'a> {
     pub(super) name: &'a str,
     pub(super) node: Option<&'a Node>,
     /// `Some` for a selected Node.
-    pub(super) verdict: Option<Verdict>,
+    pub(super) verdict: Option<Finding>,
     pub(super) objs: Range<usize>,
 }
 
@@ -178,9 +179,9 @@ pub(super) fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &Nhc
                 scan.stale.push((name.to_string(), stale));
             }
             if let Some(tally) = &mut scan.tally {
-                tally.add(domain_key.and_then(|k| node_domain(node, k)), verdict == Verdict::Clear && start == b);
+                tally.add(domain_key.and_then(|k| node_domain(node, k)), verdict == Finding::Clear && start == b);
             }
-            if verdict == Verdict::Clear && start == b {
+            if verdict == Finding::Clear && start == b {
                 scan.healthy += 1;
                 scan.healthy_at[i] = true;
             } else {

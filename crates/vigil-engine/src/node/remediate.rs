@@ -2,7 +2,7 @@
 //! deleting objects of recovered Nodes, one control-plane Node at a time.
 
 use super::basics::{ONE_NS, OWNER_KIND, after, entry, has_annotation, has_label_value, node_name, notice, rule_text};
-use super::judge::{Subject, Verdict, node_domain};
+use super::judge::{Finding, Subject, node_domain};
 use super::objects::{Book, Owned, object_ref};
 use super::templates::Usable;
 use crate::backoff::{self, Gate as Backoff, Ledger};
@@ -479,14 +479,14 @@ pub(super) fn remediate<'a>(
         let mut healthy_since = None;
         let mut delayed = false;
         let listed = match (s.verdict, s.node) {
-            (Some(Verdict::Clear), Some(node)) => {
+            (Some(Finding::Clear), Some(node)) => {
                 // a subject that matches no rule still has objects (pass 1 kept only those)
                 let (since, wait) = pass.recover(node, objs, prev_entry);
                 healthy_since = Some(Time(since));
                 delayed = wait;
                 !objs.is_empty()
             }
-            (Some(Verdict::Unhealthy(rule)), Some(node)) => {
+            (Some(Finding::Unhealthy(rule)), Some(node)) => {
                 if prev_entry.is_none()
                     && let Some(r) = policy.conditions.get(rule)
                 {
@@ -521,7 +521,7 @@ pub(super) fn remediate<'a>(
                 true
             }
             (Some(verdict), _) => {
-                if let Verdict::Undecided(rule) = verdict {
+                if let Finding::Undecided(rule) = verdict {
                     undecided.push((s.name, rule));
                 }
                 !objs.is_empty()
