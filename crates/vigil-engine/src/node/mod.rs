@@ -35,10 +35,12 @@ mod input;
 mod judge;
 mod objects;
 mod remediate;
+mod status;
 mod templates;
 
 pub use crate::partial::forget_requests;
 pub use budget::threshold_met;
-pub use decide::{decide, decide_among, refuse};
+pub use decide::{decide, decide_among};
 pub use input::{NhcInput, needs_node};
 pub use judge::unhealthy_because;
+pub use status::refuse;

@@ -1,0 +1,201 @@
+//! What a NodeHealthCheck decision reports: the phase and its reason, the check's conditions,
+//! the status and the notices that only the whole decision can tell (allowed or blocked, paused
+//! or resumed, Nodes without a decision); and the status of a decision refused outright.
+
+use super::basics::{PHASE_DISABLED, PHASE_PAUSED, count, notice, rule_text};
+use super::input::NhcInput;
+use crate::backoff;
+use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY};
+use crate::partial::remediation_phase;
+use crate::plan::{Notice, NoticeKind, Plan};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use vigil_api::NodeHealthCheck;
+use vigil_api::conditions::{ConditionStatus, DesiredCondition, get_condition, set_condition};
+use vigil_api::machine_health_check::{BackedOffPool, RemediationRecord};
+use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
+use vigil_api::reason::Reason;
+use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED};
+
+/// What the phases found, for the status.
+pub(super) struct Outcome<'a> {
+    /// The new `unhealthyNodes`.
+    pub(super) entries: Vec<UnhealthyNode>,
+    /// Nodes without a decision, with the rule whose condition cannot be timed.
+    pub(super) undecided: Vec<(&'a str, usize)>,
+    /// Selected Nodes with a stale matching condition.
+    pub(super) stale: Vec<(String, crate::stale::Stale)>,
+    pub(super) observed: usize,
+    pub(super) healthy: usize,
+    /// When the storm cool-down started, while it lasts.
+    pub(super) storm_start: Option<Timestamp>,
+    pub(super) allowed_condition: DesiredCondition,
+    /// Why the check is disabled (a step's template), if it is.
+    pub(super) disabled: Option<(Reason, String)>,
+    pub(super) disabled_condition: DesiredCondition,
+    /// `WaitingForOtherCheck`, when it is to be set.
+    pub(super) waiting: Option<DesiredCondition>,
+    /// The back-off's new history and backed-off pools.
+    pub(super) backoff: (Vec<RemediationRecord>, Vec<BackedOffPool>),
+}
+
+/// `RemediationAllowed` / `RemediationBlocked` when the condition's status or reason changed (a
+/// first-time allowed is the normal state, not news).
+pub(super) fn allowance_notice(prev: &NodeHealthCheckStatus, allowed_condition: &DesiredCondition) -> Option<Notice> {
+    let allowed = allowed_condition.status == ConditionStatus::True;
+    let prev_allowed = get_condition(&prev.conditions, REMEDIATION_ALLOWED);
+    let new_state = (allowed_condition.status.as_str(), allowed_condition.reason.as_str());
+    let prev_state = prev_allowed.map(|c| (c.status.as_str(), c.reason.as_str()));
+    (prev_state != Some(new_state) && (prev_state.is_some() || !allowed)).then(|| Notice {
+        kind: if allowed { NoticeKind::RemediationAllowed } else { NoticeKind::RemediationBlocked },
+        target: None,
+        reason: allowed_condition.reason.clone(),
+        message: allowed_condition.message.clone(),
+    })
+}
+
+/// The phase and its reason: Disabled (a template) over Paused (requests) over Remediating /
+/// Enabled.
+fn phase(input: &NhcInput<'_>, outcome: &Outcome<'_>) -> (&'static str, String) {
+    if let Some((_, message)) = &outcome.disabled {
+        (PHASE_DISABLED, message.clone())
+    } else if !input.policy.pause_requests.is_empty() {
+        (PHASE_PAUSED, format!("Remediation paused by request: {}", input.policy.pause_requests.join("; ")))
+    } else {
+        remediation_phase(outcome.entries.iter().filter(|e| !e.remediations.is_empty()).count())
+    }
+}
+
+/// The check's conditions: `Disabled`, `RemediationAllowed`, `WaitingForOtherCheck`,
+/// `RemediationBackoff`, `FailureDomainsHealthy`.
+fn conditions(
+    input: &NhcInput<'_>,
+    prev: &NodeHealthCheckStatus,
+    outcome: &Outcome<'_>,
+    domains: Option<&crate::domains::Report>,
+    now: Timestamp,
+    notices: &mut Vec<Notice>,
+) -> Vec<Condition> {
+    let generation = input.check.metadata.generation;
+    let mut conditions: Vec<Condition> = prev.conditions.clone();
+    set_condition(&mut conditions, &outcome.disabled_condition, now, generation);
+    set_condition(&mut conditions, &outcome.allowed_condition, now, generation);
+    if let Some(waiting) = &outcome.waiting {
+        set_condition(&mut conditions, waiting, now, generation);
+    }
+    let (history, pools) = &outcome.backoff;
+    let (backoff_condition, backoff_notices) =
+        backoff::report(&prev.backed_off_pools, &prev.conditions, pools, history, input.policy.backoff.as_ref());
+    if let Some(c) = backoff_condition {
+        set_condition(&mut conditions, &c, now, generation);
+    }
+    notices.extend(backoff_notices);
+    match domains {
+        Some(report) => set_condition(&mut conditions, &report.condition, now, generation),
+        None => conditions.retain(|c| c.type_ != FAILURE_DOMAINS_HEALTHY),
+    }
+    conditions
+}
+
+/// `Paused` when pause requests appear, `Resumed` when the last one goes.
+fn pause_notice(paused: bool, prev_paused: bool, phase: &str, reason: &str) -> Option<Notice> {
+    if paused && phase == PHASE_PAUSED && !prev_paused {
+        Some(Notice { kind: NoticeKind::Paused, target: None, reason: Reason::Paused, message: reason.to_string() })
+    } else if !paused && prev_paused {
+        Some(Notice {
+            kind: NoticeKind::Resumed,
+            target: None,
+            reason: Reason::Resumed,
+            message: "No pause request is left; remediation may start again".into(),
+        })
+    } else {
+        None
+    }
+}
+
+/// The new status, with the notices only it can tell. No status field remembers undecided
+/// Nodes: they are told about when the status moves (a Node turning undecided always moves it
+/// when it was healthy or listed before).
+pub(super) fn build_status(
+    input: &NhcInput<'_>,
+    prev: &NodeHealthCheckStatus,
+    outcome: Outcome<'_>,
+    budgets: Option<&Budgets>,
+    now: Timestamp,
+    notices: &mut Vec<Notice>,
+) -> NodeHealthCheckStatus {
+    let generation = input.check.metadata.generation;
+    let (phase, reason) = phase(input, &outcome);
+    let paused = !input.policy.pause_requests.is_empty();
+    let prev_paused = prev.phase.as_deref() == Some(PHASE_PAUSED);
+    let domains_report = budgets.map(|b| b.report(&prev.failure_domains));
+    let conditions = conditions(input, prev, &outcome, domains_report.as_ref(), now, notices);
+    notices.extend(pause_notice(paused, prev_paused, phase, &reason));
+    let (history, pools) = outcome.backoff;
+    let mut status = NodeHealthCheckStatus {
+        observed_nodes: count(outcome.observed),
+        healthy_nodes: count(outcome.healthy),
+        unhealthy_nodes: outcome.entries,
+        phase: Some(phase.to_string()),
+        reason: Some(reason),
+        conditions,
+        last_update_time: prev.last_update_time.clone(),
+        storm_recovery_start_time: outcome.storm_start.map(Time),
+        observed_generation: generation,
+        would_remediate: Vec::new(),
+        remediation_history: history,
+        backed_off_pools: pools,
+        failure_domains: Vec::new(),
+        stale_target_count: count(outcome.stale.len()),
+        stale_targets: crate::stale::listed(&outcome.stale),
+    };
+    if let Some(report) = domains_report {
+        status.failure_domains = report.status;
+        notices.extend(report.notices);
+    }
+    if status != *prev {
+        status.last_update_time = Some(Time(now));
+        for (name, rule) in outcome.undecided {
+            let what = input.policy.conditions.get(rule).map(rule_text).unwrap_or_default();
+            notices.push(notice(
+                NoticeKind::NoDecision,
+                name,
+                Reason::MissingLastTransitionTime,
+                format!(
+                    "Node {name} has condition {what} without lastTransitionTime: cannot tell how long it has held, so no decision is made for this node"
+                ),
+            ));
+        }
+    }
+    status
+}
+
+/// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):
+/// nothing is written but the status, which says why — phase `Disabled` with `reason`, condition
+/// `Disabled=True` — and a `NoDecision` notice when that reason is new. Counts are left as last
+/// observed; remediation objects already made are left alone.
+pub fn refuse(check: &NodeHealthCheck, reason: Reason, message: &str, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
+    let prev = check.status.clone().unwrap_or_default();
+    let generation = check.metadata.generation;
+    let mut status = prev.clone();
+    let disabled = DesiredCondition::true_(DISABLED, reason.clone(), message);
+    let is_new = get_condition(&prev.conditions, DISABLED)
+        .is_none_or(|c| c.status != ConditionStatus::True || c.reason != reason || c.message != message);
+    set_condition(&mut status.conditions, &disabled, now, generation);
+    status.phase = Some(PHASE_DISABLED.to_string());
+    status.reason = Some(message.to_string());
+    status.observed_generation = generation;
+    let mut notices = Vec::new();
+    if status != prev {
+        status.last_update_time = Some(Time(now));
+    }
+    if is_new {
+        notices.push(Notice {
+            kind: NoticeKind::NoDecision,
+            target: None,
+            reason: reason.clone(),
+            message: message.to_string(),
+        });
+    }
+    Plan { status, actions: Vec::new(), notices, next_wake: None, held_elsewhere: Vec::new(), short_circuited: false }
+}
