@@ -104,7 +104,9 @@ impl Started<'_, '_, '_> {
     }
 }
 
-/// Requests remediation of one unhealthy Machine (rule 4).
+/// Requests remediation of one unhealthy Machine (rule 4): from its owner without a template,
+/// else from a remediator through an object made from the template. A deleting Machine is left
+/// to its deletion.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn remediate(
     b: &mut Builder<'_>,
@@ -119,50 +121,69 @@ pub(super) fn remediate(
     if machine.meta.deleting {
         return;
     }
-    let Some(template_ref) = template_ref else {
-        let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == ConditionStatus::True);
-        if needs_request && started.overlap.held_elsewhere(b, machine, key) {
-            return;
-        }
-        if needs_request && !started.backoff_allows(input, machine) {
-            return;
-        }
-        if needs_request
-            && writes.set(
-                DesiredCondition::false_(OWNER_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation"),
-                now,
-            )
-        {
-            b.notice(
-                NoticeKind::RemediationRequested,
-                Some(key.to_string()),
-                Reason::WaitingForRemediation,
-                format!("Asked the owner of Machine {key} to remediate it"),
-            );
-        }
+    match template_ref {
+        None => ask_owner(b, started, writes, input, machine, key, now),
+        Some(template_ref) => ask_remediator(b, started, writes, input, template_ref, machine, key, now),
+    }
+}
+
+/// `OwnerRemediated=False`, once per incident (told), unless another check holds the target or
+/// the pool is backed off.
+fn ask_owner(
+    b: &mut Builder<'_>,
+    started: &mut Started<'_, '_, '_>,
+    writes: &mut MachineWrites<'_>,
+    input: &MhcInput<'_>,
+    machine: &MachineView,
+    key: &str,
+    now: Timestamp,
+) {
+    let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == ConditionStatus::True);
+    if !needs_request || started.overlap.held_elsewhere(b, machine, key) || !started.backoff_allows(input, machine) {
         return;
+    }
+    let desired = DesiredCondition::false_(OWNER_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation");
+    if writes.set(desired, now) {
+        b.notice(
+            NoticeKind::RemediationRequested,
+            Some(key.to_string()),
+            Reason::WaitingForRemediation,
+            format!("Asked the owner of Machine {key} to remediate it"),
+        );
+    }
+}
+
+/// A remediation object from the template (`ExternallyRemediated=False`): not when one exists
+/// already, another check holds the target or the pool is backed off; a missing or unusable
+/// template is said on the Machine (told once).
+#[allow(clippy::too_many_arguments)]
+fn ask_remediator(
+    b: &mut Builder<'_>,
+    started: &mut Started<'_, '_, '_>,
+    writes: &mut MachineWrites<'_>,
+    input: &MhcInput<'_>,
+    template_ref: &vigil_api::validate::TemplateRef,
+    machine: &MachineView,
+    key: &str,
+    now: Timestamp,
+) {
+    let waiting =
+        || DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation");
+    let mut refuse = |b: &mut Builder<'_>, reason: Reason, message: String| {
+        if writes.set(DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason.clone(), message.clone()), now) {
+            b.notice(NoticeKind::RemediationSkipped, Some(key.to_string()), reason, message);
+        }
     };
     let Some(template) = input.template else {
-        let message = format!("Remediation template {template_ref} not found");
-        if writes.set(
-            DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::RemediationTemplateNotFound, message.clone()),
-            now,
-        ) {
-            b.notice(
-                NoticeKind::RemediationSkipped,
-                Some(key.to_string()),
-                Reason::RemediationTemplateNotFound,
-                message,
-            );
-        }
-        return;
+        return refuse(
+            b,
+            Reason::RemediationTemplateNotFound,
+            format!("Remediation template {template_ref} not found"),
+        );
     };
     if input.remediations.lookup(&machine.meta.name).is_some() {
         // Already requested: leave it to the remediator, and go on with the other Machines.
-        writes.set(
-            DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation"),
-            now,
-        );
+        writes.set(waiting(), now);
         return;
     }
     if started.overlap.held_elsewhere(b, machine, key) {
@@ -171,33 +192,11 @@ pub(super) fn remediate(
     match remediation_object(input.policy, template, machine) {
         Ok(_) if !started.backoff_allows(input, machine) => {}
         Ok(object) => {
-            writes.set(
-                DesiredCondition::false_(
-                    EXTERNALLY_REMEDIATED,
-                    Reason::WaitingForRemediation,
-                    "Waiting for remediation",
-                ),
-                now,
-            );
+            writes.set(waiting(), now);
             b.actions.push(Action::CreateRemediation { object, target: key.to_string() });
         }
         Err(why) => {
-            let message = format!("Cannot create a remediation request: {why}");
-            if writes.set(
-                DesiredCondition::false_(
-                    EXTERNALLY_REMEDIATED,
-                    Reason::RemediationRequestCreationFailed,
-                    message.clone(),
-                ),
-                now,
-            ) {
-                b.notice(
-                    NoticeKind::RemediationSkipped,
-                    Some(key.to_string()),
-                    Reason::RemediationRequestCreationFailed,
-                    message,
-                );
-            }
+            refuse(b, Reason::RemediationRequestCreationFailed, format!("Cannot create a remediation request: {why}"))
         }
     }
 }

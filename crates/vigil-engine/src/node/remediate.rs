@@ -19,7 +19,7 @@ use vigil_api::conditions::{self};
 use vigil_api::duration::format_go_duration;
 use vigil_api::node_health_check::{NodeRemediation, RemediationReference, UnhealthyNode};
 use vigil_api::reason::Reason;
-use vigil_api::validate::{HealthyDelay, NhcPolicy, RemediationStep};
+use vigil_api::validate::{ConditionRule, HealthyDelay, NhcPolicy, RemediationStep};
 use vigil_api::views::RemediationView;
 use vigil_api::well_known::{
     EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION,
@@ -117,27 +117,55 @@ impl<'a> Pass<'a> {
         }
         let generate = view.meta.annotations.get(MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION).is_some_and(|v| v == "true");
         let kind = step.template.remediation_kind();
-        if !generate
-            && let Some(other) = self
-                .foreign
-                .iter()
-                .find(|r| r.meta.kind == kind && r.meta.namespace == step.template.namespace && r.meta.name == name)
-        {
-            // The object this check would make exists and is not ours: leave it alone, and do
-            // not list it in the status as a remediation this check started.
-            let owner = other
-                .meta
-                .owners
-                .first()
-                .map_or_else(|| "no owner".to_string(), |o| format!("owner {} {}", o.kind, o.name));
-            return Requested::Skipped(
-                Reason::RemediationObjectExists,
-                format!(
-                    "Cannot remediate node {name}: {kind} {}/{name} already exists and belongs to another check ({owner})",
-                    step.template.namespace
-                ),
-            );
+        if !generate && let Some(skipped) = self.taken_by_another(name, step) {
+            return skipped;
         }
+        let object = self.manifest(name, step, spec, generate);
+        let started = earlier.map_or(self.now, |r| r.started.0);
+        self.offer_step_timeout(step, started);
+        book.records.push(NodeRemediation {
+            resource: RemediationReference {
+                api_version: step.template.api_version.clone(),
+                kind: kind.to_string(),
+                namespace: step.template.namespace.clone(),
+                name: if generate { String::new() } else { name.to_string() },
+                uid: None,
+            },
+            started: Time(started),
+            timed_out: None,
+            template_name: Some(step.template.name.clone()),
+        });
+        self.actions.push(Action::CreateRemediation { object, target: name.to_string() });
+        Requested::Done
+    }
+
+    /// The object this check would make for `name` exists and is not ours: leave it alone, and
+    /// do not list it in the status as a remediation this check started.
+    fn taken_by_another(&self, name: &str, step: &RemediationStep) -> Option<Requested> {
+        let kind = step.template.remediation_kind();
+        let other = self
+            .foreign
+            .iter()
+            .find(|r| r.meta.kind == kind && r.meta.namespace == step.template.namespace && r.meta.name == name)?;
+        let owner = other
+            .meta
+            .owners
+            .first()
+            .map_or_else(|| "no owner".to_string(), |o| format!("owner {} {}", o.kind, o.name));
+        Some(Requested::Skipped(
+            Reason::RemediationObjectExists,
+            format!(
+                "Cannot remediate node {name}: {kind} {}/{name} already exists and belongs to another check ({owner})",
+                step.template.namespace
+            ),
+        ))
+    }
+
+    /// The remediation object for Node `name` from `step`'s template: named after the Node (or
+    /// `generateName` with multiple-template support), annotated with the Node and template,
+    /// owned by the check (an owner reference that is neither controller nor blocks deletion).
+    fn manifest(&self, name: &str, step: &RemediationStep, spec: &Value, generate: bool) -> Value {
+        let kind = step.template.remediation_kind();
         let mut metadata = Map::new();
         metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
         if generate {
@@ -165,22 +193,7 @@ impl<'a> Pass<'a> {
             "metadata": Value::Object(metadata),
             "spec": spec.clone(),
         });
-        let started = earlier.map_or(self.now, |r| r.started.0);
-        self.offer_step_timeout(step, started);
-        book.records.push(NodeRemediation {
-            resource: RemediationReference {
-                api_version: step.template.api_version.clone(),
-                kind: kind.to_string(),
-                namespace: step.template.namespace.clone(),
-                name: if generate { String::new() } else { name.to_string() },
-                uid: None,
-            },
-            started: Time(started),
-            timed_out: None,
-            template_name: Some(step.template.name.clone()),
-        });
-        self.actions.push(Action::CreateRemediation { object, target: name.to_string() });
-        Requested::Done
+        object
     }
 
     /// A selected, unhealthy, not excluded Node without objects: start remediation if allowed.
@@ -447,7 +460,6 @@ pub(super) fn remediate<'a>(
     all: &[&'a Node],
     healthy_at: &[bool],
 ) -> (Vec<UnhealthyNode>, Vec<(&'a str, usize)>) {
-    let (policy, now) = (pass.policy, pass.now);
     let mut entries: Vec<UnhealthyNode> = Vec::new();
     let mut undecided: Vec<(&str, usize)> = Vec::new();
     // A listed Node that is not a subject any more and is healthy now has recovered.
@@ -463,7 +475,6 @@ pub(super) fn remediate<'a>(
     };
     let mut p = 0usize;
     for s in subjects {
-        let objs = &owned[s.objs.clone()];
         while p < prev_entries.len() && prev_entries[p].name.as_str() < s.name {
             pass.notices.extend(recovered(&prev_entries[p].name));
             p += 1;
@@ -475,47 +486,47 @@ pub(super) fn remediate<'a>(
             }
             _ => None,
         };
-        let mut book = Book::new(objs, prev_entry, now);
+        entries.extend(pass.subject(s, &owned[s.objs.clone()], prev_entry, &mut undecided));
+    }
+    for e in &prev_entries[p..] {
+        pass.notices.extend(recovered(&e.name));
+    }
+    (entries, undecided)
+}
+
+impl<'a> Pass<'a> {
+    /// One subject: a Node that matches no rule any more recovers, an unhealthy one is started or
+    /// escalated (unless excluded by label), an undecided one is noted, a deleted or deselected
+    /// one loses its objects. Its entry when it stays listed.
+    fn subject(
+        &mut self,
+        s: &Subject<'a>,
+        objs: &[Owned<'a>],
+        prev_entry: Option<&'a UnhealthyNode>,
+        undecided: &mut Vec<(&'a str, usize)>,
+    ) -> Option<UnhealthyNode> {
+        let mut book = Book::new(objs, prev_entry, self.now);
         let mut healthy_since = None;
         let mut delayed = false;
         let listed = match (s.verdict, s.node) {
             (Some(Finding::Clear), Some(node)) => {
                 // a subject that matches no rule still has objects (pass 1 kept only those)
-                let (since, wait) = pass.recover(node, objs, prev_entry);
+                let (since, wait) = self.recover(node, objs, prev_entry);
                 healthy_since = Some(Time(since));
                 delayed = wait;
                 !objs.is_empty()
             }
             (Some(Finding::Unhealthy(rule)), Some(node)) => {
                 if prev_entry.is_none()
-                    && let Some(r) = policy.conditions.get(rule)
+                    && let Some(r) = self.policy.conditions.get(rule)
                 {
-                    // The condition's reason says what broke, as upstream's messages do.
-                    let why = node
-                        .status
-                        .as_ref()
-                        .and_then(|st| st.conditions.as_deref())
-                        .and_then(|cs| cs.iter().find(|c| c.type_ == r.type_ && c.status == r.status))
-                        .and_then(|c| c.reason.as_deref())
-                        .filter(|reason| !reason.is_empty())
-                        .map_or_else(String::new, |reason| format!(" with reason {reason}"));
-                    pass.notices.push(notice(
-                        NoticeKind::Unhealthy,
-                        s.name,
-                        Reason::Rule(rule_text(r)),
-                        format!(
-                            "Node {} has had condition {}{why} for more than {}",
-                            s.name,
-                            rule_text(r),
-                            format_go_duration(r.timeout)
-                        ),
-                    ));
+                    self.notices.push(unhealthy_notice(node, r, s.name));
                 }
                 if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
                     if objs.is_empty() {
-                        pass.start(s.name, node, prev_entry.is_some(), &mut book);
+                        self.start(s.name, node, prev_entry.is_some(), &mut book);
                     } else {
-                        pass.escalate(s.name, objs, &mut book);
+                        self.escalate(s.name, objs, &mut book);
                     }
                 }
                 true
@@ -528,22 +539,38 @@ pub(super) fn remediate<'a>(
             }
             (None, _) => {
                 // Deleted or no longer selected: nothing will watch this Node for the check.
-                pass.delete_all(objs, true);
+                self.delete_all(objs, true);
                 !objs.is_empty()
             }
         };
-        if listed {
-            entries.push(UnhealthyNode {
-                name: s.name.to_string(),
-                remediations: book.finish(),
-                conditions_healthy_timestamp: healthy_since,
-                healthy_delayed: delayed.then_some(true),
-            });
-        }
+        listed.then(|| UnhealthyNode {
+            name: s.name.to_string(),
+            remediations: book.finish(),
+            conditions_healthy_timestamp: healthy_since,
+            healthy_delayed: delayed.then_some(true),
+        })
     }
+}
 
-    for e in &prev_entries[p..] {
-        pass.notices.extend(recovered(&e.name));
-    }
-    (entries, undecided)
+/// The `Unhealthy` notice of a Node newly found unhealthy by `rule`; the condition's reason says
+/// what broke, as upstream's messages do.
+fn unhealthy_notice(node: &Node, rule: &ConditionRule, name: &str) -> Notice {
+    let why = node
+        .status
+        .as_ref()
+        .and_then(|st| st.conditions.as_deref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == rule.type_ && c.status == rule.status))
+        .and_then(|c| c.reason.as_deref())
+        .filter(|reason| !reason.is_empty())
+        .map_or_else(String::new, |reason| format!(" with reason {reason}"));
+    notice(
+        NoticeKind::Unhealthy,
+        name,
+        Reason::Rule(rule_text(rule)),
+        format!(
+            "Node {name} has had condition {}{why} for more than {}",
+            rule_text(rule),
+            format_go_duration(rule.timeout)
+        ),
+    )
 }
