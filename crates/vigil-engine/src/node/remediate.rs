@@ -240,24 +240,7 @@ impl<'a> Pass<'a> {
             return;
         }
         let cp = is_control_plane(node);
-        if cp && (self.cp_taken || self.cp_busy.iter().any(|n| *n != name)) {
-            if news {
-                let other = self.cp_busy.iter().find(|n| **n != name).copied();
-                let message = match other {
-                    Some(other) => format!(
-                        "Not remediating control-plane node {name}: control-plane node {other} is being remediated"
-                    ),
-                    None => format!(
-                        "Not remediating control-plane node {name}: another control-plane node is being remediated"
-                    ),
-                };
-                self.notices.push(notice(
-                    NoticeKind::RemediationSkipped,
-                    name,
-                    Reason::ControlPlaneRemediationInProgress,
-                    message,
-                ));
-            }
+        if cp && self.control_plane_busy(name, news) {
             return;
         }
         let pool = self
@@ -285,6 +268,31 @@ impl<'a> Pass<'a> {
                 }
             }
         }
+    }
+
+    /// At most one control-plane Node is remediated at a time: whether another one is (told
+    /// when it is news).
+    fn control_plane_busy(&mut self, name: &str, news: bool) -> bool {
+        if !self.cp_taken && self.cp_busy.iter().all(|n| *n == name) {
+            return false;
+        }
+        if news {
+            let message = match self.cp_busy.iter().find(|n| **n != name) {
+                Some(other) => {
+                    format!("Not remediating control-plane node {name}: control-plane node {other} is being remediated")
+                }
+                None => {
+                    format!("Not remediating control-plane node {name}: another control-plane node is being remediated")
+                }
+            };
+            self.notices.push(notice(
+                NoticeKind::RemediationSkipped,
+                name,
+                Reason::ControlPlaneRemediationInProgress,
+                message,
+            ));
+        }
+        true
     }
 
     /// A selected, unhealthy, not excluded Node with objects: give up on its latest step when
@@ -318,38 +326,14 @@ impl<'a> Pass<'a> {
                 let failed =
                     conditions::find(&view.conditions, SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
                 let deadline = step.timeout.and_then(|d| after(book.records[k].started.0, d));
-                let expired = deadline.is_some_and(|d| d < self.now);
-                if failed || expired {
+                if failed || deadline.is_some_and(|d| d < self.now) {
                     gave_up_now = true;
                     book.records[k].timed_out = Some(Time(self.now));
-                    self.actions.push(Action::AnnotateRemediation {
-                        object: object_ref(view),
-                        key: NHC_TIMED_OUT_ANNOTATION.into(),
-                        value: self.now.to_string(),
-                    });
-                    let what = if failed {
-                        "reported Succeeded=False".to_string()
-                    } else {
-                        format!("did not succeed within {}", format_go_duration(step.timeout.unwrap_or_default()))
-                    };
-                    let then = if latest + 1 < self.policy.steps.len() {
-                        format!("escalating to {}", self.step_label(latest + 1))
-                    } else {
-                        "no remediation template left".to_string()
-                    };
-                    self.notices.push(notice(
-                        NoticeKind::RemediationTimedOut,
-                        name,
-                        if failed { Reason::RemediationFailed } else { Reason::RemediationTimedOut },
-                        format!(
-                            "{} {}/{} for node {name} (template {}) {what}; {then}",
-                            view.meta.kind, view.meta.namespace, view.meta.name, step.template.name
-                        ),
-                    ));
-                } else if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
-                    self.wake.offer(t);
-                    return;
+                    self.give_up(name, view, latest, failed);
                 } else {
+                    if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
+                        self.wake.offer(t);
+                    }
                     return;
                 }
             }
@@ -374,6 +358,38 @@ impl<'a> Pass<'a> {
         {
             self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
         }
+    }
+
+    /// Gives up on step `latest` of Node `name` (its object `view` failed or timed out): the
+    /// `nhc-timed-out` annotation, and a notice saying what comes next.
+    fn give_up(&mut self, name: &str, view: &RemediationView, latest: usize, failed: bool) {
+        let Some(step) = self.policy.steps.get(latest) else {
+            return;
+        };
+        self.actions.push(Action::AnnotateRemediation {
+            object: object_ref(view),
+            key: NHC_TIMED_OUT_ANNOTATION.into(),
+            value: self.now.to_string(),
+        });
+        let what = if failed {
+            "reported Succeeded=False".to_string()
+        } else {
+            format!("did not succeed within {}", format_go_duration(step.timeout.unwrap_or_default()))
+        };
+        let then = if latest + 1 < self.policy.steps.len() {
+            format!("escalating to {}", self.step_label(latest + 1))
+        } else {
+            "no remediation template left".to_string()
+        };
+        self.notices.push(notice(
+            NoticeKind::RemediationTimedOut,
+            name,
+            if failed { Reason::RemediationFailed } else { Reason::RemediationTimedOut },
+            format!(
+                "{} {}/{} for node {name} (template {}) {what}; {then}",
+                view.meta.kind, view.meta.namespace, view.meta.name, step.template.name
+            ),
+        ));
     }
 
     /// A selected Node that matches no rule but still has objects: remove them once the
