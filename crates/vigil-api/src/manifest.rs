@@ -9,6 +9,7 @@
 
 use crate::machine_health_check::MachineHealthCheck;
 use crate::node_health_check::NodeHealthCheck;
+use crate::validate::object_id;
 use serde_json::Value;
 use std::fmt;
 
@@ -170,14 +171,6 @@ fn path_prefix(path: &str) -> String {
 
 fn accepted_list() -> String {
     ACCEPTED.iter().map(|(v, k)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")
-}
-
-fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
-    let name = name.unwrap_or("<unnamed>");
-    match namespace {
-        Some(ns) => format!("{kind}/{ns}/{name}"),
-        None => format!("{kind}/{name}"),
-    }
 }
 
 /// `Kind/namespace/name` of any object value, in the form the validators use for health checks.

@@ -564,7 +564,9 @@ fn render_int_or_string(v: &IntOrString) -> String {
     }
 }
 
-fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
+/// `Kind/namespace/name` (`Kind/name` when cluster-scoped) naming an object in errors; manifests
+/// name the objects they read the same way.
+pub(crate) fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
     let name = name.unwrap_or("<unnamed>");
     match namespace {
         Some(ns) => format!("{kind}/{ns}/{name}"),
