@@ -9,6 +9,7 @@
 
 use crate::machine_health_check::MachineHealthCheck;
 use crate::node_health_check::NodeHealthCheck;
+use crate::validate::object_id;
 use serde_json::Value;
 use std::fmt;
 
@@ -172,14 +173,6 @@ fn accepted_list() -> String {
     ACCEPTED.iter().map(|(v, k)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")
 }
 
-fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
-    let name = name.unwrap_or("<unnamed>");
-    match namespace {
-        Some(ns) => format!("{kind}/{ns}/{name}"),
-        None => format!("{kind}/{name}"),
-    }
-}
-
 /// `Kind/namespace/name` of any object value, in the form the validators use for health checks.
 pub fn object_id_of(v: &Value) -> Option<String> {
     let kind = v.get("kind")?.as_str()?;
@@ -260,10 +253,15 @@ pub fn health_check_from_value(v: &Value) -> Result<HealthCheck, ManifestError> 
 /// The upstream object rewritten to Vigil's `apiVersion`; its `status` is dropped because
 /// upstream statuses have other shapes and a status is the controller's to write anyway.
 fn as_vigil(map: &serde_json::Map<String, Value>) -> Value {
+    Value::Object(vigil_object(map))
+}
+
+/// [`as_vigil`] as a mapping, for the conversions that go on to rewrite the spec.
+fn vigil_object(map: &serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
     let mut map = map.clone();
     map.insert("apiVersion".into(), Value::String(crate::API_VERSION.into()));
     map.remove("status");
-    Value::Object(map)
+    map
 }
 
 /// Where each Vigil spec field comes from in a Cluster API `v1beta2` MachineHealthCheck, so
@@ -282,88 +280,112 @@ const V1BETA2_PATHS: [(&str, &str); 6] = [
 /// durations (`300` → `"300s"`). The meaning is unchanged: Cluster API converts between its two
 /// versions the same way. A field Vigil does not know is refused with its v1beta2 path.
 pub fn v1beta2_as_vigil(map: &serde_json::Map<String, Value>, origin: &Origin) -> Result<Value, ManifestError> {
-    let shape = |path: &str, message: &str| ManifestError::Shape {
-        origin: origin.clone(),
-        path: path.to_string(),
-        message: message.to_string(),
-    };
-    let mut out = map.clone();
-    out.insert("apiVersion".into(), Value::String(crate::API_VERSION.into()));
-    out.remove("status");
+    let v1beta2 = V1beta2 { origin };
+    let mut out = vigil_object(map);
     let Some(spec) = map.get("spec") else { return Ok(Value::Object(out)) };
-    let Some(spec) = spec.as_object() else {
-        return Err(shape("spec", &format!("invalid type: {}, expected a mapping", type_name(spec))));
-    };
+    let spec = v1beta2.mapping("spec", spec)?;
     let mut vigil = serde_json::Map::new();
-    let seconds = |path: &str, v: &Value| -> Result<Value, ManifestError> {
-        match v.as_i64() {
-            Some(n) => Ok(Value::String(format!("{n}s"))),
-            None => Err(shape(path, &format!("invalid type: {}, expected a whole number of seconds", type_name(v)))),
-        }
-    };
-    let mapping = |path: &str, v: &Value| -> Result<serde_json::Map<String, Value>, ManifestError> {
-        v.as_object()
-            .cloned()
-            .ok_or_else(|| shape(path, &format!("invalid type: {}, expected a mapping", type_name(v))))
-    };
-    let conditions = |path: &str, v: &Value| -> Result<Value, ManifestError> {
-        let Some(list) = v.as_array() else {
-            return Err(shape(path, &format!("invalid type: {}, expected a list", type_name(v))));
-        };
-        let mut out = Vec::with_capacity(list.len());
-        for (i, c) in list.iter().enumerate() {
-            let mut c = mapping(&format!("{path}[{i}]"), c)?;
-            if let Some(t) = c.remove("timeoutSeconds") {
-                c.insert("timeout".into(), seconds(&format!("{path}[{i}].timeoutSeconds"), &t)?);
-            } else if c.contains_key("timeout") {
-                return Err(shape(&format!("{path}[{i}].timeout"), "unknown field: v1beta2 calls it timeoutSeconds"));
-            }
-            out.push(Value::Object(c));
-        }
-        Ok(Value::Array(out))
-    };
     for (key, value) in spec {
         match key.as_str() {
             "clusterName" | "selector" => {
-                vigil.insert(key.clone(), value.clone());
+                vigil.insert(key, value);
             }
-            "checks" => {
-                for (k, v) in mapping("spec.checks", value)? {
-                    let path = format!("spec.checks.{k}");
-                    match k.as_str() {
-                        "nodeStartupTimeoutSeconds" => vigil.insert("nodeStartupTimeout".into(), seconds(&path, &v)?),
-                        "unhealthyNodeConditions" => vigil.insert("unhealthyConditions".into(), conditions(&path, &v)?),
-                        "unhealthyMachineConditions" => {
-                            vigil.insert("unhealthyMachineConditions".into(), conditions(&path, &v)?)
-                        }
-                        _ => return Err(shape(&path, UNKNOWN_FIELD)),
-                    };
-                }
-            }
-            "remediation" => {
-                for (k, v) in mapping("spec.remediation", value)? {
-                    let path = format!("spec.remediation.{k}");
-                    match k.as_str() {
-                        "templateRef" => vigil.insert("remediationTemplate".into(), v),
-                        "triggerIf" => {
-                            for (k, v) in mapping(&path, &v)? {
-                                match k.as_str() {
-                                    "unhealthyLessThanOrEqualTo" => vigil.insert("maxUnhealthy".into(), v),
-                                    "unhealthyInRange" => vigil.insert("unhealthyRange".into(), v),
-                                    _ => return Err(shape(&format!("{path}.{k}"), UNKNOWN_FIELD)),
-                                };
-                            }
-                            None
-                        }
-                        _ => return Err(shape(&path, UNKNOWN_FIELD)),
-                    };
-                }
-            }
-            _ => return Err(shape(&format!("spec.{key}"), UNKNOWN_FIELD)),
+            "checks" => v1beta2.checks(&value, &mut vigil)?,
+            "remediation" => v1beta2.remediation(&value, &mut vigil)?,
+            _ => return Err(v1beta2.shape(&format!("spec.{key}"), UNKNOWN_FIELD)),
         }
     }
     out.insert("spec".into(), Value::Object(vigil));
     Ok(Value::Object(out))
+}
+
+/// The pieces of [`v1beta2_as_vigil`]: each refuses what it cannot read with a shape error
+/// naming the v1beta2 path, in the manifest the object came from.
+struct V1beta2<'a> {
+    origin: &'a Origin,
+}
+
+impl V1beta2<'_> {
+    /// A shape error at `path` of this manifest.
+    fn shape(&self, path: &str, message: &str) -> ManifestError {
+        ManifestError::Shape { origin: self.origin.clone(), path: path.to_string(), message: message.to_string() }
+    }
+
+    /// A `…Seconds` integer as the Go duration Vigil's field holds (`300` → `"300s"`).
+    fn seconds(&self, path: &str, v: &Value) -> Result<Value, ManifestError> {
+        match v.as_i64() {
+            Some(n) => Ok(Value::String(format!("{n}s"))),
+            None => {
+                Err(self.shape(path, &format!("invalid type: {}, expected a whole number of seconds", type_name(v))))
+            }
+        }
+    }
+
+    /// A value that must be a mapping.
+    fn mapping(&self, path: &str, v: &Value) -> Result<serde_json::Map<String, Value>, ManifestError> {
+        v.as_object()
+            .cloned()
+            .ok_or_else(|| self.shape(path, &format!("invalid type: {}, expected a mapping", type_name(v))))
+    }
+
+    /// A condition list with each `timeoutSeconds` turned into a `timeout` duration.
+    fn conditions(&self, path: &str, v: &Value) -> Result<Value, ManifestError> {
+        let Some(list) = v.as_array() else {
+            return Err(self.shape(path, &format!("invalid type: {}, expected a list", type_name(v))));
+        };
+        let mut out = Vec::with_capacity(list.len());
+        for (i, c) in list.iter().enumerate() {
+            let mut c = self.mapping(&format!("{path}[{i}]"), c)?;
+            if let Some(t) = c.remove("timeoutSeconds") {
+                c.insert("timeout".into(), self.seconds(&format!("{path}[{i}].timeoutSeconds"), &t)?);
+            } else if c.contains_key("timeout") {
+                return Err(
+                    self.shape(&format!("{path}[{i}].timeout"), "unknown field: v1beta2 calls it timeoutSeconds")
+                );
+            }
+            out.push(Value::Object(c));
+        }
+        Ok(Value::Array(out))
+    }
+
+    /// `spec.checks`: the node startup timeout and both condition lists move up into the spec.
+    fn checks(&self, value: &Value, vigil: &mut serde_json::Map<String, Value>) -> Result<(), ManifestError> {
+        for (k, v) in self.mapping("spec.checks", value)? {
+            let path = format!("spec.checks.{k}");
+            match k.as_str() {
+                "nodeStartupTimeoutSeconds" => vigil.insert("nodeStartupTimeout".into(), self.seconds(&path, &v)?),
+                "unhealthyNodeConditions" => vigil.insert("unhealthyConditions".into(), self.conditions(&path, &v)?),
+                "unhealthyMachineConditions" => {
+                    vigil.insert("unhealthyMachineConditions".into(), self.conditions(&path, &v)?)
+                }
+                _ => return Err(self.shape(&path, UNKNOWN_FIELD)),
+            };
+        }
+        Ok(())
+    }
+
+    /// `spec.remediation`: the template reference and the `triggerIf` limits move up into the spec.
+    fn remediation(&self, value: &Value, vigil: &mut serde_json::Map<String, Value>) -> Result<(), ManifestError> {
+        for (k, v) in self.mapping("spec.remediation", value)? {
+            let path = format!("spec.remediation.{k}");
+            match k.as_str() {
+                "templateRef" => {
+                    vigil.insert("remediationTemplate".into(), v);
+                }
+                "triggerIf" => {
+                    for (k, v) in self.mapping(&path, &v)? {
+                        match k.as_str() {
+                            "unhealthyLessThanOrEqualTo" => vigil.insert("maxUnhealthy".into(), v),
+                            "unhealthyInRange" => vigil.insert("unhealthyRange".into(), v),
+                            _ => return Err(self.shape(&format!("{path}.{k}"), UNKNOWN_FIELD)),
+                        };
+                    }
+                }
+                _ => return Err(self.shape(&path, UNKNOWN_FIELD)),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The message for a spec field that is not part of the resource.

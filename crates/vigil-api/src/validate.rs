@@ -4,8 +4,10 @@
 
 use crate::duration::{format_go_duration, parse_go_duration};
 use crate::failure_domains::{FailureDomains, MACHINE_FAILURE_DOMAIN_KEY};
-use crate::machine_health_check::{MachineHealthCheck, RemediationBackoff, TemplateReference, UnhealthyCondition};
-use crate::node_health_check::NodeHealthCheck;
+use crate::machine_health_check::{
+    MachineHealthCheck, MachineHealthCheckSpec, RemediationBackoff, TemplateReference, UnhealthyCondition,
+};
+use crate::node_health_check::{EscalatingRemediation, NodeHealthCheck, NodeHealthCheckSpec, NodeUnhealthyCondition};
 use crate::selector::{Selector, check_label_key};
 use crate::threshold::{IntOrPercent, UnhealthyRange};
 use crate::well_known::CLUSTER_NAME_LABEL;
@@ -403,9 +405,18 @@ impl Collector {
     }
 }
 
-/// Checks `spec.backoff`; `node_check` says which kind asks (NodeHealthCheck: required,
+/// Which health check a rule is checking: the shared Vigil features differ in a few details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A MachineHealthCheck (Cluster API's field names and rules).
+    Machine,
+    /// A NodeHealthCheck (medik8s' field names and rules).
+    Node,
+}
+
+/// Checks `spec.backoff`; `kind` says which kind asks (NodeHealthCheck: `poolLabel` required,
 /// MachineHealthCheck: refused). `Some(None)` when absent, `None` when invalid.
-fn backoff(c: &mut Collector, b: Option<&RemediationBackoff>, node_check: bool) -> Option<Option<BackoffPolicy>> {
+fn backoff(c: &mut Collector, b: Option<&RemediationBackoff>, kind: Kind) -> Option<Option<BackoffPolicy>> {
     let Some(b) = b else { return Some(None) };
     let mut ok = true;
     if !(1..=MAX_BACKOFF_REMEDIATIONS).contains(&b.max_remediations) {
@@ -421,22 +432,22 @@ fn backoff(c: &mut Collector, b: Option<&RemediationBackoff>, node_check: bool) 
         c.push("spec.backoff.window", &b.window, "must be greater than zero");
         ok = false;
     }
-    match (node_check, b.pool_label.as_deref()) {
-        (true, None) => {
+    match (kind, b.pool_label.as_deref()) {
+        (Kind::Node, None) => {
             c.push("spec.backoff.poolLabel", "", crate::crd::NHC_POOL_LABEL_MESSAGE);
             ok = false;
         }
-        (true, Some(key)) => {
+        (Kind::Node, Some(key)) => {
             if let Err(message) = crate::selector::check_label_key(key) {
                 c.push("spec.backoff.poolLabel", key, message);
                 ok = false;
             }
         }
-        (false, Some(key)) => {
+        (Kind::Machine, Some(key)) => {
             c.push("spec.backoff.poolLabel", key, crate::crd::MHC_POOL_LABEL_MESSAGE);
             ok = false;
         }
-        (false, None) => {}
+        (Kind::Machine, None) => {}
     }
     let window = window?;
     ok.then(|| {
@@ -449,12 +460,12 @@ fn backoff(c: &mut Collector, b: Option<&RemediationBackoff>, node_check: bool) 
 }
 
 impl Collector {
-    /// `spec.failureDomains`; `machine` allows the `spec.failureDomain` key and asks a string
-    /// `maxUnhealthy` to be a percentage, as the MachineHealthCheck's own `maxUnhealthy`.
-    fn failure_domains(&mut self, fd: &FailureDomains, machine: bool) -> Option<FailureDomainPolicy> {
+    /// `spec.failureDomains`; a MachineHealthCheck may use the `spec.failureDomain` key and
+    /// writes its `maxUnhealthy` as its own `maxUnhealthy` (a string is a percentage).
+    fn failure_domains(&mut self, fd: &FailureDomains, kind: Kind) -> Option<FailureDomainPolicy> {
         let path = "spec.failureDomains";
         let key = if fd.key == MACHINE_FAILURE_DOMAIN_KEY {
-            if machine {
+            if kind == Kind::Machine {
                 Some(DomainKey::MachineField)
             } else {
                 self.push(
@@ -481,20 +492,9 @@ impl Collector {
             }
         };
         let max_path = format!("{path}.maxUnhealthy");
-        let max_unhealthy = match &fd.max_unhealthy {
-            IntOrString::String(text) if machine && !text.trim().ends_with('%') => {
-                self.push(
-                    &max_path,
-                    text,
-                    format!(
-                        "a string must be a percentage such as 40%; write a count as a number ({}, not \"{}\")",
-                        text.trim(),
-                        text.trim()
-                    ),
-                );
-                None
-            }
-            v => self.threshold(&max_path, v),
+        let max_unhealthy = match kind {
+            Kind::Machine => self.capi_threshold(&max_path, "", &fd.max_unhealthy),
+            Kind::Node => self.threshold(&max_path, &fd.max_unhealthy),
         };
         let min_allowed = match fd.min_allowed {
             None => Some(1),
@@ -508,6 +508,53 @@ impl Collector {
         };
         Some(FailureDomainPolicy { key: key?, max_unhealthy: max_unhealthy?, min_allowed: min_allowed? })
     }
+
+    /// A threshold as Cluster API reads it: a string is a percentage only ("10" is refused, not
+    /// taken as 10). `label` starts the count hint in the message (e.g. `maxUnhealthy: `).
+    fn capi_threshold(&mut self, path: &str, label: &str, value: &IntOrString) -> Option<IntOrPercent> {
+        match value {
+            IntOrString::String(text) if !text.trim().ends_with('%') => {
+                self.push(
+                    path,
+                    text,
+                    format!(
+                        "a string must be a percentage such as 40%; write a count as a number ({label}{}, not \"{}\")",
+                        text.trim(),
+                        text.trim()
+                    ),
+                );
+                None
+            }
+            v => self.threshold(path, v),
+        }
+    }
+}
+
+/// Vigil's own features (upstream has none of them), validated alike for both kinds.
+struct Features {
+    /// `dryRun`.
+    dry_run: bool,
+    /// `backoff`, when enabled.
+    backoff: Option<BackoffPolicy>,
+    /// `failureDomains`, when asked for.
+    failure_domains: Option<FailureDomainPolicy>,
+}
+
+/// `dryRun`, `backoff` and `failureDomains`: one rule set for both kinds, so the two cannot drift
+/// apart. `None` when any of them is refused.
+fn features(
+    c: &mut Collector,
+    kind: Kind,
+    dry_run: bool,
+    b: Option<&RemediationBackoff>,
+    fd: Option<&FailureDomains>,
+) -> Option<Features> {
+    let backoff = backoff(c, b, kind);
+    let failure_domains = match fd {
+        None => Some(None),
+        Some(fd) => c.failure_domains(fd, kind).map(Some),
+    };
+    Some(Features { dry_run, backoff: backoff?, failure_domains: failure_domains? })
 }
 
 fn render_int_or_string(v: &IntOrString) -> String {
@@ -517,7 +564,9 @@ fn render_int_or_string(v: &IntOrString) -> String {
     }
 }
 
-fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
+/// `Kind/namespace/name` (`Kind/name` when cluster-scoped) naming an object in errors; manifests
+/// name the objects they read the same way.
+pub(crate) fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
     let name = name.unwrap_or("<unnamed>");
     match namespace {
         Some(ns) => format!("{kind}/{ns}/{name}"),
@@ -525,23 +574,60 @@ fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String 
     }
 }
 
-/// A MachineHealthCheck's Node condition rules (`maxConditionAge` allowed).
-fn node_rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> Vec<ConditionRule> {
-    list.iter()
+/// A Node condition rule as either kind writes it (they name the timeout differently).
+struct NodeRuleFields<'a> {
+    type_: &'a str,
+    status: &'a str,
+    timeout: &'a str,
+    max_age: Option<&'a str>,
+}
+
+impl<'a> From<&'a UnhealthyCondition> for NodeRuleFields<'a> {
+    fn from(u: &'a UnhealthyCondition) -> Self {
+        NodeRuleFields {
+            type_: &u.type_,
+            status: &u.status,
+            timeout: &u.timeout,
+            max_age: u.max_condition_age.as_deref(),
+        }
+    }
+}
+
+impl<'a> From<&'a NodeUnhealthyCondition> for NodeRuleFields<'a> {
+    fn from(u: &'a NodeUnhealthyCondition) -> Self {
+        NodeRuleFields {
+            type_: &u.type_,
+            status: &u.status,
+            timeout: &u.duration,
+            max_age: u.max_condition_age.as_deref(),
+        }
+    }
+}
+
+/// Node condition rules, the same rule for both kinds (the stale guard `maxConditionAge`
+/// allowed); `timeout_field` is what the kind calls the timeout.
+fn node_rules<'a>(
+    c: &mut Collector,
+    path: &str,
+    timeout_field: &str,
+    list: impl IntoIterator<Item = NodeRuleFields<'a>>,
+) -> Vec<ConditionRule> {
+    list.into_iter()
         .enumerate()
         .filter_map(|(i, u)| {
             let path = format!("{path}[{i}]");
-            let rule = c.condition_rule(&path, &u.type_, &u.status, "timeout", &u.timeout);
-            let age = c.max_condition_age(&path, &u.type_, u.max_condition_age.as_deref());
+            let rule = c.condition_rule(&path, u.type_, u.status, timeout_field, u.timeout);
+            let age = c.max_condition_age(&path, u.type_, u.max_age);
             Some(ConditionRule { max_age: age?, ..rule? })
         })
         .collect()
 }
 
 /// A MachineHealthCheck's Machine condition rules: Machine conditions carry no heartbeat, so
-/// `maxConditionAge` is refused.
+/// `maxConditionAge` is refused, and the reserved conditions are refused after all the rules.
 fn machine_rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> Vec<ConditionRule> {
-    list.iter()
+    let rules = list
+        .iter()
         .enumerate()
         .filter_map(|(i, u)| {
             let path = format!("{path}[{i}]");
@@ -550,7 +636,83 @@ fn machine_rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> 
             }
             c.condition_rule(&path, &u.type_, &u.status, "timeout", &u.timeout)
         })
-        .collect()
+        .collect();
+    for (i, u) in list.iter().enumerate() {
+        if RESERVED_MACHINE_CONDITIONS.contains(&u.type_.as_str()) {
+            c.push(
+                format!("{path}[{i}].type"),
+                &u.type_,
+                format!(
+                    "must not be one of {}: they summarise the Machine or are written by the health check itself",
+                    RESERVED_MACHINE_CONDITIONS.join(", ")
+                ),
+            );
+        }
+    }
+    rules
+}
+
+/// `nodeStartupTimeout`: defaulted, `0` disables it, and a short one would remediate booting
+/// Machines. `Some(None)` when disabled, `None` when refused.
+fn node_startup_timeout(c: &mut Collector, text: Option<&str>) -> Option<Option<SignedDuration>> {
+    let Some(text) = text else { return Some(Some(DEFAULT_NODE_STARTUP_TIMEOUT)) };
+    let d = c.non_negative_duration("spec.nodeStartupTimeout", text)?;
+    if d.is_zero() {
+        Some(None)
+    } else if d < MIN_NODE_STARTUP_TIMEOUT {
+        c.push(
+            "spec.nodeStartupTimeout",
+            text,
+            format!(
+                "must be 0 (disabled) or at least {}: a shorter timeout remediates Machines that are still booting",
+                format_go_duration(MIN_NODE_STARTUP_TIMEOUT)
+            ),
+        );
+        None
+    } else {
+        Some(Some(d))
+    }
+}
+
+/// Cross-field: a cluster-name label in the selector must name `spec.clusterName`, since the
+/// check only ever looks at that cluster's Machines.
+fn cluster_label_matches(c: &mut Collector, spec: &MachineHealthCheckSpec) {
+    if let Some(given) = spec.selector.match_labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL))
+        && given != &spec.cluster_name
+    {
+        c.push(
+            format!("spec.selector.matchLabels.{CLUSTER_NAME_LABEL}"),
+            given,
+            format!(
+                "must equal spec.clusterName {:?}: the check only looks at that cluster's Machines",
+                spec.cluster_name
+            ),
+        );
+    }
+}
+
+/// A MachineHealthCheck's threshold: `unhealthyRange` wins over `maxUnhealthy` (default 100%),
+/// as in Cluster API.
+fn mhc_short_circuit(c: &mut Collector, spec: &MachineHealthCheckSpec) -> Option<MhcShortCircuit> {
+    let max_unhealthy = match &spec.max_unhealthy {
+        None => Some(IntOrPercent::Percent(100)),
+        Some(v) => c.capi_threshold("spec.maxUnhealthy", "maxUnhealthy: ", v),
+    };
+    let range = match spec.unhealthy_range.as_deref() {
+        None => Some(None),
+        Some(text) => match UnhealthyRange::parse(text) {
+            Ok(r) => Some(Some(r)),
+            Err(e) => {
+                c.push("spec.unhealthyRange", text, e.to_string());
+                None
+            }
+        },
+    };
+    match (range, max_unhealthy) {
+        (Some(Some(r)), _) => Some(MhcShortCircuit::Range(r)),
+        (Some(None), Some(m)) => Some(MhcShortCircuit::MaxUnhealthy(m)),
+        _ => None,
+    }
 }
 
 /// Checks a MachineHealthCheck and returns its policy, or every problem found.
@@ -564,96 +726,21 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         c.push("spec.clusterName", "", "must not be empty");
     }
     let selector = c.selector("spec.selector", &spec.selector);
-    let node_conditions = node_rules(&mut c, "spec.unhealthyConditions", &spec.unhealthy_conditions);
+    let node_conditions =
+        node_rules(&mut c, "spec.unhealthyConditions", "timeout", spec.unhealthy_conditions.iter().map(Into::into));
     let machine_conditions =
         machine_rules(&mut c, "spec.unhealthyMachineConditions", &spec.unhealthy_machine_conditions);
-    for (i, u) in spec.unhealthy_machine_conditions.iter().enumerate() {
-        if RESERVED_MACHINE_CONDITIONS.contains(&u.type_.as_str()) {
-            c.push(
-                format!("spec.unhealthyMachineConditions[{i}].type"),
-                &u.type_,
-                format!(
-                    "must not be one of {}: they summarise the Machine or are written by the health check itself",
-                    RESERVED_MACHINE_CONDITIONS.join(", ")
-                ),
-            );
-        }
-    }
-
-    let node_startup_timeout = match spec.node_startup_timeout.as_deref() {
-        None => Some(Some(DEFAULT_NODE_STARTUP_TIMEOUT)),
-        Some(text) => c.non_negative_duration("spec.nodeStartupTimeout", text).and_then(|d| {
-            if d.is_zero() {
-                Some(None)
-            } else if d < MIN_NODE_STARTUP_TIMEOUT {
-                c.push("spec.nodeStartupTimeout", text, format!(
-                    "must be 0 (disabled) or at least {}: a shorter timeout remediates Machines that are still booting",
-                    format_go_duration(MIN_NODE_STARTUP_TIMEOUT)
-                ));
-                None
-            } else {
-                Some(Some(d))
-            }
-        }),
-    };
-
-    if let Some(given) = spec.selector.match_labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL))
-        && given != &spec.cluster_name
-    {
-        c.push(
-            format!("spec.selector.matchLabels.{CLUSTER_NAME_LABEL}"),
-            given,
-            format!(
-                "must equal spec.clusterName {:?}: the check only looks at that cluster's Machines",
-                spec.cluster_name
-            ),
-        );
-    }
-
-    let max_unhealthy = match &spec.max_unhealthy {
-        None => Some(IntOrPercent::Percent(100)),
-        // Cluster API reads a string as a percentage only: "10" is refused, not taken as 10.
-        Some(IntOrString::String(text)) if !text.trim().ends_with('%') => {
-            c.push(
-                "spec.maxUnhealthy",
-                text,
-                format!(
-                    "a string must be a percentage such as 40%; write a count as a number (maxUnhealthy: {}, not \"{}\")",
-                    text.trim(),
-                    text.trim()
-                ),
-            );
-            None
-        }
-        Some(v) => c.threshold("spec.maxUnhealthy", v),
-    };
-    let range = match spec.unhealthy_range.as_deref() {
-        None => Some(None),
-        Some(text) => match UnhealthyRange::parse(text) {
-            Ok(r) => Some(Some(r)),
-            Err(e) => {
-                c.push("spec.unhealthyRange", text, e.to_string());
-                None
-            }
-        },
-    };
-    let short_circuit = match (range, max_unhealthy) {
-        (Some(Some(r)), _) => Some(MhcShortCircuit::Range(r)),
-        (Some(None), Some(m)) => Some(MhcShortCircuit::MaxUnhealthy(m)),
-        _ => None,
-    };
+    let node_startup_timeout = node_startup_timeout(&mut c, spec.node_startup_timeout.as_deref());
+    cluster_label_matches(&mut c, spec);
+    let short_circuit = mhc_short_circuit(&mut c, spec);
     let remediation_template = match &spec.remediation_template {
         None => Some(None),
         Some(t) => c.template("spec.remediationTemplate", t, Some(namespace)).map(Some),
     };
-
-    let backoff = backoff(&mut c, spec.backoff.as_ref(), false);
-    let failure_domains = match &spec.failure_domains {
-        None => Some(None),
-        Some(fd) => c.failure_domains(fd, true).map(Some),
-    };
+    let features = features(&mut c, Kind::Machine, spec.dry_run, spec.backoff.as_ref(), spec.failure_domains.as_ref());
 
     let policy = (|| {
+        let Features { dry_run, backoff, failure_domains } = features?;
         Some(MhcPolicy {
             cluster_name: spec.cluster_name.clone(),
             selector: selector?.with_label(CLUSTER_NAME_LABEL, &spec.cluster_name),
@@ -662,34 +749,17 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
             node_startup_timeout: node_startup_timeout?,
             short_circuit: short_circuit?,
             remediation_template: remediation_template?,
-            dry_run: spec.dry_run,
-            backoff: backoff?,
-            failure_domains: failure_domains?,
+            dry_run,
+            backoff,
+            failure_domains,
         })
     })();
     c.finish(object, policy)
 }
 
-/// Checks a NodeHealthCheck and returns its policy, or every problem found.
-pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationErrors> {
-    let spec = &nhc.spec;
-    let object = object_id("NodeHealthCheck", None, nhc.metadata.name.as_deref());
-    let mut c = Collector::default();
-
-    let selector = c.selector("spec.selector", &spec.selector);
-    let conditions: Vec<ConditionRule> = spec
-        .unhealthy_conditions
-        .iter()
-        .enumerate()
-        .filter_map(|(i, u)| {
-            let path = format!("spec.unhealthyConditions[{i}]");
-            let rule = c.condition_rule(&path, &u.type_, &u.status, "duration", &u.duration);
-            let age = c.max_condition_age(&path, &u.type_, u.max_condition_age.as_deref());
-            Some(ConditionRule { max_age: age?, ..rule? })
-        })
-        .collect();
-
-    let threshold = match (&spec.min_healthy, &spec.max_unhealthy) {
+/// A NodeHealthCheck's threshold: exactly one of `minHealthy` and `maxUnhealthy`.
+fn nhc_threshold(c: &mut Collector, spec: &NodeHealthCheckSpec) -> Option<NhcThreshold> {
+    match (&spec.min_healthy, &spec.max_unhealthy) {
         (Some(v), None) => c.threshold("spec.minHealthy", v).map(NhcThreshold::MinHealthy),
         (None, Some(v)) => c.threshold("spec.maxUnhealthy", v).map(NhcThreshold::MaxUnhealthy),
         (Some(min), Some(max)) => {
@@ -707,63 +777,17 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             c.push("spec.minHealthy", "", "one of minHealthy and maxUnhealthy must be set");
             None
         }
-    };
+    }
+}
 
-    let steps = match (&spec.remediation_template, spec.escalating_remediations.is_empty()) {
+/// A NodeHealthCheck's remediators: exactly one of `remediationTemplate` (one step that never
+/// times out) and `escalatingRemediations`.
+fn remediation_steps(c: &mut Collector, spec: &NodeHealthCheckSpec) -> Option<Vec<RemediationStep>> {
+    match (&spec.remediation_template, spec.escalating_remediations.is_empty()) {
         (Some(t), true) => c
             .template("spec.remediationTemplate", t, None)
             .map(|template| vec![RemediationStep { template, order: 0, timeout: None }]),
-        (None, false) => {
-            let mut steps = Vec::new();
-            let mut seen_orders: BTreeMap<i32, usize> = BTreeMap::new();
-            let mut seen_templates: BTreeMap<TemplateRef, usize> = BTreeMap::new();
-            let mut ok = true;
-            for (i, e) in spec.escalating_remediations.iter().enumerate() {
-                let path = format!("spec.escalatingRemediations[{i}]");
-                if e.order < 0 {
-                    c.push(format!("{path}.order"), e.order.to_string(), "must not be negative");
-                    ok = false;
-                }
-                if let Some(first) = seen_orders.insert(e.order, i) {
-                    c.push(
-                        format!("{path}.order"),
-                        e.order.to_string(),
-                        format!("must be unique: spec.escalatingRemediations[{first}] has the same order"),
-                    );
-                    ok = false;
-                }
-                let timeout = c.non_negative_duration(&format!("{path}.timeout"), &e.timeout);
-                if let Some(t) = timeout
-                    && t < MIN_ESCALATION_TIMEOUT
-                {
-                    c.push(
-                        format!("{path}.timeout"),
-                        &e.timeout,
-                        "must be at least 1m: a remediator needs time to act",
-                    );
-                    ok = false;
-                }
-                let template = c.template(&format!("{path}.remediationTemplate"), &e.remediation_template, None);
-                if let Some(t) = &template
-                    && let Some(first) = seen_templates.insert(t.clone(), i)
-                {
-                    c.push(
-                        format!("{path}.remediationTemplate"),
-                        t.to_string(),
-                        format!("must be unique: spec.escalatingRemediations[{first}] uses the same template"),
-                    );
-                    ok = false;
-                }
-                match (template, timeout) {
-                    (Some(template), Some(timeout)) => {
-                        steps.push(RemediationStep { template, order: e.order, timeout: Some(timeout) })
-                    }
-                    _ => ok = false,
-                }
-            }
-            steps.sort_by_key(|s| s.order);
-            ok.then_some(steps)
-        }
+        (None, false) => escalation_steps(c, &spec.escalating_remediations),
         (Some(_), false) => {
             c.push(
                 "spec.remediationTemplate",
@@ -776,34 +800,110 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             c.push("spec.remediationTemplate", "", "one of remediationTemplate and escalatingRemediations must be set");
             None
         }
-    };
+    }
+}
 
-    // medik8s: a MachineDeletionRemediation deletes Machines, and the MachineSet replacing them
-    // makes the node count move under a maxUnhealthy limit; upstream allows only minHealthy.
-    if let Some(max) = &spec.max_unhealthy {
-        let deleting = spec
-            .remediation_template
+/// What the earlier escalation steps used, so a repeated order or template names the first.
+#[derive(Default)]
+struct SeenSteps {
+    orders: BTreeMap<i32, usize>,
+    templates: BTreeMap<TemplateRef, usize>,
+}
+
+/// `escalatingRemediations`, lowest order first; `None` when any step is refused (every step is
+/// still checked, so all problems are reported).
+fn escalation_steps(c: &mut Collector, list: &[EscalatingRemediation]) -> Option<Vec<RemediationStep>> {
+    let mut seen = SeenSteps::default();
+    let mut steps = Vec::new();
+    let mut ok = true;
+    for (i, e) in list.iter().enumerate() {
+        match escalation_step(c, &mut seen, i, e) {
+            Some(step) => steps.push(step),
+            None => ok = false,
+        }
+    }
+    steps.sort_by_key(|s| s.order);
+    ok.then_some(steps)
+}
+
+/// One escalation step: a non-negative unique order, a timeout long enough for a remediator to
+/// act, and a template no other step uses.
+fn escalation_step(
+    c: &mut Collector,
+    seen: &mut SeenSteps,
+    i: usize,
+    e: &EscalatingRemediation,
+) -> Option<RemediationStep> {
+    let path = format!("spec.escalatingRemediations[{i}]");
+    let mut ok = true;
+    if e.order < 0 {
+        c.push(format!("{path}.order"), e.order.to_string(), "must not be negative");
+        ok = false;
+    }
+    if let Some(first) = seen.orders.insert(e.order, i) {
+        c.push(
+            format!("{path}.order"),
+            e.order.to_string(),
+            format!("must be unique: spec.escalatingRemediations[{first}] has the same order"),
+        );
+        ok = false;
+    }
+    let timeout = c.non_negative_duration(&format!("{path}.timeout"), &e.timeout);
+    if let Some(t) = timeout
+        && t < MIN_ESCALATION_TIMEOUT
+    {
+        c.push(format!("{path}.timeout"), &e.timeout, "must be at least 1m: a remediator needs time to act");
+        ok = false;
+    }
+    let template = c.template(&format!("{path}.remediationTemplate"), &e.remediation_template, None);
+    if let Some(t) = &template
+        && let Some(first) = seen.templates.insert(t.clone(), i)
+    {
+        c.push(
+            format!("{path}.remediationTemplate"),
+            t.to_string(),
+            format!("must be unique: spec.escalatingRemediations[{first}] uses the same template"),
+        );
+        ok = false;
+    }
+    let step = RemediationStep { template: template?, order: e.order, timeout: Some(timeout?) };
+    ok.then_some(step)
+}
+
+/// Cross-field (medik8s): a MachineDeletionRemediation deletes Machines, and the MachineSet
+/// replacing them makes the node count move under a maxUnhealthy limit; upstream allows only
+/// minHealthy.
+fn deletion_needs_min_healthy(c: &mut Collector, spec: &NodeHealthCheckSpec) {
+    let Some(max) = &spec.max_unhealthy else { return };
+    let deleting =
+        spec.remediation_template
             .iter()
             .map(|t| ("spec.remediationTemplate".to_string(), t))
             .chain(spec.escalating_remediations.iter().enumerate().map(|(i, e)| {
                 (format!("spec.escalatingRemediations[{i}].remediationTemplate"), &e.remediation_template)
             }))
             .find(|(_, t)| t.kind == MACHINE_DELETION_REMEDIATION_TEMPLATE);
-        if let Some((path, _)) = deleting {
-            c.push(
-                "spec.maxUnhealthy",
-                render_int_or_string(max),
-                format!("cannot be combined with a {MACHINE_DELETION_REMEDIATION_TEMPLATE} ({path}); use minHealthy"),
-            );
-        }
+    if let Some((path, _)) = deleting {
+        c.push(
+            "spec.maxUnhealthy",
+            render_int_or_string(max),
+            format!("cannot be combined with a {MACHINE_DELETION_REMEDIATION_TEMPLATE} ({path}); use minHealthy"),
+        );
     }
+}
 
-    for (i, p) in spec.pause_requests.iter().enumerate() {
+/// `pauseRequests`: an empty entry would pause the check without saying who or why.
+fn pause_requests(c: &mut Collector, requests: &[String]) {
+    for (i, p) in requests.iter().enumerate() {
         if p.trim().is_empty() {
             c.push(format!("spec.pauseRequests[{i}]"), "", "must not be empty: say who paused the check and why");
         }
     }
+}
 
+/// `healthyDelay` (default zero; negative waits for the manual confirmation) and
+/// `stormCooldownDuration` (default zero): when a recovered Node's remediation ends.
+fn recovery_delays(c: &mut Collector, spec: &NodeHealthCheckSpec) -> (Option<HealthyDelay>, Option<SignedDuration>) {
     let healthy_delay = match spec.healthy_delay.as_deref() {
         None => Some(HealthyDelay::After(SignedDuration::ZERO)),
         Some(text) => c
@@ -814,14 +914,27 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
         None => Some(SignedDuration::ZERO),
         Some(text) => c.non_negative_duration("spec.stormCooldownDuration", text),
     };
+    (healthy_delay, storm_cooldown)
+}
 
-    let backoff = backoff(&mut c, spec.backoff.as_ref(), true);
-    let failure_domains = match &spec.failure_domains {
-        None => Some(None),
-        Some(fd) => c.failure_domains(fd, false).map(Some),
-    };
+/// Checks a NodeHealthCheck and returns its policy, or every problem found.
+pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationErrors> {
+    let spec = &nhc.spec;
+    let object = object_id("NodeHealthCheck", None, nhc.metadata.name.as_deref());
+    let mut c = Collector::default();
+
+    let selector = c.selector("spec.selector", &spec.selector);
+    let conditions =
+        node_rules(&mut c, "spec.unhealthyConditions", "duration", spec.unhealthy_conditions.iter().map(Into::into));
+    let threshold = nhc_threshold(&mut c, spec);
+    let steps = remediation_steps(&mut c, spec);
+    deletion_needs_min_healthy(&mut c, spec);
+    pause_requests(&mut c, &spec.pause_requests);
+    let (healthy_delay, storm_cooldown) = recovery_delays(&mut c, spec);
+    let features = features(&mut c, Kind::Node, spec.dry_run, spec.backoff.as_ref(), spec.failure_domains.as_ref());
 
     let policy = (|| {
+        let Features { dry_run, backoff, failure_domains } = features?;
         Some(NhcPolicy {
             selector: selector?,
             conditions,
@@ -831,9 +944,9 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             pause_requests: spec.pause_requests.clone(),
             healthy_delay: healthy_delay?,
             storm_cooldown: storm_cooldown?,
-            dry_run: spec.dry_run,
-            backoff: backoff?,
-            failure_domains: failure_domains?,
+            dry_run,
+            backoff,
+            failure_domains,
         })
     })();
     c.finish(object, policy)
