@@ -218,6 +218,17 @@ pub struct MachineHealthCheckStatus {
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// What Vigil's own features report (dry-run, back-off, failure domains, stale signals),
+    /// the same on both kinds.
+    #[serde(flatten)]
+    pub features: FeatureStatus,
+}
+
+/// The status fields of Vigil's own features, one block flattened into both kinds' statuses so
+/// each is declared, documented and built once (the generated CRDs show them as plain fields).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FeatureStatus {
     /// With `spec.dryRun`: the targets that would be remediated now, sorted by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub would_remediate: Vec<WouldRemediate>,

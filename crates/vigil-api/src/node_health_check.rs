@@ -1,9 +1,7 @@
 //! NodeHealthCheck: medik8s' health check for plain Nodes, with the
 //! `remediation.medik8s.io/v1alpha1` field names so upstream manifests carry over.
 
-use crate::machine_health_check::{
-    BackedOffPool, RemediationBackoff, RemediationRecord, StaleTarget, TemplateReference, WouldRemediate,
-};
+use crate::machine_health_check::{FeatureStatus, RemediationBackoff, TemplateReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -165,26 +163,10 @@ pub struct NodeHealthCheckStatus {
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// With `spec.dryRun`: the Nodes that would be remediated now, sorted by name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub would_remediate: Vec<WouldRemediate>,
-    /// With `spec.backoff`: the remediations started within the window, oldest first (at most
-    /// `maxRemediations` per pool and 200 in all).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub remediation_history: Vec<RemediationRecord>,
-    /// With `spec.backoff`: the pools where remediation waits for the window now.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub backed_off_pools: Vec<BackedOffPool>,
-    /// With `spec.failureDomains`: each domain's counts and whether it is paused (at most
-    /// 100 domains, paused ones first; see `FailureDomainsHealthy` for the full story).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failure_domains: Vec<crate::failure_domains::FailureDomainStatus>,
-    /// How many Nodes have a matching condition set aside as stale (`maxConditionAge`).
-    #[serde(default, skip_serializing_if = "crate::machine_health_check::is_zero")]
-    pub stale_target_count: i32,
-    /// The first of those Nodes by name (at most 50), with the stale condition.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stale_targets: Vec<StaleTarget>,
+    /// What Vigil's own features report (dry-run, back-off, failure domains, stale signals),
+    /// the same on both kinds.
+    #[serde(flatten)]
+    pub features: FeatureStatus,
 }
 
 /// A Node found unhealthy and what was done about it.

@@ -60,3 +60,47 @@ fn committed_crds_match_the_rust_types() {
         crd::REGENERATE_COMMAND
     );
 }
+
+/// The status fields of Vigil's own features are one Rust struct flattened into both statuses:
+/// in both generated CRDs they are plain properties of `status` (structural: no `allOf`, `$ref`
+/// or nested object standing for the flattened struct), and the same schema on both kinds.
+#[test]
+fn the_feature_status_block_is_the_same_plain_fields_on_both_kinds() {
+    let features = [
+        "wouldRemediate",
+        "remediationHistory",
+        "backedOffPools",
+        "failureDomains",
+        "staleTargetCount",
+        "staleTargets",
+    ];
+    let status_of =
+        |crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
+            let schema =
+                crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).expect("a schema");
+            let status = schema.properties.as_ref().and_then(|p| p.get("status")).expect("a status schema").clone();
+            serde_json::to_value(status).expect("the schema is JSON")
+        };
+    let definitions = crd::definitions();
+    assert_eq!(definitions.len(), 2, "both kinds");
+    let statuses: Vec<serde_json::Value> = definitions.iter().map(status_of).collect();
+    for (crd, status) in definitions.iter().zip(&statuses) {
+        let text = status.to_string();
+        for word in ["allOf", "$ref", "\"features\""] {
+            assert!(!text.contains(word), "{}: status schema has {word}: {text}", crd.spec.names.kind);
+        }
+        for field in features {
+            assert!(
+                status["properties"].get(field).is_some(),
+                "{}: status.{field} is a plain field",
+                crd.spec.names.kind
+            );
+        }
+    }
+    for field in features {
+        assert_eq!(
+            statuses[0]["properties"][field], statuses[1]["properties"][field],
+            "status.{field} has the same schema on both kinds"
+        );
+    }
+}

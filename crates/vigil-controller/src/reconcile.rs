@@ -107,10 +107,10 @@ fn mhc_gauges(s: &vigil_api::MachineHealthCheckStatus) -> Gauges {
         unhealthy: (targets - healthy).max(0),
         remediations_allowed: i64::from(s.remediations_allowed),
         short_circuited: condition_false_with(&s.conditions, "RemediationAllowed") == Some("TooManyUnhealthy"),
-        would_remediate: s.would_remediate.len() as i64,
-        backoff_pools: s.backed_off_pools.len() as i64,
-        failure_domains_paused: paused_domains(&s.failure_domains),
-        stale_conditions: i64::from(s.stale_target_count),
+        would_remediate: s.features.would_remediate.len() as i64,
+        backoff_pools: s.features.backed_off_pools.len() as i64,
+        failure_domains_paused: paused_domains(&s.features.failure_domains),
+        stale_conditions: i64::from(s.features.stale_target_count),
     }
 }
 
@@ -127,10 +127,10 @@ fn nhc_gauges(s: &vigil_api::NodeHealthCheckStatus) -> Gauges {
         unhealthy: s.unhealthy_nodes.len() as i64,
         remediations_allowed: i64::from(blocked.is_none()),
         short_circuited: matches!(blocked, Some("TooFewHealthy" | "StormCooldown")),
-        would_remediate: s.would_remediate.len() as i64,
-        backoff_pools: s.backed_off_pools.len() as i64,
-        failure_domains_paused: paused_domains(&s.failure_domains),
-        stale_conditions: i64::from(s.stale_target_count),
+        would_remediate: s.features.would_remediate.len() as i64,
+        backoff_pools: s.features.backed_off_pools.len() as i64,
+        failure_domains_paused: paused_domains(&s.features.failure_domains),
+        stale_conditions: i64::from(s.features.stale_target_count),
     }
 }
 
@@ -741,11 +741,14 @@ mod tests {
         use vigil_api::machine_health_check::WouldRemediate;
         let before = NodeHealthCheckStatus {
             observed_nodes: 3,
-            would_remediate: vec![WouldRemediate {
-                name: "w1".into(),
-                action: "create SelfNodeRemediation".into(),
-                since: Time(Timestamp::UNIX_EPOCH),
-            }],
+            features: vigil_api::machine_health_check::FeatureStatus {
+                would_remediate: vec![WouldRemediate {
+                    name: "w1".into(),
+                    action: "create SelfNodeRemediation".into(),
+                    since: Time(Timestamp::UNIX_EPOCH),
+                }],
+                ..Default::default()
+            },
             ..Default::default()
         };
         let after = NodeHealthCheckStatus { observed_nodes: 3, ..Default::default() };

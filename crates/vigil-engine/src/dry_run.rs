@@ -82,7 +82,7 @@ pub(crate) fn mhc(
     namespace: &str,
     now: Timestamp,
 ) -> Plan<MachineHealthCheckStatus> {
-    let prev: &[WouldRemediate] = previous.map_or(&[], |p| p.would_remediate.as_slice());
+    let prev: &[WouldRemediate] = previous.map_or(&[], |p| p.features.would_remediate.as_slice());
     let list = merge(prev, would(&plan.actions), now);
     plan.actions.clear();
     plan.notices.retain(|n| n.target.is_none() || !MACHINE_DERIVED.contains(&n.kind));
@@ -91,7 +91,7 @@ pub(crate) fn mhc(
         let what = format!("Machine {key}");
         (key, what)
     }));
-    plan.status.would_remediate = list;
+    plan.status.features.would_remediate = list;
     plan
 }
 
@@ -103,7 +103,7 @@ pub(crate) fn nhc(
     previous: Option<&NodeHealthCheckStatus>,
     now: Timestamp,
 ) -> Plan<NodeHealthCheckStatus> {
-    let prev: &[WouldRemediate] = previous.map_or(&[], |p| p.would_remediate.as_slice());
+    let prev: &[WouldRemediate] = previous.map_or(&[], |p| p.features.would_remediate.as_slice());
     let list = merge(prev, would(&plan.actions), now);
     let unsent: Vec<(&str, &Value)> = plan
         .actions
@@ -117,7 +117,7 @@ pub(crate) fn nhc(
     crate::partial::forget_requests(&mut status, &unsent);
     plan.actions.clear();
     plan.notices.extend(entered(prev, &list, |name| (name.to_string(), format!("Node {name}"))));
-    status.would_remediate = list;
+    status.features.would_remediate = list;
     // The status changed only if it differs from the previous one apart from its update time.
     status.last_update_time = previous.and_then(|p| p.last_update_time.clone());
     if previous != Some(&status) {

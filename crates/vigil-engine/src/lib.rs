@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod concerns;
 pub mod domains;
 pub mod dry_run;
+pub(crate) mod features;
 pub mod holders;
 pub mod lookup;
 pub mod machine;

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 use support::*;
 use vigil_api::NodeHealthCheck;
+use vigil_api::machine_health_check::FeatureStatus;
 use vigil_api::machine_health_check::{MachineHealthCheckStatus, RemediationRecord};
 use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
@@ -91,7 +92,7 @@ fn a_pool_at_its_limit_waits_until_the_window_allows_and_other_pools_go_on() {
     assert_eq!(started(&first), ["a1", "a2", "b1"], "two in md-a, md-b unaffected");
     assert_eq!(written(&first, "a3", "HealthCheckSucceeded").map(|(c, _)| c.status.as_str()), Some("False"));
     assert_eq!(first.status.current_healthy, 0, "a waiting Machine still counts unhealthy");
-    let pools = &first.status.backed_off_pools;
+    let pools = &first.status.features.backed_off_pools;
     assert_eq!(pools.len(), 1, "{pools:?}");
     assert_eq!(
         (
@@ -105,7 +106,7 @@ fn a_pool_at_its_limit_waits_until_the_window_allows_and_other_pools_go_on() {
     );
     assert_eq!(first.next_wake, Some(at(2101)), "woken exactly when the window allows");
     assert_eq!(
-        history(&first.status.remediation_history),
+        history(&first.status.features.remediation_history),
         vec![
             ("MachineDeployment/md-a".into(), "a1".into(), at(301), false),
             ("MachineDeployment/md-a".into(), "a2".into(), at(301), false),
@@ -139,12 +140,12 @@ fn a_pool_at_its_limit_waits_until_the_window_allows_and_other_pools_go_on() {
 
     let resumed = w.decide(at(2101));
     assert_eq!(started(&resumed), ["a3"], "at the instant the window allows");
-    assert_eq!(resumed.status.backed_off_pools, vec![]);
+    assert_eq!(resumed.status.features.backed_off_pools, vec![]);
     assert_eq!(kinds(&resumed, NoticeKind::RemediationBackoffEnded).len(), 1, "{:?}", resumed.notices);
     let condition = check_condition(&resumed.status.conditions, backoff::CONDITION).expect("condition");
     assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "NoPoolBackedOff"));
     let kept: Vec<(String, Timestamp)> =
-        resumed.status.remediation_history.iter().map(|r| (r.target.clone(), r.started.0)).collect();
+        resumed.status.features.remediation_history.iter().map(|r| (r.target.clone(), r.started.0)).collect();
     assert_eq!(kept, [("a3".into(), at(2101))], "the starts at 301s left the window at 2101s");
 }
 
@@ -152,20 +153,23 @@ fn a_pool_at_its_limit_waits_until_the_window_allows_and_other_pools_go_on() {
 fn history_keeps_only_what_still_counts_and_starts_round_up_to_the_second() {
     let mut w = sick(with_backoff(MhcWorld::new(), 2, "30m"), "a9", "md-a");
     w.status = Some(MachineHealthCheckStatus {
-        remediation_history: vec![
-            rec("MachineDeployment/md-a", "old", at(-3000)),
-            rec("MachineDeployment/md-a", "out", at(301 - 1800)),
-            rec("MachineDeployment/md-x", "x1", at(10)),
-            rec("MachineDeployment/md-x", "x2", at(20)),
-            rec("MachineDeployment/md-x", "x3", at(30)),
-        ],
+        features: FeatureStatus {
+            remediation_history: vec![
+                rec("MachineDeployment/md-a", "old", at(-3000)),
+                rec("MachineDeployment/md-a", "out", at(301 - 1800)),
+                rec("MachineDeployment/md-x", "x1", at(10)),
+                rec("MachineDeployment/md-x", "x2", at(20)),
+                rec("MachineDeployment/md-x", "x3", at(30)),
+            ],
+            ..Default::default()
+        },
         ..Default::default()
     });
     let now = plus_ns(at(301), 5);
     let plan = w.decide(now);
     assert_eq!(started(&plan), ["a9"], "records outside (now - window, now] do not count");
     let kept: Vec<(&str, Timestamp)> =
-        plan.status.remediation_history.iter().map(|r| (r.target.as_str(), r.started.0)).collect();
+        plan.status.features.remediation_history.iter().map(|r| (r.target.as_str(), r.started.0)).collect();
     assert_eq!(kept, [("x2", at(20)), ("x3", at(30)), ("a9", at(302))], "newest maxRemediations per pool; rounded up");
 }
 
@@ -174,11 +178,14 @@ fn a_full_history_holds_back_new_pools_rather_than_forget_a_start() {
     let mut w = sick(with_backoff(MhcWorld::new(), 1, "1h"), "a1", "md-a");
     let full: Vec<RemediationRecord> =
         (0..HISTORY_CAP as i64).map(|i| rec(&format!("MachineDeployment/p{i}"), &format!("m{i}"), at(i))).collect();
-    w.status = Some(MachineHealthCheckStatus { remediation_history: full, ..Default::default() });
+    w.status = Some(MachineHealthCheckStatus {
+        features: FeatureStatus { remediation_history: full, ..Default::default() },
+        ..Default::default()
+    });
     let plan = w.decide(at(301));
     assert_eq!(started(&plan), Vec::<String>::new());
-    assert_eq!(plan.status.remediation_history.len(), HISTORY_CAP);
-    let pool = &plan.status.backed_off_pools[0];
+    assert_eq!(plan.status.features.remediation_history.len(), HISTORY_CAP);
+    let pool = &plan.status.features.backed_off_pools[0];
     assert!(pool.history_full, "{pool:?}");
     assert_eq!(pool.resumes_at.0, at(3600), "when the oldest record leaves the window");
     assert!(kinds(&plan, NoticeKind::RemediationBackoff)[0].contains("history is full"), "{:?}", plan.notices);
@@ -189,7 +196,7 @@ fn external_remediation_counts_when_its_object_is_asked_for() {
     let w = sick(sick(with_backoff(MhcWorld::new().with_template(), 1, "10m"), "a1", "md-a"), "a2", "md-a");
     let plan = w.decide(at(301));
     assert_eq!(created_names(&plan), ["a1"]);
-    assert_eq!(plan.status.backed_off_pools[0].waiting, ["a2"]);
+    assert_eq!(plan.status.features.backed_off_pools[0].waiting, ["a2"]);
 }
 
 #[test]
@@ -199,12 +206,12 @@ fn the_short_circuit_is_applied_first_and_the_feature_is_off_by_default() {
         sick(sick(with_backoff(MhcWorld::new().spec("maxUnhealthy", json!(1)), 1, "10m"), "a1", "md-a"), "b1", "md-b");
     let plan = w.decide(at(301));
     assert_eq!(started(&plan), Vec::<String>::new());
-    assert_eq!((plan.status.backed_off_pools.len(), plan.status.remediation_history.len()), (0, 0));
+    assert_eq!((plan.status.features.backed_off_pools.len(), plan.status.features.remediation_history.len()), (0, 0));
     assert!(check_condition(&plan.status.conditions, backoff::CONDITION).is_none());
     // Without spec.backoff: every Machine of the pool is remediated, no history is kept.
     let off = sick(sick(sick(MhcWorld::new(), "a1", "md-a"), "a2", "md-a"), "a3", "md-a").decide(at(301));
     assert_eq!(started(&off), ["a1", "a2", "a3"]);
-    assert_eq!(off.status.remediation_history, vec![]);
+    assert_eq!(off.status.features.remediation_history, vec![]);
 }
 
 #[test]
@@ -213,10 +220,10 @@ fn dry_run_backs_off_its_would_be_remediations_and_never_holds_back_a_live_check
         sick(sick(with_backoff(MhcWorld::new().spec("dryRun", json!(true)), 1, "30m"), "a1", "md-a"), "a2", "md-a");
     let plan = w.decide(at(301));
     assert_eq!(plan.actions, vec![]);
-    let would: Vec<&str> = plan.status.would_remediate.iter().map(|x| x.name.as_str()).collect();
+    let would: Vec<&str> = plan.status.features.would_remediate.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(would, ["a1"], "a2 would wait for the back-off");
     assert_eq!(
-        history(&plan.status.remediation_history),
+        history(&plan.status.features.remediation_history),
         [("MachineDeployment/md-a".into(), "a1".into(), at(301), true)]
     );
     w.apply(&plan);
@@ -227,7 +234,7 @@ fn dry_run_backs_off_its_would_be_remediations_and_never_holds_back_a_live_check
     let live = w.spec("dryRun", json!(false)).decide(at(1000));
     assert_eq!(started(&live), ["a1"]);
     assert_eq!(
-        history(&live.status.remediation_history),
+        history(&live.status.features.remediation_history),
         [("MachineDeployment/md-a".into(), "a1".into(), at(1000), false)]
     );
 }
@@ -316,7 +323,7 @@ fn node_pools_come_from_the_pool_label_and_escalation_does_not_count_again() {
     let targets: Vec<&str> = creates(&first).iter().map(|o| o["metadata"]["name"].as_str().expect("name")).collect();
     assert_eq!(targets, ["n1", "n3", "n4", "n5"], "n2 waits for gpu; unlabelled Nodes are pools of their own");
     let pools: Vec<(&str, &[String])> =
-        first.status.backed_off_pools.iter().map(|p| (p.pool.as_str(), p.waiting.as_slice())).collect();
+        first.status.features.backed_off_pools.iter().map(|p| (p.pool.as_str(), p.waiting.as_slice())).collect();
     assert_eq!(pools, [("karpenter.sh/nodepool=gpu", &["n2".to_string()][..])]);
     let n2 = first.status.unhealthy_nodes.iter().find(|e| e.name == "n2").expect("n2 listed");
     assert!(n2.remediations.is_empty(), "n2 is listed as unhealthy, with nothing started");
@@ -331,7 +338,7 @@ fn node_pools_come_from_the_pool_label_and_escalation_does_not_count_again() {
         .map(|o| o["metadata"]["name"].as_str().expect("name"))
         .collect();
     assert_eq!(fence, ["n1", "n3", "n4", "n5"]);
-    assert_eq!(later.status.remediation_history.len(), 4, "escalation steps are not counted");
+    assert_eq!(later.status.features.remediation_history.len(), 4, "escalation steps are not counted");
     assert!(creates(&later).iter().all(|o| o["metadata"]["name"] != "n2"), "n2 still waits");
 }
 
@@ -349,7 +356,7 @@ fn a_node_that_fails_again_counts_again() {
     // Fails again at 500s: a new incident in the same hour waits.
     let again = decide_nhc(&spec, Some(&cleared.status), &[gpu("False", at(500))], &[], at(801));
     assert_eq!(creates(&again).len(), 0, "{:?}", again.status);
-    assert_eq!(again.status.backed_off_pools[0].resumes_at.0, at(301 + 3600));
+    assert_eq!(again.status.features.backed_off_pools[0].resumes_at.0, at(301 + 3600));
     assert_eq!(again.next_wake, Some(at(3901)));
     let resumed = decide_nhc(&spec, Some(&again.status), &[gpu("False", at(500))], &[], at(3901));
     assert_eq!(creates(&resumed).len(), 1);
@@ -363,10 +370,14 @@ fn node_dry_run_lists_only_what_the_back_off_allows_and_settles() {
     let nodes = [sick("n1"), sick("n2")];
     let first = decide_nhc(&spec, None, &nodes, &[], at(301));
     assert_eq!(first.actions, vec![]);
-    let would: Vec<&str> = first.status.would_remediate.iter().map(|w| w.name.as_str()).collect();
+    let would: Vec<&str> = first.status.features.would_remediate.iter().map(|w| w.name.as_str()).collect();
     assert_eq!(would, ["n1"], "n2 would wait for the back-off");
-    assert_eq!(first.status.backed_off_pools[0].waiting, ["n2"]);
-    assert!(first.status.remediation_history.iter().all(|r| r.dry_run), "{:?}", first.status.remediation_history);
+    assert_eq!(first.status.features.backed_off_pools[0].waiting, ["n2"]);
+    assert!(
+        first.status.features.remediation_history.iter().all(|r| r.dry_run),
+        "{:?}",
+        first.status.features.remediation_history
+    );
     // Decided again on its own status: n1 is not counted again, nothing moves or is told again.
     let again = decide_nhc(&spec, Some(&first.status), &nodes, &[], at(900));
     assert_eq!(again.status, first.status);
@@ -375,7 +386,7 @@ fn node_dry_run_lists_only_what_the_back_off_allows_and_settles() {
     let live = decide_nhc(&nhc_spec(1), Some(&again.status), &nodes, &[], at(901));
     let targets: Vec<&str> = creates(&live).iter().map(|o| o["metadata"]["name"].as_str().expect("name")).collect();
     assert_eq!(targets, ["n1"]);
-    assert_eq!(history_of(&live.status.remediation_history), [("n1".to_string(), at(901), false)]);
+    assert_eq!(history_of(&live.status.features.remediation_history), [("n1".to_string(), at(901), false)]);
 }
 
 fn history_of(list: &[RemediationRecord]) -> Vec<(String, Timestamp, bool)> {

@@ -257,7 +257,7 @@ proptest! {
                 if s.decide(now) != *plan {
                     return Err("the same input gave another plan".into());
                 }
-                history_ok(&plan.status.remediation_history, &plan.status.backed_off_pools, m.max, window, now)
+                history_ok(&plan.status.features.remediation_history, &plan.status.features.backed_off_pools, m.max, window, now)
             },
         );
         prop_assert!(outcome.is_ok(), "{:?}", outcome);
@@ -279,7 +279,7 @@ proptest! {
             for _ in 0..200 {
                 let plan = w.decide(now);
                 prop_assert_eq!(&w.decide(now), &plan, "same input, same plan");
-                let checked = history_ok(&plan.status.remediation_history, &plan.status.backed_off_pools, m.max, window, now);
+                let checked = history_ok(&plan.status.features.remediation_history, &plan.status.features.backed_off_pools, m.max, window, now);
                 prop_assert!(checked.is_ok(), "{:?}", checked);
                 w.apply(&plan);
                 w.status = w.status.as_ref().map(round_trip);

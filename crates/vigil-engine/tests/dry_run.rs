@@ -56,7 +56,7 @@ fn machine_health_check_in_dry_run_lists_what_it_would_remediate() {
         assert_eq!(plan.actions, vec![], "{}: no Machine marked, nothing created", row.what);
         let expected: Vec<(String, String, Timestamp)> =
             row.would.iter().map(|(n, a)| (n.to_string(), a.to_string(), at(301))).collect();
-        assert_eq!(listed(&plan.status.would_remediate), expected, "{}", row.what);
+        assert_eq!(listed(&plan.status.features.would_remediate), expected, "{}", row.what);
         let allowed = check_condition(&plan.status.conditions, "RemediationAllowed").map(|c| c.status.as_str());
         assert_eq!(allowed, Some(row.allowed), "{}", row.what);
         let would_notices: Vec<Option<String>> =
@@ -72,19 +72,23 @@ fn machine_health_check_dry_run_keeps_since_tells_once_and_clears_on_recovery() 
     w.apply(&first);
     assert_eq!(notices(&first).iter().filter(|n| n.0 == NoticeKind::WouldRemediate).count(), 1);
     let later = w.decide(at(900));
-    assert_eq!(listed(&later.status.would_remediate), listed(&first.status.would_remediate), "since is kept");
+    assert_eq!(
+        listed(&later.status.features.would_remediate),
+        listed(&first.status.features.would_remediate),
+        "since is kept"
+    );
     assert!(later.notices.iter().all(|n| n.kind != NoticeKind::WouldRemediate), "told once");
     w.apply(&later);
     w = w.node(node("m1").ready("True", at(950)));
     let recovered = w.decide(at(1000));
-    assert_eq!(recovered.status.would_remediate, vec![]);
+    assert_eq!(recovered.status.features.would_remediate, vec![]);
     assert_eq!(recovered.actions, vec![]);
     // Turning dry-run off remediates for real and empties the list.
     w.apply(&recovered);
     let mut real = w.spec("dryRun", json!(false));
     real = real.node(node("m1").ready("False", at(1000)));
     let plan = real.decide(at(1301));
-    assert_eq!(plan.status.would_remediate, vec![]);
+    assert_eq!(plan.status.features.would_remediate, vec![]);
     assert!(written(&plan, "m1", "OwnerRemediated").is_some(), "a real plan marks the Machine");
 }
 
@@ -152,9 +156,12 @@ fn node_health_check_in_dry_run_lists_what_it_would_remediate() {
     for (what, min, nodes, would, allowed) in rows {
         let plan = decide_nhc(&spec(min.clone()), None, &nodes, at(301));
         assert_eq!(plan.actions, vec![], "{what}: nothing created");
-        let names: Vec<&str> = plan.status.would_remediate.iter().map(|w| w.name.as_str()).collect();
+        let names: Vec<&str> = plan.status.features.would_remediate.iter().map(|w| w.name.as_str()).collect();
         assert_eq!(names, would, "{what}");
-        assert!(plan.status.would_remediate.iter().all(|w| w.action == "create SelfNodeRemediation"), "{what}");
+        assert!(
+            plan.status.features.would_remediate.iter().all(|w| w.action == "create SelfNodeRemediation"),
+            "{what}"
+        );
         assert!(plan.status.unhealthy_nodes.iter().all(|e| e.remediations.is_empty()), "{what}: no request in flight");
         assert_eq!(plan.status.phase.as_deref(), Some("Enabled"), "{what}: nothing is being remediated");
         let cond = plan.status.conditions.iter().find(|c| c.type_ == "RemediationAllowed").map(|c| c.status.as_str());

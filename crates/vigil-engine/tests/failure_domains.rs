@@ -220,7 +220,7 @@ fn node_health_check_remediates_only_in_domains_within_their_budget() {
         let nodes: Vec<Node> = row.nodes.iter().map(|(n, z, s)| zoned(n, z, *s)).collect();
         let plan = decide_nhc(&spec, None, &nodes, &[], at(301));
         assert_eq!(created_names(&plan), row.created, "{}", row.what);
-        assert_eq!(domains(&plan.status.failure_domains), row.status, "{}", row.what);
+        assert_eq!(domains(&plan.status.features.failure_domains), row.status, "{}", row.what);
         let cond = check_condition(&plan.status.conditions, "FailureDomainsHealthy");
         assert_eq!(cond.map(|c| c.status.as_str()), row.healthy, "{}", row.what);
 
@@ -228,9 +228,13 @@ fn node_health_check_remediates_only_in_domains_within_their_budget() {
         let mut dry = spec.clone();
         dry["dryRun"] = json!(true);
         let shadow = decide_nhc(&dry, None, &nodes, &[], at(301));
-        let would: Vec<&str> = shadow.status.would_remediate.iter().map(|w| w.name.as_str()).collect();
+        let would: Vec<&str> = shadow.status.features.would_remediate.iter().map(|w| w.name.as_str()).collect();
         assert_eq!(would, row.created, "{}: dry-run", row.what);
-        assert_eq!(shadow.status.failure_domains, plan.status.failure_domains, "{}: dry-run", row.what);
+        assert_eq!(
+            shadow.status.features.failure_domains, plan.status.features.failure_domains,
+            "{}: dry-run",
+            row.what
+        );
     }
 }
 
@@ -292,7 +296,7 @@ fn node_health_check_names_paused_domains_and_counts_and_tells_each_transition_o
 
     // Switching the feature off removes the list and the condition.
     let off = decide_nhc(&nhc_spec(None), Some(&resumed.status), &nodes, &[], at(700));
-    assert_eq!(off.status.failure_domains, vec![]);
+    assert_eq!(off.status.features.failure_domains, vec![]);
     assert!(check_condition(&off.status.conditions, "FailureDomainsHealthy").is_none());
 }
 
@@ -308,7 +312,7 @@ fn node_health_check_keeps_going_with_remediations_started_before_the_domain_pau
     nodes[2] = zoned("a3", "zone-a", true);
     let later = decide_nhc(&spec, Some(&first.status), &nodes, &[], at(700));
     assert_eq!(created_names(&later), ["a1"], "the request in flight goes on, no new one");
-    assert_eq!(domains(&later.status.failure_domains), ["zone-a: 3/3 allowed 1 paused"]);
+    assert_eq!(domains(&later.status.features.failure_domains), ["zone-a: 3/3 allowed 1 paused"]);
 }
 
 #[test]
@@ -320,10 +324,11 @@ fn node_health_check_status_list_is_bounded_paused_domains_first() {
         nodes[i] = zoned(&format!("n{i:03}"), &format!("z{i:03}"), true);
     }
     let plan = decide_nhc(&spec, None, &nodes, &[], at(301));
-    assert_eq!(plan.status.failure_domains.len(), 100);
-    let paused: Vec<&str> = plan.status.failure_domains.iter().filter(|d| d.paused).map(|d| d.name.as_str()).collect();
+    assert_eq!(plan.status.features.failure_domains.len(), 100);
+    let paused: Vec<&str> =
+        plan.status.features.failure_domains.iter().filter(|d| d.paused).map(|d| d.name.as_str()).collect();
     assert_eq!(paused, ["z005", "z060", "z119"], "paused domains are never cut");
-    assert!(plan.status.failure_domains.windows(2).all(|w| w[0].name < w[1].name), "sorted by name");
+    assert!(plan.status.features.failure_domains.windows(2).all(|w| w[0].name < w[1].name), "sorted by name");
     let cond = check_condition(&plan.status.conditions, "FailureDomainsHealthy").expect("condition");
     assert!(
         cond.message.contains("3 paused failure domain(s)") && cond.message.contains("120 domain(s)"),
@@ -415,7 +420,7 @@ fn machine_health_check_budgets_domains_by_spec_failure_domain_or_node_label() {
         }
         let plan = w.decide(at(301));
         assert_eq!(owner_asked(&plan), row.asked, "{}", row.what);
-        assert_eq!(domains(&plan.status.failure_domains), row.status, "{}", row.what);
+        assert_eq!(domains(&plan.status.features.failure_domains), row.status, "{}", row.what);
         // Every unhealthy Machine is still marked: only the remediation request waits.
         for (name, _, _, sick) in &row.machines {
             let marked = written(&plan, name, "HealthCheckSucceeded").map(|(c, _)| c.status.as_str());

@@ -340,16 +340,16 @@ proptest! {
     fn no_new_remediation_in_a_paused_failure_domain(f in fleet()) {
         let plan = world(&f, &f.machines).decide(now());
         let Some((percent, min)) = f.domains else {
-            prop_assert!(plan.status.failure_domains.is_empty());
+            prop_assert!(plan.status.features.failure_domains.is_empty());
             return Ok(());
         };
         if f.mode != Mode::Normal && f.mode != Mode::ControlPlaneNotInitialized && f.mode != Mode::InfrastructureNotReady {
-            prop_assert!(plan.status.failure_domains.is_empty(), "no decision, no counts");
+            prop_assert!(plan.status.features.failure_domains.is_empty(), "no decision, no counts");
             return Ok(());
         }
         let asked = requested(&plan);
         let mut unhealthy_sum = 0;
-        for d in &plan.status.failure_domains {
+        for d in &plan.status.features.failure_domains {
             let members: Vec<&MachineSpec> = f.machines.iter().filter(|m| m.fd.map(|x| format!("fd-{x}")) == Some(d.name.clone())).collect();
             prop_assert_eq!(d.targets as usize, members.len());
             let allowed = (members.len() as u64 * u64::from(percent) / 100).max(u64::from(min));
@@ -363,7 +363,7 @@ proptest! {
             }
         }
         let domains: BTreeSet<u8> = f.machines.iter().filter_map(|m| m.fd).collect();
-        prop_assert_eq!(plan.status.failure_domains.len(), domains.len());
+        prop_assert_eq!(plan.status.features.failure_domains.len(), domains.len());
         prop_assert!(unhealthy_sum <= plan.status.expected_machines - plan.status.current_healthy);
     }
 
@@ -436,9 +436,9 @@ proptest! {
         let mut w = real_world.clone().spec("dryRun", json!(true));
         let dry = w.decide(now());
         prop_assert_eq!(&dry.actions, &vec![]);
-        let would: BTreeSet<String> = dry.status.would_remediate.iter().map(|x| key(&x.name)).collect();
+        let would: BTreeSet<String> = dry.status.features.would_remediate.iter().map(|x| key(&x.name)).collect();
         prop_assert_eq!(would, requested(&real));
-        prop_assert!(dry.status.would_remediate.iter().all(|x| x.since.0 == now()));
+        prop_assert!(dry.status.features.would_remediate.iter().all(|x| x.since.0 == now()));
         prop_assert_eq!(
             (dry.status.expected_machines, dry.status.current_healthy, dry.status.remediations_allowed),
             (real.status.expected_machines, real.status.current_healthy, real.status.remediations_allowed)

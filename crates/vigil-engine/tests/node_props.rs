@@ -434,7 +434,7 @@ proptest! {
         let oracle = oracle_domains(&m);
         let listed: BTreeMap<String, (u64, u64, u64, bool)> = plan
             .status
-            .failure_domains
+            .features.failure_domains
             .iter()
             .map(|d| (d.name.clone(), (d.targets as u64, d.unhealthy as u64, d.allowed as u64, d.paused)))
             .collect();
@@ -540,7 +540,7 @@ proptest! {
         w.check = serde_json::from_value(check).expect("check");
         let dry = w.decide(now());
         prop_assert_eq!(&dry.actions, &vec![]);
-        let would: BTreeSet<&str> = dry.status.would_remediate.iter().map(|x| x.name.as_str()).collect();
+        let would: BTreeSet<&str> = dry.status.features.would_remediate.iter().map(|x| x.name.as_str()).collect();
         let real_creates: BTreeSet<&str> = creates(&real).into_iter().collect();
         prop_assert_eq!(would, real_creates);
         prop_assert_eq!((dry.status.observed_nodes, dry.status.healthy_nodes), (real.status.observed_nodes, real.status.healthy_nodes));

@@ -161,9 +161,9 @@ fn node_health_check_sets_stale_conditions_aside() {
         let nodes = [n1, node("n2").ready("True", t0()).build()];
         let plan = decide_nhc(&nhc_spec(json!(1), &[]), None, &nodes, &[], now());
         assert_eq!(created_for(&plan), remediated, "{what}");
-        let listed: Vec<&str> = plan.status.stale_targets.iter().map(|s| s.name.as_str()).collect();
+        let listed: Vec<&str> = plan.status.features.stale_targets.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(listed, stale, "{what}");
-        assert_eq!(plan.status.stale_target_count, stale.len() as i32, "{what}");
+        assert_eq!(plan.status.features.stale_target_count, stale.len() as i32, "{what}");
         assert_eq!(stale_notices(&plan), stale, "{what}: told on the transition");
         if remediated.is_empty() {
             assert_eq!(plan.status.healthy_nodes, 2, "{what}: a stale condition counts for nothing");
@@ -189,7 +189,7 @@ fn a_stale_condition_matches_no_rule_of_its_type_and_the_strictest_age_wins() {
     spec["unhealthyConditions"][0].as_object_mut().expect("rule").remove("maxConditionAge");
     let plan = decide_nhc(&spec, None, &nodes, &[], now());
     assert_eq!(created_for(&plan), ["n1"], "off by default: upstream behaviour");
-    assert_eq!(plan.status.stale_target_count, 0);
+    assert_eq!(plan.status.features.stale_target_count, 0);
 }
 
 #[test]
@@ -204,15 +204,15 @@ fn the_plan_wakes_the_instant_a_fresh_condition_turns_stale() {
     assert_eq!(plan.next_wake, Some(turns_stale));
     assert_eq!(plan.status.healthy_nodes, 0, "pending while fresh");
     let before = decide_nhc(&spec, Some(&plan.status), &nodes, &[], turns_stale - ns(1));
-    assert_eq!(before.status.stale_target_count, 0, "1ns before: still fresh");
+    assert_eq!(before.status.features.stale_target_count, 0, "1ns before: still fresh");
     let then = decide_nhc(&spec, Some(&plan.status), &nodes, &[], turns_stale);
-    assert_eq!(then.status.stale_target_count, 1);
+    assert_eq!(then.status.features.stale_target_count, 1);
     assert_eq!(stale_notices(&then), ["n1"]);
     assert_eq!(then.status.healthy_nodes, 1);
     // Told once: deciding again on that status says nothing new, and the list holds still.
     let again = decide_nhc(&spec, Some(&then.status), &nodes, &[], turns_stale + SignedDuration::from_secs(30));
     assert_eq!(stale_notices(&again), Vec::<String>::new());
-    assert_eq!(again.status.stale_targets, then.status.stale_targets);
+    assert_eq!(again.status.features.stale_targets, then.status.features.stale_targets);
     // A fresh unhealthy condition also wakes when it turns stale (its remediation is then judged
     // as if the condition were gone).
     let unhealthy = [node_with("n1", vec![cond(DETECTOR, "True", t0(), Some(now() - SignedDuration::from_secs(60)))])];
@@ -248,7 +248,7 @@ fn a_dead_detector_does_not_short_circuit_the_check() {
     nodes.insert(0, node_with("n1", vec![cond("Ready", "Unknown", t0(), Some(now()))]));
     let plan = decide_nhc(&nhc_spec(json!(3), &[]), None, &nodes, &[], now());
     assert_eq!(created_for(&plan), ["n1"], "the dead kubelet is remediated, the stale detector's Nodes are not");
-    assert_eq!((plan.status.healthy_nodes, plan.status.stale_target_count), (4, 4));
+    assert_eq!((plan.status.healthy_nodes, plan.status.features.stale_target_count), (4, 4));
     // Without the guard the same fleet blocks everything.
     let mut spec = nhc_spec(json!(3), &[]);
     spec["unhealthyConditions"][0].as_object_mut().expect("rule").remove("maxConditionAge");
@@ -277,7 +277,10 @@ fn machine_health_check_sets_stale_conditions_aside() {
     assert_eq!(written(&stale, "m1", "HealthCheckSucceeded").map(|(c, _)| c.status.as_str()), Some("True"));
     assert!(written(&stale, "m1", "OwnerRemediated").is_none(), "nothing remediated");
     assert_eq!(stale.status.current_healthy, 1);
-    assert_eq!((stale.status.stale_target_count, stale.status.stale_targets[0].name.as_str()), (1, "m1"));
+    assert_eq!(
+        (stale.status.features.stale_target_count, stale.status.features.stale_targets[0].name.as_str()),
+        (1, "m1")
+    );
     assert_eq!(stale_notices(&stale), [key("m1")]);
     let message = &stale.notices.iter().find(|n| n.kind == NoticeKind::StaleCondition).expect("notice").message;
     assert!(message.contains("MachineHealthCheck/ns/mhc") && message.contains("maxConditionAge 10m0s"), "{message}");
@@ -332,10 +335,10 @@ proptest! {
             } else {
                 stale_count += 1;
                 prop_assert!(!with_created.contains(&name), "{} stale but remediated", name);
-                prop_assert!(with.status.stale_targets.iter().any(|s| s.name == name), "{} not listed", name);
+                prop_assert!(with.status.features.stale_targets.iter().any(|s| s.name == name), "{} not listed", name);
             }
         }
-        prop_assert_eq!(with.status.stale_target_count, stale_count);
+        prop_assert_eq!(with.status.features.stale_target_count, stale_count);
         let pending_or_unhealthy = nodes.len() as i32 - stale_count;
         prop_assert_eq!(with.status.healthy_nodes, stale_count, "every stale Node counts healthy, no fresh one does");
         prop_assert_eq!(with.status.observed_nodes - with.status.healthy_nodes, pending_or_unhealthy);
@@ -376,7 +379,7 @@ proptest! {
                 prop_assert_eq!(owner_asked(&with, &name), None, "{} stale but handed to its owner", name);
                 let verdict = written(&with, &name, "HealthCheckSucceeded").map(|(c, _)| c.status.to_string());
                 prop_assert_eq!(verdict.as_deref(), Some("True"), "{} stale counts as healthy", name);
-                prop_assert!(with.status.stale_targets.iter().any(|s| s.name == name), "{} not listed", name);
+                prop_assert!(with.status.features.stale_targets.iter().any(|s| s.name == name), "{} not listed", name);
             }
         }
     }

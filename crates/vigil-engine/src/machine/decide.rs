@@ -11,6 +11,7 @@ use super::status::{
 use crate::backoff::Ledger;
 use crate::domains::Budgets;
 use crate::domains::Tally;
+use crate::features::{self, Found};
 use crate::holders::{Holders, Waits};
 use crate::lookup::Lookup;
 use crate::peers::MhcPeers;
@@ -23,6 +24,7 @@ use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition};
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
+use vigil_api::machine_health_check::{BackedOffPool, RemediationRecord};
 use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
 use vigil_api::validate::MhcPolicy;
@@ -79,7 +81,7 @@ pub fn decide_among_peers(
     b.status.current_healthy = count(judged.healthy);
     let budgets = domain_budgets(input.policy, &targets, &judged);
     let me = CheckRef::of_mhc(input.check);
-    stale_targets(&mut b, input, &targets, nodes, peers, &me, &mut wake);
+    let stale = stale_targets(&mut b, input, &targets, nodes, peers, &me, &mut wake);
     let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
 
     let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, now);
@@ -88,8 +90,9 @@ pub fn decide_among_peers(
         let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(judged.domain_of.get(i).copied().flatten()));
         writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i]);
     }
-    let held_elsewhere = writer.report(&mut b, &mut wake);
-    report_domains(&mut b, budgets.as_ref());
+    let (held_elsewhere, backoff) = writer.report(&mut b, &mut wake);
+    let failure_domains = report_domains(&mut b, budgets.as_ref());
+    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale });
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
@@ -231,7 +234,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         now: Timestamp,
     ) -> Self {
         let previous = input.check.status.as_ref();
-        let history = previous.map_or(&[][..], |p| p.remediation_history.as_slice());
+        let history = previous.map_or(&[][..], |p| p.features.remediation_history.as_slice());
         let conditions = previous.map_or(&[][..], |p| p.conditions.as_slice());
         TargetWriter {
             input,
@@ -329,13 +332,17 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
     }
 
     /// The reports of the writes: waiting for other checks, Machines another check owns, the
-    /// back-off; returns the holders to tell.
-    fn report(self, b: &mut Builder<'_>, wake: &mut Earliest) -> Vec<crate::plan::HeldElsewhere> {
+    /// back-off; returns the holders to tell, and the back-off's history and pools.
+    fn report(
+        self,
+        b: &mut Builder<'_>,
+        wake: &mut Earliest,
+    ) -> (Vec<crate::plan::HeldElsewhere>, (Vec<RemediationRecord>, Vec<BackedOffPool>)) {
         if let Some(waiting) = self.overlap.waits.condition() {
             b.condition(waiting, None, None);
         }
         selected_elsewhere(b, &self.owned_elsewhere);
-        backoff_status(b, self.ledger, self.input.policy, wake);
-        self.overlap.waits.held_elsewhere
+        let backoff = backoff_status(b, self.ledger, self.input.policy, wake);
+        (self.overlap.waits.held_elsewhere, backoff)
     }
 }

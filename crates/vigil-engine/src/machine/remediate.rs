@@ -91,7 +91,7 @@ impl Started<'_, '_, '_> {
     pub(super) fn backoff_allows(&mut self, input: &MhcInput<'_>, machine: &MachineView) -> bool {
         let name = machine.meta.name.as_str();
         let listed = input.policy.dry_run
-            && input.check.status.as_ref().is_some_and(|s| s.would_remediate.iter().any(|w| w.name == name));
+            && input.check.status.as_ref().is_some_and(|s| s.features.would_remediate.iter().any(|w| w.name == name));
         let pool = backoff::machine_pool(machine);
         match self.ledger.gate(&pool, name, listed || self.ledger.recorded(name)) {
             Gate::Wait => false,

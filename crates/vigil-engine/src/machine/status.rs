@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use vigil_api::MachineHealthCheck;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition, ObservedCondition, get_condition, set_condition};
-use vigil_api::machine_health_check::MachineHealthCheckStatus;
+use vigil_api::failure_domains::FailureDomainStatus;
+use vigil_api::machine_health_check::{BackedOffPool, MachineHealthCheckStatus, RemediationRecord};
 use vigil_api::reason::Reason;
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::MachineView;
@@ -51,11 +52,7 @@ impl<'a> Builder<'a> {
                 .map(|p| MachineHealthCheckStatus {
                     targets: Vec::new(),
                     conditions: p.conditions.clone(),
-                    would_remediate: Vec::new(),
-                    remediation_history: p.remediation_history.clone(),
-                    backed_off_pools: p.backed_off_pools.clone(),
-                    failure_domains: p.failure_domains.clone(),
-                    stale_targets: p.stale_targets.clone(),
+                    features: Default::default(),
                     ..*p
                 })
                 .unwrap_or_default(),
@@ -164,23 +161,22 @@ impl<'m> MachineWrites<'m> {
     }
 }
 
-/// `status.failureDomains`, the `FailureDomainsHealthy` condition and its notices; without
-/// `spec.failureDomains`, neither list nor condition.
-pub(super) fn report_domains(b: &mut Builder<'_>, budgets: Option<&Budgets>) {
+/// The `FailureDomainsHealthy` condition and its notices; returns `status.failureDomains`.
+/// Without `spec.failureDomains`, neither list nor condition.
+pub(super) fn report_domains(b: &mut Builder<'_>, budgets: Option<&Budgets>) -> Vec<FailureDomainStatus> {
     let Some(budgets) = budgets else {
-        b.status.failure_domains.clear();
         b.status.conditions.retain(|c| c.type_ != FAILURE_DOMAINS_HEALTHY);
-        return;
+        return Vec::new();
     };
-    let report = budgets.report(b.previous.map_or(&[][..], |p| p.failure_domains.as_slice()));
+    let report = budgets.report(b.previous.map_or(&[][..], |p| p.features.failure_domains.as_slice()));
     set_condition(&mut b.status.conditions, &report.condition, b.now, b.generation);
-    b.status.failure_domains = report.status;
     b.notices.extend(report.notices);
+    report.status
 }
 
 /// The stale-signal guard's report: the targets this check writes whose Node has a matching
-/// condition set aside as stale (count, first names, a notice when one is newly listed), and the
-/// instants guarded fresh conditions turn stale.
+/// condition set aside as stale (returned; a notice when one is newly listed), and the instants
+/// guarded fresh conditions turn stale.
 pub(super) fn stale_targets(
     b: &mut Builder<'_>,
     input: &MhcInput<'_>,
@@ -189,10 +185,9 @@ pub(super) fn stale_targets(
     peers: &MhcPeers<'_>,
     me: &CheckRef,
     wake: &mut Earliest,
-) {
+) -> Vec<(String, crate::stale::Stale)> {
     if !input.policy.node_conditions.iter().any(|r| r.max_age.is_some()) {
-        b.status.stale_target_count = 0;
-        return;
+        return Vec::new();
     }
     let mut stale = Vec::new();
     for machine in targets {
@@ -210,7 +205,7 @@ pub(super) fn stale_targets(
     }
     let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
     let check = format!("MachineHealthCheck/{namespace}/{}", input.check.metadata.name.as_deref().unwrap_or(""));
-    let previous = b.previous.map_or(&[][..], |p| p.stale_targets.as_slice());
+    let previous = b.previous.map_or(&[][..], |p| p.features.stale_targets.as_slice());
     let notices = crate::stale::notices(
         &check,
         previous,
@@ -223,8 +218,7 @@ pub(super) fn stale_targets(
         b.now,
     );
     b.notices.extend(notices);
-    b.status.stale_target_count = i32::try_from(stale.len()).unwrap_or(i32::MAX);
-    b.status.stale_targets = crate::stale::listed(&stale);
+    stale
 }
 
 /// The condition [`SELECTED_BY_ANOTHER_CHECK`]: True naming each owner and its Machines (sorted,
@@ -272,19 +266,24 @@ pub(super) fn selected_elsewhere(b: &mut Builder<'_>, owned_elsewhere: &BTreeMap
     b.condition(desired, None, None);
 }
 
-/// The history, backed-off pools, `RemediationBackoff` condition and notices of `spec.backoff`.
-pub(super) fn backoff_status(b: &mut Builder<'_>, ledger: Ledger<'_>, policy: &MhcPolicy, wake: &mut Earliest) {
+/// The `RemediationBackoff` condition and notices of `spec.backoff`; returns the history and the
+/// backed-off pools.
+pub(super) fn backoff_status(
+    b: &mut Builder<'_>,
+    ledger: Ledger<'_>,
+    policy: &MhcPolicy,
+    wake: &mut Earliest,
+) -> (Vec<RemediationRecord>, Vec<BackedOffPool>) {
     let (history, pools) = ledger.finish(wake);
     let (previous_pools, previous_conditions) =
-        b.previous.map_or((&[][..], &[][..]), |p| (p.backed_off_pools.as_slice(), p.conditions.as_slice()));
+        b.previous.map_or((&[][..], &[][..]), |p| (p.features.backed_off_pools.as_slice(), p.conditions.as_slice()));
     let (condition, notices) =
         backoff::report(previous_pools, previous_conditions, &pools, &history, policy.backoff.as_ref());
-    b.status.remediation_history = history;
-    b.status.backed_off_pools = pools;
     if let Some(condition) = condition {
         b.condition(condition, None, None);
     }
     b.notices.extend(notices);
+    (history, pools)
 }
 
 /// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):

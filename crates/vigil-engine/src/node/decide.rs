@@ -57,7 +57,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let (entries, undecided) = remediate(&mut pass, &subjects, &owned, &prev_entries, &all, &healthy_at);
     pass.notices.extend(crate::stale::notices(
         &format!("NodeHealthCheck/{check_name}"),
-        &prev.stale_targets,
+        &prev.features.stale_targets,
         &stale,
         |name| (name.to_string(), format!("Node {name}")),
         now,
@@ -132,8 +132,8 @@ fn new_pass<'a>(
         wake: Default::default(),
         holders,
         waits: Waits::new(CheckRef::of_nhc(check), &prev.conditions),
-        ledger: Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.remediation_history, now),
-        would_before: &prev.would_remediate,
+        ledger: Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.features.remediation_history, now),
+        would_before: &prev.features.would_remediate,
         domains: budgets.zip(domain_label(policy)),
     }
 }

@@ -6,6 +6,7 @@ use super::basics::{PHASE_DISABLED, PHASE_PAUSED, count, notice, rule_text};
 use super::input::NhcInput;
 use crate::backoff;
 use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY};
+use crate::features::{self, Found};
 use crate::partial::remediation_phase;
 use crate::plan::{Notice, NoticeKind, Plan};
 use jiff::Timestamp;
@@ -84,8 +85,13 @@ fn conditions(
         set_condition(&mut conditions, waiting, now, generation);
     }
     let (history, pools) = &outcome.backoff;
-    let (backoff_condition, backoff_notices) =
-        backoff::report(&prev.backed_off_pools, &prev.conditions, pools, history, input.policy.backoff.as_ref());
+    let (backoff_condition, backoff_notices) = backoff::report(
+        &prev.features.backed_off_pools,
+        &prev.conditions,
+        pools,
+        history,
+        input.policy.backoff.as_ref(),
+    );
     if let Some(c) = backoff_condition {
         set_condition(&mut conditions, &c, now, generation);
     }
@@ -128,10 +134,11 @@ pub(super) fn build_status(
     let (phase, reason) = phase(input, &outcome);
     let paused = !input.policy.pause_requests.is_empty();
     let prev_paused = prev.phase.as_deref() == Some(PHASE_PAUSED);
-    let domains_report = budgets.map(|b| b.report(&prev.failure_domains));
+    let mut domains_report = budgets.map(|b| b.report(&prev.features.failure_domains));
     let conditions = conditions(input, prev, &outcome, domains_report.as_ref(), now, notices);
     notices.extend(pause_notice(paused, prev_paused, phase, &reason));
-    let (history, pools) = outcome.backoff;
+    let failure_domains = domains_report.as_mut().map_or_else(Vec::new, |r| std::mem::take(&mut r.status));
+    let features = features::status(Found { backoff: outcome.backoff, failure_domains, stale: &outcome.stale });
     let mut status = NodeHealthCheckStatus {
         observed_nodes: count(outcome.observed),
         healthy_nodes: count(outcome.healthy),
@@ -142,15 +149,9 @@ pub(super) fn build_status(
         last_update_time: prev.last_update_time.clone(),
         storm_recovery_start_time: outcome.storm_start.map(Time),
         observed_generation: generation,
-        would_remediate: Vec::new(),
-        remediation_history: history,
-        backed_off_pools: pools,
-        failure_domains: Vec::new(),
-        stale_target_count: count(outcome.stale.len()),
-        stale_targets: crate::stale::listed(&outcome.stale),
+        features,
     };
     if let Some(report) = domains_report {
-        status.failure_domains = report.status;
         notices.extend(report.notices);
     }
     if status != *prev {
