@@ -4,7 +4,6 @@
 //! Writes of one plan run concurrently; every write is idempotent.
 
 use crate::Context;
-use crate::index::CheckKey;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -16,6 +15,7 @@ use std::sync::Arc;
 use tracing::{debug, warn};
 use vigil_api::views::MachineView;
 use vigil_engine::machine_write::machine_status_patch;
+use vigil_engine::target::CheckRef;
 use vigil_engine::{Action, Notice, NoticeKind, ObjectRef};
 
 /// Field manager of every write.
@@ -100,8 +100,8 @@ fn is_code(e: &kube::Error, code: u16) -> bool {
 }
 
 /// The Event reason for a notice: Cluster API's and medik8s' where they have one.
-pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
-    let machine = matches!(key, CheckKey::Machine(..));
+pub fn event_reason(key: &CheckRef, kind: NoticeKind) -> &'static str {
+    let machine = matches!(key, CheckRef::Machine { .. });
     match kind {
         NoticeKind::Unhealthy if machine => "MachineMarkedUnhealthy",
         NoticeKind::Unhealthy => "DetectedUnhealthy",
@@ -130,10 +130,10 @@ pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
     }
 }
 
-fn check_reference(key: &CheckKey, uid: Option<&str>) -> ObjectReference {
+fn check_reference(key: &CheckRef, uid: Option<&str>) -> ObjectReference {
     let (namespace, name, kind) = match key {
-        CheckKey::Machine(ns, n) => (Some(ns.clone()), n.clone(), "MachineHealthCheck"),
-        CheckKey::Node(n) => (None, n.clone(), "NodeHealthCheck"),
+        CheckRef::Machine { namespace: ns, name: n } => (Some(ns.clone()), n.clone(), "MachineHealthCheck"),
+        CheckRef::Node { name: n } => (None, n.clone(), "NodeHealthCheck"),
     };
     ObjectReference {
         api_version: Some(vigil_api::API_VERSION.into()),
@@ -170,7 +170,7 @@ impl Context {
     fn remember(
         &self,
         written: &DynamicObject,
-        put: impl FnOnce(&mut crate::index::Index, &Value) -> std::collections::BTreeSet<CheckKey>,
+        put: impl FnOnce(&mut crate::index::Index, &Value) -> std::collections::BTreeSet<CheckRef>,
     ) {
         if let Ok(value) = serde_json::to_value(written) {
             put(&mut self.write_index(), &value);
@@ -302,7 +302,7 @@ impl Context {
         // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and
         // the answer is read as leniently as the watch reads it.
         let (api, name) = match &job.key {
-            CheckKey::Machine(ns, n) => (
+            CheckRef::Machine { namespace: ns, name: n } => (
                 Api::<DynamicObject>::namespaced_with(
                     self.client.clone(),
                     ns,
@@ -310,7 +310,7 @@ impl Context {
                 ),
                 n,
             ),
-            CheckKey::Node(n) => (
+            CheckRef::Node { name: n } => (
                 Api::<DynamicObject>::all_with(
                     self.client.clone(),
                     &ApiResource::erase::<vigil_api::NodeHealthCheck>(&()),
@@ -323,8 +323,8 @@ impl Context {
                 self.metrics.writes("status");
                 let mut idx = self.write_index();
                 match &job.key {
-                    CheckKey::Machine(..) => idx.put_mhc(Some(crate::watch::read_mhc(&written).0), None),
-                    CheckKey::Node(..) => idx.put_nhc(Some(crate::watch::read_nhc(&written).0), None),
+                    CheckRef::Machine { .. } => idx.put_mhc(Some(crate::watch::read_mhc(&written).0), None),
+                    CheckRef::Node { .. } => idx.put_nhc(Some(crate::watch::read_nhc(&written).0), None),
                 };
                 Ok(())
             }
@@ -363,7 +363,7 @@ impl Context {
     }
 
     /// Publishes one notice as an event on the check `key` (only while leading).
-    pub async fn publish(&self, key: &CheckKey, uid: Option<&str>, notice: &Notice) {
+    pub async fn publish(&self, key: &CheckRef, uid: Option<&str>, notice: &Notice) {
         if !self.leadership.is_leader() {
             return;
         }
@@ -509,10 +509,10 @@ impl Context {
 /// The Machine or Node an event is about (its `related` object). Events about different
 /// targets of one check must not share a key: the event recorder folds events with the same
 /// key into one series and keeps only the first note.
-fn related(key: &CheckKey, target: Option<&str>) -> Option<ObjectReference> {
+fn related(key: &CheckRef, target: Option<&str>) -> Option<ObjectReference> {
     let target = target?;
     Some(match key {
-        CheckKey::Machine(check_ns, _) => {
+        CheckRef::Machine { namespace: check_ns, .. } => {
             let (namespace, name) = target.split_once('/').unwrap_or((check_ns, target));
             ObjectReference {
                 kind: Some("Machine".into()),
@@ -521,7 +521,7 @@ fn related(key: &CheckKey, target: Option<&str>) -> Option<ObjectReference> {
                 ..Default::default()
             }
         }
-        CheckKey::Node(_) => ObjectReference {
+        CheckRef::Node { .. } => ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Node".into()),
             name: Some(target.into()),
@@ -547,13 +547,13 @@ mod tests {
 
     #[test]
     fn events_name_the_target_they_are_about() {
-        let mhc = CheckKey::Machine("ns".into(), "workers".into());
+        let mhc = CheckRef::Machine { namespace: "ns".into(), name: "workers".into() };
         let r = related(&mhc, Some("ns/m1")).expect("related");
         assert_eq!(
             (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
             (Some("Machine"), Some("ns"), Some("m1"))
         );
-        let r = related(&CheckKey::Node("w".into()), Some("n1")).expect("related");
+        let r = related(&CheckRef::Node { name: "w".into() }, Some("n1")).expect("related");
         assert_eq!((r.kind.as_deref(), r.name.as_deref(), r.namespace), (Some("Node"), Some("n1"), None));
         assert!(related(&mhc, None).is_none(), "a check-wide notice is about the check alone");
     }

@@ -15,7 +15,7 @@ pub mod watch;
 pub mod wire;
 pub mod workload;
 
-use index::{CheckKey, Index};
+use index::Index;
 use jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
@@ -24,6 +24,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tracing::{debug, info, warn};
+use vigil_engine::target::CheckRef;
 
 /// Settings of a controller run.
 #[derive(Debug, Clone)]
@@ -91,10 +92,10 @@ pub struct Context {
     workload_clients: std::sync::Mutex<HashMap<String, Client>>,
     /// Targets whose remediation is being confirmed and written, with the check doing it: a
     /// second check deciding on the same target at the same moment waits for the first.
-    claims: std::sync::Mutex<HashMap<String, CheckKey>>,
+    claims: std::sync::Mutex<HashMap<String, CheckRef>>,
     /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
     reported: std::sync::Mutex<HashSet<(String, String, String)>>,
-    failures: std::sync::Mutex<HashMap<CheckKey, u32>>,
+    failures: std::sync::Mutex<HashMap<CheckRef, u32>>,
 }
 
 impl Context {
@@ -141,12 +142,12 @@ impl Context {
         self.workload_clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckKey>> {
+    fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckRef>> {
         self.claims.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Claims `targets` for `key`; returns the ones another check holds right now (left out).
-    pub fn claim(&self, key: &CheckKey, targets: &BTreeSet<String>) -> BTreeSet<String> {
+    pub fn claim(&self, key: &CheckRef, targets: &BTreeSet<String>) -> BTreeSet<String> {
         let mut claims = self.lock_claims();
         let mut refused = BTreeSet::new();
         for t in targets {
@@ -163,7 +164,7 @@ impl Context {
     }
 
     /// Releases what `key` claimed.
-    pub fn release(&self, key: &CheckKey, targets: &BTreeSet<String>) {
+    pub fn release(&self, key: &CheckRef, targets: &BTreeSet<String>) {
         let mut claims = self.lock_claims();
         for t in targets {
             if claims.get(t) == Some(key) {
@@ -221,7 +222,7 @@ impl Context {
     }
 
     /// Decides one check and applies its plan.
-    pub async fn run_one(self: &Arc<Self>, key: &CheckKey) {
+    pub async fn run_one(self: &Arc<Self>, key: &CheckRef) {
         let started = std::time::Instant::now();
         let now = Timestamp::now();
         let job = {
@@ -298,26 +299,21 @@ impl Context {
     }
 
     /// Tells each holding check, with an event, that another check waits for its target.
-    fn tell_holders(self: &Arc<Self>, held: Vec<vigil_engine::holders::HeldElsewhere>) {
+    fn tell_holders(self: &Arc<Self>, held: Vec<vigil_engine::plan::HeldElsewhere>) {
         if held.is_empty() {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move {
             for h in held {
-                let key = match &h.holder {
-                    vigil_engine::holders::CheckRef::Machine { namespace, name } => {
-                        CheckKey::Machine(namespace.clone(), name.clone())
-                    }
-                    vigil_engine::holders::CheckRef::Node { name } => CheckKey::Node(name.clone()),
-                };
+                let key = h.holder.clone();
                 let uid = {
                     let idx = this.read_index();
                     match &key {
-                        CheckKey::Machine(ns, n) => {
+                        CheckRef::Machine { namespace: ns, name: n } => {
                             idx.mhcs.get(&(ns.clone(), n.clone())).and_then(|c| c.metadata.uid.clone())
                         }
-                        CheckKey::Node(n) => idx.nhcs.get(n).and_then(|c| c.metadata.uid.clone()),
+                        CheckRef::Node { name: n } => idx.nhcs.get(n).and_then(|c| c.metadata.uid.clone()),
                     }
                 };
                 let notice = vigil_engine::Notice {
@@ -331,7 +327,7 @@ impl Context {
         });
     }
 
-    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<CheckKey, u32>> {
+    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<CheckRef, u32>> {
         self.failures.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -253,10 +253,10 @@ impl Metrics {
     }
 
     /// Counts a remediation request's outcome.
-    pub fn remediation(&self, check: &crate::index::CheckKey, kind: &str, outcome: &str) {
+    pub fn remediation(&self, check: &vigil_engine::target::CheckRef, kind: &str, outcome: &str) {
         let check_kind = match check {
-            crate::index::CheckKey::Machine(..) => "MachineHealthCheck",
-            crate::index::CheckKey::Node(..) => "NodeHealthCheck",
+            vigil_engine::target::CheckRef::Machine { .. } => "MachineHealthCheck",
+            vigil_engine::target::CheckRef::Node { .. } => "NodeHealthCheck",
         };
         self.remediations
             .get_or_create(&RemediationLabel {
@@ -273,7 +273,7 @@ impl Metrics {
     }
 
     /// Records a check's counts.
-    pub fn check(&self, check: &crate::index::CheckKey, g: &crate::reconcile::Gauges) {
+    pub fn check(&self, check: &vigil_engine::target::CheckRef, g: &crate::reconcile::Gauges) {
         let l = CheckLabel { check: check.to_string() };
         self.check_targets.get_or_create(&l).set(g.targets);
         self.check_healthy.get_or_create(&l).set(g.healthy);
@@ -287,7 +287,7 @@ impl Metrics {
     }
 
     /// Drops a deleted check's gauges.
-    pub fn forget_check(&self, check: &crate::index::CheckKey) {
+    pub fn forget_check(&self, check: &vigil_engine::target::CheckRef) {
         let l = CheckLabel { check: check.to_string() };
         for f in [
             &self.check_targets,

@@ -1,7 +1,7 @@
 //! One decision: gather a check's observed state from the indexes, call the engine, and turn the
 //! plan into owned write jobs. Everything here runs under the index read lock, without I/O.
 
-use crate::index::{CheckKey, Index, MANAGEMENT, SourceState};
+use crate::index::{Index, SourceState};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
@@ -13,11 +13,13 @@ use vigil_api::reason::Reason;
 use vigil_api::validate;
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
 use vigil_engine::concerns::group_of;
-use vigil_engine::holders::{self, Claim, Holders, Target};
+use vigil_engine::holders::{self, Claim, Holders};
 use vigil_engine::lookup::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::node::{self, NhcInput};
 use vigil_engine::peers::{MhcPeer, MhcPeers};
+use vigil_engine::target::Target;
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 use vigil_engine::{Action, Notice};
 
 /// Something a check needs watched before it can be decided.
@@ -41,7 +43,7 @@ pub enum Need {
 /// A decided plan, with everything its writes need, owned.
 pub struct Job {
     /// The check.
-    pub key: CheckKey,
+    pub key: CheckRef,
     /// The check's status as it should be, when it differs from what it is.
     pub status: Option<Value>,
     /// The writes.
@@ -62,7 +64,7 @@ pub struct Job {
     /// The check's counts, for the per-check gauges.
     pub gauges: Gauges,
     /// Targets this check waits for, to tell their holders.
-    pub held_elsewhere: Vec<holders::HeldElsewhere>,
+    pub held_elsewhere: Vec<vigil_engine::plan::HeldElsewhere>,
     /// Whether the check must be decided again right after this job (some of its remediations
     /// were left out while confirming).
     pub again: bool,
@@ -174,7 +176,7 @@ impl Job {
             !(n.kind == vigil_engine::NoticeKind::RemediationRequested
                 && n.target.as_deref().is_some_and(|t| targets.contains(t.rsplit('/').next().unwrap_or(t))))
         });
-        if let (CheckKey::Node(_), false) = (&self.key, unsent.is_empty()) {
+        if let (CheckRef::Node { .. }, false) = (&self.key, unsent.is_empty()) {
             // The plan's status differs from the one stored whenever it records a new request.
             if let Some(mut status) =
                 self.status.take().and_then(|v| serde_json::from_value::<vigil_api::NodeHealthCheckStatus>(v).ok())
@@ -251,7 +253,7 @@ pub fn machine_job(
     now: Timestamp,
     fresh: Option<&BTreeSet<Target>>,
 ) -> Option<Job> {
-    let key = CheckKey::Machine(namespace.to_string(), name.to_string());
+    let key = CheckRef::Machine { namespace: namespace.to_string(), name: name.to_string() };
     let check = idx.mhcs.get(&(namespace.to_string(), name.to_string()))?;
     if check.metadata.deletion_timestamp.is_some() {
         return None;
@@ -392,7 +394,7 @@ pub fn machine_job(
 /// With `fresh`, the other checks' claims about those targets are derived from the indexes now
 /// (see [`job_with_fresh_holders`]).
 pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet<Target>>) -> Option<Job> {
-    let key = CheckKey::Node(name.to_string());
+    let key = CheckRef::Node { name: name.to_string() };
     let check = idx.nhcs.get(name)?;
     if check.metadata.deletion_timestamp.is_some() {
         return None;
@@ -424,7 +426,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
         needs.extend(kind_needs(&step.template.api_version, &step.template.kind, step.template.remediation_kind()));
     }
     let mut unsure: Vec<String> = [waiting(&idx.nhc_state, "NodeHealthChecks")].into_iter().flatten().collect();
-    match idx.nodes.get(MANAGEMENT) {
+    match idx.nodes.get(LOCAL_CLUSTER) {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
         None => unsure.push("waiting for the first complete list of Nodes".into()),
     }
@@ -461,13 +463,13 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
         return Some(finish(node::refuse(check, REASON_WAITING, &unsure.join("; "), now), needs));
     }
     // Only the Nodes the decision reads (see `NhcInput::nodes`), sorted by name.
-    let named = remediations.iter().map(|r| vigil_engine::concerns::remediation_node_name(&r.meta));
+    let named = remediations.iter().map(|r| vigil_engine::target::remediation_node_name(&r.meta));
     let listed = check.status.iter().flat_map(|s| s.unhealthy_nodes.iter().map(|u| u.name.as_str()));
     let nodes: Vec<&Node> = idx.nhc_decision_nodes(name, named.chain(listed));
     let input = NhcInput { check, policy: &policy, nodes: &nodes, templates: &templates, remediations: &remediations };
     let holders = holders_for(idx, &key, fresh);
     let plan = node::decide_among(&input, &holders, now);
-    let management = idx.nodes.get(MANAGEMENT);
+    let management = idx.nodes.get(LOCAL_CLUSTER);
     let expiries = plan
         .actions
         .iter()
@@ -486,10 +488,10 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
 
 /// Decides the check `key` with the other checks' claims as of their last decisions (cheap).
 /// Remediating plans are decided again by [`job_with_fresh_holders`] before anything is sent.
-pub fn job(idx: &Index, key: &CheckKey, now: Timestamp) -> Option<Job> {
+pub fn job(idx: &Index, key: &CheckRef, now: Timestamp) -> Option<Job> {
     match key {
-        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now, None),
-        CheckKey::Node(n) => node_job(idx, n, now, None),
+        CheckRef::Machine { namespace: ns, name: n } => machine_job(idx, ns, n, now, None),
+        CheckRef::Node { name: n } => node_job(idx, n, now, None),
     }
 }
 
@@ -497,10 +499,10 @@ pub fn job(idx: &Index, key: &CheckKey, now: Timestamp) -> Option<Job> {
 /// check's claims about them are derived from the indexes now (exact, where it matters), its
 /// claims about anything else are as cached after its last decision, as in [`job`]. The
 /// caller sends no remediation of a target outside `about` from this plan.
-pub fn job_with_fresh_holders(idx: &Index, key: &CheckKey, now: Timestamp, about: &BTreeSet<Target>) -> Option<Job> {
+pub fn job_with_fresh_holders(idx: &Index, key: &CheckRef, now: Timestamp, about: &BTreeSet<Target>) -> Option<Job> {
     match key {
-        CheckKey::Machine(ns, n) => machine_job(idx, ns, n, now, Some(about)),
-        CheckKey::Node(n) => node_job(idx, n, now, Some(about)),
+        CheckRef::Machine { namespace: ns, name: n } => machine_job(idx, ns, n, now, Some(about)),
+        CheckRef::Node { name: n } => node_job(idx, n, now, Some(about)),
     }
 }
 
@@ -524,19 +526,19 @@ fn peers_of(checks: &[(Arc<MachineHealthCheck>, validate::MhcPolicy)]) -> MhcPee
 /// workload cluster is that same cluster (so an MHC and an NHC see one Node as one target).
 pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
     let workload = format!("{namespace}/{cluster}");
-    if idx.self_hosted.contains(&workload) { holders::LOCAL_CLUSTER.to_string() } else { workload }
+    if idx.self_hosted.contains(&workload) { LOCAL_CLUSTER.to_string() } else { workload }
 }
 
 /// Who holds which target: `key`'s own claims derived now and the others' as cached after their
 /// last decision; with `fresh`, the others' claims about those targets derived now instead.
-fn holders_for(idx: &Index, key: &CheckKey, fresh: Option<&BTreeSet<Target>>) -> Holders {
+fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
     let mut claims: Vec<Claim> = claims_of(idx, key);
     let Some(about) = fresh else {
         claims.extend(idx.claims.iter().filter(|(k, _)| *k != key).flat_map(|(_, c)| c.iter().cloned()));
         return Holders::from_claims(claims);
     };
     let scope = Scope::of(idx, about);
-    let mut rederived: BTreeSet<CheckKey> = BTreeSet::new();
+    let mut rederived: BTreeSet<CheckRef> = BTreeSet::new();
     for other in idx.all_checks().into_iter().filter(|o| o != key) {
         if let Some(fresh_claims) = claims_within(idx, &other, Some(&scope)) {
             claims.extend(fresh_claims);
@@ -599,17 +601,17 @@ impl<'a> Scope<'a> {
 
 /// The targets check `key` is remediating, derived from the indexes (its remediation objects,
 /// its Machines' conditions, its status' requests in flight).
-pub fn claims_of(idx: &Index, key: &CheckKey) -> Vec<Claim> {
+pub fn claims_of(idx: &Index, key: &CheckRef) -> Vec<Claim> {
     claims_within(idx, key, None).unwrap_or_default()
 }
 
 /// [`claims_of`], or within `scope` only its claims about the scope's targets (looking only at
 /// the scope's Machines and remediation objects naming its Nodes); `None` when the check cannot
 /// hold any target of the scope (another namespace or cluster).
-fn claims_within(idx: &Index, key: &CheckKey, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
+fn claims_within(idx: &Index, key: &CheckRef, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
     let claims = match key {
-        CheckKey::Machine(ns, n) => mhc_claims_within(idx, ns, n, scope)?,
-        CheckKey::Node(n) => nhc_claims_within(idx, n, scope)?,
+        CheckRef::Machine { namespace: ns, name: n } => mhc_claims_within(idx, ns, n, scope)?,
+        CheckRef::Node { name: n } => nhc_claims_within(idx, n, scope)?,
     };
     Some(match scope {
         Some(s) => claims.into_iter().filter(|c| s.about.contains(&c.target)).collect(),
@@ -651,7 +653,7 @@ fn nhc_claims_within(idx: &Index, n: &str, scope: Option<&Scope<'_>>) -> Option<
         s.about
             .iter()
             .filter_map(|t| match t {
-                Target::Node { cluster, name } if cluster == holders::LOCAL_CLUSTER => Some(name.as_str()),
+                Target::Node { cluster, name } if cluster == LOCAL_CLUSTER => Some(name.as_str()),
                 _ => None,
             })
             .collect()
@@ -818,9 +820,9 @@ mod scoped_claims {
         idx.put_nhc(Some(nhc("reboot", SNR, "SelfNodeRemediationTemplate")), None);
         idx.put_nhc(Some(nhc("fence", FAR, "FenceAgentsRemediationTemplate")), None);
         for (n, ready) in [("w-1", "True"), ("w-2", "False"), ("w-3", "True")] {
-            idx.put_node(MANAGEMENT, Some(slim_node(&node(n, ready))), None, at("2030-01-01T00:00:00Z"));
+            idx.put_node(LOCAL_CLUSTER, Some(slim_node(&node(n, ready))), None, at("2030-01-01T00:00:00Z"));
         }
-        idx.nodes.entry(MANAGEMENT.to_string()).or_default().state = SourceState::Synced;
+        idx.nodes.entry(LOCAL_CLUSTER.to_string()).or_default().state = SourceState::Synced;
         synced_kind(&mut idx, SNR, "SelfNodeRemediation");
         synced_kind(&mut idx, FAR, "FenceAgentsRemediation");
         let object = json!({"apiVersion": FAR, "kind": "FenceAgentsRemediation",
@@ -856,7 +858,7 @@ mod scoped_claims {
     fn another_checks_fresh_claim_on_a_confirmed_target_blocks_it_whatever_the_cache_says() {
         let idx = two_nhcs();
         let now = at("2030-01-01T00:00:10Z");
-        let reboot = CheckKey::Node("reboot".into());
+        let reboot = CheckRef::Node { name: "reboot".into() };
         let cached = job(&idx, &reboot, now).expect("decided");
         assert_eq!(creates_for(&cached), ["w-2"], "the cached claims say nobody holds w-2");
         let fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
@@ -868,7 +870,7 @@ mod scoped_claims {
     fn a_remediation_outside_what_was_confirmed_is_left_out_and_decided_again() {
         let idx = two_nhcs();
         let now = at("2030-01-01T00:00:10Z");
-        let reboot = CheckKey::Node("reboot".into());
+        let reboot = CheckRef::Node { name: "reboot".into() };
         // Confirmed about w-1 only: w-2 is decided on cached claims, which miss fence's hold.
         let mut fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-1"])).expect("decided");
         assert_eq!(creates_for(&fresh), ["w-2"]);
@@ -925,7 +927,7 @@ mod scoped_claims {
     fn a_self_hosted_machine_claim_on_a_confirmed_node_is_found_without_walking_the_namespace() {
         let idx = self_hosted();
         let now = at("2030-01-01T00:00:10Z");
-        let reboot = CheckKey::Node("reboot".into());
+        let reboot = CheckRef::Node { name: "reboot".into() };
         assert_eq!(creates_for(&job(&idx, &reboot, now).expect("decided")), ["w-2"]);
         let fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
         assert_eq!(creates_for(&fresh), Vec::<String>::new(), "the Machine of w-2 is held by the MHC");
@@ -943,8 +945,10 @@ mod scoped_claims {
             }
             assert!(scope.machines.get("default").is_some_and(|m| m.len() <= 2), "{:?}", scope.machines);
         }
-        let other = CheckKey::Machine("other".into(), "elsewhere".into());
+        let other = CheckRef::Machine { namespace: "other".into(), name: "elsewhere".into() };
         assert!(claims_within(&idx, &other, Some(&Scope::of(&idx, &about(&["w-2"])))).is_none());
-        assert!(!claims_of(&idx, &CheckKey::Machine("default".into(), "workers".into())).is_empty());
+        assert!(
+            !claims_of(&idx, &CheckRef::Machine { namespace: "default".into(), name: "workers".into() }).is_empty()
+        );
     }
 }
