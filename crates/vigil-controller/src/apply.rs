@@ -189,10 +189,10 @@ impl Context {
     /// remediation request must not wait for the status round-trip); the status follows, and
     /// leaves out what an action that failed would have made, so it never reports a remediation
     /// object that does not exist.
-    pub async fn apply(self: &Arc<Self>, mut job: crate::reconcile::Job) -> Result<(), WriteError> {
+    pub async fn apply(self: &Arc<Self>, mut job: crate::gather::Job) -> Result<(), WriteError> {
         let started = std::time::Instant::now();
         let key = job.key.clone();
-        let actions = futures::stream::iter(job.actions.clone())
+        let actions = futures::stream::iter(job.plan.actions.clone())
             .map(|action| {
                 let this = self.clone();
                 let raw = match &action {
@@ -270,7 +270,7 @@ impl Context {
             job.leave_out(&failed);
         }
         // The plan's own notices (less the requests that failed) come before what the writes told.
-        let notices: Vec<Notice> = std::mem::take(&mut job.notices).into_iter().chain(notices).collect();
+        let notices: Vec<Notice> = std::mem::take(&mut job.plan.notices).into_iter().chain(notices).collect();
         if let Err(e) = bounded(&self.leadership, || format!("status of {key}"), self.write_status(&job)).await {
             warn!(check = %key, error = %e, category = e.category(), "status not written");
             self.metrics.write_error(e.category());
@@ -295,8 +295,8 @@ impl Context {
     }
 
     /// Writes the check's status when the plan changed it (merge patch on the status subresource).
-    async fn write_status(&self, job: &crate::reconcile::Job) -> Result<(), WriteError> {
-        let Some(status) = &job.status else { return Ok(()) };
+    async fn write_status(&self, job: &crate::gather::Job) -> Result<(), WriteError> {
+        let Some(status) = job.status_patch() else { return Ok(()) };
         let patch = Patch::Merge(json!({ "status": status }));
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and

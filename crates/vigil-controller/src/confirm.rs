@@ -19,8 +19,8 @@
 //! controllers write what they decided from their caches (see docs/DECISIONS.md).
 
 use crate::Context;
+use crate::gather::{self, Job};
 use crate::index::machine_cluster;
-use crate::reconcile::{self, Job};
 use crate::wire::WireNode;
 use futures::StreamExt as _;
 use jiff::Timestamp;
@@ -108,7 +108,7 @@ pub enum Confirmed {
 }
 
 fn targets_of(job: &Job) -> BTreeSet<Target> {
-    job.actions.iter().filter_map(|a| remediating_target(&job.key, a, job)).collect()
+    job.plan.actions.iter().filter_map(|a| remediating_target(&job.key, a, job)).collect()
 }
 
 /// Confirms `job`'s remediating actions (see the module documentation). Actions whose target
@@ -132,7 +132,7 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
     let fresh = {
         let idx = ctx.read_index();
         let about = about(&idx, &keyed, &confirmed);
-        reconcile::job_with_fresh_holders(&idx, &key, Timestamp::now(), &about)
+        gather::job_with_fresh_holders(&idx, &key, Timestamp::now(), &about)
     };
     let Some(mut fresh) = fresh else {
         ctx.release(&key, &claimed);
@@ -157,14 +157,14 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
 /// cached claims), and says to decide the check again if any was.
 pub fn keep_confirmed(job: &mut Job, confirmed: &BTreeSet<Target>) {
     let mut left_out: Vec<Action> = Vec::new();
-    let mut kept = Vec::with_capacity(job.actions.len());
-    for action in std::mem::take(&mut job.actions) {
+    let mut kept = Vec::with_capacity(job.plan.actions.len());
+    for action in std::mem::take(&mut job.plan.actions) {
         match remediating_target(&job.key, &action, job) {
             Some(t) if !confirmed.contains(&t) => left_out.push(action),
             _ => kept.push(action),
         }
     }
-    job.actions = kept;
+    job.plan.actions = kept;
     if !left_out.is_empty() {
         job.again = true;
         job.leave_out(&left_out);

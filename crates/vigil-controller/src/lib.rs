@@ -3,12 +3,13 @@
 //! the plans. It decides nothing itself: every rule is in `vigil-engine`.
 
 pub mod apply;
+pub mod claims;
 pub mod confirm;
+pub mod gather;
 pub mod http;
 pub mod index;
 pub mod leader;
 pub mod metrics;
-pub mod reconcile;
 pub mod scheduler;
 pub mod sources;
 pub mod watch;
@@ -77,7 +78,7 @@ pub struct Context {
     /// Discovered API resources.
     pub resources: tokio::sync::Mutex<HashMap<GroupVersionKind, ApiResource>>,
     /// Watches already started for checks' needs.
-    pub started: tokio::sync::Mutex<BTreeSet<reconcile::Need>>,
+    pub started: tokio::sync::Mutex<BTreeSet<gather::Need>>,
     /// Metrics.
     pub metrics: metrics::Metrics,
     /// Whether each watched source can be trusted (for `/readyz`).
@@ -227,7 +228,7 @@ impl Context {
         let now = Timestamp::now();
         let job = {
             let idx = self.read_index();
-            reconcile::job(&idx, key, now)
+            gather::job(&idx, key, now)
         };
         let Some(job) = job else {
             self.scheduler.forget(key);
@@ -248,16 +249,16 @@ impl Context {
                 return;
             }
         };
-        self.metrics.check(key, &job.gauges);
-        let next_wake = job.next_wake;
+        self.metrics.check(key, &job.gauges());
+        let next_wake = job.plan.next_wake;
         let again = job.again;
-        let held_elsewhere = std::mem::take(&mut job.held_elsewhere);
+        let held_elsewhere = std::mem::take(&mut job.plan.held_elsewhere);
         let result = self.apply(job).await;
         // What this check now remediates, for the others' decisions; updated before the claims
         // are released, so a check waiting on a claim sees it when it decides again.
         {
             let mut idx = self.write_index();
-            let claims = reconcile::claims_of(&idx, key);
+            let claims = claims::claims_of(&idx, key);
             if claims.is_empty() {
                 idx.claims.remove(key);
             } else {

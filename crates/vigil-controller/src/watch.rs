@@ -3,8 +3,8 @@
 //! Every watch lists again after an error ([`crate::sources::relisting`]).
 
 use crate::Context;
+use crate::gather::Need;
 use crate::index::{Index, SourceState};
-use crate::reconcile::Need;
 use crate::sources;
 use crate::wire::WireNode;
 use futures::{Stream, StreamExt};

@@ -15,6 +15,7 @@ use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
 use vigil_api::well_known::{CLUSTER_NAME_LABEL, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, REMEDIATE_MACHINE_ANNOTATION};
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
+use vigil_engine::assemble::{self, ClaimSource};
 use vigil_engine::concerns::{self, group_of};
 use vigil_engine::holders::{self, Holders};
 use vigil_engine::machine::{MhcInput, NodeSource};
@@ -478,8 +479,8 @@ impl Sim<'_> {
 
     /// Where an MHC's Nodes live: its workload cluster if the scenario has one, else here.
     fn node_cluster(&self, namespace: &str, cluster_name: &str) -> String {
-        let key = format!("{namespace}/{cluster_name}");
-        if self.scenario.workload_clusters.contains_key(&key) { key } else { LOCAL_CLUSTER.to_string() }
+        let local = !self.scenario.workload_clusters.contains_key(&format!("{namespace}/{cluster_name}"));
+        assemble::node_cluster(namespace, cluster_name, local)
     }
 
     fn settle(&mut self) -> Result<(), ScenarioError> {
@@ -577,7 +578,7 @@ impl Sim<'_> {
                 };
                 let holders = self.holders_reporting_ties();
                 let peer_checks = self.mhc_peers(namespace);
-                let peers = peers_of(&peer_checks);
+                let peers = assemble::peers_of(&peer_checks);
                 let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
                 self.apply(id, plan);
             }
@@ -687,24 +688,25 @@ impl Sim<'_> {
                     let machine_refs: Vec<&MachineView> = machines.iter().collect();
                     let remediations = self.mhc_remediations(namespace, &policy);
                     let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                    let peers =
-                        peers_of(peer_checks.entry(namespace.clone()).or_insert_with(|| self.mhc_peers(namespace)));
-                    claims.extend(holders::mhc_claims_among(
-                        &check,
-                        &policy,
-                        &peers,
-                        &node_cluster,
-                        &machine_refs,
-                        &remediations,
-                    ));
+                    let peers = assemble::peers_of(
+                        peer_checks.entry(namespace.clone()).or_insert_with(|| self.mhc_peers(namespace)),
+                    );
+                    claims.extend(assemble::claims(ClaimSource::Machine {
+                        check: &check,
+                        policy: &policy,
+                        peers: &peers,
+                        node_cluster: &node_cluster,
+                        machines: &machine_refs,
+                        remediations: &remediations,
+                    }));
                 }
                 CheckRef::Node { .. } => {
                     let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
-                    claims.extend(holders::nhc_claims(&check, &object_refs));
+                    claims.extend(assemble::claims(ClaimSource::Node { check: &check, remediations: &object_refs }));
                 }
             }
         }
-        Holders::from_claims(claims)
+        assemble::holders(None, claims, std::iter::empty(), None)
     }
 
     /// [`Sim::holders`], telling once about each target more than one check holds (from before
@@ -1058,9 +1060,4 @@ fn object_details(key: &Key) -> Map<String, Value> {
     d.insert("namespace".into(), json!(key.namespace));
     d.insert("name".into(), json!(key.name));
     d
-}
-
-/// The ownership ranking of a namespace's checks ([`vigil_engine::peers`]).
-fn peers_of(checks: &[(MachineHealthCheck, validate::MhcPolicy)]) -> vigil_engine::peers::MhcPeers<'_> {
-    vigil_engine::peers::MhcPeers::new(checks.iter().map(|(c, p)| vigil_engine::peers::MhcPeer::of(c, p)))
 }
