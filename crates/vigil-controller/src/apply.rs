@@ -190,7 +190,7 @@ impl Context {
     /// leaves out what an action that failed would have made, so it never reports a remediation
     /// object that does not exist.
     pub async fn apply(self: &Arc<Self>, mut job: crate::gather::Job) -> Result<(), WriteError> {
-        let started = std::time::Instant::now();
+        let started = self.clock.instant();
         let key = job.key.clone();
         let actions = futures::stream::iter(job.plan.actions.clone())
             .map(|action| {
@@ -221,7 +221,7 @@ impl Context {
                     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
                     self.metrics.remediation(&key, kind, "created");
                     if let Some(at) = job.expiries.get(target) {
-                        self.metrics.detected(seconds_since(*at));
+                        self.metrics.detected(seconds_since(*at, self.clock.now()));
                     }
                     notices.push(Notice {
                         kind: NoticeKind::RemediationCreated,
@@ -241,7 +241,7 @@ impl Context {
                 (Action::SetMachineConditions { machine, .. }, Ok(_)) if remediating => {
                     self.metrics.remediation(&key, "Machine", "marked");
                     if let Some(at) = job.expiries.get(&format!("{}/{}", machine.namespace, machine.name)) {
-                        self.metrics.detected(seconds_since(*at));
+                        self.metrics.detected(seconds_since(*at, self.clock.now()));
                     }
                 }
                 (_, Ok(_)) => {}
@@ -276,7 +276,7 @@ impl Context {
             self.metrics.write_error(e.category());
             first_error.get_or_insert(e);
         }
-        self.metrics.apply_seconds(started.elapsed().as_secs_f64());
+        self.metrics.apply_seconds(self.clock.instant().saturating_duration_since(started).as_secs_f64());
         // Events are published in the background, in order: the next decision (another
         // Machine's remediation) must not wait for them.
         if !notices.is_empty() {
@@ -536,9 +536,9 @@ fn group_kind(api_version: &str, kind: &str) -> crate::index::GroupKind {
     (group.to_string(), kind.to_string())
 }
 
-/// Seconds between `deadline` and now, for the detection-delay metric.
-pub fn seconds_since(deadline: Timestamp) -> f64 {
-    Timestamp::now().duration_since(deadline).as_secs_f64()
+/// Seconds from `deadline` to `now`, for the detection-delay metric.
+pub fn seconds_since(deadline: Timestamp, now: Timestamp) -> f64 {
+    now.duration_since(deadline).as_secs_f64()
 }
 
 #[cfg(test)]

@@ -23,7 +23,6 @@ use crate::gather::{self, Job};
 use crate::index::machine_cluster;
 use crate::wire::WireNode;
 use futures::StreamExt as _;
-use jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -132,7 +131,7 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
     let fresh = {
         let idx = ctx.read_index();
         let about = about(&idx, &keyed, &confirmed);
-        gather::job_with_fresh_holders(&idx, &key, Timestamp::now(), &about)
+        gather::job_with_fresh_holders(&idx, &key, ctx.clock.now(), &about)
     };
     let Some(mut fresh) = fresh else {
         ctx.release(&key, &claimed);
@@ -242,10 +241,10 @@ async fn refresh_node(ctx: &Arc<Context>, cluster: &str, client: kube::Client, n
     match node {
         Some(n) => {
             let (slim, _) = crate::wire::slim(&n);
-            idx.put_node(cluster, Some(slim), None, jiff::Timestamp::now());
+            idx.put_node(cluster, Some(slim), None, ctx.clock.now());
         }
         None => {
-            idx.put_node(cluster, None, Some(name.to_string()), jiff::Timestamp::now());
+            idx.put_node(cluster, None, Some(name.to_string()), ctx.clock.now());
         }
     }
     Ok(())

@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod claims;
+pub mod clock;
 pub mod confirm;
 pub mod gather;
 pub mod http;
@@ -17,7 +18,7 @@ pub mod wire;
 pub mod workload;
 
 use index::Index;
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::events::{Recorder, Reporter};
@@ -73,6 +74,8 @@ pub struct Context {
     pub index: RwLock<Index>,
     /// Which check to decide next, and when.
     pub scheduler: scheduler::Scheduler,
+    /// The time decisions are made at (see [`clock`]; the system clock but in tests).
+    pub clock: Arc<dyn clock::Clock>,
     /// Event publisher.
     pub recorder: Recorder,
     /// Discovered API resources.
@@ -107,12 +110,18 @@ impl Context {
 
     /// A new context whose writes are fenced by `leadership`.
     pub fn with_leadership(client: Client, leadership: leader::Leadership) -> Arc<Self> {
+        Self::with_clock(client, leadership, Arc::new(clock::SystemClock))
+    }
+
+    /// A new context that reads the time from `clock` (a test steps it).
+    pub fn with_clock(client: Client, leadership: leader::Leadership, clock: Arc<dyn clock::Clock>) -> Arc<Self> {
         let reporter = Reporter { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             index: RwLock::new(Index::default()),
-            scheduler: scheduler::Scheduler::default(),
+            scheduler: scheduler::Scheduler::with_clock(clock.clone()),
+            clock,
             resources: tokio::sync::Mutex::new(HashMap::new()),
             started: tokio::sync::Mutex::new(BTreeSet::new()),
             metrics: metrics::Metrics::default(),
@@ -224,8 +233,8 @@ impl Context {
 
     /// Decides one check and applies its plan.
     pub async fn run_one(self: &Arc<Self>, key: &CheckRef) {
-        let started = std::time::Instant::now();
-        let now = Timestamp::now();
+        let started = self.clock.instant();
+        let now = self.clock.now();
         let job = {
             let idx = self.read_index();
             gather::job(&idx, key, now)
@@ -287,7 +296,7 @@ impl Context {
                 };
                 let backoff = SignedDuration::from_secs(1i64 << failures.min(8).saturating_sub(1))
                     .min(SignedDuration::from_secs(300));
-                let retry = Timestamp::now().checked_add(backoff).ok();
+                let retry = self.clock.now().checked_add(backoff).ok();
                 let at = match (retry, next_wake) {
                     (Some(r), Some(w)) => Some(r.min(w)),
                     (r, w) => r.or(w),

@@ -4,9 +4,10 @@
 //! handed out first come, first served (a due wake-up queues at its due time), so a busy check
 //! cannot starve the others.
 
+use crate::clock::{Clock, SystemClock};
 use jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use vigil_engine::target::CheckRef;
 
@@ -32,13 +33,32 @@ impl State {
 }
 
 /// The queue of checks to decide.
-#[derive(Default)]
 pub struct Scheduler {
     state: Mutex<State>,
     notify: Notify,
+    /// What "due" is measured against.
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
 }
 
 impl Scheduler {
+    /// A scheduler whose wake-ups fall due by `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Scheduler { state: Mutex::default(), notify: Notify::new(), clock }
+    }
+
+    /// Makes a waiting [`Scheduler::next`] read the clock again (after a test stepped it; the
+    /// system clock needs no telling).
+    pub fn recheck(&self) {
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -53,8 +73,7 @@ impl Scheduler {
             }
         }
         if any {
-            self.notify.notify_waiters();
-            self.notify.notify_one();
+            self.recheck();
         }
     }
 
@@ -67,8 +86,7 @@ impl Scheduler {
                 None => s.wakes.remove(key),
             };
         }
-        self.notify.notify_waiters();
-        self.notify.notify_one();
+        self.recheck();
     }
 
     /// Forgets a check (it was deleted).
@@ -91,7 +109,7 @@ impl Scheduler {
             let notified = self.notify.notified();
             let sleep_for = {
                 let mut s = self.lock();
-                let now = Timestamp::now();
+                let now = self.clock.now();
                 let mut due: Vec<(Timestamp, CheckRef)> =
                     s.wakes.iter().filter(|(_, t)| **t <= now).map(|(k, t)| (*t, k.clone())).collect();
                 due.sort();
@@ -136,7 +154,29 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::TestClock;
     use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_wake_up_fires_exactly_when_the_clock_reaches_it() {
+        let t0: Timestamp = "2030-01-01T00:00:00Z".parse().expect("time");
+        let clock = Arc::new(TestClock::at(t0));
+        let s = Scheduler::with_clock(clock.clone());
+        let key = CheckRef::Node { name: "a".into() };
+        let at = t0.checked_add(jiff::SignedDuration::from_secs(30)).expect("time");
+        s.wake_at(&key, Some(at));
+        let soon = Duration::from_millis(50);
+        assert!(tokio::time::timeout(soon, s.next()).await.is_err(), "not due at the start");
+        clock.step(Duration::from_secs(30) - Duration::from_nanos(1));
+        s.recheck();
+        assert!(tokio::time::timeout(soon, s.next()).await.is_err(), "not due a nanosecond before");
+        clock.step(Duration::from_nanos(1));
+        s.recheck();
+        let got = tokio::time::timeout(soon, s.next()).await.expect("due at its instant");
+        assert_eq!(got, key);
+        assert_eq!(clock.now(), at);
+        assert_eq!(s.next_wake(&key), None, "a fired wake-up is gone");
+    }
 
     #[tokio::test]
     async fn a_wake_up_fires_at_its_instant_not_before() {

@@ -361,6 +361,7 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
     let dep_cluster = cluster.clone();
     let reporter = ctx.clone();
     let report_cluster = cluster.clone();
+    let clock = ctx.clock.clone();
     tokio::spawn(feed(
         ctx.clone(),
         if cluster.is_empty() { "Nodes".to_string() } else { format!("Nodes of workload cluster {cluster}") },
@@ -374,8 +375,8 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
             slim
         },
         move |idx, op| match op {
-            Op::Upsert(n) => idx.put_node(&cluster, Some(n), None, jiff::Timestamp::now()),
-            Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone(), jiff::Timestamp::now()),
+            Op::Upsert(n) => idx.put_node(&cluster, Some(n), None, clock.now()),
+            Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone(), clock.now()),
             Op::Replace(list) => {
                 let cache = idx.nodes.entry(cluster.clone()).or_default();
                 cache.nodes =
