@@ -18,6 +18,16 @@ use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::target::CheckRef;
 use vigil_engine::{Action, Notice, NoticeKind, ObjectRef};
 
+/// What a plan's writes came to.
+struct Outcome {
+    /// Actions that failed, to leave out of the plan.
+    failed: Vec<Action>,
+    /// What the writes tell (created, deleted, failed), after the plan's own notices.
+    notices: Vec<Notice>,
+    /// The first error, which the whole apply reports.
+    first_error: Option<WriteError>,
+}
+
 /// Field manager of every write.
 pub const FIELD_MANAGER: &str = "vigil";
 /// How often a conflicting Machine write is recomputed and retried.
@@ -192,80 +202,8 @@ impl Context {
     pub async fn apply(self: &Arc<Self>, mut job: crate::gather::Job) -> Result<(), WriteError> {
         let started = self.clock.instant();
         let key = job.key.clone();
-        let actions = futures::stream::iter(job.plan.actions.clone())
-            .map(|action| {
-                let this = self.clone();
-                let raw = match &action {
-                    Action::SetMachineConditions { machine, .. } => {
-                        job.machines.get(&format!("{}/{}", machine.namespace, machine.name)).cloned()
-                    }
-                    _ => None,
-                };
-                let remediating = crate::confirm::remediating_target(&key, &action, &job).is_some();
-                async move {
-                    let what = || format!("{action:?}").chars().take(200).collect::<String>();
-                    let result = bounded(&this.leadership, what, this.act(&action, raw, remediating)).await;
-                    (action, result)
-                }
-            })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect::<Vec<(Action, Result<Option<ObjectRef>, WriteError>)>>()
-            .await;
-        let mut first_error = None;
-        let mut failed: Vec<Action> = Vec::new();
-        let mut notices: Vec<Notice> = Vec::new();
-        for (action, result) in actions {
-            let remediating = crate::confirm::remediating_target(&key, &action, &job).is_some();
-            match (&action, result) {
-                (Action::CreateRemediation { target, object }, Ok(Some(created))) => {
-                    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-                    self.metrics.remediation(&key, kind, "created");
-                    if let Some(at) = job.expiries.get(target) {
-                        self.metrics.detected(seconds_since(*at, self.clock.now()));
-                    }
-                    notices.push(Notice {
-                        kind: NoticeKind::RemediationCreated,
-                        target: Some(target.clone()),
-                        reason: vigil_api::reason::Reason::RemediationCreated,
-                        message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
-                    });
-                }
-                (Action::DeleteRemediation { target, object }, Ok(Some(_))) => {
-                    notices.push(Notice {
-                        kind: NoticeKind::RemediationDeleted,
-                        target: Some(target.clone()),
-                        reason: vigil_api::reason::Reason::RemediationRemoved,
-                        message: format!("Deleted {object} for {target}: it is healthy again or gone"),
-                    });
-                }
-                (Action::SetMachineConditions { machine, .. }, Ok(_)) if remediating => {
-                    self.metrics.remediation(&key, "Machine", "marked");
-                    if let Some(at) = job.expiries.get(&format!("{}/{}", machine.namespace, machine.name)) {
-                        self.metrics.detected(seconds_since(*at, self.clock.now()));
-                    }
-                }
-                (_, Ok(_)) => {}
-                (_, Err(e)) => {
-                    warn!(check = %key, error = %e, category = e.category(), "write failed");
-                    self.metrics.write_error(e.category());
-                    if let Action::CreateRemediation { target, object } = &action {
-                        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-                        self.metrics.remediation(&key, kind, "failed");
-                        notices.push(Notice {
-                            kind: NoticeKind::RemediationFailed,
-                            target: Some(target.clone()),
-                            reason: vigil_api::reason::Reason::RemediationFailed,
-                            message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
-                        });
-                        if e.outcome_unknown() {
-                            self.resync_after_unknown_create(object).await;
-                        }
-                    }
-                    failed.push(action.clone());
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
+        let results = self.write_actions(&job).await;
+        let Outcome { failed, notices, mut first_error } = self.account(&job, results).await;
         if !failed.is_empty() {
             job.leave_out(&failed);
         }
@@ -292,6 +230,100 @@ impl Context {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Sends the plan's actions, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.
+    async fn write_actions(
+        self: &Arc<Self>,
+        job: &crate::gather::Job,
+    ) -> Vec<(Action, Result<Option<ObjectRef>, WriteError>)> {
+        futures::stream::iter(job.plan.actions.clone())
+            .map(|action| {
+                let this = self.clone();
+                let raw = match &action {
+                    Action::SetMachineConditions { machine, .. } => {
+                        job.machines.get(&format!("{}/{}", machine.namespace, machine.name)).cloned()
+                    }
+                    _ => None,
+                };
+                let remediating = crate::confirm::remediating_target(&job.key, &action, job).is_some();
+                async move {
+                    let what = || format!("{action:?}").chars().take(200).collect::<String>();
+                    let result = bounded(&this.leadership, what, this.act(&action, raw, remediating)).await;
+                    (action, result)
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await
+    }
+
+    /// Counts what the writes did (metrics, the notices they tell) and collects the ones that
+    /// failed, to leave them out of the plan.
+    async fn account(
+        &self,
+        job: &crate::gather::Job,
+        results: Vec<(Action, Result<Option<ObjectRef>, WriteError>)>,
+    ) -> Outcome {
+        let key = &job.key;
+        let mut out = Outcome { failed: Vec::new(), notices: Vec::new(), first_error: None };
+        for (action, result) in results {
+            let remediating = crate::confirm::remediating_target(key, &action, job).is_some();
+            match (&action, result) {
+                (Action::CreateRemediation { target, object }, Ok(Some(created))) => {
+                    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+                    self.metrics.remediation(key, kind, "created");
+                    if let Some(at) = job.expiries.get(target) {
+                        self.metrics.detected(seconds_since(*at, self.clock.now()));
+                    }
+                    out.notices.push(Notice {
+                        kind: NoticeKind::RemediationCreated,
+                        target: Some(target.clone()),
+                        reason: vigil_api::reason::Reason::RemediationCreated,
+                        message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
+                    });
+                }
+                (Action::DeleteRemediation { target, object }, Ok(Some(_))) => {
+                    out.notices.push(Notice {
+                        kind: NoticeKind::RemediationDeleted,
+                        target: Some(target.clone()),
+                        reason: vigil_api::reason::Reason::RemediationRemoved,
+                        message: format!("Deleted {object} for {target}: it is healthy again or gone"),
+                    });
+                }
+                (Action::SetMachineConditions { machine, .. }, Ok(_)) if remediating => {
+                    self.metrics.remediation(key, "Machine", "marked");
+                    if let Some(at) = job.expiries.get(&format!("{}/{}", machine.namespace, machine.name)) {
+                        self.metrics.detected(seconds_since(*at, self.clock.now()));
+                    }
+                }
+                (_, Ok(_)) => {}
+                (_, Err(e)) => self.failed(key, action, e, &mut out).await,
+            }
+        }
+        out
+    }
+
+    /// Records a failed write: logged and counted, a failed create told and its object looked
+    /// for when the outcome is unknown.
+    async fn failed(&self, key: &CheckRef, action: Action, e: WriteError, out: &mut Outcome) {
+        warn!(check = %key, error = %e, category = e.category(), "write failed");
+        self.metrics.write_error(e.category());
+        if let Action::CreateRemediation { target, object } = &action {
+            let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+            self.metrics.remediation(key, kind, "failed");
+            out.notices.push(Notice {
+                kind: NoticeKind::RemediationFailed,
+                target: Some(target.clone()),
+                reason: vigil_api::reason::Reason::RemediationFailed,
+                message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
+            });
+            if e.outcome_unknown() {
+                self.resync_after_unknown_create(object).await;
+            }
+        }
+        out.failed.push(action);
+        out.first_error.get_or_insert(e);
     }
 
     /// Writes the check's status when the plan changed it (merge patch on the status subresource).
@@ -394,116 +426,142 @@ impl Context {
     ) -> Result<Option<ObjectRef>, WriteError> {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
-                let ar = self.resource(&machine.api_version, "Machine").await?;
-                let api = self.dynamic(&ar, &machine.namespace);
-                let mut current = raw.map(|r| (*r).clone()).unwrap_or(Value::Null);
-                for attempt in 0..=CONFLICT_RETRIES {
-                    let conditions = if attempt == 0 {
-                        conditions.clone()
-                    } else {
-                        // Recompute transition times on the fresh Machine: a status that did
-                        // not change keeps its time.
-                        let view = MachineView::read(&current);
-                        conditions
-                            .iter()
-                            .map(|(d, at)| {
-                                let cur =
-                                    view.as_ref().and_then(|v| vigil_api::conditions::find(&v.conditions, &d.type_));
-                                (d.clone(), if cur.is_some() { d.transition_time(cur, *at) } else { *at })
-                            })
-                            .collect()
-                    };
-                    let patch = machine_status_patch(&current, *version, &conditions);
-                    match api
-                        .patch_status(
-                            &machine.name,
-                            &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
-                            &Patch::Merge(&patch),
-                        )
-                        .await
-                    {
-                        Ok(written) => {
-                            self.metrics.writes("machine_conditions");
-                            self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
-                            return Ok(None);
-                        }
-                        // A remediating write that conflicts is decided (and confirmed) again:
-                        // the Machine changed since it was read.
-                        Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
-                            let fresh = api.get(&machine.name).await.map_err(api_error(format!("get {machine}")))?;
-                            current = serde_json::to_value(&fresh).unwrap_or(Value::Null);
-                        }
-                        Err(e) if is_code(&e, 404) => return Ok(None),
-                        Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
-                    }
-                }
-                Ok(None)
+                self.set_machine_conditions(machine, *version, conditions, raw, remediating).await.map(|()| None)
             }
-            Action::CreateRemediation { object, .. } => {
-                let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-                let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-                let ar = self.resource(api_version, kind).await?;
-                let dynamic: DynamicObject = serde_json::from_value(object.clone())
-                    .map_err(|e| WriteError::Discovery(format!("remediation object: {e}")))?;
-                match self
-                    .dynamic(&ar, namespace)
-                    .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &dynamic)
-                    .await
-                {
-                    Ok(created) => {
-                        self.metrics.writes("remediation_create");
-                        let gk = group_kind(api_version, kind);
-                        self.remember(&created, |idx, v| idx.put_object(&gk, false, Some(v), None));
-                        Ok(Some(ObjectRef {
-                            api_version: api_version.into(),
-                            kind: kind.into(),
-                            namespace: namespace.into(),
-                            name: created.metadata.name.unwrap_or_default(),
-                        }))
-                    }
-                    Err(e) if is_code(&e, 409) => Ok(None),
-                    Err(e) => Err(api_error(format!("create {kind} in {namespace}"))(e)),
-                }
-            }
-            Action::DeleteRemediation { object, .. } => {
-                let ar = self.resource(&object.api_version, &object.kind).await?;
-                match self.dynamic(&ar, &object.namespace).delete(&object.name, &DeleteParams::background()).await {
-                    Ok(_) => {
-                        self.metrics.writes("remediation_delete");
-                        let gk = group_kind(&object.api_version, &object.kind);
-                        let key = (object.namespace.clone(), object.name.clone());
-                        self.write_index().put_object(&gk, false, None, Some(key));
-                        Ok(Some(object.clone()))
-                    }
-                    Err(e) if is_code(&e, 404) => Ok(None),
-                    Err(e) => Err(api_error(format!("delete {object}"))(e)),
-                }
-            }
+            Action::CreateRemediation { object, .. } => self.create_remediation(object).await,
+            Action::DeleteRemediation { object, .. } => self.delete_remediation(object).await,
             Action::AnnotateRemediation { object, key, value } => {
-                let ar = self.resource(&object.api_version, &object.kind).await?;
-                let patch = json!({"metadata": {"annotations": {key: value}}});
-                match self
-                    .dynamic(&ar, &object.namespace)
-                    .patch(
-                        &object.name,
-                        &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                {
-                    Ok(annotated) => {
-                        self.metrics.writes("remediation_annotate");
-                        let gk = group_kind(&object.api_version, &object.kind);
-                        self.remember(&annotated, |idx, v| idx.put_object(&gk, false, Some(v), None));
-                        Ok(None)
-                    }
-                    Err(e) if is_code(&e, 404) => Ok(None),
-                    Err(e) => Err(api_error(format!("annotate {object}"))(e)),
-                }
+                self.annotate_remediation(object, key, value).await.map(|()| None)
             }
         }
     }
+
+    /// Patches a Machine's conditions; on a conflict (unless `remediating`) the patch is
+    /// recomputed on the fresh Machine and sent again.
+    async fn set_machine_conditions(
+        &self,
+        machine: &ObjectRef,
+        version: vigil_api::views::CapiVersion,
+        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+        raw: Option<Arc<Value>>,
+        remediating: bool,
+    ) -> Result<(), WriteError> {
+        let ar = self.resource(&machine.api_version, "Machine").await?;
+        let api = self.dynamic(&ar, &machine.namespace);
+        let mut current = raw.map(|r| (*r).clone()).unwrap_or(Value::Null);
+        for attempt in 0..=CONFLICT_RETRIES {
+            let conditions = if attempt == 0 { conditions.to_vec() } else { recomputed(conditions, &current) };
+            let patch = machine_status_patch(&current, version, &conditions);
+            match api
+                .patch_status(
+                    &machine.name,
+                    &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(written) => {
+                    self.metrics.writes("machine_conditions");
+                    self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
+                    return Ok(());
+                }
+                // A remediating write that conflicts is decided (and confirmed) again:
+                // the Machine changed since it was read.
+                Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
+                    let fresh = api.get(&machine.name).await.map_err(api_error(format!("get {machine}")))?;
+                    current = serde_json::to_value(&fresh).unwrap_or(Value::Null);
+                }
+                Err(e) if is_code(&e, 404) => return Ok(()),
+                Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a remediation object; `Ok(None)` when it exists already.
+    async fn create_remediation(&self, object: &Value) -> Result<Option<ObjectRef>, WriteError> {
+        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+        let ar = self.resource(api_version, kind).await?;
+        let dynamic: DynamicObject = serde_json::from_value(object.clone())
+            .map_err(|e| WriteError::Discovery(format!("remediation object: {e}")))?;
+        match self
+            .dynamic(&ar, namespace)
+            .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &dynamic)
+            .await
+        {
+            Ok(created) => {
+                self.metrics.writes("remediation_create");
+                let gk = group_kind(api_version, kind);
+                self.remember(&created, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                Ok(Some(ObjectRef {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    namespace: namespace.into(),
+                    name: created.metadata.name.unwrap_or_default(),
+                }))
+            }
+            Err(e) if is_code(&e, 409) => Ok(None),
+            Err(e) => Err(api_error(format!("create {kind} in {namespace}"))(e)),
+        }
+    }
+
+    /// Deletes a remediation object; `Ok(None)` when it is gone already.
+    async fn delete_remediation(&self, object: &ObjectRef) -> Result<Option<ObjectRef>, WriteError> {
+        let ar = self.resource(&object.api_version, &object.kind).await?;
+        match self.dynamic(&ar, &object.namespace).delete(&object.name, &DeleteParams::background()).await {
+            Ok(_) => {
+                self.metrics.writes("remediation_delete");
+                let gk = group_kind(&object.api_version, &object.kind);
+                let key = (object.namespace.clone(), object.name.clone());
+                self.write_index().put_object(&gk, false, None, Some(key));
+                Ok(Some(object.clone()))
+            }
+            Err(e) if is_code(&e, 404) => Ok(None),
+            Err(e) => Err(api_error(format!("delete {object}"))(e)),
+        }
+    }
+
+    /// Sets one annotation on a remediation object.
+    async fn annotate_remediation(&self, object: &ObjectRef, key: &str, value: &str) -> Result<(), WriteError> {
+        let ar = self.resource(&object.api_version, &object.kind).await?;
+        let patch = json!({"metadata": {"annotations": {key: value}}});
+        match self
+            .dynamic(&ar, &object.namespace)
+            .patch(
+                &object.name,
+                &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(annotated) => {
+                self.metrics.writes("remediation_annotate");
+                let gk = group_kind(&object.api_version, &object.kind);
+                self.remember(&annotated, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                Ok(())
+            }
+            Err(e) if is_code(&e, 404) => Ok(()),
+            Err(e) => Err(api_error(format!("annotate {object}"))(e)),
+        }
+    }
+}
+
+/// The desired conditions recomputed on a fresh Machine: a condition whose status did not
+/// change keeps its transition time.
+fn recomputed(
+    conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+    current: &Value,
+) -> Vec<(vigil_api::conditions::DesiredCondition, Timestamp)> {
+    let view = MachineView::read(current);
+    conditions
+        .iter()
+        .map(|(d, at)| {
+            let cur = view.as_ref().and_then(|v| vigil_api::conditions::find(&v.conditions, &d.type_));
+            (d.clone(), if cur.is_some() { d.transition_time(cur, *at) } else { *at })
+        })
+        .collect()
 }
 
 /// The Machine or Node an event is about (its `related` object). Events about different
