@@ -87,7 +87,7 @@ pub struct Job {
 }
 
 impl Job {
-    /// A job for `plan`, decided about `check` whose stored status is `current`.
+    /// A job for `key`'s `plan`, the check's stored status being `current` (`wrap` says which kind).
     fn new<S: serde::Serialize>(key: CheckRef, plan: Plan<S>, current: Option<&S>, wrap: fn(S) -> CheckStatus) -> Self {
         let current = current.and_then(|c| serde_json::to_value(c).ok());
         let plan = Plan {
@@ -139,6 +139,7 @@ impl Lookup<RemediationView> for RemediationIndex<'_> {
     }
 }
 
+/// An `apiVersion`'s group and version (`v1` has the core group, `""`).
 pub(crate) fn split_api_version(api_version: &str) -> (String, String) {
     match api_version.rsplit_once('/') {
         Some((g, v)) => (g.to_string(), v.to_string()),
@@ -212,7 +213,7 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
     if idx.clusters.contains_key(&(namespace.to_string(), policy.cluster_name.clone())) {
         needs.insert(Need::WorkloadCluster(namespace.to_string(), policy.cluster_name.clone()));
     }
-    let mut unsure = [
+    let unsure = [
         waiting(&idx.mhc_state, "MachineHealthChecks"),
         waiting(&idx.machine_state, "Cluster API Machines"),
         waiting(&idx.cluster_state, "Cluster API Clusters"),
@@ -220,7 +221,7 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
     .into_iter()
     .flatten()
     .collect::<Vec<_>>();
-    let mut sources = MhcSources { needs, template: None, remediations: RemediationIndex(None), unsure: Vec::new() };
+    let mut sources = MhcSources { needs, template: None, remediations: RemediationIndex(None), unsure };
     if let Some(t) = policy.remediation_template.as_ref() {
         sources.needs.extend(kind_needs(&t.api_version, &t.kind, t.remediation_kind()));
         let group = group_of(&t.api_version).to_string();
@@ -235,10 +236,13 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
             // A kind the API server does not serve: the template counts as missing, which the
             // engine reports on every unhealthy Machine and in the check's conditions.
             (Some(SourceState::Failed(_)), _) | (_, Some(SourceState::Failed(_))) => {}
-            _ => unsure.push(format!("waiting for the first complete list of {} and {}", t.kind, t.remediation_kind())),
+            _ => sources.unsure.push(format!(
+                "waiting for the first complete list of {} and {}",
+                t.kind,
+                t.remediation_kind()
+            )),
         }
     }
-    sources.unsure = unsure;
     sources
 }
 

@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
+use vigil_api::reason::Reason;
 use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
 use vigil_api::well_known::{CLUSTER_NAME_LABEL, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, REMEDIATE_MACHINE_ANNOTATION};
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
@@ -512,7 +513,7 @@ impl Sim<'_> {
         if self.invalid_reported.get(id) != Some(&message) {
             self.invalid_reported.insert(id.clone(), message.clone());
             let mut d = Map::new();
-            d.insert("reason".into(), json!("InvalidSpec"));
+            d.insert("reason".into(), json!(Reason::InvalidSpec.as_str()));
             d.insert("message".into(), json!(message));
             self.emit("Invalid", Some(id.to_string()), None, d);
         }
@@ -525,111 +526,116 @@ impl Sim<'_> {
             return;
         };
         match id {
-            CheckRef::Machine { namespace, .. } => {
-                let check = match serde_json::from_value::<MachineHealthCheck>(object) {
-                    Ok(c) => c,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let policy = match validate::machine_health_check(&check) {
-                    Ok(p) => p,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let cluster = self
-                    .store
-                    .get(&Key {
-                        cluster: LOCAL_CLUSTER.into(),
-                        group: CAPI_GROUP.into(),
-                        kind: "Cluster".into(),
-                        namespace: namespace.clone(),
-                        name: policy.cluster_name.clone(),
-                    })
-                    .and_then(ClusterView::read);
-                let machines = self.machines(namespace);
-                let machine_refs: Vec<&MachineView> = machines.iter().collect();
-                let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                // Only the Nodes of the check's targets: the engine looks up no other (reading
-                // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
-                let nodes: HashMap<String, Node> = machines
-                    .iter()
-                    .filter(|m| vigil_engine::target::is_target(&policy, m))
-                    .filter_map(|m| m.node_name.as_deref())
-                    .filter_map(|name| {
-                        let key = Key {
-                            cluster: node_cluster.clone(),
-                            group: String::new(),
-                            kind: "Node".into(),
-                            namespace: String::new(),
-                            name: name.to_string(),
-                        };
-                        let node = serde_json::from_value::<Node>(self.store.get(&key)?.clone()).ok()?;
-                        Some((name.to_string(), node))
-                    })
-                    .collect();
-                let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
-                let remediations = self.mhc_remediations(namespace, &policy);
-                let input = MhcInput {
-                    check: &check,
-                    policy: &policy,
-                    cluster: cluster.as_ref(),
-                    machines: &machine_refs,
-                    nodes: NodeSource::Reachable(&nodes),
-                    template: template.as_ref(),
-                    remediations: &remediations,
-                };
-                let holders = self.holders_reporting_ties();
-                let peer_checks = self.mhc_peers(namespace);
-                let peers = assemble::peers_of(&peer_checks);
-                let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
-                self.apply(id, plan);
-            }
-            CheckRef::Node { .. } => {
-                let check = match serde_json::from_value::<NodeHealthCheck>(object) {
-                    Ok(c) => c,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let policy = match validate::node_health_check(&check) {
-                    Ok(p) => p,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let nodes: Vec<Node> = self
-                    .store
-                    .list(LOCAL_CLUSTER, "", "Node", None)
-                    .filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok())
-                    .collect();
-                let node_refs: Vec<&Node> = nodes.iter().collect();
-                let templates: Vec<Option<TemplateView>> =
-                    policy.steps.iter().map(|s| self.template(&s.template)).collect();
-                let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
-                let kinds: BTreeSet<(String, String, String)> = policy
-                    .steps
-                    .iter()
-                    .map(|s| {
-                        (
-                            group_of(&s.template.api_version).to_string(),
-                            s.template.remediation_kind().to_string(),
-                            s.template.namespace.clone(),
-                        )
-                    })
-                    .collect();
-                let remediations: Vec<RemediationView> = kinds
-                    .iter()
-                    .flat_map(|(g, k, ns)| {
-                        self.store.list(LOCAL_CLUSTER, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v))
-                    })
-                    .collect();
-                let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
-                let input = NhcInput {
-                    check: &check,
-                    policy: &policy,
-                    nodes: &node_refs,
-                    templates: &template_refs,
-                    remediations: &remediation_refs,
-                };
-                let holders = self.holders_reporting_ties();
-                let plan = vigil_engine::node::decide_among(&input, &holders, self.now);
-                self.apply(id, plan);
-            }
+            CheckRef::Machine { namespace, .. } => self.reconcile_mhc(id, namespace, object),
+            CheckRef::Node { .. } => self.reconcile_nhc(id, object),
         }
+    }
+
+    /// Gathers a MachineHealthCheck's inputs from the store, decides and applies the plan.
+    fn reconcile_mhc(&mut self, id: &CheckRef, namespace: &str, object: Value) {
+        let check = match serde_json::from_value::<MachineHealthCheck>(object) {
+            Ok(c) => c,
+            Err(e) => return self.invalid(id, e.to_string()),
+        };
+        let policy = match validate::machine_health_check(&check) {
+            Ok(p) => p,
+            Err(e) => return self.invalid(id, e.to_string()),
+        };
+        let cluster = self
+            .store
+            .get(&Key {
+                cluster: LOCAL_CLUSTER.into(),
+                group: CAPI_GROUP.into(),
+                kind: "Cluster".into(),
+                namespace: namespace.to_string(),
+                name: policy.cluster_name.clone(),
+            })
+            .and_then(ClusterView::read);
+        let machines = self.machines(namespace);
+        let machine_refs: Vec<&MachineView> = machines.iter().collect();
+        let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
+        // Only the Nodes of the check's targets: the engine looks up no other (reading
+        // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
+        let nodes: HashMap<String, Node> = machines
+            .iter()
+            .filter(|m| vigil_engine::target::is_target(&policy, m))
+            .filter_map(|m| m.node_name.as_deref())
+            .filter_map(|name| {
+                let key = Key {
+                    cluster: node_cluster.clone(),
+                    group: String::new(),
+                    kind: "Node".into(),
+                    namespace: String::new(),
+                    name: name.to_string(),
+                };
+                let node = serde_json::from_value::<Node>(self.store.get(&key)?.clone()).ok()?;
+                Some((name.to_string(), node))
+            })
+            .collect();
+        let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
+        let remediations = self.mhc_remediations(namespace, &policy);
+        let input = MhcInput {
+            check: &check,
+            policy: &policy,
+            cluster: cluster.as_ref(),
+            machines: &machine_refs,
+            nodes: NodeSource::Reachable(&nodes),
+            template: template.as_ref(),
+            remediations: &remediations,
+        };
+        let holders = self.holders_reporting_ties();
+        let peer_checks = self.mhc_peers(namespace);
+        let peers = assemble::peers_of(&peer_checks);
+        let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
+        self.apply(id, plan);
+    }
+
+    /// Gathers a NodeHealthCheck's inputs from the store, decides and applies the plan.
+    fn reconcile_nhc(&mut self, id: &CheckRef, object: Value) {
+        let check = match serde_json::from_value::<NodeHealthCheck>(object) {
+            Ok(c) => c,
+            Err(e) => return self.invalid(id, e.to_string()),
+        };
+        let policy = match validate::node_health_check(&check) {
+            Ok(p) => p,
+            Err(e) => return self.invalid(id, e.to_string()),
+        };
+        let nodes: Vec<Node> = self
+            .store
+            .list(LOCAL_CLUSTER, "", "Node", None)
+            .filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok())
+            .collect();
+        let node_refs: Vec<&Node> = nodes.iter().collect();
+        let templates: Vec<Option<TemplateView>> = policy.steps.iter().map(|s| self.template(&s.template)).collect();
+        let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
+        let kinds: BTreeSet<(String, String, String)> = policy
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    group_of(&s.template.api_version).to_string(),
+                    s.template.remediation_kind().to_string(),
+                    s.template.namespace.clone(),
+                )
+            })
+            .collect();
+        let remediations: Vec<RemediationView> = kinds
+            .iter()
+            .flat_map(|(g, k, ns)| {
+                self.store.list(LOCAL_CLUSTER, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v))
+            })
+            .collect();
+        let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
+        let input = NhcInput {
+            check: &check,
+            policy: &policy,
+            nodes: &node_refs,
+            templates: &template_refs,
+            remediations: &remediation_refs,
+        };
+        let holders = self.holders_reporting_ties();
+        let plan = vigil_engine::node::decide_among(&input, &holders, self.now);
+        self.apply(id, plan);
     }
 
     /// Machines of a namespace of the management cluster.
