@@ -113,6 +113,8 @@ reasons! {
     NoOverlap = "NoOverlap",
     /// A target is held by another check.
     TargetHeldByAnotherCheck = "TargetHeldByAnotherCheck",
+    /// More than one check holds a target (a tie, reported; nothing is deleted to resolve it).
+    TargetHeldByMoreThanOneCheck = "TargetHeldByMoreThanOneCheck",
     /// No target waits for another check any more.
     NoTargetWaiting = "NoTargetWaiting",
     /// Every failure domain is within its budget.

@@ -4,7 +4,6 @@
 //! Writes of one plan run concurrently; every write is idempotent.
 
 use crate::Context;
-use crate::index::CheckKey;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -16,7 +15,18 @@ use std::sync::Arc;
 use tracing::{debug, warn};
 use vigil_api::views::MachineView;
 use vigil_engine::machine_write::machine_status_patch;
+use vigil_engine::target::CheckRef;
 use vigil_engine::{Action, Notice, NoticeKind, ObjectRef};
+
+/// What a plan's writes came to.
+struct Outcome {
+    /// Actions that failed, to leave out of the plan.
+    failed: Vec<Action>,
+    /// What the writes tell (created, deleted, failed), after the plan's own notices.
+    notices: Vec<Notice>,
+    /// The first error, which the whole apply reports.
+    first_error: Option<WriteError>,
+}
 
 /// Field manager of every write.
 pub const FIELD_MANAGER: &str = "vigil";
@@ -100,8 +110,8 @@ fn is_code(e: &kube::Error, code: u16) -> bool {
 }
 
 /// The Event reason for a notice: Cluster API's and medik8s' where they have one.
-pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
-    let machine = matches!(key, CheckKey::Machine(..));
+pub fn event_reason(key: &CheckRef, kind: NoticeKind) -> &'static str {
+    let machine = matches!(key, CheckRef::Machine { .. });
     match kind {
         NoticeKind::Unhealthy if machine => "MachineMarkedUnhealthy",
         NoticeKind::Unhealthy => "DetectedUnhealthy",
@@ -130,10 +140,10 @@ pub fn event_reason(key: &CheckKey, kind: NoticeKind) -> &'static str {
     }
 }
 
-fn check_reference(key: &CheckKey, uid: Option<&str>) -> ObjectReference {
+fn check_reference(key: &CheckRef, uid: Option<&str>) -> ObjectReference {
     let (namespace, name, kind) = match key {
-        CheckKey::Machine(ns, n) => (Some(ns.clone()), n.clone(), "MachineHealthCheck"),
-        CheckKey::Node(n) => (None, n.clone(), "NodeHealthCheck"),
+        CheckRef::Machine { namespace: ns, name: n } => (Some(ns.clone()), n.clone(), "MachineHealthCheck"),
+        CheckRef::Node { name: n } => (None, n.clone(), "NodeHealthCheck"),
     };
     ObjectReference {
         api_version: Some(vigil_api::API_VERSION.into()),
@@ -170,7 +180,7 @@ impl Context {
     fn remember(
         &self,
         written: &DynamicObject,
-        put: impl FnOnce(&mut crate::index::Index, &Value) -> std::collections::BTreeSet<CheckKey>,
+        put: impl FnOnce(&mut crate::index::Index, &Value) -> std::collections::BTreeSet<CheckRef>,
     ) {
         if let Ok(value) = serde_json::to_value(written) {
             put(&mut self.write_index(), &value);
@@ -189,94 +199,22 @@ impl Context {
     /// remediation request must not wait for the status round-trip); the status follows, and
     /// leaves out what an action that failed would have made, so it never reports a remediation
     /// object that does not exist.
-    pub async fn apply(self: &Arc<Self>, mut job: crate::reconcile::Job) -> Result<(), WriteError> {
-        let started = std::time::Instant::now();
+    pub async fn apply(self: &Arc<Self>, mut job: crate::gather::Job) -> Result<(), WriteError> {
+        let started = self.clock.instant();
         let key = job.key.clone();
-        let actions = futures::stream::iter(job.actions.clone())
-            .map(|action| {
-                let this = self.clone();
-                let raw = match &action {
-                    Action::SetMachineConditions { machine, .. } => {
-                        job.machines.get(&format!("{}/{}", machine.namespace, machine.name)).cloned()
-                    }
-                    _ => None,
-                };
-                let remediating = crate::confirm::remediating_target(&key, &action, &job).is_some();
-                async move {
-                    let what = || format!("{action:?}").chars().take(200).collect::<String>();
-                    let result = bounded(&this.leadership, what, this.act(&action, raw, remediating)).await;
-                    (action, result)
-                }
-            })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect::<Vec<(Action, Result<Option<ObjectRef>, WriteError>)>>()
-            .await;
-        let mut first_error = None;
-        let mut failed: Vec<Action> = Vec::new();
-        let mut notices: Vec<Notice> = Vec::new();
-        for (action, result) in actions {
-            let remediating = crate::confirm::remediating_target(&key, &action, &job).is_some();
-            match (&action, result) {
-                (Action::CreateRemediation { target, object }, Ok(Some(created))) => {
-                    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-                    self.metrics.remediation(&key, kind, "created");
-                    if let Some(at) = job.expiries.get(target) {
-                        self.metrics.detected(seconds_since(*at));
-                    }
-                    notices.push(Notice {
-                        kind: NoticeKind::RemediationCreated,
-                        target: Some(target.clone()),
-                        reason: vigil_api::reason::Reason::RemediationCreated,
-                        message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
-                    });
-                }
-                (Action::DeleteRemediation { target, object }, Ok(Some(_))) => {
-                    notices.push(Notice {
-                        kind: NoticeKind::RemediationDeleted,
-                        target: Some(target.clone()),
-                        reason: vigil_api::reason::Reason::RemediationRemoved,
-                        message: format!("Deleted {object} for {target}: it is healthy again or gone"),
-                    });
-                }
-                (Action::SetMachineConditions { machine, .. }, Ok(_)) if remediating => {
-                    self.metrics.remediation(&key, "Machine", "marked");
-                    if let Some(at) = job.expiries.get(&format!("{}/{}", machine.namespace, machine.name)) {
-                        self.metrics.detected(seconds_since(*at));
-                    }
-                }
-                (_, Ok(_)) => {}
-                (_, Err(e)) => {
-                    warn!(check = %key, error = %e, category = e.category(), "write failed");
-                    self.metrics.write_error(e.category());
-                    if let Action::CreateRemediation { target, object } = &action {
-                        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-                        self.metrics.remediation(&key, kind, "failed");
-                        notices.push(Notice {
-                            kind: NoticeKind::RemediationFailed,
-                            target: Some(target.clone()),
-                            reason: vigil_api::reason::Reason::RemediationFailed,
-                            message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
-                        });
-                        if e.outcome_unknown() {
-                            self.resync_after_unknown_create(object).await;
-                        }
-                    }
-                    failed.push(action.clone());
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
+        let results = self.write_actions(&job).await;
+        let Outcome { failed, notices, mut first_error } = self.account(&job, results).await;
         if !failed.is_empty() {
             job.leave_out(&failed);
         }
         // The plan's own notices (less the requests that failed) come before what the writes told.
-        let notices: Vec<Notice> = std::mem::take(&mut job.notices).into_iter().chain(notices).collect();
+        let notices: Vec<Notice> = std::mem::take(&mut job.plan.notices).into_iter().chain(notices).collect();
         if let Err(e) = bounded(&self.leadership, || format!("status of {key}"), self.write_status(&job)).await {
             warn!(check = %key, error = %e, category = e.category(), "status not written");
             self.metrics.write_error(e.category());
             first_error.get_or_insert(e);
         }
-        self.metrics.apply_seconds(started.elapsed().as_secs_f64());
+        self.metrics.apply_seconds(self.clock.instant().saturating_duration_since(started).as_secs_f64());
         // Events are published in the background, in order: the next decision (another
         // Machine's remediation) must not wait for them.
         if !notices.is_empty() {
@@ -294,15 +232,109 @@ impl Context {
         }
     }
 
+    /// Sends the plan's actions, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.
+    async fn write_actions(
+        self: &Arc<Self>,
+        job: &crate::gather::Job,
+    ) -> Vec<(Action, Result<Option<ObjectRef>, WriteError>)> {
+        futures::stream::iter(job.plan.actions.clone())
+            .map(|action| {
+                let this = self.clone();
+                let raw = match &action {
+                    Action::SetMachineConditions { machine, .. } => {
+                        job.machines.get(&format!("{}/{}", machine.namespace, machine.name)).cloned()
+                    }
+                    _ => None,
+                };
+                let remediating = crate::confirm::remediating_target(&job.key, &action, job).is_some();
+                async move {
+                    let what = || format!("{action:?}").chars().take(200).collect::<String>();
+                    let result = bounded(&this.leadership, what, this.act(&action, raw, remediating)).await;
+                    (action, result)
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await
+    }
+
+    /// Counts what the writes did (metrics, the notices they tell) and collects the ones that
+    /// failed, to leave them out of the plan.
+    async fn account(
+        &self,
+        job: &crate::gather::Job,
+        results: Vec<(Action, Result<Option<ObjectRef>, WriteError>)>,
+    ) -> Outcome {
+        let key = &job.key;
+        let mut out = Outcome { failed: Vec::new(), notices: Vec::new(), first_error: None };
+        for (action, result) in results {
+            let remediating = crate::confirm::remediating_target(key, &action, job).is_some();
+            match (&action, result) {
+                (Action::CreateRemediation { target, object }, Ok(Some(created))) => {
+                    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+                    self.metrics.remediation(key, kind, "created");
+                    if let Some(at) = job.expiries.get(target) {
+                        self.metrics.detected(seconds_since(*at, self.clock.now()));
+                    }
+                    out.notices.push(Notice {
+                        kind: NoticeKind::RemediationCreated,
+                        target: Some(target.clone()),
+                        reason: vigil_api::reason::Reason::RemediationCreated,
+                        message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
+                    });
+                }
+                (Action::DeleteRemediation { target, object }, Ok(Some(_))) => {
+                    out.notices.push(Notice {
+                        kind: NoticeKind::RemediationDeleted,
+                        target: Some(target.clone()),
+                        reason: vigil_api::reason::Reason::RemediationRemoved,
+                        message: format!("Deleted {object} for {target}: it is healthy again or gone"),
+                    });
+                }
+                (Action::SetMachineConditions { machine, .. }, Ok(_)) if remediating => {
+                    self.metrics.remediation(key, "Machine", "marked");
+                    if let Some(at) = job.expiries.get(&format!("{}/{}", machine.namespace, machine.name)) {
+                        self.metrics.detected(seconds_since(*at, self.clock.now()));
+                    }
+                }
+                (_, Ok(_)) => {}
+                (_, Err(e)) => self.failed(key, action, e, &mut out).await,
+            }
+        }
+        out
+    }
+
+    /// Records a failed write: logged and counted, a failed create told and its object looked
+    /// for when the outcome is unknown.
+    async fn failed(&self, key: &CheckRef, action: Action, e: WriteError, out: &mut Outcome) {
+        warn!(check = %key, error = %e, category = e.category(), "write failed");
+        self.metrics.write_error(e.category());
+        if let Action::CreateRemediation { target, object } = &action {
+            let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+            self.metrics.remediation(key, kind, "failed");
+            out.notices.push(Notice {
+                kind: NoticeKind::RemediationFailed,
+                target: Some(target.clone()),
+                reason: vigil_api::reason::Reason::RemediationFailed,
+                message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
+            });
+            if e.outcome_unknown() {
+                self.resync_after_unknown_create(object).await;
+            }
+        }
+        out.failed.push(action);
+        out.first_error.get_or_insert(e);
+    }
+
     /// Writes the check's status when the plan changed it (merge patch on the status subresource).
-    async fn write_status(&self, job: &crate::reconcile::Job) -> Result<(), WriteError> {
-        let Some(status) = &job.status else { return Ok(()) };
+    async fn write_status(&self, job: &crate::gather::Job) -> Result<(), WriteError> {
+        let Some(status) = job.status_patch() else { return Ok(()) };
         let patch = Patch::Merge(json!({ "status": status }));
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and
         // the answer is read as leniently as the watch reads it.
         let (api, name) = match &job.key {
-            CheckKey::Machine(ns, n) => (
+            CheckRef::Machine { namespace: ns, name: n } => (
                 Api::<DynamicObject>::namespaced_with(
                     self.client.clone(),
                     ns,
@@ -310,7 +342,7 @@ impl Context {
                 ),
                 n,
             ),
-            CheckKey::Node(n) => (
+            CheckRef::Node { name: n } => (
                 Api::<DynamicObject>::all_with(
                     self.client.clone(),
                     &ApiResource::erase::<vigil_api::NodeHealthCheck>(&()),
@@ -323,8 +355,8 @@ impl Context {
                 self.metrics.writes("status");
                 let mut idx = self.write_index();
                 match &job.key {
-                    CheckKey::Machine(..) => idx.put_mhc(Some(crate::watch::read_mhc(&written).0), None),
-                    CheckKey::Node(..) => idx.put_nhc(Some(crate::watch::read_nhc(&written).0), None),
+                    CheckRef::Machine { .. } => idx.put_mhc(Some(crate::watch::read_mhc(&written).0), None),
+                    CheckRef::Node { .. } => idx.put_nhc(Some(crate::watch::read_nhc(&written).0), None),
                 };
                 Ok(())
             }
@@ -363,7 +395,7 @@ impl Context {
     }
 
     /// Publishes one notice as an event on the check `key` (only while leading).
-    pub async fn publish(&self, key: &CheckKey, uid: Option<&str>, notice: &Notice) {
+    pub async fn publish(&self, key: &CheckRef, uid: Option<&str>, notice: &Notice) {
         if !self.leadership.is_leader() {
             return;
         }
@@ -394,125 +426,151 @@ impl Context {
     ) -> Result<Option<ObjectRef>, WriteError> {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
-                let ar = self.resource(&machine.api_version, "Machine").await?;
-                let api = self.dynamic(&ar, &machine.namespace);
-                let mut current = raw.map(|r| (*r).clone()).unwrap_or(Value::Null);
-                for attempt in 0..=CONFLICT_RETRIES {
-                    let conditions = if attempt == 0 {
-                        conditions.clone()
-                    } else {
-                        // Recompute transition times on the fresh Machine: a status that did
-                        // not change keeps its time.
-                        let view = MachineView::read(&current);
-                        conditions
-                            .iter()
-                            .map(|(d, at)| {
-                                let cur =
-                                    view.as_ref().and_then(|v| vigil_api::conditions::find(&v.conditions, &d.type_));
-                                (d.clone(), if cur.is_some() { d.transition_time(cur, *at) } else { *at })
-                            })
-                            .collect()
-                    };
-                    let patch = machine_status_patch(&current, *version, &conditions);
-                    match api
-                        .patch_status(
-                            &machine.name,
-                            &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
-                            &Patch::Merge(&patch),
-                        )
-                        .await
-                    {
-                        Ok(written) => {
-                            self.metrics.writes("machine_conditions");
-                            self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
-                            return Ok(None);
-                        }
-                        // A remediating write that conflicts is decided (and confirmed) again:
-                        // the Machine changed since it was read.
-                        Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
-                            let fresh = api.get(&machine.name).await.map_err(api_error(format!("get {machine}")))?;
-                            current = serde_json::to_value(&fresh).unwrap_or(Value::Null);
-                        }
-                        Err(e) if is_code(&e, 404) => return Ok(None),
-                        Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
-                    }
-                }
-                Ok(None)
+                self.set_machine_conditions(machine, *version, conditions, raw, remediating).await.map(|()| None)
             }
-            Action::CreateRemediation { object, .. } => {
-                let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-                let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-                let ar = self.resource(api_version, kind).await?;
-                let dynamic: DynamicObject = serde_json::from_value(object.clone())
-                    .map_err(|e| WriteError::Discovery(format!("remediation object: {e}")))?;
-                match self
-                    .dynamic(&ar, namespace)
-                    .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &dynamic)
-                    .await
-                {
-                    Ok(created) => {
-                        self.metrics.writes("remediation_create");
-                        let gk = group_kind(api_version, kind);
-                        self.remember(&created, |idx, v| idx.put_object(&gk, false, Some(v), None));
-                        Ok(Some(ObjectRef {
-                            api_version: api_version.into(),
-                            kind: kind.into(),
-                            namespace: namespace.into(),
-                            name: created.metadata.name.unwrap_or_default(),
-                        }))
-                    }
-                    Err(e) if is_code(&e, 409) => Ok(None),
-                    Err(e) => Err(api_error(format!("create {kind} in {namespace}"))(e)),
-                }
-            }
-            Action::DeleteRemediation { object, .. } => {
-                let ar = self.resource(&object.api_version, &object.kind).await?;
-                match self.dynamic(&ar, &object.namespace).delete(&object.name, &DeleteParams::background()).await {
-                    Ok(_) => {
-                        self.metrics.writes("remediation_delete");
-                        let gk = group_kind(&object.api_version, &object.kind);
-                        let key = (object.namespace.clone(), object.name.clone());
-                        self.write_index().put_object(&gk, false, None, Some(key));
-                        Ok(Some(object.clone()))
-                    }
-                    Err(e) if is_code(&e, 404) => Ok(None),
-                    Err(e) => Err(api_error(format!("delete {object}"))(e)),
-                }
-            }
+            Action::CreateRemediation { object, .. } => self.create_remediation(object).await,
+            Action::DeleteRemediation { object, .. } => self.delete_remediation(object).await,
             Action::AnnotateRemediation { object, key, value } => {
-                let ar = self.resource(&object.api_version, &object.kind).await?;
-                let patch = json!({"metadata": {"annotations": {key: value}}});
-                match self
-                    .dynamic(&ar, &object.namespace)
-                    .patch(
-                        &object.name,
-                        &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                {
-                    Ok(annotated) => {
-                        self.metrics.writes("remediation_annotate");
-                        let gk = group_kind(&object.api_version, &object.kind);
-                        self.remember(&annotated, |idx, v| idx.put_object(&gk, false, Some(v), None));
-                        Ok(None)
-                    }
-                    Err(e) if is_code(&e, 404) => Ok(None),
-                    Err(e) => Err(api_error(format!("annotate {object}"))(e)),
-                }
+                self.annotate_remediation(object, key, value).await.map(|()| None)
             }
         }
     }
+
+    /// Patches a Machine's conditions; on a conflict (unless `remediating`) the patch is
+    /// recomputed on the fresh Machine and sent again.
+    async fn set_machine_conditions(
+        &self,
+        machine: &ObjectRef,
+        version: vigil_api::views::CapiVersion,
+        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+        raw: Option<Arc<Value>>,
+        remediating: bool,
+    ) -> Result<(), WriteError> {
+        let ar = self.resource(&machine.api_version, "Machine").await?;
+        let api = self.dynamic(&ar, &machine.namespace);
+        let mut current = raw.map(|r| (*r).clone()).unwrap_or(Value::Null);
+        for attempt in 0..=CONFLICT_RETRIES {
+            let conditions = if attempt == 0 { conditions.to_vec() } else { recomputed(conditions, &current) };
+            let patch = machine_status_patch(&current, version, &conditions);
+            match api
+                .patch_status(
+                    &machine.name,
+                    &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(written) => {
+                    self.metrics.writes("machine_conditions");
+                    self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
+                    return Ok(());
+                }
+                // A remediating write that conflicts is decided (and confirmed) again:
+                // the Machine changed since it was read.
+                Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
+                    let fresh = api.get(&machine.name).await.map_err(api_error(format!("get {machine}")))?;
+                    current = serde_json::to_value(&fresh).unwrap_or(Value::Null);
+                }
+                Err(e) if is_code(&e, 404) => return Ok(()),
+                Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a remediation object; `Ok(None)` when it exists already.
+    async fn create_remediation(&self, object: &Value) -> Result<Option<ObjectRef>, WriteError> {
+        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+        let ar = self.resource(api_version, kind).await?;
+        let dynamic: DynamicObject = serde_json::from_value(object.clone())
+            .map_err(|e| WriteError::Discovery(format!("remediation object: {e}")))?;
+        match self
+            .dynamic(&ar, namespace)
+            .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &dynamic)
+            .await
+        {
+            Ok(created) => {
+                self.metrics.writes("remediation_create");
+                let gk = group_kind(api_version, kind);
+                self.remember(&created, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                Ok(Some(ObjectRef {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    namespace: namespace.into(),
+                    name: created.metadata.name.unwrap_or_default(),
+                }))
+            }
+            Err(e) if is_code(&e, 409) => Ok(None),
+            Err(e) => Err(api_error(format!("create {kind} in {namespace}"))(e)),
+        }
+    }
+
+    /// Deletes a remediation object; `Ok(None)` when it is gone already.
+    async fn delete_remediation(&self, object: &ObjectRef) -> Result<Option<ObjectRef>, WriteError> {
+        let ar = self.resource(&object.api_version, &object.kind).await?;
+        match self.dynamic(&ar, &object.namespace).delete(&object.name, &DeleteParams::background()).await {
+            Ok(_) => {
+                self.metrics.writes("remediation_delete");
+                let gk = group_kind(&object.api_version, &object.kind);
+                let key = (object.namespace.clone(), object.name.clone());
+                self.write_index().put_object(&gk, false, None, Some(key));
+                Ok(Some(object.clone()))
+            }
+            Err(e) if is_code(&e, 404) => Ok(None),
+            Err(e) => Err(api_error(format!("delete {object}"))(e)),
+        }
+    }
+
+    /// Sets one annotation on a remediation object.
+    async fn annotate_remediation(&self, object: &ObjectRef, key: &str, value: &str) -> Result<(), WriteError> {
+        let ar = self.resource(&object.api_version, &object.kind).await?;
+        let patch = json!({"metadata": {"annotations": {key: value}}});
+        match self
+            .dynamic(&ar, &object.namespace)
+            .patch(
+                &object.name,
+                &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(annotated) => {
+                self.metrics.writes("remediation_annotate");
+                let gk = group_kind(&object.api_version, &object.kind);
+                self.remember(&annotated, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                Ok(())
+            }
+            Err(e) if is_code(&e, 404) => Ok(()),
+            Err(e) => Err(api_error(format!("annotate {object}"))(e)),
+        }
+    }
+}
+
+/// The desired conditions recomputed on a fresh Machine: a condition whose status did not
+/// change keeps its transition time.
+fn recomputed(
+    conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+    current: &Value,
+) -> Vec<(vigil_api::conditions::DesiredCondition, Timestamp)> {
+    let view = MachineView::read(current);
+    conditions
+        .iter()
+        .map(|(d, at)| {
+            let cur = view.as_ref().and_then(|v| vigil_api::conditions::find(&v.conditions, &d.type_));
+            (d.clone(), if cur.is_some() { d.transition_time(cur, *at) } else { *at })
+        })
+        .collect()
 }
 
 /// The Machine or Node an event is about (its `related` object). Events about different
 /// targets of one check must not share a key: the event recorder folds events with the same
 /// key into one series and keeps only the first note.
-fn related(key: &CheckKey, target: Option<&str>) -> Option<ObjectReference> {
+fn related(key: &CheckRef, target: Option<&str>) -> Option<ObjectReference> {
     let target = target?;
     Some(match key {
-        CheckKey::Machine(check_ns, _) => {
+        CheckRef::Machine { namespace: check_ns, .. } => {
             let (namespace, name) = target.split_once('/').unwrap_or((check_ns, target));
             ObjectReference {
                 kind: Some("Machine".into()),
@@ -521,7 +579,7 @@ fn related(key: &CheckKey, target: Option<&str>) -> Option<ObjectReference> {
                 ..Default::default()
             }
         }
-        CheckKey::Node(_) => ObjectReference {
+        CheckRef::Node { .. } => ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Node".into()),
             name: Some(target.into()),
@@ -536,9 +594,9 @@ fn group_kind(api_version: &str, kind: &str) -> crate::index::GroupKind {
     (group.to_string(), kind.to_string())
 }
 
-/// Seconds between `deadline` and now, for the detection-delay metric.
-pub fn seconds_since(deadline: Timestamp) -> f64 {
-    Timestamp::now().duration_since(deadline).as_secs_f64()
+/// Seconds from `deadline` to `now`, for the detection-delay metric.
+pub fn seconds_since(deadline: Timestamp, now: Timestamp) -> f64 {
+    now.duration_since(deadline).as_secs_f64()
 }
 
 #[cfg(test)]
@@ -547,13 +605,13 @@ mod tests {
 
     #[test]
     fn events_name_the_target_they_are_about() {
-        let mhc = CheckKey::Machine("ns".into(), "workers".into());
+        let mhc = CheckRef::Machine { namespace: "ns".into(), name: "workers".into() };
         let r = related(&mhc, Some("ns/m1")).expect("related");
         assert_eq!(
             (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
             (Some("Machine"), Some("ns"), Some("m1"))
         );
-        let r = related(&CheckKey::Node("w".into()), Some("n1")).expect("related");
+        let r = related(&CheckRef::Node { name: "w".into() }, Some("n1")).expect("related");
         assert_eq!((r.kind.as_deref(), r.name.as_deref(), r.namespace), (Some("Node"), Some("n1"), None));
         assert!(related(&mhc, None).is_none(), "a check-wide notice is about the check alone");
     }

@@ -19,11 +19,10 @@
 //! controllers write what they decided from their caches (see docs/DECISIONS.md).
 
 use crate::Context;
-use crate::index::{CheckKey, MANAGEMENT, machine_cluster};
-use crate::reconcile::{self, Job};
+use crate::gather::{self, Job};
+use crate::index::machine_cluster;
 use crate::wire::WireNode;
 use futures::StreamExt as _;
-use jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -34,7 +33,7 @@ use vigil_api::conditions::ConditionStatus;
 use vigil_api::views::MachineView;
 use vigil_api::well_known::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use vigil_engine::Action;
-use vigil_engine::holders;
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// How long the confirming reads of one plan may take together.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,7 +50,7 @@ pub enum Target {
 }
 
 impl Target {
-    /// The key under which the target is claimed: the engine's [`holders::Target`], so that a
+    /// The key under which the target is claimed: the engine's [`vigil_engine::target::Target`], so that a
     /// MachineHealthCheck and a NodeHealthCheck on one self-hosted Node claim the same key.
     pub fn claim_key(&self, idx: &crate::index::Index) -> String {
         self.claim_target(idx).to_string()
@@ -59,33 +58,33 @@ impl Target {
 
     /// The engine's target this stands for in the indexes as they are now (a Machine's Node may
     /// change with a fresh read).
-    pub fn claim_target(&self, idx: &crate::index::Index) -> holders::Target {
+    pub fn claim_target(&self, idx: &crate::index::Index) -> vigil_engine::target::Target {
         match self {
-            Target::Node(n) => holders::Target::local_node(n),
+            Target::Node(n) => vigil_engine::target::Target::local_node(n),
             Target::Machine(ns, n, _) => {
                 let Some(entry) = idx.machines.get(ns).and_then(|m| m.get(n)) else {
-                    return holders::Target::Machine { namespace: ns.clone(), name: n.clone() };
+                    return vigil_engine::target::Target::Machine { namespace: ns.clone(), name: n.clone() };
                 };
                 let workload = machine_cluster(&entry.view);
                 let node_cluster =
-                    if idx.self_hosted.contains(&workload) { holders::LOCAL_CLUSTER.to_string() } else { workload };
-                holders::Target::of_machine(&node_cluster, &entry.view)
+                    if idx.self_hosted.contains(&workload) { LOCAL_CLUSTER.to_string() } else { workload };
+                vigil_engine::target::Target::of_machine(&node_cluster, &entry.view)
             }
         }
     }
 }
 
 /// Whether an action remediates (asks for a target to be repaired), and its target if so.
-pub fn remediating_target(key: &CheckKey, action: &Action, job: &Job) -> Option<Target> {
+pub fn remediating_target(key: &CheckRef, action: &Action, job: &Job) -> Option<Target> {
     match (key, action) {
-        (CheckKey::Machine(..), Action::SetMachineConditions { machine, conditions, .. }) => {
+        (CheckRef::Machine { .. }, Action::SetMachineConditions { machine, conditions, .. }) => {
             let remediates = conditions.iter().any(|(c, _)| {
                 c.status == ConditionStatus::False && (c.type_ == HEALTH_CHECK_SUCCEEDED || c.type_ == OWNER_REMEDIATED)
             });
             remediates
                 .then(|| Target::Machine(machine.namespace.clone(), machine.name.clone(), machine.api_version.clone()))
         }
-        (CheckKey::Machine(ns, _), Action::CreateRemediation { target, .. }) => {
+        (CheckRef::Machine { namespace: ns, .. }, Action::CreateRemediation { target, .. }) => {
             let (namespace, name) = target.split_once('/').unwrap_or((ns.as_str(), target.as_str()));
             let api_version = job
                 .machines
@@ -94,7 +93,7 @@ pub fn remediating_target(key: &CheckKey, action: &Action, job: &Job) -> Option<
                 .unwrap_or_default();
             Some(Target::Machine(namespace.to_string(), name.to_string(), api_version))
         }
-        (CheckKey::Node(_), Action::CreateRemediation { target, .. }) => Some(Target::Node(target.clone())),
+        (CheckRef::Node { .. }, Action::CreateRemediation { target, .. }) => Some(Target::Node(target.clone())),
         _ => None,
     }
 }
@@ -108,7 +107,7 @@ pub enum Confirmed {
 }
 
 fn targets_of(job: &Job) -> BTreeSet<Target> {
-    job.actions.iter().filter_map(|a| remediating_target(&job.key, a, job)).collect()
+    job.plan.actions.iter().filter_map(|a| remediating_target(&job.key, a, job)).collect()
 }
 
 /// Confirms `job`'s remediating actions (see the module documentation). Actions whose target
@@ -119,20 +118,20 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         return Confirmed::Go(Box::new(job), BTreeSet::new());
     }
     let key = job.key.clone();
-    let keyed: Vec<(Target, holders::Target)> = {
+    let keyed: Vec<(Target, vigil_engine::target::Target)> = {
         let idx = ctx.read_index();
         targets.iter().map(|t| (t.clone(), t.claim_target(&idx))).collect()
     };
     let keys: BTreeSet<String> = keyed.iter().map(|(_, k)| k.to_string()).collect();
     let held_elsewhere = ctx.claim(&key, &keys);
     let claimed: BTreeSet<String> = keys.difference(&held_elsewhere).cloned().collect();
-    let to_read: Vec<&(Target, holders::Target)> =
+    let to_read: Vec<&(Target, vigil_engine::target::Target)> =
         keyed.iter().filter(|(_, k)| claimed.contains(&k.to_string())).collect();
     let confirmed = read_all(ctx, &key, &to_read).await;
     let fresh = {
         let idx = ctx.read_index();
         let about = about(&idx, &keyed, &confirmed);
-        reconcile::job_with_fresh_holders(&idx, &key, Timestamp::now(), &about)
+        gather::job_with_fresh_holders(&idx, &key, ctx.clock.now(), &about)
     };
     let Some(mut fresh) = fresh else {
         ctx.release(&key, &claimed);
@@ -157,14 +156,14 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
 /// cached claims), and says to decide the check again if any was.
 pub fn keep_confirmed(job: &mut Job, confirmed: &BTreeSet<Target>) {
     let mut left_out: Vec<Action> = Vec::new();
-    let mut kept = Vec::with_capacity(job.actions.len());
-    for action in std::mem::take(&mut job.actions) {
+    let mut kept = Vec::with_capacity(job.plan.actions.len());
+    for action in std::mem::take(&mut job.plan.actions) {
         match remediating_target(&job.key, &action, job) {
             Some(t) if !confirmed.contains(&t) => left_out.push(action),
             _ => kept.push(action),
         }
     }
-    job.actions = kept;
+    job.plan.actions = kept;
     if !left_out.is_empty() {
         job.again = true;
         job.leave_out(&left_out);
@@ -173,7 +172,11 @@ pub fn keep_confirmed(job: &mut Job, confirmed: &BTreeSet<Target>) {
 
 /// Reads the targets again, [`CONFIRM_READS`] at a time, all within [`CONFIRM_TIMEOUT`] of the
 /// first; returns those read.
-async fn read_all(ctx: &Arc<Context>, key: &CheckKey, targets: &[&(Target, holders::Target)]) -> BTreeSet<Target> {
+async fn read_all(
+    ctx: &Arc<Context>,
+    key: &CheckRef,
+    targets: &[&(Target, vigil_engine::target::Target)],
+) -> BTreeSet<Target> {
     let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
     // Collected first: a stream over a borrowing iterator is not `Send` for the worker task.
     let reads: Vec<_> = targets.iter().map(|(t, k)| async move {
@@ -196,9 +199,9 @@ async fn read_all(ctx: &Arc<Context>, key: &CheckKey, targets: &[&(Target, holde
 /// claimed before the reads and as they stand after (a Machine's Node may have changed).
 fn about(
     idx: &crate::index::Index,
-    keyed: &[(Target, holders::Target)],
+    keyed: &[(Target, vigil_engine::target::Target)],
     confirmed: &BTreeSet<Target>,
-) -> BTreeSet<holders::Target> {
+) -> BTreeSet<vigil_engine::target::Target> {
     keyed
         .iter()
         .filter(|(t, _)| confirmed.contains(t))
@@ -209,7 +212,7 @@ fn about(
 /// Reads a target again from the API server and puts what was read into the indexes.
 async fn refresh(ctx: &Arc<Context>, target: &Target) -> Result<(), String> {
     match target {
-        Target::Node(name) => refresh_node(ctx, MANAGEMENT, ctx.client.clone(), name).await,
+        Target::Node(name) => refresh_node(ctx, LOCAL_CLUSTER, ctx.client.clone(), name).await,
         Target::Machine(namespace, name, api_version) => {
             let api_version = if api_version.is_empty() { "cluster.x-k8s.io/v1beta2" } else { api_version };
             let ar = ctx.resource(api_version, "Machine").await.map_err(|e| e.to_string())?;
@@ -238,10 +241,10 @@ async fn refresh_node(ctx: &Arc<Context>, cluster: &str, client: kube::Client, n
     match node {
         Some(n) => {
             let (slim, _) = crate::wire::slim(&n);
-            idx.put_node(cluster, Some(slim), None, jiff::Timestamp::now());
+            idx.put_node(cluster, Some(slim), None, ctx.clock.now());
         }
         None => {
-            idx.put_node(cluster, None, Some(name.to_string()), jiff::Timestamp::now());
+            idx.put_node(cluster, None, Some(name.to_string()), ctx.clock.now());
         }
     }
     Ok(())

@@ -13,29 +13,10 @@ use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, Template
 use vigil_api::well_known::CLUSTER_NAME_LABEL;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::concerns;
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
-/// Names a health check.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum CheckKey {
-    /// A MachineHealthCheck by namespace and name.
-    Machine(String, String),
-    /// A NodeHealthCheck by name.
-    Node(String),
-}
-
-impl std::fmt::Display for CheckKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CheckKey::Machine(ns, n) => write!(f, "MachineHealthCheck/{ns}/{n}"),
-            CheckKey::Node(n) => write!(f, "NodeHealthCheck/{n}"),
-        }
-    }
-}
-
-/// Where Nodes come from: [`MANAGEMENT`] or a workload cluster's `namespace/clusterName`.
+/// Where Nodes come from: [`LOCAL_CLUSTER`] or a workload cluster's `namespace/clusterName`.
 pub type ClusterKey = String;
-/// The cluster Vigil runs in.
-pub const MANAGEMENT: &str = "";
 
 /// Whether a watched source can be trusted right now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -125,7 +106,7 @@ pub struct Index {
     /// State of the Cluster watch.
     pub cluster_state: SourceState,
     /// Each check's claims on targets as of its last decision (who remediates what).
-    pub claims: HashMap<CheckKey, Vec<vigil_engine::holders::Claim>>,
+    pub claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
     /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
     pub self_hosted: BTreeSet<String>,
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
@@ -273,7 +254,7 @@ impl Index {
     /// name: those `vigil_engine::node::needs_node` keeps, those `named` (by remediation
     /// objects or the check's status); every Node when the check's spec is invalid.
     pub fn nhc_decision_nodes<'a>(&'a self, check: &str, named: impl IntoIterator<Item = &'a str>) -> Vec<&'a Node> {
-        let Some(cache) = self.nodes.get(MANAGEMENT) else { return Vec::new() };
+        let Some(cache) = self.nodes.get(LOCAL_CLUSTER) else { return Vec::new() };
         let Some(names) = self.nhc_nodes.get(check).filter(|e| e.policy.is_some()).map(|e| &e.names) else {
             let mut all: Vec<&Node> = cache.nodes.values().map(|n| n.as_ref()).collect();
             all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -295,7 +276,7 @@ impl Index {
     /// Works out again which Nodes each NodeHealthCheck needs (after a complete list of the
     /// management cluster's Nodes replaced the cache).
     pub fn renew_nhc_nodes(&mut self) {
-        let cache = self.nodes.get(MANAGEMENT);
+        let cache = self.nodes.get(LOCAL_CLUSTER);
         for entry in self.nhc_nodes.values_mut() {
             let policy = entry.policy.take();
             *entry = NhcNodes::of(policy, cache);
@@ -303,40 +284,40 @@ impl Index {
     }
 
     /// Every check.
-    pub fn all_checks(&self) -> Vec<CheckKey> {
-        let m = self.mhcs.keys().map(|(ns, n)| CheckKey::Machine(ns.clone(), n.clone()));
-        let n = self.nhcs.keys().map(|n| CheckKey::Node(n.clone()));
+    pub fn all_checks(&self) -> Vec<CheckRef> {
+        let m = self.mhcs.keys().map(|(ns, n)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() });
+        let n = self.nhcs.keys().map(|n| CheckRef::Node { name: n.clone() });
         m.chain(n).collect()
     }
 
     /// Every MachineHealthCheck.
-    pub fn all_mhcs(&self) -> Vec<CheckKey> {
-        self.mhcs.keys().map(|(ns, n)| CheckKey::Machine(ns.clone(), n.clone())).collect()
+    pub fn all_mhcs(&self) -> Vec<CheckRef> {
+        self.mhcs.keys().map(|(ns, n)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() }).collect()
     }
 
     /// Checks waiting for another check to let go of a target: any remediation object or
     /// Machine change may be that, so they look again on each.
-    pub fn waiting_checks(&self) -> impl Iterator<Item = CheckKey> + '_ {
+    pub fn waiting_checks(&self) -> impl Iterator<Item = CheckRef> + '_ {
         let m = self
             .mhcs
             .iter()
             .filter(|(_, c)| c.status.as_ref().is_some_and(|s| vigil_engine::holders::is_waiting(&s.conditions)))
-            .map(|((ns, n), _)| CheckKey::Machine(ns.clone(), n.clone()));
+            .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() });
         let n = self
             .nhcs
             .iter()
             .filter(|(_, c)| c.status.as_ref().is_some_and(|s| vigil_engine::holders::is_waiting(&s.conditions)))
-            .map(|(n, _)| CheckKey::Node(n.clone()));
+            .map(|(n, _)| CheckRef::Node { name: n.clone() });
         m.chain(n)
     }
 
     /// Every NodeHealthCheck.
-    pub fn all_nhcs(&self) -> Vec<CheckKey> {
-        self.nhcs.keys().map(|n| CheckKey::Node(n.clone())).collect()
+    pub fn all_nhcs(&self) -> Vec<CheckRef> {
+        self.nhcs.keys().map(|n| CheckRef::Node { name: n.clone() }).collect()
     }
 
     /// Stores (or removes) a Machine; returns the checks it concerns, before or after.
-    pub fn put_machine(&mut self, raw: Option<&Value>, removed: Option<(String, String)>) -> BTreeSet<CheckKey> {
+    pub fn put_machine(&mut self, raw: Option<&Value>, removed: Option<(String, String)>) -> BTreeSet<CheckRef> {
         self.put_machine_entry(raw.and_then(machine_entry), removed)
     }
 
@@ -345,7 +326,7 @@ impl Index {
         &mut self,
         new: Option<MachineEntry>,
         removed: Option<(String, String)>,
-    ) -> BTreeSet<CheckKey> {
+    ) -> BTreeSet<CheckRef> {
         let key = match (&new, removed) {
             (Some(e), _) => (e.view.meta.namespace.clone(), e.view.meta.name.clone()),
             (None, Some(k)) => k,
@@ -377,24 +358,24 @@ impl Index {
         {
             self.machines_by_node.entry((machine_cluster(&new.view), node.clone())).or_default().insert(key.clone());
         }
-        let mut out: BTreeSet<CheckKey> = self.waiting_checks().collect();
+        let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
         for view in old.iter().map(|e| &e.view).chain(new.iter().map(|e| &e.view)) {
             out.extend(self.mhcs_concerned_by_machine(view));
         }
         out
     }
 
-    fn mhcs_concerned_by_machine(&self, view: &MachineView) -> Vec<CheckKey> {
+    fn mhcs_concerned_by_machine(&self, view: &MachineView) -> Vec<CheckRef> {
         self.mhcs
             .range((view.meta.namespace.clone(), String::new())..)
             .take_while(|((ns, _), _)| *ns == view.meta.namespace)
             .filter(|(_, check)| parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_machine(check, &p, view)))
-            .map(|((ns, n), _)| CheckKey::Machine(ns.clone(), n.clone()))
+            .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
     }
 
     /// Stores (or removes) a Cluster; returns the checks it concerns.
-    pub fn put_cluster(&mut self, raw: Option<&Value>, removed: Option<(String, String)>) -> BTreeSet<CheckKey> {
+    pub fn put_cluster(&mut self, raw: Option<&Value>, removed: Option<(String, String)>) -> BTreeSet<CheckRef> {
         let view = raw.and_then(ClusterView::read);
         let key = match (&view, removed) {
             (Some(v), _) => (v.meta.namespace.clone(), v.meta.name.clone()),
@@ -409,7 +390,7 @@ impl Index {
         self.mhcs
             .iter()
             .filter(|(_, check)| parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_cluster(check, &p, &meta)))
-            .map(|((ns, n), _)| CheckKey::Machine(ns.clone(), n.clone()))
+            .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
     }
 
@@ -422,7 +403,7 @@ impl Index {
         slim: Option<Node>,
         removed: Option<String>,
         now: jiff::Timestamp,
-    ) -> BTreeSet<CheckKey> {
+    ) -> BTreeSet<CheckRef> {
         let Some(name) = slim.as_ref().and_then(|n| n.metadata.name.clone()).or(removed) else {
             return BTreeSet::new();
         };
@@ -444,7 +425,7 @@ impl Index {
                 None
             }
         };
-        if cluster == MANAGEMENT {
+        if cluster == LOCAL_CLUSTER {
             for entry in self.nhc_nodes.values_mut() {
                 entry.place(&name, stored.as_deref());
             }
@@ -465,7 +446,7 @@ impl Index {
     }
 
     /// The checks that look at Node `name` of `cluster`.
-    pub fn checks_for_node(&self, cluster: &str, name: &str) -> BTreeSet<CheckKey> {
+    pub fn checks_for_node(&self, cluster: &str, name: &str) -> BTreeSet<CheckRef> {
         let mut out = BTreeSet::new();
         if let Some(machines) = self.machines_by_node.get(&(cluster.to_string(), name.to_string())) {
             for (ns, m) in machines {
@@ -474,8 +455,8 @@ impl Index {
                 }
             }
         }
-        if cluster == MANAGEMENT {
-            let node = self.nodes.get(MANAGEMENT).and_then(|c| c.nodes.get(name));
+        if cluster == LOCAL_CLUSTER {
+            let node = self.nodes.get(LOCAL_CLUSTER).and_then(|c| c.nodes.get(name));
             for (n, check) in &self.nhcs {
                 let hit = match (self.nhc_nodes.get(n).and_then(|e| e.policy.as_ref()), node) {
                     (Some(p), Some(node)) => concerns::nhc_concerns_node(check, p, node),
@@ -486,7 +467,7 @@ impl Index {
                     (None, _) => true,
                 };
                 if hit {
-                    out.insert(CheckKey::Node(n.clone()));
+                    out.insert(CheckRef::Node { name: n.clone() });
                 }
             }
         }
@@ -500,7 +481,7 @@ impl Index {
         is_template: bool,
         raw: Option<&Value>,
         removed: Option<(String, String)>,
-    ) -> BTreeSet<CheckKey> {
+    ) -> BTreeSet<CheckRef> {
         let cache = self.objects.entry(gk.clone()).or_default();
         let meta = match raw {
             Some(v) => {
@@ -533,21 +514,21 @@ impl Index {
     }
 
     /// The checks a template or remediation object concerns.
-    pub fn checks_for_object(&self, meta: &Meta) -> BTreeSet<CheckKey> {
-        let mut out: BTreeSet<CheckKey> = self.waiting_checks().collect();
+    pub fn checks_for_object(&self, meta: &Meta) -> BTreeSet<CheckRef> {
+        let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
         for ((ns, n), check) in &self.mhcs {
             if parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_remediation_object(check, &p, meta)) {
-                out.insert(CheckKey::Machine(ns.clone(), n.clone()));
+                out.insert(CheckRef::Machine { namespace: ns.clone(), name: n.clone() });
             }
         }
         let node = self
             .nodes
-            .get(MANAGEMENT)
-            .and_then(|c| c.nodes.get(concerns::remediation_node_name(meta)))
+            .get(LOCAL_CLUSTER)
+            .and_then(|c| c.nodes.get(vigil_engine::target::remediation_node_name(meta)))
             .map(|n| n.as_ref());
         for (n, check) in &self.nhcs {
             if parsed_nhc(check).is_none_or(|p| concerns::nhc_concerns_remediation_object(check, &p, meta, node)) {
-                out.insert(CheckKey::Node(n.clone()));
+                out.insert(CheckRef::Node { name: n.clone() });
             }
         }
         out
@@ -558,7 +539,7 @@ impl Index {
         &mut self,
         check: Option<MachineHealthCheck>,
         removed: Option<(String, String)>,
-    ) -> BTreeSet<CheckKey> {
+    ) -> BTreeSet<CheckRef> {
         let key = match (&check, removed) {
             (Some(c), _) => {
                 (c.metadata.namespace.clone().unwrap_or_default(), c.metadata.name.clone().unwrap_or_default())
@@ -583,18 +564,18 @@ impl Index {
         }
         // Another check of the namespace may now own (or no longer own) Machines' conditions
         // (vigil_engine::peers): every check of the namespace decides again.
-        let mut out: BTreeSet<CheckKey> = self
+        let mut out: BTreeSet<CheckRef> = self
             .mhcs
             .range((key.0.clone(), String::new())..)
             .take_while(|((ns, _), _)| *ns == key.0)
-            .map(|((ns, n), _)| CheckKey::Machine(ns.clone(), n.clone()))
+            .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect();
-        out.insert(CheckKey::Machine(key.0, key.1));
+        out.insert(CheckRef::Machine { namespace: key.0, name: key.1 });
         out
     }
 
     /// Stores (or removes) a NodeHealthCheck; a change of anything but its status concerns it.
-    pub fn put_nhc(&mut self, check: Option<NodeHealthCheck>, removed: Option<String>) -> BTreeSet<CheckKey> {
+    pub fn put_nhc(&mut self, check: Option<NodeHealthCheck>, removed: Option<String>) -> BTreeSet<CheckRef> {
         let key = match (&check, removed) {
             (Some(c), _) => c.metadata.name.clone().unwrap_or_default(),
             (None, Some(k)) => k,
@@ -610,7 +591,7 @@ impl Index {
         match check {
             Some(c) => {
                 if changed || !self.nhc_nodes.contains_key(&key) {
-                    let entry = NhcNodes::of(parsed_nhc(&c), self.nodes.get(MANAGEMENT));
+                    let entry = NhcNodes::of(parsed_nhc(&c), self.nodes.get(LOCAL_CLUSTER));
                     self.nhc_nodes.insert(key.clone(), entry);
                 }
                 self.nhcs.insert(key.clone(), Arc::new(c))
@@ -621,7 +602,7 @@ impl Index {
             }
         };
         self.guarded_ages = None;
-        if changed { BTreeSet::from([CheckKey::Node(key)]) } else { BTreeSet::new() }
+        if changed { BTreeSet::from([CheckRef::Node { name: key }]) } else { BTreeSet::new() }
     }
 }
 
@@ -686,7 +667,7 @@ mod tests {
             node("cp", json!({"node-role.kubernetes.io/control-plane": ""})),
         ];
         for n in &nodes {
-            idx.put_node(MANAGEMENT, Some(n.clone()), None, now);
+            idx.put_node(LOCAL_CLUSTER, Some(n.clone()), None, now);
         }
         let check: NodeHealthCheck = serde_json::from_value(json!({
             "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
@@ -699,12 +680,12 @@ mod tests {
         assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["cp", "w1", "w2"]);
         assert_eq!(names(&idx.nhc_decision_nodes("workers", ["db", "gone"])), ["cp", "db", "w1", "w2"]);
         // A label change moves a Node in or out; a deleted Node leaves.
-        idx.put_node(MANAGEMENT, Some(node("db", json!({"role": "worker"}))), None, now);
-        idx.put_node(MANAGEMENT, Some(node("w1", json!({"role": "spare"}))), None, now);
-        idx.put_node(MANAGEMENT, None, Some("w2".into()), now);
+        idx.put_node(LOCAL_CLUSTER, Some(node("db", json!({"role": "worker"}))), None, now);
+        idx.put_node(LOCAL_CLUSTER, Some(node("w1", json!({"role": "spare"}))), None, now);
+        idx.put_node(LOCAL_CLUSTER, None, Some("w2".into()), now);
         assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["cp", "db"]);
         // A complete list replaces everything.
-        idx.nodes.entry(MANAGEMENT.to_string()).or_default().nodes =
+        idx.nodes.entry(LOCAL_CLUSTER.to_string()).or_default().nodes =
             [node("w9", json!({"role": "worker"}))].into_iter().map(|n| ("w9".to_string(), Arc::new(n))).collect();
         idx.renew_nhc_nodes();
         assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["w9"]);

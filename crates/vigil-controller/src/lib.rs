@@ -3,20 +3,22 @@
 //! the plans. It decides nothing itself: every rule is in `vigil-engine`.
 
 pub mod apply;
+pub mod claims;
+pub mod clock;
 pub mod confirm;
+pub mod gather;
 pub mod http;
 pub mod index;
 pub mod leader;
 pub mod metrics;
-pub mod reconcile;
 pub mod scheduler;
 pub mod sources;
 pub mod watch;
 pub mod wire;
 pub mod workload;
 
-use index::{CheckKey, Index};
-use jiff::{SignedDuration, Timestamp};
+use index::Index;
+use jiff::SignedDuration;
 use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::events::{Recorder, Reporter};
@@ -24,6 +26,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tracing::{debug, info, warn};
+use vigil_engine::target::CheckRef;
 
 /// Settings of a controller run.
 #[derive(Debug, Clone)]
@@ -71,12 +74,14 @@ pub struct Context {
     pub index: RwLock<Index>,
     /// Which check to decide next, and when.
     pub scheduler: scheduler::Scheduler,
+    /// The time decisions are made at (see [`clock`]; the system clock but in tests).
+    pub clock: Arc<dyn clock::Clock>,
     /// Event publisher.
     pub recorder: Recorder,
     /// Discovered API resources.
     pub resources: tokio::sync::Mutex<HashMap<GroupVersionKind, ApiResource>>,
     /// Watches already started for checks' needs.
-    pub started: tokio::sync::Mutex<BTreeSet<reconcile::Need>>,
+    pub started: tokio::sync::Mutex<BTreeSet<gather::Need>>,
     /// Metrics.
     pub metrics: metrics::Metrics,
     /// Whether each watched source can be trusted (for `/readyz`).
@@ -91,10 +96,10 @@ pub struct Context {
     workload_clients: std::sync::Mutex<HashMap<String, Client>>,
     /// Targets whose remediation is being confirmed and written, with the check doing it: a
     /// second check deciding on the same target at the same moment waits for the first.
-    claims: std::sync::Mutex<HashMap<String, CheckKey>>,
+    claims: std::sync::Mutex<HashMap<String, CheckRef>>,
     /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
     reported: std::sync::Mutex<HashSet<(String, String, String)>>,
-    failures: std::sync::Mutex<HashMap<CheckKey, u32>>,
+    failures: std::sync::Mutex<HashMap<CheckRef, u32>>,
 }
 
 impl Context {
@@ -105,12 +110,18 @@ impl Context {
 
     /// A new context whose writes are fenced by `leadership`.
     pub fn with_leadership(client: Client, leadership: leader::Leadership) -> Arc<Self> {
+        Self::with_clock(client, leadership, Arc::new(clock::SystemClock))
+    }
+
+    /// A new context that reads the time from `clock` (a test steps it).
+    pub fn with_clock(client: Client, leadership: leader::Leadership, clock: Arc<dyn clock::Clock>) -> Arc<Self> {
         let reporter = Reporter { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             index: RwLock::new(Index::default()),
-            scheduler: scheduler::Scheduler::default(),
+            scheduler: scheduler::Scheduler::with_clock(clock.clone()),
+            clock,
             resources: tokio::sync::Mutex::new(HashMap::new()),
             started: tokio::sync::Mutex::new(BTreeSet::new()),
             metrics: metrics::Metrics::default(),
@@ -141,12 +152,12 @@ impl Context {
         self.workload_clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckKey>> {
+    fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckRef>> {
         self.claims.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Claims `targets` for `key`; returns the ones another check holds right now (left out).
-    pub fn claim(&self, key: &CheckKey, targets: &BTreeSet<String>) -> BTreeSet<String> {
+    pub fn claim(&self, key: &CheckRef, targets: &BTreeSet<String>) -> BTreeSet<String> {
         let mut claims = self.lock_claims();
         let mut refused = BTreeSet::new();
         for t in targets {
@@ -163,7 +174,7 @@ impl Context {
     }
 
     /// Releases what `key` claimed.
-    pub fn release(&self, key: &CheckKey, targets: &BTreeSet<String>) {
+    pub fn release(&self, key: &CheckRef, targets: &BTreeSet<String>) {
         let mut claims = self.lock_claims();
         for t in targets {
             if claims.get(t) == Some(key) {
@@ -221,12 +232,12 @@ impl Context {
     }
 
     /// Decides one check and applies its plan.
-    pub async fn run_one(self: &Arc<Self>, key: &CheckKey) {
-        let started = std::time::Instant::now();
-        let now = Timestamp::now();
+    pub async fn run_one(self: &Arc<Self>, key: &CheckRef) {
+        let started = self.clock.instant();
+        let now = self.clock.now();
         let job = {
             let idx = self.read_index();
-            reconcile::job(&idx, key, now)
+            gather::job(&idx, key, now)
         };
         let Some(job) = job else {
             self.scheduler.forget(key);
@@ -247,16 +258,16 @@ impl Context {
                 return;
             }
         };
-        self.metrics.check(key, &job.gauges);
-        let next_wake = job.next_wake;
+        self.metrics.check(key, &job.gauges());
+        let next_wake = job.plan.next_wake;
         let again = job.again;
-        let held_elsewhere = std::mem::take(&mut job.held_elsewhere);
+        let held_elsewhere = std::mem::take(&mut job.plan.held_elsewhere);
         let result = self.apply(job).await;
         // What this check now remediates, for the others' decisions; updated before the claims
         // are released, so a check waiting on a claim sees it when it decides again.
         {
             let mut idx = self.write_index();
-            let claims = reconcile::claims_of(&idx, key);
+            let claims = claims::claims_of(&idx, key);
             if claims.is_empty() {
                 idx.claims.remove(key);
             } else {
@@ -285,7 +296,7 @@ impl Context {
                 };
                 let backoff = SignedDuration::from_secs(1i64 << failures.min(8).saturating_sub(1))
                     .min(SignedDuration::from_secs(300));
-                let retry = Timestamp::now().checked_add(backoff).ok();
+                let retry = self.clock.now().checked_add(backoff).ok();
                 let at = match (retry, next_wake) {
                     (Some(r), Some(w)) => Some(r.min(w)),
                     (r, w) => r.or(w),
@@ -298,26 +309,21 @@ impl Context {
     }
 
     /// Tells each holding check, with an event, that another check waits for its target.
-    fn tell_holders(self: &Arc<Self>, held: Vec<vigil_engine::holders::HeldElsewhere>) {
+    fn tell_holders(self: &Arc<Self>, held: Vec<vigil_engine::plan::HeldElsewhere>) {
         if held.is_empty() {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move {
             for h in held {
-                let key = match &h.holder {
-                    vigil_engine::holders::CheckRef::Machine { namespace, name } => {
-                        CheckKey::Machine(namespace.clone(), name.clone())
-                    }
-                    vigil_engine::holders::CheckRef::Node { name } => CheckKey::Node(name.clone()),
-                };
+                let key = h.holder.clone();
                 let uid = {
                     let idx = this.read_index();
                     match &key {
-                        CheckKey::Machine(ns, n) => {
+                        CheckRef::Machine { namespace: ns, name: n } => {
                             idx.mhcs.get(&(ns.clone(), n.clone())).and_then(|c| c.metadata.uid.clone())
                         }
-                        CheckKey::Node(n) => idx.nhcs.get(n).and_then(|c| c.metadata.uid.clone()),
+                        CheckRef::Node { name: n } => idx.nhcs.get(n).and_then(|c| c.metadata.uid.clone()),
                     }
                 };
                 let notice = vigil_engine::Notice {
@@ -331,7 +337,7 @@ impl Context {
         });
     }
 
-    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<CheckKey, u32>> {
+    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<CheckRef, u32>> {
         self.failures.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

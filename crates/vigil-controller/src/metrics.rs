@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use vigil_api::conditions::ConditionStatus;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
@@ -27,6 +28,73 @@ struct RemediationLabel {
     check_kind: String,
     kind: String,
     outcome: String,
+}
+
+/// A check's counts as its status reports them, for the per-check gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Targets selected.
+    pub targets: i64,
+    /// Healthy targets.
+    pub healthy: i64,
+    /// Unhealthy targets.
+    pub unhealthy: i64,
+    /// How many more may be remediated now (MachineHealthCheck), or 1/0 (NodeHealthCheck).
+    pub remediations_allowed: i64,
+    /// Whether the short-circuit (too many unhealthy, too few healthy, storm cool-down) holds.
+    pub short_circuited: bool,
+    /// Targets a check in dry-run would remediate now.
+    pub would_remediate: i64,
+    /// Pools `spec.backoff` holds back now.
+    pub backoff_pools: i64,
+    /// Failure domains where no new remediation starts (`status.failureDomains[].paused`).
+    pub failure_domains_paused: i64,
+    /// Targets with a matching Node condition set aside as stale (`maxConditionAge`).
+    pub stale_conditions: i64,
+}
+
+impl Gauges {
+    /// A MachineHealthCheck's counts; `short_circuited` is the plan's
+    /// ([`vigil_engine::Plan::short_circuited`]), not read back out of a reason.
+    pub fn of_mhc(s: &vigil_api::MachineHealthCheckStatus, short_circuited: bool) -> Self {
+        let targets = i64::from(s.expected_machines);
+        let healthy = i64::from(s.current_healthy);
+        Gauges {
+            targets,
+            healthy,
+            unhealthy: (targets - healthy).max(0),
+            remediations_allowed: i64::from(s.remediations_allowed),
+            short_circuited,
+            would_remediate: s.features.would_remediate.len() as i64,
+            backoff_pools: s.features.backed_off_pools.len() as i64,
+            failure_domains_paused: paused_domains(&s.features.failure_domains),
+            stale_conditions: i64::from(s.features.stale_target_count),
+        }
+    }
+
+    /// A NodeHealthCheck's counts; `short_circuited` is the plan's, as for [`Gauges::of_mhc`].
+    pub fn of_nhc(s: &vigil_api::NodeHealthCheckStatus, short_circuited: bool) -> Self {
+        let blocked = s
+            .conditions
+            .iter()
+            .any(|c| c.type_ == vigil_api::well_known::REMEDIATION_ALLOWED && c.status == ConditionStatus::False);
+        Gauges {
+            targets: i64::from(s.observed_nodes),
+            healthy: i64::from(s.healthy_nodes),
+            unhealthy: s.unhealthy_nodes.len() as i64,
+            remediations_allowed: i64::from(!blocked),
+            short_circuited,
+            would_remediate: s.features.would_remediate.len() as i64,
+            backoff_pools: s.features.backed_off_pools.len() as i64,
+            failure_domains_paused: paused_domains(&s.features.failure_domains),
+            stale_conditions: i64::from(s.features.stale_target_count),
+        }
+    }
+}
+
+/// Paused failure domains of a status list (every paused domain is listed, up to the list's cap).
+fn paused_domains(list: &[vigil_api::failure_domains::FailureDomainStatus]) -> i64 {
+    list.iter().filter(|d| d.paused).count() as i64
 }
 
 /// Every metric, registered once.
@@ -59,6 +127,9 @@ pub struct Metrics {
 }
 
 impl Default for Metrics {
+    // Long on purpose: a flat list of metric registrations, one name, help text and handle
+    // each, read top to bottom as the catalogue of what `/metrics` serves; splitting it would
+    // only scatter that list.
     fn default() -> Self {
         let mut registry = Registry::with_prefix("vigil");
         let decisions = Counter::default();
@@ -253,10 +324,10 @@ impl Metrics {
     }
 
     /// Counts a remediation request's outcome.
-    pub fn remediation(&self, check: &crate::index::CheckKey, kind: &str, outcome: &str) {
+    pub fn remediation(&self, check: &vigil_engine::target::CheckRef, kind: &str, outcome: &str) {
         let check_kind = match check {
-            crate::index::CheckKey::Machine(..) => "MachineHealthCheck",
-            crate::index::CheckKey::Node(..) => "NodeHealthCheck",
+            vigil_engine::target::CheckRef::Machine { .. } => "MachineHealthCheck",
+            vigil_engine::target::CheckRef::Node { .. } => "NodeHealthCheck",
         };
         self.remediations
             .get_or_create(&RemediationLabel {
@@ -273,7 +344,7 @@ impl Metrics {
     }
 
     /// Records a check's counts.
-    pub fn check(&self, check: &crate::index::CheckKey, g: &crate::reconcile::Gauges) {
+    pub fn check(&self, check: &vigil_engine::target::CheckRef, g: &Gauges) {
         let l = CheckLabel { check: check.to_string() };
         self.check_targets.get_or_create(&l).set(g.targets);
         self.check_healthy.get_or_create(&l).set(g.healthy);
@@ -287,7 +358,7 @@ impl Metrics {
     }
 
     /// Drops a deleted check's gauges.
-    pub fn forget_check(&self, check: &crate::index::CheckKey) {
+    pub fn forget_check(&self, check: &vigil_engine::target::CheckRef) {
         let l = CheckLabel { check: check.to_string() };
         for f in [
             &self.check_targets,

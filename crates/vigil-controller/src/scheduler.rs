@@ -4,24 +4,25 @@
 //! handed out first come, first served (a due wake-up queues at its due time), so a busy check
 //! cannot starve the others.
 
-use crate::index::CheckKey;
+use crate::clock::{Clock, SystemClock};
 use jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
+use vigil_engine::target::CheckRef;
 
 #[derive(Default)]
 struct State {
     /// Checks to decide, oldest first; each at most once (see `queued`).
-    queue: VecDeque<CheckKey>,
-    queued: HashSet<CheckKey>,
-    running: BTreeSet<CheckKey>,
-    wakes: BTreeMap<CheckKey, Timestamp>,
+    queue: VecDeque<CheckRef>,
+    queued: HashSet<CheckRef>,
+    running: BTreeSet<CheckRef>,
+    wakes: BTreeMap<CheckRef, Timestamp>,
 }
 
 impl State {
     /// Queues a check unless it is already queued; whether it was added.
-    fn push(&mut self, key: CheckKey) -> bool {
+    fn push(&mut self, key: CheckRef) -> bool {
         if self.queued.insert(key.clone()) {
             self.queue.push_back(key);
             true
@@ -32,19 +33,38 @@ impl State {
 }
 
 /// The queue of checks to decide.
-#[derive(Default)]
 pub struct Scheduler {
     state: Mutex<State>,
     notify: Notify,
+    /// What "due" is measured against.
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
 }
 
 impl Scheduler {
+    /// A scheduler whose wake-ups fall due by `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Scheduler { state: Mutex::default(), notify: Notify::new(), clock }
+    }
+
+    /// Makes a waiting [`Scheduler::next`] read the clock again (after a test stepped it; the
+    /// system clock needs no telling).
+    pub fn recheck(&self) {
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Marks checks to be decided as soon as possible.
-    pub fn mark(&self, keys: impl IntoIterator<Item = CheckKey>) {
+    pub fn mark(&self, keys: impl IntoIterator<Item = CheckRef>) {
         let mut any = false;
         {
             let mut s = self.lock();
@@ -53,13 +73,12 @@ impl Scheduler {
             }
         }
         if any {
-            self.notify.notify_waiters();
-            self.notify.notify_one();
+            self.recheck();
         }
     }
 
     /// Sets (or clears) the instant a check must be decided again.
-    pub fn wake_at(&self, key: &CheckKey, at: Option<Timestamp>) {
+    pub fn wake_at(&self, key: &CheckRef, at: Option<Timestamp>) {
         {
             let mut s = self.lock();
             match at {
@@ -67,12 +86,11 @@ impl Scheduler {
                 None => s.wakes.remove(key),
             };
         }
-        self.notify.notify_waiters();
-        self.notify.notify_one();
+        self.recheck();
     }
 
     /// Forgets a check (it was deleted).
-    pub fn forget(&self, key: &CheckKey) {
+    pub fn forget(&self, key: &CheckRef) {
         let mut s = self.lock();
         s.wakes.remove(key);
         if s.queued.remove(key) {
@@ -81,18 +99,18 @@ impl Scheduler {
     }
 
     /// The earliest pending wake-up, for tests and metrics.
-    pub fn next_wake(&self, key: &CheckKey) -> Option<Timestamp> {
+    pub fn next_wake(&self, key: &CheckRef) -> Option<Timestamp> {
         self.lock().wakes.get(key).copied()
     }
 
     /// Waits for the next check to decide and marks it running.
-    pub async fn next(&self) -> CheckKey {
+    pub async fn next(&self) -> CheckRef {
         loop {
             let notified = self.notify.notified();
             let sleep_for = {
                 let mut s = self.lock();
-                let now = Timestamp::now();
-                let mut due: Vec<(Timestamp, CheckKey)> =
+                let now = self.clock.now();
+                let mut due: Vec<(Timestamp, CheckRef)> =
                     s.wakes.iter().filter(|(_, t)| **t <= now).map(|(k, t)| (*t, k.clone())).collect();
                 due.sort();
                 for (_, k) in due {
@@ -121,7 +139,7 @@ impl Scheduler {
     }
 
     /// Marks a check's decision finished.
-    pub fn done(&self, key: &CheckKey) {
+    pub fn done(&self, key: &CheckRef) {
         let again = {
             let mut s = self.lock();
             s.running.remove(key);
@@ -136,12 +154,34 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::TestClock;
     use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_wake_up_fires_exactly_when_the_clock_reaches_it() {
+        let t0: Timestamp = "2030-01-01T00:00:00Z".parse().expect("time");
+        let clock = Arc::new(TestClock::at(t0));
+        let s = Scheduler::with_clock(clock.clone());
+        let key = CheckRef::Node { name: "a".into() };
+        let at = t0.checked_add(jiff::SignedDuration::from_secs(30)).expect("time");
+        s.wake_at(&key, Some(at));
+        let soon = Duration::from_millis(50);
+        assert!(tokio::time::timeout(soon, s.next()).await.is_err(), "not due at the start");
+        clock.step(Duration::from_secs(30) - Duration::from_nanos(1));
+        s.recheck();
+        assert!(tokio::time::timeout(soon, s.next()).await.is_err(), "not due a nanosecond before");
+        clock.step(Duration::from_nanos(1));
+        s.recheck();
+        let got = tokio::time::timeout(soon, s.next()).await.expect("due at its instant");
+        assert_eq!(got, key);
+        assert_eq!(clock.now(), at);
+        assert_eq!(s.next_wake(&key), None, "a fired wake-up is gone");
+    }
 
     #[tokio::test]
     async fn a_wake_up_fires_at_its_instant_not_before() {
         let s = Scheduler::default();
-        let key = CheckKey::Node("a".into());
+        let key = CheckRef::Node { name: "a".into() };
         let at = Timestamp::now().checked_add(jiff::SignedDuration::from_millis(150)).expect("time");
         s.wake_at(&key, Some(at));
         let got = tokio::time::timeout(Duration::from_secs(2), s.next()).await.expect("woken");
@@ -154,8 +194,9 @@ mod tests {
     async fn checks_are_served_in_the_order_they_became_due() {
         let s = Scheduler::default();
         // Machine keys sort before Node keys: the order must be arrival, not key order.
-        let node = CheckKey::Node("a".into());
-        let machines: Vec<CheckKey> = (0..3).map(|i| CheckKey::Machine("ns".into(), format!("m{i}"))).collect();
+        let node = CheckRef::Node { name: "a".into() };
+        let machines: Vec<CheckRef> =
+            (0..3).map(|i| CheckRef::Machine { namespace: "ns".into(), name: format!("m{i}") }).collect();
         s.mark([node.clone()]);
         s.mark(machines.clone());
         let first = tokio::time::timeout(Duration::from_secs(1), s.next()).await.expect("one is ready");
@@ -170,7 +211,7 @@ mod tests {
     #[tokio::test]
     async fn a_running_check_is_not_handed_out_twice_but_runs_again_after() {
         let s = Scheduler::default();
-        let key = CheckKey::Node("a".into());
+        let key = CheckRef::Node { name: "a".into() };
         s.mark([key.clone()]);
         let first = s.next().await;
         s.mark([key.clone()]);

@@ -3,8 +3,8 @@
 //! Every watch lists again after an error ([`crate::sources::relisting`]).
 
 use crate::Context;
-use crate::index::{CheckKey, Index, MANAGEMENT, SourceState};
-use crate::reconcile::Need;
+use crate::gather::Need;
+use crate::index::{Index, SourceState};
 use crate::sources;
 use crate::wire::WireNode;
 use futures::{Stream, StreamExt};
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 use vigil_api::{MachineHealthCheck, MachineHealthCheckSpec, NodeHealthCheck, NodeHealthCheckSpec};
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// What one watch event does to the indexes. Objects arrive already reduced (`R`) to what the
 /// index keeps, so a complete list of 10 000 objects is never held in full.
@@ -42,9 +43,9 @@ pub async fn feed<K, R, S>(
     counts_for_readiness: bool,
     stream: S,
     reduce: impl Fn(K) -> R + Send,
-    update: impl Fn(&mut Index, Op<K, R>) -> BTreeSet<CheckKey> + Send,
+    update: impl Fn(&mut Index, Op<K, R>) -> BTreeSet<CheckRef> + Send,
     state: impl Fn(&mut Index) -> &mut SourceState + Send,
-    dependents: impl Fn(&Index) -> Vec<CheckKey> + Send,
+    dependents: impl Fn(&Index) -> Vec<CheckRef> + Send,
 ) where
     S: Stream<Item = sources::Item<K>> + Send,
     R: Send,
@@ -251,7 +252,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         |idx| &mut idx.nhc_state,
         Index::all_nhcs,
     ));
-    start_nodes(ctx, MANAGEMENT.to_string(), client.clone());
+    start_nodes(ctx, LOCAL_CLUSTER.to_string(), client.clone());
     tokio::spawn(start_cluster_api(ctx.clone()));
 }
 
@@ -360,6 +361,7 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
     let dep_cluster = cluster.clone();
     let reporter = ctx.clone();
     let report_cluster = cluster.clone();
+    let clock = ctx.clock.clone();
     tokio::spawn(feed(
         ctx.clone(),
         if cluster.is_empty() { "Nodes".to_string() } else { format!("Nodes of workload cluster {cluster}") },
@@ -373,13 +375,13 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
             slim
         },
         move |idx, op| match op {
-            Op::Upsert(n) => idx.put_node(&cluster, Some(n), None, jiff::Timestamp::now()),
-            Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone(), jiff::Timestamp::now()),
+            Op::Upsert(n) => idx.put_node(&cluster, Some(n), None, clock.now()),
+            Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone(), clock.now()),
             Op::Replace(list) => {
                 let cache = idx.nodes.entry(cluster.clone()).or_default();
                 cache.nodes =
                     list.into_iter().filter_map(|n| n.metadata.name.clone().map(|name| (name, Arc::new(n)))).collect();
-                if cluster == MANAGEMENT {
+                if cluster == LOCAL_CLUSTER {
                     idx.renew_nhc_nodes();
                 }
                 BTreeSet::new()

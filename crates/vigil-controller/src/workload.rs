@@ -28,6 +28,23 @@ const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
 /// or why it is refused (naming the field). `secret` names the Secret in messages.
 pub fn sanitize(text: &str, secret: &str) -> Result<Kubeconfig, String> {
     let kc = Kubeconfig::from_yaml(text).map_err(|e| format!("Secret {secret}: value is not a kubeconfig: {e}"))?;
+    let (context_name, context) = current_context(&kc, secret)?;
+    let cluster = inline_cluster(&kc, secret, &context_name, context)?;
+    let user = inline_user(&kc, secret, &context_name, context)?;
+    Ok(only(cluster, user))
+}
+
+/// Why a field naming a file, a program or a proxy is refused.
+fn refused(secret: &str, field: String, value: &str) -> String {
+    format!(
+        "Secret {secret}: {field}: invalid value {value:?}: refused: a workload cluster's kubeconfig may only \
+         carry inline credentials (token, client-certificate-data, client-key-data, certificate-authority-data); \
+         Vigil never runs a program or reads a file named by it"
+    )
+}
+
+/// The context a kubeconfig uses: `current-context`, or its only context.
+fn current_context<'k>(kc: &'k Kubeconfig, secret: &str) -> Result<(String, &'k KubeContext), String> {
     let context_name = match (&kc.current_context, kc.contexts.as_slice()) {
         (Some(c), _) if !c.is_empty() => c.clone(),
         (_, [only]) => only.name.clone(),
@@ -37,6 +54,11 @@ pub fn sanitize(text: &str, secret: &str) -> Result<Kubeconfig, String> {
         kc.contexts.iter().find(|c| c.name == context_name).and_then(|c| c.context.as_ref()).ok_or_else(|| {
             format!("Secret {secret}: current-context: invalid value {context_name:?}: no such context")
         })?;
+    Ok((context_name, context))
+}
+
+/// The context's cluster with only inline fields (no CA file, no proxy), its server set.
+fn inline_cluster(kc: &Kubeconfig, secret: &str, context_name: &str, context: &KubeContext) -> Result<Cluster, String> {
     let (ci, cluster) = kc
         .clusters
         .iter()
@@ -49,24 +71,31 @@ pub fn sanitize(text: &str, secret: &str) -> Result<Kubeconfig, String> {
                 context.cluster
             )
         })?;
-    let refuse = |field: String, value: &str| {
-        Err(format!(
-            "Secret {secret}: {field}: invalid value {value:?}: refused: a workload cluster's kubeconfig may only \
-             carry inline credentials (token, client-certificate-data, client-key-data, certificate-authority-data); \
-             Vigil never runs a program or reads a file named by it"
-        ))
-    };
     if let Some(file) = &cluster.certificate_authority {
-        return refuse(format!("clusters[{ci}].cluster.certificate-authority"), file);
+        return Err(refused(secret, format!("clusters[{ci}].cluster.certificate-authority"), file));
     }
     if let Some(proxy) = &cluster.proxy_url {
-        return refuse(format!("clusters[{ci}].cluster.proxy-url"), proxy);
+        return Err(refused(secret, format!("clusters[{ci}].cluster.proxy-url"), proxy));
     }
     let server = cluster
         .server
         .clone()
         .filter(|s| !s.is_empty())
         .ok_or_else(|| format!("Secret {secret}: clusters[{ci}].cluster.server must be set"))?;
+    Ok(Cluster {
+        server: Some(server),
+        insecure_skip_tls_verify: cluster.insecure_skip_tls_verify,
+        certificate_authority: None,
+        certificate_authority_data: cluster.certificate_authority_data.clone(),
+        proxy_url: None,
+        disable_compression: cluster.disable_compression,
+        tls_server_name: cluster.tls_server_name.clone(),
+        ..Cluster::default()
+    })
+}
+
+/// The context's user with inline credentials only (no exec, auth provider or files).
+fn inline_user(kc: &Kubeconfig, secret: &str, context_name: &str, context: &KubeContext) -> Result<AuthInfo, String> {
     let user_name = context.user.clone().unwrap_or_default();
     let (ui, user) = kc
         .auth_infos
@@ -79,49 +108,35 @@ pub fn sanitize(text: &str, secret: &str) -> Result<Kubeconfig, String> {
         })?;
     let at = |f: &str| format!("users[{ui}].user.{f}");
     if let Some(exec) = &user.exec {
-        return refuse(at("exec"), exec.command.as_deref().unwrap_or(""));
+        return Err(refused(secret, at("exec"), exec.command.as_deref().unwrap_or("")));
     }
     if let Some(p) = &user.auth_provider {
-        return refuse(at("auth-provider"), &p.name);
+        return Err(refused(secret, at("auth-provider"), &p.name));
     }
     if let Some(f) = &user.token_file {
-        return refuse(at("tokenFile"), f);
+        return Err(refused(secret, at("tokenFile"), f));
     }
     if let Some(f) = &user.client_certificate {
-        return refuse(at("client-certificate"), f);
+        return Err(refused(secret, at("client-certificate"), f));
     }
     if let Some(f) = &user.client_key {
-        return refuse(at("client-key"), f);
+        return Err(refused(secret, at("client-key"), f));
     }
-    let clean_cluster = Cluster {
-        server: Some(server),
-        insecure_skip_tls_verify: cluster.insecure_skip_tls_verify,
-        certificate_authority: None,
-        certificate_authority_data: cluster.certificate_authority_data.clone(),
-        proxy_url: None,
-        disable_compression: cluster.disable_compression,
-        tls_server_name: cluster.tls_server_name.clone(),
-        ..Cluster::default()
-    };
-    let clean_user = AuthInfo {
+    Ok(AuthInfo {
         username: user.username.clone(),
         password: user.password.clone(),
         token: user.token.clone(),
         client_certificate_data: user.client_certificate_data.clone(),
         client_key_data: user.client_key_data.clone(),
         ..AuthInfo::default()
-    };
-    Ok(Kubeconfig {
-        clusters: vec![NamedCluster {
-            name: "workload".into(),
-            cluster: Some(clean_cluster),
-            ..NamedCluster::default()
-        }],
-        auth_infos: vec![NamedAuthInfo {
-            name: "workload".into(),
-            auth_info: Some(clean_user),
-            ..NamedAuthInfo::default()
-        }],
+    })
+}
+
+/// A kubeconfig of one cluster, one user and the context joining them.
+fn only(cluster: Cluster, user: AuthInfo) -> Kubeconfig {
+    Kubeconfig {
+        clusters: vec![NamedCluster { name: "workload".into(), cluster: Some(cluster), ..NamedCluster::default() }],
+        auth_infos: vec![NamedAuthInfo { name: "workload".into(), auth_info: Some(user), ..NamedAuthInfo::default() }],
         contexts: vec![NamedContext {
             name: "workload".into(),
             context: Some(KubeContext {
@@ -133,7 +148,7 @@ pub fn sanitize(text: &str, secret: &str) -> Result<Kubeconfig, String> {
         }],
         current_context: Some("workload".into()),
         ..Kubeconfig::default()
-    })
+    }
 }
 
 /// A client for a workload cluster from its kubeconfig Secret (inline credentials only).

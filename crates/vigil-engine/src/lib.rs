@@ -5,10 +5,12 @@
 //! here, once. A plan carries the exact instant its verdicts can next change
 //! ([`plan::Plan::next_wake`]) so callers wake exactly then instead of polling.
 
+pub mod assemble;
 pub mod backoff;
 pub mod concerns;
 pub mod domains;
 pub mod dry_run;
+pub mod expiry;
 pub(crate) mod features;
 pub mod holders;
 pub mod lookup;

@@ -6,6 +6,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use vigil_api::conditions::ConditionStatus;
 use vigil_api::duration::parse_go_duration;
 
 /// Where the virtual clock starts when a scenario does not say.
@@ -337,7 +338,7 @@ impl Scenario {
                             "needs exactly one of node, nodeSelector",
                         ));
                     }
-                    if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
+                    if ConditionStatus::parse(&c.status).is_none() {
                         return Err(entry(
                             format!("{path}.setNodeCondition.status"),
                             format!("invalid value {:?}: must be True, False or Unknown (quote it in YAML)", c.status),

@@ -5,21 +5,24 @@
 
 use crate::output::{Event, seconds};
 use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
-use crate::store::{Key, MANAGEMENT, Store};
+use crate::store::{Key, Store};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
+use vigil_api::reason::Reason;
 use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
 use vigil_api::well_known::{CLUSTER_NAME_LABEL, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, REMEDIATE_MACHINE_ANNOTATION};
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
+use vigil_engine::assemble::{self, ClaimSource};
 use vigil_engine::concerns::{self, group_of};
 use vigil_engine::holders::{self, Holders};
 use vigil_engine::machine::{MhcInput, NodeSource};
 use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::node::NhcInput;
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
 use vigil_engine::{Action, Notice, Plan};
 
 /// How many decisions one check may take in one instant before the run is declared unsettled (a
@@ -27,38 +30,23 @@ use vigil_engine::{Action, Notice, Plan};
 const MAX_ROUNDS_PER_INSTANT: usize = 50;
 const CAPI_GROUP: &str = "cluster.x-k8s.io";
 
-/// A health check, as the loop addresses it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum CheckId {
-    Machine { namespace: String, name: String },
-    Node { name: String },
-}
-
-impl CheckId {
-    fn key(&self) -> Key {
-        match self {
-            CheckId::Machine { namespace, name } => Key {
-                cluster: MANAGEMENT.into(),
-                group: GROUP.into(),
-                kind: "MachineHealthCheck".into(),
-                namespace: namespace.clone(),
-                name: name.clone(),
-            },
-            CheckId::Node { name } => Key {
-                cluster: MANAGEMENT.into(),
-                group: GROUP.into(),
-                kind: "NodeHealthCheck".into(),
-                namespace: String::new(),
-                name: name.clone(),
-            },
-        }
-    }
-
-    fn label(&self) -> String {
-        match self {
-            CheckId::Machine { namespace, name } => format!("MachineHealthCheck/{namespace}/{name}"),
-            CheckId::Node { name } => format!("NodeHealthCheck/{name}"),
-        }
+/// Where a health check is stored.
+fn check_key(id: &CheckRef) -> Key {
+    match id {
+        CheckRef::Machine { namespace, name } => Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: GROUP.into(),
+            kind: "MachineHealthCheck".into(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+        },
+        CheckRef::Node { name } => Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: GROUP.into(),
+            kind: "NodeHealthCheck".into(),
+            namespace: String::new(),
+            name: name.clone(),
+        },
     }
 }
 
@@ -96,14 +84,14 @@ struct Sim<'s> {
     scenario: &'s Scenario,
     store: Store,
     now: Timestamp,
-    dirty: BTreeSet<CheckId>,
-    wakeups: BTreeMap<CheckId, Timestamp>,
+    dirty: BTreeSet<CheckRef>,
+    wakeups: BTreeMap<CheckRef, Timestamp>,
     tasks: BTreeMap<(Timestamp, u64), Task>,
     task_seq: u64,
     scheduled_replacements: BTreeSet<Key>,
     events: Vec<Event>,
     history: Vec<(f64, String, Value)>,
-    invalid_reported: BTreeMap<CheckId, String>,
+    invalid_reported: BTreeMap<CheckRef, String>,
     /// Targets held by more than one check, as last reported (each tie is told once).
     ties_reported: BTreeSet<String>,
     /// While the scenario's objects are loaded: every check is decided afterwards anyway, so
@@ -130,7 +118,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         loading: true,
     };
     for (i, object) in scenario.objects.iter().enumerate() {
-        sim.put(MANAGEMENT, object.clone(), &format!("objects[{i}]"))?;
+        sim.put(LOCAL_CLUSTER, object.clone(), &format!("objects[{i}]"))?;
     }
     for (cluster, nodes) in &scenario.workload_clusters {
         for (i, node) in nodes.iter().enumerate() {
@@ -152,8 +140,8 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         .checks()
         .into_iter()
         .map(|id| {
-            let status = sim.store.get(&id.key()).and_then(|o| o.get("status")).cloned().unwrap_or(json!({}));
-            (id.label(), status)
+            let status = sim.store.get(&check_key(&id)).and_then(|o| o.get("status")).cloned().unwrap_or(json!({}));
+            (id.to_string(), status)
         })
         .collect();
     Ok(Report {
@@ -193,7 +181,7 @@ impl Sim<'_> {
                 let task = entry.remove();
                 self.run_task(task);
             }
-            let due: Vec<CheckId> = self.wakeups.iter().filter(|(_, t)| **t <= next).map(|(c, _)| c.clone()).collect();
+            let due: Vec<CheckRef> = self.wakeups.iter().filter(|(_, t)| **t <= next).map(|(c, _)| c.clone()).collect();
             for id in due {
                 self.wakeups.remove(&id);
                 self.dirty.insert(id);
@@ -215,15 +203,15 @@ impl Sim<'_> {
         self.events.push(Event { t: self.t(), event: event.into(), check, target, details });
     }
 
-    fn checks(&self) -> Vec<CheckId> {
+    fn checks(&self) -> Vec<CheckRef> {
         let mhcs = self
             .store
-            .list(MANAGEMENT, GROUP, "MachineHealthCheck", None)
-            .map(|(k, _)| CheckId::Machine { namespace: k.namespace.clone(), name: k.name.clone() });
+            .list(LOCAL_CLUSTER, GROUP, "MachineHealthCheck", None)
+            .map(|(k, _)| CheckRef::Machine { namespace: k.namespace.clone(), name: k.name.clone() });
         let nhcs = self
             .store
-            .list(MANAGEMENT, GROUP, "NodeHealthCheck", None)
-            .map(|(k, _)| CheckId::Node { name: k.name.clone() });
+            .list(LOCAL_CLUSTER, GROUP, "NodeHealthCheck", None)
+            .map(|(k, _)| CheckRef::Node { name: k.name.clone() });
         mhcs.chain(nhcs).collect()
     }
 
@@ -261,7 +249,7 @@ impl Sim<'_> {
     }
 
     fn step(&mut self, step: &Step) -> Result<(), ScenarioError> {
-        let cluster = step.cluster.as_deref().unwrap_or(MANAGEMENT).to_string();
+        let cluster = step.cluster.as_deref().unwrap_or(LOCAL_CLUSTER).to_string();
         let entry = format!("timeline[{}]", step.index);
         let err = |message: String| ScenarioError::Entry { entry: entry.clone(), message };
         match &step.change {
@@ -374,18 +362,18 @@ impl Sim<'_> {
         }
         let after = self.store.get(key).cloned();
         let versions: Vec<&Value> = before.into_iter().chain(after.as_ref()).collect();
-        if key.group == GROUP && key.cluster == MANAGEMENT {
+        if key.group == GROUP && key.cluster == LOCAL_CLUSTER {
             let id = if key.kind == "MachineHealthCheck" {
                 // Another check of the namespace may now own (or no longer own) Machines' conditions.
-                let same_namespace: Vec<CheckId> = self
+                let same_namespace: Vec<CheckRef> = self
                     .checks()
                     .into_iter()
-                    .filter(|c| matches!(c, CheckId::Machine { namespace, .. } if *namespace == key.namespace))
+                    .filter(|c| matches!(c, CheckRef::Machine { namespace, .. } if *namespace == key.namespace))
                     .collect();
                 self.dirty.extend(same_namespace);
-                CheckId::Machine { namespace: key.namespace.clone(), name: key.name.clone() }
+                CheckRef::Machine { namespace: key.namespace.clone(), name: key.name.clone() }
             } else {
-                CheckId::Node { name: key.name.clone() }
+                CheckRef::Node { name: key.name.clone() }
             };
             self.dirty.insert(id);
             return;
@@ -403,7 +391,7 @@ impl Sim<'_> {
         // The namespaces with a Machine of this Node, found once for every check.
         let node_machine_namespaces: BTreeSet<String> = if key.kind == "Node" && key.group.is_empty() {
             self.store
-                .list(MANAGEMENT, CAPI_GROUP, "Machine", None)
+                .list(LOCAL_CLUSTER, CAPI_GROUP, "Machine", None)
                 .filter(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
                 .map(|(k, _)| k.namespace.clone())
                 .collect()
@@ -411,36 +399,36 @@ impl Sim<'_> {
             BTreeSet::new()
         };
         for id in self.checks() {
-            let Some(object) = self.store.get(&id.key()) else { continue };
+            let Some(object) = self.store.get(&check_key(&id)) else { continue };
             let hit = match &id {
-                CheckId::Machine { namespace, .. } => {
+                CheckRef::Machine { namespace, .. } => {
                     let Ok(check) = serde_json::from_value::<MachineHealthCheck>(object.clone()) else { continue };
                     let Ok(policy) = validate::machine_health_check(&check) else { continue };
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
                         || versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
-                            (CAPI_GROUP, "Machine") if key.cluster == MANAGEMENT => MachineView::read(v)
+                            (CAPI_GROUP, "Machine") if key.cluster == LOCAL_CLUSTER => MachineView::read(v)
                                 .is_some_and(|m| concerns::mhc_concerns_machine(&check, &policy, &m)),
-                            (CAPI_GROUP, "Cluster") if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
+                            (CAPI_GROUP, "Cluster") if key.cluster == LOCAL_CLUSTER => Meta::read(v, &mut Vec::new())
                                 .is_some_and(|m| concerns::mhc_concerns_cluster(&check, &policy, &m)),
                             ("", "Node") => {
                                 key.cluster == self.node_cluster(namespace, &policy.cluster_name)
                                     && node_machine_namespaces.contains(namespace.as_str())
                             }
-                            _ if key.cluster == MANAGEMENT => Meta::read(v, &mut Vec::new())
+                            _ if key.cluster == LOCAL_CLUSTER => Meta::read(v, &mut Vec::new())
                                 .is_some_and(|m| concerns::mhc_concerns_remediation_object(&check, &policy, &m)),
                             _ => false,
                         })
                 }
-                CheckId::Node { .. } => {
+                CheckRef::Node { .. } => {
                     let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
                     let Ok(policy) = validate::node_health_check(&check) else { continue };
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
-                        || key.cluster == MANAGEMENT
+                        || key.cluster == LOCAL_CLUSTER
                             && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
                                 ("", "Node") => serde_json::from_value::<Node>((*v).clone())
                                     .is_ok_and(|n| concerns::nhc_concerns_node(&check, &policy, &n)),
                                 _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| {
-                                    let node = self.management_node(concerns::remediation_node_name(&m));
+                                    let node = self.management_node(vigil_engine::target::remediation_node_name(&m));
                                     concerns::nhc_concerns_remediation_object(&check, &policy, &m, node.as_ref())
                                 }),
                             })
@@ -457,16 +445,16 @@ impl Sim<'_> {
     fn guarded_ages(&self) -> concerns::GuardedAges {
         let mut rules = Vec::new();
         for id in self.checks() {
-            let Some(object) = self.store.get(&id.key()) else { continue };
+            let Some(object) = self.store.get(&check_key(&id)) else { continue };
             match id {
-                CheckId::Machine { .. } => {
+                CheckRef::Machine { .. } => {
                     if let Ok(c) = serde_json::from_value::<MachineHealthCheck>(object.clone())
                         && let Ok(p) = validate::machine_health_check(&c)
                     {
                         rules.extend(p.node_conditions);
                     }
                 }
-                CheckId::Node { .. } => {
+                CheckRef::Node { .. } => {
                     if let Ok(c) = serde_json::from_value::<NodeHealthCheck>(object.clone())
                         && let Ok(p) = validate::node_health_check(&c)
                     {
@@ -481,7 +469,7 @@ impl Sim<'_> {
     /// A Node of the management cluster by name, if the store has it.
     fn management_node(&self, name: &str) -> Option<Node> {
         let key = Key {
-            cluster: MANAGEMENT.to_string(),
+            cluster: LOCAL_CLUSTER.to_string(),
             group: String::new(),
             kind: "Node".to_string(),
             namespace: String::new(),
@@ -492,13 +480,13 @@ impl Sim<'_> {
 
     /// Where an MHC's Nodes live: its workload cluster if the scenario has one, else here.
     fn node_cluster(&self, namespace: &str, cluster_name: &str) -> String {
-        let key = format!("{namespace}/{cluster_name}");
-        if self.scenario.workload_clusters.contains_key(&key) { key } else { MANAGEMENT.to_string() }
+        let local = !self.scenario.workload_clusters.contains_key(&format!("{namespace}/{cluster_name}"));
+        assemble::node_cluster(namespace, cluster_name, local)
     }
 
     fn settle(&mut self) -> Result<(), ScenarioError> {
         // Counted per check: a fleet may have many more checks than one check may take rounds.
-        let mut rounds: BTreeMap<CheckId, usize> = BTreeMap::new();
+        let mut rounds: BTreeMap<CheckRef, usize> = BTreeMap::new();
         while let Some(id) = self.dirty.pop_first() {
             let n = rounds.entry(id.clone()).or_insert(0);
             *n += 1;
@@ -516,139 +504,144 @@ impl Sim<'_> {
             entry: format!("at +{}s", self.t()),
             message: format!(
                 "the checks did not settle: one was decided {MAX_ROUNDS_PER_INSTANT} times in one instant (still pending: {:?}); this is a bug in Vigil, please report it",
-                self.dirty.iter().map(CheckId::label).collect::<Vec<_>>()
+                self.dirty.iter().map(ToString::to_string).collect::<Vec<_>>()
             ),
         }
     }
 
-    fn invalid(&mut self, id: &CheckId, message: String) {
+    fn invalid(&mut self, id: &CheckRef, message: String) {
         if self.invalid_reported.get(id) != Some(&message) {
             self.invalid_reported.insert(id.clone(), message.clone());
             let mut d = Map::new();
-            d.insert("reason".into(), json!("InvalidSpec"));
+            d.insert("reason".into(), json!(Reason::InvalidSpec.as_str()));
             d.insert("message".into(), json!(message));
-            self.emit("Invalid", Some(id.label()), None, d);
+            self.emit("Invalid", Some(id.to_string()), None, d);
         }
         self.wakeups.remove(id);
     }
 
-    fn reconcile(&mut self, id: &CheckId) {
-        let Some(object) = self.store.get(&id.key()).cloned() else {
+    fn reconcile(&mut self, id: &CheckRef) {
+        let Some(object) = self.store.get(&check_key(id)).cloned() else {
             self.wakeups.remove(id);
             return;
         };
         match id {
-            CheckId::Machine { namespace, .. } => {
-                let check = match serde_json::from_value::<MachineHealthCheck>(object) {
-                    Ok(c) => c,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let policy = match validate::machine_health_check(&check) {
-                    Ok(p) => p,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let cluster = self
-                    .store
-                    .get(&Key {
-                        cluster: MANAGEMENT.into(),
-                        group: CAPI_GROUP.into(),
-                        kind: "Cluster".into(),
-                        namespace: namespace.clone(),
-                        name: policy.cluster_name.clone(),
-                    })
-                    .and_then(ClusterView::read);
-                let machines = self.machines(namespace);
-                let machine_refs: Vec<&MachineView> = machines.iter().collect();
-                let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                // Only the Nodes of the check's targets: the engine looks up no other (reading
-                // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
-                let nodes: HashMap<String, Node> = machines
-                    .iter()
-                    .filter(|m| vigil_engine::machine::is_target(&policy, m))
-                    .filter_map(|m| m.node_name.as_deref())
-                    .filter_map(|name| {
-                        let key = Key {
-                            cluster: node_cluster.clone(),
-                            group: String::new(),
-                            kind: "Node".into(),
-                            namespace: String::new(),
-                            name: name.to_string(),
-                        };
-                        let node = serde_json::from_value::<Node>(self.store.get(&key)?.clone()).ok()?;
-                        Some((name.to_string(), node))
-                    })
-                    .collect();
-                let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
-                let remediations = self.mhc_remediations(namespace, &policy);
-                let input = MhcInput {
-                    check: &check,
-                    policy: &policy,
-                    cluster: cluster.as_ref(),
-                    machines: &machine_refs,
-                    nodes: NodeSource::Reachable(&nodes),
-                    template: template.as_ref(),
-                    remediations: &remediations,
-                };
-                let holders = self.holders_reporting_ties();
-                let peer_checks = self.mhc_peers(namespace);
-                let peers = peers_of(&peer_checks);
-                let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
-                self.apply(id, plan);
-            }
-            CheckId::Node { .. } => {
-                let check = match serde_json::from_value::<NodeHealthCheck>(object) {
-                    Ok(c) => c,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let policy = match validate::node_health_check(&check) {
-                    Ok(p) => p,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let nodes: Vec<Node> = self
-                    .store
-                    .list(MANAGEMENT, "", "Node", None)
-                    .filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok())
-                    .collect();
-                let node_refs: Vec<&Node> = nodes.iter().collect();
-                let templates: Vec<Option<TemplateView>> =
-                    policy.steps.iter().map(|s| self.template(&s.template)).collect();
-                let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
-                let kinds: BTreeSet<(String, String, String)> = policy
-                    .steps
-                    .iter()
-                    .map(|s| {
-                        (
-                            group_of(&s.template.api_version).to_string(),
-                            s.template.remediation_kind().to_string(),
-                            s.template.namespace.clone(),
-                        )
-                    })
-                    .collect();
-                let remediations: Vec<RemediationView> = kinds
-                    .iter()
-                    .flat_map(|(g, k, ns)| {
-                        self.store.list(MANAGEMENT, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v))
-                    })
-                    .collect();
-                let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
-                let input = NhcInput {
-                    check: &check,
-                    policy: &policy,
-                    nodes: &node_refs,
-                    templates: &template_refs,
-                    remediations: &remediation_refs,
-                };
-                let holders = self.holders_reporting_ties();
-                let plan = vigil_engine::node::decide_among(&input, &holders, self.now);
-                self.apply(id, plan);
-            }
+            CheckRef::Machine { namespace, .. } => self.reconcile_mhc(id, namespace, object),
+            CheckRef::Node { .. } => self.reconcile_nhc(id, object),
         }
+    }
+
+    /// Gathers a MachineHealthCheck's inputs from the store, decides and applies the plan.
+    fn reconcile_mhc(&mut self, id: &CheckRef, namespace: &str, object: Value) {
+        let check = match serde_json::from_value::<MachineHealthCheck>(object) {
+            Ok(c) => c,
+            Err(e) => return self.invalid(id, e.to_string()),
+        };
+        let policy = match validate::machine_health_check(&check) {
+            Ok(p) => p,
+            Err(e) => return self.invalid(id, e.to_string()),
+        };
+        let cluster = self
+            .store
+            .get(&Key {
+                cluster: LOCAL_CLUSTER.into(),
+                group: CAPI_GROUP.into(),
+                kind: "Cluster".into(),
+                namespace: namespace.to_string(),
+                name: policy.cluster_name.clone(),
+            })
+            .and_then(ClusterView::read);
+        let machines = self.machines(namespace);
+        let machine_refs: Vec<&MachineView> = machines.iter().collect();
+        let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
+        // Only the Nodes of the check's targets: the engine looks up no other (reading
+        // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
+        let nodes: HashMap<String, Node> = machines
+            .iter()
+            .filter(|m| vigil_engine::target::is_target(&policy, m))
+            .filter_map(|m| m.node_name.as_deref())
+            .filter_map(|name| {
+                let key = Key {
+                    cluster: node_cluster.clone(),
+                    group: String::new(),
+                    kind: "Node".into(),
+                    namespace: String::new(),
+                    name: name.to_string(),
+                };
+                let node = serde_json::from_value::<Node>(self.store.get(&key)?.clone()).ok()?;
+                Some((name.to_string(), node))
+            })
+            .collect();
+        let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
+        let remediations = self.mhc_remediations(namespace, &policy);
+        let input = MhcInput {
+            check: &check,
+            policy: &policy,
+            cluster: cluster.as_ref(),
+            machines: &machine_refs,
+            nodes: NodeSource::Reachable(&nodes),
+            template: template.as_ref(),
+            remediations: &remediations,
+        };
+        let holders = self.holders_reporting_ties();
+        let peer_checks = self.mhc_peers(namespace);
+        let peers = assemble::peers_of(&peer_checks);
+        let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
+        self.apply(id, plan);
+    }
+
+    /// Gathers a NodeHealthCheck's inputs from the store, decides and applies the plan.
+    fn reconcile_nhc(&mut self, id: &CheckRef, object: Value) {
+        let check = match serde_json::from_value::<NodeHealthCheck>(object) {
+            Ok(c) => c,
+            Err(e) => return self.invalid(id, e.to_string()),
+        };
+        let policy = match validate::node_health_check(&check) {
+            Ok(p) => p,
+            Err(e) => return self.invalid(id, e.to_string()),
+        };
+        let nodes: Vec<Node> = self
+            .store
+            .list(LOCAL_CLUSTER, "", "Node", None)
+            .filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok())
+            .collect();
+        let node_refs: Vec<&Node> = nodes.iter().collect();
+        let templates: Vec<Option<TemplateView>> = policy.steps.iter().map(|s| self.template(&s.template)).collect();
+        let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
+        let kinds: BTreeSet<(String, String, String)> = policy
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    group_of(&s.template.api_version).to_string(),
+                    s.template.remediation_kind().to_string(),
+                    s.template.namespace.clone(),
+                )
+            })
+            .collect();
+        let remediations: Vec<RemediationView> = kinds
+            .iter()
+            .flat_map(|(g, k, ns)| {
+                self.store.list(LOCAL_CLUSTER, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v))
+            })
+            .collect();
+        let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
+        let input = NhcInput {
+            check: &check,
+            policy: &policy,
+            nodes: &node_refs,
+            templates: &template_refs,
+            remediations: &remediation_refs,
+        };
+        let holders = self.holders_reporting_ties();
+        let plan = vigil_engine::node::decide_among(&input, &holders, self.now);
+        self.apply(id, plan);
     }
 
     /// Machines of a namespace of the management cluster.
     fn machines(&self, namespace: &str) -> Vec<MachineView> {
         self.store
-            .list(MANAGEMENT, CAPI_GROUP, "Machine", Some(namespace))
+            .list(LOCAL_CLUSTER, CAPI_GROUP, "Machine", Some(namespace))
             .filter_map(|(_, v)| MachineView::read(v))
             .collect()
     }
@@ -657,7 +650,7 @@ impl Sim<'_> {
     /// conditions: [`vigil_engine::peers`]).
     fn mhc_peers(&self, namespace: &str) -> Vec<(MachineHealthCheck, validate::MhcPolicy)> {
         self.store
-            .list(MANAGEMENT, GROUP, "MachineHealthCheck", Some(namespace))
+            .list(LOCAL_CLUSTER, GROUP, "MachineHealthCheck", Some(namespace))
             .filter_map(|(_, v)| serde_json::from_value::<MachineHealthCheck>(v.clone()).ok())
             .filter_map(|c| validate::machine_health_check(&c).ok().map(|p| (c, p)))
             .collect()
@@ -670,7 +663,7 @@ impl Sim<'_> {
             .as_ref()
             .map(|t| {
                 self.store
-                    .list(MANAGEMENT, group_of(&t.api_version), t.remediation_kind(), Some(namespace))
+                    .list(LOCAL_CLUSTER, group_of(&t.api_version), t.remediation_kind(), Some(namespace))
                     .filter_map(|(k, v)| RemediationView::read(v).map(|r| (k.name.clone(), r)))
                     .collect()
             })
@@ -684,7 +677,7 @@ impl Sim<'_> {
             .store
             .all()
             .filter(|(k, _)| {
-                k.cluster == MANAGEMENT && !k.group.is_empty() && k.group != GROUP && k.group != CAPI_GROUP
+                k.cluster == LOCAL_CLUSTER && !k.group.is_empty() && k.group != GROUP && k.group != CAPI_GROUP
             })
             .filter_map(|(_, v)| RemediationView::read(v))
             .collect();
@@ -692,33 +685,34 @@ impl Sim<'_> {
         let mut claims = Vec::new();
         let mut peer_checks: BTreeMap<String, Vec<(MachineHealthCheck, validate::MhcPolicy)>> = BTreeMap::new();
         for id in self.checks() {
-            let Some(object) = self.store.get(&id.key()) else { continue };
+            let Some(object) = self.store.get(&check_key(&id)) else { continue };
             match &id {
-                CheckId::Machine { namespace, .. } => {
+                CheckRef::Machine { namespace, .. } => {
                     let Ok(check) = serde_json::from_value::<MachineHealthCheck>(object.clone()) else { continue };
                     let Ok(policy) = validate::machine_health_check(&check) else { continue };
                     let machines = self.machines(namespace);
                     let machine_refs: Vec<&MachineView> = machines.iter().collect();
                     let remediations = self.mhc_remediations(namespace, &policy);
                     let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                    let peers =
-                        peers_of(peer_checks.entry(namespace.clone()).or_insert_with(|| self.mhc_peers(namespace)));
-                    claims.extend(holders::mhc_claims_among(
-                        &check,
-                        &policy,
-                        &peers,
-                        &node_cluster,
-                        &machine_refs,
-                        &remediations,
-                    ));
+                    let peers = assemble::peers_of(
+                        peer_checks.entry(namespace.clone()).or_insert_with(|| self.mhc_peers(namespace)),
+                    );
+                    claims.extend(assemble::claims(ClaimSource::Machine {
+                        check: &check,
+                        policy: &policy,
+                        peers: &peers,
+                        node_cluster: &node_cluster,
+                        machines: &machine_refs,
+                        remediations: &remediations,
+                    }));
                 }
-                CheckId::Node { .. } => {
+                CheckRef::Node { .. } => {
                     let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
-                    claims.extend(holders::nhc_claims(&check, &object_refs));
+                    claims.extend(assemble::claims(ClaimSource::Node { check: &check, remediations: &object_refs }));
                 }
             }
         }
-        Holders::from_claims(claims)
+        assemble::holders(None, claims, std::iter::empty(), None)
     }
 
     /// [`Sim::holders`], telling once about each target more than one check holds (from before
@@ -735,11 +729,11 @@ impl Sim<'_> {
             );
             if !self.ties_reported.contains(&message) {
                 let name = match target {
-                    holders::Target::Node { name, .. } => name.clone(),
-                    holders::Target::Machine { namespace, name } => format!("{namespace}/{name}"),
+                    Target::Node { name, .. } => name.clone(),
+                    Target::Machine { namespace, name } => format!("{namespace}/{name}"),
                 };
                 let mut d = Map::new();
-                d.insert("reason".into(), json!("TargetHeldByMoreThanOneCheck"));
+                d.insert("reason".into(), json!(vigil_api::reason::Reason::TargetHeldByMoreThanOneCheck.as_str()));
                 d.insert("message".into(), json!(message));
                 self.emit("TargetHeldTwice", Some(holder.check.to_string()), Some(name), d);
             }
@@ -752,7 +746,7 @@ impl Sim<'_> {
     /// The template a check names, read from the management cluster.
     fn template(&self, t: &vigil_api::validate::TemplateRef) -> Option<TemplateView> {
         let key = Key {
-            cluster: MANAGEMENT.into(),
+            cluster: LOCAL_CLUSTER.into(),
             group: group_of(&t.api_version).into(),
             kind: t.kind.clone(),
             namespace: t.namespace.clone(),
@@ -762,12 +756,12 @@ impl Sim<'_> {
     }
 
     /// Applies a plan: status, writes, notices, wake-up.
-    fn apply<S: serde::Serialize>(&mut self, id: &CheckId, plan: Plan<S>) {
-        let key = id.key();
+    fn apply<S: serde::Serialize>(&mut self, id: &CheckRef, plan: Plan<S>) {
+        let key = check_key(id);
         self.invalid_reported.remove(id);
         let status = serde_json::to_value(&plan.status).unwrap_or(json!({}));
         if self.store.get(&key).and_then(|o| o.get("status")) != Some(&status) {
-            self.history.push((self.t(), id.label(), status.clone()));
+            self.history.push((self.t(), id.to_string(), status.clone()));
             self.store.set_status(&key, status);
         }
         for notice in &plan.notices {
@@ -788,20 +782,20 @@ impl Sim<'_> {
         };
     }
 
-    fn notice(&mut self, id: &CheckId, notice: &Notice) {
+    fn notice(&mut self, id: &CheckRef, notice: &Notice) {
         let mut d = Map::new();
         d.insert("reason".into(), json!(notice.reason));
         d.insert("message".into(), json!(notice.message));
         let event =
             serde_json::to_value(notice.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        self.emit(&event, Some(id.label()), notice.target.clone(), d);
+        self.emit(&event, Some(id.to_string()), notice.target.clone(), d);
     }
 
-    fn act(&mut self, id: &CheckId, action: Action) {
+    fn act(&mut self, id: &CheckRef, action: Action) {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
                 let key = Key {
-                    cluster: MANAGEMENT.into(),
+                    cluster: LOCAL_CLUSTER.into(),
                     group: group_of(&machine.api_version).into(),
                     kind: machine.kind,
                     namespace: machine.namespace,
@@ -812,7 +806,7 @@ impl Sim<'_> {
                 if let Err(e) = self.store.patch(&key, &patch) {
                     let mut d = Map::new();
                     d.insert("message".into(), json!(e));
-                    self.emit("WriteFailed", Some(id.label()), Some(key.object_name()), d);
+                    self.emit("WriteFailed", Some(id.to_string()), Some(key.object_name()), d);
                     return;
                 }
                 let owner_asked =
@@ -826,8 +820,8 @@ impl Sim<'_> {
                 self.changed(&key, Some(&before));
             }
             Action::CreateRemediation { object, target } => {
-                if let Ok(key) = self.store.create(MANAGEMENT, object, self.now) {
-                    self.emit("RemediationCreated", Some(id.label()), Some(target), object_details(&key));
+                if let Ok(key) = self.store.create(LOCAL_CLUSTER, object, self.now) {
+                    self.emit("RemediationCreated", Some(id.to_string()), Some(target), object_details(&key));
                     if let Some(model) = self.scenario.models.remediators.iter().find(|r| r.kind == key.kind) {
                         let (delay, outcome) = match model.outcome {
                             RemediatorOutcome::Recovers(d) | RemediatorOutcome::Fails(d) => (d, model.outcome),
@@ -839,20 +833,20 @@ impl Sim<'_> {
             }
             Action::DeleteRemediation { object, target } => {
                 let key = Key {
-                    cluster: MANAGEMENT.into(),
+                    cluster: LOCAL_CLUSTER.into(),
                     group: group_of(&object.api_version).into(),
                     kind: object.kind,
                     namespace: object.namespace,
                     name: object.name,
                 };
                 if let Some(before) = self.store.delete(&key) {
-                    self.emit("RemediationDeleted", Some(id.label()), Some(target), object_details(&key));
+                    self.emit("RemediationDeleted", Some(id.to_string()), Some(target), object_details(&key));
                     self.changed(&key, Some(&before));
                 }
             }
             Action::AnnotateRemediation { object, key: annotation, value } => {
                 let key = Key {
-                    cluster: MANAGEMENT.into(),
+                    cluster: LOCAL_CLUSTER.into(),
                     group: group_of(&object.api_version).into(),
                     kind: object.kind,
                     namespace: object.namespace,
@@ -892,7 +886,7 @@ impl Sim<'_> {
     /// that carries the condition (nothing else changes), then plans its next heartbeat.
     fn heartbeat(&mut self, i: usize) {
         let Some(h) = self.scenario.models.heartbeats.get(i).cloned() else { return };
-        let cluster = h.cluster.clone().unwrap_or_else(|| MANAGEMENT.to_string());
+        let cluster = h.cluster.clone().unwrap_or_else(|| LOCAL_CLUSTER.to_string());
         let now = self.now.to_string();
         let keys: Vec<Key> = self
             .store
@@ -965,7 +959,7 @@ impl Sim<'_> {
         if let Some(spec) = old.get("spec") {
             fresh["spec"] = spec.clone();
         }
-        let new_key = self.store.apply(MANAGEMENT, fresh, self.now);
+        let new_key = self.store.apply(LOCAL_CLUSTER, fresh, self.now);
         let mut d = Map::new();
         d.insert("replacement".into(), json!(new_key.object_name()));
         self.emit("MachineReplaced", None, Some(key.object_name()), d);
@@ -1018,7 +1012,7 @@ impl Sim<'_> {
                 self.set_node_condition(
                     &node_key,
                     "Ready",
-                    "True",
+                    ConditionStatus::True.as_str(),
                     Some("KubeletReady"),
                     Some("kubelet is posting ready status"),
                 );
@@ -1047,13 +1041,13 @@ impl Sim<'_> {
             .pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1")))
             .and_then(Value::as_str)
         {
-            return Some((MANAGEMENT.into(), node.to_string()));
+            return Some((LOCAL_CLUSTER.into(), node.to_string()));
         }
         let namespace = text(object, "/metadata/namespace");
         let owners = object.pointer("/metadata/ownerReferences").and_then(Value::as_array)?;
         let machine_name = owners.iter().find(|o| o["kind"] == "Machine").and_then(|o| o["name"].as_str())?;
         let machine = self.store.get(&Key {
-            cluster: MANAGEMENT.into(),
+            cluster: LOCAL_CLUSTER.into(),
             group: CAPI_GROUP.into(),
             kind: "Machine".into(),
             namespace: namespace.into(),
@@ -1072,9 +1066,4 @@ fn object_details(key: &Key) -> Map<String, Value> {
     d.insert("namespace".into(), json!(key.namespace));
     d.insert("name".into(), json!(key.name));
     d
-}
-
-/// The ownership ranking of a namespace's checks ([`vigil_engine::peers`]).
-fn peers_of(checks: &[(MachineHealthCheck, validate::MhcPolicy)]) -> vigil_engine::peers::MhcPeers<'_> {
-    vigil_engine::peers::MhcPeers::new(checks.iter().map(|(c, p)| vigil_engine::peers::MhcPeer::of(c, p)))
 }

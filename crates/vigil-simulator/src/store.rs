@@ -8,13 +8,10 @@ use std::collections::BTreeMap;
 use vigil_engine::concerns::group_of;
 use vigil_engine::machine_write::apply_merge_patch;
 
-/// The management cluster's name in keys; workload clusters are `namespace/clusterName`.
-pub const MANAGEMENT: &str = "";
-
 /// Where an object lives.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
-    /// [`MANAGEMENT`] or a workload cluster's `namespace/clusterName`.
+    /// [`vigil_engine::target::LOCAL_CLUSTER`] or a workload cluster's `namespace/clusterName`.
     pub cluster: String,
     /// API group (`""` for core).
     pub group: String,
@@ -172,6 +169,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vigil_engine::target::LOCAL_CLUSTER;
 
     fn now() -> Timestamp {
         "2030-01-01T00:00:00Z".parse().expect("ts")
@@ -205,25 +203,25 @@ mod tests {
         let names = |cluster: &str, group: &str, kind: &str, ns: Option<&str>| -> Vec<String> {
             s.list(cluster, group, kind, ns).map(|(k, _)| k.name.clone()).collect()
         };
-        assert_eq!(names(MANAGEMENT, "", "Node", None), ["n1", "n2"]);
+        assert_eq!(names(LOCAL_CLUSTER, "", "Node", None), ["n1", "n2"]);
         assert_eq!(names("ns/prod", "", "Node", None), ["w1"]);
-        assert_eq!(names(MANAGEMENT, "cluster.x-k8s.io", "Machine", None), ["m1", "m2"]);
-        assert_eq!(names(MANAGEMENT, "cluster.x-k8s.io", "Machine", Some("a")), ["m1"]);
-        assert_eq!(names(MANAGEMENT, "cluster.x-k8s.io", "Machine", Some("c")), Vec::<String>::new());
-        assert_eq!(names(MANAGEMENT, "x.io", "Machine", None), ["other"]);
+        assert_eq!(names(LOCAL_CLUSTER, "cluster.x-k8s.io", "Machine", None), ["m1", "m2"]);
+        assert_eq!(names(LOCAL_CLUSTER, "cluster.x-k8s.io", "Machine", Some("a")), ["m1"]);
+        assert_eq!(names(LOCAL_CLUSTER, "cluster.x-k8s.io", "Machine", Some("c")), Vec::<String>::new());
+        assert_eq!(names(LOCAL_CLUSTER, "x.io", "Machine", None), ["other"]);
     }
 
     #[test]
     fn apply_keeps_identity_and_bumps_generation_on_spec_change() {
         let mut s = Store::default();
         let k = s.apply(
-            MANAGEMENT,
+            LOCAL_CLUSTER,
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"a": 1}}),
             now(),
         );
         let uid = s.get(&k).expect("stored")["metadata"]["uid"].clone();
         s.apply(
-            MANAGEMENT,
+            LOCAL_CLUSTER,
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"a": 2}}),
             now(),
         );
@@ -236,10 +234,10 @@ mod tests {
     fn create_refuses_duplicates_and_fills_generate_name() {
         let mut s = Store::default();
         let o = json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"name": "a", "namespace": "ns"}});
-        assert!(s.create(MANAGEMENT, o.clone(), now()).is_ok());
-        assert!(s.create(MANAGEMENT, o, now()).is_err());
+        assert!(s.create(LOCAL_CLUSTER, o.clone(), now()).is_ok());
+        assert!(s.create(LOCAL_CLUSTER, o, now()).is_err());
         let g = json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"generateName": "n1-", "namespace": "ns"}});
-        let k = s.create(MANAGEMENT, g, now()).expect("created");
+        let k = s.create(LOCAL_CLUSTER, g, now()).expect("created");
         assert!(k.name.starts_with("n1-") && k.name.len() > 3);
     }
 
@@ -247,10 +245,10 @@ mod tests {
     fn list_returns_exactly_the_kind_and_namespace_asked_for() {
         let mut s = Store::default();
         for (cluster, api, kind, ns, name) in [
-            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Machine", "a", "m1"),
-            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Machine", "b", "m2"),
-            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "MachineSet", "a", "s1"),
-            (MANAGEMENT, "cluster.x-k8s.io/v1beta2", "Cluster", "a", "c1"),
+            (LOCAL_CLUSTER, "cluster.x-k8s.io/v1beta2", "Machine", "a", "m1"),
+            (LOCAL_CLUSTER, "cluster.x-k8s.io/v1beta2", "Machine", "b", "m2"),
+            (LOCAL_CLUSTER, "cluster.x-k8s.io/v1beta2", "MachineSet", "a", "s1"),
+            (LOCAL_CLUSTER, "cluster.x-k8s.io/v1beta2", "Cluster", "a", "c1"),
             ("a/c1", "cluster.x-k8s.io/v1beta2", "Machine", "a", "m3"),
         ] {
             s.apply(
@@ -260,7 +258,7 @@ mod tests {
             );
         }
         let names = |ns: Option<&str>| {
-            s.list(MANAGEMENT, "cluster.x-k8s.io", "Machine", ns).map(|(k, _)| k.name.clone()).collect::<Vec<_>>()
+            s.list(LOCAL_CLUSTER, "cluster.x-k8s.io", "Machine", ns).map(|(k, _)| k.name.clone()).collect::<Vec<_>>()
         };
         assert_eq!(names(None), ["m1", "m2"]);
         assert_eq!(names(Some("a")), ["m1"]);
@@ -271,7 +269,7 @@ mod tests {
     #[test]
     fn stale_patch_conflicts() {
         let mut s = Store::default();
-        let k = s.apply(MANAGEMENT, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}), now());
+        let k = s.apply(LOCAL_CLUSTER, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}), now());
         assert!(s.patch(&k, &json!({"metadata": {"resourceVersion": "0"}, "status": {}})).is_err());
         let rv = s.get(&k).expect("stored")["metadata"]["resourceVersion"].clone();
         assert!(s.patch(&k, &json!({"metadata": {"resourceVersion": rv}, "status": {"x": 1}})).is_ok());

@@ -18,9 +18,10 @@ use vigil_api::manifest::{health_check_from_value, parse_documents};
 use vigil_api::views::MachineView;
 use vigil_api::well_known::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED};
 use vigil_api::{GROUP, NodeHealthCheck, validate};
+use vigil_engine::target::LOCAL_CLUSTER;
 use vigil_simulator::output::Event;
 use vigil_simulator::scenario::Models;
-use vigil_simulator::store::{Key, MANAGEMENT};
+use vigil_simulator::store::Key;
 use vigil_simulator::{Report, Scenario, simulate};
 
 /// How far ahead `vigil check` looks for the next change.
@@ -324,7 +325,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
         out.remediations_allowed = Some(int("remediationsAllowed"));
         for name in status.get("targets").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
             let key = Key {
-                cluster: MANAGEMENT.into(),
+                cluster: LOCAL_CLUSTER.into(),
                 group: "cluster.x-k8s.io".into(),
                 kind: "Machine".into(),
                 namespace: namespace.into(),
@@ -363,7 +364,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
         out.phase = status.get("phase").and_then(Value::as_str).map(str::to_string);
         let name = label.strip_prefix("NodeHealthCheck/").unwrap_or(label);
         let check_key = Key {
-            cluster: MANAGEMENT.into(),
+            cluster: LOCAL_CLUSTER.into(),
             group: GROUP.into(),
             kind: "NodeHealthCheck".into(),
             namespace: String::new(),
@@ -377,7 +378,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
         for entry in status.get("unhealthyNodes").and_then(Value::as_array).into_iter().flatten() {
             let node_name = entry.get("name").and_then(Value::as_str).unwrap_or("").to_string();
             let node_key = Key {
-                cluster: MANAGEMENT.into(),
+                cluster: LOCAL_CLUSTER.into(),
                 group: String::new(),
                 kind: "Node".into(),
                 namespace: String::new(),
@@ -447,7 +448,7 @@ fn node_condition_since(at_now: &Report, label: &str, machine: &MachineView) -> 
     let rest = label.strip_prefix("MachineHealthCheck/")?;
     let (namespace, name) = rest.split_once('/')?;
     let key = Key {
-        cluster: MANAGEMENT.into(),
+        cluster: LOCAL_CLUSTER.into(),
         group: GROUP.into(),
         kind: "MachineHealthCheck".into(),
         namespace: namespace.into(),
@@ -464,7 +465,7 @@ fn node_condition_since(at_now: &Report, label: &str, machine: &MachineView) -> 
         namespace: String::new(),
         name: node_name.into(),
     };
-    let node = at_now.store.get(&node_key(&workload)).or_else(|| at_now.store.get(&node_key(MANAGEMENT)))?;
+    let node = at_now.store.get(&node_key(&workload)).or_else(|| at_now.store.get(&node_key(LOCAL_CLUSTER)))?;
     node.pointer("/status/conditions")?
         .as_array()?
         .iter()

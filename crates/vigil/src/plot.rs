@@ -6,8 +6,9 @@ use plotters::prelude::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
+use vigil_engine::target::LOCAL_CLUSTER;
 use vigil_simulator::Report;
-use vigil_simulator::store::{Key, MANAGEMENT};
+use vigil_simulator::store::Key;
 
 /// Targets shown as lanes only up to this many (beyond, lanes would be unreadable).
 const MAX_LANES: usize = 12;
@@ -54,7 +55,7 @@ fn check_object<'r>(report: &'r Report, label: &str) -> Option<&'r Value> {
     let (kind, rest) = label.split_once('/')?;
     let (namespace, name) = rest.split_once('/').unwrap_or(("", rest));
     report.store.get(&Key {
-        cluster: MANAGEMENT.into(),
+        cluster: LOCAL_CLUSTER.into(),
         group: GROUP.into(),
         kind: kind.into(),
         namespace: namespace.into(),

@@ -1,0 +1,370 @@
+//! Who holds which target, read from the indexes: each check's claims (its remediation
+//! objects, its Machines' conditions, its status' requests in flight), and the holders a
+//! decision is made against. The rules of the assembly are the engine's
+//! ([`vigil_engine::assemble`]); this module only finds the objects, scoped to the confirmed
+//! targets while confirming (see [`crate::confirm`]).
+
+use crate::gather::RemediationIndex;
+use crate::index::Index;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use vigil_api::views::{MachineView, RemediationView};
+use vigil_api::{MachineHealthCheck, validate};
+use vigil_engine::assemble::{self, ClaimSource, Fresh};
+use vigil_engine::concerns::group_of;
+use vigil_engine::holders::{Claim, Holders};
+use vigil_engine::target::{CheckRef, Target};
+
+/// The valid MachineHealthChecks of a namespace with their policies (who may own a Machine's
+/// conditions: [`vigil_engine::peers`]). Per decision and per namespace: a namespace holds a
+/// few checks, and validating one costs microseconds.
+pub(crate) fn mhc_peers(idx: &Index, namespace: &str) -> Vec<(Arc<MachineHealthCheck>, validate::MhcPolicy)> {
+    idx.mhcs
+        .range((namespace.to_string(), String::new())..)
+        .take_while(|((ns, _), _)| ns == namespace)
+        .filter(|(k, c)| c.metadata.deletion_timestamp.is_none() && !idx.mhc_errors.contains_key(*k))
+        .filter_map(|(_, c)| validate::machine_health_check(c).ok().map(|p| (Arc::clone(c), p)))
+        .collect()
+}
+
+/// The cluster key the engine uses for an MHC's Nodes ([`assemble::node_cluster`]): local when
+/// the workload cluster is the cluster Vigil runs in.
+pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
+    let local = idx.self_hosted.contains(&format!("{namespace}/{cluster}"));
+    assemble::node_cluster(namespace, cluster, local)
+}
+
+/// Who holds which target: `key`'s own claims derived now and the others' as cached after their
+/// last decision; with `fresh`, the others' claims about those targets derived now instead
+/// ([`assemble::holders`]).
+pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
+    let own = claims_of(idx, key);
+    let cached = idx.claims.iter().map(|(k, c)| (k, c.as_slice()));
+    let Some(about) = fresh else { return assemble::holders(Some(key), own, cached, None) };
+    let scope = Scope::of(idx, about);
+    let mut rederived = Fresh::about(about);
+    for other in idx.all_checks().into_iter().filter(|o| o != key) {
+        if let Some(claims) = claims_within(idx, &other, Some(&scope)) {
+            rederived.insert(other, claims);
+        }
+    }
+    assemble::holders(Some(key), own, cached, Some(&rederived))
+}
+
+/// What a confirming decision derives claims about: its targets, and the Machines that can
+/// stand for one of them (the Machine itself, or any Machine referencing a Node of the set), so
+/// that a MachineHealthCheck looks at these instead of every Machine of its namespace.
+struct Scope<'a> {
+    about: &'a BTreeSet<Target>,
+    machines: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl<'a> Scope<'a> {
+    /// The scope of `about`: one pass over the Node-to-Machine index, per confirmation.
+    fn of(idx: &Index, about: &'a BTreeSet<Target>) -> Self {
+        let mut machines: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut node_names = BTreeSet::new();
+        for t in about {
+            match t {
+                Target::Machine { namespace, name } => {
+                    machines.entry(namespace.clone()).or_default().insert(name.clone());
+                }
+                Target::Node { name, .. } => {
+                    node_names.insert(name.as_str());
+                }
+            }
+        }
+        // A check's cluster key for a Machine's Node is its own (or the local cluster when
+        // self-hosted), not the Machine's label: match on the Node name in every cluster.
+        if !node_names.is_empty() {
+            for ((_, node), ms) in &idx.machines_by_node {
+                if node_names.contains(node.as_str()) {
+                    for (ns, m) in ms {
+                        machines.entry(ns.clone()).or_default().insert(m.clone());
+                    }
+                }
+            }
+        }
+        Scope { about, machines }
+    }
+
+    fn machines_of<'i>(&self, idx: &'i Index, namespace: &str) -> Vec<&'i MachineView> {
+        let (Some(names), Some(all)) = (self.machines.get(namespace), idx.machines.get(namespace)) else {
+            return Vec::new();
+        };
+        names.iter().filter_map(|n| all.get(n)).map(|e| e.view.as_ref()).collect()
+    }
+}
+
+/// The targets check `key` is remediating, derived from the indexes (its remediation objects,
+/// its Machines' conditions, its status' requests in flight).
+pub fn claims_of(idx: &Index, key: &CheckRef) -> Vec<Claim> {
+    claims_within(idx, key, None).unwrap_or_default()
+}
+
+/// [`claims_of`], or within `scope` only its claims about the scope's targets (looking only at
+/// the scope's Machines and remediation objects naming its Nodes); `None` when the check cannot
+/// hold any target of the scope (another namespace or cluster).
+fn claims_within(idx: &Index, key: &CheckRef, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
+    let claims = match key {
+        CheckRef::Machine { namespace: ns, name: n } => mhc_claims_within(idx, ns, n, scope)?,
+        CheckRef::Node { name: n } => nhc_claims_within(idx, n, scope)?,
+    };
+    Some(match scope {
+        Some(s) => claims.into_iter().filter(|c| s.about.contains(&c.target)).collect(),
+        None => claims,
+    })
+}
+
+fn mhc_claims_within(idx: &Index, ns: &str, n: &str, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
+    let Some(check) = idx.mhcs.get(&(ns.to_string(), n.to_string())) else { return Some(Vec::new()) };
+    let Ok(policy) = validate::machine_health_check(check) else { return Some(Vec::new()) };
+    let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
+    let machines: Vec<&MachineView> = match scope {
+        None => idx.machines.get(ns).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default(),
+        Some(s) if !assemble::mhc_can_hold(s.about, ns, &node_cluster) => return None,
+        Some(s) => s.machines_of(idx, ns),
+    };
+    let objects = policy
+        .remediation_template
+        .as_ref()
+        .and_then(|t| idx.objects.get(&(group_of(&t.api_version).to_string(), t.remediation_kind().to_string())));
+    let remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(ns)));
+    let peer_checks = mhc_peers(idx, ns);
+    let peers = assemble::peers_of(&peer_checks);
+    Some(assemble::claims(ClaimSource::Machine {
+        check,
+        policy: &policy,
+        peers: &peers,
+        node_cluster: &node_cluster,
+        machines: &machines,
+        remediations: &remediations,
+    }))
+}
+
+fn nhc_claims_within(idx: &Index, n: &str, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
+    let Some(check) = idx.nhcs.get(n) else { return Some(Vec::new()) };
+    let Ok(policy) = validate::node_health_check(check) else { return Some(Vec::new()) };
+    let local: Option<BTreeSet<&str>> = scope.map(|s| assemble::local_nodes(s.about));
+    if local.as_ref().is_some_and(BTreeSet::is_empty) {
+        return None;
+    }
+    let names_a_scoped_node = |v: &RemediationView| {
+        local.as_ref().is_none_or(|l| {
+            v.meta.annotations.get(vigil_api::well_known::NODE_NAME_ANNOTATION).is_some_and(|n| l.contains(n.as_str()))
+        })
+    };
+    let mut seen = BTreeSet::new();
+    let mut views: Vec<&RemediationView> = Vec::new();
+    for step in &policy.steps {
+        let t = &step.template;
+        let gk = (group_of(&t.api_version).to_string(), t.remediation_kind().to_string());
+        if seen.insert((gk.clone(), t.namespace.clone()))
+            && let Some(m) = idx.objects.get(&gk).and_then(|c| c.remediations.get(&t.namespace))
+        {
+            views.extend(m.values().map(|a| a.as_ref()).filter(|v| names_a_scoped_node(v)));
+        }
+    }
+    Some(assemble::claims(ClaimSource::Node { check, remediations: &views }))
+}
+
+/// Confirming decisions derive other checks' claims only about the confirmed targets: that must
+/// lose nothing a full derivation would find about them.
+#[cfg(test)]
+mod scoped_claims {
+    use super::*;
+    use crate::confirm::{self, keep_confirmed};
+    use crate::gather::{Job, job, job_with_fresh_holders, split_api_version};
+    use crate::index::{SourceState, slim_node};
+    use jiff::Timestamp;
+    use k8s_openapi::api::core::v1::Node;
+    use serde_json::Value;
+    use serde_json::json;
+    use vigil_api::MachineHealthCheck;
+    use vigil_api::well_known::NODE_NAME_ANNOTATION;
+    use vigil_engine::Action;
+    use vigil_engine::target::LOCAL_CLUSTER;
+
+    const SNR: &str = "self-node-remediation.medik8s.io/v1alpha1";
+    const FAR: &str = "fence-agents-remediation.medik8s.io/v1alpha1";
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("time")
+    }
+
+    fn nhc(name: &str, api_version: &str, kind: &str) -> vigil_api::NodeHealthCheck {
+        serde_json::from_value(json!({
+            "apiVersion": "remediation.medik8s.io/v1alpha1", "kind": "NodeHealthCheck",
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "1", "generation": 1},
+            "spec": {"selector": {"matchExpressions": [{"key": "node-role.kubernetes.io/worker", "operator": "Exists"}]},
+                     "minHealthy": "51%",
+                     "remediationTemplate": {"apiVersion": api_version, "kind": kind, "name": "t", "namespace": "medik8s"}}
+        }))
+        .expect("NodeHealthCheck")
+    }
+
+    fn node(name: &str, ready: &str) -> Node {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"node-role.kubernetes.io/worker": ""}},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "r",
+                "lastHeartbeatTime": "2030-01-01T00:00:00Z", "lastTransitionTime": "2029-12-01T00:00:00Z"}]}
+        }))
+        .expect("Node")
+    }
+
+    fn synced_kind(idx: &mut Index, api_version: &str, kind: &str) {
+        let (group, _) = split_api_version(api_version);
+        for (k, is_template) in [(format!("{kind}Template"), true), (kind.to_string(), false)] {
+            let gk = (group.clone(), k.clone());
+            if is_template {
+                let t = json!({"apiVersion": api_version, "kind": k, "metadata": {"name": "t", "namespace": "medik8s"},
+                               "spec": {"template": {"spec": {}}}});
+                idx.put_object(&gk, true, Some(&t), None);
+            }
+            idx.objects.entry(gk).or_default().state = SourceState::Synced;
+        }
+    }
+
+    /// Three workers, w-2 `Ready=False` for a month; NodeHealthChecks `reboot` (SelfNode-) and
+    /// `fence` (FenceAgentsRemediation), `fence` remediating w-2 already (its object exists),
+    /// while the cached claims, from before that object was seen, say nobody holds anything.
+    fn two_nhcs() -> Index {
+        let mut idx = Index::default();
+        idx.nhc_state = SourceState::Synced;
+        idx.put_nhc(Some(nhc("reboot", SNR, "SelfNodeRemediationTemplate")), None);
+        idx.put_nhc(Some(nhc("fence", FAR, "FenceAgentsRemediationTemplate")), None);
+        for (n, ready) in [("w-1", "True"), ("w-2", "False"), ("w-3", "True")] {
+            idx.put_node(LOCAL_CLUSTER, Some(slim_node(&node(n, ready))), None, at("2030-01-01T00:00:00Z"));
+        }
+        idx.nodes.entry(LOCAL_CLUSTER.to_string()).or_default().state = SourceState::Synced;
+        synced_kind(&mut idx, SNR, "SelfNodeRemediation");
+        synced_kind(&mut idx, FAR, "FenceAgentsRemediation");
+        let object = json!({"apiVersion": FAR, "kind": "FenceAgentsRemediation",
+            "metadata": {"name": "w-2", "namespace": "medik8s", "creationTimestamp": "2029-12-31T23:00:00Z",
+                         "annotations": {NODE_NAME_ANNOTATION: "w-2"},
+                         "ownerReferences": [{"apiVersion": "remediation.medik8s.io/v1alpha1", "kind": "NodeHealthCheck",
+                                              "name": "fence", "uid": "uid-fence"}]}});
+        idx.put_object(
+            &("fence-agents-remediation.medik8s.io".into(), "FenceAgentsRemediation".into()),
+            false,
+            Some(&object),
+            None,
+        );
+        idx.claims.clear();
+        idx
+    }
+
+    fn creates_for(job: &Job) -> Vec<String> {
+        job.plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::CreateRemediation { target, .. } => Some(target.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn about(nodes: &[&str]) -> BTreeSet<Target> {
+        nodes.iter().map(|n| Target::local_node(n)).collect()
+    }
+
+    #[test]
+    fn another_checks_fresh_claim_on_a_confirmed_target_blocks_it_whatever_the_cache_says() {
+        let idx = two_nhcs();
+        let now = at("2030-01-01T00:00:10Z");
+        let reboot = CheckRef::Node { name: "reboot".into() };
+        let cached = job(&idx, &reboot, now).expect("decided");
+        assert_eq!(creates_for(&cached), ["w-2"], "the cached claims say nobody holds w-2");
+        let fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
+        assert_eq!(creates_for(&fresh), Vec::<String>::new(), "fence's object holds w-2");
+        assert!(fresh.plan.held_elsewhere.iter().any(|h| h.target == "w-2"), "{:?}", fresh.plan.held_elsewhere);
+    }
+
+    #[test]
+    fn a_remediation_outside_what_was_confirmed_is_left_out_and_decided_again() {
+        let idx = two_nhcs();
+        let now = at("2030-01-01T00:00:10Z");
+        let reboot = CheckRef::Node { name: "reboot".into() };
+        // Confirmed about w-1 only: w-2 is decided on cached claims, which miss fence's hold.
+        let mut fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-1"])).expect("decided");
+        assert_eq!(creates_for(&fresh), ["w-2"]);
+        keep_confirmed(&mut fresh, &[confirm::Target::Node("w-1".into())].into());
+        assert_eq!(creates_for(&fresh), Vec::<String>::new());
+        assert!(fresh.again, "the check is decided again");
+    }
+
+    fn machine(name: &str, node: &str, owner_remediated: bool) -> Value {
+        let conditions = if owner_remediated {
+            json!([{"type": "HealthCheckSucceeded", "status": "False", "reason": "r", "message": "", "lastTransitionTime": "2029-12-31T22:00:00Z"},
+                   {"type": "OwnerRemediated", "status": "False", "reason": "r", "message": "", "lastTransitionTime": "2029-12-31T22:00:00Z"}])
+        } else {
+            json!([])
+        };
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": name, "namespace": "default", "resourceVersion": "1",
+                            "labels": {"cluster.x-k8s.io/cluster-name": "prod", "pool": "workers"}},
+               "spec": {"clusterName": "prod"},
+               "status": {"nodeRef": {"name": node}, "conditions": conditions}})
+    }
+
+    /// [`two_nhcs`] without fence's object, plus a self-hosted cluster `default/prod` whose
+    /// MachineHealthCheck asked the owner to remediate the Machine of w-2 (the same target), a
+    /// check of another cluster, and 50 healthy Machines.
+    fn self_hosted() -> Index {
+        let mut idx = two_nhcs();
+        idx.put_object(
+            &("fence-agents-remediation.medik8s.io".into(), "FenceAgentsRemediation".into()),
+            false,
+            None,
+            Some(("medik8s".into(), "w-2".into())),
+        );
+        idx.self_hosted.insert("default/prod".into());
+        for (ns, name, cluster) in [("default", "workers", "prod"), ("other", "elsewhere", "far")] {
+            let mhc: MachineHealthCheck = serde_json::from_value(json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+                "metadata": {"name": name, "namespace": ns, "resourceVersion": "1", "generation": 1},
+                "spec": {"clusterName": cluster, "selector": {"matchLabels": {"pool": "workers"}},
+                         "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "8m"}]}
+            }))
+            .expect("MachineHealthCheck");
+            idx.put_mhc(Some(mhc), None);
+        }
+        idx.put_machine(Some(&machine("m-2", "w-2", true)), None);
+        for i in 0..50 {
+            idx.put_machine(Some(&machine(&format!("m-x{i}"), &format!("x{i}"), false)), None);
+        }
+        idx.claims.clear();
+        idx
+    }
+
+    #[test]
+    fn a_self_hosted_machine_claim_on_a_confirmed_node_is_found_without_walking_the_namespace() {
+        let idx = self_hosted();
+        let now = at("2030-01-01T00:00:10Z");
+        let reboot = CheckRef::Node { name: "reboot".into() };
+        assert_eq!(creates_for(&job(&idx, &reboot, now).expect("decided")), ["w-2"]);
+        let fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
+        assert_eq!(creates_for(&fresh), Vec::<String>::new(), "the Machine of w-2 is held by the MHC");
+        // Scoped derivation equals the full one restricted to the scope, for every check, and
+        // a check that cannot select a target of the scope is not derived at all.
+        for targets in [about(&["w-2"]), about(&["w-1", "w-2"]), about(&["x3"])] {
+            let scope = Scope::of(&idx, &targets);
+            for key in idx.all_checks() {
+                let full: Vec<Claim> =
+                    claims_of(&idx, &key).into_iter().filter(|c| targets.contains(&c.target)).collect();
+                match claims_within(&idx, &key, Some(&scope)) {
+                    Some(scoped) => assert_eq!(scoped, full, "{key:?} about {targets:?}"),
+                    None => assert!(full.is_empty(), "{key:?} skipped but claims {full:?}"),
+                }
+            }
+            assert!(scope.machines.get("default").is_some_and(|m| m.len() <= 2), "{:?}", scope.machines);
+        }
+        let other = CheckRef::Machine { namespace: "other".into(), name: "elsewhere".into() };
+        assert!(claims_within(&idx, &other, Some(&Scope::of(&idx, &about(&["w-2"])))).is_none());
+        assert!(
+            !claims_of(&idx, &CheckRef::Machine { namespace: "default".into(), name: "workers".into() }).is_empty()
+        );
+    }
+}

@@ -1,0 +1,531 @@
+//! Gather: one decision. A check's observed state is read from the indexes into the engine's
+//! input, the engine decides, and the plan becomes an owned [`Job`] (typed: what a partly sent
+//! plan leaves out is the engine's [`vigil_engine::partial::leave_out`]). Everything here runs
+//! under the index read lock, without I/O. Who holds which target is [`crate::claims`].
+
+use crate::claims::{holders_for, mhc_peers, node_cluster};
+use crate::index::{Index, SourceState};
+use crate::metrics::Gauges;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use vigil_api::reason::Reason;
+use vigil_api::validate::{self, MhcPolicy, NhcPolicy};
+use vigil_api::views::{MachineView, RemediationView, TemplateView};
+use vigil_api::{MachineHealthCheck, MachineHealthCheckStatus, NodeHealthCheck, NodeHealthCheckStatus};
+use vigil_engine::assemble;
+use vigil_engine::concerns::group_of;
+use vigil_engine::expiry::expiry;
+use vigil_engine::lookup::Lookup;
+use vigil_engine::machine::{self, MhcInput, NodeSource};
+use vigil_engine::node::{self, NhcInput};
+use vigil_engine::partial::{self, Requests};
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
+use vigil_engine::{Action, Plan};
+
+/// Something a check needs watched before it can be decided.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Need {
+    /// Objects of a kind (group, version, kind), e.g. a template kind.
+    Kind {
+        /// API group.
+        group: String,
+        /// API version.
+        version: String,
+        /// Kind.
+        kind: String,
+        /// Whether objects of this kind are templates (keep `spec.template`).
+        template: bool,
+    },
+    /// The Nodes of a workload cluster (`namespace`, `clusterName`).
+    WorkloadCluster(String, String),
+}
+
+/// A check's status as a plan says it should be, of either kind, so one [`Job`] carries either
+/// plan typed (serialized as the status itself).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum CheckStatus {
+    /// A MachineHealthCheck's status.
+    Machine(MachineHealthCheckStatus),
+    /// A NodeHealthCheck's status.
+    Node(NodeHealthCheckStatus),
+}
+
+impl Requests for CheckStatus {
+    fn forget(&mut self, unsent: &[(&str, &Value)]) {
+        match self {
+            CheckStatus::Machine(s) => s.forget(unsent),
+            CheckStatus::Node(s) => s.forget(unsent),
+        }
+    }
+}
+
+/// A decided plan, with everything its writes need, owned.
+pub struct Job {
+    /// The check.
+    pub key: CheckRef,
+    /// The engine's plan; actions left out while confirming or applying are taken out of it
+    /// with [`Job::leave_out`].
+    pub plan: Plan<CheckStatus>,
+    /// The check's status as stored when it was decided (JSON), to send only what changed.
+    pub current: Option<Value>,
+    /// Current (slim) JSON of the Machines the actions patch, by `namespace/name`.
+    pub machines: HashMap<String, Arc<Value>>,
+    /// Watches the check needs.
+    pub needs: BTreeSet<Need>,
+    /// UID of the check, for events.
+    pub uid: Option<String>,
+    /// For each target the plan writes to, when its unhealthy condition's timeout ran out (for
+    /// the detection-latency metric), by Node name or Machine `namespace/name`.
+    pub expiries: HashMap<String, Timestamp>,
+    /// Whether the check must be decided again right after this job (some of its remediations
+    /// were left out while confirming).
+    pub again: bool,
+}
+
+impl Job {
+    /// A job for `key`'s `plan`, the check's stored status being `current` (`wrap` says which kind).
+    fn new<S: serde::Serialize>(key: CheckRef, plan: Plan<S>, current: Option<&S>, wrap: fn(S) -> CheckStatus) -> Self {
+        let current = current.and_then(|c| serde_json::to_value(c).ok());
+        let plan = Plan {
+            status: wrap(plan.status),
+            actions: plan.actions,
+            notices: plan.notices,
+            next_wake: plan.next_wake,
+            held_elsewhere: plan.held_elsewhere,
+            short_circuited: plan.short_circuited,
+        };
+        Job {
+            key,
+            plan,
+            current,
+            machines: HashMap::new(),
+            needs: BTreeSet::new(),
+            uid: None,
+            expiries: HashMap::new(),
+            again: false,
+        }
+    }
+
+    /// Leaves out `actions` that were not confirmed or failed: the status no longer reports
+    /// the remediation objects they would have created, nor are their requests announced.
+    pub fn leave_out(&mut self, actions: &[Action]) {
+        partial::leave_out(&mut self.plan, actions);
+    }
+
+    /// The check's status to send as a merge patch, when it differs from the stored one.
+    pub fn status_patch(&self) -> Option<Value> {
+        status_if_changed(self.current.as_ref(), &self.plan.status)
+    }
+
+    /// The check's counts for the per-check gauges.
+    pub fn gauges(&self) -> Gauges {
+        match &self.plan.status {
+            CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited),
+            CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited),
+        }
+    }
+}
+
+/// Reads a template's remediation objects of one namespace by name, from the index.
+pub(crate) struct RemediationIndex<'a>(pub(crate) Option<&'a BTreeMap<String, Arc<RemediationView>>>);
+
+impl Lookup<RemediationView> for RemediationIndex<'_> {
+    fn lookup(&self, key: &str) -> Option<&RemediationView> {
+        self.0.and_then(|m| m.get(key)).map(|a| a.as_ref())
+    }
+}
+
+/// An `apiVersion`'s group and version (`v1` has the core group, `""`).
+pub(crate) fn split_api_version(api_version: &str) -> (String, String) {
+    match api_version.rsplit_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), api_version.to_string()),
+    }
+}
+
+fn kind_needs(api_version: &str, template_kind: &str, remediation_kind: &str) -> [Need; 2] {
+    let (group, version) = split_api_version(api_version);
+    [
+        Need::Kind { group: group.clone(), version: version.clone(), kind: template_kind.to_string(), template: true },
+        Need::Kind { group, version, kind: remediation_kind.to_string(), template: false },
+    ]
+}
+
+fn waiting(state: &SourceState, what: &str) -> Option<String> {
+    match state {
+        SourceState::Synced => None,
+        SourceState::Syncing => Some(format!("waiting for the first complete list of {what}")),
+        SourceState::Failed(e) => Some(format!("the watch of {what} failed ({e}); the cache may be stale")),
+    }
+}
+
+/// Reason of `RemediationAllowed=False` when no decision can be made.
+pub const REASON_WAITING: Reason = Reason::WaitingForCaches;
+/// Reason when the spec cannot be read or validated.
+pub const REASON_INVALID: Reason = Reason::InvalidSpec;
+
+/// The status to send as a merge patch when it changed: a field the new status leaves out (an
+/// emptied list such as `wouldRemediate` or `unhealthyNodes`, a cleared time) is sent as `null`,
+/// since a merge patch keeps every field it does not name.
+fn status_if_changed<S: serde::Serialize>(current: Option<&Value>, new: &S) -> Option<Value> {
+    let mut new = serde_json::to_value(new).ok()?;
+    if current == Some(&new) {
+        return None;
+    }
+    if let (Some(Value::Object(cur)), Value::Object(patch)) = (current, &mut new) {
+        for key in cur.keys() {
+            if !patch.contains_key(key) {
+                patch.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    Some(new)
+}
+
+/// A MachineHealthCheck's job from its plan.
+fn mhc_job(check: &MachineHealthCheck, key: &CheckRef, plan: Plan<MachineHealthCheckStatus>) -> Job {
+    Job { uid: check.metadata.uid.clone(), ..Job::new(key.clone(), plan, check.status.as_ref(), CheckStatus::Machine) }
+}
+
+/// A NodeHealthCheck's job from its plan.
+fn nhc_job(check: &NodeHealthCheck, key: &CheckRef, plan: Plan<NodeHealthCheckStatus>) -> Job {
+    Job { uid: check.metadata.uid.clone(), ..Job::new(key.clone(), plan, check.status.as_ref(), CheckStatus::Node) }
+}
+
+/// What a MachineHealthCheck's decision reads besides the Machines: its template and remediation
+/// objects (when their caches are synced), the watches it needs, and why it cannot be decided
+/// yet (caches not listed).
+struct MhcSources<'i> {
+    needs: BTreeSet<Need>,
+    template: Option<&'i TemplateView>,
+    remediations: RemediationIndex<'i>,
+    unsure: Vec<String>,
+}
+
+fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSources<'i> {
+    // A workload cluster's kubeconfig Secret is read only for a Cluster that exists in the
+    // check's own namespace: a check naming any cluster must not make Vigil read any Secret.
+    let mut needs = BTreeSet::new();
+    if idx.clusters.contains_key(&(namespace.to_string(), policy.cluster_name.clone())) {
+        needs.insert(Need::WorkloadCluster(namespace.to_string(), policy.cluster_name.clone()));
+    }
+    let unsure = [
+        waiting(&idx.mhc_state, "MachineHealthChecks"),
+        waiting(&idx.machine_state, "Cluster API Machines"),
+        waiting(&idx.cluster_state, "Cluster API Clusters"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>();
+    let mut sources = MhcSources { needs, template: None, remediations: RemediationIndex(None), unsure };
+    if let Some(t) = policy.remediation_template.as_ref() {
+        sources.needs.extend(kind_needs(&t.api_version, &t.kind, t.remediation_kind()));
+        let group = group_of(&t.api_version).to_string();
+        let templates = idx.objects.get(&(group.clone(), t.kind.clone()));
+        let objects = idx.objects.get(&(group, t.remediation_kind().to_string()));
+        match (templates.map(|c| &c.state), objects.map(|c| &c.state)) {
+            (Some(SourceState::Synced), Some(SourceState::Synced)) => {
+                sources.template =
+                    templates.and_then(|c| c.templates.get(namespace)).and_then(|m| m.get(&t.name)).map(|a| a.as_ref());
+                sources.remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(namespace)));
+            }
+            // A kind the API server does not serve: the template counts as missing, which the
+            // engine reports on every unhealthy Machine and in the check's conditions.
+            (Some(SourceState::Failed(_)), _) | (_, Some(SourceState::Failed(_))) => {}
+            _ => sources.unsure.push(format!(
+                "waiting for the first complete list of {} and {}",
+                t.kind,
+                t.remediation_kind()
+            )),
+        }
+    }
+    sources
+}
+
+/// The Nodes of a MachineHealthCheck's workload cluster `workload`, or why they cannot be read.
+fn workload_nodes<'i>(
+    idx: &'i Index,
+    workload: &str,
+    policy: &MhcPolicy,
+    unreachable: &'i mut String,
+) -> NodeSource<'i> {
+    match idx.nodes.get(workload) {
+        Some(cache) if cache.state == SourceState::Synced => NodeSource::Reachable(&cache.nodes),
+        Some(cache) => {
+            *unreachable = waiting(&cache.state, &format!("Nodes of workload cluster {workload}")).unwrap_or_default();
+            NodeSource::Unreachable(unreachable)
+        }
+        None => {
+            let namespace = workload.split_once('/').map_or("", |(ns, _)| ns);
+            *unreachable = format!(
+                "no connection to workload cluster {workload} yet (Secret {namespace}/{}-kubeconfig)",
+                policy.cluster_name
+            );
+            NodeSource::Unreachable(unreachable)
+        }
+    }
+}
+
+/// Decides a MachineHealthCheck; `None` when it no longer exists.
+/// With `fresh`, the other checks' claims about those targets are derived from the indexes now
+/// (see [`job_with_fresh_holders`]).
+pub fn machine_job(
+    idx: &Index,
+    namespace: &str,
+    name: &str,
+    now: Timestamp,
+    fresh: Option<&BTreeSet<Target>>,
+) -> Option<Job> {
+    let key = CheckRef::Machine { namespace: namespace.to_string(), name: name.to_string() };
+    let check = idx.mhcs.get(&(namespace.to_string(), name.to_string()))?;
+    if check.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let refuse = |message: &str| mhc_job(check, &key, machine::refuse(check, REASON_INVALID, message, now));
+    if let Some(error) = idx.mhc_errors.get(&(namespace.to_string(), name.to_string())) {
+        return Some(refuse(error));
+    }
+    let policy = match validate::machine_health_check(check) {
+        Ok(p) => MhcPolicy { dry_run: p.dry_run || idx.dry_run, ..p },
+        Err(e) => return Some(refuse(&e.to_string())),
+    };
+    let sources = mhc_sources(idx, namespace, &policy);
+    if !sources.unsure.is_empty() {
+        let plan = machine::refuse(check, REASON_WAITING, &sources.unsure.join("; "), now);
+        return Some(Job { needs: sources.needs, ..mhc_job(check, &key, plan) });
+    }
+    let workload = format!("{namespace}/{}", policy.cluster_name);
+    let mut unreachable = String::new();
+    let nodes = workload_nodes(idx, &workload, &policy, &mut unreachable);
+    let machines: Vec<&MachineView> =
+        idx.machines.get(namespace).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default();
+    let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
+    let input = MhcInput {
+        check,
+        policy: &policy,
+        cluster,
+        machines: &machines,
+        nodes,
+        template: sources.template,
+        remediations: &sources.remediations,
+    };
+    let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
+    let holders = holders_for(idx, &key, fresh);
+    let peer_checks = mhc_peers(idx, namespace);
+    let peers = assemble::peers_of(&peer_checks);
+    let plan = machine::decide_among_peers(&input, &holders, &peers, &node_cluster, now);
+    let expiries = mhc_expiries(idx, &workload, &policy, &plan.actions, now);
+    let machines = patched_machines(idx, &plan.actions);
+    Some(Job { needs: sources.needs, expiries, machines, ..mhc_job(check, &key, plan) })
+}
+
+/// When each Machine the actions write to had its Node's unhealthy condition run out, by
+/// Machine `namespace/name` (see [`expiry`]).
+fn mhc_expiries(
+    idx: &Index,
+    workload: &str,
+    policy: &MhcPolicy,
+    actions: &[Action],
+    now: Timestamp,
+) -> HashMap<String, Timestamp> {
+    let mut expiries = HashMap::new();
+    for action in actions {
+        let machine = match action {
+            Action::SetMachineConditions { machine, .. } => Some((machine.namespace.clone(), machine.name.clone())),
+            Action::CreateRemediation { target, .. } => {
+                target.split_once('/').map(|(ns, n)| (ns.to_string(), n.to_string()))
+            }
+            _ => None,
+        };
+        let Some((ns, name)) = machine else { continue };
+        let node = idx
+            .machines
+            .get(&ns)
+            .and_then(|ms| ms.get(&name))
+            .and_then(|e| e.view.node_name.clone())
+            .and_then(|n| idx.nodes.get(workload).and_then(|c| c.nodes.get(&n)).cloned());
+        if let Some(at) = node.and_then(|n| expiry(&policy.node_conditions, &n, now)) {
+            expiries.insert(format!("{ns}/{name}"), at);
+        }
+    }
+    expiries
+}
+
+/// The current JSON of each Machine whose conditions the actions set, by `namespace/name`.
+fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, Arc<Value>> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SetMachineConditions { machine, .. } => idx
+                .machines
+                .get(&machine.namespace)
+                .and_then(|ms| ms.get(&machine.name))
+                .map(|e| (format!("{}/{}", machine.namespace, machine.name), Arc::new(e.raw_value()))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a NodeHealthCheck's decision reads besides the Nodes: each step's template and the
+/// remediation objects of their kinds (when their caches are synced), and why it cannot be
+/// decided yet.
+struct NhcSources<'i> {
+    templates: Vec<Option<&'i TemplateView>>,
+    remediations: Vec<&'i RemediationView>,
+    unsure: Vec<String>,
+}
+
+fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
+    let mut unsure: Vec<String> = [waiting(&idx.nhc_state, "NodeHealthChecks")].into_iter().flatten().collect();
+    match idx.nodes.get(LOCAL_CLUSTER) {
+        Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
+        None => unsure.push("waiting for the first complete list of Nodes".into()),
+    }
+    let mut sources =
+        NhcSources { templates: Vec::with_capacity(policy.steps.len()), remediations: Vec::new(), unsure };
+    let mut seen_kinds = BTreeSet::new();
+    for step in &policy.steps {
+        let t = &step.template;
+        let group = group_of(&t.api_version).to_string();
+        let template_cache = idx.objects.get(&(group.clone(), t.kind.clone()));
+        let object_cache = idx.objects.get(&(group.clone(), t.remediation_kind().to_string()));
+        match (template_cache.map(|c| &c.state), object_cache.map(|c| &c.state)) {
+            (Some(SourceState::Synced), Some(SourceState::Synced)) => {
+                sources.templates.push(
+                    template_cache
+                        .and_then(|c| c.templates.get(&t.namespace))
+                        .and_then(|m| m.get(&t.name))
+                        .map(|a| a.as_ref()),
+                );
+                if seen_kinds.insert((group, t.remediation_kind().to_string(), t.namespace.clone())) {
+                    sources.remediations.extend(
+                        object_cache
+                            .and_then(|c| c.remediations.get(&t.namespace))
+                            .into_iter()
+                            .flat_map(|m| m.values().map(|a| a.as_ref())),
+                    );
+                }
+            }
+            (Some(SourceState::Failed(_)), _) | (_, Some(SourceState::Failed(_))) => sources.templates.push(None),
+            _ => sources.unsure.push(format!(
+                "waiting for the first complete list of {} and {}",
+                t.kind,
+                t.remediation_kind()
+            )),
+        }
+    }
+    sources
+}
+
+/// Decides a NodeHealthCheck; `None` when it no longer exists.
+/// With `fresh`, the other checks' claims about those targets are derived from the indexes now
+/// (see [`job_with_fresh_holders`]).
+pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet<Target>>) -> Option<Job> {
+    let key = CheckRef::Node { name: name.to_string() };
+    let check = idx.nhcs.get(name)?;
+    if check.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let refuse = |message: &str| nhc_job(check, &key, node::refuse(check, REASON_INVALID, message, now));
+    if let Some(error) = idx.nhc_errors.get(name) {
+        return Some(refuse(error));
+    }
+    let policy = match validate::node_health_check(check) {
+        Ok(p) => NhcPolicy { dry_run: p.dry_run || idx.dry_run, ..p },
+        Err(e) => return Some(refuse(&e.to_string())),
+    };
+    let mut needs = BTreeSet::new();
+    for step in &policy.steps {
+        needs.extend(kind_needs(&step.template.api_version, &step.template.kind, step.template.remediation_kind()));
+    }
+    let sources = nhc_sources(idx, &policy);
+    if !sources.unsure.is_empty() {
+        let plan = node::refuse(check, REASON_WAITING, &sources.unsure.join("; "), now);
+        return Some(Job { needs, ..nhc_job(check, &key, plan) });
+    }
+    // Only the Nodes the decision reads (see `NhcInput::nodes`), sorted by name.
+    let named = sources.remediations.iter().map(|r| vigil_engine::target::remediation_node_name(&r.meta));
+    let listed = check.status.iter().flat_map(|s| s.unhealthy_nodes.iter().map(|u| u.name.as_str()));
+    let nodes: Vec<&Node> = idx.nhc_decision_nodes(name, named.chain(listed));
+    let input = NhcInput {
+        check,
+        policy: &policy,
+        nodes: &nodes,
+        templates: &sources.templates,
+        remediations: &sources.remediations,
+    };
+    let holders = holders_for(idx, &key, fresh);
+    let plan = node::decide_among(&input, &holders, now);
+    let expiries = nhc_expiries(idx, &policy, &plan.actions, now);
+    Some(Job { needs, expiries, ..nhc_job(check, &key, plan) })
+}
+
+/// When each Node the actions remediate had its unhealthy condition run out, by Node name.
+fn nhc_expiries(idx: &Index, policy: &NhcPolicy, actions: &[Action], now: Timestamp) -> HashMap<String, Timestamp> {
+    let local = idx.nodes.get(LOCAL_CLUSTER);
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateRemediation { target, .. } => local
+                .and_then(|c| c.nodes.get(target))
+                .and_then(|n| expiry(&policy.conditions, n, now))
+                .map(|at| (target.clone(), at)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Decides the check `key` with the other checks' claims as of their last decisions (cheap).
+/// Remediating plans are decided again by [`job_with_fresh_holders`] before anything is sent.
+pub fn job(idx: &Index, key: &CheckRef, now: Timestamp) -> Option<Job> {
+    match key {
+        CheckRef::Machine { namespace: ns, name: n } => machine_job(idx, ns, n, now, None),
+        CheckRef::Node { name: n } => node_job(idx, n, now, None),
+    }
+}
+
+/// Decides the check `key` for confirming remediations of the targets `about`: every other
+/// check's claims about them are derived from the indexes now (exact, where it matters), its
+/// claims about anything else are as cached after its last decision, as in [`job`]. The
+/// caller sends no remediation of a target outside `about` from this plan.
+pub fn job_with_fresh_holders(idx: &Index, key: &CheckRef, now: Timestamp, about: &BTreeSet<Target>) -> Option<Job> {
+    match key {
+        CheckRef::Machine { namespace: ns, name: n } => machine_job(idx, ns, n, now, Some(about)),
+        CheckRef::Node { name: n } => node_job(idx, n, now, Some(about)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_field_that_goes_away_is_sent_as_null() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use vigil_api::machine_health_check::WouldRemediate;
+        let before = NodeHealthCheckStatus {
+            observed_nodes: 3,
+            features: vigil_api::machine_health_check::FeatureStatus {
+                would_remediate: vec![WouldRemediate {
+                    name: "w1".into(),
+                    action: "create SelfNodeRemediation".into(),
+                    since: Time(Timestamp::UNIX_EPOCH),
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let after = NodeHealthCheckStatus { observed_nodes: 3, ..Default::default() };
+        let json = |s: &NodeHealthCheckStatus| serde_json::to_value(s).expect("json");
+        let patch = status_if_changed(Some(&json(&before)), &after).expect("changed");
+        assert_eq!(patch["wouldRemediate"], Value::Null, "{patch}");
+        assert_eq!(patch["observedNodes"], 3);
+        assert_eq!(status_if_changed(Some(&json(&after)), &after), None, "unchanged: nothing to send");
+        let first = status_if_changed(None, &after).expect("new");
+        assert!(first.get("wouldRemediate").is_none(), "{first}");
+    }
+}
