@@ -2,7 +2,7 @@
 //! watch open without delivering anything, and a write sent into it arrives when it heals. So a
 //! remediating write (a Machine marked unhealthy or for its owner's remediation, a remediation
 //! object) is sent only after
-//! 1. its target is claimed by this check for the moment (another check deciding on the same
+//! 1. its target is locked by this check for the moment (another check deciding on the same
 //!    target waits: one check remediates a target at a time),
 //! 2. the target is read again from the API server — a quorum read of that Machine and its Node,
 //!    or of that Node; a plan's targets are read together, [`CONFIRM_READS`] at a time, all
@@ -50,15 +50,15 @@ pub enum Target {
 }
 
 impl Target {
-    /// The key under which the target is claimed: the engine's [`vigil_engine::target::Target`], so that a
-    /// MachineHealthCheck and a NodeHealthCheck on one self-hosted Node claim the same key.
-    pub fn claim_key(&self, idx: &crate::index::Index) -> String {
-        self.claim_target(idx).to_string()
+    /// The key under which the target is locked: the engine's [`vigil_engine::target::Target`], so that a
+    /// MachineHealthCheck and a NodeHealthCheck on one self-hosted Node lock the same key.
+    pub fn lock_key(&self, idx: &crate::index::Index) -> String {
+        self.lock_target(idx).to_string()
     }
 
     /// The engine's target this stands for in the indexes as they are now (a Machine's Node may
     /// change with a fresh read).
-    pub fn claim_target(&self, idx: &crate::index::Index) -> vigil_engine::target::Target {
+    pub fn lock_target(&self, idx: &crate::index::Index) -> vigil_engine::target::Target {
         match self {
             Target::Node(n) => vigil_engine::target::Target::local_node(n),
             Target::Machine(ns, n, _) => {
@@ -100,7 +100,7 @@ pub fn remediating_target(key: &CheckRef, action: &Action, job: &Job) -> Option<
 
 /// The outcome of confirming a job.
 pub enum Confirmed {
-    /// Apply this job (its remediating actions confirmed); release these claims afterwards.
+    /// Apply this job (its remediating actions confirmed); unlock these targets afterwards.
     Go(Box<Job>, BTreeSet<String>),
     /// The check no longer exists.
     Gone,
@@ -111,7 +111,7 @@ fn targets_of(job: &Job) -> BTreeSet<Target> {
 }
 
 /// Confirms `job`'s remediating actions (see the module documentation). Actions whose target
-/// could not be claimed or read are left out, and the job says to decide the check again.
+/// could not be locked or read are left out, and the job says to decide the check again.
 pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
     let targets = targets_of(&job);
     if targets.is_empty() {
@@ -120,13 +120,13 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
     let key = job.key.clone();
     let keyed: Vec<(Target, vigil_engine::target::Target)> = {
         let idx = ctx.read_index();
-        targets.iter().map(|t| (t.clone(), t.claim_target(&idx))).collect()
+        targets.iter().map(|t| (t.clone(), t.lock_target(&idx))).collect()
     };
     let keys: BTreeSet<String> = keyed.iter().map(|(_, k)| k.to_string()).collect();
-    let held_elsewhere = ctx.claim(&key, &keys);
-    let claimed: BTreeSet<String> = keys.difference(&held_elsewhere).cloned().collect();
+    let locked_elsewhere = ctx.lock_targets(&key, &keys);
+    let locked: BTreeSet<String> = keys.difference(&locked_elsewhere).cloned().collect();
     let to_read: Vec<&(Target, vigil_engine::target::Target)> =
-        keyed.iter().filter(|(_, k)| claimed.contains(&k.to_string())).collect();
+        keyed.iter().filter(|(_, k)| locked.contains(&k.to_string())).collect();
     let confirmed = read_all(ctx, &key, &to_read).await;
     let fresh = {
         let idx = ctx.read_index();
@@ -134,7 +134,7 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         gather::job_with_fresh_holders(&idx, &key, ctx.clock.now(), &about)
     };
     let Some(mut fresh) = fresh else {
-        ctx.release(&key, &claimed);
+        ctx.unlock_targets(&key, &locked);
         return Confirmed::Gone;
     };
     keep_confirmed(&mut fresh, &confirmed);
@@ -148,11 +148,11 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
             "remediations decided from the caches were not all confirmed by a fresh read; only confirmed ones are sent"
         );
     }
-    Confirmed::Go(Box::new(fresh), claimed)
+    Confirmed::Go(Box::new(fresh), locked)
 }
 
 /// Leaves out of the confirming plan `job` every remediation of a target that was not
-/// confirmed (not claimed, not read, or outside what the plan was confirmed about: decided on
+/// confirmed (not locked, not read, or outside what the plan was confirmed about: decided on
 /// cached claims), and says to decide the check again if any was.
 pub fn keep_confirmed(job: &mut Job, confirmed: &BTreeSet<Target>) {
     let mut left_out: Vec<Action> = Vec::new();
@@ -196,7 +196,7 @@ async fn read_all(
 }
 
 /// What the confirming decision derives other checks' claims about: the confirmed targets, as
-/// claimed before the reads and as they stand after (a Machine's Node may have changed).
+/// locked before the reads and as they stand after (a Machine's Node may have changed).
 fn about(
     idx: &crate::index::Index,
     keyed: &[(Target, vigil_engine::target::Target)],
@@ -205,7 +205,7 @@ fn about(
     keyed
         .iter()
         .filter(|(t, _)| confirmed.contains(t))
-        .flat_map(|(t, before)| [before.clone(), t.claim_target(idx)])
+        .flat_map(|(t, before)| [before.clone(), t.lock_target(idx)])
         .collect()
 }
 

@@ -96,7 +96,7 @@ pub struct Context {
     workload_clients: std::sync::Mutex<HashMap<String, Client>>,
     /// Targets whose remediation is being confirmed and written, with the check doing it: a
     /// second check deciding on the same target at the same moment waits for the first.
-    claims: std::sync::Mutex<HashMap<String, CheckRef>>,
+    confirming: std::sync::Mutex<HashMap<String, CheckRef>>,
     /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
     reported: std::sync::Mutex<HashSet<(String, String, String)>>,
     failures: std::sync::Mutex<HashMap<CheckRef, u32>>,
@@ -130,7 +130,7 @@ impl Context {
             leadership: Arc::new(leadership),
             epoch: tokio::sync::watch::Sender::new(0),
             workload_clients: std::sync::Mutex::new(HashMap::new()),
-            claims: std::sync::Mutex::new(HashMap::new()),
+            confirming: std::sync::Mutex::new(HashMap::new()),
             reported: std::sync::Mutex::new(HashSet::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
         })
@@ -152,33 +152,35 @@ impl Context {
         self.workload_clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckRef>> {
-        self.claims.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_confirming(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckRef>> {
+        self.confirming.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Claims `targets` for `key`; returns the ones another check holds right now (left out).
-    pub fn claim(&self, key: &CheckRef, targets: &BTreeSet<String>) -> BTreeSet<String> {
-        let mut claims = self.lock_claims();
+    /// Locks `targets` for `key`'s confirmation (a confirmation lock, not a holder's claim: it
+    /// lasts from the confirming read to the write); returns the ones another check's
+    /// confirmation has locked right now (left out).
+    pub fn lock_targets(&self, key: &CheckRef, targets: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut locks = self.lock_confirming();
         let mut refused = BTreeSet::new();
         for t in targets {
-            match claims.get(t) {
+            match locks.get(t) {
                 Some(holder) if holder != key => {
                     refused.insert(t.clone());
                 }
                 _ => {
-                    claims.insert(t.clone(), key.clone());
+                    locks.insert(t.clone(), key.clone());
                 }
             }
         }
         refused
     }
 
-    /// Releases what `key` claimed.
-    pub fn release(&self, key: &CheckRef, targets: &BTreeSet<String>) {
-        let mut claims = self.lock_claims();
+    /// Unlocks what `key`'s confirmation locked.
+    pub fn unlock_targets(&self, key: &CheckRef, targets: &BTreeSet<String>) {
+        let mut locks = self.lock_confirming();
         for t in targets {
-            if claims.get(t) == Some(key) {
-                claims.remove(t);
+            if locks.get(t) == Some(key) {
+                locks.remove(t);
             }
         }
     }
@@ -250,8 +252,8 @@ impl Context {
         }
         // A plan that remediates is confirmed first: its targets are read again from the API
         // server and the check decided again on what was read (see `confirm`).
-        let (mut job, claimed) = match confirm::confirm(self, job).await {
-            confirm::Confirmed::Go(job, claimed) => (*job, claimed),
+        let (mut job, locked) = match confirm::confirm(self, job).await {
+            confirm::Confirmed::Go(job, locked) => (*job, locked),
             confirm::Confirmed::Gone => {
                 self.scheduler.forget(key);
                 self.metrics.forget_check(key);
@@ -263,8 +265,8 @@ impl Context {
         let again = job.again;
         let held_elsewhere = std::mem::take(&mut job.plan.held_elsewhere);
         let result = self.apply(job).await;
-        // What this check now remediates, for the others' decisions; updated before the claims
-        // are released, so a check waiting on a claim sees it when it decides again.
+        // What this check now remediates, for the others' decisions; updated before the
+        // confirmation locks are released, so a check waiting on one sees it when it decides again.
         {
             let mut idx = self.write_index();
             let claims = claims::claims_of(&idx, key);
@@ -274,7 +276,7 @@ impl Context {
                 idx.claims.insert(key.clone(), claims);
             }
         }
-        self.release(key, &claimed);
+        self.unlock_targets(key, &locked);
         self.tell_holders(held_elsewhere);
         if again {
             // Remediations left out while confirming (new targets, or held by another check).
