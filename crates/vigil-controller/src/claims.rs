@@ -16,14 +16,16 @@ use vigil_engine::holders::{Claim, Holders};
 use vigil_engine::target::{CheckRef, Target};
 
 /// The valid MachineHealthChecks of a namespace with their policies (who may own a Machine's
-/// conditions: [`vigil_engine::peers`]). Per decision and per namespace: a namespace holds a
-/// few checks, and validating one costs microseconds.
-pub(crate) fn mhc_peers(idx: &Index, namespace: &str) -> Vec<(Arc<MachineHealthCheck>, validate::MhcPolicy)> {
+/// conditions: [`vigil_engine::peers`]), as validated when the index stored them.
+pub(crate) fn mhc_peers(idx: &Index, namespace: &str) -> Vec<(Arc<MachineHealthCheck>, Arc<validate::MhcPolicy>)> {
     idx.mhcs
         .range((namespace.to_string(), String::new())..)
         .take_while(|((ns, _), _)| ns == namespace)
         .filter(|(k, c)| c.metadata.deletion_timestamp.is_none() && !idx.mhc_errors.contains_key(*k))
-        .filter_map(|(_, c)| validate::machine_health_check(c).ok().map(|p| (Arc::clone(c), p)))
+        .filter_map(|((ns, n), c)| {
+            let policy = idx.mhc_policy(ns, n)?.as_ref().ok()?;
+            Some((Arc::clone(c), Arc::clone(policy)))
+        })
         .collect()
 }
 
@@ -118,7 +120,7 @@ fn claims_within(idx: &Index, key: &CheckRef, scope: Option<&Scope<'_>>) -> Opti
 
 fn mhc_claims_within(idx: &Index, ns: &str, n: &str, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
     let Some(check) = idx.mhcs.get(&(ns.to_string(), n.to_string())) else { return Some(Vec::new()) };
-    let Ok(policy) = validate::machine_health_check(check) else { return Some(Vec::new()) };
+    let Some(Ok(policy)) = idx.mhc_policy(ns, n) else { return Some(Vec::new()) };
     let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
     let machines: Vec<&MachineView> = match scope {
         None => idx.machines.get(ns).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default(),
@@ -134,7 +136,7 @@ fn mhc_claims_within(idx: &Index, ns: &str, n: &str, scope: Option<&Scope<'_>>) 
     let peers = assemble::peers_of(&peer_checks);
     Some(assemble::claims(ClaimSource::Machine {
         check,
-        policy: &policy,
+        policy,
         peers: &peers,
         node_cluster: &node_cluster,
         machines: &machines,
@@ -144,7 +146,7 @@ fn mhc_claims_within(idx: &Index, ns: &str, n: &str, scope: Option<&Scope<'_>>) 
 
 fn nhc_claims_within(idx: &Index, n: &str, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
     let Some(check) = idx.nhcs.get(n) else { return Some(Vec::new()) };
-    let Ok(policy) = validate::node_health_check(check) else { return Some(Vec::new()) };
+    let Some(Ok(policy)) = idx.nhc_policy(n) else { return Some(Vec::new()) };
     let local: Option<BTreeSet<&str>> = scope.map(|s| assemble::local_nodes(s.about));
     if local.as_ref().is_some_and(BTreeSet::is_empty) {
         return None;

@@ -9,6 +9,7 @@ use crate::metrics::Gauges;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use vigil_api::reason::Reason;
@@ -289,9 +290,15 @@ pub fn machine_job(
     if let Some(error) = idx.mhc_errors.get(&(namespace.to_string(), name.to_string())) {
         return Some(refuse(error));
     }
-    let policy = match validate::machine_health_check(check) {
-        Ok(p) => MhcPolicy { dry_run: p.dry_run || idx.dry_run, ..p },
-        Err(e) => return Some(refuse(&e.to_string())),
+    // Validated when the index stored the check; `vigil run --dry-run` shadows every policy.
+    let validated = match idx.mhc_policy(namespace, name) {
+        Some(stored) => stored.clone(),
+        None => validate::machine_health_check(check).map(Arc::new).map_err(|e| e.to_string()),
+    };
+    let policy: Cow<'_, MhcPolicy> = match &validated {
+        Ok(p) if idx.dry_run && !p.dry_run => Cow::Owned(MhcPolicy { dry_run: true, ..(**p).clone() }),
+        Ok(p) => Cow::Borrowed(p.as_ref()),
+        Err(e) => return Some(refuse(e)),
     };
     let sources = mhc_sources(idx, namespace, &policy);
     if !sources.unsure.is_empty() {
@@ -434,9 +441,14 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     if let Some(error) = idx.nhc_errors.get(name) {
         return Some(refuse(error));
     }
-    let policy = match validate::node_health_check(check) {
-        Ok(p) => NhcPolicy { dry_run: p.dry_run || idx.dry_run, ..p },
-        Err(e) => return Some(refuse(&e.to_string())),
+    let validated = match idx.nhc_policy(name) {
+        Some(stored) => stored.clone(),
+        None => validate::node_health_check(check).map(Arc::new).map_err(|e| e.to_string()),
+    };
+    let policy: Cow<'_, NhcPolicy> = match &validated {
+        Ok(p) if idx.dry_run && !p.dry_run => Cow::Owned(NhcPolicy { dry_run: true, ..(**p).clone() }),
+        Ok(p) => Cow::Borrowed(p.as_ref()),
+        Err(e) => return Some(refuse(e)),
     };
     let mut needs = BTreeSet::new();
     for step in &policy.steps {

@@ -97,6 +97,12 @@ pub struct Index {
     pub mhc_errors: BTreeMap<(String, String), String>,
     /// NodeHealthChecks whose spec could not be read, with the error.
     pub nhc_errors: BTreeMap<String, String>,
+    /// Each MachineHealthCheck's spec validated when it was stored (the policy, or the error a
+    /// decision reports): decisions and claims read it instead of validating every check of the
+    /// namespace again (the 10 000-Machine wave spent 44% of its CPU doing that).
+    mhc_policies: HashMap<(String, String), Result<Arc<MhcPolicy>, String>>,
+    /// Each NodeHealthCheck's spec validated when it was stored.
+    nhc_policies: HashMap<String, Result<Arc<NhcPolicy>, String>>,
     /// State of the fixed sources.
     pub mhc_state: SourceState,
     /// State of the NodeHealthCheck watch.
@@ -268,6 +274,7 @@ impl Index {
     /// Forgets every NodeHealthCheck (a complete list of them follows).
     pub fn clear_nhcs(&mut self) {
         self.nhcs.clear();
+        self.nhc_policies.clear();
         self.nhc_nodes.clear();
         self.nhc_errors.clear();
         self.guarded_ages = None;
@@ -534,6 +541,24 @@ impl Index {
         out
     }
 
+    /// A MachineHealthCheck's spec as validated when it was stored: its policy, or the error.
+    pub fn mhc_policy(&self, namespace: &str, name: &str) -> Option<&Result<Arc<MhcPolicy>, String>> {
+        self.mhc_policies.get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// A NodeHealthCheck's spec as validated when it was stored: its policy, or the error.
+    pub fn nhc_policy(&self, name: &str) -> Option<&Result<Arc<NhcPolicy>, String>> {
+        self.nhc_policies.get(name)
+    }
+
+    /// Forgets every MachineHealthCheck (before a complete list replaces them).
+    pub fn clear_mhcs(&mut self) {
+        self.mhcs.clear();
+        self.mhc_policies.clear();
+        self.mhc_errors.clear();
+        self.guarded_ages = None;
+    }
+
     /// Stores (or removes) a MachineHealthCheck; a change of anything but its status concerns it.
     pub fn put_mhc(
         &mut self,
@@ -555,8 +580,15 @@ impl Index {
         }
         let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
         match check {
-            Some(c) => self.mhcs.insert(key.clone(), Arc::new(c)),
-            None => self.mhcs.remove(&key),
+            Some(c) => {
+                let policy = validate::machine_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
+                self.mhc_policies.insert(key.clone(), policy);
+                self.mhcs.insert(key.clone(), Arc::new(c))
+            }
+            None => {
+                self.mhc_policies.remove(&key);
+                self.mhcs.remove(&key)
+            }
         };
         self.guarded_ages = None;
         if !changed {
@@ -590,6 +622,8 @@ impl Index {
         let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
         match check {
             Some(c) => {
+                let policy = validate::node_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
+                self.nhc_policies.insert(key.clone(), policy);
                 if changed || !self.nhc_nodes.contains_key(&key) {
                     let entry = NhcNodes::of(parsed_nhc(&c), self.nodes.get(LOCAL_CLUSTER));
                     self.nhc_nodes.insert(key.clone(), entry);
@@ -597,6 +631,7 @@ impl Index {
                 self.nhcs.insert(key.clone(), Arc::new(c))
             }
             None => {
+                self.nhc_policies.remove(&key);
                 self.nhc_nodes.remove(&key);
                 self.nhcs.remove(&key)
             }
@@ -654,6 +689,32 @@ mod tests {
 
     fn names<'a>(nodes: &[&'a Node]) -> Vec<&'a str> {
         nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect()
+    }
+
+    /// A check's policy is validated when it is stored, kept through status-only updates,
+    /// validated again when its spec changes, and forgotten with it.
+    #[test]
+    fn a_checks_policy_is_validated_when_stored() {
+        let check = |generation: i64, rv: &str, max_unhealthy: &str| -> MachineHealthCheck {
+            serde_json::from_value(json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+                "metadata": {"name": "c", "namespace": "ns", "generation": generation, "resourceVersion": rv},
+                "spec": {"clusterName": "k", "selector": {"matchLabels": {"a": "b"}}, "maxUnhealthy": max_unhealthy,
+                         "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]}
+            }))
+            .expect("a MachineHealthCheck")
+        };
+        let mut idx = Index::default();
+        idx.put_mhc(Some(check(1, "1", "40%")), None);
+        let first = idx.mhc_policy("ns", "c").cloned().expect("stored").expect("valid");
+        assert_eq!(first.cluster_name, "k");
+        idx.put_mhc(Some(check(2, "2", "120%")), None);
+        let error = idx.mhc_policy("ns", "c").cloned().expect("stored").expect_err("invalid now");
+        assert!(error.contains("spec.maxUnhealthy") && error.contains("120%"), "{error}");
+        idx.put_mhc(Some(check(3, "3", "40%")), None);
+        assert!(idx.mhc_policy("ns", "c").is_some_and(|p| p.is_ok()), "valid again");
+        idx.put_mhc(None, Some(("ns".into(), "c".into())));
+        assert!(idx.mhc_policy("ns", "c").is_none(), "forgotten with the check");
     }
 
     #[test]

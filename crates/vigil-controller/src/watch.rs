@@ -205,8 +205,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                 idx.put_mhc(None, Some(key_of(&o)))
             }
             Op::Replace(list) => {
-                idx.mhcs.clear();
-                idx.mhc_errors.clear();
+                idx.clear_mhcs();
                 for (key, (check, error)) in list {
                     if let Some(e) = error {
                         idx.mhc_errors.insert(key, e);

@@ -21,8 +21,8 @@ pub fn node_cluster(namespace: &str, cluster_name: &str, local: bool) -> String 
 }
 
 /// The ownership ranking of a namespace's valid checks ([`crate::peers`]), whatever holds them.
-pub fn peers_of<C: Borrow<MachineHealthCheck>>(checks: &[(C, MhcPolicy)]) -> MhcPeers<'_> {
-    MhcPeers::new(checks.iter().map(|(c, p)| MhcPeer::of(c.borrow(), p)))
+pub fn peers_of<C: Borrow<MachineHealthCheck>, P: Borrow<MhcPolicy>>(checks: &[(C, P)]) -> MhcPeers<'_> {
+    MhcPeers::new(checks.iter().map(|(c, p)| MhcPeer::of(c.borrow(), p.borrow())))
 }
 
 /// What one check's claims are derived from, as the adapter found it.
