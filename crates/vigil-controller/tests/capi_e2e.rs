@@ -275,18 +275,239 @@ async fn short_circuit(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
     Ok(())
 }
 
+/// Sets (or, with `None`, removes) an annotation on a Machine, as a user would.
+async fn annotate(env: &TestEnv, machine: &str, key: &str, value: Option<&str>) -> Result<()> {
+    let (ar, _) = (
+        kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine")),
+        (),
+    );
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(env.client(), NS, &ar);
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    api.patch(machine, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Pauses or unpauses a Cluster (`spec.paused`), as a user would.
+async fn pause(env: &TestEnv, cluster: &str, paused: bool) -> Result<()> {
+    let ar =
+        kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"));
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(env.client(), NS, &ar);
+    let patch = json!({"spec": {"paused": paused}});
+    api.patch(cluster, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Whether a Machine carries Vigil's request to its owner (`OwnerRemediated=False`), or is gone
+/// or being deleted.
+async fn asked_or_deleting(env: &TestEnv, name: &str) -> Result<bool> {
+    Ok(match machine(env, name).await? {
+        None => true,
+        Some(m) => {
+            m.pointer("/metadata/deletionTimestamp").is_some()
+                || machine_condition(&m, "OwnerRemediated").is_some_and(|(s, _)| s == "False")
+        }
+    })
+}
+
+/// Four clusters at once, one case each: a Node that recovers before its timeout, a Machine
+/// annotated `cluster.x-k8s.io/skip-remediation`, a paused Cluster (nothing replaced in any of
+/// them; the last two are replaced once the annotation or the pause is lifted), and a healthy
+/// Machine annotated `cluster.x-k8s.io/remediate-machine` (replaced).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn debug_hold_fleet() -> Result<()> {
+async fn what_must_not_be_replaced_is_not_and_the_remediate_annotation_is_honoured() -> Result<()> {
     let _serial = SERIAL.lock().await;
-    let c1 = WorkloadCluster::new(NS, "c1", 3);
-    let mut fleet = Fleet::start(std::slice::from_ref(&c1)).await?;
-    worker_check(&fleet.env, &c1, json!({})).await?;
-    fleet.env.write_kubeconfig("/tmp/dbg-kubeconfig").await?;
-    let s = fleet.env.get_json("v1", "Secret", Some(NS), "c1-kubeconfig").await?.context("s")?;
-    std::fs::write("/tmp/dbg-c1.b64", s["data"]["value"].as_str().unwrap_or(""))?;
-    eprintln!("READY capi dir {:?}", fleet.capi.keep_logs());
-    tokio::time::sleep(Duration::from_secs(400)).await;
+    let clusters: Vec<WorkloadCluster> =
+        ["recover", "skip", "paused", "annotated"].iter().map(|n| WorkloadCluster::new(NS, n, 2)).collect();
+    let mut fleet = Fleet::start(&clusters).await?;
+    let r = must_not_replace(&mut fleet, &clusters).await;
+    let r = fleet.explain(r);
     fleet.stop().await;
+    r
+}
+
+async fn must_not_replace(fleet: &mut Fleet, clusters: &[WorkloadCluster]) -> Result<()> {
+    let [recover, skip, paused, annotated] = clusters else { bail!("four clusters") };
+    let mut checks = Vec::new();
+    for c in clusters {
+        checks.push(worker_check(&fleet.env, c, json!({})).await?);
+    }
+    fleet.start_vigil();
+    let env = &fleet.env;
+    for check in &checks {
+        wait_all_healthy(env, check, 2).await?;
+    }
+    let pick = |c: &WorkloadCluster| {
+        let c = c.clone();
+        async move {
+            let (m, n) = a_worker(env, &c).await?;
+            let before = names(&deployment_machines(env, NS, &c.deployment()).await?);
+            Ok::<_, anyhow::Error>((m, n, before, workload_client(env, NS, &c.name).await?))
+        }
+    };
+    let (rec_m, rec_n, _, rec_w) = pick(recover).await?;
+    let (skip_m, skip_n, skip_before, skip_w) = pick(skip).await?;
+    let (pause_m, pause_n, pause_before, pause_w) = pick(paused).await?;
+    let (ann_m, _, ann_before, ann_w) = pick(annotated).await?;
+
+    annotate(env, &skip_m, "cluster.x-k8s.io/skip-remediation", Some("")).await?;
+    pause(env, &paused.name, true).await?;
+    // Let both be seen before the Nodes fail.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set_node_ready(&rec_w, &rec_n, "False").await?;
+    set_node_ready(&skip_w, &skip_n, "False").await?;
+    set_node_ready(&pause_w, &pause_n, "False").await?;
+    let asked = Instant::now();
+    annotate(env, &ann_m, "cluster.x-k8s.io/remediate-machine", Some("")).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set_node_ready(&rec_w, &rec_n, "True").await?;
+
+    // Three timeouts later: nothing asked of the owner, nothing deleted in the first three;
+    // meanwhile the annotated one is replaced.
+    let must_stay = stays(
+        "a Machine that must stay was marked for its owner or deleted",
+        Duration::from_secs(3 * TIMEOUT_S),
+        || async {
+            for m in [&rec_m, &skip_m, &pause_m] {
+                if asked_or_deleting(env, m).await? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        },
+    );
+    let replaced = async {
+        let deleted = wait_instant(&format!("{ann_m} deleted"), STEP, || deleting(env, &ann_m)).await?;
+        let (_, joined) = wait_replacement(env, annotated, &ann_before, &ann_w).await?;
+        Ok::<_, anyhow::Error>((deleted, joined))
+    };
+    let (stayed, replaced) = tokio::join!(must_stay, replaced);
+    stayed?;
+    let (ann_deleted, ann_joined) = replaced?;
+    let rec = machine(env, &rec_m).await?.context("recovered Machine")?;
+    assert_ne!(
+        machine_condition(&rec, "HealthCheckSucceeded").map(|(s, _)| s),
+        Some("False".to_string()),
+        "recovered before its timeout: never unhealthy"
+    );
+
+    // Lift the annotation and the pause: both are replaced now.
+    let lifted = Instant::now();
+    annotate(env, &skip_m, "cluster.x-k8s.io/skip-remediation", None).await?;
+    pause(env, &paused.name, false).await?;
+    let (_, skip_joined) = wait_replacement(env, skip, &skip_before, &skip_w).await?;
+    let (_, pause_joined) = wait_replacement(env, paused, &pause_before, &pause_w).await?;
+    assert!(deleting(env, &skip_m).await? && deleting(env, &pause_m).await?);
+    for (check, _) in checks.iter().zip(clusters) {
+        wait_all_healthy(env, check, 2).await?;
+    }
+    report(json!({"test": "skip_paused_recovered_annotated", "capi": "v1.14.2",
+        "remediate_annotation_to_deletion_s": secs(asked, ann_deleted),
+        "remediate_annotation_to_replacement_node_s": secs(asked, ann_joined),
+        "skip_lifted_to_replacement_node_s": secs(lifted, skip_joined),
+        "unpause_to_replacement_node_s": secs(lifted, pause_joined)}));
+    Ok(())
+}
+
+/// A MachineDeployment rollout (new infrastructure template) while one of its old Machines is
+/// unhealthy: the rollout replaces every Machine once, nothing is replaced twice, and Vigil
+/// asks no owner to remediate a Machine the rollout is already deleting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_with_an_unhealthy_machine_replaces_each_machine_once() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let c1 = WorkloadCluster::new(NS, "roll", 3);
+    let mut fleet = Fleet::start(std::slice::from_ref(&c1)).await?;
+    let r = rollout(&mut fleet, &c1).await;
+    let r = fleet.explain(r);
+    fleet.stop().await;
+    r
+}
+
+async fn rollout(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
+    let check = worker_check(&fleet.env, c1, json!({})).await?;
+    let workload = workload_client(&fleet.env, NS, &c1.name).await?;
+    fleet.start_vigil();
+    let env = &fleet.env;
+    wait_all_healthy(env, &check, 3).await?;
+    let before = names(&deployment_machines(env, NS, &c1.deployment()).await?);
+    let (victim, node) = a_worker(env, c1).await?;
+
+    // The new template, then the deployment pointed at it (a user's rollout).
+    let v2 = format!("{}-v2", c1.worker_template());
+    env.apply(json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevMachineTemplate",
+        "metadata": {"name": v2, "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": c1.name}},
+        "spec": {"template": {"spec": vigil_testenv::capi::dev_machine_spec()}}}))
+        .await?;
+    let ar = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "MachineDeployment",
+    ));
+    let mds: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(env.client(), NS, &ar);
+    let started = Instant::now();
+    mds.patch(
+        &c1.deployment(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&json!({"spec": {"template": {"spec": {"infrastructureRef": {"name": v2}}}}})),
+    )
+    .await?;
+    set_node_ready(&workload, &node, "False").await?;
+
+    // Until the rollout is done: every Machine ever seen, and any request to an owner written
+    // on a Machine after its deletion began.
+    let mut seen: BTreeSet<String> = before.clone();
+    let mut late_asks: Vec<String> = Vec::new();
+    let mut victim_reasons: BTreeSet<String> = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let done = loop {
+        let machines = env
+            .list_json(
+                "cluster.x-k8s.io/v1beta2",
+                "Machine",
+                Some(NS),
+                &format!("{DEPLOYMENT_NAME_LABEL}={}", c1.deployment()),
+            )
+            .await?;
+        let mut live_new_with_nodes = 0;
+        let mut live = 0;
+        for m in &machines {
+            let name = m.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            seen.insert(name.clone());
+            let owner = condition(m, "OwnerRemediated");
+            if name == victim
+                && let Some(c) = owner
+            {
+                victim_reasons.insert(format!(
+                    "{}/{}",
+                    c["reason"].as_str().unwrap_or(""),
+                    c["message"].as_str().unwrap_or("")
+                ));
+            }
+            if let (Some(deleted), Some(c)) = (m.pointer("/metadata/deletionTimestamp").and_then(Value::as_str), owner)
+                && c["reason"] == "WaitingForRemediation"
+                && c["lastTransitionTime"].as_str().is_some_and(|t| t > deleted)
+            {
+                late_asks.push(name.clone());
+            }
+            if m.pointer("/metadata/deletionTimestamp").is_none() {
+                live += 1;
+                if !before.contains(&name) && m.pointer("/status/nodeRef/name").is_some() {
+                    live_new_with_nodes += 1;
+                }
+            }
+        }
+        if live == 3 && live_new_with_nodes == 3 && machines.len() == 3 {
+            break Instant::now();
+        }
+        if Instant::now() > deadline {
+            bail!("the rollout did not finish in 180 s: {machines:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let healthy = wait_all_healthy(env, &check, 3).await?;
+    let created = seen.len() - before.len();
+    assert_eq!(created, 3, "the rollout creates three Machines and nothing replaces any a second time: {seen:?}");
+    assert!(late_asks.is_empty(), "Vigil asked an owner to remediate Machines already being deleted: {late_asks:?}");
+    report(json!({"test": "rollout_with_unhealthy_machine", "capi": "v1.14.2", "machines_created": created,
+        "victim_owner_remediated_seen": victim_reasons, "rollout_s": secs(started, done), "all_healthy_s": secs(started, healthy)}));
     Ok(())
 }
