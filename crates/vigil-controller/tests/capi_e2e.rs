@@ -169,24 +169,62 @@ fn secs(from: Instant, to: Instant) -> f64 {
     (to.saturating_duration_since(from).as_secs_f64() * 1000.0).round() / 1000.0
 }
 
+/// One management cluster, seven workload clusters, one Vigil: each scenario has its own
+/// cluster and check. The replacement runs first and alone (its times are the headline), the
+/// others then run at once (one fleet instead of four keeps the suite short).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_worker_is_replaced_by_the_real_machineset() -> Result<()> {
+async fn the_real_cluster_api_acts_on_vigils_marks() -> Result<()> {
     let _serial = SERIAL.lock().await;
-    let c1 = WorkloadCluster::new(NS, "c1", 3);
-    let mut fleet = Fleet::start(std::slice::from_ref(&c1)).await?;
-    let r = replacement(&mut fleet, &c1).await;
+    let replace = WorkloadCluster::new(NS, "replace", 3);
+    let short = WorkloadCluster::new(NS, "short", 3);
+    let roll = WorkloadCluster::new(NS, "roll", 3);
+    let quiet: Vec<WorkloadCluster> =
+        ["recover", "skip", "paused", "annotated"].iter().map(|n| WorkloadCluster::new(NS, n, 2)).collect();
+    let all: Vec<WorkloadCluster> =
+        [replace.clone(), short.clone(), roll.clone()].into_iter().chain(quiet.clone()).collect();
+    let mut fleet = Fleet::start(&all).await?;
+    let env = &fleet.env;
+    let setup = async {
+        let mut quiet_checks = Vec::new();
+        for c in &quiet {
+            quiet_checks.push(worker_check(env, c, json!({})).await?);
+        }
+        Ok::<_, anyhow::Error>((
+            worker_check(env, &replace, json!({})).await?,
+            worker_check(env, &short, json!({"maxUnhealthy": "40%"})).await?,
+            worker_check(env, &roll, json!({})).await?,
+            quiet_checks,
+        ))
+    };
+    let (replace_check, short_check, roll_check, quiet_checks) = match setup.await {
+        Ok(c) => c,
+        Err(e) => return fleet.explain(Err(e)),
+    };
+    fleet.start_vigil();
+    let env = &fleet.env;
+    let r = async {
+        replacement(env, &replace, &replace_check).await.context("scenario: worker replacement")?;
+        let (a, b, c) = tokio::join!(
+            short_circuit(env, &short, &short_check),
+            must_not_replace(env, &quiet, &quiet_checks),
+            rollout(env, &roll, &roll_check)
+        );
+        a.context("scenario: maxUnhealthy short-circuit")?;
+        b.context("scenario: recovered, skip-remediation, paused, remediate-machine")?;
+        c.context("scenario: rollout with an unhealthy Machine")?;
+        Ok(())
+    }
+    .await;
     let r = fleet.explain(r);
     fleet.stop().await;
     r
 }
 
-async fn replacement(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
-    let env = &fleet.env;
-    let check = worker_check(env, c1, json!({})).await?;
+/// A worker's Node goes `Ready=False`: Vigil marks its Machine, the MachineSet deletes it and
+/// creates a replacement whose Node joins, and the check counts all healthy again.
+async fn replacement(env: &TestEnv, c1: &WorkloadCluster, check: &str) -> Result<()> {
     let workload = workload_client(env, NS, &c1.name).await?;
-    fleet.start_vigil();
-    let env = &fleet.env;
-    wait_all_healthy(env, &check, 3).await?;
+    wait_all_healthy(env, check, 3).await?;
     let before_set = deployment_machines(env, NS, &c1.deployment()).await?;
     let before = names(&before_set);
     let (victim, node) = a_worker(env, c1).await?;
@@ -202,7 +240,7 @@ async fn replacement(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
     .await?;
     let deleted = wait_instant(&format!("{victim} deleted by the MachineSet"), STEP, || deleting(env, &victim)).await?;
     let (replacement, joined) = wait_replacement(env, c1, &before, &workload).await?;
-    let healthy = wait_all_healthy(env, &check, 3).await?;
+    let healthy = wait_all_healthy(env, check, 3).await?;
 
     // What a user counts: the failed Machine is gone, exactly one new one took its place, the
     // other two were not touched.
@@ -219,23 +257,11 @@ async fn replacement(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_unhealthy_short_circuit_deletes_nothing_then_the_remaining_one_is_replaced() -> Result<()> {
-    let _serial = SERIAL.lock().await;
-    let c1 = WorkloadCluster::new(NS, "c1", 3);
-    let mut fleet = Fleet::start(std::slice::from_ref(&c1)).await?;
-    let r = short_circuit(&mut fleet, &c1).await;
-    let r = fleet.explain(r);
-    fleet.stop().await;
-    r
-}
-
-async fn short_circuit(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
-    let check = worker_check(&fleet.env, c1, json!({"maxUnhealthy": "40%"})).await?;
-    let workload = workload_client(&fleet.env, NS, &c1.name).await?;
-    fleet.start_vigil();
-    let env = &fleet.env;
-    wait_all_healthy(env, &check, 3).await?;
+/// `maxUnhealthy: 40%` with the real owner: two of three failing deletes nothing; once one
+/// recovers, the other is replaced.
+async fn short_circuit(env: &TestEnv, c1: &WorkloadCluster, check: &str) -> Result<()> {
+    let workload = workload_client(env, NS, &c1.name).await?;
+    wait_all_healthy(env, check, 3).await?;
     let before_set = deployment_machines(env, NS, &c1.deployment()).await?;
     let before = names(&before_set);
     let pairs: Vec<(String, String)> = before_set.iter().filter_map(|(m, n)| Some((m.clone(), n.clone()?))).collect();
@@ -246,7 +272,7 @@ async fn short_circuit(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
     set_node_ready(&workload, n2, "False").await?;
     // Two of three (67%) is over 40%: Vigil says so and asks no one to remediate.
     wait_instant("the check to report TooManyUnhealthy", STEP, || async {
-        let s = check_status(env, "MachineHealthCheck", &check).await?;
+        let s = check_status(env, "MachineHealthCheck", check).await?;
         Ok(s["conditions"].as_array().is_some_and(|cs| {
             cs.iter().any(|c| {
                 c["type"] == "RemediationAllowed" && c["status"] == "False" && c["reason"] == "TooManyUnhealthy"
@@ -268,7 +294,7 @@ async fn short_circuit(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
     set_node_ready(&workload, n1, "True").await?;
     let deleted = wait_instant(&format!("{m2} deleted by the MachineSet"), STEP, || deleting(env, m2)).await?;
     let (_, joined) = wait_replacement(env, c1, &before, &workload).await?;
-    wait_all_healthy(env, &check, 3).await?;
+    wait_all_healthy(env, check, 3).await?;
     assert!(machine(env, m1).await?.is_some_and(|m| m.pointer("/metadata/deletionTimestamp").is_none()), "{m1} kept");
     report(json!({"test": "max_unhealthy_short_circuit", "capi": "v1.14.2", "blocked_for_s": secs(failed, recovered),
         "recovery_to_deletion_s": secs(recovered, deleted), "recovery_to_replacement_node_s": secs(recovered, joined)}));
@@ -313,27 +339,9 @@ async fn asked_or_deleting(env: &TestEnv, name: &str) -> Result<bool> {
 /// annotated `cluster.x-k8s.io/skip-remediation`, a paused Cluster (nothing replaced in any of
 /// them; the last two are replaced once the annotation or the pause is lifted), and a healthy
 /// Machine annotated `cluster.x-k8s.io/remediate-machine` (replaced).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_must_not_be_replaced_is_not_and_the_remediate_annotation_is_honoured() -> Result<()> {
-    let _serial = SERIAL.lock().await;
-    let clusters: Vec<WorkloadCluster> =
-        ["recover", "skip", "paused", "annotated"].iter().map(|n| WorkloadCluster::new(NS, n, 2)).collect();
-    let mut fleet = Fleet::start(&clusters).await?;
-    let r = must_not_replace(&mut fleet, &clusters).await;
-    let r = fleet.explain(r);
-    fleet.stop().await;
-    r
-}
-
-async fn must_not_replace(fleet: &mut Fleet, clusters: &[WorkloadCluster]) -> Result<()> {
+async fn must_not_replace(env: &TestEnv, clusters: &[WorkloadCluster], checks: &[String]) -> Result<()> {
     let [recover, skip, paused, annotated] = clusters else { bail!("four clusters") };
-    let mut checks = Vec::new();
-    for c in clusters {
-        checks.push(worker_check(&fleet.env, c, json!({})).await?);
-    }
-    fleet.start_vigil();
-    let env = &fleet.env;
-    for check in &checks {
+    for check in checks {
         wait_all_healthy(env, check, 2).await?;
     }
     let pick = |c: &WorkloadCluster| {
@@ -397,7 +405,7 @@ async fn must_not_replace(fleet: &mut Fleet, clusters: &[WorkloadCluster]) -> Re
     let (_, skip_joined) = wait_replacement(env, skip, &skip_before, &skip_w).await?;
     let (_, pause_joined) = wait_replacement(env, paused, &pause_before, &pause_w).await?;
     assert!(deleting(env, &skip_m).await? && deleting(env, &pause_m).await?);
-    for (check, _) in checks.iter().zip(clusters) {
+    for check in checks {
         wait_all_healthy(env, check, 2).await?;
     }
     report(json!({"test": "skip_paused_recovered_annotated", "capi": "v1.14.2",
@@ -411,23 +419,9 @@ async fn must_not_replace(fleet: &mut Fleet, clusters: &[WorkloadCluster]) -> Re
 /// A MachineDeployment rollout (new infrastructure template) while one of its old Machines is
 /// unhealthy: the rollout replaces every Machine once, nothing is replaced twice, and Vigil
 /// asks no owner to remediate a Machine the rollout is already deleting.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rollout_with_an_unhealthy_machine_replaces_each_machine_once() -> Result<()> {
-    let _serial = SERIAL.lock().await;
-    let c1 = WorkloadCluster::new(NS, "roll", 3);
-    let mut fleet = Fleet::start(std::slice::from_ref(&c1)).await?;
-    let r = rollout(&mut fleet, &c1).await;
-    let r = fleet.explain(r);
-    fleet.stop().await;
-    r
-}
-
-async fn rollout(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
-    let check = worker_check(&fleet.env, c1, json!({})).await?;
-    let workload = workload_client(&fleet.env, NS, &c1.name).await?;
-    fleet.start_vigil();
-    let env = &fleet.env;
-    wait_all_healthy(env, &check, 3).await?;
+async fn rollout(env: &TestEnv, c1: &WorkloadCluster, check: &str) -> Result<()> {
+    let workload = workload_client(env, NS, &c1.name).await?;
+    wait_all_healthy(env, check, 3).await?;
     let before = names(&deployment_machines(env, NS, &c1.deployment()).await?);
     let (victim, node) = a_worker(env, c1).await?;
 
@@ -503,7 +497,7 @@ async fn rollout(fleet: &mut Fleet, c1: &WorkloadCluster) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let healthy = wait_all_healthy(env, &check, 3).await?;
+    let healthy = wait_all_healthy(env, check, 3).await?;
     let created = seen.len() - before.len();
     assert_eq!(created, 3, "the rollout creates three Machines and nothing replaces any a second time: {seen:?}");
     assert!(late_asks.is_empty(), "Vigil asked an owner to remediate Machines already being deleted: {late_asks:?}");
