@@ -169,7 +169,7 @@ fn secs(from: Instant, to: Instant) -> f64 {
     (to.saturating_duration_since(from).as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-/// One management cluster, seven workload clusters, one Vigil: each scenario has its own
+/// One management cluster, nine workload clusters, one Vigil: each scenario has its own
 /// cluster and check. The replacement runs first and alone (its times are the headline), the
 /// others then run at once (one fleet instead of four keeps the suite short).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,8 +180,11 @@ async fn the_real_cluster_api_acts_on_vigils_marks() -> Result<()> {
     let roll = WorkloadCluster::new(NS, "roll", 3);
     let quiet: Vec<WorkloadCluster> =
         ["recover", "skip", "paused", "annotated"].iter().map(|n| WorkloadCluster::new(NS, n, 2)).collect();
-    let all: Vec<WorkloadCluster> =
-        [replace.clone(), short.clone(), roll.clone()].into_iter().chain(quiet.clone()).collect();
+    let (hung, beside) = (WorkloadCluster::new(NS, "hung", 2), WorkloadCluster::new(NS, "beside", 2));
+    let all: Vec<WorkloadCluster> = [replace.clone(), short.clone(), roll.clone(), hung.clone(), beside.clone()]
+        .into_iter()
+        .chain(quiet.clone())
+        .collect();
     let mut fleet = Fleet::start(&all).await?;
     let env = &fleet.env;
     let setup = async {
@@ -194,9 +197,10 @@ async fn the_real_cluster_api_acts_on_vigils_marks() -> Result<()> {
             worker_check(env, &short, json!({"maxUnhealthy": "40%"})).await?,
             worker_check(env, &roll, json!({})).await?,
             quiet_checks,
+            [worker_check(env, &hung, json!({})).await?, worker_check(env, &beside, json!({})).await?],
         ))
     };
-    let (replace_check, short_check, roll_check, quiet_checks) = match setup.await {
+    let (replace_check, short_check, roll_check, quiet_checks, hang_checks) = match setup.await {
         Ok(c) => c,
         Err(e) => return fleet.explain(Err(e)),
     };
@@ -204,14 +208,16 @@ async fn the_real_cluster_api_acts_on_vigils_marks() -> Result<()> {
     let env = &fleet.env;
     let r = async {
         replacement(env, &replace, &replace_check).await.context("scenario: worker replacement")?;
-        let (a, b, c) = tokio::join!(
+        let (a, b, c, d) = tokio::join!(
             short_circuit(env, &short, &short_check),
             must_not_replace(env, &quiet, &quiet_checks),
-            rollout(env, &roll, &roll_check)
+            rollout(env, &roll, &roll_check),
+            one_hangs(env, &fleet.capi, [&hung, &beside], &hang_checks)
         );
         a.context("scenario: maxUnhealthy short-circuit")?;
         b.context("scenario: recovered, skip-remediation, paused, remediate-machine")?;
         c.context("scenario: rollout with an unhealthy Machine")?;
+        d.context("scenario: one workload API server hangs")?;
         Ok(())
     }
     .await;
@@ -503,5 +509,61 @@ async fn rollout(env: &TestEnv, c1: &WorkloadCluster, check: &str) -> Result<()>
     assert!(late_asks.is_empty(), "Vigil asked an owner to remediate Machines already being deleted: {late_asks:?}");
     report(json!({"test": "rollout_with_unhealthy_machine", "capi": "v1.14.2", "machines_created": created,
         "victim_owner_remediated_seen": victim_reasons, "rollout_s": secs(started, done), "all_healthy_s": secs(started, healthy)}));
+    Ok(())
+}
+
+/// One workload cluster's API server hangs (connections open, nothing answered) and later
+/// refuses: meanwhile a worker of another cluster fails and is marked at its timeout and replaced
+/// as if nothing were wrong elsewhere; nothing in the broken cluster is marked.
+async fn one_hangs(
+    env: &TestEnv,
+    capi: &CapiManagers,
+    [hung, beside]: [&WorkloadCluster; 2],
+    checks: &[String; 2],
+) -> Result<()> {
+    let workload = workload_client(env, NS, &beside.name).await?;
+    for check in checks {
+        wait_all_healthy(env, check, 2).await?;
+    }
+    let hung_machines = names(&deployment_machines(env, NS, &hung.deployment()).await?);
+    let (victim, node) = a_worker(env, beside).await?;
+    let mut report_line = json!({"test": "one_workload_api_server_broken", "capi": "v1.14.2", "timeout_s": TIMEOUT_S});
+    for (mode, label) in [(vigil_testenv::Mode::Partition, "hangs"), (vigil_testenv::Mode::Down, "refuses")] {
+        capi.set_workload_mode(NS, &hung.name, mode)?;
+        // Let every connection to it be caught in the fault first.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (victim, node) = if label == "hangs" {
+            (victim.clone(), node.clone())
+        } else {
+            // The second round fails the replacement of the first.
+            a_worker(env, beside).await?
+        };
+        let before: BTreeSet<String> = names(&deployment_machines(env, NS, &beside.deployment()).await?);
+        let failed = Instant::now();
+        set_node_ready(&workload, &node, "False").await?;
+        let marked = wait_instant(&format!("{victim} marked while {} {label}", hung.name), STEP, || async {
+            Ok(match machine(env, &victim).await? {
+                Some(m) => machine_condition(&m, "HealthCheckSucceeded").is_some_and(|(s, _)| s == "False"),
+                None => true,
+            })
+        })
+        .await?;
+        let (_, joined) = wait_replacement(env, beside, &before, &workload).await?;
+        let mark_s = secs(failed, marked);
+        assert!(
+            mark_s <= TIMEOUT_S as f64 + 2.0,
+            "detection beside a cluster that {label} took {mark_s} s for a {TIMEOUT_S} s timeout"
+        );
+        report_line[format!("while_one_{label}_failure_to_mark_s")] = json!(mark_s);
+        report_line[format!("while_one_{label}_failure_to_replacement_node_s")] = json!(secs(failed, joined));
+        for m in &hung_machines {
+            assert!(!asked_or_deleting(env, m).await?, "{m} in the broken cluster was marked or deleted");
+        }
+    }
+    capi.set_workload_mode(NS, &hung.name, vigil_testenv::Mode::Pass)?;
+    for check in checks {
+        wait_all_healthy(env, check, 2).await?;
+    }
+    report(report_line);
     Ok(())
 }

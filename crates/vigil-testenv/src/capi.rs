@@ -445,6 +445,17 @@ impl CapiManagers {
         Ok(())
     }
 
+    /// Makes one workload cluster's API server hang or refuse (or pass again), as seen by every
+    /// user of its kubeconfig Secret (Vigil and Cluster API's controllers).
+    pub fn set_workload_mode(&self, namespace: &str, cluster: &str, mode: crate::Mode) -> Result<()> {
+        let proxies = self.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let proxy = proxies
+            .get(&format!("{namespace}/{cluster}"))
+            .with_context(|| format!("no workload cluster {namespace}/{cluster} was waited for"))?;
+        proxy.set_mode(mode);
+        Ok(())
+    }
+
     /// As [`CapiManagers::wait_cluster`] without the proxy.
     async fn wait_provisioned(&self, env: &TestEnv, cluster: &WorkloadCluster, limit: Duration) -> Result<()> {
         let want = usize::try_from(cluster.workers).unwrap_or(usize::MAX).saturating_add(1);

@@ -9,6 +9,10 @@
 //! line) and passes everything else through, so Vigil and Cluster API's controllers see what a
 //! real API server sends. It speaks plain HTTP/1.1 on loopback, one request per connection
 //! (`Connection: close`), and reaches the provider with the cluster's own credentials.
+//!
+//! It can also break that one workload cluster the way a real API server breaks ([`Mode`]): hang
+//! (connections stay open, nothing is answered, streams stop) or refuse (every connection is
+//! closed at once), so a test can check that the other clusters are not delayed.
 
 use std::net::SocketAddr;
 
@@ -19,7 +23,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::Result;
+use crate::{Mode, Result};
+use tokio::sync::watch;
 
 /// Largest request body accepted (a patch or a create; tests send small ones).
 const MAX_BODY: usize = 16 << 20;
@@ -28,6 +33,7 @@ const MAX_BODY: usize = 16 << 20;
 #[derive(Debug)]
 pub struct WatchFramingProxy {
     addr: SocketAddr,
+    mode: watch::Sender<Mode>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -36,16 +42,24 @@ impl WatchFramingProxy {
     pub async fn start(upstream: Client) -> Result<WatchFramingProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the framing proxy")?;
         let addr = listener.local_addr().context("the framing proxy has no address")?;
+        let (mode, modes) = watch::channel(Mode::Pass);
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
                 let upstream = upstream.clone();
+                let modes = modes.clone();
                 tokio::spawn(async move {
                     // A failed exchange only closes that connection; the client retries.
-                    let _ = serve(conn, upstream).await;
+                    let _ = serve(conn, upstream, modes).await;
                 });
             }
         });
-        Ok(WatchFramingProxy { addr, task })
+        Ok(WatchFramingProxy { addr, mode, task })
+    }
+
+    /// Passes, hangs ([`Mode::Partition`]) or refuses ([`Mode::Down`]) from now on, also on the
+    /// connections already open.
+    pub fn set_mode(&self, mode: Mode) {
+        self.mode.send_replace(mode);
     }
 
     /// The URL to put in a kubeconfig (`http://127.0.0.1:PORT`).
@@ -60,8 +74,20 @@ impl Drop for WatchFramingProxy {
     }
 }
 
+/// Waits while the mode is [`Mode::Partition`]; `false` when the connection must be dropped
+/// ([`Mode::Down`], or the proxy is gone).
+async fn passing(modes: &mut watch::Receiver<Mode>) -> bool {
+    match modes.wait_for(|m| *m != Mode::Partition).await {
+        Ok(m) => *m == Mode::Pass,
+        Err(_) => false,
+    }
+}
+
 /// One request, one response, then the connection is closed.
-async fn serve(conn: TcpStream, upstream: Client) -> Result<()> {
+async fn serve(conn: TcpStream, upstream: Client, mut modes: watch::Receiver<Mode>) -> Result<()> {
+    if !passing(&mut modes).await {
+        return Ok(());
+    }
     let (read, mut write) = conn.into_split();
     let mut read = BufReader::new(read);
     let mut line = String::new();
@@ -125,7 +151,17 @@ async fn serve(conn: TcpStream, upstream: Client) -> Result<()> {
     let is_watch =
         target.split_once('?').is_some_and(|(_, q)| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
     let mut pending: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
+    loop {
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            changed = modes.changed() => {
+                if changed.is_err() || !passing(&mut modes).await {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let Some(frame) = frame else { break };
         let Ok(data) = frame?.into_data() else { continue };
         if !is_watch {
             write.write_all(&data).await?;
