@@ -162,29 +162,37 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     let cpu_idle_per_min = (procstat::cpu_seconds(pid)? - idle_from) * 60.0 / IDLE.as_secs_f64();
     let open_sockets = sockets(pid);
 
-    // The wave: one worker in each of the first `failed` clusters goes Ready=False.
+    // The wave: one worker in each of the first `failed` clusters goes Ready=False. Victims and
+    // clients are found first, so the failures are written together.
     let failed = ((plan.clusters as f64) * plan.failed_percent / 100.0).ceil().max(1.0) as usize;
-    let wave_cpu = procstat::cpu_seconds(pid)?;
-    let mut victims: BTreeMap<String, Timestamp> = BTreeMap::new();
+    let mut targets = Vec::new();
     for c in clusters.iter().take(failed) {
         let machines = vigil_testenv::capi::deployment_machines(&env, NS, &c.deployment()).await?;
         let (machine, node) = machines
             .into_iter()
             .find_map(|(m, n)| n.map(|n| (m, n)))
             .with_context(|| format!("cluster {} has no worker with a Node", c.name))?;
-        let client = workload_client(&env, NS, &c.name).await?;
+        targets.push((machine, node, workload_client(&env, NS, &c.name).await?));
+    }
+    let wave_cpu = procstat::cpu_seconds(pid)?;
+    let mut victims: BTreeMap<String, Timestamp> = BTreeMap::new();
+    for (machine, node, client) in &targets {
         // lastTransitionTime has second precision: the timeout runs from the second written.
         let at = Timestamp::from_second(Timestamp::now().as_second())?;
-        set_node_ready(&client, &node, "False").await?;
-        victims.insert(machine, at + jiff::SignedDuration::from_secs(plan.timeout_secs as i64));
+        set_node_ready(client, node, "False").await?;
+        victims.insert(machine.clone(), at + jiff::SignedDuration::from_secs(plan.timeout_secs as i64));
     }
+    let written = Timestamp::now();
+    let first_expiry = victims.values().min().copied().unwrap_or(written);
     let mut latencies: Vec<f64> = Vec::new();
     let wave_deadline = Instant::now() + Duration::from_secs(plan.timeout_secs + 300);
     while !victims.is_empty() {
         controller.check_running()?;
         ensure!(Instant::now() < wave_deadline, "{} Machines never marked: {:?}", victims.len(), victims.keys());
-        let machines = env.list_json("cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "").await?;
+        // Taken before the read: a mark the read shows was written before it was sent (at most
+        // one poll, 50 ms, late).
         let now = Timestamp::now();
+        let machines = env.list_json("cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "").await?;
         for m in &machines {
             let Some(name) = m.pointer("/metadata/name").and_then(Value::as_str) else { continue };
             let marked = m
@@ -195,7 +203,7 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
                 latencies.push(now.duration_since(expiry).as_secs_f64() * 1000.0);
             }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let wave_cpu = procstat::cpu_seconds(pid)? - wave_cpu;
     latencies.sort_by(f64::total_cmp);
@@ -209,6 +217,7 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
         "controller": contender.name(),
         "clusters": plan.clusters, "workers_per_cluster": plan.workers, "failed_clusters": failed,
         "timeout_s": plan.timeout_secs,
+        "wave_written_before_first_expiry_s": round(first_expiry.duration_since(written).as_secs_f64()),
         "setup_s": round(setup_s), "total_s": round(t0.elapsed().as_secs_f64()),
         "cold_start_s": round(cold_start_s),
         "detection_ms": {"p50": round(percentile(&latencies, 50.0)), "p99": round(percentile(&latencies, 99.0)),
