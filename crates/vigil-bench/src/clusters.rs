@@ -213,7 +213,7 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     let apiserver_rss_mib =
         env.apiserver_pid().and_then(|p| procstat::status_kib(p, "VmRSS").ok()).map(|k| round(k as f64 / 1024.0));
     controller.stop().await?;
-    Ok(json!({
+    let summary = json!({
         "controller": contender.name(),
         "clusters": plan.clusters, "workers_per_cluster": plan.workers, "failed_clusters": failed,
         "timeout_s": plan.timeout_secs,
@@ -227,5 +227,8 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
         "open_sockets_idle": open_sockets,
         "others_rss_mib": {"capi_core": managers_rss_mib(capi.core_pid()), "capi_infra": managers_rss_mib(capi.infra_pid()),
                            "kube_apiserver": apiserver_rss_mib},
-    }))
+    });
+    // At once on stderr too: a later run that fails or is stopped does not lose this one.
+    eprintln!("vigil-bench: {summary}");
+    Ok(summary)
 }
