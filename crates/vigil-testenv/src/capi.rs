@@ -53,6 +53,9 @@ pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
 /// Time limit for `scripts/capi-managers.sh` (a cold Go build takes minutes on 2 busy cores).
 const BUILD_LIMIT: Duration = Duration::from_secs(40 * 60);
 
+/// How often [`CapiManagers::wait_cluster`] looks at a cluster's Machines.
+const PROVISION_POLL: Duration = Duration::from_millis(500);
+
 /// How long the managers get to fail at start-up before [`CapiManagers::start`] returns.
 const STARTUP_GRACE: Duration = Duration::from_secs(2);
 
@@ -460,18 +463,32 @@ impl CapiManagers {
     async fn wait_provisioned(&self, env: &TestEnv, cluster: &WorkloadCluster, limit: Duration) -> Result<()> {
         let want = usize::try_from(cluster.workers).unwrap_or(usize::MAX).saturating_add(1);
         let what = format!("cluster {}/{} with {want} Machines that have Nodes", cluster.namespace, cluster.name);
-        wait_for(&what, limit, || async {
-            let machines = cluster_machines(env, &cluster.namespace, &cluster.name).await?;
-            let with_nodes = machines.iter().filter(|m| m.pointer("/status/nodeRef/name").is_some()).count();
-            if with_nodes < want {
-                return Ok(None);
+        let deadline = Instant::now() + limit;
+        // Polled every PROVISION_POLL, and a failed read is only noted: many clusters are
+        // waited for at once, and the API server is busy creating them.
+        loop {
+            let probe = async {
+                let machines = cluster_machines(env, &cluster.namespace, &cluster.name).await?;
+                let with_nodes = machines.iter().filter(|m| m.pointer("/status/nodeRef/name").is_some()).count();
+                if with_nodes < want {
+                    return Ok::<_, anyhow::Error>(format!("{with_nodes} of {want} Machines have Nodes"));
+                }
+                let name = format!("{}-kubeconfig", cluster.name);
+                Ok(match env.get_json("v1", "Secret", Some(&cluster.namespace), &name).await? {
+                    Some(_) => String::new(),
+                    None => format!("no Secret {name} yet"),
+                })
+            };
+            let last = match probe.await {
+                Ok(s) if s.is_empty() => return Ok(()),
+                Ok(s) => s,
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() > deadline {
+                bail!("timed out after {limit:?} waiting for {what}: {last}\n{}", self.log_tails());
             }
-            let secret =
-                env.get_json("v1", "Secret", Some(&cluster.namespace), &format!("{}-kubeconfig", cluster.name)).await?;
-            Ok(secret.map(|_| ()))
-        })
-        .await
-        .map_err(|e| e.context(self.log_tails()))
+            tokio::time::sleep(PROVISION_POLL).await;
+        }
     }
 
     /// The last lines of both managers' logs, for an error message.
