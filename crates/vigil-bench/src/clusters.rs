@@ -189,8 +189,8 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     while !victims.is_empty() {
         controller.check_running()?;
         ensure!(Instant::now() < wave_deadline, "{} Machines never marked: {:?}", victims.len(), victims.keys());
-        // Taken before the read: a mark the read shows was written before it was sent (at most
-        // one poll, 50 ms, late).
+        // Read before the list: a mark first shown by this list was written at most one poll
+        // (50 ms plus the previous list) before this instant, or during this list.
         let now = Timestamp::now();
         let machines = env.list_json("cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "").await?;
         for m in &machines {
