@@ -19,6 +19,12 @@ echo "== Cluster API CRDs for integration tests (sigs.k8s.io/cluster-api module,
 VIGIL_CAPI_CRD_DIR="$(scripts/capi-crds.sh)"
 export VIGIL_CAPI_CRD_DIR
 
+echo "== Cluster API's own controllers for the real-Cluster-API tests (sigs.k8s.io/cluster-api v1.14.2, built once, cached)"
+# Core reconcilers without its MachineHealthCheck, and the in-memory infrastructure provider
+# (crates/vigil-controller/tests/capi_e2e.rs); vigil-testenv reads the variable.
+VIGIL_CAPI_MANAGERS_DIR="$(scripts/capi-managers.sh)"
+export VIGIL_CAPI_MANAGERS_DIR
+
 echo "== helm for the chart tests (built once, cached)"
 VIGIL_HELM="$(scripts/helm.sh)"
 export VIGIL_HELM

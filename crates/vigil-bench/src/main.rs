@@ -5,6 +5,7 @@
 //! Prints one JSON summary (see the README's performance section).
 
 mod audit;
+mod clusters;
 mod fleet;
 mod kubelet;
 mod observe;
@@ -81,6 +82,14 @@ struct Args {
     /// Keep the controller's log here (`RUST_LOG` is passed through).
     #[arg(long)]
     controller_log: Option<PathBuf>,
+    /// Instead of one self-hosted fleet: this many in-memory workload clusters made by Cluster
+    /// API's own controllers (scripts/capi-managers.sh), each with its own API server and one
+    /// MachineHealthCheck; one worker fails in --failed-percent of them (rounded up).
+    #[arg(long, conflicts_with_all = ["nodes", "short", "snapshot", "fleet"])]
+    clusters: Option<usize>,
+    /// Workers per workload cluster with --clusters.
+    #[arg(long, default_value_t = 3, requires = "clusters")]
+    workers_per_cluster: u32,
     /// Instead of running the controller: time `vigil snapshot` of the fleet, `vigil simulate`
     /// of that snapshot with --failed-percent of the Nodes going Unknown at 5m, and `vigil check`.
     #[arg(long)]
@@ -156,7 +165,27 @@ fn main() -> Result<()> {
     ensure!(vigil.is_file(), "the vigil binary {} does not exist (--vigil)", vigil.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let ours = Contender::Vigil { bin: vigil.clone(), workers: plan.workers };
-    let json = if args.snapshot {
+    let json = if let Some(n) = args.clusters {
+        ensure!((1..=2000).contains(&n), "--clusters must be in 1..=2000, got {n}");
+        ensure!((1..=20).contains(&args.workers_per_cluster), "--workers-per-cluster must be in 1..=20");
+        let cplan = clusters::Plan {
+            clusters: n,
+            workers: args.workers_per_cluster,
+            failed_percent: args.failed_percent,
+            timeout_secs: plan.timeout_secs,
+        };
+        let dir = tempfile::Builder::new().prefix("vigil-bench-clusters-").tempdir()?;
+        let vigil = runtime.block_on(clusters::run(&cplan, &ours, dir.path()))?;
+        let out = match args.against {
+            Some(Against::Capi) => {
+                let theirs = Contender::Capi { bin: capi_mhc(&args)? };
+                let capi = runtime.block_on(clusters::run(&cplan, &theirs, dir.path()))?;
+                serde_json::json!({"vigil": vigil, "capi": capi})
+            }
+            None => serde_json::json!({"vigil": vigil}),
+        };
+        serde_json::to_string_pretty(&out)?
+    } else if args.snapshot {
         serde_json::to_string_pretty(&runtime.block_on(snapshot::run(plan.nodes, plan.failed_percent, &vigil))?)?
     } else if let Some(Against::Capi) = args.against {
         let theirs = Contender::Capi { bin: capi_mhc(&args)? };

@@ -14,7 +14,10 @@ use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::reason::Reason;
 use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
-use vigil_api::well_known::{CLUSTER_NAME_LABEL, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, REMEDIATE_MACHINE_ANNOTATION};
+use vigil_api::well_known::{
+    CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, PAUSED_ANNOTATION,
+    REMEDIATE_MACHINE_ANNOTATION,
+};
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource};
 use vigil_engine::concerns::{self, group_of};
@@ -915,14 +918,28 @@ impl Sim<'_> {
     }
 
     /// The owner model (MachineSet-like): deletes the Machine and its Node, creates a new one.
+    /// As Cluster API's MachineSet did when run against Vigil (`tests/capi_e2e.rs`): it acts only
+    /// on a Machine whose `HealthCheckSucceeded` and `OwnerRemediated` are both `False` (a Machine
+    /// that recovered first is left alone), and not while its Cluster or the Machine is paused
+    /// (it acts once the pause is lifted).
     fn replace_machine(&mut self, key: &Key) {
         self.scheduled_replacements.remove(key);
         let Some(old) = self.store.get(key).cloned() else { return };
         let still_asked = MachineView::read(&old).is_some_and(|m| {
-            vigil_api::conditions::find(&m.conditions, OWNER_REMEDIATED)
-                .is_some_and(|c| c.status == ConditionStatus::False)
+            let is_false = |t: &str| {
+                vigil_api::conditions::find(&m.conditions, t).is_some_and(|c| c.status == ConditionStatus::False)
+            };
+            is_false(HEALTH_CHECK_SUCCEEDED) && is_false(OWNER_REMEDIATED)
         });
         if !still_asked {
+            return;
+        }
+        if self.owner_paused(key, &old) {
+            if let Some(owner) = self.scenario.models.owner
+                && self.scheduled_replacements.insert(key.clone())
+            {
+                self.schedule(owner.replace_after, Task::ReplaceMachine(key.clone()));
+            }
             return;
         }
         self.store.delete(key);
@@ -967,6 +984,29 @@ impl Sim<'_> {
         if let Some(owner) = self.scenario.models.owner {
             self.schedule(owner.node_ready_after, Task::JoinNode(new_key));
         }
+    }
+
+    /// Whether Cluster API's controllers leave `machine` alone for now: its Cluster has
+    /// `spec.paused` or either carries the `cluster.x-k8s.io/paused` annotation.
+    fn owner_paused(&self, key: &Key, machine: &Value) -> bool {
+        let annotated = |o: &Value| {
+            o.pointer("/metadata/annotations")
+                .and_then(Value::as_object)
+                .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+        };
+        let cluster_name = text(machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1")));
+        let cluster_key = Key {
+            cluster: key.cluster.clone(),
+            group: key.group.clone(),
+            kind: "Cluster".into(),
+            namespace: key.namespace.clone(),
+            name: cluster_name.to_string(),
+        };
+        let cluster_paused = self
+            .store
+            .get(&cluster_key)
+            .is_some_and(|c| c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) || annotated(c));
+        cluster_paused || annotated(machine)
     }
 
     /// The new Machine's Node joins, Ready.

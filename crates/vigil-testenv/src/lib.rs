@@ -30,10 +30,13 @@
 
 #![warn(missing_docs)]
 
+pub mod capi;
 mod crds;
+mod framing;
 mod process;
 mod proxy;
 
+pub use framing::WatchFramingProxy;
 pub use proxy::{FaultProxy, Mode};
 
 use std::collections::HashMap;
@@ -471,6 +474,30 @@ impl TestEnv {
         let object =
             bounded(&format!("get {what}"), api.get_opt(name)).await?.with_context(|| format!("cannot get {what}"))?;
         object.map(|o| serde_json::to_value(o).with_context(|| format!("cannot encode {what}"))).transpose()
+    }
+
+    /// Lists objects of a kind as JSON, filtered by a label selector (`""`: all), in one
+    /// namespace (or cluster-wide with `None` for a namespaced kind), so tests can count them.
+    pub async fn list_json(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Result<Vec<Value>> {
+        let (ar, namespaced) = self.resource(api_version, kind).await?;
+        let (api, what): (Api<DynamicObject>, String) = match (namespaced, namespace) {
+            (true, Some(ns)) => (Api::namespaced_with(self.client(), ns, &ar), format!("{kind} in {ns}")),
+            (_, _) => (Api::all_with(self.client(), &ar), kind.to_string()),
+        };
+        let params = kube::api::ListParams::default().labels(label_selector);
+        let list = bounded(&format!("list {what}"), api.list(&params))
+            .await?
+            .with_context(|| format!("cannot list {what}"))?;
+        list.items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).with_context(|| format!("cannot encode a {kind}")))
+            .collect()
     }
 
     /// Resolves a manifest's apiVersion/kind/name/namespace into an API handle.

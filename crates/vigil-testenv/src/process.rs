@@ -32,6 +32,17 @@ impl Proc {
     /// it when the *thread* that spawned the child exits, hence the documented rule that a
     /// `TestEnv` is used by the test that started it.
     pub(crate) async fn spawn(name: &'static str, program: &Path, args: &[String], log: PathBuf) -> Result<Proc> {
+        Self::spawn_with_env(name, program, args, &[], log).await
+    }
+
+    /// As [`Proc::spawn`] with extra environment variables (e.g. the provider's `POD_IP`).
+    pub(crate) async fn spawn_with_env(
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+        vars: &[(&str, &str)],
+        log: PathBuf,
+    ) -> Result<Proc> {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -45,6 +56,7 @@ impl Proc {
         } else {
             Command::new(program)
         };
+        cmd.envs(vars.iter().copied());
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::from(out)).stderr(Stdio::from(err)).kill_on_drop(true);
         let child = cmd.spawn().with_context(|| format!("cannot start {name} ({})", program.display()))?;
         Ok(Proc { name, child, log, program: program.to_path_buf(), args: args.to_vec() })

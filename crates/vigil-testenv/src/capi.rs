@@ -1,0 +1,600 @@
+//! The real Cluster API controllers next to a [`TestEnv`], so Vigil's marks are acted on by
+//! Cluster API's own MachineSet: `capi-core` (our main in `bench/capi-managers`: the Cluster,
+//! Machine, MachineSet and MachineDeployment reconcilers of the pinned `sigs.k8s.io/cluster-api`,
+//! without its MachineHealthCheck) and `capi-infra` (the published in-memory infrastructure
+//! provider, `DevCluster`/`DevMachine`, which serves each workload cluster's API server itself).
+//!
+//! ```no_run
+//! # async fn demo(env: &vigil_testenv::TestEnv) -> vigil_testenv::Result<()> {
+//! use vigil_testenv::capi::{CapiManagers, WorkloadCluster};
+//! let capi = CapiManagers::start(env).await?;
+//! let c1 = WorkloadCluster::new("default", "c1", 3);
+//! capi.create_cluster(env, &c1).await?;
+//! capi.wait_cluster(env, &c1, std::time::Duration::from_secs(120)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The provider listens on fixed ports (19000, and 20000 upward, one per workload cluster), so
+//! only one [`CapiManagers`] may run on a host at a time: [`CapiManagers::start`] takes a
+//! host-wide file lock first and holds it until dropped.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::OnceCell;
+
+use crate::process::{self, Proc};
+use crate::{Result, TestEnv, reduce_to_version, wait_for};
+
+/// The Cluster API version the managers are built from (`bench/capi-managers/go.mod`).
+pub const CAPI_MANAGERS_VERSION: &str = "v1.14.2";
+
+/// The Kubernetes version written on Machines (the in-memory provider reports it on its Nodes).
+pub const KUBERNETES_VERSION: &str = "v1.34.1";
+
+/// Label Cluster API puts on every object of a cluster.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// Label that makes a Machine part of the control plane.
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+
+/// Label Cluster API puts on the Machines of a MachineDeployment (its name).
+pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
+
+/// Time limit for `scripts/capi-managers.sh` (a cold Go build takes minutes on 2 busy cores).
+const BUILD_LIMIT: Duration = Duration::from_secs(40 * 60);
+
+/// How often [`CapiManagers::wait_cluster`] looks at a cluster's Machines.
+const PROVISION_POLL: Duration = Duration::from_millis(500);
+
+/// How long the managers get to fail at start-up before [`CapiManagers::start`] returns.
+const STARTUP_GRACE: Duration = Duration::from_secs(2);
+
+/// The host-wide lock file: the provider's ports are fixed, so one set of managers per host.
+const HOST_LOCK: &str = "/tmp/vigil-capi-managers.lock";
+
+/// The directory with `capi-core`, `capi-infra` and `crds/`: `VIGIL_CAPI_MANAGERS_DIR`, else the
+/// output of `scripts/capi-managers.sh` (run once per test process; it locks and caches).
+pub async fn capi_managers_dir() -> Result<PathBuf> {
+    static DIR: OnceCell<PathBuf> = OnceCell::const_new();
+    DIR.get_or_try_init(|| async {
+        let dir = match std::env::var_os("VIGIL_CAPI_MANAGERS_DIR") {
+            Some(dir) => PathBuf::from(dir),
+            None => run_script().await?,
+        };
+        for f in ["capi-core", "capi-infra", "crds/cluster.x-k8s.io_machinedeployments.yaml"] {
+            if !dir.join(f).is_file() {
+                bail!(
+                    "{} has no {f}: run scripts/capi-managers.sh (it builds both managers) and point \
+                     VIGIL_CAPI_MANAGERS_DIR at the directory it prints",
+                    dir.display()
+                );
+            }
+        }
+        Ok(dir)
+    })
+    .await
+    .cloned()
+}
+
+async fn run_script() -> Result<PathBuf> {
+    let script = crate::workspace_root().join("scripts").join("capi-managers.sh");
+    let run = tokio::process::Command::new("bash")
+        .arg(&script)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(BUILD_LIMIT, run)
+        .await
+        .map_err(|_| anyhow!("{} did not finish within {BUILD_LIMIT:?}", script.display()))?
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed ({}); its progress is on stderr above", script.display(), out.status);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout.lines().rev().find(|l| !l.trim().is_empty()).map(str::trim);
+    dir.map(PathBuf::from).ok_or_else(|| anyhow!("{} printed no directory", script.display()))
+}
+
+/// The CRDs the managers need, as they would be installed by Cluster API's own manifests: the
+/// core `cluster.x-k8s.io` kinds and the provider's `infrastructure.cluster.x-k8s.io` kinds,
+/// each reduced to `v1beta2` (a bare API server has no conversion webhook), the provider's
+/// labelled with the contract version as kustomize labels them upstream.
+pub async fn capi_crds() -> Result<Vec<Value>> {
+    let dir = capi_managers_dir().await?.join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(&text).with_context(|| format!("{}: invalid YAML", path.display()))?;
+        for mut crd in docs.into_iter().filter(|d| d["kind"] == "CustomResourceDefinition") {
+            let has_v1beta2 =
+                crd["spec"]["versions"].as_array().is_some_and(|vs| vs.iter().any(|v| v["name"] == "v1beta2"));
+            if !has_v1beta2 {
+                continue;
+            }
+            reduce_to_version(&mut crd, "v1beta2").with_context(|| path.display().to_string())?;
+            if crd["spec"]["group"] == "infrastructure.cluster.x-k8s.io" {
+                crd["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"] = json!("v1beta2");
+            }
+            out.push(crd);
+        }
+    }
+    if out.is_empty() {
+        bail!("no v1beta2 CRD in {}", dir.display());
+    }
+    Ok(out)
+}
+
+/// One workload cluster made of the in-memory provider: a `DevCluster`, a `Cluster` without a
+/// control-plane provider, one control-plane Machine and a MachineDeployment of `workers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadCluster {
+    /// Namespace of every object of the cluster.
+    pub namespace: String,
+    /// The Cluster's name; the other objects are named after it.
+    pub name: String,
+    /// Replicas of the worker MachineDeployment.
+    pub workers: u32,
+}
+
+impl WorkloadCluster {
+    /// A cluster `name` in `namespace` with `workers` worker Machines.
+    pub fn new(namespace: &str, name: &str, workers: u32) -> WorkloadCluster {
+        WorkloadCluster { namespace: namespace.to_string(), name: name.to_string(), workers }
+    }
+
+    /// The worker MachineDeployment's name, which Vigil's checks select by.
+    pub fn deployment(&self) -> String {
+        format!("{}-md-0", self.name)
+    }
+
+    /// The control-plane Machine's name.
+    pub fn control_plane_machine(&self) -> String {
+        format!("{}-cp-0", self.name)
+    }
+
+    /// The worker DevMachineTemplate's name (a rollout points the deployment at another one).
+    pub fn worker_template(&self) -> String {
+        format!("{}-workers", self.name)
+    }
+
+    /// The objects to create, in order (Secrets, infrastructure, Cluster, Machines).
+    pub fn manifests(&self, ca: &ClusterCa) -> Vec<Value> {
+        let (ns, c) = (self.namespace.as_str(), self.name.as_str());
+        let labels = json!({CLUSTER_NAME_LABEL: c});
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let secret = |suffix: &str, data: Value| {
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("{c}-{suffix}"), "namespace": ns, "labels": labels},
+                "type": "cluster.x-k8s.io/secret", "data": data})
+        };
+        let tls = json!({"tls.crt": b64(&ca.cert_pem), "tls.key": b64(&ca.key_pem)});
+        let bootstrap = format!("{c}-bootstrap");
+        let md = self.deployment();
+        let cp = self.control_plane_machine();
+        vec![
+            secret("ca", tls.clone()),
+            secret("etcd", tls),
+            secret("bootstrap", json!({"value": b64("#cloud-config\n"), "format": b64("cloud-config")})),
+            // The provider panics on a DevCluster without any annotation (it writes into a nil map).
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevCluster",
+                "metadata": {"name": c, "namespace": ns, "labels": labels,
+                             "annotations": {"vigil.dev/created-by": "vigil-testenv"}},
+                "spec": {"backend": {"inMemory": {}}}}),
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevMachineTemplate",
+                "metadata": {"name": self.worker_template(), "namespace": ns, "labels": labels},
+                "spec": {"template": {"spec": dev_machine_spec()}}}),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": c, "namespace": ns, "labels": labels},
+                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevCluster", "name": c}}}),
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevMachine",
+                "metadata": {"name": cp, "namespace": ns, "labels": {CLUSTER_NAME_LABEL: c, CONTROL_PLANE_LABEL: ""}},
+                "spec": dev_machine_spec()}),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": cp, "namespace": ns, "labels": {CLUSTER_NAME_LABEL: c, CONTROL_PLANE_LABEL: ""}},
+                "spec": {"clusterName": c, "version": KUBERNETES_VERSION,
+                         "bootstrap": {"dataSecretName": bootstrap},
+                         "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevMachine", "name": cp}}}),
+            // What the MachineDeployment webhook would default: cluster-name labels on the
+            // object, selector and template, the rollout strategy.
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+                "metadata": {"name": md, "namespace": ns, "labels": labels},
+                "spec": {"clusterName": c, "replicas": self.workers,
+                    "selector": {"matchLabels": {CLUSTER_NAME_LABEL: c, DEPLOYMENT_NAME_LABEL: md}},
+                    "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}},
+                    "template": {"metadata": {"labels": {CLUSTER_NAME_LABEL: c, DEPLOYMENT_NAME_LABEL: md}},
+                        "spec": {"clusterName": c, "version": KUBERNETES_VERSION,
+                                 "bootstrap": {"dataSecretName": bootstrap},
+                                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                                       "kind": "DevMachineTemplate", "name": self.worker_template()}}}}}),
+        ]
+    }
+}
+
+/// The in-memory backend of a DevMachine: a "VM" that boots in 1 s and a Node (and, on a
+/// control-plane Machine, etcd and an API server) that start 0.5 s later, without jitter, so
+/// the times a test reports are the controllers' and not the simulated boot's.
+pub fn dev_machine_spec() -> Value {
+    let quick = |d: &str| json!({"provisioning": {"startupDuration": d, "startupJitter": "0"}});
+    json!({"backend": {"inMemory": {"vm": quick("1s"), "node": quick("500ms"), "apiServer": quick("500ms"), "etcd": quick("500ms")}}})
+}
+
+/// A self-signed RSA CA, stored as each cluster's `<cluster>-ca` and `<cluster>-etcd` Secrets
+/// (what kubeadm's bootstrap would otherwise generate); one is shared by all clusters.
+#[derive(Debug, Clone)]
+pub struct ClusterCa {
+    /// PEM certificate.
+    pub cert_pem: String,
+    /// PEM PKCS#1 RSA key.
+    pub key_pem: String,
+}
+
+impl ClusterCa {
+    /// Generates one with the `openssl` CLI in `dir`.
+    pub async fn generate(dir: &Path) -> Result<ClusterCa> {
+        let (key, cert) = (dir.join("cluster-ca.key"), dir.join("cluster-ca.crt"));
+        let (key_s, cert_s) = (crate::path_arg(&key)?, crate::path_arg(&cert)?);
+        process::openssl(&["genrsa", "-traditional", "-out", &key_s, "2048"]).await?;
+        process::openssl(&[
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            &key_s,
+            "-subj",
+            "/CN=kubernetes",
+            "-days",
+            "3650",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature,keyEncipherment",
+            "-out",
+            &cert_s,
+        ])
+        .await?;
+        Ok(ClusterCa {
+            cert_pem: std::fs::read_to_string(&cert).with_context(|| format!("cannot read {}", cert.display()))?,
+            key_pem: std::fs::read_to_string(&key).with_context(|| format!("cannot read {}", key.display()))?,
+        })
+    }
+}
+
+/// The two managers, running against one [`TestEnv`]; both are killed when this is dropped.
+pub struct CapiManagers {
+    core: Proc,
+    infra: Proc,
+    ca: ClusterCa,
+    /// One per workload cluster ([`CapiManagers::wait_cluster`]), by `namespace/name`.
+    proxies: std::sync::Mutex<std::collections::BTreeMap<String, crate::WatchFramingProxy>>,
+    dir: Option<TempDir>,
+    /// Held while the managers run: the provider's ports are fixed.
+    _host_lock: std::fs::File,
+}
+
+impl std::fmt::Debug for CapiManagers {
+    /// Shows where the logs are.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapiManagers").field("dir", &self.dir()).finish_non_exhaustive()
+    }
+}
+
+impl CapiManagers {
+    /// Installs the CRDs ([`capi_crds`]) into `env` and starts `capi-core` and `capi-infra`
+    /// against it, after taking the host-wide lock (waiting for another run to finish).
+    pub async fn start(env: &TestEnv) -> Result<CapiManagers> {
+        let bin = capi_managers_dir().await?;
+        let lock = tokio::task::spawn_blocking(|| -> Result<std::fs::File> {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(HOST_LOCK)
+                .with_context(|| format!("cannot open {HOST_LOCK}"))?;
+            f.lock().with_context(|| format!("cannot lock {HOST_LOCK}"))?;
+            Ok(f)
+        })
+        .await
+        .context("the lock task failed")??;
+        env.install_crds(&capi_crds().await?).await?;
+        let dir = tempfile::Builder::new().prefix("vigil-capi-").tempdir().context("cannot create the temp dir")?;
+        let d = dir.path().to_path_buf();
+        let kubeconfig = d.join("kubeconfig");
+        env.write_kubeconfig(&kubeconfig).await?;
+        let kubeconfig = crate::path_arg(&kubeconfig)?;
+        // The provider's webhook server cannot be turned off and wants a certificate.
+        let certs = d.join("webhook-certs");
+        std::fs::create_dir_all(&certs).with_context(|| format!("cannot create {}", certs.display()))?;
+        let (tls_key, tls_crt) = (crate::path_arg(&certs.join("tls.key"))?, crate::path_arg(&certs.join("tls.crt"))?);
+        process::openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &tls_key,
+            "-out",
+            &tls_crt,
+            "-subj",
+            "/CN=localhost",
+            "-days",
+            "2",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .await?;
+        let ca = ClusterCa::generate(&d).await?;
+        let [webhook_port, _, _] = crate::free_ports()?;
+        let core_args = vec![format!("--kubeconfig={kubeconfig}"), "--v=1".to_string()];
+        let infra_args = vec![
+            format!("--kubeconfig={kubeconfig}"),
+            format!("--webhook-port={webhook_port}"),
+            format!("--webhook-cert-dir={}", crate::path_arg(&certs)?),
+            "--health-addr=0".to_string(),
+            "--diagnostics-address=0".to_string(),
+            "--v=1".to_string(),
+        ];
+        let env_vars = [("POD_IP", "127.0.0.1")];
+        let mut core =
+            Proc::spawn_with_env("capi-core", &bin.join("capi-core"), &core_args, &[], d.join("capi-core.log")).await?;
+        let mut infra = Proc::spawn_with_env(
+            "capi-infra",
+            &bin.join("capi-infra"),
+            &infra_args,
+            &env_vars,
+            d.join("capi-infra.log"),
+        )
+        .await?;
+        tokio::time::sleep(STARTUP_GRACE).await;
+        core.check_running()?;
+        infra.check_running()?;
+        Ok(CapiManagers { core, infra, ca, proxies: Default::default(), dir: Some(dir), _host_lock: lock })
+    }
+
+    /// The temp dir with `capi-core.log` and `capi-infra.log`, to read when a test fails.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_ref().map(TempDir::path)
+    }
+
+    /// Keeps the temp dir (logs) after the managers stop, for a post-mortem; returns its path.
+    pub fn keep_logs(&mut self) -> Option<PathBuf> {
+        self.dir.take().map(TempDir::keep)
+    }
+
+    /// Fails (quoting the log) when either manager has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        self.core.check_running()?;
+        self.infra.check_running()
+    }
+
+    /// The core manager's process id, to measure it.
+    pub fn core_pid(&self) -> Option<u32> {
+        self.core.child.id()
+    }
+
+    /// The provider's process id, to measure it.
+    pub fn infra_pid(&self) -> Option<u32> {
+        self.infra.child.id()
+    }
+
+    /// The CA stored in every cluster's Secrets.
+    pub fn ca(&self) -> &ClusterCa {
+        &self.ca
+    }
+
+    /// Creates the objects of `cluster` ([`WorkloadCluster::manifests`]).
+    pub async fn create_cluster(&self, env: &TestEnv, cluster: &WorkloadCluster) -> Result<()> {
+        for manifest in cluster.manifests(&self.ca) {
+            env.apply(manifest).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every Machine of `cluster` has a Node (`status.nodeRef`) and the core
+    /// Cluster controller wrote `<cluster>-kubeconfig`, then puts a [`crate::WatchFramingProxy`]
+    /// between that kubeconfig's users and the provider's API server (see there why).
+    pub async fn wait_cluster(&self, env: &TestEnv, cluster: &WorkloadCluster, limit: Duration) -> Result<()> {
+        self.wait_provisioned(env, cluster, limit).await?;
+        self.frame_watches(env, cluster).await
+    }
+
+    /// Starts the framing proxy of `cluster` and points its `<cluster>-kubeconfig` Secret at it
+    /// (same credentials; the Secret is otherwise as Cluster API wrote it).
+    async fn frame_watches(&self, env: &TestEnv, cluster: &WorkloadCluster) -> Result<()> {
+        let key = format!("{}/{}", cluster.namespace, cluster.name);
+        let name = format!("{}-kubeconfig", cluster.name);
+        let secret = env
+            .get_json("v1", "Secret", Some(&cluster.namespace), &name)
+            .await?
+            .with_context(|| format!("Secret {key}-kubeconfig does not exist"))?;
+        let yaml = secret_value(&secret).with_context(|| format!("Secret {}/{name}", cluster.namespace))?;
+        let mut kubeconfig: Value =
+            serde_saphyr::from_str(&yaml).with_context(|| format!("Secret {}/{name}: not YAML", cluster.namespace))?;
+        let servers = kubeconfig["clusters"].as_array().map(Vec::len).unwrap_or(0);
+        if servers == 0 {
+            bail!("Secret {}/{name}: a kubeconfig without clusters", cluster.namespace);
+        }
+        if kubeconfig["clusters"][0]["cluster"]["server"].as_str().is_some_and(|s| s.starts_with("http://")) {
+            return Ok(());
+        }
+        let upstream = client_from_yaml(&yaml).await.with_context(|| format!("Secret {}/{name}", cluster.namespace))?;
+        let proxy = crate::WatchFramingProxy::start(upstream).await?;
+        for i in 0..servers {
+            kubeconfig["clusters"][i]["cluster"]["server"] = json!(proxy.url());
+        }
+        // JSON is YAML: every kubeconfig reader (client-go, kube-rs) takes it.
+        let text = serde_json::to_string(&kubeconfig)?;
+        env.apply(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": cluster.namespace},
+            "data": {"value": base64::engine::general_purpose::STANDARD.encode(text)}}))
+            .await?;
+        self.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, proxy);
+        Ok(())
+    }
+
+    /// Makes one workload cluster's API server hang or refuse (or pass again), as seen by every
+    /// user of its kubeconfig Secret (Vigil and Cluster API's controllers).
+    pub fn set_workload_mode(&self, namespace: &str, cluster: &str, mode: crate::Mode) -> Result<()> {
+        let proxies = self.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let proxy = proxies
+            .get(&format!("{namespace}/{cluster}"))
+            .with_context(|| format!("no workload cluster {namespace}/{cluster} was waited for"))?;
+        proxy.set_mode(mode);
+        Ok(())
+    }
+
+    /// As [`CapiManagers::wait_cluster`] without the proxy.
+    async fn wait_provisioned(&self, env: &TestEnv, cluster: &WorkloadCluster, limit: Duration) -> Result<()> {
+        let want = usize::try_from(cluster.workers).unwrap_or(usize::MAX).saturating_add(1);
+        let what = format!("cluster {}/{} with {want} Machines that have Nodes", cluster.namespace, cluster.name);
+        let deadline = Instant::now() + limit;
+        // Polled every PROVISION_POLL, and a failed read is only noted: many clusters are
+        // waited for at once, and the API server is busy creating them.
+        loop {
+            let probe = async {
+                let machines = cluster_machines(env, &cluster.namespace, &cluster.name).await?;
+                let with_nodes = machines.iter().filter(|m| m.pointer("/status/nodeRef/name").is_some()).count();
+                if with_nodes < want {
+                    return Ok::<_, anyhow::Error>(format!("{with_nodes} of {want} Machines have Nodes"));
+                }
+                let name = format!("{}-kubeconfig", cluster.name);
+                Ok(match env.get_json("v1", "Secret", Some(&cluster.namespace), &name).await? {
+                    Some(_) => String::new(),
+                    None => format!("no Secret {name} yet"),
+                })
+            };
+            let last = match probe.await {
+                Ok(s) if s.is_empty() => return Ok(()),
+                Ok(s) => s,
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() > deadline {
+                bail!("timed out after {limit:?} waiting for {what}: {last}\n{}", self.log_tails());
+            }
+            tokio::time::sleep(PROVISION_POLL).await;
+        }
+    }
+
+    /// The last lines of both managers' logs, for an error message.
+    pub fn log_tails(&self) -> String {
+        format!("capi-core log tail:\n{}\ncapi-infra log tail:\n{}", self.core.log_tail(20), self.infra.log_tail(20))
+    }
+}
+
+/// The Machines of a cluster (label `cluster.x-k8s.io/cluster-name`), as JSON.
+pub async fn cluster_machines(env: &TestEnv, namespace: &str, cluster: &str) -> Result<Vec<Value>> {
+    env.list_json("cluster.x-k8s.io/v1beta2", "Machine", Some(namespace), &format!("{CLUSTER_NAME_LABEL}={cluster}"))
+        .await
+}
+
+/// The names of the Machines of a MachineDeployment (label `cluster.x-k8s.io/deployment-name`)
+/// that are not being deleted, with their Nodes (`status.nodeRef.name`, when set).
+pub async fn deployment_machines(
+    env: &TestEnv,
+    namespace: &str,
+    deployment: &str,
+) -> Result<BTreeSet<(String, Option<String>)>> {
+    let machines = env
+        .list_json(
+            "cluster.x-k8s.io/v1beta2",
+            "Machine",
+            Some(namespace),
+            &format!("{DEPLOYMENT_NAME_LABEL}={deployment}"),
+        )
+        .await?;
+    Ok(machines
+        .iter()
+        .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
+        .filter_map(|m| {
+            let name = m.pointer("/metadata/name")?.as_str()?.to_string();
+            let node = m.pointer("/status/nodeRef/name").and_then(Value::as_str).map(str::to_string);
+            Some((name, node))
+        })
+        .collect())
+}
+
+/// A client for a workload cluster, from the `<cluster>-kubeconfig` Secret (the provider serves
+/// that cluster's API server; Nodes can be listed, watched and merge-patched).
+pub async fn workload_client(env: &TestEnv, namespace: &str, cluster: &str) -> Result<Client> {
+    let name = format!("{cluster}-kubeconfig");
+    let secret = env
+        .get_json("v1", "Secret", Some(namespace), &name)
+        .await?
+        .with_context(|| format!("Secret {namespace}/{name} does not exist"))?;
+    let yaml = secret_value(&secret).with_context(|| format!("Secret {namespace}/{name}"))?;
+    client_from_yaml(&yaml).await.with_context(|| format!("cluster {namespace}/{cluster}"))
+}
+
+/// The decoded `data.value` of a kubeconfig Secret.
+fn secret_value(secret: &Value) -> Result<String> {
+    let data = secret.pointer("/data/value").and_then(Value::as_str).context("no data.value")?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(data).context("data.value is not base64")?;
+    String::from_utf8(bytes).context("data.value is not UTF-8")
+}
+
+async fn client_from_yaml(yaml: &str) -> Result<Client> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).context("bad kubeconfig")?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .context("unusable kubeconfig")?;
+    Client::try_from(config).context("cannot build a client")
+}
+
+/// Sets a workload Node's `Ready` condition (as a kubelet would report it), with a merge patch
+/// on the Node itself: the provider's API server has no `/status` subresource.
+pub async fn set_node_ready(client: &Client, node: &str, status: &str) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let current = api.get(node).await.with_context(|| format!("cannot get workload Node {node}"))?;
+    let now = now_rfc3339();
+    let mut conditions: Vec<Value> = current
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "Ready")
+        .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
+        .filter(|c| !c.is_null())
+        .collect();
+    conditions.push(json!({"type": "Ready", "status": status, "reason": "VigilTest",
+        "message": format!("set to {status} by the test"), "lastHeartbeatTime": now, "lastTransitionTime": now}));
+    let patch = json!({"status": {"conditions": conditions}});
+    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("cannot patch workload Node {node}"))?;
+    Ok(())
+}
+
+/// Now as RFC 3339 with second precision (as `metav1.Time` stores it).
+fn now_rfc3339() -> String {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now).to_string()
+}
+
+/// Waits until `probe` holds, returning the instant it was first seen (for timings).
+pub async fn wait_instant<F, Fut>(what: &str, limit: Duration, mut probe: F) -> Result<Instant>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    wait_for(what, limit, || {
+        let fut = probe();
+        async move { Ok(fut.await?.then(Instant::now)) }
+    })
+    .await
+}
