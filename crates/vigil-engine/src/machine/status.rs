@@ -47,16 +47,22 @@ impl<'a> Builder<'a> {
     /// list is small; the list is rebuilt by the decision, so it is not copied.
     pub(super) fn for_decision(check: &'a MachineHealthCheck, now: Timestamp) -> Self {
         let previous = check.status.as_ref();
+        let seeded = previous
+            .map(|p| MachineHealthCheckStatus {
+                targets: Vec::new(),
+                conditions: p.conditions.clone(),
+                features: Default::default(),
+                ..*p
+            })
+            .unwrap_or_default();
+        Self::starting_from(check, seeded, now)
+    }
+
+    /// A builder whose status starts as `status` and says which generation it reflects.
+    fn starting_from(check: &'a MachineHealthCheck, status: MachineHealthCheckStatus, now: Timestamp) -> Self {
         let mut b = Builder {
-            status: previous
-                .map(|p| MachineHealthCheckStatus {
-                    targets: Vec::new(),
-                    conditions: p.conditions.clone(),
-                    features: Default::default(),
-                    ..*p
-                })
-                .unwrap_or_default(),
-            previous,
+            status,
+            previous: check.status.as_ref(),
             actions: Vec::new(),
             notices: Vec::new(),
             now,
@@ -351,16 +357,7 @@ pub fn refuse(
     message: &str,
     now: Timestamp,
 ) -> Plan<MachineHealthCheckStatus> {
-    let previous = check.status.as_ref();
-    let mut b = Builder {
-        status: previous.cloned().unwrap_or_default(),
-        previous,
-        actions: Vec::new(),
-        notices: Vec::new(),
-        now,
-        generation: check.metadata.generation,
-    };
-    b.status.observed_generation = check.metadata.generation;
+    let mut b = Builder::starting_from(check, check.status.clone().unwrap_or_default(), now);
     b.status.remediations_allowed = 0;
     b.condition(DesiredCondition::false_(REMEDIATION_ALLOWED, reason, message), None, Some(NoticeKind::NoDecision));
     b.finish(None)

@@ -42,7 +42,7 @@ pub(super) fn step_of(view: &RemediationView, template: Option<&str>, steps: &[R
 /// seen (index-aligned with the Node's objects), then the records of this plan's requests.
 pub(super) struct Book<'p> {
     pub(super) prev: &'p [NodeRemediation],
-    pub(super) claimed: Flags,
+    pub(super) taken: Flags,
     pub(super) records: Vec<NodeRemediation>,
     /// Per object: whether the previous status already said it timed out.
     pub(super) prev_timed_out: Flags,
@@ -53,7 +53,7 @@ impl<'p> Book<'p> {
         let prev = prev.map_or(&[][..], |p| p.remediations.as_slice());
         let mut book = Book {
             prev,
-            claimed: Flags::default(),
+            taken: Flags::default(),
             records: Vec::with_capacity(objs.len()),
             prev_timed_out: Flags::default(),
         };
@@ -63,17 +63,17 @@ impl<'p> Book<'p> {
             let same_place =
                 |r: &NodeRemediation| r.resource.kind == meta.kind && r.resource.namespace == meta.namespace;
             let found = (0..prev.len())
-                .find(|&i| !book.claimed.get(i) && same_place(&prev[i]) && prev[i].resource.name == meta.name)
+                .find(|&i| !book.taken.get(i) && same_place(&prev[i]) && prev[i].resource.name == meta.name)
                 .or_else(|| {
                     (0..prev.len()).find(|&i| {
-                        !book.claimed.get(i)
+                        !book.taken.get(i)
                             && same_place(&prev[i])
                             && prev[i].resource.name.is_empty()
                             && prev[i].template_name.as_deref() == template
                     })
                 });
             let earlier = found.map(|i| {
-                book.claimed.set(i);
+                book.taken.set(i);
                 &prev[i]
             });
             let annotated = entry(&meta.annotations, NHC_TIMED_OUT_ANNOTATION).map(|v| v.parse().unwrap_or(now));
@@ -96,31 +96,31 @@ impl<'p> Book<'p> {
         book
     }
 
-    /// An earlier plan's request for `step` whose object has not been seen yet (no uid: it was
-    /// never observed), claimed so that it is continued rather than made anew.
-    pub(super) fn take_in_flight(&mut self, step: &RemediationStep) -> Option<&'p NodeRemediation> {
-        let i = (0..self.prev.len()).find(|&i| {
+    /// The index of an earlier plan's request for `step` whose object has not been seen yet
+    /// (no uid: never observed), not taken by this decision, not timed out.
+    fn in_flight(&self, step: &RemediationStep) -> Option<usize> {
+        (0..self.prev.len()).find(|&i| {
             let r = &self.prev[i];
-            !self.claimed.get(i)
-                && r.timed_out.is_none()
-                && r.resource.uid.is_none()
-                && r.template_name.as_deref() == Some(step.template.name.as_str())
-                && r.resource.kind == step.template.remediation_kind()
-                && r.resource.namespace == step.template.namespace
-        })?;
-        self.claimed.set(i);
-        Some(&self.prev[i])
-    }
-
-    pub(super) fn has_in_flight(&self, step: &RemediationStep) -> bool {
-        self.prev.iter().enumerate().any(|(i, r)| {
-            !self.claimed.get(i)
+            !self.taken.get(i)
                 && r.timed_out.is_none()
                 && r.resource.uid.is_none()
                 && r.template_name.as_deref() == Some(step.template.name.as_str())
                 && r.resource.kind == step.template.remediation_kind()
                 && r.resource.namespace == step.template.namespace
         })
+    }
+
+    /// An earlier plan's request for `step` still in flight, taken so that it is continued
+    /// rather than made anew.
+    pub(super) fn take_in_flight(&mut self, step: &RemediationStep) -> Option<&'p NodeRemediation> {
+        let i = self.in_flight(step)?;
+        self.taken.set(i);
+        Some(&self.prev[i])
+    }
+
+    /// Whether an earlier plan's request for `step` is still in flight.
+    pub(super) fn has_in_flight(&self, step: &RemediationStep) -> bool {
+        self.in_flight(step).is_some()
     }
 
     /// The records, oldest first.
