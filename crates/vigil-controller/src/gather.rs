@@ -271,6 +271,17 @@ fn workload_nodes<'i>(
     }
 }
 
+/// The policy the index stored for a check, or (for a check it has not stored) validated now.
+fn stored_or<P, E: std::fmt::Display>(
+    stored: Option<&Result<Arc<P>, String>>,
+    validate: impl FnOnce() -> Result<P, E>,
+) -> Result<Arc<P>, String> {
+    match stored {
+        Some(stored) => stored.clone(),
+        None => validate().map(Arc::new).map_err(|e| e.to_string()),
+    }
+}
+
 /// Decides a MachineHealthCheck; `None` when it no longer exists.
 /// With `fresh`, the other checks' claims about those targets are derived from the indexes now
 /// (see [`job_with_fresh_holders`]).
@@ -291,10 +302,7 @@ pub fn machine_job(
         return Some(refuse(error));
     }
     // Validated when the index stored the check; `vigil run --dry-run` shadows every policy.
-    let validated = match idx.mhc_policy(namespace, name) {
-        Some(stored) => stored.clone(),
-        None => validate::machine_health_check(check).map(Arc::new).map_err(|e| e.to_string()),
-    };
+    let validated = stored_or(idx.mhc_policy(namespace, name), || validate::machine_health_check(check));
     let policy: Cow<'_, MhcPolicy> = match &validated {
         Ok(p) if idx.dry_run && !p.dry_run => Cow::Owned(MhcPolicy { dry_run: true, ..(**p).clone() }),
         Ok(p) => Cow::Borrowed(p.as_ref()),
@@ -441,10 +449,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     if let Some(error) = idx.nhc_errors.get(name) {
         return Some(refuse(error));
     }
-    let validated = match idx.nhc_policy(name) {
-        Some(stored) => stored.clone(),
-        None => validate::node_health_check(check).map(Arc::new).map_err(|e| e.to_string()),
-    };
+    let validated = stored_or(idx.nhc_policy(name), || validate::node_health_check(check));
     let policy: Cow<'_, NhcPolicy> = match &validated {
         Ok(p) if idx.dry_run && !p.dry_run => Cow::Owned(NhcPolicy { dry_run: true, ..(**p).clone() }),
         Ok(p) => Cow::Borrowed(p.as_ref()),
