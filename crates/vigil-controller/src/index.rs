@@ -579,6 +579,8 @@ impl Index {
             return BTreeSet::new();
         }
         let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
+        let held_status = self.mhcs.get(&key).map(|c| &c.status);
+        let status_moved = !changed && held_status.is_some_and(|s| check.as_ref().is_some_and(|c| &c.status != s));
         match check {
             Some(c) => {
                 let policy = validate::machine_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
@@ -591,6 +593,9 @@ impl Index {
             }
         };
         self.guarded_ages = None;
+        if status_moved {
+            return BTreeSet::from([CheckRef::Machine { namespace: key.0, name: key.1 }]);
+        }
         if !changed {
             return BTreeSet::new();
         }
@@ -620,6 +625,8 @@ impl Index {
             return BTreeSet::new();
         }
         let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
+        let held_status = self.nhcs.get(&key).map(|c| &c.status);
+        let status_moved = !changed && held_status.is_some_and(|s| check.as_ref().is_some_and(|c| &c.status != s));
         match check {
             Some(c) => {
                 let policy = validate::node_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
@@ -637,7 +644,7 @@ impl Index {
             }
         };
         self.guarded_ages = None;
-        if changed { BTreeSet::from([CheckRef::Node { name: key }]) } else { BTreeSet::new() }
+        if changed || status_moved { BTreeSet::from([CheckRef::Node { name: key }]) } else { BTreeSet::new() }
     }
 }
 
@@ -645,8 +652,12 @@ fn resource_version(raw: &Value) -> Option<&str> {
     raw.pointer("/metadata/resourceVersion").and_then(Value::as_str)
 }
 
-/// Whether a health check's update can change its decision: anything but its status (our own
-/// status writes come back as watch events and must not cause another decision).
+/// Whether a health check's update can change its decision: anything but its status. A status
+/// that moved still gets a decision of that check alone (`put_mhc`, `put_nhc`): the answer to our
+/// own write is stored when it is made, so its echo is "not newer" and never gets here, and a
+/// status that does get here is one the controller did not last write — another writer's, or one
+/// of ours that a relist (from before the write) had replaced with an older version. Without that
+/// decision the stored status would stay wrong until something else changed.
 fn needs_decision(new: Option<&ObjectMeta>, old: Option<&ObjectMeta>) -> bool {
     match (new, old) {
         (Some(new), Some(old)) => {
@@ -715,6 +726,57 @@ mod tests {
         assert!(idx.mhc_policy("ns", "c").is_some_and(|p| p.is_ok()), "valid again");
         idx.put_mhc(None, Some(("ns".into(), "c".into())));
         assert!(idx.mhc_policy("ns", "c").is_none(), "forgotten with the check");
+    }
+
+    /// The stall a relist could cause: our status write lands while the check's watch lists
+    /// again, the list (from before the write) puts the older status back, and the write's own
+    /// watch event then arrives as a status-only change. That event must get a decision of the
+    /// check (which writes the status it decides), while the echo of a write the index holds
+    /// gets none.
+    #[test]
+    fn a_status_the_controller_did_not_last_write_gets_a_decision_and_its_own_echo_does_not() {
+        let check = |rv: &str, allowed: &str| -> MachineHealthCheck {
+            serde_json::from_value(json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+                "metadata": {"name": "c", "namespace": "ns", "generation": 1, "resourceVersion": rv},
+                "spec": {"clusterName": "k", "selector": {"matchLabels": {"a": "b"}},
+                         "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]},
+                "status": {"conditions": [{"type": "RemediationAllowed", "status": allowed, "reason": "r",
+                                           "lastTransitionTime": "2026-11-24T10:00:00Z"}]}
+            }))
+            .expect("a MachineHealthCheck")
+        };
+        let me = CheckRef::Machine { namespace: "ns".into(), name: "c".into() };
+        let mut idx = Index::default();
+        assert_eq!(idx.put_mhc(Some(check("10", "True")), None), BTreeSet::from([me.clone()]), "a new check");
+        // Our write's answer goes in at once (apply ignores what it returns); its echo is not newer.
+        idx.put_mhc(Some(check("12", "False")), None);
+        assert!(idx.put_mhc(Some(check("12", "False")), None).is_empty(), "the echo of our own write");
+        // A relist from before the write puts the older status back...
+        idx.clear_mhcs();
+        idx.put_mhc(Some(check("10", "True")), None);
+        // ...and the write's event is then a status-only change: that check alone decides again.
+        assert_eq!(idx.put_mhc(Some(check("12", "False")), None), BTreeSet::from([me]));
+        // A newer version with the same status (another field of metadata) asks for nothing.
+        assert!(idx.put_mhc(Some(check("13", "False")), None).is_empty());
+
+        let nhc = |rv: &str, phase: &str| -> NodeHealthCheck {
+            serde_json::from_value(json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
+                "metadata": {"name": "n", "generation": 1, "resourceVersion": rv},
+                "spec": {"selector": {"matchLabels": {"a": "b"}}, "minHealthy": 1, "remediationTemplate":
+                         {"apiVersion": "x.io/v1", "kind": "RebootTemplate", "name": "t", "namespace": "ns"}},
+                "status": {"phase": phase}
+            }))
+            .expect("a NodeHealthCheck")
+        };
+        let me = CheckRef::Node { name: "n".into() };
+        idx.put_nhc(Some(nhc("20", "Enabled")), None);
+        idx.put_nhc(Some(nhc("22", "Remediating")), None);
+        assert!(idx.put_nhc(Some(nhc("22", "Remediating")), None).is_empty(), "the echo of our own write");
+        idx.clear_nhcs();
+        idx.put_nhc(Some(nhc("20", "Enabled")), None);
+        assert_eq!(idx.put_nhc(Some(nhc("22", "Remediating")), None), BTreeSet::from([me]));
     }
 
     #[test]
