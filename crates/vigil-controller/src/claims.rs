@@ -123,7 +123,8 @@ fn mhc_claims_within(idx: &Index, ns: &str, n: &str, scope: Option<&Scope<'_>>) 
     let Some(Ok(policy)) = idx.mhc_policy(ns, n) else { return Some(Vec::new()) };
     let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
     let machines: Vec<&MachineView> = match scope {
-        None => idx.machines.get(ns).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default(),
+        // Claims are only ever on the check's targets, which the index keeps.
+        None => idx.mhc_machines(ns, n),
         Some(s) if !assemble::mhc_can_hold(s.about, ns, &node_cluster) => return None,
         Some(s) => s.machines_of(idx, ns),
     };

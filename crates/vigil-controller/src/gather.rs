@@ -316,8 +316,8 @@ pub fn machine_job(
     let workload = format!("{namespace}/{}", policy.cluster_name);
     let mut unreachable = String::new();
     let nodes = workload_nodes(idx, &workload, &policy, &mut unreachable);
-    let machines: Vec<&MachineView> =
-        idx.machines.get(namespace).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default();
+    // The check's own targets, kept by the index (the engine selects them again, cheaply).
+    let machines: Vec<&MachineView> = idx.mhc_machines(namespace, name);
     let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
     let input = MhcInput {
         check,

@@ -122,6 +122,11 @@ pub struct Index {
     /// decision needs (`vigil_engine::node::needs_node`), kept as Nodes and checks change: a
     /// decision then reads a few dozen Nodes instead of walking (and sorting) every Node.
     nhc_nodes: HashMap<String, NhcNodes>,
+    /// Each valid MachineHealthCheck's targets (`vigil_engine::target::is_target`) by Machine
+    /// name, kept as Machines and checks change: a decision then reads its own Machines instead
+    /// of matching its selector against every Machine of the namespace (the 10 000-Machine
+    /// wave spent half its CPU doing that).
+    mhc_targets: HashMap<(String, String), BTreeSet<String>>,
 }
 
 /// What the index keeps for one NodeHealthCheck's decisions.
@@ -222,10 +227,6 @@ pub fn not_newer(incoming: Option<&str>, stored: Option<&str>) -> bool {
         (Some(i), Some(s)) => i <= s,
         _ => false,
     }
-}
-
-fn parsed_mhc(check: &MachineHealthCheck) -> Option<MhcPolicy> {
-    validate::machine_health_check(check).ok()
 }
 
 fn parsed_nhc(check: &NodeHealthCheck) -> Option<NhcPolicy> {
@@ -365,6 +366,7 @@ impl Index {
         {
             self.machines_by_node.entry((machine_cluster(&new.view), node.clone())).or_default().insert(key.clone());
         }
+        self.place_machine(&key, new.as_ref().map(|e| e.view.as_ref()));
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
         for view in old.iter().map(|e| &e.view).chain(new.iter().map(|e| &e.view)) {
             out.extend(self.mhcs_concerned_by_machine(view));
@@ -376,9 +378,72 @@ impl Index {
         self.mhcs
             .range((view.meta.namespace.clone(), String::new())..)
             .take_while(|((ns, _), _)| *ns == view.meta.namespace)
-            .filter(|(_, check)| parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_machine(check, &p, view)))
+            .filter(|(key, check)| match self.mhc_policies.get(*key) {
+                Some(Ok(p)) => concerns::mhc_concerns_machine(check, p, view),
+                _ => true,
+            })
             .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
+    }
+
+    /// Puts Machine `key` (now `view`, `None` when gone) in or out of each valid check's targets
+    /// in its namespace.
+    fn place_machine(&mut self, key: &(String, String), view: Option<&MachineView>) {
+        let (namespace, machine) = key;
+        let checks = self.mhcs.range((namespace.clone(), String::new())..).take_while(|((ns, _), _)| ns == namespace);
+        for (check, _) in checks {
+            let Some(targets) = self.mhc_targets.get_mut(check) else { continue };
+            let selected = match (self.mhc_policies.get(check), view) {
+                (Some(Ok(policy)), Some(view)) => vigil_engine::target::is_target(policy, view),
+                _ => false,
+            };
+            if selected {
+                if !targets.contains(machine) {
+                    targets.insert(machine.clone());
+                }
+            } else {
+                targets.remove(machine);
+            }
+        }
+    }
+
+    /// Works out check `key`'s targets again over its namespace's Machines (after its spec
+    /// changed); a check without a valid policy has none.
+    fn renew_mhc_targets(&mut self, key: &(String, String)) {
+        let Some(Ok(policy)) = self.mhc_policies.get(key) else {
+            self.mhc_targets.remove(key);
+            return;
+        };
+        let targets = self
+            .machines
+            .get(&key.0)
+            .into_iter()
+            .flat_map(|ms| ms.iter())
+            .filter(|(_, e)| vigil_engine::target::is_target(policy, &e.view))
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.mhc_targets.insert(key.clone(), targets);
+    }
+
+    /// Forgets every Machine (a complete list of them follows): each check's targets empty.
+    pub fn clear_machines(&mut self) {
+        self.machines.clear();
+        self.machines_by_node.clear();
+        for targets in self.mhc_targets.values_mut() {
+            targets.clear();
+        }
+    }
+
+    /// MachineHealthCheck `namespace/name`'s targets, sorted by name (none when its spec is
+    /// invalid or it is not stored): exactly the Machines `vigil_engine::target::is_target`
+    /// selects among the namespace's.
+    pub fn mhc_machines(&self, namespace: &str, name: &str) -> Vec<&MachineView> {
+        let (Some(targets), Some(all)) =
+            (self.mhc_targets.get(&(namespace.to_string(), name.to_string())), self.machines.get(namespace))
+        else {
+            return Vec::new();
+        };
+        targets.iter().filter_map(|m| all.get(m)).map(|e| e.view.as_ref()).collect()
     }
 
     /// Stores (or removes) a Cluster; returns the checks it concerns.
@@ -396,7 +461,10 @@ impl Index {
         let meta = Meta { namespace: key.0.clone(), name: key.1.clone(), ..Default::default() };
         self.mhcs
             .iter()
-            .filter(|(_, check)| parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_cluster(check, &p, &meta)))
+            .filter(|(key, check)| match self.mhc_policies.get(*key) {
+                Some(Ok(p)) => concerns::mhc_concerns_cluster(check, p, &meta),
+                _ => true,
+            })
             .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
     }
@@ -442,10 +510,11 @@ impl Index {
 
     /// Every valid check's `maxConditionAge`s (rebuilt after the checks changed).
     fn guarded_ages(&mut self) -> &vigil_engine::concerns::GuardedAges {
-        let (mhcs, nhc_nodes) = (&self.mhcs, &self.nhc_nodes);
+        let (mhc_policies, nhc_nodes) = (&self.mhc_policies, &self.nhc_nodes);
         self.guarded_ages.get_or_insert_with(|| {
-            let mhc = mhcs.values().filter_map(|c| parsed_mhc(c)).flat_map(|p| p.node_conditions);
-            // NodeHealthChecks: the policies validated when they were stored.
+            // Both kinds: the policies validated when they were stored.
+            let mhc =
+                mhc_policies.values().filter_map(|p| p.as_ref().ok()).flat_map(|p| p.node_conditions.iter().cloned());
             let nhc = nhc_nodes.values().filter_map(|e| e.policy.as_ref()).flat_map(|p| p.conditions.iter().cloned());
             let rules: Vec<vigil_api::validate::ConditionRule> = mhc.chain(nhc).collect();
             vigil_engine::concerns::GuardedAges::of(&rules)
@@ -523,8 +592,12 @@ impl Index {
     /// The checks a template or remediation object concerns.
     pub fn checks_for_object(&self, meta: &Meta) -> BTreeSet<CheckRef> {
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
-        for ((ns, n), check) in &self.mhcs {
-            if parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_remediation_object(check, &p, meta)) {
+        for (key @ (ns, n), check) in &self.mhcs {
+            let concerned = match self.mhc_policies.get(key) {
+                Some(Ok(p)) => concerns::mhc_concerns_remediation_object(check, p, meta),
+                _ => true,
+            };
+            if concerned {
                 out.insert(CheckRef::Machine { namespace: ns.clone(), name: n.clone() });
             }
         }
@@ -555,6 +628,7 @@ impl Index {
     pub fn clear_mhcs(&mut self) {
         self.mhcs.clear();
         self.mhc_policies.clear();
+        self.mhc_targets.clear();
         self.mhc_errors.clear();
         self.guarded_ages = None;
     }
@@ -585,11 +659,15 @@ impl Index {
             Some(c) => {
                 let policy = validate::machine_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
                 self.mhc_policies.insert(key.clone(), policy);
-                self.mhcs.insert(key.clone(), Arc::new(c))
+                self.mhcs.insert(key.clone(), Arc::new(c));
+                if changed || !self.mhc_targets.contains_key(&key) {
+                    self.renew_mhc_targets(&key);
+                }
             }
             None => {
                 self.mhc_policies.remove(&key);
-                self.mhcs.remove(&key)
+                self.mhc_targets.remove(&key);
+                self.mhcs.remove(&key);
             }
         };
         self.guarded_ages = None;
@@ -812,6 +890,106 @@ mod tests {
             [node("w9", json!({"role": "worker"}))].into_iter().map(|n| ("w9".to_string(), Arc::new(n))).collect();
         idx.renew_nhc_nodes();
         assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["w9"]);
+    }
+
+    /// One step of the target-set property: a Machine stored (with its group label and
+    /// whether it carries the skip annotation) or removed, a check's selector changed, or a
+    /// complete list of Machines.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Machine { name: u8, group: u8, skip: bool },
+        Gone { name: u8 },
+        Check { name: u8, group: u8 },
+        Relist,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0u8..12, 0u8..3, any::<bool>()).prop_map(|(name, group, skip)| Step::Machine { name, group, skip }),
+            2 => (0u8..12).prop_map(|name| Step::Gone { name }),
+            2 => (0u8..3, 0u8..3).prop_map(|(name, group)| Step::Check { name, group }),
+            1 => Just(Step::Relist),
+        ]
+    }
+
+    fn grouped_machine(name: u8, group: u8, skip: bool, rv: u64) -> MachineEntry {
+        let annotations = if skip { json!({"cluster.x-k8s.io/skip-remediation": ""}) } else { json!({}) };
+        machine_entry(&json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("m{name:02}"), "namespace": "ns", "resourceVersion": rv.to_string(),
+                         "labels": {"group": format!("g{group}"), CLUSTER_NAME_LABEL: "c"},
+                         "annotations": annotations},
+            "spec": {"clusterName": "c"}}))
+        .expect("a Machine")
+    }
+
+    fn grouped_check(name: u8, group: u8, rv: u64) -> MachineHealthCheck {
+        serde_json::from_value(json!({
+            "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+            "metadata": {"name": format!("c{name}"), "namespace": "ns", "generation": rv, "resourceVersion": rv.to_string()},
+            "spec": {"clusterName": "c", "selector": {"matchLabels": {"group": format!("g{group}")}},
+                     "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]}
+        }))
+        .expect("a MachineHealthCheck")
+    }
+
+    #[test]
+    fn a_checks_targets_follow_labels_annotations_and_its_selector() {
+        let mut idx = Index::default();
+        let kept =
+            |idx: &Index| -> Vec<String> { idx.mhc_machines("ns", "c0").iter().map(|m| m.meta.name.clone()).collect() };
+        idx.put_machine_entry(Some(grouped_machine(1, 1, false, 2)), None);
+        idx.put_machine_entry(Some(grouped_machine(2, 2, false, 3)), None);
+        idx.put_mhc(Some(grouped_check(0, 1, 4)), None);
+        assert_eq!(kept(&idx), ["m01"], "selected when the check is stored");
+        idx.put_machine_entry(Some(grouped_machine(2, 1, false, 5)), None);
+        assert_eq!(kept(&idx), ["m01", "m02"], "a label change moves a Machine in");
+        idx.put_machine_entry(Some(grouped_machine(1, 1, true, 6)), None);
+        assert_eq!(kept(&idx), ["m02"], "skip-remediation takes it out");
+        idx.put_mhc(Some(grouped_check(0, 2, 7)), None);
+        assert!(kept(&idx).is_empty(), "a new selector selects again");
+        idx.put_machine_entry(Some(grouped_machine(3, 2, false, 8)), None);
+        idx.put_machine_entry(None, Some(("ns".into(), "m03".into())));
+        assert!(kept(&idx).is_empty(), "a deleted Machine leaves");
+    }
+
+    proptest::proptest! {
+        /// Whatever Machines and checks do, in any order, each check's kept targets are exactly
+        /// what matching its selector against every Machine of the namespace gives.
+        #[test]
+        fn each_checks_kept_targets_are_what_its_selector_selects(steps in proptest::collection::vec(step(), 1..60)) {
+            let mut idx = Index::default();
+            let mut rv = 1;
+            for s in steps {
+                rv += 1;
+                match s {
+                    Step::Machine { name, group, skip } => {
+                        idx.put_machine_entry(Some(grouped_machine(name, group, skip, rv)), None);
+                    }
+                    Step::Gone { name } => {
+                        idx.put_machine_entry(None, Some(("ns".into(), format!("m{name:02}"))));
+                    }
+                    Step::Check { name, group } => {
+                        idx.put_mhc(Some(grouped_check(name, group, rv)), None);
+                    }
+                    Step::Relist => {
+                        let all: Vec<MachineEntry> = idx.machines.values().flat_map(|m| m.values().cloned()).collect();
+                        idx.clear_machines();
+                        for e in all {
+                            idx.put_machine_entry(Some(e), None);
+                        }
+                    }
+                }
+                for (ns, name) in idx.mhcs.keys() {
+                    let policy = idx.mhc_policy(ns, name).cloned().expect("stored").expect("valid");
+                    let expected: Vec<&str> = idx.machines.get(ns).into_iter().flat_map(|m| m.values())
+                        .filter(|e| vigil_engine::target::is_target(&policy, &e.view))
+                        .map(|e| e.view.meta.name.as_str()).collect();
+                    let kept: Vec<&str> = idx.mhc_machines(ns, name).iter().map(|m| m.meta.name.as_str()).collect();
+                    proptest::prop_assert_eq!(kept, expected, "check {}", name);
+                }
+            }
+        }
     }
 
     #[test]
