@@ -193,6 +193,11 @@ pub struct Plan<S> {
     /// storm cool-down) stops remediation now: adapters report it (a gauge) without reading
     /// reasons back out of the status.
     pub short_circuited: bool,
+    /// Targets whose remediation is under way (a gauge and the dashboard show it): for a
+    /// MachineHealthCheck, the ones it writes that were observed with `OwnerRemediated=False` or
+    /// a remediation object made for them; for a NodeHealthCheck, the unhealthy Nodes its status
+    /// lists with remediation objects. 0 while the check is paused or decides nothing.
+    pub remediating: usize,
 }
 
 /// Tracks the earliest of several wake-up times.

@@ -1501,3 +1501,47 @@ fn rule8_transition_times_move_only_with_the_status() {
     let allowed = check_condition(&plan.status.conditions, REMEDIATION_ALLOWED).expect("set");
     assert_eq!(allowed.last_transition_time.0, now(), "the check's own condition keeps its time too");
 }
+
+/// `Plan::remediating` (the `vigil_check_remediating` gauge) counts what was observed under way:
+/// nothing on the decision that asks, the asked Machine on the next one (the write's watch event
+/// brings it), nothing once the owner's answer clears the condition.
+#[test]
+fn remediating_counts_machines_whose_owner_was_asked_once_observed() {
+    let mut world = MhcWorld::new()
+        .machine_with_node(machine("m1"), "False", t0())
+        .machine_with_node(machine("m2"), "True", t0())
+        .machine_with_node(machine("m3"), "True", t0());
+    let first = world.decide(now());
+    assert!(written(&first, "m1", OWNER_REMEDIATED).is_some(), "m1's owner is asked");
+    assert_eq!(first.remediating, 0, "not yet observed");
+    world.apply(&first);
+    let second = world.decide(now());
+    assert_eq!(second.remediating, 1);
+    world.edit_machine("m1", |m| {
+        if let Some(cs) = m.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+            cs.retain(|c| c["type"] != OWNER_REMEDIATED);
+        }
+    });
+    assert_eq!(world.decide(now()).remediating, 0, "the owner took the request");
+}
+
+/// With a template: a remediation object made for the Machine counts, one made for another
+/// object does not, and the deletion on recovery takes the count back to 0.
+#[test]
+fn remediating_counts_machines_with_their_remediation_object() {
+    let mut world = MhcWorld::new()
+        .with_template()
+        .machine_with_node(machine("m1"), "False", t0())
+        .machine_with_node(machine("m2"), "True", t0())
+        .remediation(remediation_json(NS, "m2", "Machine", "someone-else"));
+    let first = world.decide(now());
+    assert_eq!((created_names(&first), first.remediating), (vec!["m1".to_string()], 0));
+    world.apply(&first);
+    assert_eq!(world.decide(now()).remediating, 1, "m1's object, not m2's foreign one");
+    let mut recovered = world.clone();
+    recovered.nodes.insert("m1".into(), node("m1").ready("True", at(3599)).build());
+    let plan = recovered.decide(now());
+    assert_eq!(deleted_names(&plan), vec!["m1".to_string()]);
+    recovered.apply(&plan);
+    assert_eq!(recovered.decide(now()).remediating, 0);
+}

@@ -90,17 +90,31 @@ pub fn decide_among_peers(
         let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(judged.domain_of.get(i).copied().flatten()));
         writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i]);
     }
+    let remediating = writer.remediating;
     let (held_elsewhere, backoff) = writer.report(&mut b, &mut wake);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
     b.status.features = features::status(Found { backoff, failure_domains, stale: &stale });
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
+    plan.remediating = remediating;
     if input.policy.dry_run {
         let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
         plan = crate::dry_run::mhc(plan, input.check.status.as_ref(), namespace, now);
     }
     plan
+}
+
+/// Whether a Machine's remediation is under way, as observed: its owner was asked
+/// (`OwnerRemediated=False`), or a remediation object made for it exists (a check with a
+/// template). What this decision starts is observed on the next one, which the write's watch
+/// event brings.
+fn under_way(input: &MhcInput<'_>, machine: &MachineView) -> bool {
+    let owner_asked =
+        conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
+    owner_asked
+        || (input.policy.remediation_template.is_some()
+            && input.remediations.lookup(&machine.meta.name).is_some_and(|o| made_for(o, machine)))
 }
 
 /// A count as the status' `int32`.
@@ -222,6 +236,8 @@ struct TargetWriter<'i, 'h> {
     owned_elsewhere: BTreeMap<&'i CheckRef, Vec<String>>,
     healthy_condition: DesiredCondition,
     now: Timestamp,
+    /// Targets this check writes whose remediation was observed under way ([`under_way`]).
+    remediating: usize,
 }
 
 impl<'i, 'h> TargetWriter<'i, 'h> {
@@ -245,6 +261,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             owned_elsewhere: BTreeMap::new(),
             healthy_condition: healthy_condition(),
             now,
+            remediating: 0,
         }
     }
 
@@ -262,6 +279,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             self.owned_elsewhere.entry(owner).or_default().push(machine.meta.key());
             return;
         }
+        self.remediating += usize::from(under_way(self.input, machine));
         let mut writes = MachineWrites::new(machine);
         match verdict {
             Verdict::Unhealthy { reason, message } => self.unhealthy(b, &mut writes, reason, message, may_start),

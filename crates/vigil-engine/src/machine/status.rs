@@ -122,6 +122,7 @@ impl Builder<'_> {
             next_wake,
             held_elsewhere: Vec::new(),
             short_circuited: false,
+            remediating: 0,
         }
     }
 }
