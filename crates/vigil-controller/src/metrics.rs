@@ -147,6 +147,10 @@ impl Default for Metrics {
         let writes = Family::<KindLabel, Counter>::default();
         let write_errors = Family::<KindLabel, Counter>::default();
         let watch_events = Counter::default();
+        // Served at 0 from the start, so the first error of each category shows in rate().
+        for category in crate::apply::WriteError::CATEGORIES {
+            let _ = write_errors.get_or_create(&KindLabel { kind: category.into() });
+        }
         registry.register("decisions", "Health-check decisions made", decisions.clone());
         registry.register("decide_seconds", "Time to gather state and decide one check", decide_seconds.clone());
         registry.register("apply_seconds", "Time to apply one plan's writes", apply_seconds.clone());
@@ -323,9 +327,12 @@ impl Metrics {
         self.watch_events.inc();
     }
 
-    /// Records whether a source is live.
+    /// Records whether a source is live; its restart counter is served (at 0) from then on, so
+    /// its first restart shows in rate().
     pub fn source_synced(&self, source: &str, synced: bool) {
-        self.source_synced.get_or_create(&SourceLabel { source: source.into() }).set(i64::from(synced));
+        let label = SourceLabel { source: source.into() };
+        self.source_synced.get_or_create(&label).set(i64::from(synced));
+        let _ = self.watch_restarts.get_or_create(&label);
     }
 
     /// Counts a watch started again.
@@ -466,6 +473,20 @@ mod tests {
             vigil_api::MachineHealthCheckStatus { expected_machines: 4, current_healthy: 3, ..Default::default() };
         let g = Gauges::of_mhc(&mhc, true, 1);
         assert_eq!((g.targets, g.healthy, g.unhealthy, g.remediating, g.short_circuited), (4, 3, 1, 1, true));
+    }
+
+    /// Counters that would appear only with their first event are served at 0 before it.
+    #[test]
+    fn error_and_restart_counters_are_served_at_zero_before_their_first_event() {
+        let m = Metrics::default();
+        m.source_synced("Nodes", false);
+        let text = m.render();
+        assert!(has(&text, "vigil_watch_restarts_total{source=\"Nodes\"} 0"), "{text}");
+        for category in crate::apply::WriteError::CATEGORIES {
+            assert!(has(&text, &format!("vigil_write_errors_total{{kind=\"{category}\"}} 0")), "{text}");
+        }
+        m.write_error("timeout");
+        assert!(has(&m.render(), "vigil_write_errors_total{kind=\"timeout\"} 1"));
     }
 
     #[test]

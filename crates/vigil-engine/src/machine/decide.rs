@@ -107,8 +107,7 @@ pub fn decide_among_peers(
 
 /// Whether a Machine's remediation is under way, as observed: its owner was asked
 /// (`OwnerRemediated=False`), or a remediation object made for it exists (a check with a
-/// template). What this decision starts is observed on the next one, which the write's watch
-/// event brings.
+/// template).
 fn under_way(input: &MhcInput<'_>, machine: &MachineView) -> bool {
     let owner_asked =
         conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
@@ -236,7 +235,8 @@ struct TargetWriter<'i, 'h> {
     owned_elsewhere: BTreeMap<&'i CheckRef, Vec<String>>,
     healthy_condition: DesiredCondition,
     now: Timestamp,
-    /// Targets this check writes whose remediation was observed under way ([`under_way`]).
+    /// Targets this check writes whose remediation is under way: observed ([`under_way`]) or
+    /// started by this plan.
     remediating: usize,
 }
 
@@ -279,13 +279,18 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             self.owned_elsewhere.entry(owner).or_default().push(machine.meta.key());
             return;
         }
-        self.remediating += usize::from(under_way(self.input, machine));
         let mut writes = MachineWrites::new(machine);
+        let actions_before = b.actions.len();
         match verdict {
             Verdict::Unhealthy { reason, message } => self.unhealthy(b, &mut writes, reason, message, may_start),
             Verdict::Healthy => self.healthy(b, &mut writes, already_healthy),
             Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => {}
         }
+        // A check in dry-run sends none of its writes: only what was observed counts there.
+        let starts = !self.input.policy.dry_run
+            && (writes.asks_owner()
+                || b.actions[actions_before..].iter().any(|a| matches!(a, Action::CreateRemediation { .. })));
+        self.remediating += usize::from(starts || under_way(self.input, machine));
         if let Some(action) = writes.into_action() {
             b.actions.push(action);
         }

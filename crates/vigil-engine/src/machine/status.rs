@@ -142,6 +142,11 @@ impl<'m> MachineWrites<'m> {
         conditions::find(&self.machine.conditions, type_)
     }
 
+    /// Whether these writes ask the Machine's owner to remediate it (`OwnerRemediated=False`).
+    pub(super) fn asks_owner(&self) -> bool {
+        self.conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == ConditionStatus::False)
+    }
+
     /// Queues `desired` unless the Machine already says so; returns whether it was queued.
     pub(super) fn set(&mut self, desired: DesiredCondition, now: Timestamp) -> bool {
         self.set_ref(&desired, now)
