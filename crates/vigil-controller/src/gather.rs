@@ -98,6 +98,7 @@ impl Job {
             next_wake: plan.next_wake,
             held_elsewhere: plan.held_elsewhere,
             short_circuited: plan.short_circuited,
+            remediating: plan.remediating,
         };
         Job {
             key,
@@ -125,8 +126,8 @@ impl Job {
     /// The check's counts for the per-check gauges.
     pub fn gauges(&self) -> Gauges {
         match &self.plan.status {
-            CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited),
-            CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited),
+            CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited, self.plan.remediating),
+            CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited, self.plan.remediating),
         }
     }
 }
