@@ -332,7 +332,7 @@ pub fn machine_job(
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
     let holders = holders_for(idx, &key, fresh);
     let peer_checks = mhc_peers(idx, namespace);
-    let peers = assemble::peers_of(&peer_checks);
+    let peers = assemble::peers_of(peer_checks);
     let plan = machine::decide_among_peers(&input, &holders, &peers, &node_cluster, now);
     let expiries = mhc_expiries(idx, &workload, &policy, &plan.actions, now);
     let machines = patched_machines(idx, &plan.actions);

@@ -70,6 +70,9 @@ pub struct ObjectCache {
     pub state: SourceState,
 }
 
+/// A valid MachineHealthCheck with its policy: one of the peers that may own a Machine.
+pub type MhcPeerEntry = (Arc<MachineHealthCheck>, Arc<MhcPolicy>);
+
 /// Group and kind of a dynamic kind.
 pub type GroupKind = (String, String);
 
@@ -127,6 +130,10 @@ pub struct Index {
     /// of matching its selector against every Machine of the namespace (the 10 000-Machine
     /// wave spent half its CPU doing that).
     mhc_targets: HashMap<(String, String), BTreeSet<String>>,
+    /// Each namespace's valid MachineHealthChecks with their policies (who may own a Machine's
+    /// conditions: `vigil_engine::peers`), kept as checks change: every decision and every
+    /// claim derivation of the namespace reads the same list.
+    mhc_peer_lists: HashMap<String, Vec<MhcPeerEntry>>,
 }
 
 /// What the index keeps for one NodeHealthCheck's decisions.
@@ -425,6 +432,28 @@ impl Index {
         self.mhc_targets.insert(key.clone(), targets);
     }
 
+    /// Works out `namespace`'s peer list again (after one of its checks changed).
+    fn renew_mhc_peer_list(&mut self, namespace: &str) {
+        let peers: Vec<_> = self
+            .mhcs
+            .range((namespace.to_string(), String::new())..)
+            .take_while(|((ns, _), _)| ns == namespace)
+            .filter(|(k, c)| c.metadata.deletion_timestamp.is_none() && !self.mhc_errors.contains_key(*k))
+            .filter_map(|(k, c)| Some((Arc::clone(c), Arc::clone(self.mhc_policies.get(k)?.as_ref().ok()?))))
+            .collect();
+        if peers.is_empty() {
+            self.mhc_peer_lists.remove(namespace);
+        } else {
+            self.mhc_peer_lists.insert(namespace.to_string(), peers);
+        }
+    }
+
+    /// The valid MachineHealthChecks of `namespace` with their policies, as validated when the
+    /// index stored them.
+    pub fn mhc_peer_list(&self, namespace: &str) -> &[MhcPeerEntry] {
+        self.mhc_peer_lists.get(namespace).map(Vec::as_slice).unwrap_or_default()
+    }
+
     /// Forgets every Machine (a complete list of them follows): each check's targets empty.
     pub fn clear_machines(&mut self) {
         self.machines.clear();
@@ -619,6 +648,11 @@ impl Index {
         self.mhc_policies.get(&(namespace.to_string(), name.to_string()))
     }
 
+    /// [`Index::mhc_policy`] by the check's key as the index holds it (no key is built).
+    pub fn mhc_policy_of(&self, key: &(String, String)) -> Option<&Result<Arc<MhcPolicy>, String>> {
+        self.mhc_policies.get(key)
+    }
+
     /// A NodeHealthCheck's spec as validated when it was stored: its policy, or the error.
     pub fn nhc_policy(&self, name: &str) -> Option<&Result<Arc<NhcPolicy>, String>> {
         self.nhc_policies.get(name)
@@ -629,6 +663,7 @@ impl Index {
         self.mhcs.clear();
         self.mhc_policies.clear();
         self.mhc_targets.clear();
+        self.mhc_peer_lists.clear();
         self.mhc_errors.clear();
         self.guarded_ages = None;
     }
@@ -671,6 +706,7 @@ impl Index {
             }
         };
         self.guarded_ages = None;
+        self.renew_mhc_peer_list(&key.0);
         if status_moved {
             return BTreeSet::from([CheckRef::Machine { namespace: key.0, name: key.1 }]);
         }
