@@ -170,22 +170,42 @@ pub const REASON_WAITING: Reason = Reason::WaitingForCaches;
 /// Reason when the spec cannot be read or validated.
 pub const REASON_INVALID: Reason = Reason::InvalidSpec;
 
-/// The status to send as a merge patch when it changed: a field the new status leaves out (an
-/// emptied list such as `wouldRemediate` or `unhealthyNodes`, a cleared time) is sent as `null`,
-/// since a merge patch keeps every field it does not name.
+/// The status to send as a merge patch when it changed: only what differs from the stored
+/// status (RFC 7386), so a decision that moves one target's verdict does not send the check's
+/// whole `targets` list again. A field the new status leaves out (an emptied list such as
+/// `wouldRemediate`, a cleared time) is sent as `null`, since a merge patch keeps every field it
+/// does not name; lists are sent whole when they changed (a merge patch replaces a list).
 fn status_if_changed<S: serde::Serialize>(current: Option<&Value>, new: &S) -> Option<Value> {
-    let mut new = serde_json::to_value(new).ok()?;
-    if current == Some(&new) {
+    let new = serde_json::to_value(new).ok()?;
+    match current {
+        Some(current) => merge_diff(current, &new),
+        None => Some(new),
+    }
+}
+
+/// The merge patch that turns `current` into `new`; `None` when they are equal.
+fn merge_diff(current: &Value, new: &Value) -> Option<Value> {
+    if current == new {
         return None;
     }
-    if let (Some(Value::Object(cur)), Value::Object(patch)) = (current, &mut new) {
-        for key in cur.keys() {
-            if !patch.contains_key(key) {
-                patch.insert(key.clone(), Value::Null);
+    let (Value::Object(cur), Value::Object(new)) = (current, new) else { return Some(new.clone()) };
+    let mut patch = serde_json::Map::new();
+    for (key, value) in new {
+        match cur.get(key) {
+            Some(old) => {
+                if let Some(changed) = merge_diff(old, value) {
+                    patch.insert(key.clone(), changed);
+                }
+            }
+            None => {
+                patch.insert(key.clone(), value.clone());
             }
         }
     }
-    Some(new)
+    for key in cur.keys().filter(|k| !new.contains_key(*k)) {
+        patch.insert(key.clone(), Value::Null);
+    }
+    Some(Value::Object(patch))
 }
 
 /// A MachineHealthCheck's job from its plan.
@@ -520,6 +540,35 @@ pub fn job_with_fresh_holders(idx: &Index, key: &CheckRef, now: Timestamp, about
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// A decision that changes one field sends that field: a check's `targets` list (thousands
+    /// of names) is sent only when membership changed, and a nested object only with what
+    /// changed in it (a key it lost as `null`), so applying the patch to the stored status
+    /// gives exactly the new status.
+    #[test]
+    fn only_what_changed_is_sent_and_applying_it_gives_the_new_status() {
+        let targets: Vec<String> = (0..2000).map(|i| format!("m{i:04}")).collect();
+        let before = json!({"targets": targets, "currentHealthy": 2000, "expectedMachines": 2000,
+                            "conditions": [{"type": "RemediationAllowed", "status": "True"}],
+                            "nested": {"a": 1, "b": 2}});
+        let mut after = before.clone();
+        after["currentHealthy"] = json!(1999);
+        after["nested"] = json!({"a": 1});
+        let patch = status_if_changed(Some(&before), &after).expect("changed");
+        assert_eq!(patch, json!({"currentHealthy": 1999, "nested": {"b": null}}));
+        // RFC 7386 applied to the stored status gives the new status.
+        let mut applied = before.clone();
+        json_patch::merge(&mut applied, &patch);
+        assert_eq!(applied, after);
+        // Membership changed: the list is sent whole (a merge patch replaces lists).
+        let mut grown = after.clone();
+        grown["targets"].as_array_mut().expect("list").push(json!("m9999"));
+        let patch = status_if_changed(Some(&after), &grown).expect("changed");
+        assert_eq!(patch.as_object().map(|o| o.len()), Some(1), "only the list");
+        assert_eq!(patch["targets"].as_array().map(Vec::len), Some(2001));
+        assert_eq!(status_if_changed(Some(&grown), &grown), None);
+    }
 
     #[test]
     fn a_status_field_that_goes_away_is_sent_as_null() {
@@ -541,7 +590,7 @@ mod tests {
         let json = |s: &NodeHealthCheckStatus| serde_json::to_value(s).expect("json");
         let patch = status_if_changed(Some(&json(&before)), &after).expect("changed");
         assert_eq!(patch["wouldRemediate"], Value::Null, "{patch}");
-        assert_eq!(patch["observedNodes"], 3);
+        assert!(patch.get("observedNodes").is_none(), "an unchanged field is not sent: {patch}");
         assert_eq!(status_if_changed(Some(&json(&after)), &after), None, "unchanged: nothing to send");
         let first = status_if_changed(None, &after).expect("new");
         assert!(first.get("wouldRemediate").is_none(), "{first}");
