@@ -275,7 +275,7 @@ fn workload_nodes<'i>(
     policy: &MhcPolicy,
     unreachable: &'i mut String,
 ) -> NodeSource<'i> {
-    match idx.nodes.get(workload) {
+    match idx.nodes.get(idx.node_source(workload)) {
         Some(cache) if cache.state == SourceState::Synced => NodeSource::Reachable(&cache.nodes),
         Some(cache) => {
             *unreachable = waiting(&cache.state, &format!("Nodes of workload cluster {workload}")).unwrap_or_default();
@@ -383,7 +383,7 @@ fn mhc_expiries(
             .get(&ns)
             .and_then(|ms| ms.get(&name))
             .and_then(|e| e.view.node_name.clone())
-            .and_then(|n| idx.nodes.get(workload).and_then(|c| c.nodes.get(&n)).cloned());
+            .and_then(|n| idx.nodes.get(idx.node_source(workload)).and_then(|c| c.nodes.get(&n)).cloned());
         if let Some(at) = node.and_then(|n| expiry(&policy.node_conditions, &n, now)) {
             expiries.insert(format!("{ns}/{name}"), at);
         }

@@ -118,6 +118,9 @@ pub struct Index {
     pub claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
     /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
     pub self_hosted: BTreeSet<String>,
+    /// Self-hosted workload clusters whose Nodes are read from the management cluster's cache
+    /// (their connection is up and its credentials may list Nodes): see [`Index::node_source`].
+    pub shared_nodes: BTreeSet<String>,
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
     /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
     guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
@@ -550,10 +553,24 @@ impl Index {
         })
     }
 
+    /// Where workload cluster `workload`'s Nodes are read: the management cluster's cache when
+    /// the workload cluster is the management cluster and its connection shares that cache,
+    /// else its own cache (which, while not connected, is not synced: its checks decide nothing).
+    pub fn node_source<'a>(&self, workload: &'a str) -> &'a str {
+        let connected = self.nodes.get(workload).is_some_and(|c| c.state == SourceState::Synced);
+        if connected && self.shared_nodes.contains(workload) { LOCAL_CLUSTER } else { workload }
+    }
+
     /// The checks that look at Node `name` of `cluster`.
     pub fn checks_for_node(&self, cluster: &str, name: &str) -> BTreeSet<CheckRef> {
         let mut out = BTreeSet::new();
-        if let Some(machines) = self.machines_by_node.get(&(cluster.to_string(), name.to_string())) {
+        // The management cluster's Nodes also stand for self-hosted workload clusters' Nodes.
+        let shared = (cluster == LOCAL_CLUSTER)
+            .then(|| self.shared_nodes.iter().filter(|w| self.node_source(w) == LOCAL_CLUSTER))
+            .into_iter()
+            .flatten();
+        for source in std::iter::once(cluster).chain(shared.map(String::as_str)) {
+            let Some(machines) = self.machines_by_node.get(&(source.to_string(), name.to_string())) else { continue };
             for (ns, m) in machines {
                 if let Some(entry) = self.machines.get(ns).and_then(|ms| ms.get(m)) {
                     out.extend(self.mhcs_concerned_by_machine(&entry.view));
@@ -1026,6 +1043,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A self-hosted workload cluster whose connection shares the management cluster's Node
+    /// cache is read from it, and a management Node's change concerns its Machines' checks;
+    /// once its connection is lost (not synced), its checks read the unsynced entry again, so
+    /// they decide nothing.
+    #[test]
+    fn a_shared_node_cache_serves_a_self_hosted_cluster_only_while_it_is_connected() {
+        let mut idx = Index::default();
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        idx.put_node(LOCAL_CLUSTER, Some(node("n1", json!({}))), None, now);
+        let mut m = machine("5", Some("True"));
+        m["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c", "group": "g0"});
+        idx.put_machine(Some(&m), None);
+        idx.put_mhc(Some(grouped_check(0, 0, 6)), None);
+        assert_eq!(idx.node_source("ns/c"), "ns/c", "not connected");
+        assert!(idx.checks_for_node(LOCAL_CLUSTER, "n1").is_empty(), "a management Node is not the workload's yet");
+        idx.self_hosted.insert("ns/c".into());
+        idx.shared_nodes.insert("ns/c".into());
+        idx.nodes.entry("ns/c".into()).or_default().state = SourceState::Synced;
+        assert_eq!(idx.node_source("ns/c"), LOCAL_CLUSTER);
+        assert_eq!(
+            idx.checks_for_node(LOCAL_CLUSTER, "n1"),
+            BTreeSet::from([CheckRef::Machine { namespace: "ns".into(), name: "c0".into() }])
+        );
+        idx.nodes.entry("ns/c".into()).or_default().state = SourceState::Failed("the Secret changed".into());
+        assert_eq!(idx.node_source("ns/c"), "ns/c", "lost: its own (unsynced) entry again");
     }
 
     #[test]
