@@ -3,7 +3,7 @@
 
 use super::input::{MhcInput, NodeSource};
 use super::judge::{Verdict, counts_healthy, evaluate_with_node, machine_domain};
-use super::remediate::{Overlap, Pacing, Started, pacing, remediate};
+use super::remediate::{Overlap, Pacing, Place, Started, pacing, remediate};
 use super::status::{
     Builder, MachineWrites, backoff_status, pacing_status, report_domains, report_no_decision, report_pause,
     report_short_circuit, selected_elsewhere, stale_targets,
@@ -90,16 +90,17 @@ pub fn decide_among_peers(
     let stale = stale_targets(&mut b, input, &targets, nodes, peers, &me, &mut wake);
     let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
 
-    let Pacing { order, since, pacer } = pacing(input, peers, &me, &targets, &judged.verdicts, now);
-    let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, pacer, now);
+    let mut pacing: Pacing = pacing(input, peers, &me, &targets, &judged.verdicts, now);
+    let order = std::mem::take(&mut pacing.order);
+    let places: Vec<Place> = (0..targets.len()).map(|i| pacing.place(i, now)).collect();
+    let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, pacing.pacer, now);
     for i in order {
         let (machine, verdict) = (targets[i], &judged.verdicts[i]);
         // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
         let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(judged.domain_of.get(i).copied().flatten()));
-        let since = since.get(i).copied().flatten().unwrap_or(now);
-        writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], since);
+        writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], places[i]);
     }
-    let (held_elsewhere, backoff, queue) = writer.report(&mut b, &mut wake);
+    let Written { held_elsewhere, backoff, queue } = writer.report(&mut b, &mut wake);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
     b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, queue });
     let mut plan = b.finish(wake.0);
@@ -261,8 +262,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
     }
 
     /// The writes for one target; `may_start`: neither the check-wide short-circuit nor its
-    /// failure domain stops a new remediation; `since`: when it became unhealthy (its place in
-    /// the pacing queue).
+    /// failure domain stops a new remediation; `place`: its place for pacing.
     fn write(
         &mut self,
         b: &mut Builder<'_>,
@@ -270,7 +270,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         verdict: &Verdict,
         may_start: bool,
         already_healthy: bool,
-        since: Timestamp,
+        place: Place,
     ) {
         if let Some(owner) = self.peers.owner_other_than(&self.me, machine) {
             self.owned_elsewhere.entry(owner).or_default().push(machine.meta.key());
@@ -279,7 +279,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         let mut writes = MachineWrites::new(machine);
         match verdict {
             Verdict::Unhealthy { reason, message, .. } => {
-                self.unhealthy(b, &mut writes, reason, message, may_start, since)
+                self.unhealthy(b, &mut writes, reason, message, may_start, place)
             }
             Verdict::Healthy => self.healthy(b, &mut writes, already_healthy),
             Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => {}
@@ -297,7 +297,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         reason: &Reason,
         message: &str,
         may_start: bool,
-        since: Timestamp,
+        place: Place,
     ) {
         let machine = writes.machine;
         let key = machine.meta.key();
@@ -308,8 +308,13 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         }
         if may_start {
             let template_ref = self.input.policy.remediation_template.as_ref();
-            let mut started =
-                Started { overlap: &mut self.overlap, ledger: &mut self.ledger, pacer: &mut self.pacer, since };
+            let mut started = Started {
+                overlap: &mut self.overlap,
+                ledger: &mut self.ledger,
+                pacer: &mut self.pacer,
+                since: place.since,
+                in_flight: place.in_flight,
+            };
             remediate(b, &mut started, writes, self.input, template_ref, machine, &key, self.now);
         }
     }
@@ -350,13 +355,8 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
     }
 
     /// The reports of the writes: waiting for other checks, Machines another check owns, the
-    /// back-off, the pacing queue; returns the holders to tell, the back-off's history and pools,
-    /// and the queue.
-    fn report(
-        mut self,
-        b: &mut Builder<'_>,
-        wake: &mut Earliest,
-    ) -> (Vec<crate::plan::HeldElsewhere>, (Vec<RemediationRecord>, Vec<BackedOffPool>), (Vec<QueuedTarget>, i32)) {
+    /// back-off, the pacing queue.
+    fn report(mut self, b: &mut Builder<'_>, wake: &mut Earliest) -> Written {
         if let Some(waiting) = self.overlap.waits.condition() {
             b.condition(waiting, None, None);
         }
@@ -365,6 +365,16 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         selected_elsewhere(b, &self.owned_elsewhere);
         let backoff = backoff_status(b, self.ledger, self.input.policy, wake);
         let queue = pacing_status(b, self.input, self.pacer);
-        (self.overlap.waits.held_elsewhere, backoff, queue)
+        Written { held_elsewhere: self.overlap.waits.held_elsewhere, backoff, queue }
     }
+}
+
+/// What the writes leave to report.
+struct Written {
+    /// The holders to tell that this check waits for them.
+    held_elsewhere: Vec<crate::plan::HeldElsewhere>,
+    /// The back-off's history and backed-off pools.
+    backoff: (Vec<RemediationRecord>, Vec<BackedOffPool>),
+    /// The pacing queue (listed) and how many wait.
+    queue: (Vec<QueuedTarget>, i32),
 }

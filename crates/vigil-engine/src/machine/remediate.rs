@@ -88,12 +88,15 @@ pub(super) struct Started<'s, 'h, 'p> {
     pub(super) pacer: &'s mut Pacer,
     /// When the Machine became unhealthy (its place in the pacing queue).
     pub(super) since: Timestamp,
+    /// Its remediation is in flight already (a request of an earlier decision asked for again,
+    /// e.g. a lost create): it keeps its slot and takes no new one.
+    pub(super) in_flight: bool,
 }
 
 impl Started<'_, '_, '_> {
     /// Whether the last gates let `machine` start now: the pool's back-off, then a free pacing
-    /// slot (`maxInFlight`; when none is free the Machine joins the queue). Records the start in
-    /// both when it is let through. A Machine already in the history (the same start asked for
+    /// slot (`maxInFlight`; when none is free the Machine joins the queue; a Machine in flight
+    /// already keeps its own). Records the start in both when it is let through. A Machine already in the history (the same start asked for
     /// again), or one a check in dry-run already lists, is not counted twice by the back-off.
     pub(super) fn may_start(&mut self, input: &MhcInput<'_>, machine: &MachineView) -> bool {
         let name = machine.meta.name.as_str();
@@ -101,14 +104,34 @@ impl Started<'_, '_, '_> {
             && input.check.status.as_ref().is_some_and(|s| s.features.would_remediate.iter().any(|w| w.name == name));
         let pool = backoff::machine_pool(machine);
         let gate = self.ledger.gate(&pool, name, listed || self.ledger.recorded(name));
-        if gate == Gate::Wait || !self.pacer.gate(name, self.since) {
+        if gate == Gate::Wait || (!self.in_flight && !self.pacer.gate(name, self.since)) {
             return false;
         }
         if gate == Gate::Start {
             self.ledger.record(&pool, name);
         }
-        self.pacer.record(name);
+        if !self.in_flight {
+            self.pacer.record(name);
+        }
         true
+    }
+}
+
+/// One target's place for pacing: when it became unhealthy (its place in the queue) and whether
+/// this check has its remediation in flight already.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Place {
+    pub(super) since: Timestamp,
+    pub(super) in_flight: bool,
+}
+
+impl Pacing {
+    /// The place of target `i`; an unpaced decision has no queue (`now`, not in flight).
+    pub(super) fn place(&self, i: usize, now: Timestamp) -> Place {
+        Place {
+            since: self.since.get(i).copied().flatten().unwrap_or(now),
+            in_flight: self.in_flight.get(i).copied().unwrap_or(false),
+        }
     }
 }
 
@@ -119,6 +142,8 @@ pub(super) struct Pacing {
     pub(super) order: Vec<usize>,
     /// Per target (empty when not paced): when it became unhealthy, `None` when it is not.
     pub(super) since: Vec<Option<Timestamp>>,
+    /// Per target (empty when not paced): whether this check has its remediation in flight.
+    pub(super) in_flight: Vec<bool>,
     pub(super) pacer: Pacer,
 }
 
@@ -134,16 +159,18 @@ pub(super) fn pacing(
     now: Timestamp,
 ) -> Pacing {
     let Some(max) = input.policy.max_in_flight else {
-        return Pacing { order: (0..targets.len()).collect(), since: Vec::new(), pacer: Pacer::new(None, 0, 0) };
+        let order = (0..targets.len()).collect();
+        return Pacing { order, since: Vec::new(), in_flight: Vec::new(), pacer: Pacer::new(None, 0, 0) };
     };
     let since: Vec<Option<Timestamp>> = targets.iter().zip(verdicts).map(|(m, v)| unhealthy_since(m, v, now)).collect();
-    let in_flight = targets
+    let in_flight: Vec<bool> = targets
         .iter()
         .zip(verdicts)
-        .filter(|(m, v)| peers.owner_other_than(me, m).is_none() && in_flight(input, m, v))
-        .count();
+        .map(|(m, v)| peers.owner_other_than(me, m).is_none() && in_flight(input, m, v))
+        .collect();
     let order = visit_order(true, since.iter().copied().zip(targets.iter().map(|m| m.meta.name.as_str())));
-    Pacing { order, since, pacer: Pacer::new(Some(max), targets.len(), in_flight) }
+    let count = in_flight.iter().filter(|f| **f).count();
+    Pacing { order, since, in_flight, pacer: Pacer::new(Some(max), targets.len(), count) }
 }
 
 /// When an unhealthy Machine became unhealthy, for the pacing queue: when its failure began (the
