@@ -433,7 +433,7 @@ fn run<W>(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     /// NodeHealthCheck: never more than maxInFlight in flight (and no idle slot while a Node
     /// waits), the queue in unhealthy-since order, same input same plan, a restart starts the same.
