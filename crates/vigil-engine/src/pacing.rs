@@ -60,22 +60,28 @@ pub(crate) fn visit_order<'n>(paced: bool, keys: impl Iterator<Item = (Option<Ti
 pub(crate) struct Pacer {
     max: Option<IntOrPercent>,
     limit: Option<u64>,
-    in_flight: u64,
+    /// The targets in flight before this decision, by name.
+    in_flight: Vec<String>,
     started: Vec<String>,
     queue: Vec<(String, Timestamp)>,
 }
 
 impl Pacer {
-    /// `max` of the policy (`None`: no pacing) among `targets` targets, `in_flight` of which this
-    /// check is remediating already.
-    pub(crate) fn new(max: Option<IntOrPercent>, targets: usize, in_flight: usize) -> Self {
-        Pacer {
-            max,
-            limit: max.map(|m| limit(m, targets)),
-            in_flight: in_flight as u64,
-            started: Vec::new(),
-            queue: Vec::new(),
-        }
+    /// `max` of the policy (`None`: no pacing) among `targets` targets; `in_flight`: the targets
+    /// this check is remediating already.
+    pub(crate) fn new(max: Option<IntOrPercent>, targets: usize, mut in_flight: Vec<String>) -> Self {
+        in_flight.sort();
+        Pacer { max, limit: max.map(|m| limit(m, targets)), in_flight, started: Vec::new(), queue: Vec::new() }
+    }
+
+    /// No pacing at all (the check has no `maxInFlight`, or starts nothing in this decision).
+    pub(crate) fn off() -> Self {
+        Pacer::new(None, 0, Vec::new())
+    }
+
+    /// How many remediations are in flight now: before this decision and started in it.
+    fn busy(&self) -> u64 {
+        (self.in_flight.len() + self.started.len()) as u64
     }
 
     /// Whether a remediation of `name`, unhealthy since `since`, may start now: a slot is free.
@@ -83,7 +89,7 @@ impl Pacer {
     /// the queue is in order. [`Pacer::record`] the start once it is asked for.
     pub(crate) fn gate(&mut self, name: &str, since: Timestamp) -> bool {
         let Some(limit) = self.limit else { return true };
-        if self.in_flight + (self.started.len() as u64) < limit {
+        if self.busy() < limit {
             return true;
         }
         self.queue.push((name.to_string(), since));
@@ -138,23 +144,18 @@ impl Pacer {
                 None => Change::Keep,
             };
         }
-        let mut named: Vec<String> = self
-            .queue
-            .iter()
-            .take(NAMED)
-            .map(|(name, since)| format!("{} (unhealthy since {since})", key(name).0))
-            .collect();
-        if self.queue.len() > NAMED {
-            named.push(format!("and {} more", self.queue.len() - NAMED));
-        }
+        let next = self.queue.iter().map(|(name, since)| format!("{} (unhealthy since {since})", key(name).0));
+        let mut busy: Vec<&String> = self.in_flight.iter().chain(&self.started).collect();
+        busy.sort();
         Change::Set(DesiredCondition::true_(
             CONDITION,
             Reason::RemediationQueued,
             format!(
-                "{} target(s) wait for a remediation slot: {} of {limit} in flight (maxInFlight {max}); next: {}",
+                "{} target(s) wait for a remediation slot: {} of {limit} in flight (maxInFlight {max}): {}; next: {}",
                 self.queue.len(),
-                self.in_flight + self.started.len() as u64,
-                named.join(", ")
+                self.busy(),
+                named(busy.into_iter().map(|name| key(name).0)),
+                named(next)
             ),
         ))
     }
@@ -168,7 +169,7 @@ impl Pacer {
         key: &impl Fn(&str) -> (String, String),
     ) -> Vec<Notice> {
         let mut notices = Vec::new();
-        let in_flight = self.in_flight + self.started.len() as u64;
+        let in_flight = self.busy();
         for q in queued.iter().filter(|q| !previous.iter().any(|p| p.name == q.name)) {
             let (target, what) = key(&q.name);
             notices.push(Notice {
@@ -200,6 +201,16 @@ impl Pacer {
         }
         notices
     }
+}
+
+/// The first [`NAMED`] of `names`, then how many more.
+fn named(names: impl ExactSizeIterator<Item = String>) -> String {
+    let total = names.len();
+    let mut out: Vec<String> = names.take(NAMED).collect();
+    if total > NAMED {
+        out.push(format!("and {} more", total - NAMED));
+    }
+    out.join(", ")
 }
 
 /// What to do with a condition.
@@ -275,7 +286,7 @@ mod tests {
     /// its slot to the next, and every other candidate is queued in visit order.
     #[test]
     fn the_gate_lets_through_the_free_slots_and_queues_the_rest() {
-        let mut p = Pacer::new(Some(IntOrPercent::Count(3)), 10, 1);
+        let mut p = Pacer::new(Some(IntOrPercent::Count(3)), 10, vec!["z".into()]);
         assert!(p.gate("a", at(1)));
         p.record("a");
         assert!(p.gate("b", at(2))); // let through, but its request could not be made
@@ -287,9 +298,13 @@ mod tests {
         assert_eq!(r.count, 2);
         assert_eq!(r.queued.iter().map(|q| (q.name.as_str(), q.position)).collect::<Vec<_>>(), [("d", 1), ("e", 2)]);
         let Change::Set(c) = r.condition else { panic!("{:?}", r.condition) };
-        assert!(c.message.starts_with("2 target(s) wait for a remediation slot: 3 of 3 in flight (maxInFlight 3)"));
+        assert_eq!(
+            c.message,
+            "2 target(s) wait for a remediation slot: 3 of 3 in flight (maxInFlight 3): a, c, z; next: \
+             d (unhealthy since 2030-03-17T17:46:44Z), e (unhealthy since 2030-03-17T17:46:45Z)"
+        );
         // No pacing: every gate passes, nothing is reported and the condition goes.
-        let mut off = Pacer::new(None, 10, 50);
+        let mut off = Pacer::new(None, 10, vec!["z".into()]);
         assert!(off.gate("a", at(1)));
         assert_eq!(off.report(&[], &[], |n| (n.into(), n.into())).condition, Change::Remove);
     }
@@ -299,7 +314,7 @@ mod tests {
     #[test]
     fn notices_follow_the_previous_list() {
         let key = |n: &str| (n.to_string(), format!("Node {n}"));
-        let mut p = Pacer::new(Some(IntOrPercent::Count(1)), 4, 0);
+        let mut p = Pacer::new(Some(IntOrPercent::Count(1)), 4, Vec::new());
         assert!(p.gate("a", at(1)));
         p.record("a");
         assert!(!p.gate("b", at(2)));
@@ -310,11 +325,11 @@ mod tests {
             (NoticeKind::RemediationQueued, Some("b"))
         );
         // Same again: nothing new.
-        let mut p = Pacer::new(Some(IntOrPercent::Count(1)), 4, 1);
+        let mut p = Pacer::new(Some(IntOrPercent::Count(1)), 4, vec!["a".into()]);
         assert!(!p.gate("b", at(2)));
         assert!(p.report(&first.queued, &[], key).notices.is_empty());
         // b starts: it leaves the queue, with a free slot.
-        let mut p = Pacer::new(Some(IntOrPercent::Count(1)), 4, 0);
+        let mut p = Pacer::new(Some(IntOrPercent::Count(1)), 4, Vec::new());
         assert!(p.gate("b", at(2)));
         p.record("b");
         let conditions = vec![Condition {
@@ -331,7 +346,7 @@ mod tests {
         assert!(r.notices[0].message.contains("a remediation slot is free for it"), "{}", r.notices[0].message);
         assert!(matches!(&r.condition, Change::Set(c) if c.reason == Reason::NoRemediationQueued));
         // A check that never queued gets no condition.
-        let p = Pacer::new(Some(IntOrPercent::Count(1)), 4, 0);
+        let p = Pacer::new(Some(IntOrPercent::Count(1)), 4, Vec::new());
         assert_eq!(p.report(&[], &[], key).condition, Change::Keep);
     }
 }

@@ -101,7 +101,9 @@ fn a_wave_starts_the_longest_unhealthy_within_max_in_flight_and_queues_the_rest_
     let (status, reason, message) = queued_condition(&first.status.conditions).expect("the condition");
     assert_eq!((status.as_str(), reason.as_str()), ("True", "RemediationQueued"));
     assert!(
-        message.starts_with("4 target(s) wait for a remediation slot: 2 of 2 in flight (maxInFlight 2); next: ns/m3"),
+        message.starts_with(
+            "4 target(s) wait for a remediation slot: 2 of 2 in flight (maxInFlight 2): ns/m2, ns/m4; next: ns/m3"
+        ),
         "{message}"
     );
     assert_eq!(first.next_wake, None, "a slot frees only when an object changes, which wakes the check");

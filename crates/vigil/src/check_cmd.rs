@@ -667,7 +667,7 @@ mod tests {
         let text = text(&report);
         eprintln!("$ vigil check\n{text}");
         for line in [
-            "  queued: 2 target(s) wait for a remediation slot: 2 of 2 in flight (maxInFlight 2)\n",
+            "  queued: 2 target(s) wait for a remediation slot: 2 of 2 in flight (maxInFlight 2): default/w-2, default/w-4\n",
             "    1. default/w-3 unhealthy since 00:02:00\n",
             "    2. default/w-1 unhealthy since 00:03:00\n",
             "    remediation: queued, number 1 for a remediation slot\n",

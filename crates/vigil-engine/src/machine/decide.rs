@@ -69,7 +69,7 @@ pub fn decide_among_peers(
 ) -> Plan<MachineHealthCheckStatus> {
     let mut b = Builder::for_decision(input.check, now);
     if report_pause(&mut b, input) {
-        pacing_status(&mut b, input, Pacer::new(None, 0, 0));
+        pacing_status(&mut b, input, Pacer::off());
         return b.finish(None);
     }
     let targets = select_targets(input);
@@ -78,7 +78,7 @@ pub fn decide_among_peers(
     let (cluster, nodes) = match readable(input) {
         Ok(sources) => sources,
         Err((why, message)) => {
-            pacing_status(&mut b, input, Pacer::new(None, 0, 0));
+            pacing_status(&mut b, input, Pacer::off());
             return report_no_decision(b, why, message);
         }
     };

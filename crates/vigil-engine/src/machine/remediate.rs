@@ -160,7 +160,7 @@ pub(super) fn pacing(
 ) -> Pacing {
     let Some(max) = input.policy.max_in_flight else {
         let order = (0..targets.len()).collect();
-        return Pacing { order, since: Vec::new(), in_flight: Vec::new(), pacer: Pacer::new(None, 0, 0) };
+        return Pacing { order, since: Vec::new(), in_flight: Vec::new(), pacer: Pacer::off() };
     };
     let since: Vec<Option<Timestamp>> = targets.iter().zip(verdicts).map(|(m, v)| unhealthy_since(m, v, now)).collect();
     let in_flight: Vec<bool> = targets
@@ -169,8 +169,8 @@ pub(super) fn pacing(
         .map(|(m, v)| peers.owner_other_than(me, m).is_none() && in_flight(input, m, v))
         .collect();
     let order = visit_order(true, since.iter().copied().zip(targets.iter().map(|m| m.meta.name.as_str())));
-    let count = in_flight.iter().filter(|f| **f).count();
-    Pacing { order, since, in_flight, pacer: Pacer::new(Some(max), targets.len(), count) }
+    let busy = targets.iter().zip(&in_flight).filter(|(_, f)| **f).map(|(m, _)| m.meta.name.clone()).collect();
+    Pacing { order, since, in_flight, pacer: Pacer::new(Some(max), targets.len(), busy) }
 }
 
 /// When an unhealthy Machine became unhealthy, for the pacing queue: when its failure began (the

@@ -79,7 +79,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         disabled_condition: templates.disabled_condition,
         waiting: pass.waits.condition(),
         backoff: pass.ledger.finish(&mut pass.wake),
-        pacing: std::mem::replace(&mut pass.pacer, Pacer::new(None, 0, 0)).report(
+        pacing: std::mem::replace(&mut pass.pacer, Pacer::off()).report(
             &prev.features.queued,
             &prev.conditions,
             |name| (name.to_string(), format!("Node {name}")),
@@ -145,6 +145,6 @@ fn new_pass<'a>(
         ledger: Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.features.remediation_history, now),
         would_before: &prev.features.would_remediate,
         domains: budgets.zip(domain_label(policy)),
-        pacer: Pacer::new(None, 0, 0),
+        pacer: Pacer::off(),
     }
 }

@@ -89,7 +89,7 @@ pub(super) struct Pacing {
 /// again (a Node gone counts until its objects are) — and the queue order.
 pub(super) fn pacing(input: &NhcInput<'_>, subjects: &[Subject<'_>], observed: usize, now: Timestamp) -> Pacing {
     let Some(max) = input.policy.max_in_flight else {
-        return Pacing { order: (0..subjects.len()).collect(), since: Vec::new(), pacer: Pacer::new(None, 0, 0) };
+        return Pacing { order: (0..subjects.len()).collect(), since: Vec::new(), pacer: Pacer::off() };
     };
     let since: Vec<Option<Timestamp>> = subjects
         .iter()
@@ -103,8 +103,11 @@ pub(super) fn pacing(input: &NhcInput<'_>, subjects: &[Subject<'_>], observed: u
     let mut held: Vec<&str> = nhc_held(input.check, input.remediations).map(|(node, _)| node).collect();
     held.sort_unstable();
     held.dedup();
-    let in_flight =
-        subjects.iter().filter(|s| s.verdict != Some(Finding::Clear) && held.binary_search(&s.name).is_ok()).count();
+    let in_flight = subjects
+        .iter()
+        .filter(|s| s.verdict != Some(Finding::Clear) && held.binary_search(&s.name).is_ok())
+        .map(|s| s.name.to_string())
+        .collect();
     let order = visit_order(true, since.iter().copied().zip(subjects.iter().map(|s| s.name)));
     Pacing { order, since, pacer: Pacer::new(Some(max), observed, in_flight) }
 }
