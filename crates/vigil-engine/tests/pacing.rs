@@ -654,3 +654,19 @@ fn a_node_healthy_again_frees_its_slot_during_the_healthy_delay() {
     assert_eq!(deleted_names(&plan), Vec::<String>::new(), "n1's object is kept for the delay");
     assert_eq!(nhc_creates(&plan), snr_for(&["n2"]));
 }
+
+/// A NodeHealthCheck in dry-run paces its would-be starts the same way and settles.
+#[test]
+fn node_dry_run_lists_only_what_pacing_lets_start() {
+    let mut spec = nhc_spec(json!(1));
+    spec["dryRun"] = json!(true);
+    let mut w = Nhc::new(spec, &[("n1", 20), ("n2", 10)]);
+    let first = w.decide(at(1000));
+    assert_eq!(first.actions, vec![]);
+    let would: Vec<&str> = first.status.features.would_remediate.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(would, ["n2"], "the longest-unhealthy only");
+    assert_eq!(queue(&first.status.features.queued), vec![q("n1", at(20), 1)]);
+    w.apply(&first, at(1000));
+    let again = w.decide(at(1100));
+    assert_eq!((again.status.features.clone(), again.notices.clone()), (first.status.features.clone(), vec![]));
+}

@@ -91,14 +91,15 @@ pub fn decide_among_peers(
     let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
 
     let mut pacing: Pacing = pacing(input, peers, &me, &targets, &judged.verdicts, now);
-    let order = std::mem::take(&mut pacing.order);
-    let places: Vec<Place> = (0..targets.len()).map(|i| pacing.place(i, now)).collect();
-    let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, pacing.pacer, now);
-    for i in order {
+    let pacer = std::mem::replace(&mut pacing.pacer, Pacer::off());
+    let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, pacer, now);
+    for k in 0..targets.len() {
+        let i = pacing.nth(k);
         let (machine, verdict) = (targets[i], &judged.verdicts[i]);
         // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
         let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(judged.domain_of.get(i).copied().flatten()));
-        writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], places[i]);
+        let place = pacing.place(i, now);
+        writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], place);
     }
     let Written { held_elsewhere, backoff, queue } = writer.report(&mut b, &mut wake);
     let failure_domains = report_domains(&mut b, budgets.as_ref());

@@ -126,6 +126,11 @@ pub(super) struct Place {
 }
 
 impl Pacing {
+    /// The index of the `k`-th target to visit.
+    pub(super) fn nth(&self, k: usize) -> usize {
+        self.order.as_ref().map_or(k, |order| order[k])
+    }
+
     /// The place of target `i`; an unpaced decision has no queue (`now`, not in flight).
     pub(super) fn place(&self, i: usize, now: Timestamp) -> Place {
         Place {
@@ -138,8 +143,8 @@ impl Pacing {
 /// Pacing's view of a decision's targets (`spec.maxInFlight`, see [`crate::pacing`]): the order
 /// to visit them in, when each unhealthy one became unhealthy, and the slots.
 pub(super) struct Pacing {
-    /// Indexes into the targets: the queue order when paced, else name order.
-    pub(super) order: Vec<usize>,
+    /// Indexes into the targets in queue order when paced; `None`: name order.
+    pub(super) order: Option<Vec<usize>>,
     /// Per target (empty when not paced): when it became unhealthy, `None` when it is not.
     pub(super) since: Vec<Option<Timestamp>>,
     /// Per target (empty when not paced): whether this check has its remediation in flight.
@@ -159,8 +164,7 @@ pub(super) fn pacing(
     now: Timestamp,
 ) -> Pacing {
     let Some(max) = input.policy.max_in_flight else {
-        let order = (0..targets.len()).collect();
-        return Pacing { order, since: Vec::new(), in_flight: Vec::new(), pacer: Pacer::off() };
+        return Pacing { order: None, since: Vec::new(), in_flight: Vec::new(), pacer: Pacer::off() };
     };
     let since: Vec<Option<Timestamp>> = targets.iter().zip(verdicts).map(|(m, v)| unhealthy_since(m, v, now)).collect();
     let in_flight: Vec<bool> = targets
@@ -168,7 +172,7 @@ pub(super) fn pacing(
         .zip(verdicts)
         .map(|(m, v)| peers.owner_other_than(me, m).is_none() && in_flight(input, m, v))
         .collect();
-    let order = visit_order(true, since.iter().copied().zip(targets.iter().map(|m| m.meta.name.as_str())));
+    let order = Some(visit_order(true, since.iter().copied().zip(targets.iter().map(|m| m.meta.name.as_str()))));
     let busy = targets.iter().zip(&in_flight).filter(|(_, f)| **f).map(|(m, _)| m.meta.name.clone()).collect();
     Pacing { order, since, in_flight, pacer: Pacer::new(Some(max), targets.len(), busy) }
 }

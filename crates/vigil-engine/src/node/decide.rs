@@ -52,14 +52,13 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let prev_entries = previous_entries(prev);
     let cp_busy = busy_control_planes(&cp_names, input.remediations, &prev_entries);
     let allowed = allowed_condition.status == ConditionStatus::True;
-    let Pacing { order, since, pacer } = pacing(input, &subjects, observed, now);
+    let mut pacing: Pacing = pacing(input, &subjects, observed, now);
     let mut pass = new_pass(input, holders, prev, &templates, &allowed_condition, cp_busy, budgets.as_ref(), now);
     pass.wake = wake;
-    pass.pacer = pacer;
+    pass.pacer = std::mem::replace(&mut pacing.pacer, Pacer::off());
     pass.notices.extend(allowance_notice(prev, &allowed_condition));
 
-    let (entries, undecided) =
-        remediate(&mut pass, &subjects, &owned, &prev_entries, &all, &healthy_at, (&order, &since));
+    let (entries, undecided) = remediate(&mut pass, &subjects, &owned, &prev_entries, &all, &healthy_at, &pacing);
     pass.notices.extend(crate::stale::notices(
         &format!("NodeHealthCheck/{check_name}"),
         &prev.features.stale_targets,

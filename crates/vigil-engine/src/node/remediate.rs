@@ -75,8 +75,8 @@ pub(super) struct Pass<'a> {
 /// Pacing's view of a decision's subjects (`spec.maxInFlight`, see [`crate::pacing`]): the order
 /// to visit them in, when each one that may start became unhealthy, and the slots.
 pub(super) struct Pacing {
-    /// Indexes into the subjects: the queue order when paced, else name order.
-    pub(super) order: Vec<usize>,
+    /// Indexes into the subjects in queue order when paced; `None`: name order.
+    pub(super) order: Option<Vec<usize>>,
     /// Per subject (empty when not paced): when it became unhealthy, for an unhealthy Node
     /// without objects (one that may start); `None` for the others.
     pub(super) since: Vec<Option<Timestamp>>,
@@ -89,7 +89,7 @@ pub(super) struct Pacing {
 /// again (a Node gone counts until its objects are) — and the queue order.
 pub(super) fn pacing(input: &NhcInput<'_>, subjects: &[Subject<'_>], observed: usize, now: Timestamp) -> Pacing {
     let Some(max) = input.policy.max_in_flight else {
-        return Pacing { order: (0..subjects.len()).collect(), since: Vec::new(), pacer: Pacer::off() };
+        return Pacing { order: None, since: Vec::new(), pacer: Pacer::off() };
     };
     let since: Vec<Option<Timestamp>> = subjects
         .iter()
@@ -108,7 +108,7 @@ pub(super) fn pacing(input: &NhcInput<'_>, subjects: &[Subject<'_>], observed: u
         .filter(|s| s.verdict != Some(Finding::Clear) && held.binary_search(&s.name).is_ok())
         .map(|s| s.name.to_string())
         .collect();
-    let order = visit_order(true, since.iter().copied().zip(subjects.iter().map(|s| s.name)));
+    let order = Some(visit_order(true, since.iter().copied().zip(subjects.iter().map(|s| s.name))));
     Pacing { order, since, pacer: Pacer::new(Some(max), observed, in_flight) }
 }
 
@@ -530,7 +530,7 @@ pub(super) fn remediate<'a>(
     prev_entries: &[&'a UnhealthyNode],
     all: &[&'a Node],
     healthy_at: &[bool],
-    (order, since): (&[usize], &[Option<Timestamp>]),
+    pacing: &Pacing,
 ) -> (Vec<UnhealthyNode>, Vec<(&'a str, usize)>) {
     // A listed Node that is not a subject any more and is healthy now has recovered.
     let recovered = |name: &str| {
@@ -546,12 +546,13 @@ pub(super) fn remediate<'a>(
     let matched = match_previous(subjects, prev_entries);
     let mut entries: Vec<Option<UnhealthyNode>> = (0..subjects.len()).map(|_| None).collect();
     let mut undecided: Vec<(&str, usize)> = Vec::new();
-    for &i in order {
+    for k in 0..subjects.len() {
+        let i = pacing.order.as_ref().map_or(k, |order| order[k]);
         for e in &prev_entries[matched.gone_before[i].clone()] {
             pass.notices.extend(recovered(&e.name));
         }
         let s = &subjects[i];
-        let since = since.get(i).copied().flatten().unwrap_or(pass.now);
+        let since = pacing.since.get(i).copied().flatten().unwrap_or(pass.now);
         entries[i] = pass.subject(s, &owned[s.objs.clone()], matched.prev_of[i], &mut undecided, since);
     }
     for e in &prev_entries[matched.gone_before[subjects.len()].clone()] {
