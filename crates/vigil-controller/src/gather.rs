@@ -98,6 +98,7 @@ impl Job {
             next_wake: plan.next_wake,
             held_elsewhere: plan.held_elsewhere,
             short_circuited: plan.short_circuited,
+            remediating: plan.remediating,
         };
         Job {
             key,
@@ -125,8 +126,8 @@ impl Job {
     /// The check's counts for the per-check gauges.
     pub fn gauges(&self) -> Gauges {
         match &self.plan.status {
-            CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited),
-            CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited),
+            CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited, self.plan.remediating),
+            CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited, self.plan.remediating),
         }
     }
 }
@@ -316,8 +317,8 @@ pub fn machine_job(
     let workload = format!("{namespace}/{}", policy.cluster_name);
     let mut unreachable = String::new();
     let nodes = workload_nodes(idx, &workload, &policy, &mut unreachable);
-    let machines: Vec<&MachineView> =
-        idx.machines.get(namespace).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default();
+    // The check's own targets, kept by the index (the engine selects them again, cheaply).
+    let machines: Vec<&MachineView> = idx.mhc_machines(namespace, name);
     let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
     let input = MhcInput {
         check,
@@ -331,7 +332,7 @@ pub fn machine_job(
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
     let holders = holders_for(idx, &key, fresh);
     let peer_checks = mhc_peers(idx, namespace);
-    let peers = assemble::peers_of(&peer_checks);
+    let peers = assemble::peers_of(peer_checks);
     let plan = machine::decide_among_peers(&input, &holders, &peers, &node_cluster, now);
     let expiries = mhc_expiries(idx, &workload, &policy, &plan.actions, now);
     let machines = patched_machines(idx, &plan.actions);

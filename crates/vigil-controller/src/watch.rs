@@ -300,8 +300,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                     Op::Upsert(entry) => idx.put_machine_entry(entry, None),
                     Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),
                     Op::Replace(list) => {
-                        idx.machines.clear();
-                        idx.machines_by_node.clear();
+                        idx.clear_machines();
                         for entry in list {
                             idx.put_machine_entry(entry, None);
                         }

@@ -197,6 +197,13 @@ pub struct Plan<S> {
     /// storm cool-down) stops remediation now: adapters report it (a gauge) without reading
     /// reasons back out of the status.
     pub short_circuited: bool,
+    /// Targets whose remediation is under way once this plan is written (a gauge and the
+    /// dashboard show it): for a MachineHealthCheck, the ones it writes that carry
+    /// `OwnerRemediated=False` or have a remediation object made for them, observed or asked for
+    /// by this plan; for a NodeHealthCheck, the unhealthy Nodes its status lists with
+    /// remediation objects. In dry-run only what was observed; 0 while the check is paused or
+    /// decides nothing.
+    pub remediating: usize,
 }
 
 /// Tracks the earliest of several wake-up times.

@@ -1501,3 +1501,48 @@ fn rule8_transition_times_move_only_with_the_status() {
     let allowed = check_condition(&plan.status.conditions, REMEDIATION_ALLOWED).expect("set");
     assert_eq!(allowed.last_transition_time.0, now(), "the check's own condition keeps its time too");
 }
+
+/// `Plan::remediating` (the `vigil_check_remediating` gauge) counts the Machines whose
+/// remediation is under way once the plan is written: the one whose owner this plan asks, the
+/// same one observed on the next decision, none once the owner replaced it; in dry-run only
+/// what was observed (nothing is asked).
+#[test]
+fn remediating_counts_machines_whose_owner_is_asked() {
+    let mut world = MhcWorld::new()
+        .machine_with_node(machine("m1"), "False", t0())
+        .machine_with_node(machine("m2"), "True", t0())
+        .machine_with_node(machine("m3"), "True", t0());
+    let dry = world.clone().spec("dryRun", json!(true)).decide(now());
+    assert_eq!((dry.actions.len(), dry.remediating), (0, 0), "dry-run asks nothing");
+    let first = world.decide(now());
+    assert!(written(&first, "m1", OWNER_REMEDIATED).is_some(), "m1's owner is asked");
+    assert_eq!(first.remediating, 1, "asked by this plan");
+    world.apply(&first);
+    let second = world.decide(now());
+    assert_eq!((second.actions.len(), second.remediating), (0, 1), "observed, nothing written again");
+    assert_eq!(world.clone().spec("dryRun", json!(true)).decide(now()).remediating, 1, "dry-run: observed counts");
+    // The owner remediates by replacing the Machine.
+    world.machines.retain(|m| m.pointer("/metadata/name").and_then(Value::as_str) != Some("m1"));
+    assert_eq!(world.decide(now()).remediating, 0);
+}
+
+/// With a template: a remediation object this plan creates counts, and so does one observed
+/// made for the Machine, but not one made for another object; the deletion on recovery takes
+/// the count back to 0.
+#[test]
+fn remediating_counts_machines_with_their_remediation_object() {
+    let mut world = MhcWorld::new()
+        .with_template()
+        .machine_with_node(machine("m1"), "False", t0())
+        .machine_with_node(machine("m2"), "True", t0())
+        .remediation(remediation_json(NS, "m2", "Machine", "someone-else"));
+    let first = world.decide(now());
+    assert_eq!((created_names(&first), first.remediating), (vec!["m1".to_string()], 1));
+    world.apply(&first);
+    assert_eq!(world.decide(now()).remediating, 1, "m1's object, not m2's foreign one");
+    world.nodes.insert("m1".into(), node("m1").ready("True", at(3599)).build());
+    let plan = world.decide(now());
+    assert_eq!((deleted_names(&plan), plan.remediating), (vec!["m1".to_string()], 1), "seen until it is gone");
+    world.apply(&plan);
+    assert_eq!(world.decide(now()).remediating, 0);
+}

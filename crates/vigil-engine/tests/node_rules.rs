@@ -1295,3 +1295,26 @@ fn rule12_next_wake_takes_the_earliest_of_timers_of_every_kind() {
     let p = w.decide(at(400));
     assert_eq!(p.next_wake, Some(ns1(at(450))));
 }
+
+/// `Plan::remediating` (the `vigil_check_remediating` gauge) counts the unhealthy Nodes the
+/// status lists with remediation objects: none while `minHealthy` blocks them, both once it lets
+/// them start, one once the other is healthy again and its object is seen gone.
+#[test]
+fn remediating_counts_nodes_listed_with_remediation_objects() {
+    let nodes = vec![sick("a"), sick("b"), healthy("c"), healthy("d"), healthy("e")];
+    let blocked = world(spec(json!({"minHealthy": 4})), nodes.clone()).decide(at(301));
+    assert_eq!(
+        (blocked.status.unhealthy_nodes.len(), blocked.remediating),
+        (2, 0),
+        "blocked: unhealthy, not remediating"
+    );
+    let mut w = world(spec(json!({"minHealthy": 2})), nodes);
+    let first = w.step(at(301));
+    assert_eq!(created_targets(&first), strs(&["a", "b"]));
+    assert_eq!(first.remediating, 2);
+    w.set_node(healthy("a"));
+    let plan = w.step(at(400));
+    assert_eq!(deleted(&plan).len(), 1);
+    assert_eq!(plan.remediating, 2, "a's entry stays until its object is seen gone");
+    assert_eq!(w.step(at(401)).remediating, 1);
+}

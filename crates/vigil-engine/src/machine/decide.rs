@@ -101,17 +101,30 @@ pub fn decide_among_peers(
         let place = pacing.place(i, now);
         writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], place);
     }
+    let remediating = writer.remediating;
     let Written { held_elsewhere, backoff, queue } = writer.report(&mut b, &mut wake);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
     b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, queue });
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
+    plan.remediating = remediating;
     if input.policy.dry_run {
         let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
         plan = crate::dry_run::mhc(plan, input.check.status.as_ref(), namespace, now);
     }
     plan
+}
+
+/// Whether a Machine's remediation is under way, as observed: its owner was asked
+/// (`OwnerRemediated=False`), or a remediation object made for it exists (a check with a
+/// template).
+fn under_way(input: &MhcInput<'_>, machine: &MachineView) -> bool {
+    let owner_asked =
+        conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
+    owner_asked
+        || (input.policy.remediation_template.is_some()
+            && input.remediations.lookup(&machine.meta.name).is_some_and(|o| made_for(o, machine)))
 }
 
 /// A count as the status' `int32`.
@@ -234,6 +247,9 @@ struct TargetWriter<'i, 'h> {
     owned_elsewhere: BTreeMap<&'i CheckRef, Vec<String>>,
     healthy_condition: DesiredCondition,
     now: Timestamp,
+    /// Targets this check writes whose remediation is under way: observed ([`under_way`]) or
+    /// started by this plan.
+    remediating: usize,
 }
 
 impl<'i, 'h> TargetWriter<'i, 'h> {
@@ -259,6 +275,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             owned_elsewhere: BTreeMap::new(),
             healthy_condition: healthy_condition(),
             now,
+            remediating: 0,
         }
     }
 
@@ -278,6 +295,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             return;
         }
         let mut writes = MachineWrites::new(machine);
+        let actions_before = b.actions.len();
         match verdict {
             Verdict::Unhealthy { reason, message, .. } => {
                 self.unhealthy(b, &mut writes, reason, message, may_start, place)
@@ -285,6 +303,11 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             Verdict::Healthy => self.healthy(b, &mut writes, already_healthy),
             Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => {}
         }
+        // A check in dry-run sends none of its writes: only what was observed counts there.
+        let starts = !self.input.policy.dry_run
+            && (writes.asks_owner()
+                || b.actions[actions_before..].iter().any(|a| matches!(a, Action::CreateRemediation { .. })));
+        self.remediating += usize::from(starts || under_way(self.input, machine));
         if let Some(action) = writes.into_action() {
             b.actions.push(action);
         }

@@ -123,6 +123,7 @@ impl Builder<'_> {
             next_wake,
             held_elsewhere: Vec::new(),
             short_circuited: false,
+            remediating: 0,
         }
     }
 }
@@ -140,6 +141,11 @@ impl<'m> MachineWrites<'m> {
 
     pub(super) fn current(&self, type_: &str) -> Option<&'m ObservedCondition> {
         conditions::find(&self.machine.conditions, type_)
+    }
+
+    /// Whether these writes ask the Machine's owner to remediate it (`OwnerRemediated=False`).
+    pub(super) fn asks_owner(&self) -> bool {
+        self.conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == ConditionStatus::False)
     }
 
     /// Queues `desired` unless the Machine already says so; returns whether it was queued.

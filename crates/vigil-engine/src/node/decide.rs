@@ -92,8 +92,11 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         next_wake: pass.wake.0,
         held_elsewhere: pass.waits.held_elsewhere,
         short_circuited: !allowed,
+        remediating: 0,
     };
-    if policy.dry_run { crate::dry_run::nhc(plan, check.status.as_ref(), now) } else { plan }
+    let mut plan = if policy.dry_run { crate::dry_run::nhc(plan, check.status.as_ref(), now) } else { plan };
+    plan.remediating = plan.status.unhealthy_nodes.iter().filter(|n| !n.remediations.is_empty()).count();
+    plan
 }
 
 /// The previous entries by name, walked alongside the subjects (Vigil writes them sorted).

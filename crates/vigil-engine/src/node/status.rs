@@ -203,5 +203,13 @@ pub fn refuse(check: &NodeHealthCheck, reason: Reason, message: &str, now: Times
             message: message.to_string(),
         });
     }
-    Plan { status, actions: Vec::new(), notices, next_wake: None, held_elsewhere: Vec::new(), short_circuited: false }
+    Plan {
+        status,
+        actions: Vec::new(),
+        notices,
+        next_wake: None,
+        held_elsewhere: Vec::new(),
+        short_circuited: false,
+        remediating: 0,
+    }
 }
