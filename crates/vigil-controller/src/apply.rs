@@ -142,6 +142,8 @@ pub fn event_reason(key: &CheckRef, kind: NoticeKind) -> &'static str {
         NoticeKind::RemediationBackoffEnded => "RemediationBackoffEnded",
         NoticeKind::FailureDomainShortCircuit => "FailureDomainShortCircuit",
         NoticeKind::FailureDomainResumed => "FailureDomainResumed",
+        NoticeKind::RemediationQueued => "RemediationQueued",
+        NoticeKind::RemediationDequeued => "RemediationDequeued",
     }
 }
 

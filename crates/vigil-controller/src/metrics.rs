@@ -53,6 +53,8 @@ pub struct Gauges {
     pub failure_domains_paused: i64,
     /// Targets with a matching Node condition set aside as stale (`maxConditionAge`).
     pub stale_conditions: i64,
+    /// Targets waiting for a remediation slot (`spec.maxInFlight`, `status.queuedCount`).
+    pub queued: i64,
 }
 
 impl Gauges {
@@ -73,6 +75,7 @@ impl Gauges {
             backoff_pools: s.features.backed_off_pools.len() as i64,
             failure_domains_paused: paused_domains(&s.features.failure_domains),
             stale_conditions: i64::from(s.features.stale_target_count),
+            queued: i64::from(s.features.queued_count),
         }
     }
 
@@ -94,6 +97,7 @@ impl Gauges {
             backoff_pools: s.features.backed_off_pools.len() as i64,
             failure_domains_paused: paused_domains(&s.features.failure_domains),
             stale_conditions: i64::from(s.features.stale_target_count),
+            queued: i64::from(s.features.queued_count),
         }
     }
 }
@@ -133,6 +137,7 @@ pub struct Metrics {
     check_backoff_pools: Family<CheckLabel, Gauge>,
     check_failure_domains_paused: Family<CheckLabel, Gauge>,
     check_stale_conditions: Family<CheckLabel, Gauge>,
+    check_queued: Family<CheckLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -215,6 +220,7 @@ impl Default for Metrics {
         let check_backoff_pools = Family::<CheckLabel, Gauge>::default();
         let check_failure_domains_paused = Family::<CheckLabel, Gauge>::default();
         let check_stale_conditions = Family::<CheckLabel, Gauge>::default();
+        let check_queued = Family::<CheckLabel, Gauge>::default();
         registry.register("check_targets", "Targets a check selects", check_targets.clone());
         registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
         registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
@@ -253,6 +259,11 @@ impl Default for Metrics {
             "Targets of a check whose matching Node condition is set aside as stale: its reporter has not heartbeated within the rule's maxConditionAge (status.staleTargetCount)",
             check_stale_conditions.clone(),
         );
+        registry.register(
+            "check_queued",
+            "Unhealthy targets of a check waiting for a remediation slot: spec.maxInFlight remediations are in flight (status.queuedCount); 0 without it",
+            check_queued.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -281,6 +292,7 @@ impl Default for Metrics {
             check_backoff_pools,
             check_failure_domains_paused,
             check_stale_conditions,
+            check_queued,
             leader,
             registry,
             decisions,
@@ -389,6 +401,7 @@ impl Metrics {
         self.check_backoff_pools.get_or_create(&l).set(g.backoff_pools);
         self.check_failure_domains_paused.get_or_create(&l).set(g.failure_domains_paused);
         self.check_stale_conditions.get_or_create(&l).set(g.stale_conditions);
+        self.check_queued.get_or_create(&l).set(g.queued);
     }
 
     /// Drops a deleted check's gauges.
@@ -405,6 +418,7 @@ impl Metrics {
             &self.check_backoff_pools,
             &self.check_failure_domains_paused,
             &self.check_stale_conditions,
+            &self.check_queued,
         ] {
             f.remove(&l);
         }

@@ -134,6 +134,7 @@ pub(crate) fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>
                 dry_run: false,
                 backoff: None,
                 failure_domains: None,
+                max_in_flight: None,
             };
             let mut c = MachineHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();
@@ -161,6 +162,7 @@ pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
                 dry_run: false,
                 backoff: None,
                 failure_domains: None,
+                max_in_flight: None,
             };
             let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();

@@ -137,6 +137,10 @@ pub enum NoticeKind {
     FailureDomainShortCircuit,
     /// Failure domains are within their budget again.
     FailureDomainResumed,
+    /// A target waits for a remediation slot (`spec.maxInFlight`, see [`crate::pacing`]).
+    RemediationQueued,
+    /// A target left the remediation queue: a slot is free for it, or it no longer waits.
+    RemediationDequeued,
 }
 
 impl NoticeKind {
