@@ -269,6 +269,7 @@ fn dashboard_reads_a_datasource_variable_and_shows_what_the_issue_names() -> Res
         "Unhealthy",
         "Remediating",
         "Short-circuited",
+        "Queued",
         "Remediations started (per hour)",
         "Remediations failed (per hour)",
         "Detection latency",
