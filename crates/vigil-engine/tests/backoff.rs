@@ -149,6 +149,38 @@ fn a_pool_at_its_limit_waits_until_the_window_allows_and_other_pools_go_on() {
     assert_eq!(kept, [("a3".into(), at(2101))], "the starts at 301s left the window at 2101s");
 }
 
+/// The back-off's memory is the status: a decision that cannot judge (the Cluster paused, the
+/// workload cluster unreachable) must carry the history and the backed-off pools over, or the
+/// pool would be allowed its whole budget again once the outage ends.
+#[test]
+fn a_pause_or_an_unreachable_cluster_keeps_the_history_and_the_limit_holds_after_it() {
+    let mut w = sick(sick(sick(with_backoff(MhcWorld::new(), 2, "30m"), "a1", "md-a"), "a2", "md-a"), "a3", "md-a");
+    let first = w.decide(at(301));
+    assert_eq!(started(&first), ["a1", "a2"]);
+    w.apply(&first);
+    let kept = history(&first.status.features.remediation_history);
+    for (what, outage) in [
+        (
+            "unreachable",
+            Box::new(|w: &mut MhcWorld| w.unreachable = Some("connection refused".into()))
+                as Box<dyn Fn(&mut MhcWorld)>,
+        ),
+        ("paused", Box::new(|w: &mut MhcWorld| w.cluster = Some(cluster().paused().json()))),
+    ] {
+        let mut during = MhcWorld { ..w.clone() };
+        outage(&mut during);
+        let plan = during.decide(at(400));
+        assert_eq!(started(&plan), Vec::<String>::new(), "{what}: nothing starts");
+        assert_eq!(history(&plan.status.features.remediation_history), kept, "{what}: the history is kept");
+        assert_eq!(plan.status.features.backed_off_pools, first.status.features.backed_off_pools, "{what}");
+        during.apply(&plan);
+        // The outage ends: md-a is still at its limit until the window allows.
+        let after_outage = MhcWorld { unreachable: None, cluster: w.cluster.clone(), ..during };
+        let mut after_outage = after_outage;
+        assert_eq!(started(&after_outage.decide(at(500))), Vec::<String>::new(), "{what}: the limit still holds");
+    }
+}
+
 #[test]
 fn history_keeps_only_what_still_counts_and_starts_round_up_to_the_second() {
     let mut w = sick(with_backoff(MhcWorld::new(), 2, "30m"), "a9", "md-a");

@@ -45,14 +45,21 @@ pub(super) struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     /// A decision's builder, its status seeded from the previous one. Everything but the target
-    /// list is small; the list is rebuilt by the decision, so it is not copied.
+    /// list is small; the list is rebuilt by the decision, so it is not copied. Of the feature
+    /// block, the back-off's memory (history, backed-off pools) is carried over: a decision that
+    /// returns before the features are reported (paused, no Nodes to read) must not forget the
+    /// starts that count against a pool's limit; a full decision reports the block anew.
     pub(super) fn for_decision(check: &'a MachineHealthCheck, now: Timestamp) -> Self {
         let previous = check.status.as_ref();
         let seeded = previous
             .map(|p| MachineHealthCheckStatus {
                 targets: Vec::new(),
                 conditions: p.conditions.clone(),
-                features: Default::default(),
+                features: vigil_api::machine_health_check::FeatureStatus {
+                    remediation_history: p.features.remediation_history.clone(),
+                    backed_off_pools: p.features.backed_off_pools.clone(),
+                    ..Default::default()
+                },
                 ..*p
             })
             .unwrap_or_default();
