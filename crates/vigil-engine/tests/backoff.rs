@@ -167,7 +167,7 @@ fn a_pause_or_an_unreachable_cluster_keeps_the_history_and_the_limit_holds_after
         ),
         ("paused", Box::new(|w: &mut MhcWorld| w.cluster = Some(cluster().paused().json()))),
     ] {
-        let mut during = MhcWorld { ..w.clone() };
+        let mut during = w.clone();
         outage(&mut during);
         let plan = during.decide(at(400));
         assert_eq!(started(&plan), Vec::<String>::new(), "{what}: nothing starts");
@@ -176,7 +176,6 @@ fn a_pause_or_an_unreachable_cluster_keeps_the_history_and_the_limit_holds_after
         during.apply(&plan);
         // The outage ends: md-a is still at its limit until the window allows.
         let after_outage = MhcWorld { unreachable: None, cluster: w.cluster.clone(), ..during };
-        let mut after_outage = after_outage;
         assert_eq!(started(&after_outage.decide(at(500))), Vec::<String>::new(), "{what}: the limit still holds");
     }
 }
