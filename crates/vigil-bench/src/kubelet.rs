@@ -136,9 +136,36 @@ pub fn wave_plan(n: usize, percent: f64, wave: Duration) -> Vec<(usize, Duration
     chosen.into_iter().enumerate().map(|(k, i)| (i, wave.mul_f64(k as f64 / count as f64))).collect()
 }
 
+/// Which targets fail during the cold start (`--cold-wave`): `count` of `n`, spread evenly,
+/// none of the main `wave`'s, all at `at` after the controller starts.
+pub fn cold_wave_plan(n: usize, count: usize, wave: &[(usize, Duration)], at: Duration) -> Vec<(usize, Duration)> {
+    let taken: std::collections::BTreeSet<usize> = wave.iter().map(|(i, _)| *i).collect();
+    let count = count.min(n.saturating_sub(taken.len()));
+    let mut chosen = std::collections::BTreeSet::new();
+    for k in 0..count {
+        let mut i = ((k as f64 + 0.25) * n as f64 / count as f64) as usize % n;
+        while taken.contains(&i) || chosen.contains(&i) {
+            i = (i + 1) % n;
+        }
+        chosen.insert(i);
+    }
+    chosen.into_iter().map(|i| (i, at)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cold_wave_fails_its_count_and_none_of_the_wave() {
+        let wave = wave_plan(10_000, 5.0, Duration::from_secs(10));
+        let cold = cold_wave_plan(10_000, 50, &wave, Duration::from_secs(1));
+        assert_eq!(cold.len(), 50);
+        let waved: std::collections::BTreeSet<usize> = wave.iter().map(|(i, _)| *i).collect();
+        assert!(cold.iter().all(|(i, at)| !waved.contains(i) && *i < 10_000 && *at == Duration::from_secs(1)));
+        let spread: std::collections::BTreeSet<usize> = cold.iter().map(|(i, _)| i / 1000).collect();
+        assert_eq!(spread.len(), 10, "spread over the fleet (so over the checks)");
+    }
 
     #[test]
     fn the_wave_fails_the_asked_share_once_each_within_the_window() {

@@ -79,6 +79,11 @@ struct Args {
     /// Write one line per failed target (check, target, expiry, latency in ms) to this file.
     #[arg(long)]
     samples: Option<PathBuf>,
+    /// Also fail this many targets (none of the wave's) during the cold start, 1 s after the
+    /// controller starts, so their timeouts run out while its first verdicts are still being
+    /// written; their detection is reported apart (`cold_wave`). 0: off.
+    #[arg(long, default_value_t = 0)]
+    cold_wave: usize,
     /// Keep the controller's log here (`RUST_LOG` is passed through).
     #[arg(long)]
     controller_log: Option<PathBuf>,
@@ -424,6 +429,12 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     let start = mark(pid)?;
     let rss = procstat::RssSamples::default();
     let sampler = rss.spawn(pid);
+    let wave_plan = kubelet::wave_plan(n, plan.failed_percent, plan.wave);
+    let cold_failing = (args.cold_wave > 0).then(|| {
+        let cold_plan = kubelet::cold_wave_plan(n, args.cold_wave, &wave_plan, Duration::from_secs(1));
+        let kubelets = kubelets.clone();
+        tokio::spawn(async move { kubelets.fail(cold_plan, Instant::now()).await })
+    });
 
     // Cold start: every check's first status, every selected Machine's first verdict.
     let checks = CheckApis::new(env.client(), contender.checks());
@@ -452,7 +463,10 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     controller.check_running()?;
     let steady_end = mark(pid)?;
 
-    let wave_plan = kubelet::wave_plan(n, plan.failed_percent, plan.wave);
+    let cold_failures = match cold_failing {
+        Some(task) => task.await??,
+        None => Vec::new(),
+    };
     eprintln!("vigil-bench: failing {} targets over {:?}", wave_plan.len(), plan.wave);
     let failures = kubelets.fail(wave_plan, Instant::now()).await?;
     let group_of = fleet::group_of(&groups, n);
@@ -463,7 +477,11 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     let deadline = Instant::now() + Duration::from_secs(plan.timeout_secs + 60);
     loop {
         controller.check_running()?;
-        let seen = observer.lock().remediated.len();
+        // Only the wave's own targets (the cold wave's are remediated already).
+        let seen = {
+            let seen = observer.lock();
+            failures.iter().filter(|f| seen.remediated.contains_key(&key(f.index))).count()
+        };
         if seen >= failures.len() || Instant::now() > deadline {
             break;
         }
@@ -499,6 +517,18 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
         std::fs::write(&path, lines).with_context(|| format!("cannot write {}", path.display()))?;
     }
     let detected = samples.len();
+    let cold_wave = (!cold_failures.is_empty()).then(|| {
+        let seen = observer.lock();
+        let latencies: Vec<f64> = cold_failures
+            .iter()
+            .filter_map(|f| {
+                let at = seen.remediated.get(&key(f.index))?;
+                let expiry = f.since + SignedDuration::from_secs(plan.timeout_secs as i64);
+                Some(at.duration_since(expiry).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        summary::ColdWave { failed: cold_failures.len(), detected: latencies.len(), detect_ms: Latency::of(latencies) }
+    });
 
     // The audit log is written as requests complete: give it a moment after the stop.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -571,6 +601,7 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
             wave,
         },
         cold_start_ms,
+        cold_wave,
         heartbeats: Heartbeats {
             sent: kubelets.sent.load(std::sync::atomic::Ordering::Relaxed),
             errors: kubelets.errors.load(std::sync::atomic::Ordering::Relaxed),

@@ -33,6 +33,9 @@ pub struct Summary {
     /// Start of `vigil run` → every check's first status written and every Machine's first
     /// verdict visible.
     pub cold_start_ms: f64,
+    /// Failures whose timeouts ran out during the cold start (`--cold-wave`), reported apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_wave: Option<ColdWave>,
     /// The simulated kubelets' heartbeats.
     pub heartbeats: Heartbeats,
     /// Set-up times (not the controller's).
@@ -48,6 +51,17 @@ pub struct Checks {
     pub machine: usize,
     /// NodeHealthChecks.
     pub node: usize,
+}
+
+/// A failure wave during the cold start: is a remediation delayed by the first verdicts?
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ColdWave {
+    /// Targets made to fail 1 s after the controller started.
+    pub failed: usize,
+    /// Of those, remediated before the run ended.
+    pub detected: usize,
+    /// Timeout expiry → remediation write visible through a watch.
+    pub detect_ms: Latency,
 }
 
 /// Latency percentiles (nearest rank), in milliseconds.
