@@ -323,6 +323,7 @@ mod tests {
                 per_remediation: 1.0,
             },
             cold_start_ms: n(1500.0),
+            cold_wave: None,
             heartbeats: Heartbeats { sent: 10, errors: 0, per_second: 1.0 },
             setup_ms: Setup { apiserver: 1.0, fleet: 1.0 },
             config: Config {
