@@ -773,14 +773,21 @@ fn valid_mhc_becomes_its_policy() {
     assert!(p.selector.matches(Some(&labels(&[("pool", "workers"), (CLUSTER_NAME_LABEL, "prod")]))));
     assert!(!p.selector.matches(Some(&labels(&[("pool", "workers")]))), "the cluster-name label is required");
     assert!(!p.selector.matches(Some(&labels(&[("pool", "workers"), (CLUSTER_NAME_LABEL, "staging")]))));
-    let rule = |t: &str, s: &str, d: SignedDuration| ConditionRule {
+    let rule = |path: &str, t: &str, s: &str, d: SignedDuration| ConditionRule {
         type_: t.into(),
         status: s.into(),
         timeout: d,
-        max_age: None,
+        path: path.into(),
+        ..ConditionRule::default()
     };
-    assert_eq!(p.node_conditions, [rule("Ready", "False", secs(300)), rule("Ready", "Unknown", secs(300))]);
-    assert_eq!(p.machine_conditions, [rule("Healthy", "False", secs(90))]);
+    assert_eq!(
+        p.node_conditions,
+        [
+            rule("spec.unhealthyConditions[0]", "Ready", "False", secs(300)),
+            rule("spec.unhealthyConditions[1]", "Ready", "Unknown", secs(300))
+        ]
+    );
+    assert_eq!(p.machine_conditions, [rule("spec.unhealthyMachineConditions[0]", "Healthy", "False", secs(90))]);
     assert_eq!(p.node_startup_timeout, Some(secs(600)));
     assert_eq!(p.short_circuit, MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(40)));
     let t = p.remediation_template.expect("template");
@@ -805,8 +812,18 @@ fn valid_mhc_becomes_its_policy() {
 #[test]
 fn valid_nhc_becomes_its_policy() {
     let p = nhc_policy(&base_nhc()).expect("valid");
-    let rule = |s: &str| ConditionRule { type_: "Ready".into(), status: s.into(), timeout: secs(300), max_age: None };
-    assert_eq!(p.conditions, [rule("False"), rule("Unknown")], "medik8s' default when unhealthyConditions is omitted");
+    let rule = |i: usize, s: &str| ConditionRule {
+        type_: "Ready".into(),
+        status: s.into(),
+        timeout: secs(300),
+        path: format!("spec.unhealthyConditions[{i}]"),
+        ..ConditionRule::default()
+    };
+    assert_eq!(
+        p.conditions,
+        [rule(0, "False"), rule(1, "Unknown")],
+        "medik8s' default when unhealthyConditions is omitted"
+    );
     assert_eq!(p.threshold, NhcThreshold::MinHealthy(IntOrPercent::Percent(51)));
     assert!(!p.escalating);
     let [step] = p.steps.as_slice() else { panic!("one step: {:?}", p.steps) };
