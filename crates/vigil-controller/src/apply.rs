@@ -137,6 +137,7 @@ pub fn event_reason(key: &CheckRef, kind: NoticeKind) -> &'static str {
         NoticeKind::RemediationBackoffEnded => "RemediationBackoffEnded",
         NoticeKind::FailureDomainShortCircuit => "FailureDomainShortCircuit",
         NoticeKind::FailureDomainResumed => "FailureDomainResumed",
+        NoticeKind::RemediationChosen => "RemediationChosen",
     }
 }
 

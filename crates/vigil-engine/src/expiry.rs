@@ -1,6 +1,6 @@
 //! When a target's unhealthy condition ran past its timeout: the instant the verdict became due,
 //! which the controller's detection-latency metric measures from. The same matching as the
-//! decisions: a condition matches a rule by type and status, and a stale one (its rule sets
+//! decisions: a condition matches a rule by type, status and any `reasons`, and a stale one (its rule sets
 //! `maxConditionAge` and its reporter went quiet, see [`crate::stale`]) matches nothing.
 
 use crate::stale::{Freshness, freshness};
@@ -23,7 +23,7 @@ pub fn expiry(rules: &[ConditionRule], node: &Node, now: Timestamp) -> Option<Ti
 
 /// When `c` ran past `rule`'s timeout, if it matches the rule and has a transition time.
 fn ran_out(c: &NodeCondition, rule: &ConditionRule) -> Option<Timestamp> {
-    if c.type_ != rule.type_ || c.status != rule.status {
+    if !crate::stale::matches(c, rule) {
         return None;
     }
     c.last_transition_time.as_ref().and_then(|t| t.0.checked_add(rule.timeout).ok())
@@ -72,6 +72,7 @@ mod tests {
             status: s.into(),
             timeout: SignedDuration::from_secs(secs),
             max_age: max_age.map(SignedDuration::from_secs),
+            ..ConditionRule::default()
         };
         let rules = [
             rule("Ready", "False", 300, None),

@@ -3,7 +3,7 @@
 
 use super::input::{MhcInput, NodeSource};
 use super::judge::{Verdict, counts_healthy, evaluate_with_node, machine_domain};
-use super::remediate::{Overlap, Started, remediate};
+use super::remediate::{Overlap, Request, Started, remediate};
 use super::status::{
     Builder, MachineWrites, backoff_status, report_domains, report_no_decision, report_pause, report_short_circuit,
     selected_elsewhere, stale_targets,
@@ -24,10 +24,10 @@ use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition};
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
-use vigil_api::machine_health_check::{BackedOffPool, RemediationRecord};
+use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, RemediationRecord};
 use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
-use vigil_api::validate::MhcPolicy;
+use vigil_api::validate::{MhcPolicy, TemplateRef};
 use vigil_api::views::{ClusterView, MachineView};
 use vigil_api::well_known::*;
 
@@ -90,9 +90,9 @@ pub fn decide_among_peers(
         let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(judged.domain_of.get(i).copied().flatten()));
         writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i]);
     }
-    let (held_elsewhere, backoff) = writer.report(&mut b, &mut wake);
+    let (held_elsewhere, backoff, chosen) = writer.report(&mut b, &mut wake);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
-    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale });
+    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, chosen });
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
@@ -102,6 +102,11 @@ pub fn decide_among_peers(
     }
     plan
 }
+
+/// The verdicts no condition rule makes: their incidents get the check's own remediation, and a
+/// record naming one stands for the incident (see [`crate::chosen::choose`]).
+const NO_RULE_VERDICTS: [Reason; 4] =
+    [Reason::HasRemediateAnnotation, Reason::MachineHasFailure, Reason::NodeDeleted, Reason::NodeStartupTimeout];
 
 /// A count as the status' `int32`.
 fn count(n: usize) -> i32 {
@@ -221,6 +226,10 @@ struct TargetWriter<'i, 'h> {
     ledger: Ledger<'i>,
     owned_elsewhere: BTreeMap<&'i CheckRef, Vec<String>>,
     healthy_condition: DesiredCondition,
+    /// Every template of the policy ([`MhcPolicy::templates`]), as the input's lists are ordered.
+    templates: Vec<&'i TemplateRef>,
+    /// With remediation per condition: the previous and the new `status.chosenRemediations`.
+    chosen: Option<(&'i [ChosenRemediation], Vec<ChosenRemediation>)>,
     now: Timestamp,
 }
 
@@ -244,6 +253,11 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             ledger: Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now),
             owned_elsewhere: BTreeMap::new(),
             healthy_condition: healthy_condition(),
+            templates: input.policy.templates(),
+            chosen: input
+                .policy
+                .per_rule_remediation()
+                .then(|| (previous.map_or(&[][..], |p| p.features.chosen_remediations.as_slice()), Vec::new())),
             now,
         }
     }
@@ -264,22 +278,31 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         }
         let mut writes = MachineWrites::new(machine);
         match verdict {
-            Verdict::Unhealthy { reason, message } => self.unhealthy(b, &mut writes, reason, message, may_start),
+            Verdict::Unhealthy { reason, message, rule } => {
+                self.unhealthy(b, &mut writes, reason, message, *rule, may_start)
+            }
             Verdict::Healthy => self.healthy(b, &mut writes, already_healthy),
-            Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => {}
+            // Not healthy yet: an incident's choice stands until the Machine is healthy again.
+            Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => {
+                if let Some((previous, chosen)) = &mut self.chosen {
+                    chosen.extend(crate::chosen::previous(previous, &machine.meta.name).cloned());
+                }
+            }
         }
         if let Some(action) = writes.into_action() {
             b.actions.push(action);
         }
     }
 
-    /// An unhealthy Machine: its verdict (told once), and its remediation when it may start.
+    /// An unhealthy Machine: its verdict (told once), the remediation its incident gets, and that
+    /// remediation when it may start.
     fn unhealthy(
         &mut self,
         b: &mut Builder<'_>,
         writes: &mut MachineWrites<'_>,
         reason: &Reason,
         message: &str,
+        rule: Option<usize>,
         may_start: bool,
     ) {
         let machine = writes.machine;
@@ -289,11 +312,59 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         if !was_unhealthy {
             b.notice(NoticeKind::Unhealthy, Some(key.clone()), reason.clone(), message);
         }
+        let request = self.request(b, machine, &key, reason, rule);
         if may_start {
-            let template_ref = self.input.policy.remediation_template.as_ref();
             let mut started = Started { overlap: &mut self.overlap, ledger: &mut self.ledger };
-            remediate(b, &mut started, writes, self.input, template_ref, machine, &key, self.now);
+            remediate(b, &mut started, writes, self.input, &request, machine, &key, self.now);
         }
+    }
+
+    /// What remediates an unhealthy Machine: the check's own remediation, or with remediation
+    /// per condition the one of the rule that started its incident (recorded on its remediation
+    /// object, else in the previous status, else the verdict's rule; see [`crate::chosen`]),
+    /// reported in the status and told when it is news.
+    fn request(
+        &mut self,
+        b: &mut Builder<'_>,
+        machine: &MachineView,
+        key: &str,
+        reason: &Reason,
+        rule: Option<usize>,
+    ) -> Request<'i> {
+        let policy = self.input.policy;
+        let Some((previous, chosen)) = &mut self.chosen else {
+            let template = policy.remediation_template.as_ref();
+            return Request { template: template.and_then(|t| self.index_of(t)).zip(template), rule: None };
+        };
+        let annotated = self
+            .input
+            .objects_named(machine)
+            .into_iter()
+            .filter(|o| made_for(o, machine))
+            .find_map(|o| o.meta.annotations.get(RULE_ANNOTATION))
+            .map(String::as_str);
+        let before = crate::chosen::previous(previous, &machine.meta.name);
+        let recorded = [annotated, before.map(|p| p.rule.as_str())];
+        let choice = crate::chosen::choose(&recorded, policy.rules(), &NO_RULE_VERDICTS, rule, reason.as_str());
+        let (template, remediation) = policy.remediation_of(choice.rule);
+        let (entry, notice) = crate::chosen::record(
+            &machine.meta.name,
+            key,
+            &format!("Machine {key}"),
+            &choice,
+            remediation,
+            before,
+            self.now,
+        );
+        chosen.push(entry);
+        b.notices.extend(notice);
+        let template = template.and_then(|t| self.templates.iter().position(|x| *x == t)).zip(template);
+        Request { template, rule: Some(choice.label) }
+    }
+
+    /// Where a template is in the input's lists.
+    fn index_of(&self, template: &TemplateRef) -> Option<usize> {
+        self.templates.iter().position(|t| *t == template)
     }
 
     /// A healthy Machine: `HealthCheckSucceeded=True` (news when it was unhealthy) and its
@@ -314,35 +385,34 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
                 );
             }
         }
-        if self.input.policy.remediation_template.is_some()
-            && let Some(object) = self.input.remediations.lookup(&machine.meta.name)
-            && made_for(object, machine)
-            && !object.meta.deleting
-        {
-            b.actions.push(Action::DeleteRemediation {
-                object: ObjectRef {
-                    api_version: object.meta.api_version.clone(),
-                    kind: object.meta.kind.clone(),
-                    namespace: object.meta.namespace.clone(),
-                    name: object.meta.name.clone(),
-                },
-                target: machine.meta.key(),
-            });
+        for object in self.input.objects_named(machine) {
+            if made_for(object, machine) && !object.meta.deleting {
+                b.actions.push(Action::DeleteRemediation {
+                    object: ObjectRef {
+                        api_version: object.meta.api_version.clone(),
+                        kind: object.meta.kind.clone(),
+                        namespace: object.meta.namespace.clone(),
+                        name: object.meta.name.clone(),
+                    },
+                    target: machine.meta.key(),
+                });
+            }
         }
     }
 
     /// The reports of the writes: waiting for other checks, Machines another check owns, the
     /// back-off; returns the holders to tell, and the back-off's history and pools.
+    #[allow(clippy::type_complexity)]
     fn report(
         self,
         b: &mut Builder<'_>,
         wake: &mut Earliest,
-    ) -> (Vec<crate::plan::HeldElsewhere>, (Vec<RemediationRecord>, Vec<BackedOffPool>)) {
+    ) -> (Vec<crate::plan::HeldElsewhere>, (Vec<RemediationRecord>, Vec<BackedOffPool>), Vec<ChosenRemediation>) {
         if let Some(waiting) = self.overlap.waits.condition() {
             b.condition(waiting, None, None);
         }
         selected_elsewhere(b, &self.owned_elsewhere);
         let backoff = backoff_status(b, self.ledger, self.input.policy, wake);
-        (self.overlap.waits.held_elsewhere, backoff)
+        (self.overlap.waits.held_elsewhere, backoff, self.chosen.map(|(_, c)| c).unwrap_or_default())
     }
 }

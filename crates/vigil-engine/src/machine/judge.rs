@@ -22,6 +22,10 @@ pub enum Verdict {
         reason: Reason,
         /// Why, for a person.
         message: String,
+        /// The condition rule that made it unhealthy, an index into `MhcPolicy::rules` (the
+        /// first in that order among those past their timeout); `None` for a verdict no rule
+        /// makes (deleted Node, `nodeStartupTimeout`, failure, annotation).
+        rule: Option<usize>,
     },
     /// A condition matches but its timeout has not passed; the verdict can change at `until`.
     Pending {
@@ -54,12 +58,14 @@ pub(super) fn deadline_passed(since: Timestamp, timeout: SignedDuration, now: Ti
 /// A condition as [`match_rules`] reads it: status, transition time, reason.
 pub(super) type Observed<'c> = (&'c str, Option<Timestamp>, &'c str);
 
-/// A rule that holds (no instant) or will hold at an instant, with the condition's reason.
-pub(super) type RuleMatch<'r, 'c> = (&'r ConditionRule, Option<Timestamp>, &'c str);
+/// A rule that holds (no instant) or will hold at an instant, with its index and the
+/// condition's reason.
+pub(super) type RuleMatch<'r, 'c> = (usize, &'r ConditionRule, Option<Timestamp>, &'c str);
 
-/// Checks a list of conditions against the rules: the first rule held past its timeout, or the
-/// earliest instant one will be (`Err`), or neither. A matching condition without a transition
-/// time cannot be timed and is reported as unreadable.
+/// Checks a list of conditions against the rules: the first rule (in spec order) held past its
+/// timeout, or the earliest instant one will be (`Err`), or neither. A condition matches a rule
+/// by type, status and, when the rule lists `reasons`, its reason; a matching condition without a
+/// transition time cannot be timed and is reported as unreadable.
 ///
 /// A rule that holds comes with the condition's reason (empty when it has none), which the
 /// message carries as upstream's does.
@@ -69,20 +75,20 @@ pub(super) fn match_rules<'r, 'c>(
     now: Timestamp,
 ) -> Result<Option<RuleMatch<'r, 'c>>, String> {
     let mut pending = Earliest::default();
-    for rule in rules {
+    for (i, rule) in rules.iter().enumerate() {
         let Some((status, since, why)) = find(&rule.type_) else { continue };
-        if status != rule.status {
+        if !rule.matches(&rule.type_, status, Some(why).filter(|w| !w.is_empty())) {
             continue;
         }
         let Some(since) = since else {
             return Err(format!("condition {} has no lastTransitionTime", rule.type_));
         };
         match deadline_passed(since, rule.timeout, now) {
-            Ok(()) => return Ok(Some((rule, None, why))),
+            Ok(()) => return Ok(Some((i, rule, None, why))),
             Err(at) => pending.offer(at),
         }
     }
-    Ok(pending.0.map(|at| (&rules[0], Some(at), "")).filter(|_| !rules.is_empty()))
+    Ok(pending.0.map(|at| (0, &rules[0], Some(at), "")).filter(|_| !rules.is_empty()))
 }
 
 /// Rule 2 of the spec, in its order: remediate annotation, failure, control plane not
@@ -123,6 +129,7 @@ pub(super) fn evaluate_with_node(
         (Some(name), None) => Verdict::Unhealthy {
             reason: Reason::NodeDeleted,
             message: format!("Health check failed: Node {name} has been deleted"),
+            rule: None,
         },
         (None, _) => node_startup(machine, cluster, policy, now, pending),
         (Some(name), Some(node)) => node_conditions(name, node, policy, now, pending),
@@ -145,12 +152,14 @@ fn before_conditions(machine: &MachineView, has_node: bool, cluster: &ClusterVie
             message: format!(
                 "Health check failed: marked for remediation via the {REMEDIATE_MACHINE_ANNOTATION} annotation"
             ),
+            rule: None,
         });
     }
     if let Some(failure) = &machine.failure {
         return Some(Verdict::Unhealthy {
             reason: Reason::MachineHasFailure,
             message: format!("Health check failed: Machine has failed: {failure}"),
+            rule: None,
         });
     }
     if !cluster.control_plane_initialized && !machine.is_control_plane() {
@@ -186,7 +195,7 @@ fn machine_conditions(
     );
     match found {
         Err(why) => Some(Verdict::NotEvaluated { why: format!("Machine {why}"), counts_healthy: false }),
-        Ok(Some((rule, None, why))) => Some(Verdict::Unhealthy {
+        Ok(Some((i, rule, None, why))) => Some(Verdict::Unhealthy {
             reason: Reason::UnhealthyMachine,
             message: format!(
                 "Health check failed: Condition {} on Machine {} is reporting status {}{} for more than {}",
@@ -196,8 +205,9 @@ fn machine_conditions(
                 with_reason(why),
                 format_go_duration(rule.timeout)
             ),
+            rule: Some(i),
         }),
-        Ok(Some((_, Some(at), _))) => {
+        Ok(Some((_, _, Some(at), _))) => {
             pending.offer(at);
             None
         }
@@ -242,6 +252,7 @@ fn node_startup(
         Ok(()) => Verdict::Unhealthy {
             reason: Reason::NodeStartupTimeout,
             message: format!("Health check failed: Node failed to report startup in {}", format_go_duration(timeout)),
+            rule: None,
         },
         Err(at) => {
             pending.offer(at);
@@ -270,7 +281,7 @@ fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, 
     );
     match found {
         Err(why) => Verdict::NotEvaluated { why: format!("Node {name} {why}"), counts_healthy: false },
-        Ok(Some((rule, None, why))) => Verdict::Unhealthy {
+        Ok(Some((i, rule, None, why))) => Verdict::Unhealthy {
             reason: Reason::UnhealthyNode,
             message: format!(
                 "Health check failed: Condition {} on Node {name} is reporting status {}{} for more than {}",
@@ -279,8 +290,9 @@ fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, 
                 with_reason(why),
                 format_go_duration(rule.timeout)
             ),
+            rule: Some(policy.machine_conditions.len() + i),
         },
-        Ok(Some((_, Some(at), _))) => {
+        Ok(Some((_, _, Some(at), _))) => {
             pending.offer(at);
             Verdict::Pending { until: pending.0.unwrap_or(at) }
         }

@@ -8,20 +8,26 @@ use crate::backoff::{self, Gate, Ledger};
 use crate::holders::{Holders, Waits};
 use crate::plan::{Action, NoticeKind};
 use crate::target::Target;
+use crate::target::made_for;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::DesiredCondition;
 use vigil_api::reason::Reason;
-use vigil_api::validate::MhcPolicy;
+use vigil_api::validate::{MhcPolicy, TemplateRef};
 use vigil_api::views::{MachineView, TemplateView};
 use vigil_api::well_known::*;
 
-/// The remediation object for `machine` from `template`, or why it cannot be built.
-pub fn remediation_object(policy: &MhcPolicy, template: &TemplateView, machine: &MachineView) -> Result<Value, String> {
-    let Some(template_ref) = &policy.remediation_template else {
-        return Err("the check has no remediation template".into());
-    };
+/// The remediation object for `machine` from the template `template_ref` (found as `template`),
+/// or why it cannot be built; `rule` (remediation per condition) is recorded on it as
+/// [`RULE_ANNOTATION`].
+pub fn remediation_object(
+    policy: &MhcPolicy,
+    template_ref: &TemplateRef,
+    template: &TemplateView,
+    machine: &MachineView,
+    rule: Option<&str>,
+) -> Result<Value, String> {
     let Some(body) = &template.template else {
         return Err(format!("{template_ref} has no spec.template"));
     };
@@ -45,10 +51,22 @@ pub fn remediation_object(policy: &MhcPolicy, template: &TemplateView, machine: 
             "ownerReferences": [owner],
         },
     });
+    if let Some(rule) = rule {
+        object["metadata"]["annotations"] = json!({ RULE_ANNOTATION: rule });
+    }
     if let Some(spec) = body.get("spec") {
         object["spec"] = spec.clone();
     }
     Ok(object)
+}
+
+/// What one unhealthy Machine's remediation is: its template (with its place in the input's
+/// lists; `None`: the owner), and with remediation per condition the rule that chose it.
+pub(super) struct Request<'p> {
+    pub(super) template: Option<(usize, &'p TemplateRef)>,
+    /// The rule's label ([`vigil_api::validate::ConditionRule::label`]), when remediation per
+    /// condition is on: then a remediation that started is never followed by another.
+    pub(super) rule: Option<String>,
 }
 
 /// What other checks hold, as one MachineHealthCheck decision sees it.
@@ -106,24 +124,48 @@ impl Started<'_, '_, '_> {
 
 /// Requests remediation of one unhealthy Machine (rule 4): from its owner without a template,
 /// else from a remediator through an object made from the template. A deleting Machine is left
-/// to its deletion.
+/// to its deletion. With remediation per condition, an incident whose remediation started stays
+/// with it: a Machine whose owner was asked during the incident gets no object, and one with a
+/// remediation object is not handed to its owner ([`started_otherwise`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn remediate(
     b: &mut Builder<'_>,
     started: &mut Started<'_, '_, '_>,
     writes: &mut MachineWrites<'_>,
     input: &MhcInput<'_>,
-    template_ref: Option<&vigil_api::validate::TemplateRef>,
+    request: &Request<'_>,
     machine: &MachineView,
     key: &str,
     now: Timestamp,
 ) {
-    if machine.meta.deleting {
+    if machine.meta.deleting || (request.rule.is_some() && started_otherwise(input, request, writes)) {
         return;
     }
-    match template_ref {
+    match request.template {
         None => ask_owner(b, started, writes, input, machine, key, now),
-        Some(template_ref) => ask_remediator(b, started, writes, input, template_ref, machine, key, now),
+        Some(template) => ask_remediator(b, started, writes, input, template, request, machine, key, now),
+    }
+}
+
+/// Whether the Machine's incident already has a remediation other than `request`'s, read from the
+/// Machine and the objects alone (so a lost status write cannot make a second one): its owner was
+/// asked since the incident began (`OwnerRemediated=False` no older than `HealthCheckSucceeded=False`),
+/// or a remediation object made for it exists.
+fn started_otherwise(input: &MhcInput<'_>, request: &Request<'_>, writes: &MachineWrites<'_>) -> bool {
+    let machine = writes.machine;
+    match request.template {
+        Some(_) => {
+            let incident = writes
+                .current(HEALTH_CHECK_SUCCEEDED)
+                .filter(|c| c.status == ConditionStatus::False)
+                .and_then(|c| c.last_transition_time);
+            let asked = writes
+                .current(OWNER_REMEDIATED)
+                .filter(|c| c.status == ConditionStatus::False)
+                .and_then(|c| c.last_transition_time);
+            matches!((incident, asked), (Some(i), Some(a)) if a >= i)
+        }
+        None => input.objects_named(machine).into_iter().any(|o| made_for(o, machine)),
     }
 }
 
@@ -162,7 +204,8 @@ fn ask_remediator(
     started: &mut Started<'_, '_, '_>,
     writes: &mut MachineWrites<'_>,
     input: &MhcInput<'_>,
-    template_ref: &vigil_api::validate::TemplateRef,
+    (index, template_ref): (usize, &TemplateRef),
+    request: &Request<'_>,
     machine: &MachineView,
     key: &str,
     now: Timestamp,
@@ -174,14 +217,14 @@ fn ask_remediator(
             b.notice(NoticeKind::RemediationSkipped, Some(key.to_string()), reason, message);
         }
     };
-    let Some(template) = input.template else {
+    let Some(template) = input.templates.get(index).copied().flatten() else {
         return refuse(
             b,
             Reason::RemediationTemplateNotFound,
             format!("Remediation template {template_ref} not found"),
         );
     };
-    if input.remediations.lookup(&machine.meta.name).is_some() {
+    if !input.objects_named(machine).is_empty() {
         // Already requested: leave it to the remediator, and go on with the other Machines.
         writes.set(waiting(), now);
         return;
@@ -189,7 +232,7 @@ fn ask_remediator(
     if started.overlap.held_elsewhere(b, machine, key) {
         return;
     }
-    match remediation_object(input.policy, template, machine) {
+    match remediation_object(input.policy, template_ref, template, machine, request.rule.as_deref()) {
         Ok(_) if !started.backoff_allows(input, machine) => {}
         Ok(object) => {
             writes.set(waiting(), now);

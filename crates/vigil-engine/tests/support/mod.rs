@@ -19,6 +19,7 @@ use vigil_api::machine_health_check::MachineHealthCheckStatus;
 use vigil_api::validate::{self, MhcPolicy};
 use vigil_api::views::{CapiVersion, ClusterView, MachineView, RemediationView, TemplateView};
 use vigil_api::well_known::{CLUSTER_NAME_LABEL, CONTROL_PLANE_MACHINE_LABEL};
+use vigil_engine::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::machine_write::{apply_merge_patch, machine_status_patch};
 use vigil_engine::plan::{Action, NoticeKind, Plan};
@@ -501,6 +502,11 @@ pub fn remediation_json(namespace: &str, name: &str, owner_kind: &str, owner_nam
     })
 }
 
+/// Per-template object maps as the engine takes them: one lookup each.
+pub fn lookups<'a>(maps: &'a [HashMap<String, &'a RemediationView>]) -> Vec<&'a dyn Lookup<RemediationView>> {
+    maps.iter().map(|m| m as &dyn Lookup<RemediationView>).collect()
+}
+
 /// Remediation objects by name: the `Lookup<RemediationView>` the engine takes.
 pub fn remediation_map(objects: impl IntoIterator<Item = Value>) -> HashMap<String, RemediationView> {
     objects
@@ -577,7 +583,9 @@ pub struct MhcWorld {
     pub unreachable: Option<String>,
     /// The remediation template as found (`None`: not found or not named).
     pub template: Option<TemplateView>,
-    /// Remediation objects in the check's namespace, by name.
+    /// Other templates found (a rule's own, with remediation per condition).
+    pub other_templates: Vec<TemplateView>,
+    /// Remediation objects in the check's namespace (of any kind), by name.
     pub remediations: HashMap<String, RemediationView>,
 }
 
@@ -593,6 +601,7 @@ impl MhcWorld {
             nodes: HashMap::new(),
             unreachable: None,
             template: None,
+            other_templates: Vec::new(),
             remediations: HashMap::new(),
         }
     }
@@ -669,16 +678,43 @@ impl MhcWorld {
             Some(why) => NodeSource::Unreachable(why),
             None => NodeSource::Reachable(&self.nodes),
         };
+        let (templates, maps) = self.sources(&policy);
+        let remediations = lookups(&maps);
         let input = MhcInput {
             check: &check,
             policy: &policy,
             cluster: cluster.as_ref(),
             machines: &refs,
             nodes,
-            template: self.template.as_ref(),
-            remediations: &self.remediations,
+            templates: &templates,
+            remediations: &remediations,
         };
         machine::decide(&input, now)
+    }
+
+    /// What the engine reads for `policy`'s templates (its own and its rules'), in
+    /// `MhcPolicy::templates` order: each template as found (by kind and name), and the objects
+    /// of its remediation kind by name.
+    #[allow(clippy::type_complexity)]
+    pub fn sources(&self, policy: &MhcPolicy) -> (Vec<Option<&TemplateView>>, Vec<HashMap<String, &RemediationView>>) {
+        policy
+            .templates()
+            .into_iter()
+            .map(|t| {
+                let found = self
+                    .template
+                    .iter()
+                    .chain(&self.other_templates)
+                    .find(|v| v.meta.kind == t.kind && v.meta.name == t.name);
+                let objects = self
+                    .remediations
+                    .iter()
+                    .filter(|(_, o)| o.meta.kind == t.remediation_kind())
+                    .map(|(name, o)| (name.clone(), o))
+                    .collect();
+                (found, objects)
+            })
+            .unzip()
     }
 
     /// Applies a plan as the controller would: the status is written, Machine conditions are
