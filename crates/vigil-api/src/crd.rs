@@ -918,6 +918,11 @@ mod tests {
             (&["spec", "unhealthyConditions", "[]"], "!has(self.maxConditionAge) || self.type != 'Ready'"),
             (&["spec", "unhealthyConditions", "[]", "maxConditionAge"], "duration(self) >= duration('1m')"),
             (&["spec", "unhealthyMachineConditions", "[]"], "!has(self.maxConditionAge)"),
+            (&["spec", "unhealthyConditions", "[]", "reasons"], "size(self) > 0"),
+            (&["spec", "unhealthyConditions", "[]", "reasons", "[]"], "self.trim() != ''"),
+            (&["spec", "unhealthyMachineConditions", "[]", "reasons"], "size(self) > 0"),
+            (&["spec", "unhealthyConditions", "[]", "remediationTemplate", "kind"], "self.endsWith('Template')"),
+            (&["spec", "unhealthyMachineConditions", "[]", "remediationTemplate", "apiVersion"], "self.contains('/')"),
         ];
         for (path, rule) in table {
             let rules = rules_at(schema, path);
@@ -925,6 +930,15 @@ mod tests {
         }
         // A MachineHealthCheck's template lives in its own namespace: no namespace required.
         assert!(rules_at(schema, &["spec", "remediationTemplate"]).is_empty());
+        assert!(rules_at(schema, &["spec", "unhealthyConditions", "[]", "remediationTemplate"]).is_empty());
+        // A repeated reason is refused by the list type (no CEL cost), naming the duplicate.
+        for list in ["unhealthyConditions", "unhealthyMachineConditions"] {
+            assert_eq!(node(schema, &["spec", list, "[]", "reasons"])["x-kubernetes-list-type"], "set", "{list}");
+        }
+        // A MachineHealthCheck rule has no escalation of its own.
+        assert!(
+            node(schema, &["spec", "unhealthyConditions", "[]"])["properties"].get("escalatingRemediations").is_none()
+        );
         for path in [&["spec", "nodeStartupTimeout"][..], &["spec", "unhealthyConditions", "[]", "timeout"]] {
             assert_eq!(node(schema, path)["pattern"], GO_DURATION_PATTERN, "{path:?}");
         }
@@ -961,11 +975,32 @@ mod tests {
             (&["spec", "backoff", "poolLabel"], "self.matches("),
             (&["spec", "unhealthyConditions", "[]"], "!has(self.maxConditionAge) || self.type != 'Ready'"),
             (&["spec", "unhealthyConditions", "[]", "maxConditionAge"], "duration(self) >= duration('1m')"),
+            (&["spec", "unhealthyConditions", "[]", "reasons"], "size(self) > 0"),
+            (
+                &["spec", "unhealthyConditions", "[]"],
+                "!has(self.remediationTemplate) || !has(self.escalatingRemediations)",
+            ),
+            (&["spec", "unhealthyConditions", "[]", "remediationTemplate"], "has(self.namespace)"),
+            (&["spec", "unhealthyConditions", "[]", "remediationTemplate", "kind"], "self.endsWith('Template')"),
+            (
+                &["spec", "unhealthyConditions", "[]", "escalatingRemediations"],
+                "self.all(x, self.exists_one(y, y.order == x.order))",
+            ),
+            (
+                &["spec", "unhealthyConditions", "[]", "escalatingRemediations", "[]", "timeout"],
+                "duration(self) >= duration('1m')",
+            ),
+            (
+                &["spec", "unhealthyConditions", "[]", "escalatingRemediations", "[]", "remediationTemplate"],
+                "has(self.namespace)",
+            ),
+            (&["spec"], "!self.unhealthyConditions.exists(r,"),
         ];
         for (path, rule) in table {
             let rules = rules_at(schema, path);
             assert!(rules.iter().any(|r| r.contains(rule)), "{path:?}: no rule with {rule:?} in {rules:?}");
         }
+        assert_eq!(node(schema, &["spec", "unhealthyConditions", "[]", "reasons"])["x-kubernetes-list-type"], "set");
         // A negative healthyDelay is meaningful: only the format is checked.
         assert!(rules_at(schema, &["spec", "healthyDelay"]).is_empty());
         assert_eq!(node(schema, &["spec", "healthyDelay"])["pattern"], GO_DURATION_PATTERN);
