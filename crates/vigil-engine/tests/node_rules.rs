@@ -59,6 +59,13 @@ impl NodeB {
         self.0["status"]["conditions"].as_array_mut().expect("list").push(c);
         self
     }
+    fn cond_reason(mut self, type_: &str, status: &str, reason: &str, since: Timestamp) -> Self {
+        self = self.cond(type_, status, Some(since));
+        if let Some(c) = self.0["status"]["conditions"].as_array_mut().and_then(|l| l.last_mut()) {
+            c["reason"] = json!(reason);
+        }
+        self
+    }
     fn ready(self, status: &str, since: Timestamp) -> Self {
         self.cond("Ready", status, Some(since))
     }
@@ -139,8 +146,7 @@ fn world(spec: Value, nodes: Vec<Node>) -> World {
     .expect("check");
     let policy = vigil_api::validate::node_health_check(&check).expect("valid spec");
     let templates = policy
-        .steps
-        .iter()
+        .all_steps()
         .map(|s| Some(template_view(&s.template.api_version, &s.template.kind, &s.template.name)))
         .collect();
     World { check, nodes, templates, objects: Vec::new(), seq: 0 }
@@ -1294,4 +1300,241 @@ fn rule12_next_wake_takes_the_earliest_of_timers_of_every_kind() {
     w.set_node(node("n2").ready("False", at(150)).build()); // pending until 450
     let p = w.decide(at(400));
     assert_eq!(p.next_wake, Some(ns1(at(450))));
+}
+
+// ---------------------------------------------------------------- reason-aware rules and remediation per condition
+
+const MDR_API: &str = "machine-deletion-remediation.medik8s.io/v1alpha1";
+const RULE_ANNOTATION: &str = "vigil.dev/rule";
+const KERNEL: &str = "spec.unhealthyConditions[1] KernelDeadlock=True";
+const DISK: &str = "spec.unhealthyConditions[2] DiskFailing=True";
+const READY: &str = "spec.unhealthyConditions[0] Ready=False";
+
+fn mdr_ref() -> Value {
+    json!({"apiVersion": MDR_API, "kind": "MachineDeletionRemediationTemplate", "name": "replace", "namespace": NS})
+}
+
+/// The check's own remediation is SNR; a `KernelDeadlock=True` with reason `KernelHasDeadlock`
+/// for 60s gets FAR; a `DiskFailing=True` for 60s gets SNR for 5m, then MDR.
+fn per_rule_spec() -> Value {
+    spec(json!({"unhealthyConditions": [
+        {"type": "Ready", "status": "False", "duration": "300s"},
+        {"type": "KernelDeadlock", "status": "True", "duration": "60s", "reasons": ["KernelHasDeadlock"],
+         "remediationTemplate": far_ref()},
+        {"type": "DiskFailing", "status": "True", "duration": "60s", "escalatingRemediations": [
+            {"remediationTemplate": snr_ref(), "order": 1, "timeout": "5m"},
+            {"remediationTemplate": mdr_ref(), "order": 2, "timeout": "10m"}]},
+    ]}))
+}
+
+/// `n1` with `Ready=True` and the given `(type, status, reason, since)` conditions, and two
+/// healthy Nodes (so the 51% threshold allows one remediation).
+fn per_rule_world(conditions: &[(&str, &str, &str, Timestamp)]) -> World {
+    world(per_rule_spec(), vec![n1_with(("True", t0()), conditions), healthy("n2"), healthy("n3")])
+}
+
+fn n1_with(ready: (&str, Timestamp), conditions: &[(&str, &str, &str, Timestamp)]) -> Node {
+    let mut n = node("n1").ready(ready.0, ready.1);
+    for (t, st, r, since) in conditions {
+        n = n.cond_reason(t, st, r, *since);
+    }
+    n.build()
+}
+
+fn chosen(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String, String)> {
+    plan.status
+        .features
+        .chosen_remediations
+        .iter()
+        .map(|c| (c.name.clone(), c.rule.clone(), c.remediation.clone()))
+        .collect()
+}
+
+fn rule_annotations(plan: &Plan<NodeHealthCheckStatus>) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateRemediation { object, .. } => {
+                Some(object["metadata"]["annotations"][RULE_ANNOTATION].as_str().unwrap_or("<none>").to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+const FAR_REMEDIATION: &str =
+    "spec.unhealthyConditions[1].remediationTemplate (FenceAgentsRemediationTemplate medik8s/far)";
+const DISK_REMEDIATION: &str = "spec.unhealthyConditions[2].escalatingRemediations (SelfNodeRemediationTemplate medik8s/snr, then MachineDeletionRemediationTemplate medik8s/replace)";
+const OWN_REMEDIATION: &str = "spec.remediationTemplate (SelfNodeRemediationTemplate medik8s/snr)";
+
+#[test]
+fn reasons_decide_whether_a_node_condition_matches_a_rule() {
+    // (what, KernelDeadlock's reason, what is created at 61s)
+    let rows: [(&str, Option<&str>, Vec<(String, String)>); 4] = [
+        ("a listed reason matches", Some("KernelHasDeadlock"), vec![("FenceAgentsRemediation".into(), "n1".into())]),
+        ("another reason does not", Some("DockerHung"), vec![]),
+        ("reasons compare exactly", Some("kernelHasDeadlock"), vec![]),
+        ("no reason matches no rule with reasons", None, vec![]),
+    ];
+    for (what, reason, want) in rows {
+        let n = match reason {
+            Some(r) => n1_with(("True", t0()), &[("KernelDeadlock", "True", r, t0())]),
+            None => node("n1").ready("True", t0()).cond("KernelDeadlock", "True", Some(t0())).build(),
+        };
+        let w = world(per_rule_spec(), vec![n, healthy("n2"), healthy("n3")]);
+        let plan = w.decide(at(61));
+        assert_eq!(created(&plan), want, "{what}");
+        assert_eq!(plan.status.healthy_nodes, if want.is_empty() { 3 } else { 2 }, "{what}");
+    }
+    // Without reasons (medik8s' rule) any reason matches.
+    let any = spec(json!({"unhealthyConditions": [{"type": "KernelDeadlock", "status": "True", "duration": "60s"}]}));
+    let w = world(
+        any,
+        vec![n1_with(("True", t0()), &[("KernelDeadlock", "True", "DockerHung", t0())]), healthy("n2"), healthy("n3")],
+    );
+    assert_eq!(created_targets(&w.decide(at(61))), ["n1"]);
+    // The timer is the condition's lastTransitionTime: a listed reason that replaced another
+    // without a status change (the transition time kept) matches at once.
+    let w = per_rule_world(&[("KernelDeadlock", "True", "KernelHasDeadlock", t0())]);
+    assert_eq!(created_targets(&w.decide(at(3600))), ["n1"]);
+}
+
+/// The stale-signal guard applies to the conditions a rule matches, reasons included: a
+/// condition whose reason the guarded rule does not list is neither matched nor reported stale.
+#[test]
+fn the_stale_guard_reads_the_same_reasons() {
+    let guarded = spec(json!({"unhealthyConditions": [{"type": "KernelDeadlock", "status": "True", "duration": "60s",
+        "reasons": ["KernelHasDeadlock"], "maxConditionAge": "3m"}]}));
+    // Heartbeat at t0 (the builder's), 10m ago at 600s: stale if matched.
+    for (reason, stale) in [("KernelHasDeadlock", 1), ("DockerHung", 0)] {
+        let w = world(
+            guarded.clone(),
+            vec![n1_with(("True", t0()), &[("KernelDeadlock", "True", reason, t0())]), healthy("n2")],
+        );
+        let plan = w.decide(at(600));
+        assert_eq!(plan.status.features.stale_target_count, stale, "{reason}");
+        assert!(created(&plan).is_empty(), "{reason}: stale or not matched, never remediated");
+    }
+}
+
+#[test]
+fn a_rules_own_remediation_is_used_for_the_nodes_it_made_unhealthy_and_reported() {
+    // (what, n1's conditions, Ready, what is created at the instant, the chosen rule and remediation)
+    type Row<'a> =
+        (&'a str, Vec<(&'a str, &'a str, &'a str, Timestamp)>, &'a str, Timestamp, &'a str, &'a str, &'a str);
+    let rows: Vec<Row<'_>> = vec![
+        (
+            "the rule's template",
+            vec![("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+            "True",
+            at(61),
+            "FenceAgentsRemediation",
+            KERNEL,
+            FAR_REMEDIATION,
+        ),
+        (
+            "the rule's escalation, first step",
+            vec![("DiskFailing", "True", "SmartError", t0())],
+            "True",
+            at(61),
+            "SelfNodeRemediation",
+            DISK,
+            DISK_REMEDIATION,
+        ),
+        (
+            "a rule without its own: the check's",
+            vec![],
+            "False",
+            at(301),
+            "SelfNodeRemediation",
+            READY,
+            OWN_REMEDIATION,
+        ),
+        (
+            "several match: the first in spec order",
+            vec![("DiskFailing", "True", "SmartError", t0()), ("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+            "False",
+            at(301),
+            "SelfNodeRemediation",
+            READY,
+            OWN_REMEDIATION,
+        ),
+        (
+            "KernelDeadlock before DiskFailing",
+            vec![("DiskFailing", "True", "SmartError", t0()), ("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+            "True",
+            at(61),
+            "FenceAgentsRemediation",
+            KERNEL,
+            FAR_REMEDIATION,
+        ),
+    ];
+    for (what, conditions, ready, now, kind, rule, remediation) in rows {
+        let w = world(per_rule_spec(), vec![n1_with((ready, t0()), &conditions), healthy("n2"), healthy("n3")]);
+        let plan = w.decide(now);
+        assert_eq!(created(&plan), [(kind.to_string(), "n1".to_string())], "{what}");
+        assert_eq!(rule_annotations(&plan), [rule], "{what}: the choice is on the object");
+        assert_eq!(chosen(&plan), [("n1".to_string(), rule.to_string(), remediation.to_string())], "{what}");
+        let told: Vec<_> = plan.notices.iter().filter(|n| n.kind == NoticeKind::RemediationChosen).collect();
+        assert_eq!(told.len(), 1, "{what}");
+        assert!(told[0].message.contains(rule) && told[0].message.contains(remediation), "{what}: {}", told[0].message);
+        assert_eq!(told[0].reason.as_str(), "RemediationChosen");
+    }
+    // Off by default: no report, no annotation of Vigil's.
+    let w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+    let plan = w.decide(ns1(at(300)));
+    assert_eq!(rule_annotations(&plan), ["<none>"]);
+    assert!(chosen(&plan).is_empty());
+    assert!(plan.notices.iter().all(|n| n.kind != NoticeKind::RemediationChosen));
+}
+
+// Over 80 lines on purpose: one incident told as a story, each step's expectations next to it.
+#[test]
+fn a_chosen_escalation_goes_on_when_another_rule_starts_matching_and_across_a_lost_status() {
+    // DiskFailing at t0: the rule's escalation starts with SNR at 61s.
+    let mut w = per_rule_world(&[("DiskFailing", "True", "SmartError", t0())]);
+    let p = w.step(at(61));
+    assert_eq!(created(&p), [("SelfNodeRemediation".to_string(), "n1".to_string())]);
+    // Ready=False since t0 (rule 0, the check's own SNR, which never escalates) holds from 301s.
+    w.set_node(n1_with(("False", t0()), &[("DiskFailing", "True", "SmartError", t0())]));
+    let p = w.step(at(302));
+    assert!(created(&p).is_empty(), "nothing on top of the running step");
+    assert_eq!(chosen(&p)[0].1, DISK);
+    assert!(p.notices.iter().all(|n| n.kind != NoticeKind::RemediationChosen), "nothing new to tell");
+    // The status is lost before the step times out: the object's annotation keeps the rule.
+    w.check.status = None;
+    let p = w.step(at(303));
+    assert_eq!(chosen(&p)[0].1, DISK);
+    assert!(created(&p).is_empty());
+    // 61s + 5m: SNR gave up, the rule's next step (MDR) starts. The check's own would have none.
+    let p = w.step(ns1(at(361)));
+    assert_eq!(created(&p), [("MachineDeletionRemediation".to_string(), "n1".to_string())]);
+    assert_eq!(rule_annotations(&p), [DISK]);
+    assert!(p.notices.iter().all(|n| n.kind != NoticeKind::NoTemplateLeft));
+}
+
+#[test]
+fn a_choice_made_while_remediation_is_blocked_is_kept_until_it_starts() {
+    // n1 (KernelDeadlock) and n2 (Ready=False) unhealthy: 1 of 3 healthy, below 51%: blocked.
+    let n2_sick = node("n2").ready("False", t0()).build();
+    let mut w = world(
+        per_rule_spec(),
+        vec![n1_with(("True", t0()), &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())]), n2_sick, healthy("n3")],
+    );
+    let p = w.step(at(301));
+    assert!(created(&p).is_empty());
+    assert_eq!(
+        chosen(&p).iter().map(|c| (c.0.as_str(), c.1.as_str())).collect::<Vec<_>>(),
+        [("n1", KERNEL), ("n2", READY)]
+    );
+    // n1's Ready turns False too (rule 0, earlier in spec order); then n2 recovers.
+    w.set_node(n1_with(("False", at(400)), &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())]));
+    w.step(at(701));
+    w.set_node(healthy("n2"));
+    let p = w.step(at(702));
+    assert_eq!(
+        created(&p),
+        [("FenceAgentsRemediation".to_string(), "n1".to_string())],
+        "the incident's rule, not rule 0"
+    );
 }

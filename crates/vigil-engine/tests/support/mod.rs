@@ -201,6 +201,14 @@ impl MachineJson {
         self
     }
 
+    /// Adds a condition with `reason` to `status.conditions` (reason-aware rules).
+    pub fn condition_with_reason(mut self, type_: &str, status: &str, reason: &str, since: Timestamp) -> Self {
+        let mut c = condition_json(type_, status, since);
+        c["reason"] = json!(reason);
+        self.conditions.push(c);
+        self
+    }
+
     /// Adds a raw condition entry to `status.conditions`.
     pub fn raw_condition(mut self, condition: Value) -> Self {
         self.conditions.push(condition);
@@ -404,6 +412,23 @@ impl NodeBuilder {
     /// Adds a condition that last changed at `since`.
     pub fn condition(self, type_: &str, status: &str, since: Timestamp) -> Self {
         self.condition_at(type_, status, Some(since))
+    }
+
+    /// Takes the reason off the last condition added.
+    pub fn without_reason(mut self) -> Self {
+        if let Some(c) = self.conditions.last_mut() {
+            c.reason = None;
+        }
+        self
+    }
+
+    /// Adds a condition with `reason` that last changed at `since` (reason-aware rules).
+    pub fn condition_with_reason(mut self, type_: &str, status: &str, reason: &str, since: Timestamp) -> Self {
+        self = self.condition(type_, status, since);
+        if let Some(c) = self.conditions.last_mut() {
+            c.reason = Some(reason.into());
+        }
+        self
     }
 
     /// `Ready` with `status` since `since`.
