@@ -126,7 +126,8 @@ mod tests {
         let fixed = [Reason::NodeStartupTimeout];
         let b = "spec.unhealthyConditions[1] B=True";
         // (recorded labels, the verdict's rule, expected rule and label)
-        let cases: [(&[Option<&str>], Option<usize>, Option<usize>, &str); 6] = [
+        type Row<'a> = (&'a [Option<&'a str>], Option<usize>, Option<usize>, &'a str);
+        let cases: [Row<'_>; 6] = [
             (&[None, None], Some(0), Some(0), "spec.unhealthyConditions[0] A=True"),
             (&[Some(b), None], Some(0), Some(1), b),
             (&[None, Some(b)], Some(0), Some(1), b),

@@ -1369,14 +1369,15 @@ const OWN_REMEDIATION: &str = "spec.remediationTemplate (SelfNodeRemediationTemp
 
 #[test]
 fn reasons_decide_whether_a_node_condition_matches_a_rule() {
-    // (what, KernelDeadlock's reason, what is created at 61s)
-    let rows: [(&str, Option<&str>, Vec<(String, String)>); 4] = [
-        ("a listed reason matches", Some("KernelHasDeadlock"), vec![("FenceAgentsRemediation".into(), "n1".into())]),
-        ("another reason does not", Some("DockerHung"), vec![]),
-        ("reasons compare exactly", Some("kernelHasDeadlock"), vec![]),
-        ("no reason matches no rule with reasons", None, vec![]),
+    // (what, KernelDeadlock's reason, the kind created at 61s)
+    let rows = [
+        ("a listed reason matches", Some("KernelHasDeadlock"), Some("FenceAgentsRemediation")),
+        ("another reason does not", Some("DockerHung"), None),
+        ("reasons compare exactly", Some("kernelHasDeadlock"), None),
+        ("no reason matches no rule with reasons", None, None),
     ];
-    for (what, reason, want) in rows {
+    for (what, reason, kind) in rows {
+        let want: Vec<(String, String)> = kind.map(|k| (k.to_string(), "n1".to_string())).into_iter().collect();
         let n = match reason {
             Some(r) => n1_with(("True", t0()), &[("KernelDeadlock", "True", r, t0())]),
             None => node("n1").ready("True", t0()).cond("KernelDeadlock", "True", Some(t0())).build(),
