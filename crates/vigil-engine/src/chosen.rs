@@ -96,6 +96,31 @@ pub fn record(
     (ChosenRemediation { name: name.to_string(), rule: choice.label.clone(), remediation, since }, notice)
 }
 
+/// The entry of target `name` whose incident goes on without a verdict that chooses (pending,
+/// recovering): the previous one, else one rebuilt from its object's `annotated` rule when that
+/// still names one of `rules` (`remediation` words that rule's remediation), so a lost status
+/// is reported again; nothing is told.
+pub fn kept<'r>(
+    name: &str,
+    previous: Option<&ChosenRemediation>,
+    annotated: Option<&str>,
+    mut rules: impl Iterator<Item = &'r ConditionRule>,
+    remediation: impl FnOnce(usize) -> String,
+    now: Timestamp,
+) -> Option<ChosenRemediation> {
+    if let Some(p) = previous {
+        return Some(p.clone());
+    }
+    let label = annotated?;
+    let i = rules.position(|r| r.label() == label)?;
+    Some(ChosenRemediation {
+        name: name.to_string(),
+        rule: label.to_string(),
+        remediation: remediation(i),
+        since: Time(now),
+    })
+}
+
 /// The status list: the first [`LISTED_CHOSEN`] entries by name.
 pub fn listed(mut entries: Vec<ChosenRemediation>) -> Vec<ChosenRemediation> {
     if !entries.is_sorted_by(|a, b| a.name <= b.name) {

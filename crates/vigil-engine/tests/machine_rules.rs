@@ -1766,7 +1766,7 @@ fn a_chosen_remediation_does_not_switch_mid_incident_even_across_a_lost_status()
 
 /// The other way round: the owner was asked for rule 0's incident; rule 1 starting to match (and
 /// rule 0 stopping) never adds an object, kept by the status and, with the status lost, by the
-/// Machine's own `OwnerRemediated=False` written during the incident.
+/// Machine's own `OwnerRemediated=False` (its owner reads that as a request, whenever written).
 #[test]
 fn an_owner_request_is_never_followed_by_an_object_in_the_same_incident() {
     let mut w = with_node_conditions(per_rule_world(), ("False", t0()), &[]);
@@ -1788,5 +1788,9 @@ fn an_owner_request_is_never_followed_by_an_object_in_the_same_incident() {
     w.status = None;
     let plan = w.decide(at(600));
     assert!(creates(&plan).is_empty(), "without the status the Machine's OwnerRemediated=False still says it started");
-    assert_eq!(chosen(&plan), chosen_entry(KERNEL_RULE, REBOOT), "chosen anew, reported, but not started");
+    assert_eq!(
+        chosen(&plan),
+        chosen_entry(KERNEL_RULE, &format!("owner (OwnerRemediated=False is set; {REBOOT} is not started on top)")),
+        "chosen anew, and reported as the owner's it is"
+    );
 }

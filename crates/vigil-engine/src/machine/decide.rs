@@ -283,11 +283,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             }
             Verdict::Healthy => self.healthy(b, &mut writes, already_healthy),
             // Not healthy yet: an incident's choice stands until the Machine is healthy again.
-            Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => {
-                if let Some((previous, chosen)) = &mut self.chosen {
-                    chosen.extend(crate::chosen::previous(previous, &machine.meta.name).cloned());
-                }
-            }
+            Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => self.keep_choice(machine),
         }
         if let Some(action) = writes.into_action() {
             b.actions.push(action);
@@ -332,21 +328,24 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         rule: Option<usize>,
     ) -> Request<'i> {
         let policy = self.input.policy;
+        let annotated = self.annotated_rule(machine);
         let Some((previous, chosen)) = &mut self.chosen else {
             let template = policy.remediation_template.as_ref();
             return Request { template: template.and_then(|t| self.index_of(t)).zip(template), rule: None };
         };
-        let annotated = self
-            .input
-            .objects_named(machine)
-            .into_iter()
-            .filter(|o| made_for(o, machine))
-            .find_map(|o| o.meta.annotations.get(RULE_ANNOTATION))
-            .map(String::as_str);
         let before = crate::chosen::previous(previous, &machine.meta.name);
         let recorded = [annotated, before.map(|p| p.rule.as_str())];
         let choice = crate::chosen::choose(&recorded, policy.rules(), &NO_RULE_VERDICTS, rule, reason.as_str());
-        let (template, remediation) = policy.remediation_of(choice.rule);
+        let (mut template, mut remediation) = policy.remediation_of(choice.rule);
+        // A Machine that carries `OwnerRemediated=False` is being remediated by its owner (that is
+        // how Cluster API's owners read it, whenever it was written): its incident is the owner's,
+        // and no object is made on top.
+        let owner_asked =
+            conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
+        if template.is_some() && owner_asked {
+            template = None;
+            remediation = format!("owner (OwnerRemediated=False is set; {remediation} is not started on top)");
+        }
         let (entry, notice) = crate::chosen::record(
             &machine.meta.name,
             key,
@@ -360,6 +359,33 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         b.notices.extend(notice);
         let template = template.and_then(|t| self.templates.iter().position(|x| *x == t)).zip(template);
         Request { template, rule: Some(choice.label) }
+    }
+
+    /// Keeps the choice of a Machine whose incident goes on without a verdict that chooses: the
+    /// previous one, else its remediation object's record.
+    fn keep_choice(&mut self, machine: &MachineView) {
+        let policy = self.input.policy;
+        let annotated = self.annotated_rule(machine);
+        if let Some((previous, chosen)) = &mut self.chosen {
+            chosen.extend(crate::chosen::kept(
+                &machine.meta.name,
+                crate::chosen::previous(previous, &machine.meta.name),
+                annotated,
+                policy.rules(),
+                |i| policy.remediation_of(Some(i)).1,
+                self.now,
+            ));
+        }
+    }
+
+    /// The rule recorded on the remediation object made for `machine`, if any.
+    fn annotated_rule(&self, machine: &MachineView) -> Option<&'i str> {
+        self.input
+            .objects_named(machine)
+            .into_iter()
+            .filter(|o| made_for(o, machine))
+            .find_map(|o| o.meta.annotations.get(RULE_ANNOTATION))
+            .map(String::as_str)
     }
 
     /// Where a template is in the input's lists.

@@ -125,8 +125,8 @@ impl Started<'_, '_, '_> {
 /// Requests remediation of one unhealthy Machine (rule 4): from its owner without a template,
 /// else from a remediator through an object made from the template. A deleting Machine is left
 /// to its deletion. With remediation per condition, an incident whose remediation started stays
-/// with it: a Machine whose owner was asked during the incident gets no object, and one with a
-/// remediation object is not handed to its owner ([`started_otherwise`]).
+/// with it: a Machine with a remediation object is not handed to its owner
+/// ([`started_otherwise`]; one whose owner was asked is the owner's, see `TargetWriter::request`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn remediate(
     b: &mut Builder<'_>,
@@ -138,7 +138,7 @@ pub(super) fn remediate(
     key: &str,
     now: Timestamp,
 ) {
-    if machine.meta.deleting || (request.rule.is_some() && started_otherwise(input, request, writes)) {
+    if machine.meta.deleting || (request.rule.is_some() && started_otherwise(input, request, machine)) {
         return;
     }
     match request.template {
@@ -148,25 +148,10 @@ pub(super) fn remediate(
 }
 
 /// Whether the Machine's incident already has a remediation other than `request`'s, read from the
-/// Machine and the objects alone (so a lost status write cannot make a second one): its owner was
-/// asked since the incident began (`OwnerRemediated=False` no older than `HealthCheckSucceeded=False`),
-/// or a remediation object made for it exists.
-fn started_otherwise(input: &MhcInput<'_>, request: &Request<'_>, writes: &MachineWrites<'_>) -> bool {
-    let machine = writes.machine;
-    match request.template {
-        Some(_) => {
-            let incident = writes
-                .current(HEALTH_CHECK_SUCCEEDED)
-                .filter(|c| c.status == ConditionStatus::False)
-                .and_then(|c| c.last_transition_time);
-            let asked = writes
-                .current(OWNER_REMEDIATED)
-                .filter(|c| c.status == ConditionStatus::False)
-                .and_then(|c| c.last_transition_time);
-            matches!((incident, asked), (Some(i), Some(a)) if a >= i)
-        }
-        None => input.objects_named(machine).into_iter().any(|o| made_for(o, machine)),
-    }
+/// objects alone (so a lost status write cannot make a second one): a remediation object made
+/// for it exists while the owner would be asked.
+fn started_otherwise(input: &MhcInput<'_>, request: &Request<'_>, machine: &MachineView) -> bool {
+    request.template.is_none() && input.objects_named(machine).into_iter().any(|o| made_for(o, machine))
 }
 
 /// `OwnerRemediated=False`, once per incident (told), unless another check holds the target or

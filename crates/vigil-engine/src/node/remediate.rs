@@ -101,11 +101,20 @@ impl<'a> Pass<'a> {
         Incident { ladder, rule: Some(choice.label) }
     }
 
-    /// Keeps a listed Node's previous choice while its incident goes on without a verdict that
-    /// chooses (recovering, undecided, deselected).
-    fn keep_choice(&mut self, name: &str) {
+    /// Keeps a listed Node's choice while its incident goes on without a verdict that chooses
+    /// (recovering, undecided, deselected): the previous one, else its objects' record.
+    fn keep_choice(&mut self, name: &str, objs: &[Owned<'_>]) {
+        let policy = self.policy;
         if let Some((previous, chosen)) = &mut self.chosen {
-            chosen.extend(crate::chosen::previous(previous, name).cloned());
+            let annotated = objs.iter().find_map(|o| entry(&o.view.meta.annotations, RULE_ANNOTATION));
+            chosen.extend(crate::chosen::kept(
+                name,
+                crate::chosen::previous(previous, name),
+                annotated,
+                policy.conditions.iter(),
+                |i| policy.ladder(Some(i)).describe(),
+                self.now,
+            ));
         }
     }
 
@@ -620,7 +629,7 @@ impl<'a> Pass<'a> {
             }
         };
         if listed && !chose {
-            self.keep_choice(s.name);
+            self.keep_choice(s.name, objs);
         }
         listed.then(|| UnhealthyNode {
             name: s.name.to_string(),
