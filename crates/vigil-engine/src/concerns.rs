@@ -68,7 +68,9 @@ pub fn nhc_concerns_remediation_object(
 }
 
 /// Whether a Node update can change any verdict: heartbeats (`lastHeartbeatTime`) and status
-/// fields no rule reads (images, addresses, capacity) never cause work.
+/// fields no rule reads (images, addresses, capacity) never cause work. A condition's reason is
+/// read (a rule may list `reasons`): a reason that changes without a status change, which keeps
+/// the transition time, still matters.
 pub fn node_change_matters(old: &Node, new: &Node) -> bool {
     if old.metadata.labels != new.metadata.labels
         || old.metadata.annotations != new.metadata.annotations
@@ -82,7 +84,7 @@ pub fn node_change_matters(old: &Node, new: &Node) -> bool {
             .and_then(|s| s.conditions.as_ref())
             .map(|cs| {
                 cs.iter()
-                    .map(|c| (c.type_.clone(), c.status.clone(), c.last_transition_time.clone()))
+                    .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.last_transition_time.clone()))
                     .collect::<Vec<_>>()
             })
             .unwrap_or_default()
@@ -175,6 +177,13 @@ mod tests {
         assert!(!node_change_matters(&a, &b));
         let c = node("False", "2030-01-01T00:00:20Z", "2030-01-01T00:00:20Z");
         assert!(node_change_matters(&b, &c));
+        // A reason-aware rule reads the reason: a new reason matters, even with the transition
+        // time kept (the status did not change).
+        let mut d = c.clone();
+        if let Some(cond) = d.status.as_mut().and_then(|s| s.conditions.as_mut()).and_then(|l| l.first_mut()) {
+            cond.reason = Some("KubeletNotReady".into());
+        }
+        assert!(node_change_matters(&c, &d));
     }
 
     fn guarded(type_: &str, age_secs: i64) -> GuardedAges {
