@@ -107,5 +107,17 @@ mod tests {
         for (conditions, want) in cases {
             assert_eq!(expiry(&rules, &node(&conditions), now), want, "{conditions:?}");
         }
+        // A reason-aware rule: only a condition with a listed reason ran out.
+        let disk = ConditionRule { reasons: Some(vec!["DiskFailing".into()]), ..rule("DiskProblem", "True", 30, None) };
+        let with_reason = |reason: &str| {
+            let mut n = node(&[("DiskProblem", "True", since, None)]);
+            if let Some(c) = n.status.as_mut().and_then(|s| s.conditions.as_mut()).and_then(|l| l.first_mut()) {
+                c.reason = Some(reason.into());
+            }
+            n
+        };
+        let rules = [disk];
+        assert_eq!(expiry(&rules, &with_reason("DiskFailing"), now), Some(at("2030-01-01T00:02:30Z")));
+        assert_eq!(expiry(&rules, &with_reason("DiskFull"), now), None, "an unlisted reason matches nothing");
     }
 }
