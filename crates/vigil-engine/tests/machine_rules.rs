@@ -1794,3 +1794,33 @@ fn an_owner_request_is_never_followed_by_an_object_in_the_same_incident() {
         "chosen anew, and reported as the owner's it is"
     );
 }
+
+/// A spec edit mid-incident (rule 1 loses its own template, so its incidents are the owner's now)
+/// never hands a Machine that has a remediation object to its owner as well.
+#[test]
+fn an_edit_mid_incident_never_asks_the_owner_on_top_of_an_object() {
+    let mut w = with_node_conditions(
+        per_rule_world(),
+        ("True", t0()),
+        &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+    );
+    let first = w.decide(at(61));
+    assert_eq!(created_names(&first), ["m1"]);
+    w.apply(&first);
+    w.spec["unhealthyConditions"][1].as_object_mut().expect("a rule").remove("remediationTemplate");
+    let edited = w.decide(at(120));
+    assert!(written(&edited, "m1", OWNER_REMEDIATED).is_none(), "the object's remediation goes on alone");
+    assert!(creates(&edited).is_empty());
+    assert_eq!(chosen(&edited), chosen_entry(KERNEL_RULE, "owner"), "reported as the spec says now");
+    // The same with the Machine's ExternallyRemediated lost (its write failed, say), the object's
+    // kind still read (rule 2 uses the template now): the object alone keeps the owner out.
+    w.spec["unhealthyConditions"][2]["remediationTemplate"] = template_ref_json();
+    w.edit_machine("m1", |m| {
+        if let Some(list) = m.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+            list.retain(|c| c["type"] != EXTERNALLY_REMEDIATED);
+        }
+    });
+    let edited = w.decide(at(130));
+    assert!(written(&edited, "m1", OWNER_REMEDIATED).is_none(), "the object keeps the owner out");
+    assert!(creates(&edited).is_empty());
+}

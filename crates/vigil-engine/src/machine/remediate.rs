@@ -11,8 +11,8 @@ use crate::target::Target;
 use crate::target::made_for;
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::DesiredCondition;
+use vigil_api::conditions::{self, ConditionStatus};
 use vigil_api::reason::Reason;
 use vigil_api::validate::{MhcPolicy, TemplateRef};
 use vigil_api::views::{MachineView, TemplateView};
@@ -147,11 +147,29 @@ pub(super) fn remediate(
     }
 }
 
-/// Whether the Machine's incident already has a remediation other than `request`'s, read from the
-/// objects alone (so a lost status write cannot make a second one): a remediation object made
-/// for it exists while the owner would be asked.
+/// Whether the Machine's incident already has an external remediation while the owner would be
+/// asked, read from objects alone (so neither a lost status write nor a spec edit that drops the
+/// template's kind from what the check reads can start a second one): a remediation object made
+/// for it exists, or the Machine says one was requested during this incident
+/// (`ExternallyRemediated=False` waiting for the remediator, no older than its
+/// `HealthCheckSucceeded=False`; a refused request made nothing and does not count).
 fn started_otherwise(input: &MhcInput<'_>, request: &Request<'_>, machine: &MachineView) -> bool {
-    request.template.is_none() && input.objects_named(machine).into_iter().any(|o| made_for(o, machine))
+    if request.template.is_some() {
+        return false;
+    }
+    let since = |type_: &str| {
+        conditions::find(&machine.conditions, type_)
+            .filter(|c| c.status == ConditionStatus::False)
+            .filter(|c| {
+                type_ != EXTERNALLY_REMEDIATED || c.reason.as_deref() == Some(Reason::WaitingForRemediation.as_str())
+            })
+            .and_then(|c| c.last_transition_time)
+    };
+    let requested = match (since(HEALTH_CHECK_SUCCEEDED), since(EXTERNALLY_REMEDIATED)) {
+        (Some(incident), Some(asked)) => asked >= incident,
+        _ => false,
+    };
+    requested || input.objects_named(machine).into_iter().any(|o| made_for(o, machine))
 }
 
 /// `OwnerRemediated=False`, once per incident (told), unless another check holds the target or
