@@ -1474,6 +1474,12 @@ fn a_rules_own_remediation_is_used_for_the_nodes_it_made_unhealthy_and_reported(
         let w = world(per_rule_spec(), vec![n1_with((ready, t0()), &conditions), healthy("n2"), healthy("n3")]);
         let plan = w.decide(now);
         assert_eq!(created(&plan), [(kind.to_string(), "n1".to_string())], "{what}");
+        let template = if kind == "FenceAgentsRemediation" { "far" } else { "snr" };
+        let object = plan.actions.iter().find_map(|a| match a {
+            Action::CreateRemediation { object, .. } => Some(object),
+            _ => None,
+        });
+        assert_eq!(object.map(|o| o["spec"]["from"].clone()), Some(json!(template)), "{what}: the template's own spec");
         assert_eq!(rule_annotations(&plan), [rule], "{what}: the choice is on the object");
         assert_eq!(chosen(&plan), [("n1".to_string(), rule.to_string(), remediation.to_string())], "{what}");
         let told: Vec<_> = plan.notices.iter().filter(|n| n.kind == NoticeKind::RemediationChosen).collect();
@@ -1481,6 +1487,32 @@ fn a_rules_own_remediation_is_used_for_the_nodes_it_made_unhealthy_and_reported(
         assert!(told[0].message.contains(rule) && told[0].message.contains(remediation), "{what}: {}", told[0].message);
         assert_eq!(told[0].reason.as_str(), "RemediationChosen");
     }
+    // A rule's template that is missing disables the check (said once) and stops that rule's
+    // remediation only: a Node of another rule is still remediated.
+    let mut w = world(
+        per_rule_spec(),
+        vec![
+            n1_with(("True", t0()), &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())]),
+            node("n2").ready("False", t0()).build(),
+            healthy("n3"),
+            healthy("n4"),
+            healthy("n5"),
+        ],
+    );
+    w.templates[1] = None; // FAR, the KernelDeadlock rule's own
+    let plan = w.decide(at(301));
+    assert_eq!(created(&plan), [("SelfNodeRemediation".to_string(), "n2".to_string())]);
+    let disabled = get_condition(&plan.status.conditions, "Disabled").expect("Disabled");
+    assert_eq!((disabled.status.as_str(), disabled.reason.as_str()), ("True", "RemediationTemplateNotFound"));
+    assert!(disabled.message.contains("FenceAgentsRemediationTemplate medik8s/far not found"), "{}", disabled.message);
+    assert!(
+        plan.notices.iter().any(|n| n.kind == NoticeKind::RemediationSkipped
+            && n.target.as_deref() == Some("n1")
+            && n.message.contains("far not found")),
+        "{:?}",
+        plan.notices
+    );
+
     // Off by default: no report, no annotation of Vigil's.
     let w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
     let plan = w.decide(ns1(at(300)));
