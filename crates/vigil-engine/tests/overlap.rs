@@ -852,3 +852,37 @@ proptest! {
         }
     }
 }
+
+/// With remediation per condition a MachineHealthCheck holds the Node of a Machine its rule's own
+/// template is remediating (the object, or the request before it is seen), as it holds one its
+/// own template or its owner remediates, so an NHC selecting the same Node waits.
+#[test]
+fn a_rules_own_remediation_holds_the_node() {
+    let mut world = support::MhcWorld::new()
+        .spec(
+            "unhealthyConditions",
+            json!([
+                {"type": "Ready", "status": "False", "timeout": "300s", "remediationTemplate": support::template_ref_json()},
+                {"type": "Ready", "status": "Unknown", "timeout": "300s"},
+            ]),
+        )
+        .machine_with_node(machine("m1"), "False", t0());
+    world.template = Some(support::template(MNS));
+    let plan = world.decide(at(301));
+    assert_eq!(support::created_names(&plan), ["m1"]);
+    world.apply(&plan);
+    let check = world.check();
+    let policy = mhc_policy(&check);
+    let views = world.machine_views();
+    let refs: Vec<&MachineView> = views.iter().collect();
+    let (_, maps) = world.sources(&policy);
+    let lookups = support::lookups(&maps);
+    let claims = mhc_claims(&check, &policy, LOCAL_CLUSTER, &refs, &lookups);
+    // (the fixture's API server sets no creationTimestamp: the start is unknown)
+    assert_eq!(claims, [claim(Target::local_node("m1"), mref(), None)], "the object holds it");
+    world.remediations.clear(); // the create was lost, or is not seen yet
+    let (_, maps) = world.sources(&policy);
+    let lookups = support::lookups(&maps);
+    let claims = mhc_claims(&check, &policy, LOCAL_CLUSTER, &refs, &lookups);
+    assert_eq!(claims, [claim(Target::local_node("m1"), mref(), Some(at(301)))], "the request holds it");
+}
