@@ -423,15 +423,18 @@ fn reason_aware_rules_remediate_a_failing_disk_but_not_a_full_one() {
 #[test]
 fn remediation_per_condition_reboots_a_deadlock_and_replaces_a_failing_disk() {
     let r = run("remediation-per-condition");
+    let nhc = |e: &&Event| e.check.as_deref() == Some("NodeHealthCheck/workers");
     let created: Vec<_> = events(&r, "RemediationCreated")
-        .iter()
+        .into_iter()
+        .filter(nhc)
         .map(|e| (e.t, e.target.as_deref().unwrap_or(""), e.details["kind"].as_str().unwrap_or("")))
         .collect();
     // w-1's deadlock (1m + 2m): the check's own reboot. w-2's failing disk (2m + 2m): the rule's
     // replacement, and nothing else for w-2 when Ready=Unknown (rule 0) holds from 10m.
     assert_eq!(created, [(180.0, "w-1", "SelfNodeRemediation"), (240.0, "w-2", "MachineDeletionRemediation")]);
     let chosen: Vec<_> = events(&r, "RemediationChosen")
-        .iter()
+        .into_iter()
+        .filter(nhc)
         .map(|e| (e.t, e.target.as_deref().unwrap_or(""), e.details["message"].as_str().unwrap_or("").to_string()))
         .collect();
     assert_eq!(chosen.len(), 2, "told once per incident: {chosen:?}");
@@ -459,10 +462,40 @@ fn remediation_per_condition_reboots_a_deadlock_and_replaces_a_failing_disk() {
     assert_eq!(at_11m[0]["rule"], "spec.unhealthyConditions[2] DiskProblem=True", "{at_11m}");
     assert_eq!(at_11m[0]["since"], "2030-01-01T00:04:00Z", "{at_11m}");
     assert_eq!(
-        events(&r, "RemediationDeleted").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        events(&r, "RemediationDeleted").into_iter().filter(nhc).map(|e| at(e)).collect::<Vec<_>>(),
         [(300.0, Some("w-1")), (720.0, Some("w-2"))]
     );
     let s = status(&r, "NodeHealthCheck/workers");
     assert_eq!((s["healthyNodes"].as_i64(), s.get("chosenRemediations")), (Some(5), None), "all healthy: none listed");
+
+    // The MachineHealthCheck: bm-1's failing disk (3m + 2m) gets the rule's Metal3Remediation,
+    // bm-2's silent kubelet (4m + 5m) its owner; bm-1's own silent kubelet (from 11m) changes
+    // nothing: its owner is never asked.
+    let mhc = |e: &&Event| e.check.as_deref() == Some("MachineHealthCheck/metal/metal-workers");
+    let created: Vec<_> = events(&r, "RemediationCreated")
+        .into_iter()
+        .filter(mhc)
+        .map(|e| (e.t, e.target.as_deref().unwrap_or(""), e.details["kind"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(created, [(300.0, "metal/bm-1", "Metal3Remediation")]);
+    assert_eq!(
+        events(&r, "RemediationRequested").into_iter().filter(mhc).map(|e| at(e)).collect::<Vec<_>>(),
+        [(540.0, Some("metal/bm-2"))],
+        "only bm-2 goes to its owner"
+    );
+    let chosen: Vec<_> = events(&r, "RemediationChosen")
+        .into_iter()
+        .filter(mhc)
+        .map(|e| (e.target.as_deref().unwrap_or(""), e.details["message"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(chosen.len(), 2, "{chosen:?}");
+    assert!(
+        chosen[0]
+            .1
+            .contains("spec.unhealthyConditions[1].remediationTemplate (Metal3RemediationTemplate metal/reprovision)")
+    );
+    assert!(chosen[1].1.contains("rule spec.unhealthyConditions[0] Ready=Unknown") && chosen[1].1.contains("by owner"));
+    let m = status(&r, "MachineHealthCheck/metal/metal-workers");
+    assert_eq!(m["currentHealthy"].as_i64(), Some(3), "bm-1 reprovisioned, bm-2 replaced");
     snapshot("remediation-per-condition", &r);
 }
