@@ -399,8 +399,7 @@ fn reason_aware_rules_remediate_a_failing_disk_but_not_a_full_one() {
     let at_7m = r
         .history
         .iter()
-        .filter(|(t, check, _)| *t <= 420.0 && check == "NodeHealthCheck/workers")
-        .next_back()
+        .rfind(|(t, check, _)| *t <= 420.0 && check == "NodeHealthCheck/workers")
         .map(|(_, _, s)| {
             (
                 s["healthyNodes"].as_i64(),
@@ -454,8 +453,7 @@ fn remediation_per_condition_reboots_a_deadlock_and_replaces_a_failing_disk() {
     let at_11m = r
         .history
         .iter()
-        .filter(|(t, check, _)| *t <= 660.0 && check == "NodeHealthCheck/workers")
-        .next_back()
+        .rfind(|(t, check, _)| *t <= 660.0 && check == "NodeHealthCheck/workers")
         .map(|(_, _, s)| s["chosenRemediations"].clone())
         .unwrap_or_default();
     assert_eq!(at_11m[0]["name"], "w-2", "{at_11m}");
