@@ -29,6 +29,12 @@ echo "== helm for the chart tests (built once, cached)"
 VIGIL_HELM="$(scripts/helm.sh)"
 export VIGIL_HELM
 
+echo "== promql-check for the dashboard test (Prometheus' own PromQL parser, built once, cached)"
+# Parses the chart's dashboard and rule files; the chart test compares the metrics they name
+# with a live controller's /metrics (crates/vigil-controller/tests/chart.rs reads the variable).
+VIGIL_PROMQL_CHECK="$(scripts/promql-check.sh)"
+export VIGIL_PROMQL_CHECK
+
 echo "== podman and the Vigil image for the image test (installed and built once, cached)"
 # podman.sh exits 3 only when apt-get cannot install podman: the image test then says it skipped.
 if podman_env="$(scripts/podman.sh)"; then

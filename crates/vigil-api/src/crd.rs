@@ -26,7 +26,8 @@ use crate::failure_domains::MACHINE_FAILURE_DOMAIN_KEY;
 use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
 use crate::validate::{
     EMPTY_REASONS, MACHINE_DELETION_REMEDIATION_TEMPLATE, MAX_BACKOFF_REMEDIATIONS, MAX_CONDITION_AGE_ON_MACHINE,
-    MAX_CONDITION_AGE_ON_READY, MAX_CONDITION_AGE_TOO_SHORT, RESERVED_MACHINE_CONDITIONS, RULE_REMEDIATION_BOTH,
+    MAX_CONDITION_AGE_ON_READY, MAX_CONDITION_AGE_TOO_SHORT, MAX_IN_FLIGHT_ZERO, RESERVED_MACHINE_CONDITIONS,
+    RULE_REMEDIATION_BOTH,
 };
 use crate::well_known::CLUSTER_NAME_LABEL;
 use serde_json::{Map, Value, json};
@@ -259,6 +260,17 @@ pub(crate) fn mhc_threshold(schema: &mut Schema) {
             "type(self) == int || self.endsWith('%')",
             "a string must be a percentage such as 40%; write a count as a number",
         )],
+    );
+}
+
+/// `maxInFlight` (either kind): as [`mhc_threshold`] (a string is a percentage, as Kubernetes
+/// reads an int-or-string limit such as `maxUnavailable`), and not `0` / `0%`, which would never
+/// remediate anything.
+pub(crate) fn max_in_flight(schema: &mut Schema) {
+    mhc_threshold(schema);
+    push_rules(
+        object(schema),
+        [Rule::new("type(self) == int ? self != 0 : !self.matches('^0+%$')", MAX_IN_FLIGHT_ZERO)],
     );
 }
 
@@ -923,6 +935,9 @@ mod tests {
             (&["spec", "unhealthyMachineConditions", "[]", "reasons"], "size(self) > 0"),
             (&["spec", "unhealthyConditions", "[]", "remediationTemplate", "kind"], "self.endsWith('Template')"),
             (&["spec", "unhealthyMachineConditions", "[]", "remediationTemplate", "apiVersion"], "self.contains('/')"),
+            (&["spec", "maxInFlight"], "type(self) == int ? self != 0 : !self.matches('^0+%$')"),
+            (&["spec", "maxInFlight"], "type(self) == int || self.endsWith('%')"),
+            (&["spec", "maxInFlight"], "self.matches('^0*([0-9]{1,2}|100)%$')"),
         ];
         for (path, rule) in table {
             let rules = rules_at(schema, path);
@@ -995,6 +1010,9 @@ mod tests {
                 "has(self.namespace)",
             ),
             (&["spec"], "!self.unhealthyConditions.exists(r,"),
+            (&["spec", "maxInFlight"], "type(self) == int ? self != 0 : !self.matches('^0+%$')"),
+            (&["spec", "maxInFlight"], "type(self) == int || self.endsWith('%')"),
+            (&["spec", "maxInFlight"], "type(self) == int ? self >= 0"),
         ];
         for (path, rule) in table {
             let rules = rules_at(schema, path);

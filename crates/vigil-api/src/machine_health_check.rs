@@ -73,6 +73,13 @@ pub struct MachineHealthCheckSpec {
     #[schemars(transform = crate::crd::mhc_failure_domains)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_domains: Option<crate::failure_domains::FailureDomains>,
+    /// Pacing: at most this many remediations in flight at once (a count, or `N%` of the
+    /// check's targets, rounded down, at least 1); the other unhealthy Machines wait in
+    /// `status.queued`, the longest-unhealthy first, so a wave or a lifted short-circuit does not
+    /// replace every Machine in the same second. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::crd::max_in_flight)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<IntOrString>,
 }
 
 /// `spec.backoff`: how many remediations one pool may start within a window.
@@ -127,6 +134,18 @@ pub struct BackedOffPool {
     /// of its own `maxRemediations`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub history_full: bool,
+}
+
+/// An unhealthy target waiting for a remediation slot (`spec.maxInFlight`), and its place.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedTarget {
+    /// The target: Machine name (MachineHealthCheck) or Node name (NodeHealthCheck).
+    pub name: String,
+    /// When it became unhealthy (the queue's order: the longest-unhealthy goes next).
+    pub unhealthy_since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// Its place in the queue, 1 for the next to start.
+    pub position: i32,
 }
 
 /// A target a check in dry-run would have remediated, and since when.
@@ -261,6 +280,13 @@ pub struct FeatureStatus {
     /// The first of those targets by name (at most 50), with the stale condition.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale_targets: Vec<StaleTarget>,
+    /// With `spec.maxInFlight`: the targets waiting for a remediation slot, next first (at most
+    /// 100 listed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<QueuedTarget>,
+    /// With `spec.maxInFlight`: how many targets wait for a remediation slot, listed or not.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub queued_count: i32,
     /// With a rule that names its own remediation: each unhealthy target's incident, the rule
     /// that started it and the remediation it gets until it is healthy again, sorted by name
     /// (at most 1000).

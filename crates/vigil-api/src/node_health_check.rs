@@ -80,6 +80,13 @@ pub struct NodeHealthCheckSpec {
     #[schemars(transform = crate::crd::nhc_failure_domains)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_domains: Option<crate::failure_domains::FailureDomains>,
+    /// Pacing: at most this many remediations in flight at once (a count, or `N%` of the
+    /// selected Nodes, rounded down, at least 1); the other unhealthy Nodes wait in
+    /// `status.queued`, the longest-unhealthy first, so a wave or a lifted short-circuit does not
+    /// remediate every Node in the same second. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::crd::max_in_flight)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<IntOrString>,
 }
 
 /// medik8s' defaults: a Node that is not Ready (False or Unknown) for five minutes.

@@ -125,6 +125,12 @@ reasons! {
     FailureDomainShortCircuit = "FailureDomainShortCircuit",
     /// Failure domains are within their budget again.
     FailureDomainResumed = "FailureDomainResumed",
+    /// Targets wait for a remediation slot (`maxInFlight`); also told when one joins the queue.
+    RemediationQueued = "RemediationQueued",
+    /// No target waits for a remediation slot (`RemediationQueued=False`).
+    NoRemediationQueued = "NoRemediationQueued",
+    /// A target left the remediation queue (its remediation started, or it no longer waits).
+    RemediationDequeued = "RemediationDequeued",
     // The controller's own.
     /// A source is not listed completely yet, or its watch failed: no decision.
     WaitingForCaches = "WaitingForCaches",

@@ -189,6 +189,9 @@ pub struct MhcPolicy {
     pub backoff: Option<BackoffPolicy>,
     /// Failure-domain budgets, when asked for.
     pub failure_domains: Option<FailureDomainPolicy>,
+    /// Pacing: most remediations in flight at once (a count or a percentage of the targets),
+    /// when asked for.
+    pub max_in_flight: Option<IntOrPercent>,
 }
 
 impl MhcPolicy {
@@ -330,6 +333,9 @@ pub struct NhcPolicy {
     pub backoff: Option<BackoffPolicy>,
     /// Failure-domain budgets, when asked for.
     pub failure_domains: Option<FailureDomainPolicy>,
+    /// Pacing: most remediations in flight at once (a count or a percentage of the selected
+    /// Nodes), when asked for.
+    pub max_in_flight: Option<IntOrPercent>,
 }
 
 impl NhcPolicy {
@@ -411,6 +417,8 @@ pub const DUPLICATE_REASON: &str = "must be unique: the same reason is listed tw
 /// Why a rule may not set both its own `remediationTemplate` and `escalatingRemediations`.
 pub const RULE_REMEDIATION_BOTH: &str =
     "only one of remediationTemplate and escalatingRemediations may be set on a rule (neither: the check's own)";
+/// Why a `maxInFlight` of `0` or `0%` is refused.
+pub const MAX_IN_FLIGHT_ZERO: &str = "must be at least 1 (or 1%): 0 would never remediate anything; to stop remediation use maxUnhealthy or pause the check";
 /// Why a `maxConditionAge` below [`MIN_MAX_CONDITION_AGE`] is refused.
 pub const MAX_CONDITION_AGE_TOO_SHORT: &str =
     "must be at least 1m: reporters heartbeat at intervals, so a shorter age calls a live reporter stale";
@@ -740,6 +748,19 @@ impl Collector {
         Some(FailureDomainPolicy { key: key?, max_unhealthy: max_unhealthy?, min_allowed: min_allowed? })
     }
 
+    /// `spec.maxInFlight`: a count or a percentage of the targets as Kubernetes reads an
+    /// int-or-string limit (a string is a percentage only), and never 0, which would mean
+    /// "never remediate" (the short-circuit's job, not pacing's).
+    fn max_in_flight(&mut self, value: &IntOrString) -> Option<IntOrPercent> {
+        let path = "spec.maxInFlight";
+        let limit = self.capi_threshold(path, "maxInFlight: ", value)?;
+        if matches!(limit, IntOrPercent::Count(0) | IntOrPercent::Percent(0)) {
+            self.push(path, render_int_or_string(value), MAX_IN_FLIGHT_ZERO);
+            return None;
+        }
+        Some(limit)
+    }
+
     /// A threshold as Cluster API reads it: a string is a percentage only ("10" is refused, not
     /// taken as 10). `label` starts the count hint in the message (e.g. `maxUnhealthy: `).
     fn capi_threshold(&mut self, path: &str, label: &str, value: &IntOrString) -> Option<IntOrPercent> {
@@ -769,23 +790,36 @@ struct Features {
     backoff: Option<BackoffPolicy>,
     /// `failureDomains`, when asked for.
     failure_domains: Option<FailureDomainPolicy>,
+    /// `maxInFlight`, when asked for.
+    max_in_flight: Option<IntOrPercent>,
 }
 
-/// `dryRun`, `backoff` and `failureDomains`: one rule set for both kinds, so the two cannot drift
-/// apart. `None` when any of them is refused.
-fn features(
-    c: &mut Collector,
-    kind: Kind,
+/// The spec fields of Vigil's own features, as either kind writes them.
+struct FeatureFields<'a> {
     dry_run: bool,
-    b: Option<&RemediationBackoff>,
-    fd: Option<&FailureDomains>,
-) -> Option<Features> {
-    let backoff = backoff(c, b, kind);
-    let failure_domains = match fd {
+    backoff: Option<&'a RemediationBackoff>,
+    failure_domains: Option<&'a FailureDomains>,
+    max_in_flight: Option<&'a IntOrString>,
+}
+
+/// `dryRun`, `backoff`, `failureDomains` and `maxInFlight`: one rule set for both kinds, so the
+/// two cannot drift apart. `None` when any of them is refused.
+fn features(c: &mut Collector, kind: Kind, fields: FeatureFields<'_>) -> Option<Features> {
+    let backoff = backoff(c, fields.backoff, kind);
+    let failure_domains = match fields.failure_domains {
         None => Some(None),
         Some(fd) => c.failure_domains(fd, kind).map(Some),
     };
-    Some(Features { dry_run, backoff: backoff?, failure_domains: failure_domains? })
+    let max_in_flight = match fields.max_in_flight {
+        None => Some(None),
+        Some(v) => c.max_in_flight(v).map(Some),
+    };
+    Some(Features {
+        dry_run: fields.dry_run,
+        backoff: backoff?,
+        failure_domains: failure_domains?,
+        max_in_flight: max_in_flight?,
+    })
 }
 
 fn render_int_or_string(v: &IntOrString) -> String {
@@ -990,10 +1024,19 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         None => Some(None),
         Some(t) => c.template("spec.remediationTemplate", t, Some(namespace)).map(Some),
     };
-    let features = features(&mut c, Kind::Machine, spec.dry_run, spec.backoff.as_ref(), spec.failure_domains.as_ref());
+    let features = features(
+        &mut c,
+        Kind::Machine,
+        FeatureFields {
+            dry_run: spec.dry_run,
+            backoff: spec.backoff.as_ref(),
+            failure_domains: spec.failure_domains.as_ref(),
+            max_in_flight: spec.max_in_flight.as_ref(),
+        },
+    );
 
     let policy = (|| {
-        let Features { dry_run, backoff, failure_domains } = features?;
+        let Features { dry_run, backoff, failure_domains, max_in_flight } = features?;
         Some(MhcPolicy {
             cluster_name: spec.cluster_name.clone(),
             selector: selector?.with_label(CLUSTER_NAME_LABEL, &spec.cluster_name),
@@ -1005,6 +1048,7 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
             dry_run,
             backoff,
             failure_domains,
+            max_in_flight,
         })
     })();
     c.finish(object, policy)
@@ -1190,10 +1234,19 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     deletion_needs_min_healthy(&mut c, spec);
     pause_requests(&mut c, &spec.pause_requests);
     let (healthy_delay, storm_cooldown) = recovery_delays(&mut c, spec);
-    let features = features(&mut c, Kind::Node, spec.dry_run, spec.backoff.as_ref(), spec.failure_domains.as_ref());
+    let features = features(
+        &mut c,
+        Kind::Node,
+        FeatureFields {
+            dry_run: spec.dry_run,
+            backoff: spec.backoff.as_ref(),
+            failure_domains: spec.failure_domains.as_ref(),
+            max_in_flight: spec.max_in_flight.as_ref(),
+        },
+    );
 
     let policy = (|| {
-        let Features { dry_run, backoff, failure_domains } = features?;
+        let Features { dry_run, backoff, failure_domains, max_in_flight } = features?;
         Some(NhcPolicy {
             selector: selector?,
             conditions,
@@ -1206,6 +1259,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             dry_run,
             backoff,
             failure_domains,
+            max_in_flight,
         })
     })();
     c.finish(object, policy)

@@ -201,6 +201,12 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
             "spec.unhealthyConditions[0].remediationTemplate.kind",
             "must name a template kind ending in Template",
         ),
+        (mhc(json!({"maxInFlight": 0})), "spec.maxInFlight", "must be at least 1 (or 1%)"),
+        (nhc(json!({"maxInFlight": "0%"})), "spec.maxInFlight", "must be at least 1 (or 1%)"),
+        (nhc(json!({"maxInFlight": -2})), "spec.maxInFlight", "must not be negative"),
+        (mhc(json!({"maxInFlight": "150%"})), "spec.maxInFlight", "between 0% and 100%"),
+        (mhc(json!({"maxInFlight": "2"})), "spec.maxInFlight", "must be a percentage such as 40%"),
+        (nhc(json!({"maxInFlight": "lots"})), "spec.maxInFlight", "a whole number or a percentage"),
     ];
     let mut problems = Vec::new();
     for (manifest, field, words) in cases {
@@ -247,6 +253,14 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
     );
     good["metadata"]["name"] = json!("per-rule");
     env.apply(good).await?;
+    for (name, limit) in [("paced", json!(2)), ("paced-share", json!("10%"))] {
+        let mut good = mhc(json!({"maxInFlight": limit}));
+        good["metadata"]["name"] = json!(name);
+        env.apply(good).await?;
+        let mut good = nhc(json!({"maxInFlight": limit}));
+        good["metadata"]["name"] = json!(name);
+        env.apply(good).await?;
+    }
     Ok(())
 }
 

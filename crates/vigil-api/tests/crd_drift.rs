@@ -73,6 +73,8 @@ fn the_feature_status_block_is_the_same_plain_fields_on_both_kinds() {
         "failureDomains",
         "staleTargetCount",
         "staleTargets",
+        "queued",
+        "queuedCount",
     ];
     let status_of =
         |crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {

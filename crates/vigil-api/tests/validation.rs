@@ -1189,6 +1189,49 @@ fn backoff_is_off_by_default_and_each_field_is_checked_naming_it() {
     }
 }
 
+/// `spec.maxInFlight` on both kinds: absent by default (upstream manifests keep their meaning);
+/// a count or a percentage (a string is a percentage only, as Kubernetes reads `maxUnavailable`);
+/// `0`, `0%`, negative, over 100% and garbage refused, each naming the field and the value.
+#[test]
+fn max_in_flight_is_off_by_default_a_positive_count_or_percentage_and_refused_naming_field_and_value() {
+    assert_eq!(mhc_policy(&base_mhc()).expect("valid").max_in_flight, None, "upstream manifests keep their meaning");
+    assert_eq!(nhc_policy(&base_nhc()).expect("valid").max_in_flight, None);
+    for (value, want) in [
+        (json!(2), IntOrPercent::Count(2)),
+        (json!("25%"), IntOrPercent::Percent(25)),
+        (json!("100%"), IntOrPercent::Percent(100)),
+        (json!(1), IntOrPercent::Count(1)),
+    ] {
+        let mhc = edit(base_mhc(), "/spec/maxInFlight", Some(value.clone()));
+        assert_eq!(mhc_policy(&mhc).expect("valid").max_in_flight, Some(want), "{value}");
+        let nhc = edit(base_nhc(), "/spec/maxInFlight", Some(value.clone()));
+        assert_eq!(nhc_policy(&nhc).expect("valid").max_in_flight, Some(want), "{value}");
+    }
+    // (value, its rendering in the error, words of the message)
+    let cases = [
+        (json!(0), "0", "at least 1"),
+        (json!("0%"), "0%", "at least 1"),
+        (json!(-1), "-1", "must not be negative"),
+        (json!("-5%"), "-5%", "must not be negative"),
+        (json!("101%"), "101%", "between 0% and 100%"),
+        (json!("2"), "2", "a string must be a percentage such as 40%; write a count as a number (maxInFlight: 2"),
+        (json!("two"), "two", "a string must be a percentage"),
+        (json!("many%"), "many%", "a whole number or a percentage"),
+    ];
+    for base in [base_mhc(), base_nhc()] {
+        for (value, rendered, words) in &cases {
+            let errors = errors_of(&edit(base.clone(), "/spec/maxInFlight", Some(value.clone())));
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.path == "spec.maxInFlight" && e.value == *rendered && e.message.contains(words)),
+                "{value}: want spec.maxInFlight {rendered:?} {words:?}, got {errors:?}"
+            );
+            assert_eq!(errors.len(), 1, "{value}: one error, not a cascade: {errors:?}");
+        }
+    }
+}
+
 // Over 80 lines on purpose: mostly a table of refused `spec.failureDomains` fields, one row each.
 #[test]
 fn failure_domains_are_off_by_default_and_validated_like_the_checks_thresholds() {

@@ -59,6 +59,11 @@ pub enum WriteError {
 }
 
 impl WriteError {
+    /// Every [`WriteError::category`], so the metrics can serve each at 0 before its first error
+    /// (a counter that appears at 1 loses that first error in `rate()`).
+    pub const CATEGORIES: [&'static str; 7] =
+        ["conflict", "forbidden", "refused", "unreachable", "discovery", "timeout", "not_leader"];
+
     /// A stable category for metrics and events.
     pub fn category(&self) -> &'static str {
         match self {
@@ -138,6 +143,8 @@ pub fn event_reason(key: &CheckRef, kind: NoticeKind) -> &'static str {
         NoticeKind::FailureDomainShortCircuit => "FailureDomainShortCircuit",
         NoticeKind::FailureDomainResumed => "FailureDomainResumed",
         NoticeKind::RemediationChosen => "RemediationChosen",
+        NoticeKind::RemediationQueued => "RemediationQueued",
+        NoticeKind::RemediationDequeued => "RemediationDequeued",
     }
 }
 
@@ -603,6 +610,25 @@ pub fn seconds_since(deadline: Timestamp, now: Timestamp) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_write_error_category_is_listed() {
+        let api = |code: u16| WriteError::Api {
+            what: "w".into(),
+            source: kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() })),
+        };
+        let errors = [
+            api(409),
+            api(403),
+            api(422),
+            WriteError::Api { what: "w".into(), source: kube::Error::LinesCodecMaxLineLengthExceeded },
+            WriteError::Discovery("d".into()),
+            WriteError::Timeout("t".into()),
+            WriteError::NotLeader("n".into()),
+        ];
+        let categories: Vec<&str> = errors.iter().map(WriteError::category).collect();
+        assert_eq!(categories, WriteError::CATEGORIES);
+    }
 
     #[test]
     fn events_name_the_target_they_are_about() {

@@ -6,27 +6,34 @@
 
 use crate::gather::{as_lookups, mhc_remediation_indexes};
 use crate::index::Index;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use vigil_api::views::{MachineView, RemediationView};
 use vigil_api::{MachineHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource, Fresh};
 use vigil_engine::concerns::group_of;
 use vigil_engine::holders::{Claim, Holders};
+use vigil_engine::peers::MhcPeers;
 use vigil_engine::target::{CheckRef, Target};
 
 /// The valid MachineHealthChecks of a namespace with their policies (who may own a Machine's
 /// conditions: [`vigil_engine::peers`]), as validated when the index stored them.
-pub(crate) fn mhc_peers(idx: &Index, namespace: &str) -> Vec<(Arc<MachineHealthCheck>, Arc<validate::MhcPolicy>)> {
-    idx.mhcs
-        .range((namespace.to_string(), String::new())..)
-        .take_while(|((ns, _), _)| ns == namespace)
-        .filter(|(k, c)| c.metadata.deletion_timestamp.is_none() && !idx.mhc_errors.contains_key(*k))
-        .filter_map(|((ns, n), c)| {
-            let policy = idx.mhc_policy(ns, n)?.as_ref().ok()?;
-            Some((Arc::clone(c), Arc::clone(policy)))
-        })
-        .collect()
+pub(crate) fn mhc_peers<'i>(
+    idx: &'i Index,
+    namespace: &str,
+) -> &'i [(Arc<MachineHealthCheck>, Arc<validate::MhcPolicy>)] {
+    idx.mhc_peer_list(namespace)
+}
+
+/// Each namespace's ranked peers, built once per derivation of many checks' claims (a
+/// confirmation derives every other check's) rather than once per check.
+#[derive(Default)]
+pub(crate) struct PeersMemo<'i>(HashMap<&'i str, MhcPeers<'i>>);
+
+impl<'i> PeersMemo<'i> {
+    fn of(&mut self, idx: &'i Index, namespace: &'i str) -> &MhcPeers<'i> {
+        self.0.entry(namespace).or_insert_with(|| assemble::peers_of(mhc_peers(idx, namespace)))
+    }
 }
 
 /// The cluster key the engine uses for an MHC's Nodes ([`assemble::node_cluster`]): local when
@@ -40,13 +47,14 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
 /// last decision; with `fresh`, the others' claims about those targets derived now instead
 /// ([`assemble::holders`]).
 pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
-    let own = claims_of(idx, key);
+    let mut memo = PeersMemo::default();
+    let own = claims_within(idx, key, None, &mut memo).unwrap_or_default();
     let cached = idx.claims.iter().map(|(k, c)| (k, c.as_slice()));
     let Some(about) = fresh else { return assemble::holders(Some(key), own, cached, None) };
     let scope = Scope::of(idx, about);
     let mut rederived = Fresh::about(about);
     for other in idx.all_checks().into_iter().filter(|o| o != key) {
-        if let Some(claims) = claims_within(idx, &other, Some(&scope)) {
+        if let Some(claims) = claims_within(idx, &other, Some(&scope), &mut memo) {
             rederived.insert(other, claims);
         }
     }
@@ -101,15 +109,20 @@ impl<'a> Scope<'a> {
 /// The targets check `key` is remediating, derived from the indexes (its remediation objects,
 /// its Machines' conditions, its status' requests in flight).
 pub fn claims_of(idx: &Index, key: &CheckRef) -> Vec<Claim> {
-    claims_within(idx, key, None).unwrap_or_default()
+    claims_within(idx, key, None, &mut PeersMemo::default()).unwrap_or_default()
 }
 
 /// [`claims_of`], or within `scope` only its claims about the scope's targets (looking only at
 /// the scope's Machines and remediation objects naming its Nodes); `None` when the check cannot
 /// hold any target of the scope (another namespace or cluster).
-fn claims_within(idx: &Index, key: &CheckRef, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
+fn claims_within<'i>(
+    idx: &'i Index,
+    key: &CheckRef,
+    scope: Option<&Scope<'_>>,
+    memo: &mut PeersMemo<'i>,
+) -> Option<Vec<Claim>> {
     let claims = match key {
-        CheckRef::Machine { namespace: ns, name: n } => mhc_claims_within(idx, ns, n, scope)?,
+        CheckRef::Machine { namespace: ns, name: n } => mhc_claims_within(idx, ns, n, scope, memo)?,
         CheckRef::Node { name: n } => nhc_claims_within(idx, n, scope)?,
     };
     Some(match scope {
@@ -118,23 +131,29 @@ fn claims_within(idx: &Index, key: &CheckRef, scope: Option<&Scope<'_>>) -> Opti
     })
 }
 
-fn mhc_claims_within(idx: &Index, ns: &str, n: &str, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
-    let Some(check) = idx.mhcs.get(&(ns.to_string(), n.to_string())) else { return Some(Vec::new()) };
-    let Some(Ok(policy)) = idx.mhc_policy(ns, n) else { return Some(Vec::new()) };
+fn mhc_claims_within<'i>(
+    idx: &'i Index,
+    ns: &str,
+    n: &str,
+    scope: Option<&Scope<'_>>,
+    memo: &mut PeersMemo<'i>,
+) -> Option<Vec<Claim>> {
+    let Some((key, check)) = idx.mhcs.get_key_value(&(ns.to_string(), n.to_string())) else { return Some(Vec::new()) };
+    let Some(Ok(policy)) = idx.mhc_policy_of(key) else { return Some(Vec::new()) };
     let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
     let machines: Vec<&MachineView> = match scope {
-        None => idx.machines.get(ns).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default(),
+        // Claims are only ever on the check's targets, which the index keeps.
+        None => idx.mhc_machines(ns, n),
         Some(s) if !assemble::mhc_can_hold(s.about, ns, &node_cluster) => return None,
         Some(s) => s.machines_of(idx, ns),
     };
     let indexes = mhc_remediation_indexes(idx, ns, policy);
     let remediations = as_lookups(&indexes);
-    let peer_checks = mhc_peers(idx, ns);
-    let peers = assemble::peers_of(&peer_checks);
+    let peers = memo.of(idx, &key.0);
     Some(assemble::claims(ClaimSource::Machine {
         check,
         policy,
-        peers: &peers,
+        peers,
         node_cluster: &node_cluster,
         machines: &machines,
         remediations: &remediations,
@@ -353,7 +372,7 @@ mod scoped_claims {
             for key in idx.all_checks() {
                 let full: Vec<Claim> =
                     claims_of(&idx, &key).into_iter().filter(|c| targets.contains(&c.target)).collect();
-                match claims_within(&idx, &key, Some(&scope)) {
+                match claims_within(&idx, &key, Some(&scope), &mut PeersMemo::default()) {
                     Some(scoped) => assert_eq!(scoped, full, "{key:?} about {targets:?}"),
                     None => assert!(full.is_empty(), "{key:?} skipped but claims {full:?}"),
                 }
@@ -361,7 +380,9 @@ mod scoped_claims {
             assert!(scope.machines.get("default").is_some_and(|m| m.len() <= 2), "{:?}", scope.machines);
         }
         let other = CheckRef::Machine { namespace: "other".into(), name: "elsewhere".into() };
-        assert!(claims_within(&idx, &other, Some(&Scope::of(&idx, &about(&["w-2"])))).is_none());
+        assert!(
+            claims_within(&idx, &other, Some(&Scope::of(&idx, &about(&["w-2"]))), &mut PeersMemo::default()).is_none()
+        );
         assert!(
             !claims_of(&idx, &CheckRef::Machine { namespace: "default".into(), name: "workers".into() }).is_empty()
         );

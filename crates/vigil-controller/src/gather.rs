@@ -98,6 +98,7 @@ impl Job {
             next_wake: plan.next_wake,
             held_elsewhere: plan.held_elsewhere,
             short_circuited: plan.short_circuited,
+            remediating: plan.remediating,
         };
         Job {
             key,
@@ -125,8 +126,8 @@ impl Job {
     /// The check's counts for the per-check gauges.
     pub fn gauges(&self) -> Gauges {
         match &self.plan.status {
-            CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited),
-            CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited),
+            CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited, self.plan.remediating),
+            CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited, self.plan.remediating),
         }
     }
 }
@@ -191,22 +192,42 @@ pub const REASON_WAITING: Reason = Reason::WaitingForCaches;
 /// Reason when the spec cannot be read or validated.
 pub const REASON_INVALID: Reason = Reason::InvalidSpec;
 
-/// The status to send as a merge patch when it changed: a field the new status leaves out (an
-/// emptied list such as `wouldRemediate` or `unhealthyNodes`, a cleared time) is sent as `null`,
-/// since a merge patch keeps every field it does not name.
+/// The status to send as a merge patch when it changed: only what differs from the stored
+/// status (RFC 7386), so a decision that moves one target's verdict does not send the check's
+/// whole `targets` list again. A field the new status leaves out (an emptied list such as
+/// `wouldRemediate`, a cleared time) is sent as `null`, since a merge patch keeps every field it
+/// does not name; lists are sent whole when they changed (a merge patch replaces a list).
 fn status_if_changed<S: serde::Serialize>(current: Option<&Value>, new: &S) -> Option<Value> {
-    let mut new = serde_json::to_value(new).ok()?;
-    if current == Some(&new) {
+    let new = serde_json::to_value(new).ok()?;
+    match current {
+        Some(current) => merge_diff(current, &new),
+        None => Some(new),
+    }
+}
+
+/// The merge patch that turns `current` into `new`; `None` when they are equal.
+fn merge_diff(current: &Value, new: &Value) -> Option<Value> {
+    if current == new {
         return None;
     }
-    if let (Some(Value::Object(cur)), Value::Object(patch)) = (current, &mut new) {
-        for key in cur.keys() {
-            if !patch.contains_key(key) {
-                patch.insert(key.clone(), Value::Null);
+    let (Value::Object(cur), Value::Object(new)) = (current, new) else { return Some(new.clone()) };
+    let mut patch = serde_json::Map::new();
+    for (key, value) in new {
+        match cur.get(key) {
+            Some(old) => {
+                if let Some(changed) = merge_diff(old, value) {
+                    patch.insert(key.clone(), changed);
+                }
+            }
+            None => {
+                patch.insert(key.clone(), value.clone());
             }
         }
     }
-    Some(new)
+    for key in cur.keys().filter(|k| !new.contains_key(*k)) {
+        patch.insert(key.clone(), Value::Null);
+    }
+    Some(Value::Object(patch))
 }
 
 /// A MachineHealthCheck's job from its plan.
@@ -282,7 +303,7 @@ fn workload_nodes<'i>(
     policy: &MhcPolicy,
     unreachable: &'i mut String,
 ) -> NodeSource<'i> {
-    match idx.nodes.get(workload) {
+    match idx.nodes.get(idx.node_source(workload)) {
         Some(cache) if cache.state == SourceState::Synced => NodeSource::Reachable(&cache.nodes),
         Some(cache) => {
             *unreachable = waiting(&cache.state, &format!("Nodes of workload cluster {workload}")).unwrap_or_default();
@@ -344,8 +365,8 @@ pub fn machine_job(
     let workload = format!("{namespace}/{}", policy.cluster_name);
     let mut unreachable = String::new();
     let nodes = workload_nodes(idx, &workload, &policy, &mut unreachable);
-    let machines: Vec<&MachineView> =
-        idx.machines.get(namespace).map(|ms| ms.values().map(|e| e.view.as_ref()).collect()).unwrap_or_default();
+    // The check's own targets, kept by the index (the engine selects them again, cheaply).
+    let machines: Vec<&MachineView> = idx.mhc_machines(namespace, name);
     let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
     let remediations = as_lookups(&sources.remediations);
     let input = MhcInput {
@@ -360,7 +381,7 @@ pub fn machine_job(
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
     let holders = holders_for(idx, &key, fresh);
     let peer_checks = mhc_peers(idx, namespace);
-    let peers = assemble::peers_of(&peer_checks);
+    let peers = assemble::peers_of(peer_checks);
     let plan = machine::decide_among_peers(&input, &holders, &peers, &node_cluster, now);
     let expiries = mhc_expiries(idx, &workload, &policy, &plan.actions, now);
     let machines = patched_machines(idx, &plan.actions);
@@ -391,7 +412,7 @@ fn mhc_expiries(
             .get(&ns)
             .and_then(|ms| ms.get(&name))
             .and_then(|e| e.view.node_name.clone())
-            .and_then(|n| idx.nodes.get(workload).and_then(|c| c.nodes.get(&n)).cloned());
+            .and_then(|n| idx.nodes.get(idx.node_source(workload)).and_then(|c| c.nodes.get(&n)).cloned());
         if let Some(at) = node.and_then(|n| expiry(&policy.node_conditions, &n, now)) {
             expiries.insert(format!("{ns}/{name}"), at);
         }
@@ -548,6 +569,35 @@ pub fn job_with_fresh_holders(idx: &Index, key: &CheckRef, now: Timestamp, about
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// A decision that changes one field sends that field: a check's `targets` list (thousands
+    /// of names) is sent only when membership changed, and a nested object only with what
+    /// changed in it (a key it lost as `null`), so applying the patch to the stored status
+    /// gives exactly the new status.
+    #[test]
+    fn only_what_changed_is_sent_and_applying_it_gives_the_new_status() {
+        let targets: Vec<String> = (0..2000).map(|i| format!("m{i:04}")).collect();
+        let before = json!({"targets": targets, "currentHealthy": 2000, "expectedMachines": 2000,
+                            "conditions": [{"type": "RemediationAllowed", "status": "True"}],
+                            "nested": {"a": 1, "b": 2}});
+        let mut after = before.clone();
+        after["currentHealthy"] = json!(1999);
+        after["nested"] = json!({"a": 1});
+        let patch = status_if_changed(Some(&before), &after).expect("changed");
+        assert_eq!(patch, json!({"currentHealthy": 1999, "nested": {"b": null}}));
+        // RFC 7386 applied to the stored status gives the new status.
+        let mut applied = before.clone();
+        json_patch::merge(&mut applied, &patch);
+        assert_eq!(applied, after);
+        // Membership changed: the list is sent whole (a merge patch replaces lists).
+        let mut grown = after.clone();
+        grown["targets"].as_array_mut().expect("list").push(json!("m9999"));
+        let patch = status_if_changed(Some(&after), &grown).expect("changed");
+        assert_eq!(patch.as_object().map(|o| o.len()), Some(1), "only the list");
+        assert_eq!(patch["targets"].as_array().map(Vec::len), Some(2001));
+        assert_eq!(status_if_changed(Some(&grown), &grown), None);
+    }
 
     #[test]
     fn a_status_field_that_goes_away_is_sent_as_null() {
@@ -569,7 +619,7 @@ mod tests {
         let json = |s: &NodeHealthCheckStatus| serde_json::to_value(s).expect("json");
         let patch = status_if_changed(Some(&json(&before)), &after).expect("changed");
         assert_eq!(patch["wouldRemediate"], Value::Null, "{patch}");
-        assert_eq!(patch["observedNodes"], 3);
+        assert!(patch.get("observedNodes").is_none(), "an unchanged field is not sent: {patch}");
         assert_eq!(status_if_changed(Some(&json(&after)), &after), None, "unchanged: nothing to send");
         let first = status_if_changed(None, &after).expect("new");
         assert!(first.get("wouldRemediate").is_none(), "{first}");

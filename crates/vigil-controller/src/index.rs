@@ -70,6 +70,9 @@ pub struct ObjectCache {
     pub state: SourceState,
 }
 
+/// A valid MachineHealthCheck with its policy: one of the peers that may own a Machine.
+pub type MhcPeerEntry = (Arc<MachineHealthCheck>, Arc<MhcPolicy>);
+
 /// Group and kind of a dynamic kind.
 pub type GroupKind = (String, String);
 
@@ -115,6 +118,9 @@ pub struct Index {
     pub claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
     /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
     pub self_hosted: BTreeSet<String>,
+    /// Self-hosted workload clusters whose Nodes are read from the management cluster's cache
+    /// (their connection is up and its credentials may list Nodes): see [`Index::node_source`].
+    pub shared_nodes: BTreeSet<String>,
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
     /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
     guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
@@ -122,6 +128,15 @@ pub struct Index {
     /// decision needs (`vigil_engine::node::needs_node`), kept as Nodes and checks change: a
     /// decision then reads a few dozen Nodes instead of walking (and sorting) every Node.
     nhc_nodes: HashMap<String, NhcNodes>,
+    /// Each valid MachineHealthCheck's targets (`vigil_engine::target::is_target`) by Machine
+    /// name, kept as Machines and checks change: a decision then reads its own Machines instead
+    /// of matching its selector against every Machine of the namespace (the 10 000-Machine
+    /// wave spent half its CPU doing that).
+    mhc_targets: HashMap<(String, String), BTreeSet<String>>,
+    /// Each namespace's valid MachineHealthChecks with their policies (who may own a Machine's
+    /// conditions: `vigil_engine::peers`), kept as checks change: every decision and every
+    /// claim derivation of the namespace reads the same list.
+    mhc_peer_lists: HashMap<String, Vec<MhcPeerEntry>>,
 }
 
 /// What the index keeps for one NodeHealthCheck's decisions.
@@ -222,10 +237,6 @@ pub fn not_newer(incoming: Option<&str>, stored: Option<&str>) -> bool {
         (Some(i), Some(s)) => i <= s,
         _ => false,
     }
-}
-
-fn parsed_mhc(check: &MachineHealthCheck) -> Option<MhcPolicy> {
-    validate::machine_health_check(check).ok()
 }
 
 fn parsed_nhc(check: &NodeHealthCheck) -> Option<NhcPolicy> {
@@ -365,6 +376,7 @@ impl Index {
         {
             self.machines_by_node.entry((machine_cluster(&new.view), node.clone())).or_default().insert(key.clone());
         }
+        self.place_machine(&key, new.as_ref().map(|e| e.view.as_ref()));
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
         for view in old.iter().map(|e| &e.view).chain(new.iter().map(|e| &e.view)) {
             out.extend(self.mhcs_concerned_by_machine(view));
@@ -376,9 +388,94 @@ impl Index {
         self.mhcs
             .range((view.meta.namespace.clone(), String::new())..)
             .take_while(|((ns, _), _)| *ns == view.meta.namespace)
-            .filter(|(_, check)| parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_machine(check, &p, view)))
+            .filter(|(key, check)| match self.mhc_policies.get(*key) {
+                Some(Ok(p)) => concerns::mhc_concerns_machine(check, p, view),
+                _ => true,
+            })
             .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
+    }
+
+    /// Puts Machine `key` (now `view`, `None` when gone) in or out of each valid check's targets
+    /// in its namespace.
+    fn place_machine(&mut self, key: &(String, String), view: Option<&MachineView>) {
+        let (namespace, machine) = key;
+        let checks = self.mhcs.range((namespace.clone(), String::new())..).take_while(|((ns, _), _)| ns == namespace);
+        for (check, _) in checks {
+            let Some(targets) = self.mhc_targets.get_mut(check) else { continue };
+            let selected = match (self.mhc_policies.get(check), view) {
+                (Some(Ok(policy)), Some(view)) => vigil_engine::target::is_target(policy, view),
+                _ => false,
+            };
+            if selected {
+                if !targets.contains(machine) {
+                    targets.insert(machine.clone());
+                }
+            } else {
+                targets.remove(machine);
+            }
+        }
+    }
+
+    /// Works out check `key`'s targets again over its namespace's Machines (after its spec
+    /// changed); a check without a valid policy has none.
+    fn renew_mhc_targets(&mut self, key: &(String, String)) {
+        let Some(Ok(policy)) = self.mhc_policies.get(key) else {
+            self.mhc_targets.remove(key);
+            return;
+        };
+        let targets = self
+            .machines
+            .get(&key.0)
+            .into_iter()
+            .flat_map(|ms| ms.iter())
+            .filter(|(_, e)| vigil_engine::target::is_target(policy, &e.view))
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.mhc_targets.insert(key.clone(), targets);
+    }
+
+    /// Works out `namespace`'s peer list again (after one of its checks changed).
+    fn renew_mhc_peer_list(&mut self, namespace: &str) {
+        let peers: Vec<_> = self
+            .mhcs
+            .range((namespace.to_string(), String::new())..)
+            .take_while(|((ns, _), _)| ns == namespace)
+            .filter(|(k, c)| c.metadata.deletion_timestamp.is_none() && !self.mhc_errors.contains_key(*k))
+            .filter_map(|(k, c)| Some((Arc::clone(c), Arc::clone(self.mhc_policies.get(k)?.as_ref().ok()?))))
+            .collect();
+        if peers.is_empty() {
+            self.mhc_peer_lists.remove(namespace);
+        } else {
+            self.mhc_peer_lists.insert(namespace.to_string(), peers);
+        }
+    }
+
+    /// The valid MachineHealthChecks of `namespace` with their policies, as validated when the
+    /// index stored them.
+    pub fn mhc_peer_list(&self, namespace: &str) -> &[MhcPeerEntry] {
+        self.mhc_peer_lists.get(namespace).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Forgets every Machine (a complete list of them follows): each check's targets empty.
+    pub fn clear_machines(&mut self) {
+        self.machines.clear();
+        self.machines_by_node.clear();
+        for targets in self.mhc_targets.values_mut() {
+            targets.clear();
+        }
+    }
+
+    /// MachineHealthCheck `namespace/name`'s targets, sorted by name (none when its spec is
+    /// invalid or it is not stored): exactly the Machines `vigil_engine::target::is_target`
+    /// selects among the namespace's.
+    pub fn mhc_machines(&self, namespace: &str, name: &str) -> Vec<&MachineView> {
+        let (Some(targets), Some(all)) =
+            (self.mhc_targets.get(&(namespace.to_string(), name.to_string())), self.machines.get(namespace))
+        else {
+            return Vec::new();
+        };
+        targets.iter().filter_map(|m| all.get(m)).map(|e| e.view.as_ref()).collect()
     }
 
     /// Stores (or removes) a Cluster; returns the checks it concerns.
@@ -396,7 +493,10 @@ impl Index {
         let meta = Meta { namespace: key.0.clone(), name: key.1.clone(), ..Default::default() };
         self.mhcs
             .iter()
-            .filter(|(_, check)| parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_cluster(check, &p, &meta)))
+            .filter(|(key, check)| match self.mhc_policies.get(*key) {
+                Some(Ok(p)) => concerns::mhc_concerns_cluster(check, p, &meta),
+                _ => true,
+            })
             .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
     }
@@ -442,20 +542,35 @@ impl Index {
 
     /// Every valid check's `maxConditionAge`s (rebuilt after the checks changed).
     fn guarded_ages(&mut self) -> &vigil_engine::concerns::GuardedAges {
-        let (mhcs, nhc_nodes) = (&self.mhcs, &self.nhc_nodes);
+        let (mhc_policies, nhc_nodes) = (&self.mhc_policies, &self.nhc_nodes);
         self.guarded_ages.get_or_insert_with(|| {
-            let mhc = mhcs.values().filter_map(|c| parsed_mhc(c)).flat_map(|p| p.node_conditions);
-            // NodeHealthChecks: the policies validated when they were stored.
+            // Both kinds: the policies validated when they were stored.
+            let mhc =
+                mhc_policies.values().filter_map(|p| p.as_ref().ok()).flat_map(|p| p.node_conditions.iter().cloned());
             let nhc = nhc_nodes.values().filter_map(|e| e.policy.as_ref()).flat_map(|p| p.conditions.iter().cloned());
             let rules: Vec<vigil_api::validate::ConditionRule> = mhc.chain(nhc).collect();
             vigil_engine::concerns::GuardedAges::of(&rules)
         })
     }
 
+    /// Where workload cluster `workload`'s Nodes are read: the management cluster's cache when
+    /// the workload cluster is the management cluster and its connection shares that cache,
+    /// else its own cache (which, while not connected, is not synced: its checks decide nothing).
+    pub fn node_source<'a>(&self, workload: &'a str) -> &'a str {
+        let connected = self.nodes.get(workload).is_some_and(|c| c.state == SourceState::Synced);
+        if connected && self.shared_nodes.contains(workload) { LOCAL_CLUSTER } else { workload }
+    }
+
     /// The checks that look at Node `name` of `cluster`.
     pub fn checks_for_node(&self, cluster: &str, name: &str) -> BTreeSet<CheckRef> {
         let mut out = BTreeSet::new();
-        if let Some(machines) = self.machines_by_node.get(&(cluster.to_string(), name.to_string())) {
+        // The management cluster's Nodes also stand for self-hosted workload clusters' Nodes.
+        let shared = (cluster == LOCAL_CLUSTER)
+            .then(|| self.shared_nodes.iter().filter(|w| self.node_source(w) == LOCAL_CLUSTER))
+            .into_iter()
+            .flatten();
+        for source in std::iter::once(cluster).chain(shared.map(String::as_str)) {
+            let Some(machines) = self.machines_by_node.get(&(source.to_string(), name.to_string())) else { continue };
             for (ns, m) in machines {
                 if let Some(entry) = self.machines.get(ns).and_then(|ms| ms.get(m)) {
                     out.extend(self.mhcs_concerned_by_machine(&entry.view));
@@ -523,8 +638,12 @@ impl Index {
     /// The checks a template or remediation object concerns.
     pub fn checks_for_object(&self, meta: &Meta) -> BTreeSet<CheckRef> {
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
-        for ((ns, n), check) in &self.mhcs {
-            if parsed_mhc(check).is_none_or(|p| concerns::mhc_concerns_remediation_object(check, &p, meta)) {
+        for (key @ (ns, n), check) in &self.mhcs {
+            let concerned = match self.mhc_policies.get(key) {
+                Some(Ok(p)) => concerns::mhc_concerns_remediation_object(check, p, meta),
+                _ => true,
+            };
+            if concerned {
                 out.insert(CheckRef::Machine { namespace: ns.clone(), name: n.clone() });
             }
         }
@@ -546,6 +665,11 @@ impl Index {
         self.mhc_policies.get(&(namespace.to_string(), name.to_string()))
     }
 
+    /// [`Index::mhc_policy`] by the check's key as the index holds it (no key is built).
+    pub fn mhc_policy_of(&self, key: &(String, String)) -> Option<&Result<Arc<MhcPolicy>, String>> {
+        self.mhc_policies.get(key)
+    }
+
     /// A NodeHealthCheck's spec as validated when it was stored: its policy, or the error.
     pub fn nhc_policy(&self, name: &str) -> Option<&Result<Arc<NhcPolicy>, String>> {
         self.nhc_policies.get(name)
@@ -555,6 +679,8 @@ impl Index {
     pub fn clear_mhcs(&mut self) {
         self.mhcs.clear();
         self.mhc_policies.clear();
+        self.mhc_targets.clear();
+        self.mhc_peer_lists.clear();
         self.mhc_errors.clear();
         self.guarded_ages = None;
     }
@@ -579,18 +705,28 @@ impl Index {
             return BTreeSet::new();
         }
         let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
+        let held_status = self.mhcs.get(&key).map(|c| &c.status);
+        let status_moved = !changed && held_status.is_some_and(|s| check.as_ref().is_some_and(|c| &c.status != s));
         match check {
             Some(c) => {
                 let policy = validate::machine_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
                 self.mhc_policies.insert(key.clone(), policy);
-                self.mhcs.insert(key.clone(), Arc::new(c))
+                self.mhcs.insert(key.clone(), Arc::new(c));
+                if changed || !self.mhc_targets.contains_key(&key) {
+                    self.renew_mhc_targets(&key);
+                }
             }
             None => {
                 self.mhc_policies.remove(&key);
-                self.mhcs.remove(&key)
+                self.mhc_targets.remove(&key);
+                self.mhcs.remove(&key);
             }
         };
         self.guarded_ages = None;
+        self.renew_mhc_peer_list(&key.0);
+        if status_moved {
+            return BTreeSet::from([CheckRef::Machine { namespace: key.0, name: key.1 }]);
+        }
         if !changed {
             return BTreeSet::new();
         }
@@ -620,6 +756,8 @@ impl Index {
             return BTreeSet::new();
         }
         let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
+        let held_status = self.nhcs.get(&key).map(|c| &c.status);
+        let status_moved = !changed && held_status.is_some_and(|s| check.as_ref().is_some_and(|c| &c.status != s));
         match check {
             Some(c) => {
                 let policy = validate::node_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
@@ -637,7 +775,7 @@ impl Index {
             }
         };
         self.guarded_ages = None;
-        if changed { BTreeSet::from([CheckRef::Node { name: key }]) } else { BTreeSet::new() }
+        if changed || status_moved { BTreeSet::from([CheckRef::Node { name: key }]) } else { BTreeSet::new() }
     }
 }
 
@@ -645,8 +783,12 @@ fn resource_version(raw: &Value) -> Option<&str> {
     raw.pointer("/metadata/resourceVersion").and_then(Value::as_str)
 }
 
-/// Whether a health check's update can change its decision: anything but its status (our own
-/// status writes come back as watch events and must not cause another decision).
+/// Whether a health check's update can change its decision: anything but its status. A status
+/// that moved still gets a decision of that check alone (`put_mhc`, `put_nhc`): the answer to our
+/// own write is stored when it is made, so its echo is "not newer" and never gets here, and a
+/// status that does get here is one the controller did not last write — another writer's, or one
+/// of ours that a relist (from before the write) had replaced with an older version. Without that
+/// decision the stored status would stay wrong until something else changed.
 fn needs_decision(new: Option<&ObjectMeta>, old: Option<&ObjectMeta>) -> bool {
     match (new, old) {
         (Some(new), Some(old)) => {
@@ -717,6 +859,57 @@ mod tests {
         assert!(idx.mhc_policy("ns", "c").is_none(), "forgotten with the check");
     }
 
+    /// The stall a relist could cause: our status write lands while the check's watch lists
+    /// again, the list (from before the write) puts the older status back, and the write's own
+    /// watch event then arrives as a status-only change. That event must get a decision of the
+    /// check (which writes the status it decides), while the echo of a write the index holds
+    /// gets none.
+    #[test]
+    fn a_status_the_controller_did_not_last_write_gets_a_decision_and_its_own_echo_does_not() {
+        let check = |rv: &str, allowed: &str| -> MachineHealthCheck {
+            serde_json::from_value(json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+                "metadata": {"name": "c", "namespace": "ns", "generation": 1, "resourceVersion": rv},
+                "spec": {"clusterName": "k", "selector": {"matchLabels": {"a": "b"}},
+                         "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]},
+                "status": {"conditions": [{"type": "RemediationAllowed", "status": allowed, "reason": "r",
+                                           "lastTransitionTime": "2026-11-24T10:00:00Z"}]}
+            }))
+            .expect("a MachineHealthCheck")
+        };
+        let me = CheckRef::Machine { namespace: "ns".into(), name: "c".into() };
+        let mut idx = Index::default();
+        assert_eq!(idx.put_mhc(Some(check("10", "True")), None), BTreeSet::from([me.clone()]), "a new check");
+        // Our write's answer goes in at once (apply ignores what it returns); its echo is not newer.
+        idx.put_mhc(Some(check("12", "False")), None);
+        assert!(idx.put_mhc(Some(check("12", "False")), None).is_empty(), "the echo of our own write");
+        // A relist from before the write puts the older status back...
+        idx.clear_mhcs();
+        idx.put_mhc(Some(check("10", "True")), None);
+        // ...and the write's event is then a status-only change: that check alone decides again.
+        assert_eq!(idx.put_mhc(Some(check("12", "False")), None), BTreeSet::from([me]));
+        // A newer version with the same status (another field of metadata) asks for nothing.
+        assert!(idx.put_mhc(Some(check("13", "False")), None).is_empty());
+
+        let nhc = |rv: &str, phase: &str| -> NodeHealthCheck {
+            serde_json::from_value(json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
+                "metadata": {"name": "n", "generation": 1, "resourceVersion": rv},
+                "spec": {"selector": {"matchLabels": {"a": "b"}}, "minHealthy": 1, "remediationTemplate":
+                         {"apiVersion": "x.io/v1", "kind": "RebootTemplate", "name": "t", "namespace": "ns"}},
+                "status": {"phase": phase}
+            }))
+            .expect("a NodeHealthCheck")
+        };
+        let me = CheckRef::Node { name: "n".into() };
+        idx.put_nhc(Some(nhc("20", "Enabled")), None);
+        idx.put_nhc(Some(nhc("22", "Remediating")), None);
+        assert!(idx.put_nhc(Some(nhc("22", "Remediating")), None).is_empty(), "the echo of our own write");
+        idx.clear_nhcs();
+        idx.put_nhc(Some(nhc("20", "Enabled")), None);
+        assert_eq!(idx.put_nhc(Some(nhc("22", "Remediating")), None), BTreeSet::from([me]));
+    }
+
     #[test]
     fn a_node_health_check_decision_gets_the_nodes_it_needs_as_labels_change() {
         let mut idx = Index::default();
@@ -750,6 +943,133 @@ mod tests {
             [node("w9", json!({"role": "worker"}))].into_iter().map(|n| ("w9".to_string(), Arc::new(n))).collect();
         idx.renew_nhc_nodes();
         assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["w9"]);
+    }
+
+    /// One step of the target-set property: a Machine stored (with its group label and
+    /// whether it carries the skip annotation) or removed, a check's selector changed, or a
+    /// complete list of Machines.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Machine { name: u8, group: u8, skip: bool },
+        Gone { name: u8 },
+        Check { name: u8, group: u8 },
+        Relist,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0u8..12, 0u8..3, any::<bool>()).prop_map(|(name, group, skip)| Step::Machine { name, group, skip }),
+            2 => (0u8..12).prop_map(|name| Step::Gone { name }),
+            2 => (0u8..3, 0u8..3).prop_map(|(name, group)| Step::Check { name, group }),
+            1 => Just(Step::Relist),
+        ]
+    }
+
+    fn grouped_machine(name: u8, group: u8, skip: bool, rv: u64) -> MachineEntry {
+        let annotations = if skip { json!({"cluster.x-k8s.io/skip-remediation": ""}) } else { json!({}) };
+        machine_entry(&json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("m{name:02}"), "namespace": "ns", "resourceVersion": rv.to_string(),
+                         "labels": {"group": format!("g{group}"), CLUSTER_NAME_LABEL: "c"},
+                         "annotations": annotations},
+            "spec": {"clusterName": "c"}}))
+        .expect("a Machine")
+    }
+
+    fn grouped_check(name: u8, group: u8, rv: u64) -> MachineHealthCheck {
+        serde_json::from_value(json!({
+            "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+            "metadata": {"name": format!("c{name}"), "namespace": "ns", "generation": rv, "resourceVersion": rv.to_string()},
+            "spec": {"clusterName": "c", "selector": {"matchLabels": {"group": format!("g{group}")}},
+                     "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]}
+        }))
+        .expect("a MachineHealthCheck")
+    }
+
+    #[test]
+    fn a_checks_targets_follow_labels_annotations_and_its_selector() {
+        let mut idx = Index::default();
+        let kept =
+            |idx: &Index| -> Vec<String> { idx.mhc_machines("ns", "c0").iter().map(|m| m.meta.name.clone()).collect() };
+        idx.put_machine_entry(Some(grouped_machine(1, 1, false, 2)), None);
+        idx.put_machine_entry(Some(grouped_machine(2, 2, false, 3)), None);
+        idx.put_mhc(Some(grouped_check(0, 1, 4)), None);
+        assert_eq!(kept(&idx), ["m01"], "selected when the check is stored");
+        idx.put_machine_entry(Some(grouped_machine(2, 1, false, 5)), None);
+        assert_eq!(kept(&idx), ["m01", "m02"], "a label change moves a Machine in");
+        idx.put_machine_entry(Some(grouped_machine(1, 1, true, 6)), None);
+        assert_eq!(kept(&idx), ["m02"], "skip-remediation takes it out");
+        idx.put_mhc(Some(grouped_check(0, 2, 7)), None);
+        assert!(kept(&idx).is_empty(), "a new selector selects again");
+        idx.put_machine_entry(Some(grouped_machine(3, 2, false, 8)), None);
+        idx.put_machine_entry(None, Some(("ns".into(), "m03".into())));
+        assert!(kept(&idx).is_empty(), "a deleted Machine leaves");
+    }
+
+    proptest::proptest! {
+        /// Whatever Machines and checks do, in any order, each check's kept targets are exactly
+        /// what matching its selector against every Machine of the namespace gives.
+        #[test]
+        fn each_checks_kept_targets_are_what_its_selector_selects(steps in proptest::collection::vec(step(), 1..60)) {
+            let mut idx = Index::default();
+            let mut rv = 1;
+            for s in steps {
+                rv += 1;
+                match s {
+                    Step::Machine { name, group, skip } => {
+                        idx.put_machine_entry(Some(grouped_machine(name, group, skip, rv)), None);
+                    }
+                    Step::Gone { name } => {
+                        idx.put_machine_entry(None, Some(("ns".into(), format!("m{name:02}"))));
+                    }
+                    Step::Check { name, group } => {
+                        idx.put_mhc(Some(grouped_check(name, group, rv)), None);
+                    }
+                    Step::Relist => {
+                        let all: Vec<MachineEntry> = idx.machines.values().flat_map(|m| m.values().cloned()).collect();
+                        idx.clear_machines();
+                        for e in all {
+                            idx.put_machine_entry(Some(e), None);
+                        }
+                    }
+                }
+                for (ns, name) in idx.mhcs.keys() {
+                    let policy = idx.mhc_policy(ns, name).cloned().expect("stored").expect("valid");
+                    let expected: Vec<&str> = idx.machines.get(ns).into_iter().flat_map(|m| m.values())
+                        .filter(|e| vigil_engine::target::is_target(&policy, &e.view))
+                        .map(|e| e.view.meta.name.as_str()).collect();
+                    let kept: Vec<&str> = idx.mhc_machines(ns, name).iter().map(|m| m.meta.name.as_str()).collect();
+                    proptest::prop_assert_eq!(kept, expected, "check {}", name);
+                }
+            }
+        }
+    }
+
+    /// A self-hosted workload cluster whose connection shares the management cluster's Node
+    /// cache is read from it, and a management Node's change concerns its Machines' checks;
+    /// once its connection is lost (not synced), its checks read the unsynced entry again, so
+    /// they decide nothing.
+    #[test]
+    fn a_shared_node_cache_serves_a_self_hosted_cluster_only_while_it_is_connected() {
+        let mut idx = Index::default();
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        idx.put_node(LOCAL_CLUSTER, Some(node("n1", json!({}))), None, now);
+        let mut m = machine("5", Some("True"));
+        m["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c", "group": "g0"});
+        idx.put_machine(Some(&m), None);
+        idx.put_mhc(Some(grouped_check(0, 0, 6)), None);
+        assert_eq!(idx.node_source("ns/c"), "ns/c", "not connected");
+        assert!(idx.checks_for_node(LOCAL_CLUSTER, "n1").is_empty(), "a management Node is not the workload's yet");
+        idx.self_hosted.insert("ns/c".into());
+        idx.shared_nodes.insert("ns/c".into());
+        idx.nodes.entry("ns/c".into()).or_default().state = SourceState::Synced;
+        assert_eq!(idx.node_source("ns/c"), LOCAL_CLUSTER);
+        assert_eq!(
+            idx.checks_for_node(LOCAL_CLUSTER, "n1"),
+            BTreeSet::from([CheckRef::Machine { namespace: "ns".into(), name: "c0".into() }])
+        );
+        idx.nodes.entry("ns/c".into()).or_default().state = SourceState::Failed("the Secret changed".into());
+        assert_eq!(idx.node_source("ns/c"), "ns/c", "lost: its own (unsynced) entry again");
     }
 
     #[test]

@@ -162,11 +162,14 @@ enum Round {
 }
 
 /// Runs the election until `stop` turns true, then releases the Lease if this replica holds it.
-/// `on_elected` runs each time this replica becomes the leader.
+/// `on_elected` runs each time this replica becomes the leader. The metrics hear every round:
+/// whether this replica leads (set each round, so a right that ran out by time shows at once),
+/// each election won, each Lease request that failed.
 pub async fn run(
     client: Client,
     options: LeaderOptions,
     leadership: std::sync::Arc<Leadership>,
+    metrics: &crate::metrics::Metrics,
     mut stop: watch::Receiver<bool>,
     on_elected: impl Fn() + Send,
 ) {
@@ -183,6 +186,7 @@ pub async fn run(
             Ok(Ok(Round::Holding(at))) => {
                 if leadership.set(Some(at + options.renew_deadline)) {
                     info!(lease = %options.lease_name, identity = %options.identity, "elected leader");
+                    metrics.elected();
                     on_elected();
                 }
             }
@@ -196,13 +200,18 @@ pub async fn run(
                 }
             }
             Ok(Err(e)) => {
+                metrics.lease_error();
                 warn!(error = %e, "lease not renewed; writing stops at the renew deadline unless a renewal succeeds")
             }
-            Err(_) => warn!("lease request timed out; writing stops at the renew deadline unless a renewal succeeds"),
+            Err(_) => {
+                metrics.lease_error();
+                warn!("lease request timed out; writing stops at the renew deadline unless a renewal succeeds")
+            }
         }
         if leadership.expire_if_due() {
             warn!("renew deadline passed without a renewal; writing stopped");
         }
+        metrics.leader(leadership.is_leader());
         let wait = options.retry_period.saturating_sub(started.elapsed());
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
@@ -211,6 +220,7 @@ pub async fn run(
     }
     if leadership.is_leader() {
         leadership.set(None);
+        metrics.leader(false);
         release(&api, &options).await;
     }
 }

@@ -364,13 +364,12 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
             let on_elected = {
                 let ctx = ctx.clone();
                 move || {
-                    ctx.metrics.leader(true);
                     // A standby decided nothing and holds no wake-ups: everything is decided anew.
                     let all = ctx.read_index().all_checks();
                     ctx.scheduler.mark(all);
                 }
             };
-            leader::run(client, lo, leadership, stop, on_elected).await;
+            leader::run(client, lo, leadership, &ctx.metrics, stop, on_elected).await;
         })
     });
     ctx.metrics.leader(options.leader.is_none());

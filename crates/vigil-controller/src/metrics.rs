@@ -39,6 +39,8 @@ pub struct Gauges {
     pub healthy: i64,
     /// Unhealthy targets.
     pub unhealthy: i64,
+    /// Targets whose remediation is under way ([`vigil_engine::Plan::remediating`]).
+    pub remediating: i64,
     /// How many more may be remediated now (MachineHealthCheck), or 1/0 (NodeHealthCheck).
     pub remediations_allowed: i64,
     /// Whether the short-circuit (too many unhealthy, too few healthy, storm cool-down) holds.
@@ -51,29 +53,35 @@ pub struct Gauges {
     pub failure_domains_paused: i64,
     /// Targets with a matching Node condition set aside as stale (`maxConditionAge`).
     pub stale_conditions: i64,
+    /// Targets waiting for a remediation slot (`spec.maxInFlight`, `status.queuedCount`).
+    pub queued: i64,
 }
 
 impl Gauges {
-    /// A MachineHealthCheck's counts; `short_circuited` is the plan's
-    /// ([`vigil_engine::Plan::short_circuited`]), not read back out of a reason.
-    pub fn of_mhc(s: &vigil_api::MachineHealthCheckStatus, short_circuited: bool) -> Self {
+    /// A MachineHealthCheck's counts; `short_circuited` and `remediating` are the plan's
+    /// ([`vigil_engine::Plan::short_circuited`], [`vigil_engine::Plan::remediating`]), not read
+    /// back out of a reason.
+    pub fn of_mhc(s: &vigil_api::MachineHealthCheckStatus, short_circuited: bool, remediating: usize) -> Self {
         let targets = i64::from(s.expected_machines);
         let healthy = i64::from(s.current_healthy);
         Gauges {
             targets,
             healthy,
             unhealthy: (targets - healthy).max(0),
+            remediating: i64::try_from(remediating).unwrap_or(i64::MAX),
             remediations_allowed: i64::from(s.remediations_allowed),
             short_circuited,
             would_remediate: s.features.would_remediate.len() as i64,
             backoff_pools: s.features.backed_off_pools.len() as i64,
             failure_domains_paused: paused_domains(&s.features.failure_domains),
             stale_conditions: i64::from(s.features.stale_target_count),
+            queued: i64::from(s.features.queued_count),
         }
     }
 
-    /// A NodeHealthCheck's counts; `short_circuited` is the plan's, as for [`Gauges::of_mhc`].
-    pub fn of_nhc(s: &vigil_api::NodeHealthCheckStatus, short_circuited: bool) -> Self {
+    /// A NodeHealthCheck's counts; `short_circuited` and `remediating` are the plan's, as for
+    /// [`Gauges::of_mhc`].
+    pub fn of_nhc(s: &vigil_api::NodeHealthCheckStatus, short_circuited: bool, remediating: usize) -> Self {
         let blocked = s
             .conditions
             .iter()
@@ -82,12 +90,14 @@ impl Gauges {
             targets: i64::from(s.observed_nodes),
             healthy: i64::from(s.healthy_nodes),
             unhealthy: s.unhealthy_nodes.len() as i64,
+            remediating: i64::try_from(remediating).unwrap_or(i64::MAX),
             remediations_allowed: i64::from(!blocked),
             short_circuited,
             would_remediate: s.features.would_remediate.len() as i64,
             backoff_pools: s.features.backed_off_pools.len() as i64,
             failure_domains_paused: paused_domains(&s.features.failure_domains),
             stale_conditions: i64::from(s.features.stale_target_count),
+            queued: i64::from(s.features.queued_count),
         }
     }
 }
@@ -114,16 +124,20 @@ pub struct Metrics {
     remediations_unconfirmed: Counter,
     remediations: Family<RemediationLabel, Counter>,
     leader: Gauge,
+    elections: Counter,
+    lease_errors: Counter,
     detection: Histogram,
     check_targets: Family<CheckLabel, Gauge>,
     check_healthy: Family<CheckLabel, Gauge>,
     check_unhealthy: Family<CheckLabel, Gauge>,
+    check_remediating: Family<CheckLabel, Gauge>,
     check_allowed: Family<CheckLabel, Gauge>,
     check_short_circuited: Family<CheckLabel, Gauge>,
     check_would_remediate: Family<CheckLabel, Gauge>,
     check_backoff_pools: Family<CheckLabel, Gauge>,
     check_failure_domains_paused: Family<CheckLabel, Gauge>,
     check_stale_conditions: Family<CheckLabel, Gauge>,
+    check_queued: Family<CheckLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -138,6 +152,10 @@ impl Default for Metrics {
         let writes = Family::<KindLabel, Counter>::default();
         let write_errors = Family::<KindLabel, Counter>::default();
         let watch_events = Counter::default();
+        // Served at 0 from the start, so the first error of each category shows in rate().
+        for category in crate::apply::WriteError::CATEGORIES {
+            let _ = write_errors.get_or_create(&KindLabel { kind: category.into() });
+        }
         registry.register("decisions", "Health-check decisions made", decisions.clone());
         registry.register("decide_seconds", "Time to gather state and decide one check", decide_seconds.clone());
         registry.register("apply_seconds", "Time to apply one plan's writes", apply_seconds.clone());
@@ -195,15 +213,22 @@ impl Default for Metrics {
         let check_targets = Family::<CheckLabel, Gauge>::default();
         let check_healthy = Family::<CheckLabel, Gauge>::default();
         let check_unhealthy = Family::<CheckLabel, Gauge>::default();
+        let check_remediating = Family::<CheckLabel, Gauge>::default();
         let check_allowed = Family::<CheckLabel, Gauge>::default();
         let check_short_circuited = Family::<CheckLabel, Gauge>::default();
         let check_would_remediate = Family::<CheckLabel, Gauge>::default();
         let check_backoff_pools = Family::<CheckLabel, Gauge>::default();
         let check_failure_domains_paused = Family::<CheckLabel, Gauge>::default();
         let check_stale_conditions = Family::<CheckLabel, Gauge>::default();
+        let check_queued = Family::<CheckLabel, Gauge>::default();
         registry.register("check_targets", "Targets a check selects", check_targets.clone());
         registry.register("check_healthy", "Healthy targets of a check", check_healthy.clone());
         registry.register("check_unhealthy", "Unhealthy targets of a check", check_unhealthy.clone());
+        registry.register(
+            "check_remediating",
+            "Targets of a check whose remediation is under way (MachineHealthCheck: OwnerRemediated=False or a remediation object made for it; NodeHealthCheck: unhealthy Nodes listed with remediation objects)",
+            check_remediating.clone(),
+        );
         registry.register(
             "check_remediations_allowed",
             "How many more targets a MachineHealthCheck may remediate now; 1/0 for a NodeHealthCheck",
@@ -234,13 +259,29 @@ impl Default for Metrics {
             "Targets of a check whose matching Node condition is set aside as stale: its reporter has not heartbeated within the rule's maxConditionAge (status.staleTargetCount)",
             check_stale_conditions.clone(),
         );
+        registry.register(
+            "check_queued",
+            "Unhealthy targets of a check waiting for a remediation slot: spec.maxInFlight remediations are in flight (status.queuedCount); 0 without it",
+            check_queued.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
             "1 while this replica leads (decides and writes), 0 while it stands by",
             leader.clone(),
         );
+        let elections = Counter::default();
+        let lease_errors = Counter::default();
+        registry.register("leader_elections", "Times this replica won the Lease and began to lead", elections.clone());
+        registry.register(
+            "lease_errors",
+            "Lease requests (acquire, renew, look) that failed or timed out; a leader that cannot renew stops writing at its renew deadline",
+            lease_errors.clone(),
+        );
         Metrics {
+            elections,
+            lease_errors,
+            check_remediating,
             detection,
             check_targets,
             check_healthy,
@@ -251,6 +292,7 @@ impl Default for Metrics {
             check_backoff_pools,
             check_failure_domains_paused,
             check_stale_conditions,
+            check_queued,
             leader,
             registry,
             decisions,
@@ -297,9 +339,12 @@ impl Metrics {
         self.watch_events.inc();
     }
 
-    /// Records whether a source is live.
+    /// Records whether a source is live; its restart counter is served (at 0) from then on, so
+    /// its first restart shows in rate().
     pub fn source_synced(&self, source: &str, synced: bool) {
-        self.source_synced.get_or_create(&SourceLabel { source: source.into() }).set(i64::from(synced));
+        let label = SourceLabel { source: source.into() };
+        self.source_synced.get_or_create(&label).set(i64::from(synced));
+        let _ = self.watch_restarts.get_or_create(&label);
     }
 
     /// Counts a watch started again.
@@ -349,12 +394,14 @@ impl Metrics {
         self.check_targets.get_or_create(&l).set(g.targets);
         self.check_healthy.get_or_create(&l).set(g.healthy);
         self.check_unhealthy.get_or_create(&l).set(g.unhealthy);
+        self.check_remediating.get_or_create(&l).set(g.remediating);
         self.check_allowed.get_or_create(&l).set(g.remediations_allowed);
         self.check_short_circuited.get_or_create(&l).set(i64::from(g.short_circuited));
         self.check_would_remediate.get_or_create(&l).set(g.would_remediate);
         self.check_backoff_pools.get_or_create(&l).set(g.backoff_pools);
         self.check_failure_domains_paused.get_or_create(&l).set(g.failure_domains_paused);
         self.check_stale_conditions.get_or_create(&l).set(g.stale_conditions);
+        self.check_queued.get_or_create(&l).set(g.queued);
     }
 
     /// Drops a deleted check's gauges.
@@ -364,12 +411,14 @@ impl Metrics {
             &self.check_targets,
             &self.check_healthy,
             &self.check_unhealthy,
+            &self.check_remediating,
             &self.check_allowed,
             &self.check_short_circuited,
             &self.check_would_remediate,
             &self.check_backoff_pools,
             &self.check_failure_domains_paused,
             &self.check_stale_conditions,
+            &self.check_queued,
         ] {
             f.remove(&l);
         }
@@ -380,6 +429,16 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
+    /// Counts an election this replica won.
+    pub fn elected(&self) {
+        self.elections.inc();
+    }
+
+    /// Counts a Lease request that failed or timed out.
+    pub fn lease_error(&self) {
+        self.lease_errors.inc();
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -387,5 +446,88 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vigil_engine::target::CheckRef;
+
+    fn has(text: &str, line: &str) -> bool {
+        text.lines().any(|l| l == line)
+    }
+
+    #[test]
+    fn per_check_gauges_are_served_and_dropped_with_the_check() {
+        let m = Metrics::default();
+        let infra = CheckRef::Node { name: "infra".into() };
+        let g =
+            Gauges { targets: 5, healthy: 2, unhealthy: 3, remediating: 1, short_circuited: true, ..Gauges::default() };
+        m.check(&infra, &g);
+        let text = m.render();
+        for line in [
+            "vigil_check_targets{check=\"NodeHealthCheck/infra\"} 5",
+            "vigil_check_healthy{check=\"NodeHealthCheck/infra\"} 2",
+            "vigil_check_unhealthy{check=\"NodeHealthCheck/infra\"} 3",
+            "vigil_check_remediating{check=\"NodeHealthCheck/infra\"} 1",
+            "vigil_check_short_circuited{check=\"NodeHealthCheck/infra\"} 1",
+        ] {
+            assert!(has(&text, line), "{line} missing:\n{text}");
+        }
+        m.forget_check(&infra);
+        assert!(!m.render().contains("NodeHealthCheck/infra"), "{}", m.render());
+    }
+
+    #[test]
+    fn gauges_take_the_plans_remediating_count() {
+        let nhc = vigil_api::NodeHealthCheckStatus { observed_nodes: 4, healthy_nodes: 2, ..Default::default() };
+        assert_eq!(Gauges::of_nhc(&nhc, false, 2).remediating, 2);
+        let mhc =
+            vigil_api::MachineHealthCheckStatus { expected_machines: 4, current_healthy: 3, ..Default::default() };
+        let g = Gauges::of_mhc(&mhc, true, 1);
+        assert_eq!((g.targets, g.healthy, g.unhealthy, g.remediating, g.short_circuited), (4, 3, 1, 1, true));
+    }
+
+    /// Counters that would appear only with their first event are served at 0 before it.
+    #[test]
+    fn error_and_restart_counters_are_served_at_zero_before_their_first_event() {
+        let m = Metrics::default();
+        m.source_synced("Nodes", false);
+        let text = m.render();
+        assert!(has(&text, "vigil_watch_restarts_total{source=\"Nodes\"} 0"), "{text}");
+        for category in crate::apply::WriteError::CATEGORIES {
+            assert!(has(&text, &format!("vigil_write_errors_total{{kind=\"{category}\"}} 0")), "{text}");
+        }
+        m.write_error("timeout");
+        assert!(has(&m.render(), "vigil_write_errors_total{kind=\"timeout\"} 1"));
+    }
+
+    #[test]
+    fn elections_and_lease_errors_are_counted() {
+        let m = Metrics::default();
+        m.elected();
+        m.elected();
+        m.lease_error();
+        m.leader(true);
+        let text = m.render();
+        assert!(has(&text, "vigil_leader_elections_total 2"), "{text}");
+        assert!(has(&text, "vigil_lease_errors_total 1"), "{text}");
+        assert!(has(&text, "vigil_leader 1"), "{text}");
+    }
+
+    /// The detection histogram: a latency lands in its bucket; a negative one (the write
+    /// acknowledged before the deadline by the controller's clock, which a skewed clock can
+    /// show) counts as 0 rather than corrupting the sum.
+    #[test]
+    fn detection_latencies_fill_the_histogram() {
+        let m = Metrics::default();
+        m.detected(0.3);
+        m.detected(-2.0);
+        let text = m.render();
+        assert!(has(&text, "vigil_detection_seconds_count 2"), "{text}");
+        assert!(has(&text, "vigil_detection_seconds_sum 0.3"), "{text}");
+        assert!(has(&text, "vigil_detection_seconds_bucket{le=\"0.005\"} 1"), "{text}");
+        assert!(has(&text, "vigil_detection_seconds_bucket{le=\"0.32\"} 2"), "{text}");
     }
 }

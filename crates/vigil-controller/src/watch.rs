@@ -134,6 +134,7 @@ pub(crate) fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>
                 dry_run: false,
                 backoff: None,
                 failure_domains: None,
+                max_in_flight: None,
             };
             let mut c = MachineHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();
@@ -161,6 +162,7 @@ pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
                 dry_run: false,
                 backoff: None,
                 failure_domains: None,
+                max_in_flight: None,
             };
             let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();
@@ -298,8 +300,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                     Op::Upsert(entry) => idx.put_machine_entry(entry, None),
                     Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),
                     Op::Replace(list) => {
-                        idx.machines.clear();
-                        idx.machines_by_node.clear();
+                        idx.clear_machines();
                         for entry in list {
                             idx.put_machine_entry(entry, None);
                         }

@@ -203,6 +203,7 @@ async fn secret_version(client: &Client, namespace: &str, name: &str) -> Option<
 fn mark_unreachable(ctx: &Context, key: &str, why: &str) {
     let dirty = {
         let mut idx = ctx.write_index();
+        idx.shared_nodes.remove(key);
         let cache = idx.nodes.entry(key.to_string()).or_default();
         let changed = cache.state != SourceState::Failed(why.to_string());
         cache.state = SourceState::Failed(why.to_string());
@@ -214,6 +215,27 @@ fn mark_unreachable(ctx: &Context, key: &str, why: &str) {
         warn!(cluster = %key, %why, "workload cluster not connected");
         ctx.scheduler.mark(dirty);
     }
+}
+
+/// Whether `client` (a workload cluster's own credentials) may list Nodes.
+async fn can_list_nodes(client: &Client) -> bool {
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let first = kube::api::ListParams::default().limit(1);
+    matches!(tokio::time::timeout(Duration::from_secs(10), api.list_metadata(&first)).await, Ok(Ok(_)))
+}
+
+/// Marks self-hosted workload cluster `key` as read through the management cluster's Node
+/// cache ([`crate::index::Index::node_source`]); wakes its checks.
+fn share_local_nodes(ctx: &Context, key: &str) {
+    let dirty = {
+        let mut idx = ctx.write_index();
+        let cache = idx.nodes.entry(key.to_string()).or_default();
+        cache.nodes.clear();
+        cache.state = SourceState::Synced;
+        idx.shared_nodes.insert(key.to_string());
+        idx.all_mhcs()
+    };
+    ctx.scheduler.mark(dirty);
 }
 
 /// Whether the Cluster `namespace/name` exists (`None` while Clusters are not listed).
@@ -255,7 +277,11 @@ pub async fn keep_connected(ctx: Arc<Context>, namespace: String, cluster: Strin
             }
         };
         let same = same_cluster(&ctx.client, &client).await;
-        info!(cluster = %key, self_hosted = same, "workload cluster connected");
+        // Self-hosted: the management cluster's Node cache serves the workload cluster too (one
+        // list and one watch of every Node instead of two), but only when the Secret's own
+        // credentials may list Nodes, so a tenant learns nothing its kubeconfig could not read.
+        let shared = same && can_list_nodes(&client).await;
+        info!(cluster = %key, self_hosted = same, shared_node_cache = shared, "workload cluster connected");
         {
             let mut idx = ctx.write_index();
             if same {
@@ -266,18 +292,25 @@ pub async fn keep_connected(ctx: Arc<Context>, namespace: String, cluster: Strin
         }
         delay = Duration::from_secs(1);
         ctx.lock_workload_clients().insert(key.clone(), client.clone());
-        let handle = crate::watch::start_nodes(&ctx, key.clone(), client);
+        let handle = if shared {
+            share_local_nodes(&ctx, &key);
+            None
+        } else {
+            Some(crate::watch::start_nodes(&ctx, key.clone(), client))
+        };
         let connected_with = secret_version(&ctx.client, &namespace, &secret_name).await;
         loop {
             tokio::time::sleep(SECRET_RECHECK).await;
-            if handle.is_finished()
+            if handle.as_ref().is_some_and(|h| h.is_finished())
                 || cluster_exists(&ctx, &namespace, &cluster) == Some(false)
                 || secret_version(&ctx.client, &namespace, &secret_name).await != connected_with
             {
                 break;
             }
         }
-        handle.abort();
+        if let Some(handle) = handle {
+            handle.abort();
+        }
         ctx.sources.remove(&format!("Nodes of workload cluster {key}"));
         mark_unreachable(&ctx, &key, "the workload cluster's Secret or Cluster changed; connecting again");
     }

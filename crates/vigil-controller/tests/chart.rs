@@ -29,7 +29,14 @@ async fn helm_lint_passes_with_defaults_and_with_every_option() -> Result<()> {
     let chart = chart_path()?;
     for sets in [
         vec![],
-        vec!["--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true"],
+        vec![
+            "--set",
+            "serviceMonitor.enabled=true",
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set",
+            "dashboard.enabled=true",
+        ],
         vec![
             "--set",
             "leaderElection.enabled=false",
@@ -147,14 +154,20 @@ async fn rendered_chart_is_accepted_and_its_pods_meet_restricted_pod_security() 
         env.apply(pod("vigil-pss-weaker", weaker)).await.expect_err("a Pod without capabilities.drop must be refused");
     assert!(format!("{refused:#}").contains("restricted"), "{refused:#}");
 
-    // The optional objects render as their kinds; the PrometheusRule carries the rule file.
+    // The optional objects render as their kinds; the PrometheusRule carries the recording
+    // rules' groups, then the alerts'.
     let all = render(&["serviceMonitor.enabled=true", "prometheusRule.enabled=true"]).await?;
     let sm = one(&all, "ServiceMonitor")?;
     assert_eq!(sm.pointer("/spec/endpoints/0/port"), Some(&json!("metrics")));
     let rule = one(&all, "PrometheusRule")?;
-    let file: Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("alerts").join("vigil.rules.yaml"))?)?;
-    assert_eq!(rule.pointer("/spec/groups"), file.get("groups"), "the PrometheusRule is the rule file");
+    let groups = |dir: &str, file: &str| -> Result<Vec<Value>> {
+        let file: Value = serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join(dir).join(file))?)?;
+        Ok(file["groups"].as_array().cloned().unwrap_or_default())
+    };
+    let mut expected = groups("rules", "vigil.recording.yaml")?;
+    expected.extend(groups("alerts", "vigil.rules.yaml")?);
+    assert!(expected.len() >= 2, "both files have groups");
+    assert_eq!(rule.pointer("/spec/groups"), Some(&Value::Array(expected)), "the PrometheusRule is the rule files");
     env.stop().await?;
     Ok(())
 }

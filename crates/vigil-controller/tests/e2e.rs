@@ -1396,3 +1396,151 @@ async fn a_mhc_rules_own_template_remediates_its_machines_and_the_others_go_to_t
     controller.stop().await;
     Ok(())
 }
+
+// ------------------------------------------------------------------------------------------
+// Pacing (`spec.maxInFlight`)
+// ------------------------------------------------------------------------------------------
+
+/// The queue of a check's status as `(name, position)`.
+fn queue_of(s: &Value) -> Vec<(String, i64)> {
+    s["queued"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|q| (q["name"].as_str().unwrap_or("").to_string(), q["position"].as_i64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+// Over 80 lines on purpose: one story (a wave, a restart, a slot freeing) on one API server,
+// each step waited for and asserted where it happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nhc_max_in_flight_remediates_one_node_at_a_time_oldest_first_across_a_restart() -> Result<()> {
+    let env = env().await?;
+    workers(&env, 4).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    nhc(&env, "workers", json!({"minHealthy": 1, "remediationTemplate": reboot_ref("reboot"), "maxInFlight": 1}))
+        .await?;
+    // A wave: three Nodes down, w2 the longest, then w3, then w1.
+    set_ready(&env, "w2", "False", &secs_ago(60)).await?;
+    set_ready(&env, "w3", "False", &secs_ago(50)).await?;
+    set_ready(&env, "w1", "False", &secs_ago(40)).await?;
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let options = vigil_controller::Options { workers: 2, metrics_addr: Some(metrics), ..Default::default() };
+    let controller = Controller::start_with(env.client(), options);
+    let s = wait_check_condition(&env, "NodeHealthCheck", "workers", "RemediationQueued", "True", "RemediationQueued")
+        .await?;
+    assert_eq!(queue_of(&s), [("w3".to_string(), 1), ("w1".to_string(), 2)], "{s}");
+    assert_eq!(s["queuedCount"], 2, "{s}");
+    let message = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "RemediationQueued"))
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(message.contains("2 target(s) wait for a remediation slot: 1 of 1 in flight (maxInFlight 1)"), "{message}");
+    let snr = list_snr(&env, MEDIK8S).await?;
+    assert_eq!(snr.len(), 1, "one in flight: {snr:?}");
+    assert_eq!(for_node(&snr, "w2").len(), 1, "the longest-unhealthy first: {snr:?}");
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(env.client());
+    let note = wait_for("a RemediationQueued event for w3", WAIT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("RemediationQueued")
+                    && e.note.as_deref().is_some_and(|n| n.contains("Node w3"))
+            })
+            .and_then(|e| e.note))
+    })
+    .await?;
+    assert!(note.contains("it is number 1 in the queue"), "{note}");
+    wait_for("vigil_check_queued 2", WAIT, || async {
+        let text = scrape(metrics).await.unwrap_or_default();
+        Ok(text.lines().any(|l| l == "vigil_check_queued{check=\"NodeHealthCheck/workers\"} 2").then_some(()))
+    })
+    .await?;
+
+    // A restart: what is in flight is read from the remediation object, so nothing new starts.
+    controller.stop().await;
+    let second = Controller::start(&env);
+    stays("a second remediation after the restart", Duration::from_secs(4), || async {
+        Ok(list_snr(&env, MEDIK8S).await?.len() > 1)
+    })
+    .await?;
+    assert_eq!(
+        queue_of(&check_status(&env, "NodeHealthCheck", "workers").await?),
+        [("w3".to_string(), 1), ("w1".to_string(), 2)]
+    );
+
+    // w2 is back: its slot goes to w3, the next in the queue; w1 still waits.
+    set_ready(&env, "w2", "True", &secs_ago(0)).await?;
+    wait_for("w3's remediation", WAIT, || async {
+        Ok((!for_node(&list_snr(&env, MEDIK8S).await?, "w3").is_empty()).then_some(()))
+    })
+    .await?;
+    wait_for("w2's remediation removed", WAIT, || async {
+        Ok(for_node(&list_snr(&env, MEDIK8S).await?, "w2").is_empty().then_some(()))
+    })
+    .await?;
+    stays("a remediation of w1", Duration::from_secs(2), || async {
+        Ok(!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty())
+    })
+    .await?;
+    let s = check_status(&env, "NodeHealthCheck", "workers").await?;
+    assert_eq!(queue_of(&s), [("w1".to_string(), 1)], "{s}");
+    wait_for("a RemediationDequeued event for w3", WAIT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("RemediationDequeued")
+                    && e.note.as_deref().is_some_and(|n| n.contains("Node w3"))
+            })
+            .then_some(()))
+    })
+    .await?;
+    second.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mhc_max_in_flight_asks_for_the_next_machine_once_the_owner_replaced_one() -> Result<()> {
+    let env = env().await?;
+    healthy_fleet(&env, 3).await?;
+    mhc(&env, "workers", json!({"maxInFlight": 1})).await?;
+    set_ready(&env, "n2", "False", &secs_ago(60)).await?;
+    set_ready(&env, "n1", "False", &secs_ago(30)).await?;
+    let controller = Controller::start(&env);
+    wait_machine_condition(&env, "m2", "OwnerRemediated", "False", "WaitingForRemediation").await?;
+    let s =
+        wait_check_condition(&env, "MachineHealthCheck", "workers", "RemediationQueued", "True", "RemediationQueued")
+            .await?;
+    assert_eq!(queue_of(&s), [("m1".to_string(), 1)], "{s}");
+    wait_machine_condition(&env, "m1", "HealthCheckSucceeded", "False", "UnhealthyNode").await?;
+    stays("m1 asked for while m2 is in flight", Duration::from_secs(2), || async {
+        Ok(machine_condition(&env, "m1", "OwnerRemediated").await?.is_some())
+    })
+    .await?;
+    // The owner replaces m2 (deletes it): the slot frees and m1 is asked for.
+    env.delete("cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "m2").await?;
+    wait_machine_condition(&env, "m1", "OwnerRemediated", "False", "WaitingForRemediation").await?;
+    let s = wait_check_condition(
+        &env,
+        "MachineHealthCheck",
+        "workers",
+        "RemediationQueued",
+        "False",
+        "NoRemediationQueued",
+    )
+    .await?;
+    assert!(s.get("queued").is_none(), "{s}");
+    controller.stop().await;
+    Ok(())
+}

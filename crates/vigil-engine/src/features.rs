@@ -1,12 +1,15 @@
 //! The status block of Vigil's own features (dry-run, back-off, failure domains, the stale-signal
-//! guard, remediation per condition), built once for both kinds: each decision hands over what the features found and gets
+//! guard, pacing, remediation per condition), built once for both kinds: each decision hands over what the features found
+//! and gets
 //! the block its status carries (`vigil_api::machine_health_check::FeatureStatus`, flattened into
 //! both statuses). Dry-run's list is filled afterwards by [`crate::dry_run`], which needs the
 //! finished plan.
 
 use crate::stale::Stale;
 use vigil_api::failure_domains::FailureDomainStatus;
-use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, FeatureStatus, RemediationRecord};
+use vigil_api::machine_health_check::{
+    BackedOffPool, ChosenRemediation, FeatureStatus, QueuedTarget, RemediationRecord,
+};
 
 /// What the features found in one decision.
 pub(crate) struct Found<'a> {
@@ -18,11 +21,15 @@ pub(crate) struct Found<'a> {
     pub(crate) stale: &'a [(String, Stale)],
     /// With remediation per condition: each unhealthy target's chosen remediation, by name.
     pub(crate) chosen: Vec<ChosenRemediation>,
+    /// The targets waiting for a remediation slot (the listed ones) and how many wait
+    /// ([`crate::pacing::Report`]).
+    pub(crate) queue: (Vec<QueuedTarget>, i32),
 }
 
 /// The feature block of a status.
 pub(crate) fn status(found: Found<'_>) -> FeatureStatus {
     let (remediation_history, backed_off_pools) = found.backoff;
+    let (queued, queued_count) = found.queue;
     FeatureStatus {
         would_remediate: Vec::new(),
         remediation_history,
@@ -31,5 +38,7 @@ pub(crate) fn status(found: Found<'_>) -> FeatureStatus {
         stale_target_count: i32::try_from(found.stale.len()).unwrap_or(i32::MAX),
         stale_targets: crate::stale::listed(found.stale),
         chosen_remediations: crate::chosen::listed(found.chosen),
+        queued,
+        queued_count,
     }
 }

@@ -132,22 +132,32 @@ fn owned_by_nhc(view: &RemediationView, name: &str, uid: Option<&str>) -> bool {
 /// out). `remediations` may hold anyone's objects; only the check's own count.
 pub fn nhc_claims(check: &NodeHealthCheck, remediations: &[&RemediationView]) -> Vec<Claim> {
     let me = CheckRef::of_nhc(check);
+    nhc_held(check, remediations)
+        .map(|(node, since)| Claim { target: Target::local_node(node), check: me.clone(), since })
+        .collect()
+}
+
+/// The Nodes a NodeHealthCheck holds, each with when its remediation started (see
+/// [`nhc_claims`]); a Node may come more than once. The one reading of "held" for the overlap
+/// rule and for pacing ([`crate::pacing`]).
+pub(crate) fn nhc_held<'a>(
+    check: &'a NodeHealthCheck,
+    remediations: &'a [&'a RemediationView],
+) -> impl Iterator<Item = (&'a str, Option<Timestamp>)> {
     let name = check.metadata.name.as_deref().unwrap_or("");
     let uid = check.metadata.uid.as_deref().filter(|u| !u.is_empty());
-    let mut claims: Vec<Claim> = remediations
+    let objects = remediations
         .iter()
-        .filter(|r| owned_by_nhc(r, name, uid) && !r.meta.annotations.contains_key(NHC_TIMED_OUT_ANNOTATION))
-        .filter_map(|r| {
-            let node = r.meta.annotations.get(NODE_NAME_ANNOTATION)?;
-            Some(Claim { target: Target::local_node(node), check: me.clone(), since: r.meta.created })
-        })
-        .collect();
-    for entry in check.status.iter().flat_map(|s| &s.unhealthy_nodes) {
-        for r in entry.remediations.iter().filter(|r| r.resource.uid.is_none() && r.timed_out.is_none()) {
-            claims.push(Claim { target: Target::local_node(&entry.name), check: me.clone(), since: Some(r.started.0) });
-        }
-    }
-    claims
+        .filter(move |r| owned_by_nhc(r, name, uid) && !r.meta.annotations.contains_key(NHC_TIMED_OUT_ANNOTATION))
+        .filter_map(|r| Some((r.meta.annotations.get(NODE_NAME_ANNOTATION)?.as_str(), r.meta.created)));
+    let requests = check.status.iter().flat_map(|s| &s.unhealthy_nodes).flat_map(|entry| {
+        entry
+            .remediations
+            .iter()
+            .filter(|r| r.resource.uid.is_none() && r.timed_out.is_none())
+            .map(move |r| (entry.name.as_str(), Some(r.started.0)))
+    });
+    objects.chain(requests)
 }
 
 /// What a MachineHealthCheck holds: each target Machine's Node (or the Machine, without one)
@@ -185,38 +195,52 @@ pub fn mhc_claims_among(
         .iter()
         .filter(|m| m.meta.namespace == namespace && is_target(policy, m) && peers.owner_other_than(&me, m).is_none())
     {
-        // The owner is asked only by a check without a template of its own; objects are made
-        // from the check's template or, with remediation per condition, a rule's.
-        let owner = policy
-            .remediation_template
-            .is_none()
-            .then(|| {
-                conditions::find(&m.conditions, OWNER_REMEDIATED)
-                    .filter(|c| c.status == ConditionStatus::False)
-                    .map(|c| c.last_transition_time)
-            })
-            .flatten();
-        let external = policy.remediation_template.is_some() || policy.per_rule_remediation();
-        let object = external
-            .then(|| remediations.iter().find_map(|l| l.lookup(&m.meta.name).filter(|o| made_for(o, m))))
-            .flatten()
-            .map(|o| o.meta.created);
-        let unhealthy =
-            conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
-        let requested = conditions::find(&m.conditions, EXTERNALLY_REMEDIATED)
-            .filter(|c| {
-                external
-                    && unhealthy
-                    && c.status == ConditionStatus::False
-                    && c.reason.as_deref() == Some(Reason::WaitingForRemediation.as_str())
-            })
-            .map(|c| c.last_transition_time);
-        let since = owner.or(object).or(requested);
-        if let Some(since) = since {
+        if let Some(since) = mhc_request(policy, m, remediations) {
             claims.push(Claim { target: Target::of_machine(node_cluster, m), check: me.clone(), since });
         }
     }
     claims
+}
+
+/// Whether a MachineHealthCheck's remediation request stands on Machine `m`, and since when
+/// (`Some(None)`: since an unknown time): `OwnerRemediated=False` for a check without a template;
+/// for a check with one, or with a rule that names its own (remediation per condition), a
+/// remediation object of one of `remediations`' kinds (named after the Machine and owned by it) or
+/// a request just made (`ExternallyRemediated=False/WaitingForRemediation` while
+/// `HealthCheckSucceeded=False`). The one reading of "requested" for the overlap rule and for
+/// pacing ([`crate::pacing`]).
+pub(crate) fn mhc_request(
+    policy: &MhcPolicy,
+    m: &MachineView,
+    remediations: &[&dyn Lookup<RemediationView>],
+) -> Option<Option<Timestamp>> {
+    // The owner is asked only by a check without a template of its own; objects are made
+    // from the check's template or, with remediation per condition, a rule's.
+    let owner = policy
+        .remediation_template
+        .is_none()
+        .then(|| {
+            conditions::find(&m.conditions, OWNER_REMEDIATED)
+                .filter(|c| c.status == ConditionStatus::False)
+                .map(|c| c.last_transition_time)
+        })
+        .flatten();
+    let external = policy.remediation_template.is_some() || policy.per_rule_remediation();
+    let object = external
+        .then(|| remediations.iter().find_map(|l| l.lookup(&m.meta.name).filter(|o| made_for(o, m))))
+        .flatten()
+        .map(|o| o.meta.created);
+    let unhealthy =
+        conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
+    let requested = conditions::find(&m.conditions, EXTERNALLY_REMEDIATED)
+        .filter(|c| {
+            external
+                && unhealthy
+                && c.status == ConditionStatus::False
+                && c.reason.as_deref() == Some(Reason::WaitingForRemediation.as_str())
+        })
+        .map(|c| c.last_transition_time);
+    owner.or(object).or(requested)
 }
 
 /// Collects one decision's waits, and turns them into notices, the condition and the holder

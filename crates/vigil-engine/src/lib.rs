@@ -18,6 +18,7 @@ pub mod lookup;
 pub mod machine;
 pub mod machine_write;
 pub mod node;
+pub mod pacing;
 pub mod partial;
 pub mod peers;
 pub mod plan;

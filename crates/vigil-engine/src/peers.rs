@@ -68,8 +68,10 @@ impl<'a> MhcPeers<'a> {
     /// namespace selects none of its Machines).
     pub fn new(peers: impl IntoIterator<Item = MhcPeer<'a>>) -> Self {
         let mut ranked: Vec<MhcPeer<'a>> = peers.into_iter().collect();
-        let key = |p: &MhcPeer<'a>| (p.policy.dry_run, p.created.is_none(), p.created, p.check.clone());
-        ranked.sort_by_key(key);
+        // Compared by reference (no key is cloned): a namespace of a hundred checks is ranked
+        // for every decision and every claim derivation.
+        let key = |p: &MhcPeer<'a>| (p.policy.dry_run, p.created.is_none(), p.created);
+        ranked.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.check.cmp(&b.check)));
         ranked.dedup_by(|a, b| a.check == b.check);
         MhcPeers { ranked }
     }

@@ -140,6 +140,10 @@ pub enum NoticeKind {
     /// The rule that started a target's incident chose its remediation (remediation per
     /// condition, see [`crate::chosen`]); told once per incident.
     RemediationChosen,
+    /// A target waits for a remediation slot (`spec.maxInFlight`, see [`crate::pacing`]).
+    RemediationQueued,
+    /// A target left the remediation queue: a slot is free for it, or it no longer waits.
+    RemediationDequeued,
 }
 
 impl NoticeKind {
@@ -196,6 +200,13 @@ pub struct Plan<S> {
     /// storm cool-down) stops remediation now: adapters report it (a gauge) without reading
     /// reasons back out of the status.
     pub short_circuited: bool,
+    /// Targets whose remediation is under way once this plan is written (a gauge and the
+    /// dashboard show it): for a MachineHealthCheck, the ones it writes that carry
+    /// `OwnerRemediated=False` or have a remediation object made for them, observed or asked for
+    /// by this plan; for a NodeHealthCheck, the unhealthy Nodes its status lists with
+    /// remediation objects. In dry-run only what was observed; 0 while the check is paused or
+    /// decides nothing.
+    pub remediating: usize,
 }
 
 /// Tracks the earliest of several wake-up times.

@@ -1824,3 +1824,79 @@ fn an_edit_mid_incident_never_asks_the_owner_on_top_of_an_object() {
     assert!(written(&edited, "m1", OWNER_REMEDIATED).is_none(), "the object keeps the owner out");
     assert!(creates(&edited).is_empty());
 }
+
+/// `Plan::remediating` (the `vigil_check_remediating` gauge) counts the Machines whose
+/// remediation is under way once the plan is written: the one whose owner this plan asks, the
+/// same one observed on the next decision, none once the owner replaced it; in dry-run only
+/// what was observed (nothing is asked).
+#[test]
+fn remediating_counts_machines_whose_owner_is_asked() {
+    let mut world = MhcWorld::new()
+        .machine_with_node(machine("m1"), "False", t0())
+        .machine_with_node(machine("m2"), "True", t0())
+        .machine_with_node(machine("m3"), "True", t0());
+    let dry = world.clone().spec("dryRun", json!(true)).decide(now());
+    assert_eq!((dry.actions.len(), dry.remediating), (0, 0), "dry-run asks nothing");
+    let first = world.decide(now());
+    assert!(written(&first, "m1", OWNER_REMEDIATED).is_some(), "m1's owner is asked");
+    assert_eq!(first.remediating, 1, "asked by this plan");
+    world.apply(&first);
+    let second = world.decide(now());
+    assert_eq!((second.actions.len(), second.remediating), (0, 1), "observed, nothing written again");
+    assert_eq!(world.clone().spec("dryRun", json!(true)).decide(now()).remediating, 1, "dry-run: observed counts");
+    // The owner remediates by replacing the Machine.
+    world.machines.retain(|m| m.pointer("/metadata/name").and_then(Value::as_str) != Some("m1"));
+    assert_eq!(world.decide(now()).remediating, 0);
+}
+
+/// With a template: a remediation object this plan creates counts, and so does one observed
+/// made for the Machine, but not one made for another object; the deletion on recovery takes
+/// the count back to 0.
+#[test]
+fn remediating_counts_machines_with_their_remediation_object() {
+    let mut world = MhcWorld::new()
+        .with_template()
+        .machine_with_node(machine("m1"), "False", t0())
+        .machine_with_node(machine("m2"), "True", t0())
+        .remediation(remediation_json(NS, "m2", "Machine", "someone-else"));
+    let first = world.decide(now());
+    assert_eq!((created_names(&first), first.remediating), (vec!["m1".to_string()], 1));
+    world.apply(&first);
+    assert_eq!(world.decide(now()).remediating, 1, "m1's object, not m2's foreign one");
+    world.nodes.insert("m1".into(), node("m1").ready("True", at(3599)).build());
+    let plan = world.decide(now());
+    assert_eq!((deleted_names(&plan), plan.remediating), (vec!["m1".to_string()], 1), "seen until it is gone");
+    world.apply(&plan);
+    assert_eq!(world.decide(now()).remediating, 0);
+}
+
+/// Pacing applies to a rule's own remediation as to the check's (a start is a start): with
+/// `maxInFlight: 1`, two Machines the same rule made unhealthy get its template one at a time,
+/// longest-unhealthy first, and the rule's object holds the slot until its Machine is healthy.
+#[test]
+fn pacing_applies_to_a_rules_own_remediation() {
+    let mut w = per_rule_world().spec("maxInFlight", json!(1));
+    for (name, since) in [("m2", at(10)), ("m1", t0())] {
+        w = w.machine(machine(name).node(name)).node(node(name).ready("True", t0()).condition_with_reason(
+            "KernelDeadlock",
+            "True",
+            "KernelHasDeadlock",
+            since,
+        ));
+    }
+    let first = w.decide(at(120));
+    assert_eq!(created_names(&first), ["m1"], "the longest-unhealthy first");
+    let queued: Vec<&str> = first.status.features.queued.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!((queued, first.status.features.queued_count), (vec!["m2"], 1));
+    w.apply(&first);
+    let second = w.decide(at(130));
+    assert!(created_names(&second).is_empty(), "m1's object of the rule's template holds the only slot");
+    assert_eq!(second.status.features.queued_count, 1);
+    w.apply(&second);
+    w = w.node(node("m1").ready("True", t0()));
+    let third = w.decide(at(140));
+    assert_eq!(created_names(&third), ["m2"], "m1 healthy again frees its slot");
+    assert_eq!(third.status.features.queued_count, 0);
+    let chosen: Vec<&str> = third.status.features.chosen_remediations.iter().map(|c| c.rule.as_str()).collect();
+    assert_eq!(chosen, [KERNEL_RULE], "m2's incident keeps the rule's remediation");
+}

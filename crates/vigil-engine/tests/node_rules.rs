@@ -1571,3 +1571,52 @@ fn a_choice_made_while_remediation_is_blocked_is_kept_until_it_starts() {
         "the incident's rule, not rule 0"
     );
 }
+
+/// `Plan::remediating` (the `vigil_check_remediating` gauge) counts the unhealthy Nodes the
+/// status lists with remediation objects: none while `minHealthy` blocks them, both once it lets
+/// them start, one once the other is healthy again and its object is seen gone.
+#[test]
+fn remediating_counts_nodes_listed_with_remediation_objects() {
+    let nodes = vec![sick("a"), sick("b"), healthy("c"), healthy("d"), healthy("e")];
+    let blocked = world(spec(json!({"minHealthy": 4})), nodes.clone()).decide(at(301));
+    assert_eq!(
+        (blocked.status.unhealthy_nodes.len(), blocked.remediating),
+        (2, 0),
+        "blocked: unhealthy, not remediating"
+    );
+    let mut w = world(spec(json!({"minHealthy": 2})), nodes);
+    let first = w.step(at(301));
+    assert_eq!(created_targets(&first), strs(&["a", "b"]));
+    assert_eq!(first.remediating, 2);
+    w.set_node(healthy("a"));
+    let plan = w.step(at(400));
+    assert_eq!(deleted(&plan).len(), 1);
+    assert_eq!(plan.remediating, 2, "a's entry stays until its object is seen gone");
+    assert_eq!(w.step(at(401)).remediating, 1);
+}
+
+/// Pacing applies to a rule's own remediation as to the check's (a start is a start): with
+/// `maxInFlight: 1`, two Nodes the same rule made unhealthy get its template one at a time,
+/// longest-unhealthy first, and the rule's object holds the slot until its Node is healthy.
+#[test]
+fn pacing_applies_to_a_rules_own_remediation() {
+    let mut s = per_rule_spec();
+    s["maxInFlight"] = json!(1);
+    let deadlocked = |name: &str, since: Timestamp| {
+        node(name).ready("True", t0()).cond_reason("KernelDeadlock", "True", "KernelHasDeadlock", since).build()
+    };
+    let nodes = vec![deadlocked("n1", at(10)), deadlocked("n2", t0()), healthy("n3"), healthy("n4"), healthy("n5")];
+    let mut w = world(s, nodes);
+    let first = w.step(at(120));
+    assert_eq!(created(&first), [("FenceAgentsRemediation".to_string(), "n2".to_string())], "longest-unhealthy first");
+    let queued: Vec<&str> = first.status.features.queued.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!((queued, first.status.features.queued_count), (vec!["n1"], 1));
+    let second = w.step(at(130));
+    assert!(created(&second).is_empty(), "n2's object of the rule's template holds the only slot");
+    assert_eq!(second.status.features.queued_count, 1);
+    w.set_node(healthy("n2"));
+    let third = w.step(at(140));
+    assert_eq!(created(&third), [("FenceAgentsRemediation".to_string(), "n1".to_string())], "a freed slot");
+    assert_eq!(third.status.features.queued_count, 0);
+    assert_eq!(rule_annotations(&third), [KERNEL], "n1's object records the rule that chose it");
+}

@@ -497,3 +497,66 @@ fn remediation_per_condition_reboots_a_deadlock_and_replaces_a_failing_disk() {
     assert_eq!(m["currentHealthy"].as_i64(), Some(3), "bm-1 reprovisioned, bm-2 replaced");
     snapshot("remediation-per-condition", &r);
 }
+
+#[test]
+fn max_in_flight_replaces_a_wave_two_at_a_time_longest_unhealthy_first() {
+    let r = run("max-in-flight");
+    let requested: Vec<(f64, Option<&str>)> = events(&r, "RemediationRequested").iter().map(|e| at(e)).collect();
+    assert_eq!(
+        requested,
+        [
+            (360.0, Some("default/w-6")),
+            (362.0, Some("default/w-5")),
+            // A slot frees when the owner has replaced a Machine (it is gone), not before.
+            (420.0, Some("default/w-4")),
+            (422.0, Some("default/w-3")),
+            (480.0, Some("default/w-2")),
+            (482.0, Some("default/w-1")),
+        ],
+        "in pairs, in the order they failed (not by name)"
+    );
+    let queued: Vec<(f64, Option<&str>)> = events(&r, "RemediationQueued").iter().map(|e| at(e)).collect();
+    assert_eq!(
+        queued,
+        [
+            (364.0, Some("default/w-4")),
+            (366.0, Some("default/w-3")),
+            (368.0, Some("default/w-2")),
+            (370.0, Some("default/w-1"))
+        ]
+    );
+    for (e, place) in events(&r, "RemediationQueued").iter().zip(1..) {
+        let message = e.details["message"].as_str().unwrap_or("");
+        assert!(message.contains(&format!("it is number {place} in the queue")), "{message}");
+        assert!(message.contains("2 of 2 in flight (maxInFlight 2)"), "{message}");
+    }
+    let dequeued: Vec<(f64, Option<&str>)> = events(&r, "RemediationDequeued").iter().map(|e| at(e)).collect();
+    assert_eq!(
+        dequeued,
+        [
+            (420.0, Some("default/w-4")),
+            (422.0, Some("default/w-3")),
+            (480.0, Some("default/w-2")),
+            (482.0, Some("default/w-1"))
+        ]
+    );
+    // At no instant more than two Machines asked for and not yet replaced.
+    let mut in_flight: Vec<&str> = Vec::new();
+    for e in &r.events {
+        match e.event.as_str() {
+            "RemediationRequested" => in_flight.push(e.target.as_deref().unwrap_or("")),
+            "MachineReplaced" => in_flight.retain(|t| Some(*t) != e.target.as_deref()),
+            _ => {}
+        }
+        assert!(in_flight.len() <= 2, "at {}: {in_flight:?}", e.t);
+    }
+    let s = status(&r, "MachineHealthCheck/default/workers");
+    assert_eq!((s["expectedMachines"].as_i64(), s["currentHealthy"].as_i64()), (Some(8), Some(8)));
+    assert!(s.get("queued").is_none() && s.get("queuedCount").is_none(), "{s}");
+    let condition = s["conditions"].as_array().and_then(|l| l.iter().find(|c| c["type"] == "RemediationQueued"));
+    assert_eq!(
+        condition.map(|c| (c["status"].clone(), c["reason"].clone())),
+        Some(("False".into(), "NoRemediationQueued".into()))
+    );
+    snapshot("max-in-flight", &r);
+}

@@ -64,6 +64,18 @@ pub struct TargetOut {
     pub chosen: Option<String>,
 }
 
+/// A target waiting for a remediation slot (`spec.maxInFlight`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedOut {
+    /// Its place, 1 for the next to start.
+    pub position: i64,
+    /// Machine `namespace/name` or Node name.
+    pub target: String,
+    /// When it became unhealthy (RFC 3339): the queue's order.
+    pub unhealthy_since: String,
+}
+
 /// One thing Vigil does, now or later.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct EventOut {
@@ -109,6 +121,12 @@ pub struct CheckOut {
     pub remediation_allowed: Option<ConditionOut>,
     /// Each unhealthy target.
     pub unhealthy_targets: Vec<TargetOut>,
+    /// The `RemediationQueued` condition (`spec.maxInFlight`), when the check has one.
+    pub remediation_queued: Option<ConditionOut>,
+    /// How many targets wait for a remediation slot.
+    pub queued_count: i64,
+    /// The first of them (at most 100), next first.
+    pub queued: Vec<QueuedOut>,
     /// What Vigil would do at this instant (empty when the cluster already shows its decision).
     pub now: Vec<EventOut>,
     /// The next change within the horizon if nothing else changes.
@@ -259,6 +277,9 @@ pub fn evaluate(
             phase: None,
             remediation_allowed: None,
             unhealthy_targets: Vec::new(),
+            remediation_queued: None,
+            queued_count: 0,
+            queued: Vec::new(),
             now: Vec::new(),
             next: None,
             problem: Some(problem),
@@ -322,6 +343,9 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
         phase: None,
         remediation_allowed: condition_out(status, "RemediationAllowed"),
         unhealthy_targets: Vec::new(),
+        remediation_queued: condition_out(status, vigil_engine::pacing::CONDITION),
+        queued_count: int("queuedCount"),
+        queued: Vec::new(),
         now: now_events.iter().filter(|e| e.event != "Invalid").map(|e| event_out(e)).collect(),
         next,
         problem,
@@ -329,6 +353,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
     };
     if let Some(rest) = label.strip_prefix("MachineHealthCheck/") {
         let namespace = rest.split_once('/').map_or("", |(ns, _)| ns);
+        out.queued = queued_out(status, |name| format!("{namespace}/{name}"));
         out.targets = int("expectedMachines");
         out.healthy = int("currentHealthy");
         out.unhealthy = out.targets - out.healthy;
@@ -369,6 +394,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
             });
         }
     } else {
+        out.queued = queued_out(status, str::to_string);
         out.targets = int("observedNodes");
         out.healthy = int("healthyNodes");
         out.unhealthy = out.targets - out.healthy;
@@ -453,6 +479,21 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
     out
 }
 
+/// `status.queued`, each target named by `name` as the report names targets.
+fn queued_out(status: &Value, name: impl Fn(&str) -> String) -> Vec<QueuedOut> {
+    status
+        .get("queued")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|q| QueuedOut {
+            position: q.get("position").and_then(Value::as_i64).unwrap_or(0),
+            target: name(q.get("name").and_then(Value::as_str).unwrap_or("")),
+            unhealthy_since: q.get("unhealthySince").and_then(Value::as_str).unwrap_or("").to_string(),
+        })
+        .collect()
+}
+
 /// When the Node condition behind an `UnhealthyNode` verdict started: the earliest transition
 /// of a Node condition that one of the check's rules names with that status.
 fn node_condition_since(at_now: &Report, label: &str, machine: &MachineView) -> Option<Timestamp> {
@@ -525,8 +566,11 @@ pub fn text(report: &CheckReport) -> String {
             }
             if let Some(r) = &t.remediation {
                 out.push_str(&format!("    remediation: {r}\n"));
+            } else if let Some(q) = c.queued.iter().find(|q| q.target == t.target) {
+                out.push_str(&format!("    remediation: queued, number {} for a remediation slot\n", q.position));
             }
         }
+        queue_text(&mut out, c);
         if c.now.is_empty() {
             out.push_str("  now: nothing to do (the cluster already shows Vigil's decision)\n");
         } else {
@@ -546,6 +590,20 @@ pub fn text(report: &CheckReport) -> String {
         }
     }
     out
+}
+
+/// The pacing queue (`spec.maxInFlight`): how many wait, in flight against the limit (the
+/// condition says it), and the first of them in order.
+fn queue_text(out: &mut String, c: &CheckOut) {
+    let Some(rq) = c.remediation_queued.as_ref().filter(|rq| rq.status == "True") else { return };
+    let detail = rq.message.split("; next: ").next().unwrap_or(&rq.message);
+    out.push_str(&format!("  queued: {detail}\n"));
+    for q in c.queued.iter().take(10) {
+        out.push_str(&format!("    {}. {} unhealthy since {}\n", q.position, q.target, hms(&q.unhealthy_since)));
+    }
+    if c.queued_count > 10 {
+        out.push_str(&format!("    … and {} more\n", c.queued_count - 10));
+    }
 }
 
 fn describe(e: &EventOut, at: Option<&str>) -> String {
@@ -628,6 +686,70 @@ mod tests {
             out.contains("remediation: Replace ops/w-1 since"),
             "the rule's own remediation is what is created: {out}"
         );
+    }
+
+    /// A fleet of four workers whose Nodes went `Ready=Unknown` at the given instants (`None`:
+    /// healthy), checked by a MachineHealthCheck with `maxInFlight: 2`.
+    fn paced_fleet(failed: &[(&str, Option<&str>)]) -> crate::live::Fleet {
+        let mut objects = vec![
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "prod", "namespace": "default"}, "spec": {},
+                   "status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}}),
+            json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck", "metadata": {"name": "workers", "namespace": "default"},
+                   "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": "workers"}}, "maxInFlight": 2,
+                            "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "300s"}]}}),
+        ];
+        for (name, since) in failed {
+            objects.push(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "namespace": "default", "labels": {"pool": "workers", "cluster.x-k8s.io/cluster-name": "prod"}, "creationTimestamp": "2029-12-01T00:00:00Z"},
+                "spec": {"clusterName": "prod"}, "status": {"nodeRef": {"name": name}}}));
+            let (status, at) = match since {
+                Some(at) => ("Unknown", *at),
+                None => ("True", "2029-12-01T00:00:00Z"),
+            };
+            objects.push(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": at, "lastHeartbeatTime": at}]}}));
+        }
+        crate::live::Fleet { objects, ..Default::default() }
+    }
+
+    /// `vigil check` shows the pacing queue: what starts now (the two longest-unhealthy), who
+    /// waits and in which order, in the text and the JSON.
+    #[test]
+    fn check_shows_the_pacing_queue_in_order() -> Result<()> {
+        let fleet = paced_fleet(&[
+            ("w-1", Some("2030-01-01T00:03:00Z")),
+            ("w-2", Some("2030-01-01T00:01:00Z")),
+            ("w-3", Some("2030-01-01T00:02:00Z")),
+            ("w-4", Some("2030-01-01T00:00:00Z")),
+            ("w-5", None),
+        ]);
+        let report = evaluate(fleet, Vec::new(), &[], "2030-01-01T01:00:00Z".parse()?)?;
+        let c = &report.checks[0];
+        let requested: Vec<&str> =
+            c.now.iter().filter(|e| e.event == "RemediationRequested").filter_map(|e| e.target.as_deref()).collect();
+        assert_eq!(requested, ["default/w-4", "default/w-2"], "the two longest-unhealthy, oldest first");
+        let queued: Vec<(i64, &str, &str)> =
+            c.queued.iter().map(|q| (q.position, q.target.as_str(), q.unhealthy_since.as_str())).collect();
+        assert_eq!(queued, [(1, "default/w-3", "2030-01-01T00:02:00Z"), (2, "default/w-1", "2030-01-01T00:03:00Z")]);
+        assert_eq!(c.queued_count, 2);
+        assert_eq!(c.remediation_queued.as_ref().map(|q| q.status.as_str()), Some("True"));
+        let json = serde_json::to_value(&report)?;
+        assert_eq!(json["checks"][0]["queued"][0]["unhealthySince"], "2030-01-01T00:02:00Z");
+        assert_eq!(json["checks"][0]["queuedCount"], 2);
+        let text = text(&report);
+        eprintln!("$ vigil check\n{text}");
+        for line in [
+            "  queued: 2 target(s) wait for a remediation slot: 2 of 2 in flight (maxInFlight 2): default/w-2, default/w-4\n",
+            "    1. default/w-3 unhealthy since 00:02:00\n",
+            "    2. default/w-1 unhealthy since 00:03:00\n",
+            "    remediation: queued, number 1 for a remediation slot\n",
+        ] {
+            assert!(text.contains(line), "{line:?} in\n{text}");
+        }
+        // Without a queue, no queue lines.
+        let quiet = evaluate(paced_fleet(&[("w-1", None)]), Vec::new(), &[], "2030-01-01T01:00:00Z".parse()?)?;
+        assert!(!super::text(&quiet).contains("queued"), "{}", super::text(&quiet));
+        Ok(())
     }
 
     #[test]

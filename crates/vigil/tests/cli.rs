@@ -301,3 +301,30 @@ fn validate_names_a_bad_failure_domains_field_and_accepts_a_good_one() {
     let out = vigil(&["validate", path.to_str().expect("utf-8 path")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+#[test]
+fn validate_names_a_bad_max_in_flight_and_its_value_and_accepts_a_good_one() {
+    let check = |max: &str| {
+        format!(
+            "apiVersion: vigil.dev/v1alpha1\nkind: NodeHealthCheck\nmetadata: {{name: workers}}\nspec:\n  selector: {{matchLabels: {{role: worker}}}}\n  minHealthy: 1\n  remediationTemplate: {{apiVersion: a.example/v1, kind: RebootTemplate, name: r, namespace: ops}}\n  maxInFlight: {max}\n---\napiVersion: vigil.dev/v1alpha1\nkind: MachineHealthCheck\nmetadata: {{name: workers, namespace: team-a}}\nspec:\n  clusterName: prod\n  selector: {{matchLabels: {{pool: a}}}}\n  maxInFlight: {max}\n"
+        )
+    };
+    for (max, words) in [
+        ("0", "spec.maxInFlight: invalid value \"0\": must be at least 1 (or 1%)"),
+        ("\"0%\"", "spec.maxInFlight: invalid value \"0%\": must be at least 1 (or 1%)"),
+        ("-3", "spec.maxInFlight: invalid value \"-3\": must not be negative"),
+        ("\"120%\"", "spec.maxInFlight: invalid value \"120%\": must be a percentage between 0% and 100%"),
+        ("\"2\"", "spec.maxInFlight: invalid value \"2\": a string must be a percentage such as 40%"),
+    ] {
+        let path = temp_file("max-in-flight.yaml", &check(max));
+        let out = vigil(&["validate", path.to_str().expect("utf-8 path")]);
+        assert_eq!(out.status.code(), Some(1), "{max}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout.matches(words).count(), 2, "{words:?} for both kinds in {stdout}");
+    }
+    for max in ["2", "\"25%\""] {
+        let path = temp_file("max-in-flight.yaml", &check(max));
+        let out = vigil(&["validate", path.to_str().expect("utf-8 path")]);
+        assert!(out.status.success(), "{max}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+}

@@ -55,6 +55,12 @@ impl Drop for Controller {
 }
 
 pub async fn env() -> Result<TestEnv> {
+    // The controller's own log, in the test's output, when RUST_LOG asks for it (a failing run
+    // then says what the controller saw and did).
+    if std::env::var_os("RUST_LOG").is_some() {
+        let filter = tracing_subscriber::EnvFilter::from_default_env();
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    }
     let env = TestEnv::start().await?;
     env.install_upstream_crds().await?;
     let ours = [serde_json::to_value(MachineHealthCheck::crd())?, serde_json::to_value(NodeHealthCheck::crd())?];

@@ -3,10 +3,10 @@
 
 use super::input::{MhcInput, NodeSource};
 use super::judge::{Verdict, counts_healthy, evaluate_with_node, machine_domain};
-use super::remediate::{Overlap, Request, Started, remediate};
+use super::remediate::{Overlap, Pacing, Place, Request, Started, pacing, remediate};
 use super::status::{
-    Builder, MachineWrites, backoff_status, report_domains, report_no_decision, report_pause, report_short_circuit,
-    selected_elsewhere, stale_targets,
+    Builder, MachineWrites, backoff_status, pacing_status, report_domains, report_no_decision, report_pause,
+    report_short_circuit, selected_elsewhere, stale_targets,
 };
 use crate::backoff::Ledger;
 use crate::domains::Budgets;
@@ -14,6 +14,7 @@ use crate::domains::Tally;
 use crate::features::{self, Found};
 use crate::holders::{Holders, Waits};
 use crate::lookup::Lookup;
+use crate::pacing::Pacer;
 use crate::peers::MhcPeers;
 use crate::plan::{Action, Earliest, NoticeKind, ObjectRef, Plan};
 use crate::target::is_target;
@@ -24,7 +25,7 @@ use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition};
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
-use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, RemediationRecord};
+use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, QueuedTarget, RemediationRecord};
 use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
 use vigil_api::validate::{MhcPolicy, TemplateRef};
@@ -57,7 +58,8 @@ pub fn decide_among(
 ///
 /// The phases, in the order the spec numbers its rules: pause (rule 1), targets, safety (no
 /// Cluster or no Nodes: no verdict), verdicts (rule 2), the short-circuit (rule 3), writes per
-/// target (rules 4 and 5), the feature reports; dry-run last.
+/// target (rules 4 and 5; with `maxInFlight` the targets are visited in pacing-queue order), the
+/// feature reports; dry-run last.
 pub fn decide_among_peers(
     input: &MhcInput<'_>,
     holders: &Holders,
@@ -67,6 +69,7 @@ pub fn decide_among_peers(
 ) -> Plan<MachineHealthCheckStatus> {
     let mut b = Builder::for_decision(input.check, now);
     if report_pause(&mut b, input) {
+        pacing_status(&mut b, input, Pacer::off());
         return b.finish(None);
     }
     let targets = select_targets(input);
@@ -74,7 +77,10 @@ pub fn decide_among_peers(
     b.status.expected_machines = count(targets.len());
     let (cluster, nodes) = match readable(input) {
         Ok(sources) => sources,
-        Err((why, message)) => return report_no_decision(b, why, message),
+        Err((why, message)) => {
+            pacing_status(&mut b, input, Pacer::off());
+            return report_no_decision(b, why, message);
+        }
     };
     let mut wake = Earliest::default();
     let judged = judge_targets(&targets, cluster, nodes, input.policy, now, &mut wake);
@@ -84,18 +90,25 @@ pub fn decide_among_peers(
     let stale = stale_targets(&mut b, input, &targets, nodes, peers, &me, &mut wake);
     let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
 
-    let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, now);
-    for (i, (machine, verdict)) in targets.iter().zip(&judged.verdicts).enumerate() {
+    let mut pacing: Pacing = pacing(input, peers, &me, &targets, &judged.verdicts, now);
+    let pacer = std::mem::replace(&mut pacing.pacer, Pacer::off());
+    let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, pacer, now);
+    for k in 0..targets.len() {
+        let i = pacing.nth(k);
+        let (machine, verdict) = (targets[i], &judged.verdicts[i]);
         // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
         let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(judged.domain_of.get(i).copied().flatten()));
-        writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i]);
+        let place = pacing.place(i, now);
+        writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], place);
     }
-    let (held_elsewhere, backoff, chosen) = writer.report(&mut b, &mut wake);
+    let remediating = writer.remediating;
+    let Written { held_elsewhere, backoff, queue, chosen } = writer.report(&mut b, &mut wake);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
-    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, chosen });
+    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, chosen, queue });
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
+    plan.remediating = remediating;
     if input.policy.dry_run {
         let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
         plan = crate::dry_run::mhc(plan, input.check.status.as_ref(), namespace, now);
@@ -107,6 +120,17 @@ pub fn decide_among_peers(
 /// record naming one stands for the incident (see [`crate::chosen::choose`]).
 const NO_RULE_VERDICTS: [Reason; 4] =
     [Reason::HasRemediateAnnotation, Reason::MachineHasFailure, Reason::NodeDeleted, Reason::NodeStartupTimeout];
+
+/// Whether a Machine's remediation is under way, as observed: its owner was asked
+/// (`OwnerRemediated=False`), or a remediation object made for it exists (a check with a
+/// template, or with remediation per condition a rule's).
+fn under_way(input: &MhcInput<'_>, machine: &MachineView) -> bool {
+    let owner_asked =
+        conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
+    owner_asked
+        || ((input.policy.remediation_template.is_some() || input.policy.per_rule_remediation())
+            && input.objects_named(machine).into_iter().any(|o| made_for(o, machine)))
+}
 
 /// A count as the status' `int32`.
 fn count(n: usize) -> i32 {
@@ -224,6 +248,7 @@ struct TargetWriter<'i, 'h> {
     me: CheckRef,
     overlap: Overlap<'h>,
     ledger: Ledger<'i>,
+    pacer: Pacer,
     owned_elsewhere: BTreeMap<&'i CheckRef, Vec<String>>,
     healthy_condition: DesiredCondition,
     /// Every template of the policy ([`MhcPolicy::templates`]), as the input's lists are ordered.
@@ -231,6 +256,9 @@ struct TargetWriter<'i, 'h> {
     /// With remediation per condition: the previous and the new `status.chosenRemediations`.
     chosen: Option<(&'i [ChosenRemediation], Vec<ChosenRemediation>)>,
     now: Timestamp,
+    /// Targets this check writes whose remediation is under way: observed ([`under_way`]) or
+    /// started by this plan.
+    remediating: usize,
 }
 
 impl<'i, 'h> TargetWriter<'i, 'h> {
@@ -240,6 +268,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         peers: &'i MhcPeers<'i>,
         node_cluster: &'h str,
         me: CheckRef,
+        pacer: Pacer,
         now: Timestamp,
     ) -> Self {
         let previous = input.check.status.as_ref();
@@ -251,6 +280,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             overlap: Overlap { holders, node_cluster, waits: Waits::new(me.clone(), conditions) },
             me,
             ledger: Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now),
+            pacer,
             owned_elsewhere: BTreeMap::new(),
             healthy_condition: healthy_condition(),
             templates: input.policy.templates(),
@@ -259,11 +289,12 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
                 .per_rule_remediation()
                 .then(|| (previous.map_or(&[][..], |p| p.features.chosen_remediations.as_slice()), Vec::new())),
             now,
+            remediating: 0,
         }
     }
 
     /// The writes for one target; `may_start`: neither the check-wide short-circuit nor its
-    /// failure domain stops a new remediation.
+    /// failure domain stops a new remediation; `place`: its place for pacing.
     fn write(
         &mut self,
         b: &mut Builder<'_>,
@@ -271,27 +302,35 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         verdict: &Verdict,
         may_start: bool,
         already_healthy: bool,
+        place: Place,
     ) {
         if let Some(owner) = self.peers.owner_other_than(&self.me, machine) {
             self.owned_elsewhere.entry(owner).or_default().push(machine.meta.key());
             return;
         }
         let mut writes = MachineWrites::new(machine);
+        let actions_before = b.actions.len();
         match verdict {
-            Verdict::Unhealthy { reason, message, rule } => {
-                self.unhealthy(b, &mut writes, reason, message, *rule, may_start)
+            Verdict::Unhealthy { reason, message, rule, .. } => {
+                self.unhealthy(b, &mut writes, reason, message, *rule, may_start.then_some(place))
             }
             Verdict::Healthy => self.healthy(b, &mut writes, already_healthy),
             // Not healthy yet: an incident's choice stands until the Machine is healthy again.
             Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => self.keep_choice(machine),
         }
+        // A check in dry-run sends none of its writes: only what was observed counts there.
+        let starts = !self.input.policy.dry_run
+            && (writes.asks_owner()
+                || b.actions[actions_before..].iter().any(|a| matches!(a, Action::CreateRemediation { .. })));
+        self.remediating += usize::from(starts || under_way(self.input, machine));
         if let Some(action) = writes.into_action() {
             b.actions.push(action);
         }
     }
 
     /// An unhealthy Machine: its verdict (told once), the remediation its incident gets, and that
-    /// remediation when it may start.
+    /// remediation when it may start (`start`: its place for pacing; `None` when the short-circuit
+    /// or its failure domain stops a new remediation).
     fn unhealthy(
         &mut self,
         b: &mut Builder<'_>,
@@ -299,7 +338,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         reason: &Reason,
         message: &str,
         rule: Option<usize>,
-        may_start: bool,
+        start: Option<Place>,
     ) {
         let machine = writes.machine;
         let key = machine.meta.key();
@@ -309,8 +348,14 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             b.notice(NoticeKind::Unhealthy, Some(key.clone()), reason.clone(), message);
         }
         let request = self.request(b, machine, &key, reason, rule);
-        if may_start {
-            let mut started = Started { overlap: &mut self.overlap, ledger: &mut self.ledger };
+        if let Some(place) = start {
+            let mut started = Started {
+                overlap: &mut self.overlap,
+                ledger: &mut self.ledger,
+                pacer: &mut self.pacer,
+                since: place.since,
+                in_flight: place.in_flight,
+            };
             remediate(b, &mut started, writes, self.input, &request, machine, &key, self.now);
         }
     }
@@ -427,18 +472,29 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
     }
 
     /// The reports of the writes: waiting for other checks, Machines another check owns, the
-    /// back-off; returns the holders to tell, and the back-off's history and pools.
-    #[allow(clippy::type_complexity)]
-    fn report(
-        self,
-        b: &mut Builder<'_>,
-        wake: &mut Earliest,
-    ) -> (Vec<crate::plan::HeldElsewhere>, (Vec<RemediationRecord>, Vec<BackedOffPool>), Vec<ChosenRemediation>) {
+    /// back-off, the pacing queue, the chosen remediations.
+    fn report(mut self, b: &mut Builder<'_>, wake: &mut Earliest) -> Written {
         if let Some(waiting) = self.overlap.waits.condition() {
             b.condition(waiting, None, None);
         }
+        // Visited in pacing order, listed by name.
+        self.owned_elsewhere.values_mut().for_each(|machines| machines.sort());
         selected_elsewhere(b, &self.owned_elsewhere);
         let backoff = backoff_status(b, self.ledger, self.input.policy, wake);
-        (self.overlap.waits.held_elsewhere, backoff, self.chosen.map(|(_, c)| c).unwrap_or_default())
+        let queue = pacing_status(b, self.input, self.pacer);
+        let chosen = self.chosen.map(|(_, c)| c).unwrap_or_default();
+        Written { held_elsewhere: self.overlap.waits.held_elsewhere, backoff, queue, chosen }
     }
+}
+
+/// What the writes leave to report.
+struct Written {
+    /// The holders to tell that this check waits for them.
+    held_elsewhere: Vec<crate::plan::HeldElsewhere>,
+    /// The back-off's history and backed-off pools.
+    backoff: (Vec<RemediationRecord>, Vec<BackedOffPool>),
+    /// The pacing queue (listed) and how many wait.
+    queue: (Vec<QueuedTarget>, i32),
+    /// With remediation per condition: each unhealthy target's chosen remediation.
+    chosen: Vec<ChosenRemediation>,
 }

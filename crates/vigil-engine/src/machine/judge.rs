@@ -26,6 +26,10 @@ pub enum Verdict {
         /// first in that order among those past their timeout); `None` for a verdict no rule
         /// makes (deleted Node, `nodeStartupTimeout`, failure, annotation).
         rule: Option<usize>,
+        /// When the failure began: the matching condition's `lastTransitionTime`, or when the
+        /// startup clock started; `None` when the failure carries no time (the remediate
+        /// annotation, a terminal failure, a deleted Node). Orders the pacing queue.
+        since: Option<Timestamp>,
     },
     /// A condition matches but its timeout has not passed; the verdict can change at `until`.
     Pending {
@@ -58,17 +62,30 @@ pub(super) fn deadline_passed(since: Timestamp, timeout: SignedDuration, now: Ti
 /// A condition as [`match_rules`] reads it: status, transition time, reason.
 pub(super) type Observed<'c> = (&'c str, Option<Timestamp>, &'c str);
 
-/// A rule that holds (no instant) or will hold at an instant, with its index and the
-/// condition's reason.
-pub(super) type RuleMatch<'r, 'c> = (usize, &'r ConditionRule, Option<Timestamp>, &'c str);
+/// What the rules say about a list of conditions.
+pub(super) enum RuleMatch<'r, 'c> {
+    /// This rule has held past its timeout, since `since`, with the condition's reason.
+    Holds {
+        /// The rule's index in the list matched.
+        index: usize,
+        /// The rule.
+        rule: &'r ConditionRule,
+        /// The condition's `lastTransitionTime`.
+        since: Timestamp,
+        /// The condition's reason (empty when it has none).
+        why: &'c str,
+    },
+    /// A rule will hold at this instant.
+    From(Timestamp),
+}
 
 /// Checks a list of conditions against the rules: the first rule (in spec order) held past its
-/// timeout, or the earliest instant one will be (`Err`), or neither. A condition matches a rule
-/// by type, status and, when the rule lists `reasons`, its reason; a matching condition without a
-/// transition time cannot be timed and is reported as unreadable.
+/// timeout, or the earliest instant one will be, or neither. A condition matches a rule by type,
+/// status and, when the rule lists `reasons`, its reason; a matching condition without a
+/// transition time cannot be timed and is reported as unreadable (`Err`).
 ///
-/// A rule that holds comes with the condition's reason (empty when it has none), which the
-/// message carries as upstream's does.
+/// A rule that holds comes with the condition's reason, which the message carries as
+/// upstream's does.
 pub(super) fn match_rules<'r, 'c>(
     rules: &'r [ConditionRule],
     find: impl Fn(&str) -> Option<Observed<'c>>,
@@ -84,11 +101,11 @@ pub(super) fn match_rules<'r, 'c>(
             return Err(format!("condition {} has no lastTransitionTime", rule.type_));
         };
         match deadline_passed(since, rule.timeout, now) {
-            Ok(()) => return Ok(Some((i, rule, None, why))),
+            Ok(()) => return Ok(Some(RuleMatch::Holds { index: i, rule, since, why })),
             Err(at) => pending.offer(at),
         }
     }
-    Ok(pending.0.map(|at| (0, &rules[0], Some(at), "")).filter(|_| !rules.is_empty()))
+    Ok(pending.0.map(RuleMatch::From))
 }
 
 /// Rule 2 of the spec, in its order: remediate annotation, failure, control plane not
@@ -130,6 +147,7 @@ pub(super) fn evaluate_with_node(
             reason: Reason::NodeDeleted,
             message: format!("Health check failed: Node {name} has been deleted"),
             rule: None,
+            since: None,
         },
         (None, _) => node_startup(machine, cluster, policy, now, pending),
         (Some(name), Some(node)) => node_conditions(name, node, policy, now, pending),
@@ -153,6 +171,7 @@ fn before_conditions(machine: &MachineView, has_node: bool, cluster: &ClusterVie
                 "Health check failed: marked for remediation via the {REMEDIATE_MACHINE_ANNOTATION} annotation"
             ),
             rule: None,
+            since: None,
         });
     }
     if let Some(failure) = &machine.failure {
@@ -160,6 +179,7 @@ fn before_conditions(machine: &MachineView, has_node: bool, cluster: &ClusterVie
             reason: Reason::MachineHasFailure,
             message: format!("Health check failed: Machine has failed: {failure}"),
             rule: None,
+            since: None,
         });
     }
     if !cluster.control_plane_initialized && !machine.is_control_plane() {
@@ -195,7 +215,7 @@ fn machine_conditions(
     );
     match found {
         Err(why) => Some(Verdict::NotEvaluated { why: format!("Machine {why}"), counts_healthy: false }),
-        Ok(Some((i, rule, None, why))) => Some(Verdict::Unhealthy {
+        Ok(Some(RuleMatch::Holds { index: i, rule, since, why })) => Some(Verdict::Unhealthy {
             reason: Reason::UnhealthyMachine,
             message: format!(
                 "Health check failed: Condition {} on Machine {} is reporting status {}{} for more than {}",
@@ -206,8 +226,9 @@ fn machine_conditions(
                 format_go_duration(rule.timeout)
             ),
             rule: Some(i),
+            since: Some(since),
         }),
-        Ok(Some((_, _, Some(at), _))) => {
+        Ok(Some(RuleMatch::From(at))) => {
             pending.offer(at);
             None
         }
@@ -253,6 +274,7 @@ fn node_startup(
             reason: Reason::NodeStartupTimeout,
             message: format!("Health check failed: Node failed to report startup in {}", format_go_duration(timeout)),
             rule: None,
+            since: Some(since),
         },
         Err(at) => {
             pending.offer(at);
@@ -281,7 +303,7 @@ fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, 
     );
     match found {
         Err(why) => Verdict::NotEvaluated { why: format!("Node {name} {why}"), counts_healthy: false },
-        Ok(Some((i, rule, None, why))) => Verdict::Unhealthy {
+        Ok(Some(RuleMatch::Holds { index: i, rule, since, why })) => Verdict::Unhealthy {
             reason: Reason::UnhealthyNode,
             message: format!(
                 "Health check failed: Condition {} on Node {name} is reporting status {}{} for more than {}",
@@ -291,8 +313,9 @@ fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, 
                 format_go_duration(rule.timeout)
             ),
             rule: Some(policy.machine_conditions.len() + i),
+            since: Some(since),
         },
-        Ok(Some((_, _, Some(at), _))) => {
+        Ok(Some(RuleMatch::From(at))) => {
             pending.offer(at);
             Verdict::Pending { until: pending.0.unwrap_or(at) }
         }

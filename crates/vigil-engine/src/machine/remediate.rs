@@ -1,14 +1,17 @@
 //! Starting the remediation of one unhealthy Machine: asking its owner (`OwnerRemediated=False`)
-//! or creating a remediation object from the template, unless another check holds the target
-//! or the pool is backed off.
+//! or creating a remediation object from the template, unless another check holds the target,
+//! the pool is backed off or no pacing slot is free.
 
 use super::input::MhcInput;
+use super::judge::Verdict;
 use super::status::{Builder, MachineWrites};
 use crate::backoff::{self, Gate, Ledger};
-use crate::holders::{Holders, Waits};
+use crate::holders::{Holders, Waits, mhc_request};
+use crate::pacing::{Pacer, visit_order};
+use crate::peers::MhcPeers;
 use crate::plan::{Action, NoticeKind};
-use crate::target::Target;
 use crate::target::made_for;
+use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use vigil_api::conditions::DesiredCondition;
@@ -96,29 +99,127 @@ impl Overlap<'_> {
 }
 
 /// What decides whether a remediation may start besides the short-circuit: other checks
-/// holding the target, and the pool's back-off.
+/// holding the target, the pool's back-off and the pacing slots.
 pub(super) struct Started<'s, 'h, 'p> {
     pub(super) overlap: &'s mut Overlap<'h>,
     pub(super) ledger: &'s mut Ledger<'p>,
+    pub(super) pacer: &'s mut Pacer,
+    /// When the Machine became unhealthy (its place in the pacing queue).
+    pub(super) since: Timestamp,
+    /// Its remediation is in flight already (a request of an earlier decision asked for again,
+    /// e.g. a lost create): it keeps its slot and takes no new one.
+    pub(super) in_flight: bool,
 }
 
 impl Started<'_, '_, '_> {
-    /// Whether the back-off lets `machine` start now; records the start when it counts. A
-    /// Machine already in the history (the same start asked for again), or one a check in
-    /// dry-run already lists, is not counted twice.
-    pub(super) fn backoff_allows(&mut self, input: &MhcInput<'_>, machine: &MachineView) -> bool {
+    /// Whether the last gates let `machine` start now: the pool's back-off, then a free pacing
+    /// slot (`maxInFlight`; when none is free the Machine joins the queue; a Machine in flight
+    /// already keeps its own). Records the start in both when it is let through. A Machine already in the history (the same start asked for
+    /// again), or one a check in dry-run already lists, is not counted twice by the back-off.
+    pub(super) fn may_start(&mut self, input: &MhcInput<'_>, machine: &MachineView) -> bool {
         let name = machine.meta.name.as_str();
         let listed = input.policy.dry_run
             && input.check.status.as_ref().is_some_and(|s| s.features.would_remediate.iter().any(|w| w.name == name));
         let pool = backoff::machine_pool(machine);
-        match self.ledger.gate(&pool, name, listed || self.ledger.recorded(name)) {
-            Gate::Wait => false,
-            Gate::Repeat => true,
-            Gate::Start => {
-                self.ledger.record(&pool, name);
-                true
-            }
+        let gate = self.ledger.gate(&pool, name, listed || self.ledger.recorded(name));
+        if gate == Gate::Wait || (!self.in_flight && !self.pacer.gate(name, self.since)) {
+            return false;
         }
+        if gate == Gate::Start {
+            self.ledger.record(&pool, name);
+        }
+        if !self.in_flight {
+            self.pacer.record(name);
+        }
+        true
+    }
+}
+
+/// One target's place for pacing: when it became unhealthy (its place in the queue) and whether
+/// this check has its remediation in flight already.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Place {
+    pub(super) since: Timestamp,
+    pub(super) in_flight: bool,
+}
+
+impl Pacing {
+    /// The index of the `k`-th target to visit.
+    pub(super) fn nth(&self, k: usize) -> usize {
+        self.order.as_ref().map_or(k, |order| order[k])
+    }
+
+    /// The place of target `i`; an unpaced decision has no queue (`now`, not in flight).
+    pub(super) fn place(&self, i: usize, now: Timestamp) -> Place {
+        Place {
+            since: self.since.get(i).copied().flatten().unwrap_or(now),
+            in_flight: self.in_flight.get(i).copied().unwrap_or(false),
+        }
+    }
+}
+
+/// Pacing's view of a decision's targets (`spec.maxInFlight`, see [`crate::pacing`]): the order
+/// to visit them in, when each unhealthy one became unhealthy, and the slots.
+pub(super) struct Pacing {
+    /// Indexes into the targets in queue order when paced; `None`: name order.
+    pub(super) order: Option<Vec<usize>>,
+    /// Per target (empty when not paced): when it became unhealthy, `None` when it is not.
+    pub(super) since: Vec<Option<Timestamp>>,
+    /// Per target (empty when not paced): whether this check has its remediation in flight.
+    pub(super) in_flight: Vec<bool>,
+    pub(super) pacer: Pacer,
+}
+
+/// Pacing for a MachineHealthCheck decision: the targets this check has in flight, counted from
+/// the Machines, and the queue order (see [`crate::pacing`]). Machines another MachineHealthCheck
+/// writes are its business, not this check's, so they are not counted.
+pub(super) fn pacing(
+    input: &MhcInput<'_>,
+    peers: &MhcPeers<'_>,
+    me: &CheckRef,
+    targets: &[&MachineView],
+    verdicts: &[Verdict],
+    now: Timestamp,
+) -> Pacing {
+    let Some(max) = input.policy.max_in_flight else {
+        return Pacing { order: None, since: Vec::new(), in_flight: Vec::new(), pacer: Pacer::off() };
+    };
+    let since: Vec<Option<Timestamp>> = targets.iter().zip(verdicts).map(|(m, v)| unhealthy_since(m, v, now)).collect();
+    let in_flight: Vec<bool> = targets
+        .iter()
+        .zip(verdicts)
+        .map(|(m, v)| peers.owner_other_than(me, m).is_none() && in_flight(input, m, v))
+        .collect();
+    let order = Some(visit_order(true, since.iter().copied().zip(targets.iter().map(|m| m.meta.name.as_str()))));
+    let busy = targets.iter().zip(&in_flight).filter(|(_, f)| **f).map(|(m, _)| m.meta.name.clone()).collect();
+    Pacing { order, since, in_flight, pacer: Pacer::new(Some(max), targets.len(), busy) }
+}
+
+/// When an unhealthy Machine became unhealthy, for the pacing queue: when its failure began (the
+/// verdict's time), else when this check first marked it (`HealthCheckSucceeded=False`), else now
+/// (it is marked in this decision). `None` for a Machine that is not unhealthy.
+fn unhealthy_since(machine: &MachineView, verdict: &Verdict, now: Timestamp) -> Option<Timestamp> {
+    let Verdict::Unhealthy { since, .. } = verdict else { return None };
+    let marked = vigil_api::conditions::find(&machine.conditions, HEALTH_CHECK_SUCCEEDED)
+        .filter(|c| c.status == ConditionStatus::False)
+        .and_then(|c| c.last_transition_time);
+    Some(since.or(marked).unwrap_or(now))
+}
+
+/// Whether this check has the remediation of `machine` in flight: its request stands (the one
+/// reading of [`mhc_request`], as for the overlap rule) and the Machine is not healthy again:
+/// `HealthCheckSucceeded` stays `False` after this decision (judged unhealthy now, or still marked
+/// and not judged healthy; a Machine being deleted is never marked healthy, so it is in flight
+/// until it is gone).
+fn in_flight(input: &MhcInput<'_>, machine: &MachineView, verdict: &Verdict) -> bool {
+    if mhc_request(input.policy, machine, input.remediations).is_none() {
+        return false;
+    }
+    match verdict {
+        Verdict::Unhealthy { .. } => true,
+        Verdict::Healthy if !machine.meta.deleting => false,
+        _ => vigil_api::conditions::find(&machine.conditions, HEALTH_CHECK_SUCCEEDED)
+            .is_some_and(|c| c.status == ConditionStatus::False),
     }
 }
 
@@ -172,8 +273,8 @@ fn started_otherwise(input: &MhcInput<'_>, request: &Request<'_>, machine: &Mach
     requested || input.objects_named(machine).into_iter().any(|o| made_for(o, machine))
 }
 
-/// `OwnerRemediated=False`, once per incident (told), unless another check holds the target or
-/// the pool is backed off.
+/// `OwnerRemediated=False`, once per incident (told), unless another check holds the target, the
+/// pool is backed off or no pacing slot is free.
 fn ask_owner(
     b: &mut Builder<'_>,
     started: &mut Started<'_, '_, '_>,
@@ -184,7 +285,7 @@ fn ask_owner(
     now: Timestamp,
 ) {
     let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == ConditionStatus::True);
-    if !needs_request || started.overlap.held_elsewhere(b, machine, key) || !started.backoff_allows(input, machine) {
+    if !needs_request || started.overlap.held_elsewhere(b, machine, key) || !started.may_start(input, machine) {
         return;
     }
     let desired = DesiredCondition::false_(OWNER_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation");
@@ -199,8 +300,8 @@ fn ask_owner(
 }
 
 /// A remediation object from the template (`ExternallyRemediated=False`): not when one exists
-/// already, another check holds the target or the pool is backed off; a missing or unusable
-/// template is said on the Machine (told once).
+/// already, another check holds the target, the pool is backed off or no pacing slot is free; a
+/// missing or unusable template is said on the Machine (told once).
 #[allow(clippy::too_many_arguments)]
 fn ask_remediator(
     b: &mut Builder<'_>,
@@ -236,7 +337,7 @@ fn ask_remediator(
         return;
     }
     match remediation_object(input.policy, template_ref, template, machine, request.rule.as_deref()) {
-        Ok(_) if !started.backoff_allows(input, machine) => {}
+        Ok(_) if !started.may_start(input, machine) => {}
         Ok(object) => {
             writes.set(waiting(), now);
             b.actions.push(Action::CreateRemediation { object, target: key.to_string() });

@@ -8,6 +8,7 @@ use super::judge::stale_node_condition;
 use crate::backoff::{self, Ledger};
 use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY};
 use crate::lookup::Lookup;
+use crate::pacing::Pacer;
 use crate::peers::{MhcPeers, NAMED_MACHINES, SELECTED_BY_ANOTHER_CHECK};
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
 use crate::target::CheckRef;
@@ -18,7 +19,7 @@ use vigil_api::MachineHealthCheck;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition, ObservedCondition, get_condition, set_condition};
 use vigil_api::failure_domains::FailureDomainStatus;
-use vigil_api::machine_health_check::{BackedOffPool, MachineHealthCheckStatus, RemediationRecord};
+use vigil_api::machine_health_check::{BackedOffPool, MachineHealthCheckStatus, QueuedTarget, RemediationRecord};
 use vigil_api::reason::Reason;
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::MachineView;
@@ -122,6 +123,7 @@ impl Builder<'_> {
             next_wake,
             held_elsewhere: Vec::new(),
             short_circuited: false,
+            remediating: 0,
         }
     }
 }
@@ -139,6 +141,11 @@ impl<'m> MachineWrites<'m> {
 
     pub(super) fn current(&self, type_: &str) -> Option<&'m ObservedCondition> {
         conditions::find(&self.machine.conditions, type_)
+    }
+
+    /// Whether these writes ask the Machine's owner to remediate it (`OwnerRemediated=False`).
+    pub(super) fn asks_owner(&self) -> bool {
+        self.conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == ConditionStatus::False)
     }
 
     /// Queues `desired` unless the Machine already says so; returns whether it was queued.
@@ -290,6 +297,36 @@ pub(super) fn backoff_status(
     }
     b.notices.extend(notices);
     (history, pools)
+}
+
+/// The pacing queue's report (`spec.maxInFlight`): the `RemediationQueued` condition and the
+/// notices of Machines that joined or left the queue; returns `status.queued` and its count. A
+/// decision that starts nothing (paused, no decision) passes an empty pacer: nothing waits.
+pub(super) fn pacing_status(b: &mut Builder<'_>, input: &MhcInput<'_>, pacer: Pacer) -> (Vec<QueuedTarget>, i32) {
+    let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
+    let (previous, previous_conditions) =
+        b.previous.map_or((&[][..], &[][..]), |p| (p.features.queued.as_slice(), p.conditions.as_slice()));
+    let report = pacer.report(previous, previous_conditions, |name| {
+        let key = format!("{namespace}/{name}");
+        let what = format!("Machine {key}");
+        (key, what)
+    });
+    let paced = input.policy.max_in_flight.is_some();
+    let condition = match report.condition {
+        // An empty pacer (paused, no decision) of a paced check: nothing waits now.
+        crate::pacing::Change::Remove if paced => match get_condition(previous_conditions, crate::pacing::CONDITION) {
+            Some(_) => crate::pacing::Change::Set(DesiredCondition::false_(
+                crate::pacing::CONDITION,
+                Reason::NoRemediationQueued,
+                "No target waits for a remediation slot: nothing starts while the check is paused or cannot decide",
+            )),
+            None => crate::pacing::Change::Keep,
+        },
+        other => other,
+    };
+    condition.apply(&mut b.status.conditions, b.now, b.generation);
+    b.notices.extend(report.notices);
+    (report.queued, report.count)
 }
 
 /// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):

@@ -6,12 +6,13 @@ use super::budget::budget;
 use super::input::NhcInput;
 use super::judge::{Scan, domain_label, judge_nodes};
 use super::objects::{own_objects, owned_by_check};
-use super::remediate::{Pass, busy_control_planes, remediate};
+use super::remediate::{Pacing, Pass, busy_control_planes, pacing, remediate};
 use super::status::{Outcome, allowance_notice, build_status};
 use super::templates::{Templates, template_state};
 use crate::backoff::Ledger;
 use crate::domains::Budgets;
 use crate::holders::{Holders, Waits};
+use crate::pacing::Pacer;
 use crate::plan::Plan;
 use crate::target::CheckRef;
 use jiff::Timestamp;
@@ -31,8 +32,9 @@ pub fn decide(input: &NhcInput<'_>, now: Timestamp) -> Plan<NodeHealthCheckStatu
 /// deterministic, and linear in Nodes plus remediation objects apart from sorting them by name.
 ///
 /// The phases: the check's own objects; judge every Node (pass 1); the budget (threshold, storm
-/// cool-down, failure domains, rounded up as medik8s); the templates; remediate every subject in
-/// name order (pass 2); the status and its notices; dry-run last.
+/// cool-down, failure domains, rounded up as medik8s); the templates; pacing (`maxInFlight`);
+/// remediate every subject in name order, or in pacing-queue order when paced (pass 2); the
+/// status and its notices; dry-run last.
 pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
     let (policy, check) = (input.policy, input.check);
     let check_name = check.metadata.name.as_deref().unwrap_or("");
@@ -50,11 +52,13 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let prev_entries = previous_entries(prev);
     let cp_busy = busy_control_planes(&cp_names, input.remediations, &prev_entries);
     let allowed = allowed_condition.status == ConditionStatus::True;
+    let mut pacing: Pacing = pacing(input, &subjects, observed, now);
     let mut pass = new_pass(input, holders, prev, &templates, &allowed_condition, cp_busy, budgets.as_ref(), now);
     pass.wake = wake;
+    pass.pacer = std::mem::replace(&mut pacing.pacer, Pacer::off());
     pass.notices.extend(allowance_notice(prev, &allowed_condition));
 
-    let (entries, undecided) = remediate(&mut pass, &subjects, &owned, &prev_entries, &all, &healthy_at);
+    let (entries, undecided) = remediate(&mut pass, &subjects, &owned, &prev_entries, &all, &healthy_at, &pacing);
     pass.notices.extend(crate::stale::notices(
         &format!("NodeHealthCheck/{check_name}"),
         &prev.features.stale_targets,
@@ -75,6 +79,11 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         waiting: pass.waits.condition(),
         backoff: pass.ledger.finish(&mut pass.wake),
         chosen: pass.chosen.take().map(|(_, c)| c).unwrap_or_default(),
+        pacing: std::mem::replace(&mut pass.pacer, Pacer::off()).report(
+            &prev.features.queued,
+            &prev.conditions,
+            |name| (name.to_string(), format!("Node {name}")),
+        ),
     };
     let status = build_status(input, prev, outcome, budgets.as_ref(), now, &mut pass.notices);
     let plan = Plan {
@@ -84,8 +93,11 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         next_wake: pass.wake.0,
         held_elsewhere: pass.waits.held_elsewhere,
         short_circuited: !allowed,
+        remediating: 0,
     };
-    if policy.dry_run { crate::dry_run::nhc(plan, check.status.as_ref(), now) } else { plan }
+    let mut plan = if policy.dry_run { crate::dry_run::nhc(plan, check.status.as_ref(), now) } else { plan };
+    plan.remediating = plan.status.unhealthy_nodes.iter().filter(|n| !n.remediations.is_empty()).count();
+    plan
 }
 
 /// The previous entries by name, walked alongside the subjects (Vigil writes them sorted).
@@ -137,5 +149,6 @@ fn new_pass<'a>(
         would_before: &prev.features.would_remediate,
         domains: budgets.zip(domain_label(policy)),
         chosen: policy.per_rule_remediation().then(|| (prev.features.chosen_remediations.as_slice(), Vec::new())),
+        pacer: Pacer::off(),
     }
 }

@@ -100,13 +100,18 @@ pub fn unhealthy_because<'p>(
         return None;
     };
     let rule = policy.conditions.get(i)?;
+    unhealthy_since(node, rule).map(|since| (rule, since))
+}
+
+/// Since when a Node has broken `rule`: the earliest `lastTransitionTime` of its conditions that
+/// match the rule (what `vigil check` shows, and the pacing queue's order).
+pub(super) fn unhealthy_since(node: &Node, rule: &ConditionRule) -> Option<Timestamp> {
     let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
     conds
         .iter()
         .filter(|c| crate::stale::matches(c, rule))
         .filter_map(|c| c.last_transition_time.as_ref().map(|Time(t)| *t))
         .min()
-        .map(|since| (rule, since))
 }
 
 /// A Node the second pass looks at: selected, or owning objects of the check (or both).

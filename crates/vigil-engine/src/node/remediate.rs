@@ -1,13 +1,16 @@
 //! Remediating the unhealthy Nodes: requesting the first step, escalating on timeout or failure,
-//! deleting objects of recovered Nodes, one control-plane Node at a time.
+//! deleting objects of recovered Nodes, one control-plane Node at a time, at most `maxInFlight`
+//! at a time.
 
 use super::basics::{ONE_NS, OWNER_KIND, after, entry, has_annotation, has_label_value, node_name, notice, rule_text};
-use super::judge::{Finding, Subject, node_domain};
+use super::input::NhcInput;
+use super::judge::{Finding, Subject, node_domain, unhealthy_since};
 use super::objects::{Book, Owned, object_ref, step_of};
 use super::templates::Usable;
 use crate::backoff::{self, Gate as Backoff, Ledger};
 use crate::domains::Budgets;
-use crate::holders::{Holders, Waits};
+use crate::holders::{Holders, Waits, nhc_held};
+use crate::pacing::{Pacer, visit_order};
 use crate::plan::{Action, Earliest, Notice, NoticeKind};
 use crate::target::{Target, is_control_plane};
 use jiff::Timestamp;
@@ -68,6 +71,8 @@ pub(super) struct Pass<'a> {
     pub(super) domains: Option<(&'a Budgets, &'a str)>,
     /// With remediation per condition: the previous and the new `status.chosenRemediations`.
     pub(super) chosen: Option<(&'a [ChosenRemediation], Vec<ChosenRemediation>)>,
+    /// The pacing slots (`spec.maxInFlight`).
+    pub(super) pacer: Pacer,
 }
 
 /// The remediation of one Node's incident: the check's own, or with remediation per condition the
@@ -77,6 +82,46 @@ pub(super) struct Incident<'p> {
     /// The rule's label, recorded on every object made for the incident; `None` when remediation
     /// per condition is off (objects then carry no annotation of Vigil's).
     pub(super) rule: Option<String>,
+}
+
+/// Pacing's view of a decision's subjects (`spec.maxInFlight`, see [`crate::pacing`]): the order
+/// to visit them in, when each one that may start became unhealthy, and the slots.
+pub(super) struct Pacing {
+    /// Indexes into the subjects in queue order when paced; `None`: name order.
+    pub(super) order: Option<Vec<usize>>,
+    /// Per subject (empty when not paced): when it became unhealthy, for an unhealthy Node
+    /// without objects (one that may start); `None` for the others.
+    pub(super) since: Vec<Option<Timestamp>>,
+    pub(super) pacer: Pacer,
+}
+
+/// Pacing for a NodeHealthCheck decision among `observed` selected Nodes: the Nodes this check has
+/// in flight — those it holds (its own remediation objects not given up on, its requests not
+/// seen yet: the one reading of [`nhc_held`], as for the overlap rule) that are not healthy
+/// again (a Node gone counts until its objects are) — and the queue order.
+pub(super) fn pacing(input: &NhcInput<'_>, subjects: &[Subject<'_>], observed: usize, now: Timestamp) -> Pacing {
+    let Some(max) = input.policy.max_in_flight else {
+        return Pacing { order: None, since: Vec::new(), pacer: Pacer::off() };
+    };
+    let since: Vec<Option<Timestamp>> = subjects
+        .iter()
+        .map(|s| match (s.verdict, s.node) {
+            (Some(Finding::Unhealthy(rule)), Some(node)) if s.objs.is_empty() => {
+                Some(input.policy.conditions.get(rule).and_then(|r| unhealthy_since(node, r)).unwrap_or(now))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut held: Vec<&str> = nhc_held(input.check, input.remediations).map(|(node, _)| node).collect();
+    held.sort_unstable();
+    held.dedup();
+    let in_flight = subjects
+        .iter()
+        .filter(|s| s.verdict != Some(Finding::Clear) && held.binary_search(&s.name).is_ok())
+        .map(|s| s.name.to_string())
+        .collect();
+    let order = Some(visit_order(true, since.iter().copied().zip(subjects.iter().map(|s| s.name))));
+    Pacing { order, since, pacer: Pacer::new(Some(max), observed, in_flight) }
 }
 
 impl<'a> Pass<'a> {
@@ -249,8 +294,8 @@ impl<'a> Pass<'a> {
         object
     }
 
-    /// A selected, unhealthy, not excluded Node without objects: start the incident's
-    /// remediation if allowed.
+    /// A selected, unhealthy, not excluded Node without objects, unhealthy since `since`: start
+    /// the incident's remediation if allowed.
     pub(super) fn start(
         &mut self,
         name: &str,
@@ -258,6 +303,7 @@ impl<'a> Pass<'a> {
         listed_before: bool,
         book: &mut Book<'_>,
         incident: &Incident<'_>,
+        since: Timestamp,
     ) {
         let Some(first) = incident.ladder.steps.first() else {
             return;
@@ -313,7 +359,8 @@ impl<'a> Pass<'a> {
             .map_or_else(String::new, |b| backoff::node_pool(node, b.pool_label.as_deref().unwrap_or_default()));
         let repeat = self.policy.dry_run && self.would_before.iter().any(|w| w.name == name);
         let gate = self.ledger.gate(&pool, name, repeat);
-        if gate == Backoff::Wait {
+        // The last gates: the pool's back-off, then a free pacing slot (else it joins the queue).
+        if gate == Backoff::Wait || !self.pacer.gate(name, since) {
             return;
         }
         match self.request(name, 0, book, incident) {
@@ -321,6 +368,7 @@ impl<'a> Pass<'a> {
                 if gate == Backoff::Start {
                     self.ledger.record(&pool, name);
                 }
+                self.pacer.record(name);
                 if cp {
                     self.cp_taken = true;
                 }
@@ -531,9 +579,9 @@ pub(super) fn busy_control_planes<'a>(
     cp_names.iter().zip(&cp_flags).filter(|(_, f)| **f).map(|(n, _)| *n).collect()
 }
 
-/// Remediate (pass 2): each subject in name order, merged with the previous status entries —
-/// start, escalate, recover or clean up — giving the new `unhealthyNodes` and the Nodes that
-/// could not be judged.
+/// Remediate (pass 2): each subject in `pacing`'s order (name order unless paced), with its
+/// previous status entry — start, escalate, recover or clean up — giving the new `unhealthyNodes`
+/// (by name) and the Nodes that could not be judged (by name).
 pub(super) fn remediate<'a>(
     pass: &mut Pass<'a>,
     subjects: &[Subject<'a>],
@@ -541,9 +589,8 @@ pub(super) fn remediate<'a>(
     prev_entries: &[&'a UnhealthyNode],
     all: &[&'a Node],
     healthy_at: &[bool],
+    pacing: &Pacing,
 ) -> (Vec<UnhealthyNode>, Vec<(&'a str, usize)>) {
-    let mut entries: Vec<UnhealthyNode> = Vec::new();
-    let mut undecided: Vec<(&str, usize)> = Vec::new();
     // A listed Node that is not a subject any more and is healthy now has recovered.
     let recovered = |name: &str| {
         all.binary_search_by(|n| node_name(n).cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
@@ -555,25 +602,53 @@ pub(super) fn remediate<'a>(
             )
         })
     };
+    let matched = match_previous(subjects, prev_entries);
+    let mut entries: Vec<Option<UnhealthyNode>> = (0..subjects.len()).map(|_| None).collect();
+    let mut undecided: Vec<(&str, usize)> = Vec::new();
+    for k in 0..subjects.len() {
+        let i = pacing.order.as_ref().map_or(k, |order| order[k]);
+        for e in &prev_entries[matched.gone_before[i].clone()] {
+            pass.notices.extend(recovered(&e.name));
+        }
+        let s = &subjects[i];
+        let since = pacing.since.get(i).copied().flatten().unwrap_or(pass.now);
+        entries[i] = pass.subject(s, &owned[s.objs.clone()], matched.prev_of[i], &mut undecided, since);
+    }
+    for e in &prev_entries[matched.gone_before[subjects.len()].clone()] {
+        pass.notices.extend(recovered(&e.name));
+    }
+    undecided.sort_by_key(|(name, _)| *name);
+    (entries.into_iter().flatten().collect(), undecided)
+}
+
+/// The previous entries walked alongside the subjects (both by name): each subject's own, and
+/// the entries of Nodes that are no subject any more, placed before the subject that follows
+/// them (the last range: after every subject).
+struct Matched<'a> {
+    prev_of: Vec<Option<&'a UnhealthyNode>>,
+    gone_before: Vec<std::ops::Range<usize>>,
+}
+
+fn match_previous<'a>(subjects: &[Subject<'_>], prev_entries: &[&'a UnhealthyNode]) -> Matched<'a> {
+    let mut prev_of = Vec::with_capacity(subjects.len());
+    let mut gone_before = Vec::with_capacity(subjects.len() + 1);
     let mut p = 0usize;
     for s in subjects {
+        let start = p;
         while p < prev_entries.len() && prev_entries[p].name.as_str() < s.name {
-            pass.notices.extend(recovered(&prev_entries[p].name));
             p += 1;
         }
-        let prev_entry = match prev_entries.get(p) {
+        gone_before.push(start..p);
+        prev_of.push(match prev_entries.get(p) {
             Some(e) if e.name == s.name => {
                 p += 1;
                 Some(*e)
             }
             _ => None,
-        };
-        entries.extend(pass.subject(s, &owned[s.objs.clone()], prev_entry, &mut undecided));
+        });
     }
-    for e in &prev_entries[p..] {
-        pass.notices.extend(recovered(&e.name));
-    }
-    (entries, undecided)
+    gone_before.push(p..prev_entries.len());
+    Matched { prev_of, gone_before }
 }
 
 impl<'a> Pass<'a> {
@@ -586,6 +661,7 @@ impl<'a> Pass<'a> {
         objs: &[Owned<'a>],
         prev_entry: Option<&'a UnhealthyNode>,
         undecided: &mut Vec<(&'a str, usize)>,
+        since: Timestamp,
     ) -> Option<UnhealthyNode> {
         let mut book = Book::new(objs, prev_entry, self.now);
         let mut healthy_since = None;
@@ -609,7 +685,7 @@ impl<'a> Pass<'a> {
                 chose = true;
                 if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
                     if objs.is_empty() {
-                        self.start(s.name, node, prev_entry.is_some(), &mut book, &incident);
+                        self.start(s.name, node, prev_entry.is_some(), &mut book, &incident, since);
                     } else {
                         self.escalate(s.name, objs, &mut book, &incident);
                     }

@@ -40,6 +40,8 @@ pub(super) struct Outcome<'a> {
     pub(super) backoff: (Vec<RemediationRecord>, Vec<BackedOffPool>),
     /// With remediation per condition: each listed Node's chosen remediation.
     pub(super) chosen: Vec<ChosenRemediation>,
+    /// The pacing queue, its condition and notices.
+    pub(super) pacing: crate::pacing::Report,
 }
 
 /// `RemediationAllowed` / `RemediationBlocked` when the condition's status or reason changed (a
@@ -70,7 +72,7 @@ fn phase(input: &NhcInput<'_>, outcome: &Outcome<'_>) -> (&'static str, String) 
 }
 
 /// The check's conditions: `Disabled`, `RemediationAllowed`, `WaitingForOtherCheck`,
-/// `RemediationBackoff`, `FailureDomainsHealthy`.
+/// `RemediationBackoff`, `FailureDomainsHealthy`, `RemediationQueued`.
 fn conditions(
     input: &NhcInput<'_>,
     prev: &NodeHealthCheckStatus,
@@ -102,6 +104,7 @@ fn conditions(
         Some(report) => set_condition(&mut conditions, &report.condition, now, generation),
         None => conditions.retain(|c| c.type_ != FAILURE_DOMAINS_HEALTHY),
     }
+    outcome.pacing.condition.apply(&mut conditions, now, generation);
     conditions
 }
 
@@ -127,7 +130,7 @@ fn pause_notice(paused: bool, prev_paused: bool, phase: &str, reason: &str) -> O
 pub(super) fn build_status(
     input: &NhcInput<'_>,
     prev: &NodeHealthCheckStatus,
-    outcome: Outcome<'_>,
+    mut outcome: Outcome<'_>,
     budgets: Option<&Budgets>,
     now: Timestamp,
     notices: &mut Vec<Notice>,
@@ -140,11 +143,14 @@ pub(super) fn build_status(
     let conditions = conditions(input, prev, &outcome, domains_report.as_ref(), now, notices);
     notices.extend(pause_notice(paused, prev_paused, phase, &reason));
     let failure_domains = domains_report.as_mut().map_or_else(Vec::new, |r| std::mem::take(&mut r.status));
+    notices.append(&mut outcome.pacing.notices);
+    let queue = (std::mem::take(&mut outcome.pacing.queued), outcome.pacing.count);
     let features = features::status(Found {
         backoff: outcome.backoff,
         failure_domains,
         stale: &outcome.stale,
         chosen: outcome.chosen,
+        queue,
     });
     let mut status = NodeHealthCheckStatus {
         observed_nodes: count(outcome.observed),
@@ -205,5 +211,13 @@ pub fn refuse(check: &NodeHealthCheck, reason: Reason, message: &str, now: Times
             message: message.to_string(),
         });
     }
-    Plan { status, actions: Vec::new(), notices, next_wake: None, held_elsewhere: Vec::new(), short_circuited: false }
+    Plan {
+        status,
+        actions: Vec::new(),
+        notices,
+        next_wake: None,
+        held_elsewhere: Vec::new(),
+        short_circuited: false,
+        remediating: 0,
+    }
 }
