@@ -25,8 +25,9 @@ use schemars::Schema;
 use crate::failure_domains::MACHINE_FAILURE_DOMAIN_KEY;
 use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
 use crate::validate::{
-    MACHINE_DELETION_REMEDIATION_TEMPLATE, MAX_BACKOFF_REMEDIATIONS, MAX_CONDITION_AGE_ON_MACHINE,
+    EMPTY_REASONS, MACHINE_DELETION_REMEDIATION_TEMPLATE, MAX_BACKOFF_REMEDIATIONS, MAX_CONDITION_AGE_ON_MACHINE,
     MAX_CONDITION_AGE_ON_READY, MAX_CONDITION_AGE_TOO_SHORT, MAX_IN_FLIGHT_ZERO, RESERVED_MACHINE_CONDITIONS,
+    RULE_REMEDIATION_BOTH,
 };
 use crate::well_known::CLUSTER_NAME_LABEL;
 use serde_json::{Map, Value, json};
@@ -77,6 +78,10 @@ const ESCALATION_MAX_ITEMS: u32 = 16;
 const PAUSE_REQUESTS_MAX_ITEMS: u32 = 100;
 /// Longest pause request (who paused the check and why).
 const PAUSE_REQUEST_MAX_LENGTH: u32 = 1024;
+/// Most reasons a rule lists; a detector has a handful per condition.
+const REASONS_MAX_ITEMS: u32 = 32;
+/// Longest reason a rule lists (condition reasons are CamelCase words).
+const REASON_MAX_LENGTH: u32 = 256;
 
 /// One generated CRD file: its name in [`CRD_DIR`] and its full text, header included.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -474,6 +479,38 @@ pub(crate) fn condition_list(schema: &mut Schema) {
     }
 }
 
+/// A NodeHealthCheck's `unhealthyConditions`: as [`condition_list`], and a rule names at most one
+/// of its own `remediationTemplate` / `escalatingRemediations` (neither: the check's own).
+pub(crate) fn nhc_condition_list(schema: &mut Schema) {
+    condition_list(schema);
+    if let Some(item) = child(object(schema), &["items"]) {
+        push_rules(
+            item,
+            [Rule::new(
+                "!has(self.remediationTemplate) || !has(self.escalatingRemediations) || \
+                 size(self.escalatingRemediations) == 0",
+                RULE_REMEDIATION_BOTH,
+            )
+            .at(".remediationTemplate")
+            .reason("FieldValueForbidden")],
+        );
+    }
+}
+
+/// A rule's `reasons`: at least one (absent matches any reason), none blank, none twice (a
+/// `set` list: the API server refuses a repeated entry as a duplicate value, naming it, at no CEL
+/// cost — a CEL uniqueness rule over 100 rules' lists exceeds the cost budget); bounded.
+pub(crate) fn condition_reasons(schema: &mut Schema) {
+    let s = object(schema);
+    s.insert("maxItems".into(), REASONS_MAX_ITEMS.into());
+    s.insert("x-kubernetes-list-type".into(), "set".into());
+    if let Some(item) = child(s, &["items"]) {
+        item.insert("maxLength".into(), REASON_MAX_LENGTH.into());
+        push_rules(item, [Rule::new("self.trim() != ''", "must not be empty: name a condition reason")]);
+    }
+    push_rules(s, [Rule::new("size(self) > 0", EMPTY_REASONS).reason("FieldValueRequired")]);
+}
+
 /// A rule's `maxConditionAge`: a Go duration of at least 1m.
 pub(crate) fn max_condition_age(schema: &mut Schema) {
     go_duration(schema);
@@ -627,7 +664,11 @@ pub(crate) fn nhc_spec(schema: &mut Schema) {
                     "!has(self.maxUnhealthy) || \
                      ((!has(self.remediationTemplate) || self.remediationTemplate.kind != '{M}') && \
                      (!has(self.escalatingRemediations) || \
-                     !self.escalatingRemediations.exists(e, e.remediationTemplate.kind == '{M}')))",
+                     !self.escalatingRemediations.exists(e, e.remediationTemplate.kind == '{M}')) && \
+                     (!has(self.unhealthyConditions) || !self.unhealthyConditions.exists(r, \
+                     (has(r.remediationTemplate) && r.remediationTemplate.kind == '{M}') || \
+                     (has(r.escalatingRemediations) && \
+                     r.escalatingRemediations.exists(e, e.remediationTemplate.kind == '{M}')))))",
                     M = MACHINE_DELETION_REMEDIATION_TEMPLATE
                 ),
                 "cannot be combined with a MachineDeletionRemediationTemplate; use minHealthy",
@@ -889,6 +930,11 @@ mod tests {
             (&["spec", "unhealthyConditions", "[]"], "!has(self.maxConditionAge) || self.type != 'Ready'"),
             (&["spec", "unhealthyConditions", "[]", "maxConditionAge"], "duration(self) >= duration('1m')"),
             (&["spec", "unhealthyMachineConditions", "[]"], "!has(self.maxConditionAge)"),
+            (&["spec", "unhealthyConditions", "[]", "reasons"], "size(self) > 0"),
+            (&["spec", "unhealthyConditions", "[]", "reasons", "[]"], "self.trim() != ''"),
+            (&["spec", "unhealthyMachineConditions", "[]", "reasons"], "size(self) > 0"),
+            (&["spec", "unhealthyConditions", "[]", "remediationTemplate", "kind"], "self.endsWith('Template')"),
+            (&["spec", "unhealthyMachineConditions", "[]", "remediationTemplate", "apiVersion"], "self.contains('/')"),
             (&["spec", "maxInFlight"], "type(self) == int ? self != 0 : !self.matches('^0+%$')"),
             (&["spec", "maxInFlight"], "type(self) == int || self.endsWith('%')"),
             (&["spec", "maxInFlight"], "self.matches('^0*([0-9]{1,2}|100)%$')"),
@@ -899,6 +945,15 @@ mod tests {
         }
         // A MachineHealthCheck's template lives in its own namespace: no namespace required.
         assert!(rules_at(schema, &["spec", "remediationTemplate"]).is_empty());
+        assert!(rules_at(schema, &["spec", "unhealthyConditions", "[]", "remediationTemplate"]).is_empty());
+        // A repeated reason is refused by the list type (no CEL cost), naming the duplicate.
+        for list in ["unhealthyConditions", "unhealthyMachineConditions"] {
+            assert_eq!(node(schema, &["spec", list, "[]", "reasons"])["x-kubernetes-list-type"], "set", "{list}");
+        }
+        // A MachineHealthCheck rule has no escalation of its own.
+        assert!(
+            node(schema, &["spec", "unhealthyConditions", "[]"])["properties"].get("escalatingRemediations").is_none()
+        );
         for path in [&["spec", "nodeStartupTimeout"][..], &["spec", "unhealthyConditions", "[]", "timeout"]] {
             assert_eq!(node(schema, path)["pattern"], GO_DURATION_PATTERN, "{path:?}");
         }
@@ -935,6 +990,26 @@ mod tests {
             (&["spec", "backoff", "poolLabel"], "self.matches("),
             (&["spec", "unhealthyConditions", "[]"], "!has(self.maxConditionAge) || self.type != 'Ready'"),
             (&["spec", "unhealthyConditions", "[]", "maxConditionAge"], "duration(self) >= duration('1m')"),
+            (&["spec", "unhealthyConditions", "[]", "reasons"], "size(self) > 0"),
+            (
+                &["spec", "unhealthyConditions", "[]"],
+                "!has(self.remediationTemplate) || !has(self.escalatingRemediations)",
+            ),
+            (&["spec", "unhealthyConditions", "[]", "remediationTemplate"], "has(self.namespace)"),
+            (&["spec", "unhealthyConditions", "[]", "remediationTemplate", "kind"], "self.endsWith('Template')"),
+            (
+                &["spec", "unhealthyConditions", "[]", "escalatingRemediations"],
+                "self.all(x, self.exists_one(y, y.order == x.order))",
+            ),
+            (
+                &["spec", "unhealthyConditions", "[]", "escalatingRemediations", "[]", "timeout"],
+                "duration(self) >= duration('1m')",
+            ),
+            (
+                &["spec", "unhealthyConditions", "[]", "escalatingRemediations", "[]", "remediationTemplate"],
+                "has(self.namespace)",
+            ),
+            (&["spec"], "!self.unhealthyConditions.exists(r,"),
             (&["spec", "maxInFlight"], "type(self) == int ? self != 0 : !self.matches('^0+%$')"),
             (&["spec", "maxInFlight"], "type(self) == int || self.endsWith('%')"),
             (&["spec", "maxInFlight"], "type(self) == int ? self >= 0"),
@@ -943,6 +1018,7 @@ mod tests {
             let rules = rules_at(schema, path);
             assert!(rules.iter().any(|r| r.contains(rule)), "{path:?}: no rule with {rule:?} in {rules:?}");
         }
+        assert_eq!(node(schema, &["spec", "unhealthyConditions", "[]", "reasons"])["x-kubernetes-list-type"], "set");
         // A negative healthyDelay is meaningful: only the format is checked.
         assert!(rules_at(schema, &["spec", "healthyDelay"]).is_empty());
         assert_eq!(node(schema, &["spec", "healthyDelay"])["pattern"], GO_DURATION_PATTERN);

@@ -179,6 +179,18 @@ pub struct UnhealthyCondition {
     #[schemars(transform = crate::crd::max_condition_age)]
     #[serde(default, rename = "maxConditionAge", skip_serializing_if = "Option::is_none")]
     pub max_condition_age: Option<String>,
+    /// Reason-aware rule: the condition matches only when its `reason` is one of these (so a
+    /// detector's "disk failing" is told from its "disk full"). Absent: any reason; an empty list
+    /// is refused. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::crd::condition_reasons)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<String>>,
+    /// Remediation per condition: the targets this rule made unhealthy get an external
+    /// remediation object from this template (in the check's namespace) instead of the check's
+    /// default (its own `remediationTemplate`, else the owner). Off when absent (upstream has no
+    /// such field).
+    #[serde(default, rename = "remediationTemplate", skip_serializing_if = "Option::is_none")]
+    pub remediation_template: Option<TemplateReference>,
 }
 
 /// A target whose matching Node condition was set aside because its reporter stopped
@@ -275,6 +287,29 @@ pub struct FeatureStatus {
     /// With `spec.maxInFlight`: how many targets wait for a remediation slot, listed or not.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub queued_count: i32,
+    /// With a rule that names its own remediation: each unhealthy target's incident, the rule
+    /// that started it and the remediation it gets until it is healthy again, sorted by name
+    /// (at most 1000).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chosen_remediations: Vec<ChosenRemediation>,
+}
+
+/// The remediation one unhealthy target gets for its incident and the rule that chose it, so an
+/// operator sees why a Node is rebooted rather than replaced (remediation per condition).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChosenRemediation {
+    /// The target: Machine name (MachineHealthCheck) or Node name (NodeHealthCheck).
+    pub name: String,
+    /// The rule that started the incident, by place and condition, e.g.
+    /// `spec.unhealthyConditions[1] KernelDeadlock=True` (or the verdict's reason, e.g.
+    /// `NodeStartupTimeout`, when no condition rule made the target unhealthy).
+    pub rule: String,
+    /// The remediation, by where it is written and what it names, e.g.
+    /// `spec.unhealthyConditions[1].remediationTemplate (RebootTemplate ns/reboot)` or `owner`.
+    pub remediation: String,
+    /// When the rule was chosen (the incident's start).
+    pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 /// For `skip_serializing_if`: a zero count is left out, as an absent list.

@@ -29,7 +29,7 @@ pub struct NodeHealthCheckSpec {
     #[schemars(transform = crate::crd::label_selector)]
     pub selector: LabelSelector,
     /// Node conditions that make a Node unhealthy once held for their duration (ORed).
-    #[schemars(transform = crate::crd::condition_list)]
+    #[schemars(transform = crate::crd::nhc_condition_list)]
     #[serde(default = "default_unhealthy_conditions")]
     pub unhealthy_conditions: Vec<NodeUnhealthyCondition>,
     /// Remediation is allowed only while at least this many (or this percentage of) Nodes are
@@ -98,6 +98,9 @@ pub fn default_unhealthy_conditions() -> Vec<NodeUnhealthyCondition> {
             status: status.into(),
             duration: "300s".into(),
             max_condition_age: None,
+            reasons: None,
+            remediation_template: None,
+            escalating_remediations: Vec::new(),
         })
         .collect()
 }
@@ -121,6 +124,23 @@ pub struct NodeUnhealthyCondition {
     #[schemars(transform = crate::crd::max_condition_age)]
     #[serde(default, rename = "maxConditionAge", skip_serializing_if = "Option::is_none")]
     pub max_condition_age: Option<String>,
+    /// Reason-aware rule: the condition matches only when its `reason` is one of these (so a
+    /// detector's "disk failing" is told from its "disk full"). Absent: any reason; an empty list
+    /// is refused. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::crd::condition_reasons)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<String>>,
+    /// Remediation per condition: the one remediator for the Nodes this rule made unhealthy,
+    /// instead of the check's. At most one of this / `escalatingRemediations`; neither: the
+    /// check's own. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::crd::nhc_template)]
+    #[serde(default, rename = "remediationTemplate", skip_serializing_if = "Option::is_none")]
+    pub remediation_template: Option<TemplateReference>,
+    /// Remediation per condition: remediators to try in `order` for the Nodes this rule made
+    /// unhealthy, instead of the check's (the same rules as the check's own).
+    #[schemars(transform = crate::crd::escalating_remediations)]
+    #[serde(default, rename = "escalatingRemediations", skip_serializing_if = "Vec::is_empty")]
+    pub escalating_remediations: Vec<EscalatingRemediation>,
 }
 
 /// One step of an escalation.

@@ -107,6 +107,8 @@ reasons! {
     WouldRemediate = "WouldRemediate",
     /// A matching condition's reporter stopped heartbeating.
     StaleCondition = "StaleCondition",
+    /// Remediation per condition: the rule that started a target's incident chose its remediation.
+    RemediationChosen = "RemediationChosen",
     /// Another MachineHealthCheck writes the conditions of some of this check's Machines.
     OverlappingMachineHealthChecks = "OverlappingMachineHealthChecks",
     /// No Machine of this check is selected by an older check.

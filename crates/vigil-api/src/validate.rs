@@ -49,7 +49,7 @@ pub struct ValidationErrors {
 }
 
 /// A condition rule with its timeout parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConditionRule {
     /// Condition type.
     pub type_: String,
@@ -60,6 +60,75 @@ pub struct ConditionRule {
     /// `maxConditionAge`: a matching condition whose heartbeat is older is stale (matches no
     /// rule); `None` when the guard is off for this rule.
     pub max_age: Option<SignedDuration>,
+    /// `reasons`: the condition's reason must be one of these; `None` matches any reason.
+    pub reasons: Option<Vec<String>>,
+    /// Where the rule is written, e.g. `spec.unhealthyConditions[1]`: how status, events and
+    /// remediation objects name it.
+    pub path: String,
+    /// The rule's own remediation for the targets it made unhealthy (`None`: the check's).
+    pub remediation: Option<RuleRemediation>,
+}
+
+impl ConditionRule {
+    /// Whether a condition of this type, status and reason matches the rule: the type and status
+    /// are the rule's and, when the rule lists reasons, the reason is one of them (a condition
+    /// without a reason then matches nothing). The one matching rule of both kinds.
+    pub fn matches(&self, type_: &str, status: &str, reason: Option<&str>) -> bool {
+        type_.len() == self.type_.len()
+            && status.len() == self.status.len()
+            && type_ == self.type_
+            && status == self.status
+            && self.reason_matches(reason)
+    }
+
+    /// Whether the reason passes the rule's `reasons` (always, without them).
+    pub fn reason_matches(&self, reason: Option<&str>) -> bool {
+        match &self.reasons {
+            None => true,
+            Some(list) => reason.is_some_and(|r| list.iter().any(|l| l == r)),
+        }
+    }
+
+    /// `Type=Status`, and the reasons when the rule lists them: what the rule matches, for a
+    /// person.
+    pub fn describe(&self) -> String {
+        match &self.reasons {
+            None => format!("{}={}", self.type_, self.status),
+            Some(list) => format!("{}={} with reason {}", self.type_, self.status, list.join(" or ")),
+        }
+    }
+
+    /// How status, events and remediation objects name the rule: its place and `Type=Status`,
+    /// e.g. `spec.unhealthyConditions[1] KernelDeadlock=True` (the condition guards against an
+    /// edit that moves another rule to this place mid-incident).
+    pub fn label(&self) -> String {
+        format!("{} {}={}", self.path, self.type_, self.status)
+    }
+}
+
+/// A rule's own remediation (remediation per condition), validated as the check's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleRemediation {
+    /// Its remediators, lowest order first: one that never times out for a
+    /// `remediationTemplate`, several for `escalatingRemediations` (NodeHealthCheck only).
+    pub steps: Vec<RemediationStep>,
+    /// Whether the steps came from `escalatingRemediations`.
+    pub escalating: bool,
+}
+
+impl RuleRemediation {
+    /// Where the rule's remediation is written, under the rule's path.
+    pub fn field(&self, rule_path: &str) -> String {
+        let field = if self.escalating { "escalatingRemediations" } else { "remediationTemplate" };
+        format!("{rule_path}.{field}")
+    }
+}
+
+/// `where (Template ns/a, then Template ns/b)`: a remediation named by the field it is written
+/// in and the templates it uses, as status and events show it.
+pub fn describe_remediation(field: &str, steps: &[RemediationStep]) -> String {
+    let templates = steps.iter().map(|s| s.template.to_string()).collect::<Vec<_>>().join(", then ");
+    format!("{field} ({templates})")
 }
 
 /// A template reference with its namespace resolved.
@@ -123,6 +192,47 @@ pub struct MhcPolicy {
     /// Pacing: most remediations in flight at once (a count or a percentage of the targets),
     /// when asked for.
     pub max_in_flight: Option<IntOrPercent>,
+}
+
+impl MhcPolicy {
+    /// Every rule in the order a verdict reads them: the Machine condition rules, then the Node
+    /// condition rules (a verdict's rule is an index into this order).
+    pub fn rules(&self) -> impl Iterator<Item = &ConditionRule> + Clone {
+        self.machine_conditions.iter().chain(&self.node_conditions)
+    }
+
+    /// Whether some rule names its own remediation (remediation per condition is on).
+    pub fn per_rule_remediation(&self) -> bool {
+        self.rules().any(|r| r.remediation.is_some())
+    }
+
+    /// Every template the check may use, each once: its own, then each rule's in [`Self::rules`]
+    /// order. Adapters read these templates and their remediation kinds (`MhcInput::templates`
+    /// and `MhcInput::remediations` follow this order).
+    pub fn templates(&self) -> Vec<&TemplateRef> {
+        let mut out: Vec<&TemplateRef> = Vec::new();
+        let rule_templates = self.rules().filter_map(|r| r.remediation.as_ref()).flat_map(|r| &r.steps);
+        for t in self.remediation_template.iter().chain(rule_templates.map(|s| &s.template)) {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    }
+
+    /// The remediation a target made unhealthy by rule `rule` (an index into [`Self::rules`];
+    /// `None`: no condition rule) gets: the rule's own template, else the check's (`None`: the
+    /// owner), with where it is written.
+    pub fn remediation_of(&self, rule: Option<usize>) -> (Option<&TemplateRef>, String) {
+        let own = rule.and_then(|i| self.rules().nth(i)).and_then(|r| Some((r, r.remediation.as_ref()?)));
+        match (own, &self.remediation_template) {
+            (Some((r, rem)), _) => {
+                (rem.steps.first().map(|s| &s.template), describe_remediation(&rem.field(&r.path), &rem.steps))
+            }
+            (None, Some(t)) => (Some(t), format!("spec.remediationTemplate ({t})")),
+            (None, None) => (None, "owner".to_string()),
+        }
+    }
 }
 
 /// Where a target's failure domain is read.
@@ -228,6 +338,53 @@ pub struct NhcPolicy {
     pub max_in_flight: Option<IntOrPercent>,
 }
 
+impl NhcPolicy {
+    /// Whether some rule names its own remediation (remediation per condition is on).
+    pub fn per_rule_remediation(&self) -> bool {
+        self.conditions.iter().any(|r| r.remediation.is_some())
+    }
+
+    /// Every remediation step the check may use: its own (`steps`), then each rule's own in spec
+    /// order. Adapters read the templates and remediation objects of all of them
+    /// (`NhcInput::templates` follows this order); a template may appear more than once.
+    pub fn all_steps(&self) -> impl Iterator<Item = &RemediationStep> {
+        self.steps.iter().chain(self.conditions.iter().filter_map(|r| r.remediation.as_ref()).flat_map(|r| &r.steps))
+    }
+
+    /// The remediation of the Nodes rule `rule` made unhealthy (`None`: the check's own): its
+    /// steps, where the first of them is in [`Self::all_steps`], and where it is written.
+    pub fn ladder(&self, rule: Option<usize>) -> Ladder<'_> {
+        let mut offset = self.steps.len();
+        for (i, r) in self.conditions.iter().enumerate() {
+            let Some(rem) = &r.remediation else { continue };
+            if Some(i) == rule {
+                return Ladder { steps: &rem.steps, offset, field: rem.field(&r.path) };
+            }
+            offset += rem.steps.len();
+        }
+        let field = if self.escalating { "spec.escalatingRemediations" } else { "spec.remediationTemplate" };
+        Ladder { steps: &self.steps, offset: 0, field: field.to_string() }
+    }
+}
+
+/// One remediation of a NodeHealthCheck: the check's own or a rule's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ladder<'p> {
+    /// Its steps, lowest order first.
+    pub steps: &'p [RemediationStep],
+    /// The index of `steps[0]` in [`NhcPolicy::all_steps`] (where its templates are found).
+    pub offset: usize,
+    /// Where it is written, e.g. `spec.unhealthyConditions[1].escalatingRemediations`.
+    pub field: String,
+}
+
+impl Ladder<'_> {
+    /// The remediation as status and events show it.
+    pub fn describe(&self) -> String {
+        describe_remediation(&self.field, self.steps)
+    }
+}
+
 /// Machine conditions an `unhealthyMachineConditions` rule may not name (Cluster API's CRD rule):
 /// summaries of the Machine, or conditions the health check itself writes, whose use would feed
 /// a check's verdict back into itself.
@@ -252,6 +409,14 @@ pub const MAX_CONDITION_AGE_ON_READY: &str = "must not be set on a Ready rule: t
 /// Why `maxConditionAge` may not be set on a Machine condition rule.
 pub const MAX_CONDITION_AGE_ON_MACHINE: &str =
     "must not be set on a Machine condition rule: Machine conditions carry no heartbeat";
+/// Why an empty `reasons` list is refused.
+pub const EMPTY_REASONS: &str =
+    "must not be empty: leave reasons out to match the condition whatever its reason, or list at least one";
+/// Why a `reasons` entry that repeats an earlier one is refused.
+pub const DUPLICATE_REASON: &str = "must be unique: the same reason is listed twice";
+/// Why a rule may not set both its own `remediationTemplate` and `escalatingRemediations`.
+pub const RULE_REMEDIATION_BOTH: &str =
+    "only one of remediationTemplate and escalatingRemediations may be set on a rule (neither: the check's own)";
 /// Why a `maxInFlight` of `0` or `0%` is refused.
 pub const MAX_IN_FLIGHT_ZERO: &str = "must be at least 1 (or 1%): 0 would never remediate anything; to stop remediation use maxUnhealthy or pause the check";
 /// Why a `maxConditionAge` below [`MIN_MAX_CONDITION_AGE`] is refused.
@@ -338,7 +503,13 @@ impl Collector {
         if !ok {
             return None;
         }
-        Some(ConditionRule { type_: type_.to_string(), status: status.to_string(), timeout: timeout?, max_age: None })
+        Some(ConditionRule {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            timeout: timeout?,
+            path: path.to_string(),
+            ..ConditionRule::default()
+        })
     }
 
     /// A Node condition rule's `maxConditionAge`: at least [`MIN_MAX_CONDITION_AGE`], and not on
@@ -356,6 +527,66 @@ impl Collector {
             return None;
         }
         Some(Some(age))
+    }
+
+    /// A rule's `reasons`: absent matches any reason; a list must name at least one, each once
+    /// and none blank. `Some(None)` when absent; `None` when refused.
+    fn reasons(&mut self, path: &str, reasons: Option<&[String]>) -> Option<Option<Vec<String>>> {
+        let Some(list) = reasons else { return Some(None) };
+        let path = format!("{path}.reasons");
+        if list.is_empty() {
+            self.push(&path, "", EMPTY_REASONS);
+            return None;
+        }
+        let mut ok = true;
+        for (i, reason) in list.iter().enumerate() {
+            if reason.trim().is_empty() {
+                self.push(format!("{path}[{i}]"), reason, "must not be empty: name a condition reason");
+                ok = false;
+            } else if let Some(first) = list[..i].iter().position(|r| r == reason) {
+                self.push(format!("{path}[{i}]"), reason, format!("{DUPLICATE_REASON} ({path}[{first}])"));
+                ok = false;
+            }
+        }
+        ok.then(|| Some(list.to_vec()))
+    }
+
+    /// `remediationTemplate` / `escalatingRemediations` under `prefix` (`spec`, or a rule's
+    /// path): exactly one of them when `required` (the check's own), at most one on a rule.
+    /// A MachineHealthCheck (`namespace` given) has templates only, in its own namespace.
+    /// `Some(None)` when neither is set on a rule; `None` when refused.
+    fn remediation(
+        &mut self,
+        prefix: &str,
+        template: Option<&TemplateReference>,
+        escalating: &[EscalatingRemediation],
+        required: bool,
+        namespace: Option<&str>,
+    ) -> Option<Option<RuleRemediation>> {
+        let template_path = format!("{prefix}.remediationTemplate");
+        match (template, escalating.is_empty()) {
+            (Some(t), true) => self.template(&template_path, t, namespace).map(|template| {
+                Some(RuleRemediation {
+                    steps: vec![RemediationStep { template, order: 0, timeout: None }],
+                    escalating: false,
+                })
+            }),
+            (None, false) => escalation_steps(self, prefix, escalating)
+                .map(|steps| Some(RuleRemediation { steps, escalating: true })),
+            (Some(_), false) if required => {
+                self.push(template_path, "", "only one of remediationTemplate and escalatingRemediations may be set");
+                None
+            }
+            (Some(_), false) => {
+                self.push(template_path, "", RULE_REMEDIATION_BOTH);
+                None
+            }
+            (None, true) if required => {
+                self.push(template_path, "", "one of remediationTemplate and escalatingRemediations must be set");
+                None
+            }
+            (None, true) => Some(None),
+        }
     }
 
     fn template(&mut self, path: &str, t: &TemplateReference, default_namespace: Option<&str>) -> Option<TemplateRef> {
@@ -608,12 +839,16 @@ pub(crate) fn object_id(kind: &str, namespace: Option<&str>, name: Option<&str>)
     }
 }
 
-/// A Node condition rule as either kind writes it (they name the timeout differently).
+/// A Node condition rule as either kind writes it (they name the timeout differently, and only
+/// a NodeHealthCheck rule may escalate).
 struct NodeRuleFields<'a> {
     type_: &'a str,
     status: &'a str,
     timeout: &'a str,
     max_age: Option<&'a str>,
+    reasons: Option<&'a [String]>,
+    template: Option<&'a TemplateReference>,
+    escalating: &'a [EscalatingRemediation],
 }
 
 impl<'a> From<&'a UnhealthyCondition> for NodeRuleFields<'a> {
@@ -623,6 +858,9 @@ impl<'a> From<&'a UnhealthyCondition> for NodeRuleFields<'a> {
             status: &u.status,
             timeout: &u.timeout,
             max_age: u.max_condition_age.as_deref(),
+            reasons: u.reasons.as_deref(),
+            template: u.remediation_template.as_ref(),
+            escalating: &[],
         }
     }
 }
@@ -634,16 +872,21 @@ impl<'a> From<&'a NodeUnhealthyCondition> for NodeRuleFields<'a> {
             status: &u.status,
             timeout: &u.duration,
             max_age: u.max_condition_age.as_deref(),
+            reasons: u.reasons.as_deref(),
+            template: u.remediation_template.as_ref(),
+            escalating: &u.escalating_remediations,
         }
     }
 }
 
-/// Node condition rules, the same rule for both kinds (the stale guard `maxConditionAge`
-/// allowed); `timeout_field` is what the kind calls the timeout.
+/// Node condition rules, the same rule for both kinds (the stale guard `maxConditionAge`,
+/// `reasons` and a rule's own remediation allowed); `timeout_field` is what the kind calls the
+/// timeout; `namespace` is a MachineHealthCheck's own (its templates live there).
 fn node_rules<'a>(
     c: &mut Collector,
     path: &str,
     timeout_field: &str,
+    namespace: Option<&str>,
     list: impl IntoIterator<Item = NodeRuleFields<'a>>,
 ) -> Vec<ConditionRule> {
     list.into_iter()
@@ -652,14 +895,16 @@ fn node_rules<'a>(
             let path = format!("{path}[{i}]");
             let rule = c.condition_rule(&path, u.type_, u.status, timeout_field, u.timeout);
             let age = c.max_condition_age(&path, u.type_, u.max_age);
-            Some(ConditionRule { max_age: age?, ..rule? })
+            let reasons = c.reasons(&path, u.reasons);
+            let remediation = c.remediation(&path, u.template, u.escalating, false, namespace);
+            Some(ConditionRule { max_age: age?, reasons: reasons?, remediation: remediation?, path, ..rule? })
         })
         .collect()
 }
 
 /// A MachineHealthCheck's Machine condition rules: Machine conditions carry no heartbeat, so
 /// `maxConditionAge` is refused, and the reserved conditions are refused after all the rules.
-fn machine_rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> Vec<ConditionRule> {
+fn machine_rules(c: &mut Collector, path: &str, namespace: &str, list: &[UnhealthyCondition]) -> Vec<ConditionRule> {
     let rules = list
         .iter()
         .enumerate()
@@ -668,7 +913,10 @@ fn machine_rules(c: &mut Collector, path: &str, list: &[UnhealthyCondition]) -> 
             if let Some(age) = &u.max_condition_age {
                 c.push(format!("{path}.maxConditionAge"), age, MAX_CONDITION_AGE_ON_MACHINE);
             }
-            c.condition_rule(&path, &u.type_, &u.status, "timeout", &u.timeout)
+            let rule = c.condition_rule(&path, &u.type_, &u.status, "timeout", &u.timeout);
+            let reasons = c.reasons(&path, u.reasons.as_deref());
+            let remediation = c.remediation(&path, u.remediation_template.as_ref(), &[], false, Some(namespace));
+            Some(ConditionRule { reasons: reasons?, remediation: remediation?, path, ..rule? })
         })
         .collect();
     for (i, u) in list.iter().enumerate() {
@@ -760,10 +1008,15 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         c.push("spec.clusterName", "", "must not be empty");
     }
     let selector = c.selector("spec.selector", &spec.selector);
-    let node_conditions =
-        node_rules(&mut c, "spec.unhealthyConditions", "timeout", spec.unhealthy_conditions.iter().map(Into::into));
+    let node_conditions = node_rules(
+        &mut c,
+        "spec.unhealthyConditions",
+        "timeout",
+        Some(namespace),
+        spec.unhealthy_conditions.iter().map(Into::into),
+    );
     let machine_conditions =
-        machine_rules(&mut c, "spec.unhealthyMachineConditions", &spec.unhealthy_machine_conditions);
+        machine_rules(&mut c, "spec.unhealthyMachineConditions", namespace, &spec.unhealthy_machine_conditions);
     let node_startup_timeout = node_startup_timeout(&mut c, spec.node_startup_timeout.as_deref());
     cluster_label_matches(&mut c, spec);
     let short_circuit = mhc_short_circuit(&mut c, spec);
@@ -825,26 +1078,10 @@ fn nhc_threshold(c: &mut Collector, spec: &NodeHealthCheckSpec) -> Option<NhcThr
 }
 
 /// A NodeHealthCheck's remediators: exactly one of `remediationTemplate` (one step that never
-/// times out) and `escalatingRemediations`.
+/// times out) and `escalatingRemediations` (the same rule as a rule's own, which may be neither).
 fn remediation_steps(c: &mut Collector, spec: &NodeHealthCheckSpec) -> Option<Vec<RemediationStep>> {
-    match (&spec.remediation_template, spec.escalating_remediations.is_empty()) {
-        (Some(t), true) => c
-            .template("spec.remediationTemplate", t, None)
-            .map(|template| vec![RemediationStep { template, order: 0, timeout: None }]),
-        (None, false) => escalation_steps(c, &spec.escalating_remediations),
-        (Some(_), false) => {
-            c.push(
-                "spec.remediationTemplate",
-                "",
-                "only one of remediationTemplate and escalatingRemediations may be set",
-            );
-            None
-        }
-        (None, true) => {
-            c.push("spec.remediationTemplate", "", "one of remediationTemplate and escalatingRemediations must be set");
-            None
-        }
-    }
+    c.remediation("spec", spec.remediation_template.as_ref(), &spec.escalating_remediations, true, None)?
+        .map(|r| r.steps)
 }
 
 /// What the earlier escalation steps used, so a repeated order or template names the first.
@@ -854,14 +1091,14 @@ struct SeenSteps {
     templates: BTreeMap<TemplateRef, usize>,
 }
 
-/// `escalatingRemediations`, lowest order first; `None` when any step is refused (every step is
-/// still checked, so all problems are reported).
-fn escalation_steps(c: &mut Collector, list: &[EscalatingRemediation]) -> Option<Vec<RemediationStep>> {
+/// `escalatingRemediations` under `prefix` (`spec` or a rule's path), lowest order first; `None`
+/// when any step is refused (every step is still checked, so all problems are reported).
+fn escalation_steps(c: &mut Collector, prefix: &str, list: &[EscalatingRemediation]) -> Option<Vec<RemediationStep>> {
     let mut seen = SeenSteps::default();
     let mut steps = Vec::new();
     let mut ok = true;
     for (i, e) in list.iter().enumerate() {
-        match escalation_step(c, &mut seen, i, e) {
+        match escalation_step(c, &mut seen, &format!("{prefix}.escalatingRemediations"), i, e) {
             Some(step) => steps.push(step),
             None => ok = false,
         }
@@ -875,10 +1112,11 @@ fn escalation_steps(c: &mut Collector, list: &[EscalatingRemediation]) -> Option
 fn escalation_step(
     c: &mut Collector,
     seen: &mut SeenSteps,
+    list_path: &str,
     i: usize,
     e: &EscalatingRemediation,
 ) -> Option<RemediationStep> {
-    let path = format!("spec.escalatingRemediations[{i}]");
+    let path = format!("{list_path}[{i}]");
     let mut ok = true;
     if e.order < 0 {
         c.push(format!("{path}.order"), e.order.to_string(), "must not be negative");
@@ -888,7 +1126,7 @@ fn escalation_step(
         c.push(
             format!("{path}.order"),
             e.order.to_string(),
-            format!("must be unique: spec.escalatingRemediations[{first}] has the same order"),
+            format!("must be unique: {list_path}[{first}] has the same order"),
         );
         ok = false;
     }
@@ -906,7 +1144,7 @@ fn escalation_step(
         c.push(
             format!("{path}.remediationTemplate"),
             t.to_string(),
-            format!("must be unique: spec.escalatingRemediations[{first}] uses the same template"),
+            format!("must be unique: {list_path}[{first}] uses the same template"),
         );
         ok = false;
     }
@@ -919,14 +1157,14 @@ fn escalation_step(
 /// minHealthy.
 fn deletion_needs_min_healthy(c: &mut Collector, spec: &NodeHealthCheckSpec) {
     let Some(max) = &spec.max_unhealthy else { return };
-    let deleting =
-        spec.remediation_template
-            .iter()
-            .map(|t| ("spec.remediationTemplate".to_string(), t))
-            .chain(spec.escalating_remediations.iter().enumerate().map(|(i, e)| {
-                (format!("spec.escalatingRemediations[{i}].remediationTemplate"), &e.remediation_template)
-            }))
-            .find(|(_, t)| t.kind == MACHINE_DELETION_REMEDIATION_TEMPLATE);
+    // The check's own templates and every rule's own (a rule's may delete Machines as well).
+    let mut templates = Vec::new();
+    with_paths("spec", spec.remediation_template.as_ref(), &spec.escalating_remediations, &mut templates);
+    for (i, r) in spec.unhealthy_conditions.iter().enumerate() {
+        let prefix = format!("spec.unhealthyConditions[{i}]");
+        with_paths(&prefix, r.remediation_template.as_ref(), &r.escalating_remediations, &mut templates);
+    }
+    let deleting = templates.into_iter().find(|(_, t)| t.kind == MACHINE_DELETION_REMEDIATION_TEMPLATE);
     if let Some((path, _)) = deleting {
         c.push(
             "spec.maxUnhealthy",
@@ -934,6 +1172,22 @@ fn deletion_needs_min_healthy(c: &mut Collector, spec: &NodeHealthCheckSpec) {
             format!("cannot be combined with a {MACHINE_DELETION_REMEDIATION_TEMPLATE} ({path}); use minHealthy"),
         );
     }
+}
+
+/// The templates of a `remediationTemplate` / `escalatingRemediations` pair under `prefix`, with
+/// the path of each.
+fn with_paths<'a>(
+    prefix: &str,
+    template: Option<&'a TemplateReference>,
+    escalating: &'a [EscalatingRemediation],
+    out: &mut Vec<(String, &'a TemplateReference)>,
+) {
+    out.extend(template.map(|t| (format!("{prefix}.remediationTemplate"), t)));
+    out.extend(
+        escalating.iter().enumerate().map(|(i, e)| {
+            (format!("{prefix}.escalatingRemediations[{i}].remediationTemplate"), &e.remediation_template)
+        }),
+    );
 }
 
 /// `pauseRequests`: an empty entry would pause the check without saying who or why.
@@ -968,8 +1222,13 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     let mut c = Collector::default();
 
     let selector = c.selector("spec.selector", &spec.selector);
-    let conditions =
-        node_rules(&mut c, "spec.unhealthyConditions", "duration", spec.unhealthy_conditions.iter().map(Into::into));
+    let conditions = node_rules(
+        &mut c,
+        "spec.unhealthyConditions",
+        "duration",
+        None,
+        spec.unhealthy_conditions.iter().map(Into::into),
+    );
     let threshold = nhc_threshold(&mut c, spec);
     let steps = remediation_steps(&mut c, spec);
     deletion_needs_min_healthy(&mut c, spec);

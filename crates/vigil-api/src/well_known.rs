@@ -26,6 +26,10 @@ pub const NHC_TIMED_OUT_ANNOTATION: &str = "remediation.medik8s.io/nhc-timed-out
 pub const MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION: &str = "remediation.medik8s.io/multiple-templates-support";
 /// Node annotation by which an operator confirms a node healthy when `healthyDelay` is negative.
 pub const MANUALLY_CONFIRMED_HEALTHY_ANNOTATION: &str = "remediation.medik8s.io/manually-confirmed-healthy";
+/// Vigil's annotation on a remediation object it made under remediation per condition: the rule
+/// that started the incident (`spec.unhealthyConditions[1] KernelDeadlock=True`), so the
+/// incident keeps its remediation across restarts.
+pub const RULE_ANNOTATION: &str = "vigil.dev/rule";
 /// Node labels that mark a control-plane node.
 pub const CONTROL_PLANE_NODE_LABELS: [&str; 2] =
     ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"];

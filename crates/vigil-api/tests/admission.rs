@@ -142,6 +142,65 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
             "spec.failureDomains.minAllowed",
             "must not be negative",
         ),
+        // Reason-aware rules.
+        (
+            mhc(
+                json!({"unhealthyConditions": [{"type": "KernelDeadlock", "status": "True", "timeout": "5m", "reasons": []}]}),
+            ),
+            "spec.unhealthyConditions[0].reasons",
+            "must not be empty: leave reasons out",
+        ),
+        (
+            nhc(json!({"unhealthyConditions": [{"type": "DiskFailing", "status": "True", "duration": "5m",
+                        "reasons": ["SmartError", "SmartError"]}]})),
+            // A `set` list: server-side apply refuses the repeat while building its patch (a
+            // create says `reasons[1]: Duplicate value: "SmartError"`).
+            "spec.unhealthyConditions[0].reasons",
+            "duplicate entries for key [=\"SmartError\"]",
+        ),
+        (
+            mhc(
+                json!({"unhealthyMachineConditions": [{"type": "NodeHealthy", "status": "False", "timeout": "5m", "reasons": [" "]}]}),
+            ),
+            "spec.unhealthyMachineConditions[0].reasons[0]",
+            "must not be empty: name a condition reason",
+        ),
+        // Remediation per condition.
+        (
+            nhc(json!({"unhealthyConditions": [{"type": "DiskFailing", "status": "True", "duration": "5m",
+                        "remediationTemplate": template("SelfNodeRemediationTemplate"),
+                        "escalatingRemediations": [{"remediationTemplate": template("MachineDeletionRemediationTemplate"), "order": 0, "timeout": "5m"}]}]})),
+            "spec.unhealthyConditions[0].remediationTemplate",
+            "only one of remediationTemplate and escalatingRemediations may be set on a rule",
+        ),
+        (
+            nhc(json!({"unhealthyConditions": [{"type": "DiskFailing", "status": "True", "duration": "5m",
+                        "remediationTemplate": {"apiVersion": "a.io/v1", "kind": "RebootTemplate", "name": "r"}}]})),
+            "spec.unhealthyConditions[0].remediationTemplate.namespace",
+            "must not be empty: a NodeHealthCheck is cluster-scoped",
+        ),
+        (
+            nhc(json!({"unhealthyConditions": [{"type": "DiskFailing", "status": "True", "duration": "5m",
+                        "escalatingRemediations": [
+                            {"remediationTemplate": template("SelfNodeRemediationTemplate"), "order": 1, "timeout": "5m"},
+                            {"remediationTemplate": template("MachineDeletionRemediationTemplate"), "order": 1, "timeout": "5m"}]}]})),
+            "spec.unhealthyConditions[0].escalatingRemediations",
+            "order must be unique",
+        ),
+        (
+            nhc(
+                json!({"minHealthy": null, "maxUnhealthy": 1, "unhealthyConditions": [{"type": "DiskFailing", "status": "True",
+                        "duration": "5m", "remediationTemplate": template("MachineDeletionRemediationTemplate")}]}),
+            ),
+            "spec.maxUnhealthy",
+            "MachineDeletionRemediationTemplate",
+        ),
+        (
+            mhc(json!({"unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5m",
+                        "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Remediation", "name": "m3"}}]})),
+            "spec.unhealthyConditions[0].remediationTemplate.kind",
+            "must name a template kind ending in Template",
+        ),
         (mhc(json!({"maxInFlight": 0})), "spec.maxInFlight", "must be at least 1 (or 1%)"),
         (nhc(json!({"maxInFlight": "0%"})), "spec.maxInFlight", "must be at least 1 (or 1%)"),
         (nhc(json!({"maxInFlight": -2})), "spec.maxInFlight", "must not be negative"),
@@ -179,6 +238,20 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
     env.apply(good).await?;
     let mut good = mhc(json!({"failureDomains": {"key": "spec.failureDomain", "maxUnhealthy": 1, "minAllowed": 0}}));
     good["metadata"]["name"] = json!("zones");
+    env.apply(good).await?;
+    let mut good = nhc(json!({"unhealthyConditions": [
+        {"type": "Ready", "status": "False", "duration": "5m", "reasons": ["KubeletNotReady"]},
+        {"type": "KernelDeadlock", "status": "True", "duration": "5m", "remediationTemplate": template("SelfNodeRemediationTemplate")},
+        {"type": "DiskFailing", "status": "True", "duration": "5m", "reasons": ["SmartError"], "escalatingRemediations": [
+            {"remediationTemplate": template("SelfNodeRemediationTemplate"), "order": 0, "timeout": "5m"},
+            {"remediationTemplate": template("MachineDeletionRemediationTemplate"), "order": 1, "timeout": "30m"}]}]}));
+    good["metadata"]["name"] = json!("per-rule");
+    env.apply(good).await?;
+    let mut good = mhc(
+        json!({"unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5m", "reasons": ["KubeletNotReady"],
+        "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3RemediationTemplate", "name": "m3"}}]}),
+    );
+    good["metadata"]["name"] = json!("per-rule");
     env.apply(good).await?;
     for (name, limit) in [("paced", json!(2)), ("paced-share", json!("10%"))] {
         let mut good = mhc(json!({"maxInFlight": limit}));

@@ -773,14 +773,21 @@ fn valid_mhc_becomes_its_policy() {
     assert!(p.selector.matches(Some(&labels(&[("pool", "workers"), (CLUSTER_NAME_LABEL, "prod")]))));
     assert!(!p.selector.matches(Some(&labels(&[("pool", "workers")]))), "the cluster-name label is required");
     assert!(!p.selector.matches(Some(&labels(&[("pool", "workers"), (CLUSTER_NAME_LABEL, "staging")]))));
-    let rule = |t: &str, s: &str, d: SignedDuration| ConditionRule {
+    let rule = |path: &str, t: &str, s: &str, d: SignedDuration| ConditionRule {
         type_: t.into(),
         status: s.into(),
         timeout: d,
-        max_age: None,
+        path: path.into(),
+        ..ConditionRule::default()
     };
-    assert_eq!(p.node_conditions, [rule("Ready", "False", secs(300)), rule("Ready", "Unknown", secs(300))]);
-    assert_eq!(p.machine_conditions, [rule("Healthy", "False", secs(90))]);
+    assert_eq!(
+        p.node_conditions,
+        [
+            rule("spec.unhealthyConditions[0]", "Ready", "False", secs(300)),
+            rule("spec.unhealthyConditions[1]", "Ready", "Unknown", secs(300))
+        ]
+    );
+    assert_eq!(p.machine_conditions, [rule("spec.unhealthyMachineConditions[0]", "Healthy", "False", secs(90))]);
     assert_eq!(p.node_startup_timeout, Some(secs(600)));
     assert_eq!(p.short_circuit, MhcShortCircuit::MaxUnhealthy(IntOrPercent::Percent(40)));
     let t = p.remediation_template.expect("template");
@@ -805,8 +812,18 @@ fn valid_mhc_becomes_its_policy() {
 #[test]
 fn valid_nhc_becomes_its_policy() {
     let p = nhc_policy(&base_nhc()).expect("valid");
-    let rule = |s: &str| ConditionRule { type_: "Ready".into(), status: s.into(), timeout: secs(300), max_age: None };
-    assert_eq!(p.conditions, [rule("False"), rule("Unknown")], "medik8s' default when unhealthyConditions is omitted");
+    let rule = |i: usize, s: &str| ConditionRule {
+        type_: "Ready".into(),
+        status: s.into(),
+        timeout: secs(300),
+        path: format!("spec.unhealthyConditions[{i}]"),
+        ..ConditionRule::default()
+    };
+    assert_eq!(
+        p.conditions,
+        [rule(0, "False"), rule(1, "Unknown")],
+        "medik8s' default when unhealthyConditions is omitted"
+    );
     assert_eq!(p.threshold, NhcThreshold::MinHealthy(IntOrPercent::Percent(51)));
     assert!(!p.escalating);
     let [step] = p.steps.as_slice() else { panic!("one step: {:?}", p.steps) };
@@ -1413,4 +1430,248 @@ fn max_condition_age_is_opt_in_at_least_a_minute_and_only_on_node_conditions_oth
             "want {path} = {value:?} ({message}), got {errors:?}"
         );
     }
+}
+
+// Over 80 lines on purpose: a table of refused `reasons`, one row each, and the policies the
+// valid ones become.
+#[test]
+fn reasons_are_opt_in_never_empty_or_repeated_and_match_only_what_they_list() {
+    let mhc_rule =
+        |reasons: Value| json!([{"type": "KernelDeadlock", "status": "True", "timeout": "5m", "reasons": reasons}]);
+    let nhc_rule =
+        |reasons: Value| json!([{"type": "KernelDeadlock", "status": "True", "duration": "5m", "reasons": reasons}]);
+    // Off by default on both kinds: upstream manifests keep their meaning (any reason matches).
+    assert!(mhc_policy(&base_mhc()).expect("valid").rules().all(|r| r.reasons.is_none()));
+    assert!(nhc_policy(&base_nhc()).expect("valid").conditions.iter().all(|r| r.reasons.is_none()));
+    let listed = json!(["KernelHasDeadlock", "DockerHung"]);
+    let mhc =
+        mhc_policy(&edit(base_mhc(), "/spec/unhealthyConditions", Some(mhc_rule(listed.clone())))).expect("valid");
+    let rule = &mhc.node_conditions[0];
+    assert_eq!(rule.reasons.as_deref(), Some(&["KernelHasDeadlock".to_string(), "DockerHung".to_string()][..]));
+    // (type, status, reason) -> matches
+    let table = [
+        (("KernelDeadlock", "True", Some("KernelHasDeadlock")), true),
+        (("KernelDeadlock", "True", Some("DockerHung")), true),
+        (("KernelDeadlock", "True", Some("kernelhasdeadlock")), false),
+        (("KernelDeadlock", "True", Some("DiskFull")), false),
+        (("KernelDeadlock", "True", None), false),
+        (("KernelDeadlock", "False", Some("KernelHasDeadlock")), false),
+        (("Ready", "True", Some("KernelHasDeadlock")), false),
+    ];
+    for ((t, s, reason), want) in table {
+        assert_eq!(rule.matches(t, s, reason), want, "{t}={s} reason {reason:?}");
+    }
+    let any = &mhc_policy(&base_mhc()).expect("valid").node_conditions[0];
+    assert!(any.matches("Ready", "False", None) && any.matches("Ready", "False", Some("Anything")));
+    let nhc = nhc_policy(&edit(base_nhc(), "/spec/unhealthyConditions", Some(nhc_rule(listed)))).expect("valid");
+    assert_eq!(nhc.conditions[0].reasons.as_ref().map(Vec::len), Some(2));
+    let machine = mhc_policy(&edit(
+        base_mhc(),
+        "/spec/unhealthyMachineConditions",
+        Some(json!([{"type": "NodeHealthy", "status": "False", "timeout": "5m", "reasons": ["NodeNotFound"]}])),
+    ))
+    .expect("valid on a Machine condition rule too");
+    assert_eq!(machine.machine_conditions[0].reasons.as_deref(), Some(&["NodeNotFound".to_string()][..]));
+
+    let empty = "must not be empty: leave reasons out";
+    let cases = [
+        (
+            edit(base_mhc(), "/spec/unhealthyConditions", Some(mhc_rule(json!([])))),
+            "spec.unhealthyConditions[0].reasons",
+            "",
+            empty,
+        ),
+        (
+            edit(base_nhc(), "/spec/unhealthyConditions", Some(nhc_rule(json!([])))),
+            "spec.unhealthyConditions[0].reasons",
+            "",
+            empty,
+        ),
+        (
+            edit(
+                base_mhc(),
+                "/spec/unhealthyMachineConditions",
+                Some(json!([{"type": "NodeHealthy", "status": "False", "timeout": "5m", "reasons": []}])),
+            ),
+            "spec.unhealthyMachineConditions[0].reasons",
+            "",
+            empty,
+        ),
+        (
+            edit(
+                base_mhc(),
+                "/spec/unhealthyConditions",
+                Some(mhc_rule(json!(["DiskFull", "DiskFailing", "DiskFull"]))),
+            ),
+            "spec.unhealthyConditions[0].reasons[2]",
+            "DiskFull",
+            "must be unique: the same reason is listed twice (spec.unhealthyConditions[0].reasons[0])",
+        ),
+        (
+            edit(base_nhc(), "/spec/unhealthyConditions", Some(nhc_rule(json!(["DiskFull", " "])))),
+            "spec.unhealthyConditions[0].reasons[1]",
+            " ",
+            "must not be empty: name a condition reason",
+        ),
+    ];
+    for (object, path, value, message) in cases {
+        let errors = errors_of(&object);
+        assert!(
+            matches!(errors.as_slice(), [e] if e.path == path && e.value == value && e.message.contains(message)),
+            "want {path} = {value:?} ({message}), got {errors:?}"
+        );
+    }
+    // A list that is not a list of strings is a shape error naming the field.
+    let err = manifest::health_check_from_value(&edit(
+        base_nhc(),
+        "/spec/unhealthyConditions",
+        Some(nhc_rule(json!("DiskFull"))),
+    ))
+    .expect_err("a string is not a list");
+    assert!(err.to_string().contains("spec.unhealthyConditions[0].reasons"), "{err}");
+}
+
+// Over 80 lines on purpose: a table of refused per-rule remediations, one row each, and the
+// policies the valid ones become.
+#[test]
+fn a_rules_own_remediation_is_opt_in_and_validated_as_the_checks_own() {
+    let snr = template("SelfNodeRemediationTemplate", "reboot");
+    let mdr = template("MachineDeletionRemediationTemplate", "replace");
+    let nhc_rules = |rule: Value| {
+        edit(
+            base_nhc(),
+            "/spec/unhealthyConditions",
+            Some(json!([{"type": "Ready", "status": "False", "duration": "5m"}, rule])),
+        )
+    };
+    // Off by default: every rule uses the check's own remediation.
+    let p = nhc_policy(&base_nhc()).expect("valid");
+    assert!(!p.per_rule_remediation());
+    assert_eq!(p.all_steps().count(), 1);
+    assert!(!mhc_policy(&base_mhc()).expect("valid").per_rule_remediation());
+
+    // NodeHealthCheck: a rule's own template, or its own escalation (ordered, as the check's).
+    let disk = json!({"type": "DiskFailing", "status": "True", "duration": "1m", "escalatingRemediations": [
+        {"remediationTemplate": mdr, "order": 2, "timeout": "30m"},
+        {"remediationTemplate": snr, "order": 1, "timeout": "5m"}]});
+    let p = nhc_policy(&nhc_rules(disk)).expect("valid");
+    assert!(p.per_rule_remediation());
+    let all: Vec<&str> = p.all_steps().map(|s| s.template.name.as_str()).collect();
+    assert_eq!(all, ["snr", "reboot", "replace"], "the check's own step first, then the rule's, lowest order first");
+    let ladder = p.ladder(Some(1));
+    assert_eq!((ladder.offset, ladder.steps.len()), (1, 2));
+    assert_eq!(ladder.field, "spec.unhealthyConditions[1].escalatingRemediations");
+    assert_eq!(
+        ladder.describe(),
+        "spec.unhealthyConditions[1].escalatingRemediations (SelfNodeRemediationTemplate medik8s/reboot, then MachineDeletionRemediationTemplate medik8s/replace)"
+    );
+    assert_eq!((p.ladder(Some(0)).offset, p.ladder(Some(0)).field.as_str()), (0, "spec.remediationTemplate"));
+    assert_eq!(p.ladder(None).steps, &p.steps[..]);
+
+    // MachineHealthCheck: a rule's own template (external), in the check's namespace.
+    let metal = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3RemediationTemplate", "name": "reprovision"});
+    let mhc = mhc_policy(&edit(
+        base_mhc(),
+        "/spec/unhealthyConditions/1",
+        Some(json!({"type": "Ready", "status": "Unknown", "timeout": "300s", "remediationTemplate": metal})),
+    ))
+    .expect("valid");
+    assert_eq!(
+        mhc.templates().iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+        ["Metal3RemediationTemplate team-a/reprovision"]
+    );
+    assert_eq!(mhc.remediation_of(Some(0)).1, "owner");
+    assert_eq!(
+        mhc.remediation_of(Some(1)).1,
+        "spec.unhealthyConditions[1].remediationTemplate (Metal3RemediationTemplate team-a/reprovision)"
+    );
+    assert_eq!(mhc.remediation_of(None).1, "owner", "a verdict no rule makes gets the check's own");
+
+    let both = "only one of remediationTemplate and escalatingRemediations may be set on a rule";
+    let cases = [
+        (
+            nhc_rules(json!({"type": "DiskFailing", "status": "True", "duration": "1m", "remediationTemplate": snr,
+                "escalatingRemediations": [{"remediationTemplate": mdr, "order": 1, "timeout": "5m"}]})),
+            "spec.unhealthyConditions[1].remediationTemplate",
+            "",
+            both,
+        ),
+        (
+            nhc_rules(json!({"type": "DiskFailing", "status": "True", "duration": "1m",
+                "remediationTemplate": {"apiVersion": "a.io/v1", "kind": "RebootTemplate", "name": "r"}})),
+            "spec.unhealthyConditions[1].remediationTemplate.namespace",
+            "",
+            "must not be empty: a NodeHealthCheck is cluster-scoped",
+        ),
+        (
+            nhc_rules(json!({"type": "DiskFailing", "status": "True", "duration": "1m", "escalatingRemediations": [
+                {"remediationTemplate": snr, "order": 1, "timeout": "5m"},
+                {"remediationTemplate": mdr, "order": 1, "timeout": "5m"}]})),
+            "spec.unhealthyConditions[1].escalatingRemediations[1].order",
+            "1",
+            "must be unique: spec.unhealthyConditions[1].escalatingRemediations[0] has the same order",
+        ),
+        (
+            nhc_rules(json!({"type": "DiskFailing", "status": "True", "duration": "1m", "escalatingRemediations": [
+                {"remediationTemplate": snr, "order": 1, "timeout": "30s"}]})),
+            "spec.unhealthyConditions[1].escalatingRemediations[0].timeout",
+            "30s",
+            "must be at least 1m",
+        ),
+        (
+            nhc_rules(json!({"type": "DiskFailing", "status": "True", "duration": "1m",
+                "remediationTemplate": template("Reboot", "r")})),
+            "spec.unhealthyConditions[1].remediationTemplate.kind",
+            "Reboot",
+            "must name a template kind ending in Template",
+        ),
+        (
+            edits(
+                nhc_rules(
+                    json!({"type": "DiskFailing", "status": "True", "duration": "1m", "remediationTemplate": mdr}),
+                ),
+                &[unset("/spec/minHealthy"), set("/spec/maxUnhealthy", json!(1))],
+            ),
+            "spec.maxUnhealthy",
+            "1",
+            "cannot be combined with a MachineDeletionRemediationTemplate (spec.unhealthyConditions[1].remediationTemplate)",
+        ),
+        (
+            edit(
+                base_mhc(),
+                "/spec/unhealthyConditions/0",
+                Some(json!({"type": "Ready", "status": "False", "timeout": "300s",
+                    "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3RemediationTemplate", "name": "r", "namespace": "other"}})),
+            ),
+            "spec.unhealthyConditions[0].remediationTemplate.namespace",
+            "other",
+            "must be the health check's own namespace \"team-a\"",
+        ),
+        (
+            edit(
+                base_mhc(),
+                "/spec/unhealthyMachineConditions",
+                Some(json!([{"type": "NodeHealthy", "status": "False", "timeout": "5m",
+                    "remediationTemplate": {"apiVersion": "v1", "kind": "Metal3RemediationTemplate", "name": "r"}}])),
+            ),
+            "spec.unhealthyMachineConditions[0].remediationTemplate.apiVersion",
+            "v1",
+            "must be group/version",
+        ),
+    ];
+    for (object, path, value, message) in cases {
+        let errors = errors_of(&object);
+        assert!(
+            matches!(errors.as_slice(), [e] if e.path == path && e.value == value && e.message.contains(message)),
+            "want {path} = {value:?} ({message}), got {errors:?}"
+        );
+    }
+    // A MachineHealthCheck rule cannot escalate: the field is unknown there, refused by name.
+    let escalating = edit(
+        base_mhc(),
+        "/spec/unhealthyConditions/0",
+        Some(json!({"type": "Ready", "status": "False", "timeout": "300s", "escalatingRemediations": []})),
+    );
+    let err = manifest::health_check_from_value(&escalating).expect_err("unknown field");
+    assert!(err.to_string().contains("spec.unhealthyConditions.0.escalatingRemediations: unknown field"), "{err}");
 }

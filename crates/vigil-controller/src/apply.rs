@@ -142,6 +142,7 @@ pub fn event_reason(key: &CheckRef, kind: NoticeKind) -> &'static str {
         NoticeKind::RemediationBackoffEnded => "RemediationBackoffEnded",
         NoticeKind::FailureDomainShortCircuit => "FailureDomainShortCircuit",
         NoticeKind::FailureDomainResumed => "FailureDomainResumed",
+        NoticeKind::RemediationChosen => "RemediationChosen",
         NoticeKind::RemediationQueued => "RemediationQueued",
         NoticeKind::RemediationDequeued => "RemediationDequeued",
     }

@@ -4,7 +4,7 @@
 //! ([`vigil_engine::assemble`]); this module only finds the objects, scoped to the confirmed
 //! targets while confirming (see [`crate::confirm`]).
 
-use crate::gather::RemediationIndex;
+use crate::gather::{as_lookups, mhc_remediation_indexes};
 use crate::index::Index;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -147,11 +147,8 @@ fn mhc_claims_within<'i>(
         Some(s) if !assemble::mhc_can_hold(s.about, ns, &node_cluster) => return None,
         Some(s) => s.machines_of(idx, ns),
     };
-    let objects = policy
-        .remediation_template
-        .as_ref()
-        .and_then(|t| idx.objects.get(&(group_of(&t.api_version).to_string(), t.remediation_kind().to_string())));
-    let remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(ns)));
+    let indexes = mhc_remediation_indexes(idx, ns, policy);
+    let remediations = as_lookups(&indexes);
     let peers = memo.of(idx, &key.0);
     Some(assemble::claims(ClaimSource::Machine {
         check,
@@ -177,7 +174,7 @@ fn nhc_claims_within(idx: &Index, n: &str, scope: Option<&Scope<'_>>) -> Option<
     };
     let mut seen = BTreeSet::new();
     let mut views: Vec<&RemediationView> = Vec::new();
-    for step in &policy.steps {
+    for step in policy.all_steps() {
         let t = &step.template;
         let gk = (group_of(&t.api_version).to_string(), t.remediation_kind().to_string());
         if seen.insert((gk.clone(), t.namespace.clone()))

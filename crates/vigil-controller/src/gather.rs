@@ -135,6 +135,28 @@ impl Job {
 /// Reads a template's remediation objects of one namespace by name, from the index.
 pub(crate) struct RemediationIndex<'a>(pub(crate) Option<&'a BTreeMap<String, Arc<RemediationView>>>);
 
+/// For each of a MachineHealthCheck's templates ([`MhcPolicy::templates`], its own and its
+/// rules'), its remediation kind's objects in `namespace`, by name (empty while not watched).
+pub(crate) fn mhc_remediation_indexes<'i>(
+    idx: &'i Index,
+    namespace: &str,
+    policy: &MhcPolicy,
+) -> Vec<RemediationIndex<'i>> {
+    policy
+        .templates()
+        .into_iter()
+        .map(|t| {
+            let objects = idx.objects.get(&(group_of(&t.api_version).to_string(), t.remediation_kind().to_string()));
+            RemediationIndex(objects.and_then(|c| c.remediations.get(namespace)))
+        })
+        .collect()
+}
+
+/// The engine's view of remediation indexes: one lookup each.
+pub(crate) fn as_lookups<'a>(indexes: &'a [RemediationIndex<'a>]) -> Vec<&'a dyn Lookup<RemediationView>> {
+    indexes.iter().map(|r| r as &dyn Lookup<RemediationView>).collect()
+}
+
 impl Lookup<RemediationView> for RemediationIndex<'_> {
     fn lookup(&self, key: &str) -> Option<&RemediationView> {
         self.0.and_then(|m| m.get(key)).map(|a| a.as_ref())
@@ -223,8 +245,10 @@ fn nhc_job(check: &NodeHealthCheck, key: &CheckRef, plan: Plan<NodeHealthCheckSt
 /// yet (caches not listed).
 struct MhcSources<'i> {
     needs: BTreeSet<Need>,
-    template: Option<&'i TemplateView>,
-    remediations: RemediationIndex<'i>,
+    /// Each of the policy's templates ([`MhcPolicy::templates`]), as found.
+    templates: Vec<Option<&'i TemplateView>>,
+    /// Each template's remediation objects, same order.
+    remediations: Vec<RemediationIndex<'i>>,
     unsure: Vec<String>,
 }
 
@@ -243,17 +267,19 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
     .into_iter()
     .flatten()
     .collect::<Vec<_>>();
-    let mut sources = MhcSources { needs, template: None, remediations: RemediationIndex(None), unsure };
-    if let Some(t) = policy.remediation_template.as_ref() {
+    let mut sources = MhcSources { needs, templates: Vec::new(), remediations: Vec::new(), unsure };
+    // The check's own template and every rule's: each is watched, and read once synced.
+    for t in policy.templates() {
         sources.needs.extend(kind_needs(&t.api_version, &t.kind, t.remediation_kind()));
         let group = group_of(&t.api_version).to_string();
         let templates = idx.objects.get(&(group.clone(), t.kind.clone()));
         let objects = idx.objects.get(&(group, t.remediation_kind().to_string()));
+        let (mut template, mut remediations) = (None, RemediationIndex(None));
         match (templates.map(|c| &c.state), objects.map(|c| &c.state)) {
             (Some(SourceState::Synced), Some(SourceState::Synced)) => {
-                sources.template =
+                template =
                     templates.and_then(|c| c.templates.get(namespace)).and_then(|m| m.get(&t.name)).map(|a| a.as_ref());
-                sources.remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(namespace)));
+                remediations = RemediationIndex(objects.and_then(|c| c.remediations.get(namespace)));
             }
             // A kind the API server does not serve: the template counts as missing, which the
             // engine reports on every unhealthy Machine and in the check's conditions.
@@ -264,6 +290,8 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
                 t.remediation_kind()
             )),
         }
+        sources.templates.push(template);
+        sources.remediations.push(remediations);
     }
     sources
 }
@@ -340,14 +368,15 @@ pub fn machine_job(
     // The check's own targets, kept by the index (the engine selects them again, cheaply).
     let machines: Vec<&MachineView> = idx.mhc_machines(namespace, name);
     let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
+    let remediations = as_lookups(&sources.remediations);
     let input = MhcInput {
         check,
         policy: &policy,
         cluster,
         machines: &machines,
         nodes,
-        template: sources.template,
-        remediations: &sources.remediations,
+        templates: &sources.templates,
+        remediations: &remediations,
     };
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
     let holders = holders_for(idx, &key, fresh);
@@ -421,10 +450,10 @@ fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
         None => unsure.push("waiting for the first complete list of Nodes".into()),
     }
-    let mut sources =
-        NhcSources { templates: Vec::with_capacity(policy.steps.len()), remediations: Vec::new(), unsure };
+    let mut sources = NhcSources { templates: Vec::new(), remediations: Vec::new(), unsure };
     let mut seen_kinds = BTreeSet::new();
-    for step in &policy.steps {
+    // The check's own steps and every rule's, in `NhcPolicy::all_steps` order (the engine's).
+    for step in policy.all_steps() {
         let t = &step.template;
         let group = group_of(&t.api_version).to_string();
         let template_cache = idx.objects.get(&(group.clone(), t.kind.clone()));
@@ -477,7 +506,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
         Err(e) => return Some(refuse(e)),
     };
     let mut needs = BTreeSet::new();
-    for step in &policy.steps {
+    for step in policy.all_steps() {
         needs.extend(kind_needs(&step.template.api_version, &step.template.kind, step.template.remediation_kind()));
     }
     let sources = nhc_sources(idx, &policy);

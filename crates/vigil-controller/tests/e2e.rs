@@ -1205,6 +1205,199 @@ async fn a_stale_detector_condition_is_reported_not_remediated_and_a_fresh_one_i
 }
 
 // ------------------------------------------------------------------------------------------
+// Reason-aware rules and remediation per condition
+// ------------------------------------------------------------------------------------------
+
+/// Sets a Node's conditions as a kubelet and a detector would: Ready (status, since) and `type_`
+/// = `status` with `reason` since `since`.
+async fn set_detected(
+    env: &TestEnv,
+    name: &str,
+    ready: (&str, &str),
+    detected: (&str, &str, &str),
+    since: &str,
+) -> Result<()> {
+    let (type_, status, reason) = detected;
+    env.apply_status(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"conditions": [
+            {"type": "Ready", "status": ready.0, "reason": "KubeletReady", "message": "",
+             "lastHeartbeatTime": secs_ago(0), "lastTransitionTime": ready.1},
+            {"type": type_, "status": status, "reason": reason, "message": "",
+             "lastHeartbeatTime": secs_ago(0), "lastTransitionTime": since}]}}))
+        .await?;
+    Ok(())
+}
+
+/// Reason-aware rules on the real API server: a condition whose reason the rule does not list is
+/// not remediated, and the same condition re-labelled with a listed reason (its transition time
+/// kept) wakes the check at once and is remediated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_with_reasons_remediates_only_the_reasons_it_lists() -> Result<()> {
+    let env = env().await?;
+    workers(&env, 3).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    let rules = json!([{"type": "DiskProblem", "status": "True", "duration": "2s", "reasons": ["DiskFailing"]}]);
+    nhc(
+        &env,
+        "disks",
+        json!({"minHealthy": 1, "remediationTemplate": reboot_ref("reboot"), "unhealthyConditions": rules}),
+    )
+    .await?;
+    let controller = Controller::start(&env);
+    wait_check_condition(&env, "NodeHealthCheck", "disks", "RemediationAllowed", "True", "RemediationAllowed").await?;
+    let old = secs_ago(3600);
+    let since = secs_ago(60);
+    set_detected(&env, "w1", ("True", &old), ("DiskProblem", "True", "DiskFull"), &since).await?;
+    set_detected(&env, "w2", ("True", &old), ("DiskProblem", "True", "DiskFailing"), &since).await?;
+    wait_for("w2's remediation (a listed reason)", WAIT, || async {
+        Ok((!for_node(&list_snr(&env, MEDIK8S).await?, "w2").is_empty()).then_some(()))
+    })
+    .await?;
+    stays("a remediation of w1 (DiskFull is not listed)", Duration::from_secs(3), || async {
+        Ok(!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty())
+    })
+    .await?;
+    let s = check_status(&env, "NodeHealthCheck", "disks").await?;
+    assert_eq!(s["healthyNodes"].as_i64(), Some(2), "w1 counts as healthy: {s}");
+    // The detector re-reads w1's disk as failing: only the reason changes (no transition), which
+    // wakes the check by itself; the condition has held for a minute, past its 2s.
+    let asked = Instant::now();
+    set_detected(&env, "w1", ("True", &old), ("DiskProblem", "True", "DiskFailing"), &since).await?;
+    wait_for("w1's remediation once its reason is listed", Duration::from_secs(10), || async {
+        Ok((!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty()).then_some(()))
+    })
+    .await?;
+    assert!(asked.elapsed() < Duration::from_secs(10), "woken by the reason change, not a later event");
+    controller.stop().await;
+    Ok(())
+}
+
+/// Remediation per condition on a NodeHealthCheck, on the real API server: a rule's own template
+/// remediates the Nodes it made unhealthy; status and an event name the rule and the remediation;
+/// another rule starting to match, or a restart, does not switch it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nhc_rules_own_remediation_is_used_reported_and_kept() -> Result<()> {
+    let env = env().await?;
+    workers(&env, 3).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    let mut hard = snr_template("reboot-hard", MEDIK8S, false);
+    hard["spec"]["template"]["spec"]["remediationStrategy"] = json!("OutOfServiceTaint");
+    env.apply(hard).await?;
+    let rules = json!([
+        {"type": "Ready", "status": "False", "duration": "2s"},
+        {"type": "KernelDeadlock", "status": "True", "duration": "2s", "reasons": ["KernelHasDeadlock"],
+         "remediationTemplate": reboot_ref("reboot-hard")}]);
+    nhc(
+        &env,
+        "workers",
+        json!({"minHealthy": 1, "remediationTemplate": reboot_ref("reboot"), "unhealthyConditions": rules}),
+    )
+    .await?;
+    let controller = Controller::start(&env);
+    let old = secs_ago(3600);
+    let since = secs_ago(60);
+    set_detected(&env, "w1", ("True", &old), ("KernelDeadlock", "True", "KernelHasDeadlock"), &since).await?;
+    let object = wait_for("w1's remediation", WAIT, || async {
+        Ok(for_node(&list_snr(&env, MEDIK8S).await?, "w1").first().map(|o| (*o).clone()))
+    })
+    .await?;
+    let rule = "spec.unhealthyConditions[1] KernelDeadlock=True";
+    assert_eq!(object["metadata"]["annotations"]["remediation.medik8s.io/template-name"], "reboot-hard");
+    assert_eq!(object["metadata"]["annotations"]["vigil.dev/rule"], rule, "the choice is on the object");
+    assert_eq!(object["spec"]["remediationStrategy"], "OutOfServiceTaint", "the rule's template's spec");
+    let entry = wait_for("the chosen remediation in status", WAIT, || async {
+        let s = check_status(&env, "NodeHealthCheck", "workers").await?;
+        Ok(s["chosenRemediations"].as_array().and_then(|l| l.first().cloned()))
+    })
+    .await?;
+    let remediation =
+        "spec.unhealthyConditions[1].remediationTemplate (SelfNodeRemediationTemplate medik8s/reboot-hard)";
+    assert_eq!((entry["name"].as_str(), entry["rule"].as_str()), (Some("w1"), Some(rule)));
+    assert_eq!(entry["remediation"], remediation);
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(env.client());
+    let event = wait_for("a RemediationChosen event about w1", WAIT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("RemediationChosen")
+                && e.related.as_ref().and_then(|r| r.name.as_deref()) == Some("w1")
+        }))
+    })
+    .await?;
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains(rule) && note.contains(remediation), "{note}");
+    assert_eq!(event.type_.as_deref(), Some("Normal"));
+
+    // w1's kubelet fails too (rule 0, the check's own reboot, earlier in spec order): the
+    // incident keeps its remediation, across a restart as well.
+    set_detected(&env, "w1", ("False", &since), ("KernelDeadlock", "True", "KernelHasDeadlock"), &since).await?;
+    controller.stop().await;
+    let controller = Controller::start(&env);
+    wait_check_condition(&env, "NodeHealthCheck", "workers", "RemediationAllowed", "True", "RemediationAllowed")
+        .await?;
+    stays("a second remediation of w1, or another template", Duration::from_secs(3), || async {
+        let objects = list_snr(&env, MEDIK8S).await?;
+        let w1 = for_node(&objects, "w1");
+        Ok(w1.len() != 1 || w1[0]["metadata"]["uid"] != object["metadata"]["uid"])
+    })
+    .await?;
+    let s = check_status(&env, "NodeHealthCheck", "workers").await?;
+    assert_eq!(s["chosenRemediations"][0]["rule"], rule, "{s}");
+    controller.stop().await;
+    Ok(())
+}
+
+/// Remediation per condition on a MachineHealthCheck, on the real API server: a rule's own
+/// template makes an external remediation object for the Machines it made unhealthy while the
+/// others go to their owner, and a Machine's remediation does not switch when another rule
+/// starts matching.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mhc_rules_own_template_remediates_its_machines_and_the_others_go_to_their_owner() -> Result<()> {
+    let env = env().await?;
+    healthy_fleet(&env, 3).await?;
+    env.apply(snr_template("reboot", NS, false)).await?;
+    let rules = json!([
+        {"type": "Ready", "status": "False", "timeout": "3s"},
+        {"type": "KernelDeadlock", "status": "True", "timeout": "3s", "reasons": ["KernelHasDeadlock"],
+         "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate", "name": "reboot"}}]);
+    mhc(&env, "workers", json!({"unhealthyConditions": rules})).await?;
+    let controller = Controller::start(&env);
+    wait_machine_condition(&env, "m1", "HealthCheckSucceeded", "True", "HealthCheckSucceeded").await?;
+    let old = secs_ago(3600);
+    let since = secs_ago(60);
+    set_detected(&env, "n1", ("True", &old), ("KernelDeadlock", "True", "KernelHasDeadlock"), &since).await?;
+    set_ready(&env, "n2", "False", &since).await?;
+    let object =
+        wait_for("m1's remediation object", WAIT, || async { Ok(list_snr(&env, NS).await?.into_iter().next()) })
+            .await?;
+    assert_eq!(object["metadata"]["name"], "m1");
+    assert_eq!(object["metadata"]["annotations"]["vigil.dev/rule"], "spec.unhealthyConditions[1] KernelDeadlock=True");
+    wait_machine_condition(&env, "m1", "ExternallyRemediated", "False", "WaitingForRemediation").await?;
+    wait_machine_condition(&env, "m2", "OwnerRemediated", "False", "WaitingForRemediation").await?;
+    let chosen = wait_for("both incidents in status", WAIT, || async {
+        let s = check_status(&env, "MachineHealthCheck", "workers").await?;
+        Ok(s["chosenRemediations"].as_array().filter(|l| l.len() == 2).cloned())
+    })
+    .await?;
+    let pairs: Vec<(&str, &str)> =
+        chosen.iter().map(|c| (c["name"].as_str().unwrap_or(""), c["remediation"].as_str().unwrap_or(""))).collect();
+    assert_eq!(
+        pairs,
+        [
+            ("m1", "spec.unhealthyConditions[1].remediationTemplate (SelfNodeRemediationTemplate default/reboot)"),
+            ("m2", "owner")
+        ]
+    );
+    // m1's kubelet fails too (rule 0: the owner): m1 stays with its object, the owner is not asked.
+    set_detected(&env, "n1", ("False", &since), ("KernelDeadlock", "True", "KernelHasDeadlock"), &since).await?;
+    stays("m1's owner asked on top of its object", Duration::from_secs(4), || async {
+        Ok(machine_condition(&env, "m1", "OwnerRemediated").await?.is_some() || list_snr(&env, NS).await?.len() != 1)
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------
 // Pacing (`spec.maxInFlight`)
 // ------------------------------------------------------------------------------------------
 

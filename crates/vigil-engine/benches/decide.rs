@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
-use vigil_api::views::{ClusterView, MachineView, RemediationView, TemplateView};
+use vigil_api::views::{ClusterView, MachineView, TemplateView};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::node::{self, NhcInput};
@@ -83,15 +83,14 @@ fn bench_machine_health_check(c: &mut Criterion) {
         // Keyed by Node name with a fast hasher (foldhash), as an adapter's Node index should be.
         let nodes: HashMap<String, Node, foldhash::fast::RandomState> =
             (0..size).map(|i| (format!("n{i}"), node(i))).collect();
-        let remediations: HashMap<String, RemediationView> = HashMap::new();
         let input = MhcInput {
             check: &check,
             policy: &policy,
             cluster: Some(&cluster),
             machines: &machine_refs,
             nodes: NodeSource::Reachable(&nodes),
-            template: None,
-            remediations: &remediations,
+            templates: &[],
+            remediations: &[],
         };
         group.throughput(Throughput::Elements(size as u64));
         group.sample_size(if size >= 100_000 { 10 } else { 30 });

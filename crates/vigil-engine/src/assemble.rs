@@ -39,8 +39,9 @@ pub enum ClaimSource<'a> {
         node_cluster: &'a str,
         /// The Machines to look at (all of its namespace, or those a confirmation is about).
         machines: &'a [&'a MachineView],
-        /// Its template's remediation objects in its namespace, by name.
-        remediations: &'a dyn Lookup<RemediationView>,
+        /// The remediation objects of each of its templates' kinds in its namespace, by name
+        /// (as `MhcInput::remediations`).
+        remediations: &'a [&'a dyn Lookup<RemediationView>],
     },
     /// A NodeHealthCheck (see [`holders::nhc_claims`]).
     Node {

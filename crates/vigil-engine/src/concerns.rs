@@ -28,14 +28,14 @@ pub fn mhc_concerns_cluster(check: &MachineHealthCheck, policy: &MhcPolicy, clus
     cluster.namespace == namespace_of(check) && cluster.name == policy.cluster_name
 }
 
-/// A remediation object or template concerns an MHC when it is of its template's kinds in its
-/// namespace.
+/// A remediation object or template concerns an MHC when it is of its templates' kinds (its
+/// own and its rules') in its namespace.
 pub fn mhc_concerns_remediation_object(check: &MachineHealthCheck, policy: &MhcPolicy, object: &Meta) -> bool {
-    policy.remediation_template.as_ref().is_some_and(|t| {
-        object.namespace == namespace_of(check)
-            && group_of(&object.api_version) == group_of(&t.api_version)
-            && (object.kind == t.remediation_kind() || (object.kind == t.kind && object.name == t.name))
-    })
+    object.namespace == namespace_of(check)
+        && policy.templates().iter().any(|t| {
+            group_of(&object.api_version) == group_of(&t.api_version)
+                && (object.kind == t.remediation_kind() || (object.kind == t.kind && object.name == t.name))
+        })
 }
 
 /// A Node concerns an NHC when it is selected or still listed in its status.
@@ -45,7 +45,7 @@ pub fn nhc_concerns_node(check: &NodeHealthCheck, policy: &NhcPolicy, node: &Nod
         || check.status.as_ref().is_some_and(|s| s.unhealthy_nodes.iter().any(|u| u.name == name))
 }
 
-/// A template concerns the NHCs that use it. A remediation object concerns the NHC that owns
+/// A template concerns the NHCs that use it (as their own or a rule's). A remediation object concerns the NHC that owns
 /// it, and, when it is for a control-plane Node (or a Node not known, `node` = `None`), every
 /// NHC using its kind: it may hold the one-control-plane-node lock. Another check's object for
 /// a worker Node changes nothing here.
@@ -58,7 +58,7 @@ pub fn nhc_concerns_remediation_object(
     let name = check.metadata.name.as_deref().unwrap_or("");
     let owned = object.owners.iter().any(|o| o.kind == "NodeHealthCheck" && o.name == name);
     let may_lock = node.is_none_or(is_control_plane);
-    policy.steps.iter().any(|s| {
+    policy.all_steps().any(|s| {
         let t = &s.template;
         group_of(&object.api_version) == group_of(&t.api_version)
             && object.namespace == t.namespace
@@ -68,7 +68,9 @@ pub fn nhc_concerns_remediation_object(
 }
 
 /// Whether a Node update can change any verdict: heartbeats (`lastHeartbeatTime`) and status
-/// fields no rule reads (images, addresses, capacity) never cause work.
+/// fields no rule reads (images, addresses, capacity) never cause work. A condition's reason is
+/// read (a rule may list `reasons`): a reason that changes without a status change, which keeps
+/// the transition time, still matters.
 pub fn node_change_matters(old: &Node, new: &Node) -> bool {
     if old.metadata.labels != new.metadata.labels
         || old.metadata.annotations != new.metadata.annotations
@@ -82,7 +84,7 @@ pub fn node_change_matters(old: &Node, new: &Node) -> bool {
             .and_then(|s| s.conditions.as_ref())
             .map(|cs| {
                 cs.iter()
-                    .map(|c| (c.type_.clone(), c.status.clone(), c.last_transition_time.clone()))
+                    .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.last_transition_time.clone()))
                     .collect::<Vec<_>>()
             })
             .unwrap_or_default()
@@ -175,6 +177,13 @@ mod tests {
         assert!(!node_change_matters(&a, &b));
         let c = node("False", "2030-01-01T00:00:20Z", "2030-01-01T00:00:20Z");
         assert!(node_change_matters(&b, &c));
+        // A reason-aware rule reads the reason: a new reason matters, even with the transition
+        // time kept (the status did not change).
+        let mut d = c.clone();
+        if let Some(cond) = d.status.as_mut().and_then(|s| s.conditions.as_mut()).and_then(|l| l.first_mut()) {
+            cond.reason = Some("KubeletNotReady".into());
+        }
+        assert!(node_change_matters(&c, &d));
     }
 
     fn guarded(type_: &str, age_secs: i64) -> GuardedAges {
@@ -183,6 +192,7 @@ mod tests {
             status: "True".into(),
             timeout: SignedDuration::from_secs(60),
             max_age: Some(SignedDuration::from_secs(age_secs)),
+            ..ConditionRule::default()
         }])
     }
 

@@ -1,6 +1,6 @@
 //! When a target's unhealthy condition ran past its timeout: the instant the verdict became due,
 //! which the controller's detection-latency metric measures from. The same matching as the
-//! decisions: a condition matches a rule by type and status, and a stale one (its rule sets
+//! decisions: a condition matches a rule by type, status and any `reasons`, and a stale one (its rule sets
 //! `maxConditionAge` and its reporter went quiet, see [`crate::stale`]) matches nothing.
 
 use crate::stale::{Freshness, freshness};
@@ -23,7 +23,7 @@ pub fn expiry(rules: &[ConditionRule], node: &Node, now: Timestamp) -> Option<Ti
 
 /// When `c` ran past `rule`'s timeout, if it matches the rule and has a transition time.
 fn ran_out(c: &NodeCondition, rule: &ConditionRule) -> Option<Timestamp> {
-    if c.type_ != rule.type_ || c.status != rule.status {
+    if !crate::stale::matches(c, rule) {
         return None;
     }
     c.last_transition_time.as_ref().and_then(|t| t.0.checked_add(rule.timeout).ok())
@@ -72,6 +72,7 @@ mod tests {
             status: s.into(),
             timeout: SignedDuration::from_secs(secs),
             max_age: max_age.map(SignedDuration::from_secs),
+            ..ConditionRule::default()
         };
         let rules = [
             rule("Ready", "False", 300, None),
@@ -106,5 +107,17 @@ mod tests {
         for (conditions, want) in cases {
             assert_eq!(expiry(&rules, &node(&conditions), now), want, "{conditions:?}");
         }
+        // A reason-aware rule: only a condition with a listed reason ran out.
+        let disk = ConditionRule { reasons: Some(vec!["DiskFailing".into()]), ..rule("DiskProblem", "True", 30, None) };
+        let with_reason = |reason: &str| {
+            let mut n = node(&[("DiskProblem", "True", since, None)]);
+            if let Some(c) = n.status.as_mut().and_then(|s| s.conditions.as_mut()).and_then(|l| l.first_mut()) {
+                c.reason = Some(reason.into());
+            }
+            n
+        };
+        let rules = [disk];
+        assert_eq!(expiry(&rules, &with_reason("DiskFailing"), now), Some(at("2030-01-01T00:02:30Z")));
+        assert_eq!(expiry(&rules, &with_reason("DiskFull"), now), None, "an unlisted reason matches nothing");
     }
 }

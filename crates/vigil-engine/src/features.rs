@@ -1,12 +1,15 @@
 //! The status block of Vigil's own features (dry-run, back-off, failure domains, the stale-signal
-//! guard, pacing), built once for both kinds: each decision hands over what the features found and gets
+//! guard, pacing, remediation per condition), built once for both kinds: each decision hands over what the features found
+//! and gets
 //! the block its status carries (`vigil_api::machine_health_check::FeatureStatus`, flattened into
 //! both statuses). Dry-run's list is filled afterwards by [`crate::dry_run`], which needs the
 //! finished plan.
 
 use crate::stale::Stale;
 use vigil_api::failure_domains::FailureDomainStatus;
-use vigil_api::machine_health_check::{BackedOffPool, FeatureStatus, QueuedTarget, RemediationRecord};
+use vigil_api::machine_health_check::{
+    BackedOffPool, ChosenRemediation, FeatureStatus, QueuedTarget, RemediationRecord,
+};
 
 /// What the features found in one decision.
 pub(crate) struct Found<'a> {
@@ -16,6 +19,8 @@ pub(crate) struct Found<'a> {
     pub(crate) failure_domains: Vec<FailureDomainStatus>,
     /// The targets with a matching condition set aside as stale, by name.
     pub(crate) stale: &'a [(String, Stale)],
+    /// With remediation per condition: each unhealthy target's chosen remediation, by name.
+    pub(crate) chosen: Vec<ChosenRemediation>,
     /// The targets waiting for a remediation slot (the listed ones) and how many wait
     /// ([`crate::pacing::Report`]).
     pub(crate) queue: (Vec<QueuedTarget>, i32),
@@ -32,6 +37,7 @@ pub(crate) fn status(found: Found<'_>) -> FeatureStatus {
         failure_domains: found.failure_domains,
         stale_target_count: i32::try_from(found.stale.len()).unwrap_or(i32::MAX),
         stale_targets: crate::stale::listed(found.stale),
+        chosen_remediations: crate::chosen::listed(found.chosen),
         queued,
         queued_count,
     }

@@ -164,14 +164,16 @@ pub(crate) fn nhc_held<'a>(
 /// when the owner was asked to remediate it (`OwnerRemediated=False`, for a check without a
 /// template), or, for a check with a template, when its remediation object exists (named after
 /// the Machine and owned by it) or was just requested (`ExternallyRemediated=False` while the
-/// Machine is unhealthy). `node_cluster` is where the check's Nodes live ([`LOCAL_CLUSTER`]
-/// for a self-hosted cluster); `remediations` are the template's kind in the check's namespace.
+/// Machine is unhealthy); with remediation per condition a rule's template counts as the check's.
+/// `node_cluster` is where the check's Nodes live ([`LOCAL_CLUSTER`] for a self-hosted cluster);
+/// `remediations` are the objects of each of `MhcPolicy::templates`' kinds in the check's
+/// namespace, by name (as `MhcInput::remediations`).
 pub fn mhc_claims(
     check: &MachineHealthCheck,
     policy: &MhcPolicy,
     node_cluster: &str,
     machines: &[&MachineView],
-    remediations: &dyn Lookup<RemediationView>,
+    remediations: &[&dyn Lookup<RemediationView>],
 ) -> Vec<Claim> {
     mhc_claims_among(check, policy, &MhcPeers::none(), node_cluster, machines, remediations)
 }
@@ -184,7 +186,7 @@ pub fn mhc_claims_among(
     peers: &MhcPeers<'_>,
     node_cluster: &str,
     machines: &[&MachineView],
-    remediations: &dyn Lookup<RemediationView>,
+    remediations: &[&dyn Lookup<RemediationView>],
 ) -> Vec<Claim> {
     let me = CheckRef::of_mhc(check);
     let namespace = check.metadata.namespace.as_deref().unwrap_or("default");
@@ -202,32 +204,43 @@ pub fn mhc_claims_among(
 
 /// Whether a MachineHealthCheck's remediation request stands on Machine `m`, and since when
 /// (`Some(None)`: since an unknown time): `OwnerRemediated=False` for a check without a template;
-/// with one, its remediation object (named after the Machine and owned by it) or a request just
-/// made (`ExternallyRemediated=False/WaitingForRemediation` while `HealthCheckSucceeded=False`).
-/// The one reading of "requested" for the overlap rule and for pacing ([`crate::pacing`]).
+/// for a check with one, or with a rule that names its own (remediation per condition), a
+/// remediation object of one of `remediations`' kinds (named after the Machine and owned by it) or
+/// a request just made (`ExternallyRemediated=False/WaitingForRemediation` while
+/// `HealthCheckSucceeded=False`). The one reading of "requested" for the overlap rule and for
+/// pacing ([`crate::pacing`]).
 pub(crate) fn mhc_request(
     policy: &MhcPolicy,
     m: &MachineView,
-    remediations: &dyn Lookup<RemediationView>,
+    remediations: &[&dyn Lookup<RemediationView>],
 ) -> Option<Option<Timestamp>> {
-    match &policy.remediation_template {
-        None => conditions::find(&m.conditions, OWNER_REMEDIATED)
-            .filter(|c| c.status == ConditionStatus::False)
-            .map(|c| c.last_transition_time),
-        Some(_) => {
-            let object = remediations.lookup(&m.meta.name).filter(|o| made_for(o, m)).map(|o| o.meta.created);
-            let unhealthy = conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED)
-                .is_some_and(|c| c.status == ConditionStatus::False);
-            let requested = conditions::find(&m.conditions, EXTERNALLY_REMEDIATED)
-                .filter(|c| {
-                    unhealthy
-                        && c.status == ConditionStatus::False
-                        && c.reason.as_deref() == Some(Reason::WaitingForRemediation.as_str())
-                })
-                .map(|c| c.last_transition_time);
-            object.or(requested)
-        }
-    }
+    // The owner is asked only by a check without a template of its own; objects are made
+    // from the check's template or, with remediation per condition, a rule's.
+    let owner = policy
+        .remediation_template
+        .is_none()
+        .then(|| {
+            conditions::find(&m.conditions, OWNER_REMEDIATED)
+                .filter(|c| c.status == ConditionStatus::False)
+                .map(|c| c.last_transition_time)
+        })
+        .flatten();
+    let external = policy.remediation_template.is_some() || policy.per_rule_remediation();
+    let object = external
+        .then(|| remediations.iter().find_map(|l| l.lookup(&m.meta.name).filter(|o| made_for(o, m))))
+        .flatten()
+        .map(|o| o.meta.created);
+    let unhealthy =
+        conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
+    let requested = conditions::find(&m.conditions, EXTERNALLY_REMEDIATED)
+        .filter(|c| {
+            external
+                && unhealthy
+                && c.status == ConditionStatus::False
+                && c.reason.as_deref() == Some(Reason::WaitingForRemediation.as_str())
+        })
+        .map(|c| c.last_transition_time);
+    owner.or(object).or(requested)
 }
 
 /// Collects one decision's waits, and turns them into notices, the condition and the holder

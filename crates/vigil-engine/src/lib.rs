@@ -7,6 +7,7 @@
 
 pub mod assemble;
 pub mod backoff;
+pub mod chosen;
 pub mod concerns;
 pub mod domains;
 pub mod dry_run;

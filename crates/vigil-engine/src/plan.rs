@@ -137,6 +137,9 @@ pub enum NoticeKind {
     FailureDomainShortCircuit,
     /// Failure domains are within their budget again.
     FailureDomainResumed,
+    /// The rule that started a target's incident chose its remediation (remediation per
+    /// condition, see [`crate::chosen`]); told once per incident.
+    RemediationChosen,
     /// A target waits for a remediation slot (`spec.maxInFlight`, see [`crate::pacing`]).
     RemediationQueued,
     /// A target left the remediation queue: a slot is free for it, or it no longer waits.

@@ -1,5 +1,6 @@
 //! The stale-signal guard (`maxConditionAge` on a Node condition rule): a condition is trusted
-//! only while its reporter is alive. A condition that matches a rule (type and status) which sets
+//! only while its reporter is alive. A condition that matches a rule (type, status and any
+//! `reasons`) which sets
 //! `maxConditionAge`, and whose `lastHeartbeatTime` is strictly older than `now - maxConditionAge`
 //! (or missing, or unreadable), is *stale*: it matches no rule at all — neither its own nor an
 //! `Unknown` rule of its type — and the target is judged by its other conditions only. A stale
@@ -44,12 +45,10 @@ pub enum Freshness {
     Stale(Stale),
 }
 
-/// Whether a condition matches a rule by type and status.
+/// Whether a Node condition matches a rule: type, status and, when the rule lists reasons, its
+/// reason ([`ConditionRule::matches`], the one rule of both kinds).
 pub(crate) fn matches(c: &NodeCondition, rule: &ConditionRule) -> bool {
-    c.type_.len() == rule.type_.len()
-        && c.status.len() == rule.status.len()
-        && c.type_ == rule.type_
-        && c.status == rule.status
+    rule.matches(&c.type_, &c.status, c.reason.as_deref())
 }
 
 /// Judges one condition: the smallest `maxConditionAge` among the rules it matches decides (when

@@ -58,3 +58,43 @@ fn a_remediation_object_wakes_its_owner_and_only_lock_holders_wake_the_others() 
         assert_eq!(nhc_concerns_remediation_object(check, policy, meta, node), want, "{what}");
     }
 }
+
+/// With remediation per condition a rule's own template and its objects concern the check as its
+/// own do, on both kinds (a change to them can change what the check does for that rule's targets).
+#[test]
+fn a_rules_own_template_and_its_objects_concern_the_check() {
+    let far = "fence-agents-remediation.medik8s.io/v1alpha1";
+    let mut nhc = check("a");
+    nhc.spec.unhealthy_conditions[0].remediation_template = Some(
+        serde_json::from_value(json!({"apiVersion": far, "kind": "FenceAgentsRemediationTemplate", "name": "fence", "namespace": "medik8s"}))
+            .expect("template"),
+    );
+    let policy = vigil_api::validate::node_health_check(&nhc).expect("valid");
+    let fence = |kind: &str, name: &str| {
+        let v = json!({"apiVersion": far, "kind": kind, "metadata": {"name": name, "namespace": "medik8s",
+            "ownerReferences": [{"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "name": "a", "uid": "u"}]}});
+        Meta::read(&v, &mut Vec::new()).expect("meta")
+    };
+    let worker = node("w1", json!({"pool": "a"}));
+    assert!(nhc_concerns_remediation_object(&nhc, &policy, &fence("FenceAgentsRemediation", "w1"), Some(&worker)));
+    assert!(nhc_concerns_remediation_object(&nhc, &policy, &fence("FenceAgentsRemediationTemplate", "fence"), None));
+
+    let mhc: vigil_api::MachineHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck", "metadata": {"name": "m", "namespace": "ns"},
+        "spec": {"clusterName": "c", "selector": {"matchLabels": {"pool": "a"}},
+                 "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5m",
+                     "remediationTemplate": {"apiVersion": far, "kind": "FenceAgentsRemediationTemplate", "name": "fence"}}]}}))
+    .expect("check");
+    let mpolicy = vigil_api::validate::machine_health_check(&mhc).expect("valid");
+    let in_ns = |kind: &str, name: &str| {
+        Meta::read(
+            &json!({"apiVersion": far, "kind": kind, "metadata": {"name": name, "namespace": "ns"}}),
+            &mut Vec::new(),
+        )
+        .expect("meta")
+    };
+    use vigil_engine::concerns::mhc_concerns_remediation_object;
+    assert!(mhc_concerns_remediation_object(&mhc, &mpolicy, &in_ns("FenceAgentsRemediation", "m1")));
+    assert!(mhc_concerns_remediation_object(&mhc, &mpolicy, &in_ns("FenceAgentsRemediationTemplate", "fence")));
+    assert!(!mhc_concerns_remediation_object(&mhc, &mpolicy, &in_ns("SelfNodeRemediation", "m1")));
+}

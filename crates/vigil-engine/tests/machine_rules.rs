@@ -1502,6 +1502,329 @@ fn rule8_transition_times_move_only_with_the_status() {
     assert_eq!(allowed.last_transition_time.0, now(), "the check's own condition keeps its time too");
 }
 
+// ----------------------------------------------------------------------------------------------
+// Reason-aware rules and remediation per condition
+// ----------------------------------------------------------------------------------------------
+
+const REPLACE_TEMPLATE_KIND: &str = "ReplaceRemediationTemplate";
+const KERNEL_RULE: &str = "spec.unhealthyConditions[1] KernelDeadlock=True";
+const READY_RULE: &str = "spec.unhealthyConditions[0] Ready=False";
+
+fn replace_template_ref() -> Value {
+    json!({"apiVersion": REMEDIATION_API_VERSION, "kind": REPLACE_TEMPLATE_KIND, "name": "replace"})
+}
+
+fn replace_template() -> vigil_api::views::TemplateView {
+    vigil_api::views::TemplateView::read(&json!({
+        "apiVersion": REMEDIATION_API_VERSION, "kind": REPLACE_TEMPLATE_KIND,
+        "metadata": {"name": "replace", "namespace": NS},
+        "spec": {"template": {"spec": {"strategy": "Replace"}}},
+    }))
+    .expect("a named template")
+}
+
+/// The owner by default; a `KernelDeadlock=True` with reason `KernelHasDeadlock` for 60s gets the
+/// fixture template (reboot), a `DiskFailing=True` for 60s the replace template; both templates
+/// are found.
+fn per_rule_world() -> MhcWorld {
+    let mut w = MhcWorld::new().spec(
+        "unhealthyConditions",
+        json!([
+            {"type": "Ready", "status": "False", "timeout": "300s"},
+            {"type": "KernelDeadlock", "status": "True", "timeout": "60s", "reasons": ["KernelHasDeadlock"],
+             "remediationTemplate": template_ref_json()},
+            {"type": "DiskFailing", "status": "True", "timeout": "60s", "remediationTemplate": replace_template_ref()},
+        ]),
+    );
+    w.template = Some(template(NS));
+    w.other_templates.push(replace_template());
+    w
+}
+
+/// Machine `m1` whose Node carries `Ready` (status, since) and the given conditions
+/// `(type, status, reason, since)`.
+fn with_node_conditions(
+    w: MhcWorld,
+    ready: (&str, Timestamp),
+    conditions: &[(&str, &str, &str, Timestamp)],
+) -> MhcWorld {
+    let mut n = node("m1").ready(ready.0, ready.1);
+    for (t, s, r, since) in conditions {
+        n = n.condition_with_reason(t, s, r, *since);
+    }
+    w.machine(machine("m1").node("m1")).node(n)
+}
+
+/// `(name, rule, remediation)` of each `status.chosenRemediations` entry.
+fn chosen(plan: &Plan<MachineHealthCheckStatus>) -> Vec<(String, String, String)> {
+    plan.status
+        .features
+        .chosen_remediations
+        .iter()
+        .map(|c| (c.name.clone(), c.rule.clone(), c.remediation.clone()))
+        .collect()
+}
+
+fn chosen_entry(rule: &str, remediation: &str) -> Vec<(String, String, String)> {
+    vec![("m1".to_string(), rule.to_string(), remediation.to_string())]
+}
+
+const REBOOT: &str = "spec.unhealthyConditions[1].remediationTemplate (TestRemediationTemplate ns/reboot)";
+
+#[test]
+fn reasons_decide_whether_a_condition_matches_a_rule() {
+    // (what, the KernelDeadlock condition's reason, unhealthy at 61s)
+    let rows = [
+        ("a listed reason matches", Some("KernelHasDeadlock"), true),
+        ("another reason does not", Some("DockerHung"), false),
+        ("reasons compare exactly", Some("kernelhasdeadlock"), false),
+        ("a condition without a reason matches no rule with reasons", None, false),
+    ];
+    for (what, reason, unhealthy) in rows {
+        let mut n = node("m1").ready("True", t0());
+        n = match reason {
+            Some(r) => n.condition_with_reason("KernelDeadlock", "True", r, t0()),
+            None => n.condition("KernelDeadlock", "True", t0()).without_reason(),
+        };
+        let w = per_rule_world().machine(machine("m1").node("m1")).node(n);
+        let plan = w.decide(at(61));
+        let verdict = written(&plan, "m1", HEALTH_CHECK_SUCCEEDED).map(|(c, _)| c.status.to_string());
+        assert_eq!(verdict.as_deref(), Some(if unhealthy { "False" } else { "True" }), "{what}");
+        assert_eq!(plan.status.current_healthy, i32::from(!unhealthy), "{what}");
+    }
+    // Without reasons (upstream's rule) the same condition matches whatever its reason.
+    let any = MhcWorld::new()
+        .spec("unhealthyConditions", json!([{"type": "KernelDeadlock", "status": "True", "timeout": "60s"}]));
+    let w = with_node_conditions(any, ("True", t0()), &[("KernelDeadlock", "True", "DockerHung", t0())]);
+    assert_eq!(w.decide(at(61)).status.current_healthy, 0);
+    // A Machine condition rule with reasons reads the Machine condition's reason.
+    let machine_rule = MhcWorld::new().spec(
+        "unhealthyMachineConditions",
+        json!([{"type": "NodeHealthy", "status": "False", "timeout": "60s", "reasons": ["NodeNotFound"]}]),
+    );
+    for (reason, healthy) in [("NodeNotFound", 0), ("NodeConditionsFailed", 1)] {
+        let w = machine_rule
+            .clone()
+            .machine(machine("m1").node("m1").condition_with_reason("NodeHealthy", "False", reason, t0()))
+            .node(node("m1").ready("True", t0()));
+        assert_eq!(w.decide(at(61)).status.current_healthy, healthy, "Machine condition reason {reason}");
+    }
+}
+
+/// The timer of a reason-aware rule is the condition's `lastTransitionTime`: a reason that
+/// changes without a status change (the kubelet and the node-problem-detector keep the
+/// transition time then) does not restart it.
+#[test]
+fn a_reason_change_without_a_transition_does_not_restart_the_timer() {
+    // KernelDeadlock=True since t0 with another reason; at 10m the reason becomes a listed one,
+    // the transition time staying t0: the 60s rule holds at once.
+    let w = with_node_conditions(per_rule_world(), ("True", t0()), &[("KernelDeadlock", "True", "DockerHung", t0())]);
+    assert_eq!(w.decide(at(600)).status.current_healthy, 1, "not listed: healthy");
+    let w = with_node_conditions(
+        per_rule_world(),
+        ("True", t0()),
+        &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+    );
+    let plan = w.decide(at(600));
+    assert_eq!(
+        written(&plan, "m1", HEALTH_CHECK_SUCCEEDED).map(|(c, _)| c.status.to_string()).as_deref(),
+        Some("False")
+    );
+}
+
+#[test]
+fn a_rules_own_template_remediates_the_machines_it_made_unhealthy_and_says_so() {
+    let w = with_node_conditions(
+        per_rule_world(),
+        ("True", t0()),
+        &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+    );
+    let plan = w.decide(at(61));
+    assert_eq!(created_names(&plan), ["m1"]);
+    let object = creates(&plan)[0];
+    assert_eq!(object["kind"], REMEDIATION_KIND, "the rule's template, not the owner");
+    assert_eq!(object["metadata"]["annotations"][RULE_ANNOTATION], KERNEL_RULE, "the choice is on the object");
+    assert!(written(&plan, "m1", OWNER_REMEDIATED).is_none());
+    assert_eq!(chosen(&plan), chosen_entry(KERNEL_RULE, REBOOT));
+    assert_eq!(
+        notices(&plan)
+            .into_iter()
+            .filter(|n| n.0 == NoticeKind::RemediationChosen)
+            .map(|n| (n.1, n.2))
+            .collect::<Vec<_>>(),
+        [(Some(key("m1")), "RemediationChosen".to_string())]
+    );
+    let message = &plan.notices.iter().find(|n| n.kind == NoticeKind::RemediationChosen).expect("told").message;
+    assert!(message.contains(KERNEL_RULE) && message.contains(REBOOT), "{message}");
+
+    // A rule without its own remediation uses the check's: the owner here.
+    let w = with_node_conditions(per_rule_world(), ("False", t0()), &[]);
+    let plan = w.decide(at(301));
+    assert!(creates(&plan).is_empty());
+    assert_eq!(
+        written(&plan, "m1", OWNER_REMEDIATED).map(|(c, _)| c.reason.to_string()).as_deref(),
+        Some("WaitingForRemediation")
+    );
+    assert_eq!(chosen(&plan), chosen_entry(READY_RULE, "owner"));
+
+    // A verdict no rule makes (no Node within nodeStartupTimeout) gets the check's own too.
+    let w = per_rule_world().machine(machine("m1"));
+    let plan = w.decide(at(601));
+    assert_eq!(chosen(&plan), chosen_entry("NodeStartupTimeout", "owner"));
+    assert!(written(&plan, "m1", OWNER_REMEDIATED).is_some());
+
+    // Off by default: a check whose rules name no remediation reports nothing new and marks no
+    // object.
+    let w = MhcWorld::new().with_template().machine_with_node(machine("m1"), "False", t0());
+    let plan = w.decide(at(301));
+    assert!(chosen(&plan).is_empty());
+    assert!(creates(&plan)[0]["metadata"].get("annotations").is_none(), "{}", creates(&plan)[0]);
+    assert!(notices(&plan).iter().all(|n| n.0 != NoticeKind::RemediationChosen));
+}
+
+#[test]
+fn when_several_rules_match_the_first_in_spec_order_chooses() {
+    // Ready=False (rule 0, owner) and KernelDeadlock (rule 1, reboot) both past their timeouts.
+    let w = with_node_conditions(
+        per_rule_world(),
+        ("False", t0()),
+        &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+    );
+    let plan = w.decide(at(301));
+    assert_eq!(chosen(&plan), chosen_entry(READY_RULE, "owner"));
+    assert!(creates(&plan).is_empty());
+    // KernelDeadlock (rule 1) and DiskFailing (rule 2) at once: rule 1.
+    let w = with_node_conditions(
+        per_rule_world(),
+        ("True", t0()),
+        &[("DiskFailing", "True", "SmartError", t0()), ("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+    );
+    let plan = w.decide(at(61));
+    assert_eq!(chosen(&plan)[0].1, KERNEL_RULE);
+    assert_eq!(creates(&plan)[0]["kind"], REMEDIATION_KIND);
+    // A Machine condition rule is read before every Node condition rule, as the verdict reads them.
+    let w = per_rule_world()
+        .spec(
+            "unhealthyMachineConditions",
+            json!([{"type": "NodeHealthy", "status": "False", "timeout": "60s", "remediationTemplate": replace_template_ref()}]),
+        )
+        .machine(machine("m1").node("m1").condition("NodeHealthy", "False", t0()))
+        .node(node("m1").ready("True", t0()).condition_with_reason("KernelDeadlock", "True", "KernelHasDeadlock", t0()));
+    let plan = w.decide(at(61));
+    assert_eq!(chosen(&plan)[0].1, "spec.unhealthyMachineConditions[0] NodeHealthy=False");
+    assert_eq!(creates(&plan)[0]["kind"], "ReplaceRemediation");
+}
+
+// Over 80 lines on purpose: one incident told as a story, each step's expectations next to it.
+#[test]
+fn a_chosen_remediation_does_not_switch_mid_incident_even_across_a_lost_status() {
+    // KernelDeadlock at t0: rule 1's template at 61s.
+    let mut w = with_node_conditions(
+        per_rule_world(),
+        ("True", t0()),
+        &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+    );
+    let first = w.decide(at(61));
+    assert_eq!(created_names(&first), ["m1"]);
+    w.apply(&first);
+    // Ready=False from 100s: rule 0 (the owner, earlier in spec order) holds from 401s. The
+    // incident keeps rule 1: no owner request, no second object, nothing new to tell.
+    set_ready(&mut w, "m1", "False", at(100));
+    w.nodes.insert(
+        "m1".into(),
+        node("m1")
+            .ready("False", at(100))
+            .condition_with_reason("KernelDeadlock", "True", "KernelHasDeadlock", t0())
+            .build(),
+    );
+    let later = w.decide(at(500));
+    assert!(written(&later, "m1", OWNER_REMEDIATED).is_none(), "the owner is not asked on top");
+    assert!(creates(&later).is_empty());
+    assert_eq!(chosen(&later), chosen_entry(KERNEL_RULE, REBOOT));
+    assert_eq!(later.status.features.chosen_remediations[0].since.0, at(61), "the incident's start is kept");
+    assert!(notices(&later).iter().all(|n| n.0 != NoticeKind::RemediationChosen));
+    w.apply(&later);
+    // The status is lost (a restart that read an old one, a failed write): the object's
+    // annotation still names rule 1.
+    w.status = None;
+    let restarted = w.decide(at(600));
+    assert!(written(&restarted, "m1", OWNER_REMEDIATED).is_none());
+    assert!(creates(&restarted).is_empty());
+    assert_eq!(chosen(&restarted), chosen_entry(KERNEL_RULE, REBOOT));
+    w.apply(&restarted);
+    // Healthy again: the object goes, the entry too.
+    w.nodes.insert("m1".into(), node("m1").ready("True", at(700)).build());
+    let healthy = w.decide(at(701));
+    assert_eq!(deleted_names(&healthy), ["m1"]);
+    assert!(chosen(&healthy).is_empty());
+    w.apply(&healthy);
+    // A new incident chooses anew: Ready=False now makes it the owner's.
+    w.nodes.insert("m1".into(), node("m1").ready("False", at(800)).build());
+    let next = w.decide(at(1101));
+    assert_eq!(chosen(&next), chosen_entry(READY_RULE, "owner"));
+}
+
+/// The other way round: the owner was asked for rule 0's incident; rule 1 starting to match (and
+/// rule 0 stopping) never adds an object, kept by the status and, with the status lost, by the
+/// Machine's own `OwnerRemediated=False` (its owner reads that as a request, whenever written).
+#[test]
+fn an_owner_request_is_never_followed_by_an_object_in_the_same_incident() {
+    let mut w = with_node_conditions(per_rule_world(), ("False", t0()), &[]);
+    let asked = w.decide(at(301));
+    assert!(written(&asked, "m1", OWNER_REMEDIATED).is_some());
+    w.apply(&asked);
+    // Ready recovers at 400s while KernelDeadlock holds from 350s: the verdict is now rule 1's.
+    w.nodes.insert(
+        "m1".into(),
+        node("m1")
+            .ready("True", at(400))
+            .condition_with_reason("KernelDeadlock", "True", "KernelHasDeadlock", at(350))
+            .build(),
+    );
+    let plan = w.decide(at(500));
+    assert!(creates(&plan).is_empty(), "the status keeps rule 0");
+    assert_eq!(chosen(&plan), chosen_entry(READY_RULE, "owner"));
+    w.apply(&plan);
+    w.status = None;
+    let plan = w.decide(at(600));
+    assert!(creates(&plan).is_empty(), "without the status the Machine's OwnerRemediated=False still says it started");
+    assert_eq!(
+        chosen(&plan),
+        chosen_entry(KERNEL_RULE, &format!("owner (OwnerRemediated=False is set; {REBOOT} is not started on top)")),
+        "chosen anew, and reported as the owner's it is"
+    );
+}
+
+/// A spec edit mid-incident (rule 1 loses its own template, so its incidents are the owner's now)
+/// never hands a Machine that has a remediation object to its owner as well.
+#[test]
+fn an_edit_mid_incident_never_asks_the_owner_on_top_of_an_object() {
+    let mut w = with_node_conditions(
+        per_rule_world(),
+        ("True", t0()),
+        &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+    );
+    let first = w.decide(at(61));
+    assert_eq!(created_names(&first), ["m1"]);
+    w.apply(&first);
+    w.spec["unhealthyConditions"][1].as_object_mut().expect("a rule").remove("remediationTemplate");
+    let edited = w.decide(at(120));
+    assert!(written(&edited, "m1", OWNER_REMEDIATED).is_none(), "the object's remediation goes on alone");
+    assert!(creates(&edited).is_empty());
+    assert_eq!(chosen(&edited), chosen_entry(KERNEL_RULE, "owner"), "reported as the spec says now");
+    // The same with the Machine's ExternallyRemediated lost (its write failed, say), the object's
+    // kind still read (rule 2 uses the template now): the object alone keeps the owner out.
+    w.spec["unhealthyConditions"][2]["remediationTemplate"] = template_ref_json();
+    w.edit_machine("m1", |m| {
+        if let Some(list) = m.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+            list.retain(|c| c["type"] != EXTERNALLY_REMEDIATED);
+        }
+    });
+    let edited = w.decide(at(130));
+    assert!(written(&edited, "m1", OWNER_REMEDIATED).is_none(), "the object keeps the owner out");
+    assert!(creates(&edited).is_empty());
+}
+
 /// `Plan::remediating` (the `vigil_check_remediating` gauge) counts the Machines whose
 /// remediation is under way once the plan is written: the one whose owner this plan asks, the
 /// same one observed on the next decision, none once the owner replaced it; in dry-run only
@@ -1545,4 +1868,35 @@ fn remediating_counts_machines_with_their_remediation_object() {
     assert_eq!((deleted_names(&plan), plan.remediating), (vec!["m1".to_string()], 1), "seen until it is gone");
     world.apply(&plan);
     assert_eq!(world.decide(now()).remediating, 0);
+}
+
+/// Pacing applies to a rule's own remediation as to the check's (a start is a start): with
+/// `maxInFlight: 1`, two Machines the same rule made unhealthy get its template one at a time,
+/// longest-unhealthy first, and the rule's object holds the slot until its Machine is healthy.
+#[test]
+fn pacing_applies_to_a_rules_own_remediation() {
+    let mut w = per_rule_world().spec("maxInFlight", json!(1));
+    for (name, since) in [("m2", at(10)), ("m1", t0())] {
+        w = w.machine(machine(name).node(name)).node(node(name).ready("True", t0()).condition_with_reason(
+            "KernelDeadlock",
+            "True",
+            "KernelHasDeadlock",
+            since,
+        ));
+    }
+    let first = w.decide(at(120));
+    assert_eq!(created_names(&first), ["m1"], "the longest-unhealthy first");
+    let queued: Vec<&str> = first.status.features.queued.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!((queued, first.status.features.queued_count), (vec!["m2"], 1));
+    w.apply(&first);
+    let second = w.decide(at(130));
+    assert!(created_names(&second).is_empty(), "m1's object of the rule's template holds the only slot");
+    assert_eq!(second.status.features.queued_count, 1);
+    w.apply(&second);
+    w = w.node(node("m1").ready("True", t0()));
+    let third = w.decide(at(140));
+    assert_eq!(created_names(&third), ["m2"], "m1 healthy again frees its slot");
+    assert_eq!(third.status.features.queued_count, 0);
+    let chosen: Vec<&str> = third.status.features.chosen_remediations.iter().map(|c| c.rule.as_str()).collect();
+    assert_eq!(chosen, [KERNEL_RULE], "m2's incident keeps the rule's remediation");
 }

@@ -59,6 +59,13 @@ impl NodeB {
         self.0["status"]["conditions"].as_array_mut().expect("list").push(c);
         self
     }
+    fn cond_reason(mut self, type_: &str, status: &str, reason: &str, since: Timestamp) -> Self {
+        self = self.cond(type_, status, Some(since));
+        if let Some(c) = self.0["status"]["conditions"].as_array_mut().and_then(|l| l.last_mut()) {
+            c["reason"] = json!(reason);
+        }
+        self
+    }
     fn ready(self, status: &str, since: Timestamp) -> Self {
         self.cond("Ready", status, Some(since))
     }
@@ -139,8 +146,7 @@ fn world(spec: Value, nodes: Vec<Node>) -> World {
     .expect("check");
     let policy = vigil_api::validate::node_health_check(&check).expect("valid spec");
     let templates = policy
-        .steps
-        .iter()
+        .all_steps()
         .map(|s| Some(template_view(&s.template.api_version, &s.template.kind, &s.template.name)))
         .collect();
     World { check, nodes, templates, objects: Vec::new(), seq: 0 }
@@ -1296,6 +1302,276 @@ fn rule12_next_wake_takes_the_earliest_of_timers_of_every_kind() {
     assert_eq!(p.next_wake, Some(ns1(at(450))));
 }
 
+// ---------------------------------------------------------------- reason-aware rules and remediation per condition
+
+const MDR_API: &str = "machine-deletion-remediation.medik8s.io/v1alpha1";
+const RULE_ANNOTATION: &str = "vigil.dev/rule";
+const KERNEL: &str = "spec.unhealthyConditions[1] KernelDeadlock=True";
+const DISK: &str = "spec.unhealthyConditions[2] DiskFailing=True";
+const READY: &str = "spec.unhealthyConditions[0] Ready=False";
+
+fn mdr_ref() -> Value {
+    json!({"apiVersion": MDR_API, "kind": "MachineDeletionRemediationTemplate", "name": "replace", "namespace": NS})
+}
+
+/// The check's own remediation is SNR; a `KernelDeadlock=True` with reason `KernelHasDeadlock`
+/// for 60s gets FAR; a `DiskFailing=True` for 60s gets SNR for 5m, then MDR.
+fn per_rule_spec() -> Value {
+    spec(json!({"unhealthyConditions": [
+        {"type": "Ready", "status": "False", "duration": "300s"},
+        {"type": "KernelDeadlock", "status": "True", "duration": "60s", "reasons": ["KernelHasDeadlock"],
+         "remediationTemplate": far_ref()},
+        {"type": "DiskFailing", "status": "True", "duration": "60s", "escalatingRemediations": [
+            {"remediationTemplate": snr_ref(), "order": 1, "timeout": "5m"},
+            {"remediationTemplate": mdr_ref(), "order": 2, "timeout": "10m"}]},
+    ]}))
+}
+
+/// `n1` with `Ready=True` and the given `(type, status, reason, since)` conditions, and two
+/// healthy Nodes (so the 51% threshold allows one remediation).
+fn per_rule_world(conditions: &[(&str, &str, &str, Timestamp)]) -> World {
+    world(per_rule_spec(), vec![n1_with(("True", t0()), conditions), healthy("n2"), healthy("n3")])
+}
+
+fn n1_with(ready: (&str, Timestamp), conditions: &[(&str, &str, &str, Timestamp)]) -> Node {
+    let mut n = node("n1").ready(ready.0, ready.1);
+    for (t, st, r, since) in conditions {
+        n = n.cond_reason(t, st, r, *since);
+    }
+    n.build()
+}
+
+fn chosen(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String, String)> {
+    plan.status
+        .features
+        .chosen_remediations
+        .iter()
+        .map(|c| (c.name.clone(), c.rule.clone(), c.remediation.clone()))
+        .collect()
+}
+
+fn rule_annotations(plan: &Plan<NodeHealthCheckStatus>) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateRemediation { object, .. } => {
+                Some(object["metadata"]["annotations"][RULE_ANNOTATION].as_str().unwrap_or("<none>").to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+const FAR_REMEDIATION: &str =
+    "spec.unhealthyConditions[1].remediationTemplate (FenceAgentsRemediationTemplate medik8s/far)";
+const DISK_REMEDIATION: &str = "spec.unhealthyConditions[2].escalatingRemediations (SelfNodeRemediationTemplate medik8s/snr, then MachineDeletionRemediationTemplate medik8s/replace)";
+const OWN_REMEDIATION: &str = "spec.remediationTemplate (SelfNodeRemediationTemplate medik8s/snr)";
+
+#[test]
+fn reasons_decide_whether_a_node_condition_matches_a_rule() {
+    // (what, KernelDeadlock's reason, the kind created at 61s)
+    let rows = [
+        ("a listed reason matches", Some("KernelHasDeadlock"), Some("FenceAgentsRemediation")),
+        ("another reason does not", Some("DockerHung"), None),
+        ("reasons compare exactly", Some("kernelHasDeadlock"), None),
+        ("no reason matches no rule with reasons", None, None),
+    ];
+    for (what, reason, kind) in rows {
+        let want: Vec<(String, String)> = kind.map(|k| (k.to_string(), "n1".to_string())).into_iter().collect();
+        let n = match reason {
+            Some(r) => n1_with(("True", t0()), &[("KernelDeadlock", "True", r, t0())]),
+            None => node("n1").ready("True", t0()).cond("KernelDeadlock", "True", Some(t0())).build(),
+        };
+        let w = world(per_rule_spec(), vec![n, healthy("n2"), healthy("n3")]);
+        let plan = w.decide(at(61));
+        assert_eq!(created(&plan), want, "{what}");
+        assert_eq!(plan.status.healthy_nodes, if want.is_empty() { 3 } else { 2 }, "{what}");
+    }
+    // Without reasons (medik8s' rule) any reason matches.
+    let any = spec(json!({"unhealthyConditions": [{"type": "KernelDeadlock", "status": "True", "duration": "60s"}]}));
+    let w = world(
+        any,
+        vec![n1_with(("True", t0()), &[("KernelDeadlock", "True", "DockerHung", t0())]), healthy("n2"), healthy("n3")],
+    );
+    assert_eq!(created_targets(&w.decide(at(61))), ["n1"]);
+    // The timer is the condition's lastTransitionTime: a listed reason that replaced another
+    // without a status change (the transition time kept) matches at once.
+    let w = per_rule_world(&[("KernelDeadlock", "True", "KernelHasDeadlock", t0())]);
+    assert_eq!(created_targets(&w.decide(at(3600))), ["n1"]);
+}
+
+/// The stale-signal guard applies to the conditions a rule matches, reasons included: a
+/// condition whose reason the guarded rule does not list is neither matched nor reported stale.
+#[test]
+fn the_stale_guard_reads_the_same_reasons() {
+    let guarded = spec(json!({"unhealthyConditions": [{"type": "KernelDeadlock", "status": "True", "duration": "60s",
+        "reasons": ["KernelHasDeadlock"], "maxConditionAge": "3m"}]}));
+    // Heartbeat at t0 (the builder's), 10m ago at 600s: stale if matched.
+    for (reason, stale) in [("KernelHasDeadlock", 1), ("DockerHung", 0)] {
+        let w = world(
+            guarded.clone(),
+            vec![n1_with(("True", t0()), &[("KernelDeadlock", "True", reason, t0())]), healthy("n2")],
+        );
+        let plan = w.decide(at(600));
+        assert_eq!(plan.status.features.stale_target_count, stale, "{reason}");
+        assert!(created(&plan).is_empty(), "{reason}: stale or not matched, never remediated");
+    }
+}
+
+#[test]
+fn a_rules_own_remediation_is_used_for_the_nodes_it_made_unhealthy_and_reported() {
+    // (what, n1's conditions, Ready, what is created at the instant, the chosen rule and remediation)
+    type Row<'a> =
+        (&'a str, Vec<(&'a str, &'a str, &'a str, Timestamp)>, &'a str, Timestamp, &'a str, &'a str, &'a str);
+    let rows: Vec<Row<'_>> = vec![
+        (
+            "the rule's template",
+            vec![("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+            "True",
+            at(61),
+            "FenceAgentsRemediation",
+            KERNEL,
+            FAR_REMEDIATION,
+        ),
+        (
+            "the rule's escalation, first step",
+            vec![("DiskFailing", "True", "SmartError", t0())],
+            "True",
+            at(61),
+            "SelfNodeRemediation",
+            DISK,
+            DISK_REMEDIATION,
+        ),
+        (
+            "a rule without its own: the check's",
+            vec![],
+            "False",
+            at(301),
+            "SelfNodeRemediation",
+            READY,
+            OWN_REMEDIATION,
+        ),
+        (
+            "several match: the first in spec order",
+            vec![("DiskFailing", "True", "SmartError", t0()), ("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+            "False",
+            at(301),
+            "SelfNodeRemediation",
+            READY,
+            OWN_REMEDIATION,
+        ),
+        (
+            "KernelDeadlock before DiskFailing",
+            vec![("DiskFailing", "True", "SmartError", t0()), ("KernelDeadlock", "True", "KernelHasDeadlock", t0())],
+            "True",
+            at(61),
+            "FenceAgentsRemediation",
+            KERNEL,
+            FAR_REMEDIATION,
+        ),
+    ];
+    for (what, conditions, ready, now, kind, rule, remediation) in rows {
+        let w = world(per_rule_spec(), vec![n1_with((ready, t0()), &conditions), healthy("n2"), healthy("n3")]);
+        let plan = w.decide(now);
+        assert_eq!(created(&plan), [(kind.to_string(), "n1".to_string())], "{what}");
+        let template = if kind == "FenceAgentsRemediation" { "far" } else { "snr" };
+        let object = plan.actions.iter().find_map(|a| match a {
+            Action::CreateRemediation { object, .. } => Some(object),
+            _ => None,
+        });
+        assert_eq!(object.map(|o| o["spec"]["from"].clone()), Some(json!(template)), "{what}: the template's own spec");
+        assert_eq!(rule_annotations(&plan), [rule], "{what}: the choice is on the object");
+        assert_eq!(chosen(&plan), [("n1".to_string(), rule.to_string(), remediation.to_string())], "{what}");
+        let told: Vec<_> = plan.notices.iter().filter(|n| n.kind == NoticeKind::RemediationChosen).collect();
+        assert_eq!(told.len(), 1, "{what}");
+        assert!(told[0].message.contains(rule) && told[0].message.contains(remediation), "{what}: {}", told[0].message);
+        assert_eq!(told[0].reason.as_str(), "RemediationChosen");
+    }
+    // A rule's template that is missing disables the check (said once) and stops that rule's
+    // remediation only: a Node of another rule is still remediated.
+    let mut w = world(
+        per_rule_spec(),
+        vec![
+            n1_with(("True", t0()), &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())]),
+            node("n2").ready("False", t0()).build(),
+            healthy("n3"),
+            healthy("n4"),
+            healthy("n5"),
+        ],
+    );
+    w.templates[1] = None; // FAR, the KernelDeadlock rule's own
+    let plan = w.decide(at(301));
+    assert_eq!(created(&plan), [("SelfNodeRemediation".to_string(), "n2".to_string())]);
+    let disabled = get_condition(&plan.status.conditions, "Disabled").expect("Disabled");
+    assert_eq!((disabled.status.as_str(), disabled.reason.as_str()), ("True", "RemediationTemplateNotFound"));
+    assert!(disabled.message.contains("FenceAgentsRemediationTemplate medik8s/far not found"), "{}", disabled.message);
+    assert!(
+        plan.notices.iter().any(|n| n.kind == NoticeKind::RemediationSkipped
+            && n.target.as_deref() == Some("n1")
+            && n.message.contains("far not found")),
+        "{:?}",
+        plan.notices
+    );
+
+    // Off by default: no report, no annotation of Vigil's.
+    let w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+    let plan = w.decide(ns1(at(300)));
+    assert_eq!(rule_annotations(&plan), ["<none>"]);
+    assert!(chosen(&plan).is_empty());
+    assert!(plan.notices.iter().all(|n| n.kind != NoticeKind::RemediationChosen));
+}
+
+// Over 80 lines on purpose: one incident told as a story, each step's expectations next to it.
+#[test]
+fn a_chosen_escalation_goes_on_when_another_rule_starts_matching_and_across_a_lost_status() {
+    // DiskFailing at t0: the rule's escalation starts with SNR at 61s.
+    let mut w = per_rule_world(&[("DiskFailing", "True", "SmartError", t0())]);
+    let p = w.step(at(61));
+    assert_eq!(created(&p), [("SelfNodeRemediation".to_string(), "n1".to_string())]);
+    // Ready=False since t0 (rule 0, the check's own SNR, which never escalates) holds from 301s.
+    w.set_node(n1_with(("False", t0()), &[("DiskFailing", "True", "SmartError", t0())]));
+    let p = w.step(at(302));
+    assert!(created(&p).is_empty(), "nothing on top of the running step");
+    assert_eq!(chosen(&p)[0].1, DISK);
+    assert!(p.notices.iter().all(|n| n.kind != NoticeKind::RemediationChosen), "nothing new to tell");
+    // The status is lost before the step times out: the object's annotation keeps the rule.
+    w.check.status = None;
+    let p = w.step(at(303));
+    assert_eq!(chosen(&p)[0].1, DISK);
+    assert!(created(&p).is_empty());
+    // 61s + 5m: SNR gave up, the rule's next step (MDR) starts. The check's own would have none.
+    let p = w.step(ns1(at(361)));
+    assert_eq!(created(&p), [("MachineDeletionRemediation".to_string(), "n1".to_string())]);
+    assert_eq!(rule_annotations(&p), [DISK]);
+    assert!(p.notices.iter().all(|n| n.kind != NoticeKind::NoTemplateLeft));
+}
+
+#[test]
+fn a_choice_made_while_remediation_is_blocked_is_kept_until_it_starts() {
+    // n1 (KernelDeadlock) and n2 (Ready=False) unhealthy: 1 of 3 healthy, below 51%: blocked.
+    let n2_sick = node("n2").ready("False", t0()).build();
+    let mut w = world(
+        per_rule_spec(),
+        vec![n1_with(("True", t0()), &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())]), n2_sick, healthy("n3")],
+    );
+    let p = w.step(at(301));
+    assert!(created(&p).is_empty());
+    assert_eq!(
+        chosen(&p).iter().map(|c| (c.0.as_str(), c.1.as_str())).collect::<Vec<_>>(),
+        [("n1", KERNEL), ("n2", READY)]
+    );
+    // n1's Ready turns False too (rule 0, earlier in spec order); then n2 recovers.
+    w.set_node(n1_with(("False", at(400)), &[("KernelDeadlock", "True", "KernelHasDeadlock", t0())]));
+    w.step(at(701));
+    w.set_node(healthy("n2"));
+    let p = w.step(at(702));
+    assert_eq!(
+        created(&p),
+        [("FenceAgentsRemediation".to_string(), "n1".to_string())],
+        "the incident's rule, not rule 0"
+    );
+}
+
 /// `Plan::remediating` (the `vigil_check_remediating` gauge) counts the unhealthy Nodes the
 /// status lists with remediation objects: none while `minHealthy` blocks them, both once it lets
 /// them start, one once the other is healthy again and its object is seen gone.
@@ -1317,4 +1593,30 @@ fn remediating_counts_nodes_listed_with_remediation_objects() {
     assert_eq!(deleted(&plan).len(), 1);
     assert_eq!(plan.remediating, 2, "a's entry stays until its object is seen gone");
     assert_eq!(w.step(at(401)).remediating, 1);
+}
+
+/// Pacing applies to a rule's own remediation as to the check's (a start is a start): with
+/// `maxInFlight: 1`, two Nodes the same rule made unhealthy get its template one at a time,
+/// longest-unhealthy first, and the rule's object holds the slot until its Node is healthy.
+#[test]
+fn pacing_applies_to_a_rules_own_remediation() {
+    let mut s = per_rule_spec();
+    s["maxInFlight"] = json!(1);
+    let deadlocked = |name: &str, since: Timestamp| {
+        node(name).ready("True", t0()).cond_reason("KernelDeadlock", "True", "KernelHasDeadlock", since).build()
+    };
+    let nodes = vec![deadlocked("n1", at(10)), deadlocked("n2", t0()), healthy("n3"), healthy("n4"), healthy("n5")];
+    let mut w = world(s, nodes);
+    let first = w.step(at(120));
+    assert_eq!(created(&first), [("FenceAgentsRemediation".to_string(), "n2".to_string())], "longest-unhealthy first");
+    let queued: Vec<&str> = first.status.features.queued.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!((queued, first.status.features.queued_count), (vec!["n1"], 1));
+    let second = w.step(at(130));
+    assert!(created(&second).is_empty(), "n2's object of the rule's template holds the only slot");
+    assert_eq!(second.status.features.queued_count, 1);
+    w.set_node(healthy("n2"));
+    let third = w.step(at(140));
+    assert_eq!(created(&third), [("FenceAgentsRemediation".to_string(), "n1".to_string())], "a freed slot");
+    assert_eq!(third.status.features.queued_count, 0);
+    assert_eq!(rule_annotations(&third), [KERNEL], "n1's object records the rule that chose it");
 }

@@ -279,7 +279,10 @@ fn mhc_claims_table() {
                 .map(|m| support::remediation_json(MNS, &m.view().meta.name, "Machine", &m.view().meta.name)),
         );
         let refs: Vec<&MachineView> = machines.iter().collect();
-        assert_eq!(mhc_claims(check, policy, "ns/c1", &refs, &objects), want, "{what}");
+        // One lookup per template of the check (none for the owner's).
+        let lookups: Vec<&dyn vigil_engine::Lookup<RemediationView>> =
+            if with_template { vec![&objects] } else { Vec::new() };
+        assert_eq!(mhc_claims(check, policy, "ns/c1", &refs, &lookups), want, "{what}");
     }
 }
 
@@ -295,7 +298,7 @@ fn an_external_request_in_flight_holds_the_node() {
     let check = world.check();
     let views = world.machine_views();
     let refs: Vec<&MachineView> = views.iter().collect();
-    let claims = mhc_claims(&check, &mhc_policy(&check), LOCAL_CLUSTER, &refs, &world.remediations);
+    let claims = mhc_claims(&check, &mhc_policy(&check), LOCAL_CLUSTER, &refs, &[&world.remediations]);
     assert_eq!(claims, [claim(Target::local_node("m1"), mref(), Some(at(301)))]);
 }
 
@@ -552,14 +555,16 @@ fn mhc_skip_rule_table() {
         let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
         let views = w.machine_views();
         let refs: Vec<&MachineView> = views.iter().collect();
+        let (templates, maps) = w.sources(&policy);
+        let lookups = support::lookups(&maps);
         let input = MhcInput {
             check: &check,
             policy: &policy,
             cluster: Some(&cluster_view),
             machines: &refs,
             nodes: NodeSource::Reachable(&w.nodes),
-            template: w.template.as_ref(),
-            remediations: &w.remediations,
+            templates: &templates,
+            remediations: &lookups,
         };
         let plan = machine::decide_among(&input, holders, LOCAL_CLUSTER, at(301));
         let asked = support::written(&plan, "m1", "OwnerRemediated").is_some();
@@ -604,8 +609,8 @@ fn a_second_mhc_with_a_template_waits_for_the_owner_remediation_of_the_first() {
     let views = owner.machine_views();
     let refs: Vec<&MachineView> = views.iter().collect();
     let no_objects: HashMap<String, RemediationView> = HashMap::new();
-    let mut claims = mhc_claims(&first, &mhc_policy(&first), "ns/c1", &refs, &no_objects);
-    claims.extend(mhc_claims(&second, &second_policy, "ns/c1", &refs, &no_objects));
+    let mut claims = mhc_claims(&first, &mhc_policy(&first), "ns/c1", &refs, &[]);
+    claims.extend(mhc_claims(&second, &second_policy, "ns/c1", &refs, &[&no_objects]));
     let holders = Holders::from_claims(claims);
     let template = support::template(MNS);
     let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
@@ -615,8 +620,8 @@ fn a_second_mhc_with_a_template_waits_for_the_owner_remediation_of_the_first() {
         cluster: Some(&cluster_view),
         machines: &refs,
         nodes: NodeSource::Reachable(&owner.nodes),
-        template: Some(&template),
-        remediations: &no_objects,
+        templates: &[Some(&template)],
+        remediations: &[&no_objects],
     };
     let plan = machine::decide_among(&input, &holders, "ns/c1", at(302));
     assert!(creates(&plan).is_empty(), "no second remediation of m1");
@@ -729,8 +734,7 @@ impl Fleet {
         if let Some((check, _)) = &self.mhc {
             let views = self.machine_views();
             let mrefs: Vec<&MachineView> = views.iter().collect();
-            let none: HashMap<String, RemediationView> = HashMap::new();
-            claims.extend(mhc_claims(check, &mhc_policy(check), LOCAL_CLUSTER, &mrefs, &none));
+            claims.extend(mhc_claims(check, &mhc_policy(check), LOCAL_CLUSTER, &mrefs, &[]));
         }
         Holders::from_claims(claims)
     }
@@ -761,15 +765,14 @@ impl Fleet {
             let refs: Vec<&MachineView> = views.iter().collect();
             let nodes: HashMap<String, Node> =
                 self.nodes.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n.clone())).collect();
-            let none: HashMap<String, RemediationView> = HashMap::new();
             let input = MhcInput {
                 check: &check,
                 policy: &policy,
                 cluster: Some(&cluster_view),
                 machines: &refs,
                 nodes: NodeSource::Reachable(&nodes),
-                template: None,
-                remediations: &none,
+                templates: &[],
+                remediations: &[],
             };
             let plan = machine::decide_among(&input, holders, LOCAL_CLUSTER, self.now);
             let mut started = Vec::new();
@@ -848,4 +851,38 @@ proptest! {
             }
         }
     }
+}
+
+/// With remediation per condition a MachineHealthCheck holds the Node of a Machine its rule's own
+/// template is remediating (the object, or the request before it is seen), as it holds one its
+/// own template or its owner remediates, so an NHC selecting the same Node waits.
+#[test]
+fn a_rules_own_remediation_holds_the_node() {
+    let mut world = support::MhcWorld::new()
+        .spec(
+            "unhealthyConditions",
+            json!([
+                {"type": "Ready", "status": "False", "timeout": "300s", "remediationTemplate": support::template_ref_json()},
+                {"type": "Ready", "status": "Unknown", "timeout": "300s"},
+            ]),
+        )
+        .machine_with_node(machine("m1"), "False", t0());
+    world.template = Some(support::template(MNS));
+    let plan = world.decide(at(301));
+    assert_eq!(support::created_names(&plan), ["m1"]);
+    world.apply(&plan);
+    let check = world.check();
+    let policy = mhc_policy(&check);
+    let views = world.machine_views();
+    let refs: Vec<&MachineView> = views.iter().collect();
+    let (_, maps) = world.sources(&policy);
+    let lookups = support::lookups(&maps);
+    let claims = mhc_claims(&check, &policy, LOCAL_CLUSTER, &refs, &lookups);
+    // (the fixture's API server sets no creationTimestamp: the start is unknown)
+    assert_eq!(claims, [claim(Target::local_node("m1"), mref(), None)], "the object holds it");
+    world.remediations.clear(); // the create was lost, or is not seen yet
+    let (_, maps) = world.sources(&policy);
+    let lookups = support::lookups(&maps);
+    let claims = mhc_claims(&check, &policy, LOCAL_CLUSTER, &refs, &lookups);
+    assert_eq!(claims, [claim(Target::local_node("m1"), mref(), Some(at(301)))], "the request holds it");
 }

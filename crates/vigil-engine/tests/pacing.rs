@@ -18,6 +18,7 @@ use vigil_api::validate::MhcPolicy;
 use vigil_api::views::{ClusterView, MachineView, RemediationView, TemplateView};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 use vigil_engine::holders::{Holders, LOCAL_CLUSTER};
+use vigil_engine::lookup::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::node::{self, NhcInput};
 use vigil_engine::pacing::CONDITION;
@@ -419,14 +420,19 @@ fn decide_among_peers(
     let refs: Vec<&MachineView> = views.iter().collect();
     let none: HashMap<String, RemediationView> = HashMap::new();
     let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
+    // Every template the policy names is missing, and no remediation object exists.
+    let kinds = policies[i].templates().len();
+    let templates = vec![None; kinds];
+    let lookups: Vec<&dyn Lookup<RemediationView>> =
+        (0..kinds).map(|_| &none as &dyn Lookup<RemediationView>).collect();
     let input = MhcInput {
         check: &checks[i],
         policy: &policies[i],
         cluster: Some(&cluster_view),
         machines: &refs,
         nodes: NodeSource::Reachable(nodes),
-        template: None,
-        remediations: &none,
+        templates: &templates,
+        remediations: &lookups,
     };
     machine::decide_among_peers(&input, &Holders::none(), &peers, LOCAL_CLUSTER, now)
 }

@@ -13,7 +13,7 @@ use vigil_api::MachineHealthCheck;
 use vigil_api::conditions::get_condition;
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
 use vigil_api::validate::MhcPolicy;
-use vigil_api::views::{ClusterView, MachineView, RemediationView};
+use vigil_api::views::{ClusterView, MachineView};
 use vigil_engine::holders::{CheckRef, Holders, LOCAL_CLUSTER, mhc_claims_among};
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::machine_write::{apply_merge_patch, machine_status_patch};
@@ -168,12 +168,11 @@ impl World {
         let views: Vec<MachineView> =
             self.machines.iter().map(|m| MachineView::read(m).expect("a named Machine")).collect();
         let refs: Vec<&MachineView> = views.iter().collect();
-        let none: HashMap<String, RemediationView> = HashMap::new();
         let holders = Holders::from_claims(
             self.checks
                 .iter()
                 .zip(&policies)
-                .flat_map(|(c, p)| mhc_claims_among(c, p, &peers, LOCAL_CLUSTER, &refs, &none)),
+                .flat_map(|(c, p)| mhc_claims_among(c, p, &peers, LOCAL_CLUSTER, &refs, &[])),
         );
         let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
         let input = MhcInput {
@@ -182,8 +181,8 @@ impl World {
             cluster: Some(&cluster_view),
             machines: &refs,
             nodes: NodeSource::Reachable(&self.nodes),
-            template: None,
-            remediations: &none,
+            templates: &[],
+            remediations: &[],
         };
         machine::decide_among_peers(&input, &holders, &peers, LOCAL_CLUSTER, now)
     }

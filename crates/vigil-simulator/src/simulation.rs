@@ -575,16 +575,18 @@ impl Sim<'_> {
                 Some((name.to_string(), node))
             })
             .collect();
-        let template = policy.remediation_template.as_ref().and_then(|t| self.template(t));
+        let templates: Vec<Option<TemplateView>> = policy.templates().into_iter().map(|t| self.template(t)).collect();
+        let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
         let remediations = self.mhc_remediations(namespace, &policy);
+        let remediation_refs = lookups(&remediations);
         let input = MhcInput {
             check: &check,
             policy: &policy,
             cluster: cluster.as_ref(),
             machines: &machine_refs,
             nodes: NodeSource::Reachable(&nodes),
-            template: template.as_ref(),
-            remediations: &remediations,
+            templates: &template_refs,
+            remediations: &remediation_refs,
         };
         let holders = self.holders_reporting_ties();
         let peer_checks = self.mhc_peers(namespace);
@@ -609,11 +611,11 @@ impl Sim<'_> {
             .filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok())
             .collect();
         let node_refs: Vec<&Node> = nodes.iter().collect();
-        let templates: Vec<Option<TemplateView>> = policy.steps.iter().map(|s| self.template(&s.template)).collect();
+        // The check's own steps and every rule's, in `NhcPolicy::all_steps` order (the engine's).
+        let templates: Vec<Option<TemplateView>> = policy.all_steps().map(|s| self.template(&s.template)).collect();
         let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
         let kinds: BTreeSet<(String, String, String)> = policy
-            .steps
-            .iter()
+            .all_steps()
             .map(|s| {
                 (
                     group_of(&s.template.api_version).to_string(),
@@ -659,18 +661,19 @@ impl Sim<'_> {
             .collect()
     }
 
-    /// The remediation objects an MHC looks at: its template's kind in its namespace, by name.
-    fn mhc_remediations(&self, namespace: &str, policy: &validate::MhcPolicy) -> HashMap<String, RemediationView> {
+    /// The remediation objects an MHC looks at: for each of its templates (its own and its rules',
+    /// [`validate::MhcPolicy::templates`]), that template's kind in its namespace, by name.
+    fn mhc_remediations(&self, namespace: &str, policy: &validate::MhcPolicy) -> Vec<HashMap<String, RemediationView>> {
         policy
-            .remediation_template
-            .as_ref()
+            .templates()
+            .into_iter()
             .map(|t| {
                 self.store
                     .list(LOCAL_CLUSTER, group_of(&t.api_version), t.remediation_kind(), Some(namespace))
                     .filter_map(|(k, v)| RemediationView::read(v).map(|r| (k.name.clone(), r)))
                     .collect()
             })
-            .unwrap_or_default()
+            .collect()
     }
 
     /// Who holds which target, from every check's claims (the engine's derivation, as the
@@ -696,6 +699,7 @@ impl Sim<'_> {
                     let machines = self.machines(namespace);
                     let machine_refs: Vec<&MachineView> = machines.iter().collect();
                     let remediations = self.mhc_remediations(namespace, &policy);
+                    let remediation_refs = lookups(&remediations);
                     let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
                     let peers = assemble::peers_of(
                         peer_checks.entry(namespace.clone()).or_insert_with(|| self.mhc_peers(namespace)),
@@ -706,7 +710,7 @@ impl Sim<'_> {
                         peers: &peers,
                         node_cluster: &node_cluster,
                         machines: &machine_refs,
-                        remediations: &remediations,
+                        remediations: &remediation_refs,
                     }));
                 }
                 CheckRef::Node { .. } => {
@@ -1106,4 +1110,9 @@ fn object_details(key: &Key) -> Map<String, Value> {
     d.insert("namespace".into(), json!(key.namespace));
     d.insert("name".into(), json!(key.name));
     d
+}
+
+/// The engine's view of per-template remediation maps: one lookup each.
+fn lookups(maps: &[HashMap<String, RemediationView>]) -> Vec<&dyn vigil_engine::Lookup<RemediationView>> {
+    maps.iter().map(|m| m as &dyn vigil_engine::Lookup<RemediationView>).collect()
 }

@@ -388,6 +388,117 @@ fn stale_signal_a_dead_detector_remediates_nothing_and_blocks_nothing() {
 }
 
 #[test]
+fn reason_aware_rules_remediate_a_failing_disk_but_not_a_full_one() {
+    let r = run("reason-aware-rules");
+    let created: Vec<_> = events(&r, "RemediationCreated").iter().map(|e| at(e)).collect();
+    // w-2 fails at 2m: 5m later. w-1 was full from 1m (never matched), re-read as failing at 10m
+    // with its transition time kept at 1m: at once.
+    assert_eq!(created, [(420.0, Some("w-2")), (600.0, Some("w-1"))]);
+    assert_eq!(events(&r, "Unhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(), created);
+    // While w-1's disk was only full it counted as healthy: at 7m only w-2 is listed.
+    let at_7m = r
+        .history
+        .iter()
+        .rfind(|(t, check, _)| *t <= 420.0 && check == "NodeHealthCheck/workers")
+        .map(|(_, _, s)| {
+            (
+                s["healthyNodes"].as_i64(),
+                s["unhealthyNodes"][0]["name"].clone(),
+                s["unhealthyNodes"].as_array().map(Vec::len),
+            )
+        })
+        .expect("a status at 7m");
+    assert_eq!(at_7m, (Some(4), serde_json::json!("w-2"), Some(1)), "a full disk matches no rule");
+    assert_eq!(
+        events(&r, "RemediationDeleted").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(720.0, Some("w-2")), (900.0, Some("w-1"))]
+    );
+    let s = status(&r, "NodeHealthCheck/workers");
+    assert_eq!((s["observedNodes"].as_i64(), s["healthyNodes"].as_i64()), (Some(5), Some(5)));
+    assert!(events(&r, "RemediationChosen").is_empty(), "no rule names its own remediation");
+    snapshot("reason-aware-rules", &r);
+}
+
+#[test]
+fn remediation_per_condition_reboots_a_deadlock_and_replaces_a_failing_disk() {
+    let r = run("remediation-per-condition");
+    let nhc = |e: &&Event| e.check.as_deref() == Some("NodeHealthCheck/workers");
+    let created: Vec<_> = events(&r, "RemediationCreated")
+        .into_iter()
+        .filter(nhc)
+        .map(|e| (e.t, e.target.as_deref().unwrap_or(""), e.details["kind"].as_str().unwrap_or("")))
+        .collect();
+    // w-1's deadlock (1m + 2m): the check's own reboot. w-2's failing disk (2m + 2m): the rule's
+    // replacement, and nothing else for w-2 when Ready=Unknown (rule 0) holds from 10m.
+    assert_eq!(created, [(180.0, "w-1", "SelfNodeRemediation"), (240.0, "w-2", "MachineDeletionRemediation")]);
+    let chosen: Vec<_> = events(&r, "RemediationChosen")
+        .into_iter()
+        .filter(nhc)
+        .map(|e| (e.t, e.target.as_deref().unwrap_or(""), e.details["message"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(chosen.len(), 2, "told once per incident: {chosen:?}");
+    assert!(chosen[0].2.contains("rule spec.unhealthyConditions[1] KernelDeadlock=True"), "{chosen:?}");
+    assert!(
+        chosen[0].2.contains("spec.remediationTemplate (SelfNodeRemediationTemplate medik8s/reboot)"),
+        "{chosen:?}"
+    );
+    assert!(chosen[1].2.contains("rule spec.unhealthyConditions[2] DiskProblem=True"), "{chosen:?}");
+    assert!(
+        chosen[1].2.contains(
+            "spec.unhealthyConditions[2].remediationTemplate (MachineDeletionRemediationTemplate medik8s/replace)"
+        ),
+        "{chosen:?}"
+    );
+    // Mid-incident (after Ready=Unknown also held at 10m) the status still reports the disk rule.
+    let at_11m = r
+        .history
+        .iter()
+        .rfind(|(t, check, _)| *t <= 660.0 && check == "NodeHealthCheck/workers")
+        .map(|(_, _, s)| s["chosenRemediations"].clone())
+        .unwrap_or_default();
+    assert_eq!(at_11m[0]["name"], "w-2", "{at_11m}");
+    assert_eq!(at_11m[0]["rule"], "spec.unhealthyConditions[2] DiskProblem=True", "{at_11m}");
+    assert_eq!(at_11m[0]["since"], "2030-01-01T00:04:00Z", "{at_11m}");
+    assert_eq!(
+        events(&r, "RemediationDeleted").into_iter().filter(nhc).map(|e| at(e)).collect::<Vec<_>>(),
+        [(300.0, Some("w-1")), (720.0, Some("w-2"))]
+    );
+    let s = status(&r, "NodeHealthCheck/workers");
+    assert_eq!((s["healthyNodes"].as_i64(), s.get("chosenRemediations")), (Some(5), None), "all healthy: none listed");
+
+    // The MachineHealthCheck: bm-1's failing disk (3m + 2m) gets the rule's Metal3Remediation,
+    // bm-2's silent kubelet (4m + 5m) its owner; bm-1's own silent kubelet (from 11m) changes
+    // nothing: its owner is never asked.
+    let mhc = |e: &&Event| e.check.as_deref() == Some("MachineHealthCheck/metal/metal-workers");
+    let created: Vec<_> = events(&r, "RemediationCreated")
+        .into_iter()
+        .filter(mhc)
+        .map(|e| (e.t, e.target.as_deref().unwrap_or(""), e.details["kind"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(created, [(300.0, "metal/bm-1", "Metal3Remediation")]);
+    assert_eq!(
+        events(&r, "RemediationRequested").into_iter().filter(mhc).map(|e| at(e)).collect::<Vec<_>>(),
+        [(540.0, Some("metal/bm-2"))],
+        "only bm-2 goes to its owner"
+    );
+    let chosen: Vec<_> = events(&r, "RemediationChosen")
+        .into_iter()
+        .filter(mhc)
+        .map(|e| (e.target.as_deref().unwrap_or(""), e.details["message"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(chosen.len(), 2, "{chosen:?}");
+    assert!(
+        chosen[0]
+            .1
+            .contains("spec.unhealthyConditions[1].remediationTemplate (Metal3RemediationTemplate metal/reprovision)")
+    );
+    assert!(chosen[1].1.contains("rule spec.unhealthyConditions[0] Ready=Unknown") && chosen[1].1.contains("by owner"));
+    let m = status(&r, "MachineHealthCheck/metal/metal-workers");
+    assert_eq!(m["currentHealthy"].as_i64(), Some(3), "bm-1 reprovisioned, bm-2 replaced");
+    snapshot("remediation-per-condition", &r);
+}
+
+#[test]
 fn max_in_flight_replaces_a_wave_two_at_a_time_longest_unhealthy_first() {
     let r = run("max-in-flight");
     let requested: Vec<(f64, Option<&str>)> = events(&r, "RemediationRequested").iter().map(|e| at(e)).collect();

@@ -59,6 +59,9 @@ pub struct TargetOut {
     pub since: Option<String>,
     /// What is being done about it (`OwnerRemediated=False …`, the remediation objects), if anything.
     pub remediation: Option<String>,
+    /// With remediation per condition: the rule that started the incident and the remediation
+    /// it chose (`status.chosenRemediations`).
+    pub chosen: Option<String>,
 }
 
 /// A target waiting for a remediation slot (`spec.maxInFlight`).
@@ -309,6 +312,13 @@ fn condition_out(status: &Value, type_: &str) -> Option<ConditionOut> {
     Some(ConditionOut { status: s("status"), reason: s("reason"), message: s("message") })
 }
 
+/// Target `name`'s entry of `status.chosenRemediations`, for a person: `rule R chose M`.
+fn chosen_of(status: &Value, name: &str) -> Option<String> {
+    let entry = status.get("chosenRemediations")?.as_array()?.iter().find(|e| e["name"] == name)?;
+    let s = |k: &str| entry[k].as_str().unwrap_or("");
+    Some(format!("rule {} chose {} (since {})", s("rule"), s("remediation"), s("since")))
+}
+
 fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: Timestamp) -> CheckOut {
     let int = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
     let mine = |e: &&Event| e.check.as_deref() == Some(label);
@@ -380,6 +390,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 message: verdict.message.clone().unwrap_or_default(),
                 since: since.or(verdict.last_transition_time).map(|t| t.to_string()),
                 remediation,
+                chosen: chosen_of(status, name),
             });
         }
     } else {
@@ -422,9 +433,8 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 (Some(_), Some((rule, since))) => (
                     "UnhealthyNode".to_string(),
                     format!(
-                        "{}={} for more than {}",
-                        rule.type_,
-                        rule.status,
+                        "{} for more than {}",
+                        rule.describe(),
                         vigil_api::duration::format_go_duration(rule.timeout)
                     ),
                     Some(since.to_string()),
@@ -457,6 +467,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 .and_then(Value::as_array)
                 .is_some_and(|rs| rs.iter().any(|r| r.get("timedOut").is_none()));
             out.unhealthy_targets.push(TargetOut {
+                chosen: chosen_of(status, &node_name),
                 target: node_name,
                 reason,
                 message,
@@ -511,7 +522,8 @@ fn node_condition_since(at_now: &Report, label: &str, machine: &MachineView) -> 
         .as_array()?
         .iter()
         .filter(|c| {
-            policy.node_conditions.iter().any(|r| c["type"] == r.type_.as_str() && c["status"] == r.status.as_str())
+            let s = |k: &str| c[k].as_str().unwrap_or("");
+            policy.node_conditions.iter().any(|r| r.matches(s("type"), s("status"), c["reason"].as_str()))
         })
         .filter_map(|c| c["lastTransitionTime"].as_str()?.parse::<Timestamp>().ok())
         .min()
@@ -549,6 +561,9 @@ pub fn text(report: &CheckReport) -> String {
         for t in &c.unhealthy_targets {
             let since = t.since.as_deref().map(|s| format!(" since {}", hms(s))).unwrap_or_default();
             out.push_str(&format!("  unhealthy {}{since}: {}: {}\n", t.target, t.reason, t.message));
+            if let Some(c) = &t.chosen {
+                out.push_str(&format!("    {c}\n"));
+            }
             if let Some(r) = &t.remediation {
                 out.push_str(&format!("    remediation: {r}\n"));
             } else if let Some(q) = c.queued.iter().find(|q| q.target == t.target) {
@@ -615,6 +630,63 @@ fn describe(e: &EventOut, at: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `vigil check` says which rule started each incident and which remediation it chose, for
+    /// an unhealthy Node decided now (the same engine run as `vigil run`).
+    #[test]
+    fn check_names_the_rule_and_the_remediation_it_chose() {
+        let now: Timestamp = "2030-01-01T01:00:00Z".parse().expect("time");
+        let node = |name: &str, disk: &str| {
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"role": "worker"}},
+                "status": {"conditions": [
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": "2029-12-01T00:00:00Z"},
+                    {"type": "DiskProblem", "status": disk, "reason": "DiskFailing", "lastTransitionTime": "2030-01-01T00:00:00Z"}]}})
+        };
+        let template = |kind: &str, name: &str| {
+            json!({"apiVersion": "remediation.example.io/v1", "kind": kind, "metadata": {"name": name, "namespace": "ops"},
+                "spec": {"template": {"spec": {}}}})
+        };
+        let reference = |kind: &str, name: &str| json!({"apiVersion": "remediation.example.io/v1", "kind": kind, "name": name, "namespace": "ops"});
+        let check = json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
+            "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1,
+                "remediationTemplate": reference("RebootTemplate", "reboot"),
+                "unhealthyConditions": [
+                    {"type": "Ready", "status": "Unknown", "duration": "5m"},
+                    {"type": "DiskProblem", "status": "True", "duration": "5m", "reasons": ["DiskFailing"],
+                     "remediationTemplate": reference("ReplaceTemplate", "replace")}]}});
+        let fleet = crate::live::Fleet {
+            objects: vec![
+                check,
+                template("RebootTemplate", "reboot"),
+                template("ReplaceTemplate", "replace"),
+                node("w-1", "True"),
+                node("w-2", "False"),
+                node("w-3", "False"),
+            ],
+            workload_clusters: BTreeMap::new(),
+            unreachable: BTreeMap::new(),
+            notes: Vec::new(),
+        };
+        let report = evaluate(fleet, Vec::new(), &[], now).expect("evaluates");
+        let target = &report.checks[0].unhealthy_targets[0];
+        assert_eq!(target.target, "w-1");
+        assert_eq!(target.message, "DiskProblem=True with reason DiskFailing for more than 5m0s");
+        assert_eq!(
+            target.chosen.as_deref(),
+            Some(
+                "rule spec.unhealthyConditions[1] DiskProblem=True chose spec.unhealthyConditions[1].remediationTemplate (ReplaceTemplate ops/replace) (since 2030-01-01T01:00:00Z)"
+            )
+        );
+        let out = text(&report);
+        assert!(
+            out.contains("    rule spec.unhealthyConditions[1] DiskProblem=True chose spec.unhealthyConditions[1]"),
+            "{out}"
+        );
+        assert!(
+            out.contains("remediation: Replace ops/w-1 since"),
+            "the rule's own remediation is what is created: {out}"
+        );
+    }
 
     /// A fleet of four workers whose Nodes went `Ready=Unknown` at the given instants (`None`:
     /// healthy), checked by a MachineHealthCheck with `maxInFlight: 2`.

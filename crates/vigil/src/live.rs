@@ -148,7 +148,8 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
     let node = resource("", "v1", "Node", "nodes");
     let nodes = list(client, &node, None).await.context("cannot list Nodes")?;
 
-    // The templates and remediation kinds the checks name, and the workload clusters.
+    // The templates and remediation kinds the checks name (their own and their rules'), and the
+    // workload clusters.
     let mut templates: BTreeSet<TemplateRef> = BTreeSet::new();
     let mut workload: BTreeSet<(String, String)> = BTreeSet::new();
     for check in mhcs.iter().chain(&nhcs).chain(candidates) {
@@ -157,12 +158,12 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
                 if let Ok(policy) = validate::machine_health_check(&m) {
                     let ns = m.metadata.namespace.clone().unwrap_or_default();
                     workload.insert((ns, policy.cluster_name.clone()));
-                    templates.extend(policy.remediation_template);
+                    templates.extend(policy.templates().into_iter().cloned());
                 }
             }
             Ok(HealthCheck::Node(n)) => {
                 if let Ok(policy) = validate::node_health_check(&n) {
-                    templates.extend(policy.steps.into_iter().map(|s| s.template));
+                    templates.extend(policy.all_steps().map(|s| s.template.clone()));
                 }
             }
             Err(_) => {}

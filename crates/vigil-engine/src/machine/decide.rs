@@ -3,7 +3,7 @@
 
 use super::input::{MhcInput, NodeSource};
 use super::judge::{Verdict, counts_healthy, evaluate_with_node, machine_domain};
-use super::remediate::{Overlap, Pacing, Place, Started, pacing, remediate};
+use super::remediate::{Overlap, Pacing, Place, Request, Started, pacing, remediate};
 use super::status::{
     Builder, MachineWrites, backoff_status, pacing_status, report_domains, report_no_decision, report_pause,
     report_short_circuit, selected_elsewhere, stale_targets,
@@ -25,10 +25,10 @@ use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition};
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
-use vigil_api::machine_health_check::{BackedOffPool, QueuedTarget, RemediationRecord};
+use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, QueuedTarget, RemediationRecord};
 use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
-use vigil_api::validate::MhcPolicy;
+use vigil_api::validate::{MhcPolicy, TemplateRef};
 use vigil_api::views::{ClusterView, MachineView};
 use vigil_api::well_known::*;
 
@@ -102,9 +102,9 @@ pub fn decide_among_peers(
         writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], place);
     }
     let remediating = writer.remediating;
-    let Written { held_elsewhere, backoff, queue } = writer.report(&mut b, &mut wake);
+    let Written { held_elsewhere, backoff, queue, chosen } = writer.report(&mut b, &mut wake);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
-    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, queue });
+    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, chosen, queue });
     let mut plan = b.finish(wake.0);
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
@@ -116,15 +116,20 @@ pub fn decide_among_peers(
     plan
 }
 
+/// The verdicts no condition rule makes: their incidents get the check's own remediation, and a
+/// record naming one stands for the incident (see [`crate::chosen::choose`]).
+const NO_RULE_VERDICTS: [Reason; 4] =
+    [Reason::HasRemediateAnnotation, Reason::MachineHasFailure, Reason::NodeDeleted, Reason::NodeStartupTimeout];
+
 /// Whether a Machine's remediation is under way, as observed: its owner was asked
 /// (`OwnerRemediated=False`), or a remediation object made for it exists (a check with a
-/// template).
+/// template, or with remediation per condition a rule's).
 fn under_way(input: &MhcInput<'_>, machine: &MachineView) -> bool {
     let owner_asked =
         conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
     owner_asked
-        || (input.policy.remediation_template.is_some()
-            && input.remediations.lookup(&machine.meta.name).is_some_and(|o| made_for(o, machine)))
+        || ((input.policy.remediation_template.is_some() || input.policy.per_rule_remediation())
+            && input.objects_named(machine).into_iter().any(|o| made_for(o, machine)))
 }
 
 /// A count as the status' `int32`.
@@ -246,6 +251,10 @@ struct TargetWriter<'i, 'h> {
     pacer: Pacer,
     owned_elsewhere: BTreeMap<&'i CheckRef, Vec<String>>,
     healthy_condition: DesiredCondition,
+    /// Every template of the policy ([`MhcPolicy::templates`]), as the input's lists are ordered.
+    templates: Vec<&'i TemplateRef>,
+    /// With remediation per condition: the previous and the new `status.chosenRemediations`.
+    chosen: Option<(&'i [ChosenRemediation], Vec<ChosenRemediation>)>,
     now: Timestamp,
     /// Targets this check writes whose remediation is under way: observed ([`under_way`]) or
     /// started by this plan.
@@ -274,6 +283,11 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             pacer,
             owned_elsewhere: BTreeMap::new(),
             healthy_condition: healthy_condition(),
+            templates: input.policy.templates(),
+            chosen: input
+                .policy
+                .per_rule_remediation()
+                .then(|| (previous.map_or(&[][..], |p| p.features.chosen_remediations.as_slice()), Vec::new())),
             now,
             remediating: 0,
         }
@@ -297,11 +311,12 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         let mut writes = MachineWrites::new(machine);
         let actions_before = b.actions.len();
         match verdict {
-            Verdict::Unhealthy { reason, message, .. } => {
-                self.unhealthy(b, &mut writes, reason, message, may_start, place)
+            Verdict::Unhealthy { reason, message, rule, .. } => {
+                self.unhealthy(b, &mut writes, reason, message, *rule, may_start.then_some(place))
             }
             Verdict::Healthy => self.healthy(b, &mut writes, already_healthy),
-            Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => {}
+            // Not healthy yet: an incident's choice stands until the Machine is healthy again.
+            Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => self.keep_choice(machine),
         }
         // A check in dry-run sends none of its writes: only what was observed counts there.
         let starts = !self.input.policy.dry_run
@@ -313,15 +328,17 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         }
     }
 
-    /// An unhealthy Machine: its verdict (told once), and its remediation when it may start.
+    /// An unhealthy Machine: its verdict (told once), the remediation its incident gets, and that
+    /// remediation when it may start (`start`: its place for pacing; `None` when the short-circuit
+    /// or its failure domain stops a new remediation).
     fn unhealthy(
         &mut self,
         b: &mut Builder<'_>,
         writes: &mut MachineWrites<'_>,
         reason: &Reason,
         message: &str,
-        may_start: bool,
-        place: Place,
+        rule: Option<usize>,
+        start: Option<Place>,
     ) {
         let machine = writes.machine;
         let key = machine.meta.key();
@@ -330,8 +347,8 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         if !was_unhealthy {
             b.notice(NoticeKind::Unhealthy, Some(key.clone()), reason.clone(), message);
         }
-        if may_start {
-            let template_ref = self.input.policy.remediation_template.as_ref();
+        let request = self.request(b, machine, &key, reason, rule);
+        if let Some(place) = start {
             let mut started = Started {
                 overlap: &mut self.overlap,
                 ledger: &mut self.ledger,
@@ -339,8 +356,86 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
                 since: place.since,
                 in_flight: place.in_flight,
             };
-            remediate(b, &mut started, writes, self.input, template_ref, machine, &key, self.now);
+            remediate(b, &mut started, writes, self.input, &request, machine, &key, self.now);
         }
+    }
+
+    /// What remediates an unhealthy Machine: the check's own remediation, or with remediation
+    /// per condition the one of the rule that started its incident (recorded on its remediation
+    /// object, else in the previous status, else the verdict's rule; see [`crate::chosen`]),
+    /// reported in the status and told when it is news.
+    fn request(
+        &mut self,
+        b: &mut Builder<'_>,
+        machine: &MachineView,
+        key: &str,
+        reason: &Reason,
+        rule: Option<usize>,
+    ) -> Request<'i> {
+        let policy = self.input.policy;
+        let annotated = self.annotated_rule(machine);
+        let Some((previous, chosen)) = &mut self.chosen else {
+            let template = policy.remediation_template.as_ref();
+            return Request { template: template.and_then(|t| self.index_of(t)).zip(template), rule: None };
+        };
+        let before = crate::chosen::previous(previous, &machine.meta.name);
+        let recorded = [annotated, before.map(|p| p.rule.as_str())];
+        let choice = crate::chosen::choose(&recorded, policy.rules(), &NO_RULE_VERDICTS, rule, reason.as_str());
+        let (mut template, mut remediation) = policy.remediation_of(choice.rule);
+        // A Machine that carries `OwnerRemediated=False` is being remediated by its owner (that is
+        // how Cluster API's owners read it, whenever it was written): its incident is the owner's,
+        // and no object is made on top.
+        let owner_asked =
+            conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
+        if template.is_some() && owner_asked {
+            template = None;
+            remediation = format!("owner (OwnerRemediated=False is set; {remediation} is not started on top)");
+        }
+        let (entry, notice) = crate::chosen::record(
+            &machine.meta.name,
+            key,
+            &format!("Machine {key}"),
+            &choice,
+            remediation,
+            before,
+            self.now,
+        );
+        chosen.push(entry);
+        b.notices.extend(notice);
+        let template = template.and_then(|t| self.templates.iter().position(|x| *x == t)).zip(template);
+        Request { template, rule: Some(choice.label) }
+    }
+
+    /// Keeps the choice of a Machine whose incident goes on without a verdict that chooses: the
+    /// previous one, else its remediation object's record.
+    fn keep_choice(&mut self, machine: &MachineView) {
+        let policy = self.input.policy;
+        let annotated = self.annotated_rule(machine);
+        if let Some((previous, chosen)) = &mut self.chosen {
+            chosen.extend(crate::chosen::kept(
+                &machine.meta.name,
+                crate::chosen::previous(previous, &machine.meta.name),
+                annotated,
+                policy.rules(),
+                |i| policy.remediation_of(Some(i)).1,
+                self.now,
+            ));
+        }
+    }
+
+    /// The rule recorded on the remediation object made for `machine`, if any.
+    fn annotated_rule(&self, machine: &MachineView) -> Option<&'i str> {
+        self.input
+            .objects_named(machine)
+            .into_iter()
+            .filter(|o| made_for(o, machine))
+            .find_map(|o| o.meta.annotations.get(RULE_ANNOTATION))
+            .map(String::as_str)
+    }
+
+    /// Where a template is in the input's lists.
+    fn index_of(&self, template: &TemplateRef) -> Option<usize> {
+        self.templates.iter().position(|t| *t == template)
     }
 
     /// A healthy Machine: `HealthCheckSucceeded=True` (news when it was unhealthy) and its
@@ -361,25 +456,23 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
                 );
             }
         }
-        if self.input.policy.remediation_template.is_some()
-            && let Some(object) = self.input.remediations.lookup(&machine.meta.name)
-            && made_for(object, machine)
-            && !object.meta.deleting
-        {
-            b.actions.push(Action::DeleteRemediation {
-                object: ObjectRef {
-                    api_version: object.meta.api_version.clone(),
-                    kind: object.meta.kind.clone(),
-                    namespace: object.meta.namespace.clone(),
-                    name: object.meta.name.clone(),
-                },
-                target: machine.meta.key(),
-            });
+        for object in self.input.objects_named(machine) {
+            if made_for(object, machine) && !object.meta.deleting {
+                b.actions.push(Action::DeleteRemediation {
+                    object: ObjectRef {
+                        api_version: object.meta.api_version.clone(),
+                        kind: object.meta.kind.clone(),
+                        namespace: object.meta.namespace.clone(),
+                        name: object.meta.name.clone(),
+                    },
+                    target: machine.meta.key(),
+                });
+            }
         }
     }
 
     /// The reports of the writes: waiting for other checks, Machines another check owns, the
-    /// back-off, the pacing queue.
+    /// back-off, the pacing queue, the chosen remediations.
     fn report(mut self, b: &mut Builder<'_>, wake: &mut Earliest) -> Written {
         if let Some(waiting) = self.overlap.waits.condition() {
             b.condition(waiting, None, None);
@@ -389,7 +482,8 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         selected_elsewhere(b, &self.owned_elsewhere);
         let backoff = backoff_status(b, self.ledger, self.input.policy, wake);
         let queue = pacing_status(b, self.input, self.pacer);
-        Written { held_elsewhere: self.overlap.waits.held_elsewhere, backoff, queue }
+        let chosen = self.chosen.map(|(_, c)| c).unwrap_or_default();
+        Written { held_elsewhere: self.overlap.waits.held_elsewhere, backoff, queue, chosen }
     }
 }
 
@@ -401,4 +495,6 @@ struct Written {
     backoff: (Vec<RemediationRecord>, Vec<BackedOffPool>),
     /// The pacing queue (listed) and how many wait.
     queue: (Vec<QueuedTarget>, i32),
+    /// With remediation per condition: each unhealthy target's chosen remediation.
+    chosen: Vec<ChosenRemediation>,
 }

@@ -29,8 +29,24 @@ pub struct MhcInput<'a> {
     pub machines: &'a [&'a MachineView],
     /// The Nodes of the workload cluster.
     pub nodes: NodeSource<'a>,
-    /// The remediation template, when the policy names one and it was found.
-    pub template: Option<&'a TemplateView>,
-    /// Remediation objects of the template's remediation kind in the check's namespace, by name.
-    pub remediations: &'a dyn Lookup<RemediationView>,
+    /// The templates the policy names ([`MhcPolicy::templates`]: the check's own, then its rules'),
+    /// same order; `None` for one that was not found.
+    pub templates: &'a [Option<&'a TemplateView>],
+    /// For each of [`MhcPolicy::templates`], same order: the remediation objects of its
+    /// remediation kind in the check's namespace, by name (templates of one kind may share one).
+    pub remediations: &'a [&'a dyn Lookup<RemediationView>],
+}
+
+impl<'a> MhcInput<'a> {
+    /// The remediation objects named after `machine` in the check's remediation kinds, each once
+    /// (templates of one kind share their objects).
+    pub(super) fn objects_named(&self, machine: &MachineView) -> Vec<&'a RemediationView> {
+        let mut found: Vec<&RemediationView> = Vec::new();
+        for object in self.remediations.iter().filter_map(|l| l.lookup(&machine.meta.name)) {
+            if !found.iter().any(|f| f.meta.kind == object.meta.kind && f.meta.api_version == object.meta.api_version) {
+                found.push(object);
+            }
+        }
+        found
+    }
 }

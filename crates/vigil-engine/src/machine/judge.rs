@@ -22,6 +22,10 @@ pub enum Verdict {
         reason: Reason,
         /// Why, for a person.
         message: String,
+        /// The condition rule that made it unhealthy, an index into `MhcPolicy::rules` (the
+        /// first in that order among those past their timeout); `None` for a verdict no rule
+        /// makes (deleted Node, `nodeStartupTimeout`, failure, annotation).
+        rule: Option<usize>,
         /// When the failure began: the matching condition's `lastTransitionTime`, or when the
         /// startup clock started; `None` when the failure carries no time (the remediate
         /// annotation, a terminal failure, a deleted Node). Orders the pacing queue.
@@ -62,6 +66,8 @@ pub(super) type Observed<'c> = (&'c str, Option<Timestamp>, &'c str);
 pub(super) enum RuleMatch<'r, 'c> {
     /// This rule has held past its timeout, since `since`, with the condition's reason.
     Holds {
+        /// The rule's index in the list matched.
+        index: usize,
         /// The rule.
         rule: &'r ConditionRule,
         /// The condition's `lastTransitionTime`.
@@ -73,9 +79,10 @@ pub(super) enum RuleMatch<'r, 'c> {
     From(Timestamp),
 }
 
-/// Checks a list of conditions against the rules: the first rule held past its timeout, or the
-/// earliest instant one will be, or neither. A matching condition without a transition time
-/// cannot be timed and is reported as unreadable (`Err`).
+/// Checks a list of conditions against the rules: the first rule (in spec order) held past its
+/// timeout, or the earliest instant one will be, or neither. A condition matches a rule by type,
+/// status and, when the rule lists `reasons`, its reason; a matching condition without a
+/// transition time cannot be timed and is reported as unreadable (`Err`).
 ///
 /// A rule that holds comes with the condition's reason, which the message carries as
 /// upstream's does.
@@ -85,16 +92,16 @@ pub(super) fn match_rules<'r, 'c>(
     now: Timestamp,
 ) -> Result<Option<RuleMatch<'r, 'c>>, String> {
     let mut pending = Earliest::default();
-    for rule in rules {
+    for (i, rule) in rules.iter().enumerate() {
         let Some((status, since, why)) = find(&rule.type_) else { continue };
-        if status != rule.status {
+        if !rule.matches(&rule.type_, status, Some(why).filter(|w| !w.is_empty())) {
             continue;
         }
         let Some(since) = since else {
             return Err(format!("condition {} has no lastTransitionTime", rule.type_));
         };
         match deadline_passed(since, rule.timeout, now) {
-            Ok(()) => return Ok(Some(RuleMatch::Holds { rule, since, why })),
+            Ok(()) => return Ok(Some(RuleMatch::Holds { index: i, rule, since, why })),
             Err(at) => pending.offer(at),
         }
     }
@@ -139,6 +146,7 @@ pub(super) fn evaluate_with_node(
         (Some(name), None) => Verdict::Unhealthy {
             reason: Reason::NodeDeleted,
             message: format!("Health check failed: Node {name} has been deleted"),
+            rule: None,
             since: None,
         },
         (None, _) => node_startup(machine, cluster, policy, now, pending),
@@ -162,6 +170,7 @@ fn before_conditions(machine: &MachineView, has_node: bool, cluster: &ClusterVie
             message: format!(
                 "Health check failed: marked for remediation via the {REMEDIATE_MACHINE_ANNOTATION} annotation"
             ),
+            rule: None,
             since: None,
         });
     }
@@ -169,6 +178,7 @@ fn before_conditions(machine: &MachineView, has_node: bool, cluster: &ClusterVie
         return Some(Verdict::Unhealthy {
             reason: Reason::MachineHasFailure,
             message: format!("Health check failed: Machine has failed: {failure}"),
+            rule: None,
             since: None,
         });
     }
@@ -205,7 +215,7 @@ fn machine_conditions(
     );
     match found {
         Err(why) => Some(Verdict::NotEvaluated { why: format!("Machine {why}"), counts_healthy: false }),
-        Ok(Some(RuleMatch::Holds { rule, since, why })) => Some(Verdict::Unhealthy {
+        Ok(Some(RuleMatch::Holds { index: i, rule, since, why })) => Some(Verdict::Unhealthy {
             reason: Reason::UnhealthyMachine,
             message: format!(
                 "Health check failed: Condition {} on Machine {} is reporting status {}{} for more than {}",
@@ -215,6 +225,7 @@ fn machine_conditions(
                 with_reason(why),
                 format_go_duration(rule.timeout)
             ),
+            rule: Some(i),
             since: Some(since),
         }),
         Ok(Some(RuleMatch::From(at))) => {
@@ -262,6 +273,7 @@ fn node_startup(
         Ok(()) => Verdict::Unhealthy {
             reason: Reason::NodeStartupTimeout,
             message: format!("Health check failed: Node failed to report startup in {}", format_go_duration(timeout)),
+            rule: None,
             since: Some(since),
         },
         Err(at) => {
@@ -291,7 +303,7 @@ fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, 
     );
     match found {
         Err(why) => Verdict::NotEvaluated { why: format!("Node {name} {why}"), counts_healthy: false },
-        Ok(Some(RuleMatch::Holds { rule, since, why })) => Verdict::Unhealthy {
+        Ok(Some(RuleMatch::Holds { index: i, rule, since, why })) => Verdict::Unhealthy {
             reason: Reason::UnhealthyNode,
             message: format!(
                 "Health check failed: Condition {} on Node {name} is reporting status {}{} for more than {}",
@@ -300,6 +312,7 @@ fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, 
                 with_reason(why),
                 format_go_duration(rule.timeout)
             ),
+            rule: Some(policy.machine_conditions.len() + i),
             since: Some(since),
         },
         Ok(Some(RuleMatch::From(at))) => {

@@ -10,21 +10,27 @@ use crate::holders::{Holders, Waits, mhc_request};
 use crate::pacing::{Pacer, visit_order};
 use crate::peers::MhcPeers;
 use crate::plan::{Action, NoticeKind};
+use crate::target::made_for;
 use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::DesiredCondition;
+use vigil_api::conditions::{self, ConditionStatus};
 use vigil_api::reason::Reason;
-use vigil_api::validate::MhcPolicy;
+use vigil_api::validate::{MhcPolicy, TemplateRef};
 use vigil_api::views::{MachineView, TemplateView};
 use vigil_api::well_known::*;
 
-/// The remediation object for `machine` from `template`, or why it cannot be built.
-pub fn remediation_object(policy: &MhcPolicy, template: &TemplateView, machine: &MachineView) -> Result<Value, String> {
-    let Some(template_ref) = &policy.remediation_template else {
-        return Err("the check has no remediation template".into());
-    };
+/// The remediation object for `machine` from the template `template_ref` (found as `template`),
+/// or why it cannot be built; `rule` (remediation per condition) is recorded on it as
+/// [`RULE_ANNOTATION`].
+pub fn remediation_object(
+    policy: &MhcPolicy,
+    template_ref: &TemplateRef,
+    template: &TemplateView,
+    machine: &MachineView,
+    rule: Option<&str>,
+) -> Result<Value, String> {
     let Some(body) = &template.template else {
         return Err(format!("{template_ref} has no spec.template"));
     };
@@ -48,10 +54,22 @@ pub fn remediation_object(policy: &MhcPolicy, template: &TemplateView, machine: 
             "ownerReferences": [owner],
         },
     });
+    if let Some(rule) = rule {
+        object["metadata"]["annotations"] = json!({ RULE_ANNOTATION: rule });
+    }
     if let Some(spec) = body.get("spec") {
         object["spec"] = spec.clone();
     }
     Ok(object)
+}
+
+/// What one unhealthy Machine's remediation is: its template (with its place in the input's
+/// lists; `None`: the owner), and with remediation per condition the rule that chose it.
+pub(super) struct Request<'p> {
+    pub(super) template: Option<(usize, &'p TemplateRef)>,
+    /// The rule's label ([`vigil_api::validate::ConditionRule::label`]), when remediation per
+    /// condition is on: then a remediation that started is never followed by another.
+    pub(super) rule: Option<String>,
 }
 
 /// What other checks hold, as one MachineHealthCheck decision sees it.
@@ -207,25 +225,52 @@ fn in_flight(input: &MhcInput<'_>, machine: &MachineView, verdict: &Verdict) -> 
 
 /// Requests remediation of one unhealthy Machine (rule 4): from its owner without a template,
 /// else from a remediator through an object made from the template. A deleting Machine is left
-/// to its deletion.
+/// to its deletion. With remediation per condition, an incident whose remediation started stays
+/// with it: a Machine with a remediation object is not handed to its owner
+/// ([`started_otherwise`]; one whose owner was asked is the owner's, see `TargetWriter::request`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn remediate(
     b: &mut Builder<'_>,
     started: &mut Started<'_, '_, '_>,
     writes: &mut MachineWrites<'_>,
     input: &MhcInput<'_>,
-    template_ref: Option<&vigil_api::validate::TemplateRef>,
+    request: &Request<'_>,
     machine: &MachineView,
     key: &str,
     now: Timestamp,
 ) {
-    if machine.meta.deleting {
+    if machine.meta.deleting || (request.rule.is_some() && started_otherwise(input, request, machine)) {
         return;
     }
-    match template_ref {
+    match request.template {
         None => ask_owner(b, started, writes, input, machine, key, now),
-        Some(template_ref) => ask_remediator(b, started, writes, input, template_ref, machine, key, now),
+        Some(template) => ask_remediator(b, started, writes, input, template, request, machine, key, now),
     }
+}
+
+/// Whether the Machine's incident already has an external remediation while the owner would be
+/// asked, read from objects alone (so neither a lost status write nor a spec edit that drops the
+/// template's kind from what the check reads can start a second one): a remediation object made
+/// for it exists, or the Machine says one was requested during this incident
+/// (`ExternallyRemediated=False` waiting for the remediator, no older than its
+/// `HealthCheckSucceeded=False`; a refused request made nothing and does not count).
+fn started_otherwise(input: &MhcInput<'_>, request: &Request<'_>, machine: &MachineView) -> bool {
+    if request.template.is_some() {
+        return false;
+    }
+    let since = |type_: &str| {
+        conditions::find(&machine.conditions, type_)
+            .filter(|c| c.status == ConditionStatus::False)
+            .filter(|c| {
+                type_ != EXTERNALLY_REMEDIATED || c.reason.as_deref() == Some(Reason::WaitingForRemediation.as_str())
+            })
+            .and_then(|c| c.last_transition_time)
+    };
+    let requested = match (since(HEALTH_CHECK_SUCCEEDED), since(EXTERNALLY_REMEDIATED)) {
+        (Some(incident), Some(asked)) => asked >= incident,
+        _ => false,
+    };
+    requested || input.objects_named(machine).into_iter().any(|o| made_for(o, machine))
 }
 
 /// `OwnerRemediated=False`, once per incident (told), unless another check holds the target, the
@@ -263,7 +308,8 @@ fn ask_remediator(
     started: &mut Started<'_, '_, '_>,
     writes: &mut MachineWrites<'_>,
     input: &MhcInput<'_>,
-    template_ref: &vigil_api::validate::TemplateRef,
+    (index, template_ref): (usize, &TemplateRef),
+    request: &Request<'_>,
     machine: &MachineView,
     key: &str,
     now: Timestamp,
@@ -275,14 +321,14 @@ fn ask_remediator(
             b.notice(NoticeKind::RemediationSkipped, Some(key.to_string()), reason, message);
         }
     };
-    let Some(template) = input.template else {
+    let Some(template) = input.templates.get(index).copied().flatten() else {
         return refuse(
             b,
             Reason::RemediationTemplateNotFound,
             format!("Remediation template {template_ref} not found"),
         );
     };
-    if input.remediations.lookup(&machine.meta.name).is_some() {
+    if !input.objects_named(machine).is_empty() {
         // Already requested: leave it to the remediator, and go on with the other Machines.
         writes.set(waiting(), now);
         return;
@@ -290,7 +336,7 @@ fn ask_remediator(
     if started.overlap.held_elsewhere(b, machine, key) {
         return;
     }
-    match remediation_object(input.policy, template, machine) {
+    match remediation_object(input.policy, template_ref, template, machine, request.rule.as_deref()) {
         Ok(_) if !started.may_start(input, machine) => {}
         Ok(object) => {
             writes.set(waiting(), now);

@@ -78,6 +78,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         disabled_condition: templates.disabled_condition,
         waiting: pass.waits.condition(),
         backoff: pass.ledger.finish(&mut pass.wake),
+        chosen: pass.chosen.take().map(|(_, c)| c).unwrap_or_default(),
         pacing: std::mem::replace(&mut pass.pacer, Pacer::off()).report(
             &prev.features.queued,
             &prev.conditions,
@@ -147,6 +148,7 @@ fn new_pass<'a>(
         ledger: Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.features.remediation_history, now),
         would_before: &prev.features.would_remediate,
         domains: budgets.zip(domain_label(policy)),
+        chosen: policy.per_rule_remediation().then(|| (prev.features.chosen_remediations.as_slice(), Vec::new())),
         pacer: Pacer::off(),
     }
 }

@@ -18,9 +18,10 @@ pub struct NhcInput<'a> {
     /// ([`crate::concerns::remediation_node_name`]) gives the same plan, so an adapter need not hand over the whole
     /// cluster to each check.
     pub nodes: &'a [&'a Node],
-    /// The template of each of `policy.steps`, same order; `None` when it was not found.
+    /// The template of each of [`NhcPolicy::all_steps`] (the check's own steps, then its rules'),
+    /// same order; `None` when it was not found.
     pub templates: &'a [Option<&'a TemplateView>],
-    /// Remediation objects of the steps' kinds in the templates' namespaces, whoever owns them.
+    /// Remediation objects of all the steps' kinds in the templates' namespaces, whoever owns them.
     pub remediations: &'a [&'a RemediationView],
 }
 

@@ -109,7 +109,7 @@ pub(super) fn unhealthy_since(node: &Node, rule: &ConditionRule) -> Option<Times
     let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
     conds
         .iter()
-        .filter(|c| c.type_ == rule.type_ && c.status == rule.status)
+        .filter(|c| crate::stale::matches(c, rule))
         .filter_map(|c| c.last_transition_time.as_ref().map(|Time(t)| *t))
         .min()
 }

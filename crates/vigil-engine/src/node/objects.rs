@@ -17,7 +17,6 @@ pub(super) struct Owned<'a> {
     pub(super) view: &'a RemediationView,
     /// Its template-name annotation.
     pub(super) template: Option<&'a str>,
-    pub(super) step: Option<usize>,
 }
 
 pub(super) fn object_ref(view: &RemediationView) -> ObjectRef {
@@ -29,6 +28,8 @@ pub(super) fn object_ref(view: &RemediationView) -> ObjectRef {
     }
 }
 
+/// The step of `steps` (one remediation's) an object was made for: its kind, namespace and
+/// template-name annotation (the last such step, as medik8s).
 pub(super) fn step_of(view: &RemediationView, template: Option<&str>, steps: &[RemediationStep]) -> Option<usize> {
     let template = template?;
     steps.iter().rposition(|s| {
@@ -146,7 +147,6 @@ pub(super) fn owned_by_check(view: &RemediationView, name: &str, uid: Option<&st
 
 /// The check's own remediation objects, sorted by Node then identity.
 pub(super) fn own_objects<'a>(input: &NhcInput<'a>, check_name: &str, check_uid: Option<&str>) -> Vec<Owned<'a>> {
-    let policy = input.policy;
     let mut owned: Vec<Owned<'a>> = input
         .remediations
         .iter()
@@ -154,7 +154,7 @@ pub(super) fn own_objects<'a>(input: &NhcInput<'a>, check_name: &str, check_uid:
         .filter_map(|r| {
             let node = entry(&r.meta.annotations, NODE_NAME_ANNOTATION)?;
             let template = entry(&r.meta.annotations, TEMPLATE_NAME_ANNOTATION);
-            Some(Owned { node, view: r, template, step: step_of(r, template, &policy.steps) })
+            Some(Owned { node, view: r, template })
         })
         .collect();
     owned.sort_unstable_by(|a, b| {

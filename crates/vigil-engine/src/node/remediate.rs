@@ -5,7 +5,7 @@
 use super::basics::{ONE_NS, OWNER_KIND, after, entry, has_annotation, has_label_value, node_name, notice, rule_text};
 use super::input::NhcInput;
 use super::judge::{Finding, Subject, node_domain, unhealthy_since};
-use super::objects::{Book, Owned, object_ref};
+use super::objects::{Book, Owned, object_ref, step_of};
 use super::templates::Usable;
 use crate::backoff::{self, Gate as Backoff, Ledger};
 use crate::domains::Budgets;
@@ -20,13 +20,14 @@ use serde_json::{Map, Value, json};
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self};
 use vigil_api::duration::format_go_duration;
+use vigil_api::machine_health_check::ChosenRemediation;
 use vigil_api::node_health_check::{NodeRemediation, RemediationReference, UnhealthyNode};
 use vigil_api::reason::Reason;
-use vigil_api::validate::{ConditionRule, HealthyDelay, NhcPolicy, RemediationStep};
+use vigil_api::validate::{ConditionRule, HealthyDelay, Ladder, NhcPolicy, RemediationStep};
 use vigil_api::views::RemediationView;
 use vigil_api::well_known::{
     EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION,
-    NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, PERMANENT_NODE_DELETION_EXPECTED, SUCCEEDED,
+    NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, PERMANENT_NODE_DELETION_EXPECTED, RULE_ANNOTATION, SUCCEEDED,
     TEMPLATE_NAME_ANNOTATION,
 };
 
@@ -68,8 +69,19 @@ pub(super) struct Pass<'a> {
     pub(super) would_before: &'a [vigil_api::machine_health_check::WouldRemediate],
     /// Failure-domain budgets (a Node of a paused domain is not started) and their label.
     pub(super) domains: Option<(&'a Budgets, &'a str)>,
+    /// With remediation per condition: the previous and the new `status.chosenRemediations`.
+    pub(super) chosen: Option<(&'a [ChosenRemediation], Vec<ChosenRemediation>)>,
     /// The pacing slots (`spec.maxInFlight`).
     pub(super) pacer: Pacer,
+}
+
+/// The remediation of one Node's incident: the check's own, or with remediation per condition the
+/// one of the rule that started it ([`crate::chosen`]), and that rule's label.
+pub(super) struct Incident<'p> {
+    pub(super) ladder: Ladder<'p>,
+    /// The rule's label, recorded on every object made for the incident; `None` when remediation
+    /// per condition is off (objects then carry no annotation of Vigil's).
+    pub(super) rule: Option<String>,
 }
 
 /// Pacing's view of a decision's subjects (`spec.maxInFlight`, see [`crate::pacing`]): the order
@@ -113,8 +125,46 @@ pub(super) fn pacing(input: &NhcInput<'_>, subjects: &[Subject<'_>], observed: u
 }
 
 impl<'a> Pass<'a> {
-    pub(super) fn step_label(&self, s: usize) -> String {
-        self.policy.steps.get(s).map_or_else(String::new, |st| st.template.to_string())
+    /// The incident of a Node that rule `rule` finds unhealthy now: the check's own remediation,
+    /// or with remediation per condition the rule recorded on its objects, else in the previous
+    /// status, else `rule` (the first rule in spec order past its duration); recorded for the
+    /// status and told when it is news.
+    pub(super) fn incident(&mut self, name: &str, objs: &[Owned<'_>], rule: usize) -> Incident<'a> {
+        let policy = self.policy;
+        let Some((previous, chosen)) = &mut self.chosen else {
+            return Incident { ladder: policy.ladder(None), rule: None };
+        };
+        let annotated = objs.iter().find_map(|o| entry(&o.view.meta.annotations, RULE_ANNOTATION));
+        let before = crate::chosen::previous(previous, name);
+        let recorded = [annotated, before.map(|p| p.rule.as_str())];
+        let choice = crate::chosen::choose(&recorded, policy.conditions.iter(), &[], Some(rule), "");
+        let ladder = policy.ladder(choice.rule);
+        let (entry, notice) =
+            crate::chosen::record(name, name, &format!("Node {name}"), &choice, ladder.describe(), before, self.now);
+        chosen.push(entry);
+        self.notices.extend(notice);
+        Incident { ladder, rule: Some(choice.label) }
+    }
+
+    /// Keeps a listed Node's choice while its incident goes on without a verdict that chooses
+    /// (recovering, undecided, deselected): the previous one, else its objects' record.
+    fn keep_choice(&mut self, name: &str, objs: &[Owned<'_>]) {
+        let policy = self.policy;
+        if let Some((previous, chosen)) = &mut self.chosen {
+            let annotated = objs.iter().find_map(|o| entry(&o.view.meta.annotations, RULE_ANNOTATION));
+            chosen.extend(crate::chosen::kept(
+                name,
+                crate::chosen::previous(previous, name),
+                annotated,
+                policy.conditions.iter(),
+                |i| policy.ladder(Some(i)).describe(),
+                self.now,
+            ));
+        }
+    }
+
+    pub(super) fn step_label(ladder: &Ladder<'_>, s: usize) -> String {
+        ladder.steps.get(s).map_or_else(String::new, |st| st.template.to_string())
     }
 
     /// Offers the instant a step requested at `started` times out, when that is still ahead (an
@@ -127,12 +177,13 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Asks for an object of step `s` for Node `name` (the caller checked every other rule).
-    pub(super) fn request(&mut self, name: &str, s: usize, book: &mut Book<'_>) -> Requested {
-        let Some(step) = self.policy.steps.get(s) else {
+    /// Asks for an object of step `s` of the incident's remediation for Node `name` (the caller
+    /// checked every other rule).
+    pub(super) fn request(&mut self, name: &str, s: usize, book: &mut Book<'_>, incident: &Incident<'_>) -> Requested {
+        let Some(step) = incident.ladder.steps.get(s) else {
             return Requested::Skipped(Reason::RemediationTemplateNotFound, format!("no remediation step {s}"));
         };
-        let (view, spec) = match self.templates.get(s).copied().unwrap_or(Usable::Missing) {
+        let (view, spec) = match self.templates.get(incident.ladder.offset + s).copied().unwrap_or(Usable::Missing) {
             Usable::Yes(view, spec) => (view, spec),
             Usable::Missing => {
                 return Requested::Skipped(
@@ -165,7 +216,7 @@ impl<'a> Pass<'a> {
         if !generate && let Some(skipped) = self.taken_by_another(name, step) {
             return skipped;
         }
-        let object = self.manifest(name, step, spec, generate);
+        let object = self.manifest(name, step, spec, generate, incident.rule.as_deref());
         let started = earlier.map_or(self.now, |r| r.started.0);
         self.offer_step_timeout(step, started);
         book.records.push(NodeRemediation {
@@ -207,9 +258,10 @@ impl<'a> Pass<'a> {
     }
 
     /// The remediation object for Node `name` from `step`'s template: named after the Node (or
-    /// `generateName` with multiple-template support), annotated with the Node and template,
-    /// owned by the check (an owner reference that is neither controller nor blocks deletion).
-    fn manifest(&self, name: &str, step: &RemediationStep, spec: &Value, generate: bool) -> Value {
+    /// `generateName` with multiple-template support), annotated with the Node and template (and
+    /// with remediation per condition the incident's `rule`), owned by the check (an owner
+    /// reference that is neither controller nor blocks deletion).
+    fn manifest(&self, name: &str, step: &RemediationStep, spec: &Value, generate: bool, rule: Option<&str>) -> Value {
         let kind = step.template.remediation_kind();
         let mut metadata = Map::new();
         metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
@@ -218,10 +270,11 @@ impl<'a> Pass<'a> {
         } else {
             metadata.insert("name".into(), Value::String(name.to_string()));
         }
-        metadata.insert(
-            "annotations".into(),
-            json!({ NODE_NAME_ANNOTATION: name, TEMPLATE_NAME_ANNOTATION: step.template.name }),
-        );
+        let mut annotations = json!({ NODE_NAME_ANNOTATION: name, TEMPLATE_NAME_ANNOTATION: step.template.name });
+        if let Some(rule) = rule {
+            annotations[RULE_ANNOTATION] = Value::String(rule.to_string());
+        }
+        metadata.insert("annotations".into(), annotations);
         let mut owner = Map::new();
         owner.insert("apiVersion".into(), Value::String(vigil_api::API_VERSION.into()));
         owner.insert("kind".into(), Value::String(OWNER_KIND.into()));
@@ -242,16 +295,17 @@ impl<'a> Pass<'a> {
     }
 
     /// A selected, unhealthy, not excluded Node without objects, unhealthy since `since`: start
-    /// remediation if allowed.
+    /// the incident's remediation if allowed.
     pub(super) fn start(
         &mut self,
         name: &str,
         node: &Node,
         listed_before: bool,
         book: &mut Book<'_>,
+        incident: &Incident<'_>,
         since: Timestamp,
     ) {
-        let Some(first) = self.policy.steps.first() else {
+        let Some(first) = incident.ladder.steps.first() else {
             return;
         };
         let news = !listed_before || self.newly_open;
@@ -267,7 +321,7 @@ impl<'a> Pass<'a> {
         }
         if book.has_in_flight(first) {
             // Completing an earlier plan's request is not a new remediation.
-            if let Requested::Skipped(reason, message) = self.request(name, 0, book)
+            if let Requested::Skipped(reason, message) = self.request(name, 0, book, incident)
                 && (self.disabled_changed || reason == Reason::RemediationObjectExists)
             {
                 // (the request's record is dropped with an existing foreign object: said once)
@@ -284,8 +338,10 @@ impl<'a> Pass<'a> {
         {
             return;
         }
-        if let Usable::Missing | Usable::Invalid(_) = self.templates.first().copied().unwrap_or(Usable::Missing) {
-            if let Requested::Skipped(reason, message) = self.request(name, 0, book)
+        if let Usable::Missing | Usable::Invalid(_) =
+            self.templates.get(incident.ladder.offset).copied().unwrap_or(Usable::Missing)
+        {
+            if let Requested::Skipped(reason, message) = self.request(name, 0, book, incident)
                 && (news || self.disabled_changed)
             {
                 self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
@@ -307,7 +363,7 @@ impl<'a> Pass<'a> {
         if gate == Backoff::Wait || !self.pacer.gate(name, since) {
             return;
         }
-        match self.request(name, 0, book) {
+        match self.request(name, 0, book, incident) {
             Requested::Done => {
                 if gate == Backoff::Start {
                     self.ledger.record(&pool, name);
@@ -356,14 +412,17 @@ impl<'a> Pass<'a> {
     /// This runs whatever the threshold, storm cooldown or pause requests say: it only moves an
     /// already-remediated Node along (medik8s does the same), and stopping half-way would leave
     /// a Node with a remediator that has already given up.
-    pub(super) fn escalate(&mut self, name: &str, objs: &[Owned<'_>], book: &mut Book<'_>) {
-        let Some(latest) = objs.iter().filter_map(|o| o.step).max() else {
+    pub(super) fn escalate(&mut self, name: &str, objs: &[Owned<'_>], book: &mut Book<'_>, incident: &Incident<'_>) {
+        let steps = incident.ladder.steps;
+        let step_of_obj: Vec<Option<usize>> = objs.iter().map(|o| step_of(o.view, o.template, steps)).collect();
+        let Some(latest) = step_of_obj.iter().flatten().copied().max() else {
             return;
         };
-        let Some(k) = objs.iter().position(|o| o.step == Some(latest) && !o.view.meta.deleting) else {
+        let Some(k) = (0..objs.len()).position(|k| step_of_obj[k] == Some(latest) && !objs[k].view.meta.deleting)
+        else {
             return; // the latest step's objects are being deleted: wait until they are gone
         };
-        let Some(step) = self.policy.steps.get(latest) else {
+        let Some(step) = steps.get(latest) else {
             return;
         };
         let view = objs[k].view;
@@ -384,7 +443,7 @@ impl<'a> Pass<'a> {
                 if failed || deadline.is_some_and(|d| d < self.now) {
                     gave_up_now = true;
                     book.records[k].timed_out = Some(Time(self.now));
-                    self.give_up(name, view, latest, failed);
+                    self.give_up(name, view, latest, failed, &incident.ladder);
                 } else {
                     if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
                         self.wake.offer(t);
@@ -394,7 +453,7 @@ impl<'a> Pass<'a> {
             }
         }
         let next = latest + 1;
-        if next >= self.policy.steps.len() {
+        if next >= steps.len() {
             if gave_up_now || !book.prev_timed_out.get(k) {
                 self.notices.push(notice(
                     NoticeKind::NoTemplateLeft,
@@ -402,13 +461,13 @@ impl<'a> Pass<'a> {
                     Reason::NoTemplateLeft,
                     format!(
                         "Every remediation step for node {name} timed out or failed ({} step(s)); no remediation template left to try",
-                        self.policy.steps.len()
+                        steps.len()
                     ),
                 ));
             }
             return;
         }
-        if let Requested::Skipped(reason, message) = self.request(name, next, book)
+        if let Requested::Skipped(reason, message) = self.request(name, next, book, incident)
             && (gave_up_now || self.disabled_changed)
         {
             self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
@@ -417,8 +476,8 @@ impl<'a> Pass<'a> {
 
     /// Gives up on step `latest` of Node `name` (its object `view` failed or timed out): the
     /// `nhc-timed-out` annotation, and a notice saying what comes next.
-    fn give_up(&mut self, name: &str, view: &RemediationView, latest: usize, failed: bool) {
-        let Some(step) = self.policy.steps.get(latest) else {
+    fn give_up(&mut self, name: &str, view: &RemediationView, latest: usize, failed: bool, ladder: &Ladder<'_>) {
+        let Some(step) = ladder.steps.get(latest) else {
             return;
         };
         self.actions.push(Action::AnnotateRemediation {
@@ -431,8 +490,8 @@ impl<'a> Pass<'a> {
         } else {
             format!("did not succeed within {}", format_go_duration(step.timeout.unwrap_or_default()))
         };
-        let then = if latest + 1 < self.policy.steps.len() {
-            format!("escalating to {}", self.step_label(latest + 1))
+        let then = if latest + 1 < ladder.steps.len() {
+            format!("escalating to {}", Self::step_label(ladder, latest + 1))
         } else {
             "no remediation template left".to_string()
         };
@@ -607,6 +666,7 @@ impl<'a> Pass<'a> {
         let mut book = Book::new(objs, prev_entry, self.now);
         let mut healthy_since = None;
         let mut delayed = false;
+        let mut chose = false;
         let listed = match (s.verdict, s.node) {
             (Some(Finding::Clear), Some(node)) => {
                 // a subject that matches no rule still has objects (pass 1 kept only those)
@@ -621,11 +681,13 @@ impl<'a> Pass<'a> {
                 {
                     self.notices.push(unhealthy_notice(node, r, s.name));
                 }
+                let incident = self.incident(s.name, objs, rule);
+                chose = true;
                 if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
                     if objs.is_empty() {
-                        self.start(s.name, node, prev_entry.is_some(), &mut book, since);
+                        self.start(s.name, node, prev_entry.is_some(), &mut book, &incident, since);
                     } else {
-                        self.escalate(s.name, objs, &mut book);
+                        self.escalate(s.name, objs, &mut book, &incident);
                     }
                 }
                 true
@@ -642,6 +704,9 @@ impl<'a> Pass<'a> {
                 !objs.is_empty()
             }
         };
+        if listed && !chose {
+            self.keep_choice(s.name, objs);
+        }
         listed.then(|| UnhealthyNode {
             name: s.name.to_string(),
             remediations: book.finish(),
@@ -658,7 +723,7 @@ fn unhealthy_notice(node: &Node, rule: &ConditionRule, name: &str) -> Notice {
         .status
         .as_ref()
         .and_then(|st| st.conditions.as_deref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == rule.type_ && c.status == rule.status))
+        .and_then(|cs| cs.iter().find(|c| crate::stale::matches(c, rule)))
         .and_then(|c| c.reason.as_deref())
         .filter(|reason| !reason.is_empty())
         .map_or_else(String::new, |reason| format!(" with reason {reason}"));

@@ -13,7 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use vigil_api::NodeHealthCheck;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition, get_condition, set_condition};
-use vigil_api::machine_health_check::{BackedOffPool, RemediationRecord};
+use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, RemediationRecord};
 use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
 use vigil_api::reason::Reason;
 use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED};
@@ -38,6 +38,8 @@ pub(super) struct Outcome<'a> {
     pub(super) waiting: Option<DesiredCondition>,
     /// The back-off's new history and backed-off pools.
     pub(super) backoff: (Vec<RemediationRecord>, Vec<BackedOffPool>),
+    /// With remediation per condition: each listed Node's chosen remediation.
+    pub(super) chosen: Vec<ChosenRemediation>,
     /// The pacing queue, its condition and notices.
     pub(super) pacing: crate::pacing::Report,
 }
@@ -143,7 +145,13 @@ pub(super) fn build_status(
     let failure_domains = domains_report.as_mut().map_or_else(Vec::new, |r| std::mem::take(&mut r.status));
     notices.append(&mut outcome.pacing.notices);
     let queue = (std::mem::take(&mut outcome.pacing.queued), outcome.pacing.count);
-    let features = features::status(Found { backoff: outcome.backoff, failure_domains, stale: &outcome.stale, queue });
+    let features = features::status(Found {
+        backoff: outcome.backoff,
+        failure_domains,
+        stale: &outcome.stale,
+        chosen: outcome.chosen,
+        queue,
+    });
     let mut status = NodeHealthCheckStatus {
         observed_nodes: count(outcome.observed),
         healthy_nodes: count(outcome.healthy),

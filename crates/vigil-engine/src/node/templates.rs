@@ -40,17 +40,22 @@ pub(super) struct Templates<'a> {
     pub(super) disabled_changed: bool,
 }
 
-/// Templates: the check is Disabled while any step's template is missing or invalid.
+/// Templates: the check is Disabled while any step's template is missing or invalid, its own or
+/// a rule's (`templates` follows [`vigil_api::validate::NhcPolicy::all_steps`]; a template used
+/// twice is said once).
 pub(super) fn template_state<'a>(input: &NhcInput<'a>, prev: &NodeHealthCheckStatus) -> Templates<'a> {
     let policy = input.policy;
-    let templates: Vec<Usable<'_>> = (0..policy.steps.len()).map(|i| usable(input.templates, i)).collect();
-    let mut missing = Vec::new();
-    let mut invalid = Vec::new();
-    for (step, state) in policy.steps.iter().zip(&templates) {
-        match state {
-            Usable::Yes(..) => {}
-            Usable::Missing => missing.push(format!("remediation template {} not found", step.template)),
-            Usable::Invalid(why) => invalid.push(format!("remediation template {} {why}", step.template)),
+    let templates: Vec<Usable<'_>> = (0..policy.all_steps().count()).map(|i| usable(input.templates, i)).collect();
+    let mut missing: Vec<String> = Vec::new();
+    let mut invalid: Vec<String> = Vec::new();
+    for (step, state) in policy.all_steps().zip(&templates) {
+        let (list, text) = match state {
+            Usable::Yes(..) => continue,
+            Usable::Missing => (&mut missing, format!("remediation template {} not found", step.template)),
+            Usable::Invalid(why) => (&mut invalid, format!("remediation template {} {why}", step.template)),
+        };
+        if !list.contains(&text) {
+            list.push(text);
         }
     }
     let disabled = if missing.is_empty() && invalid.is_empty() {

@@ -19,6 +19,7 @@ use vigil_api::machine_health_check::MachineHealthCheckStatus;
 use vigil_api::validate::{self, MhcPolicy};
 use vigil_api::views::{CapiVersion, ClusterView, MachineView, RemediationView, TemplateView};
 use vigil_api::well_known::{CLUSTER_NAME_LABEL, CONTROL_PLANE_MACHINE_LABEL};
+use vigil_engine::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::machine_write::{apply_merge_patch, machine_status_patch};
 use vigil_engine::plan::{Action, NoticeKind, Plan};
@@ -197,6 +198,14 @@ impl MachineJson {
             CapiVersion::V1Beta1 => self.v1beta2_conditions.push(c),
             CapiVersion::V1Beta2 => self.conditions.push(c),
         }
+        self
+    }
+
+    /// Adds a condition with `reason` to `status.conditions` (reason-aware rules).
+    pub fn condition_with_reason(mut self, type_: &str, status: &str, reason: &str, since: Timestamp) -> Self {
+        let mut c = condition_json(type_, status, since);
+        c["reason"] = json!(reason);
+        self.conditions.push(c);
         self
     }
 
@@ -405,6 +414,23 @@ impl NodeBuilder {
         self.condition_at(type_, status, Some(since))
     }
 
+    /// Takes the reason off the last condition added.
+    pub fn without_reason(mut self) -> Self {
+        if let Some(c) = self.conditions.last_mut() {
+            c.reason = None;
+        }
+        self
+    }
+
+    /// Adds a condition with `reason` that last changed at `since` (reason-aware rules).
+    pub fn condition_with_reason(mut self, type_: &str, status: &str, reason: &str, since: Timestamp) -> Self {
+        self = self.condition(type_, status, since);
+        if let Some(c) = self.conditions.last_mut() {
+            c.reason = Some(reason.into());
+        }
+        self
+    }
+
     /// `Ready` with `status` since `since`.
     pub fn ready(self, status: &str, since: Timestamp) -> Self {
         self.condition("Ready", status, since)
@@ -501,6 +527,11 @@ pub fn remediation_json(namespace: &str, name: &str, owner_kind: &str, owner_nam
     })
 }
 
+/// Per-template object maps as the engine takes them: one lookup each.
+pub fn lookups<'a>(maps: &'a [HashMap<String, &'a RemediationView>]) -> Vec<&'a dyn Lookup<RemediationView>> {
+    maps.iter().map(|m| m as &dyn Lookup<RemediationView>).collect()
+}
+
 /// Remediation objects by name: the `Lookup<RemediationView>` the engine takes.
 pub fn remediation_map(objects: impl IntoIterator<Item = Value>) -> HashMap<String, RemediationView> {
     objects
@@ -577,7 +608,9 @@ pub struct MhcWorld {
     pub unreachable: Option<String>,
     /// The remediation template as found (`None`: not found or not named).
     pub template: Option<TemplateView>,
-    /// Remediation objects in the check's namespace, by name.
+    /// Other templates found (a rule's own, with remediation per condition).
+    pub other_templates: Vec<TemplateView>,
+    /// Remediation objects in the check's namespace (of any kind), by name.
     pub remediations: HashMap<String, RemediationView>,
 }
 
@@ -593,6 +626,7 @@ impl MhcWorld {
             nodes: HashMap::new(),
             unreachable: None,
             template: None,
+            other_templates: Vec::new(),
             remediations: HashMap::new(),
         }
     }
@@ -669,16 +703,43 @@ impl MhcWorld {
             Some(why) => NodeSource::Unreachable(why),
             None => NodeSource::Reachable(&self.nodes),
         };
+        let (templates, maps) = self.sources(&policy);
+        let remediations = lookups(&maps);
         let input = MhcInput {
             check: &check,
             policy: &policy,
             cluster: cluster.as_ref(),
             machines: &refs,
             nodes,
-            template: self.template.as_ref(),
-            remediations: &self.remediations,
+            templates: &templates,
+            remediations: &remediations,
         };
         machine::decide(&input, now)
+    }
+
+    /// What the engine reads for `policy`'s templates (its own and its rules'), in
+    /// `MhcPolicy::templates` order: each template as found (by kind and name), and the objects
+    /// of its remediation kind by name.
+    #[allow(clippy::type_complexity)]
+    pub fn sources(&self, policy: &MhcPolicy) -> (Vec<Option<&TemplateView>>, Vec<HashMap<String, &RemediationView>>) {
+        policy
+            .templates()
+            .into_iter()
+            .map(|t| {
+                let found = self
+                    .template
+                    .iter()
+                    .chain(&self.other_templates)
+                    .find(|v| v.meta.kind == t.kind && v.meta.name == t.name);
+                let objects = self
+                    .remediations
+                    .iter()
+                    .filter(|(_, o)| o.meta.kind == t.remediation_kind())
+                    .map(|(name, o)| (name.clone(), o))
+                    .collect();
+                (found, objects)
+            })
+            .unzip()
     }
 
     /// Applies a plan as the controller would: the status is written, Machine conditions are
