@@ -20,6 +20,7 @@ pub mod node;
 pub mod partial;
 pub mod peers;
 pub mod plan;
+pub mod shard;
 pub mod stale;
 pub mod target;
 
