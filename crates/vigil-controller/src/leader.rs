@@ -190,7 +190,8 @@ pub async fn run(
             break;
         }
         let started = Instant::now();
-        let round = tokio::time::timeout(options.retry_period, round(&api, &options, &mut observed, started, true)).await;
+        let round =
+            tokio::time::timeout(options.retry_period, round(&api, &options, &mut observed, started, true)).await;
         match round {
             Ok(Ok(Round::Holding(at))) => {
                 if leadership.set(Some(at + options.renew_deadline)) {
@@ -389,7 +390,8 @@ pub async fn run_shards(
 ) {
     let api: Api<Lease> = Api::namespaced(client, &options.namespace);
     let count = rights.count();
-    let member = LeaderOptions { lease_name: member_lease_name(&options.lease_name, &options.identity), ..options.clone() };
+    let member =
+        LeaderOptions { lease_name: member_lease_name(&options.lease_name, &options.identity), ..options.clone() };
     let shard_options =
         |s: u32| LeaderOptions { lease_name: shard_lease_name(&options.lease_name, s), ..options.clone() };
     let mut observed: Vec<Option<(String, Instant)>> = vec![None; count as usize];
@@ -489,7 +491,8 @@ async fn live_members(
     seen: &mut HashMap<String, (String, Instant)>,
 ) -> Option<usize> {
     let prefix = member_lease_name(&options.lease_name, "");
-    let list = tokio::time::timeout(options.retry_period, api.list(&kube::api::ListParams::default())).await.ok()?.ok()?;
+    let list =
+        tokio::time::timeout(options.retry_period, api.list(&kube::api::ListParams::default())).await.ok()?.ok()?;
     let now = Instant::now();
     let mut live = 1;
     let mut names = HashSet::new();
@@ -506,8 +509,10 @@ async fn live_members(
         }
         let spec = lease.spec.unwrap_or_default();
         let holder = spec.holder_identity.unwrap_or_default();
-        let duration =
-            spec.lease_duration_seconds.and_then(|s| u64::try_from(s).ok()).map_or(options.lease_duration, Duration::from_secs);
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(options.lease_duration, Duration::from_secs);
         if !holder.is_empty() && now.duration_since(entry.1) <= duration {
             live += 1;
         }

@@ -65,10 +65,7 @@ pub fn run(
 ) -> Result<bool> {
     // Bad flags are refused before anything connects, naming the flag and its value.
     if election.shards > 1 && !election.leader_elect {
-        return Err(anyhow!(
-            "--shards {} needs --leader-elect=true: shards are owned through Leases",
-            election.shards
-        ));
+        return Err(anyhow!("--shards {} needs --leader-elect=true: shards are owned through Leases", election.shards));
     }
     if election.leader_elect {
         vigil_controller::leader::check_durations(
@@ -115,7 +112,14 @@ pub fn run(
         } else {
             None
         };
-        let options = vigil_controller::Options { workers, metrics_addr, leader, dry_run, shards: election.shards, ..Default::default() };
+        let options = vigil_controller::Options {
+            workers,
+            metrics_addr,
+            leader,
+            dry_run,
+            shards: election.shards,
+            ..Default::default()
+        };
         vigil_controller::run(client, options, shutdown_signal()).await;
         Ok(true)
     })

@@ -55,8 +55,6 @@ fn anyhow_msg(m: String) -> vigil_testenv::Error {
     vigil_testenv::Error::msg(m)
 }
 
-
-
 fn secs_ago(s: i64) -> String {
     let t = Timestamp::now() - jiff::SignedDuration::from_secs(s);
     Timestamp::from_second(t.as_second()).map(|t| t.to_string()).unwrap_or_default()
@@ -104,7 +102,6 @@ async fn remediated(env: &TestEnv, nodes: &[&str]) -> Result<()> {
     .await
 }
 
-
 /// Holder of each shard Lease `vigil-shard-<i>` (none: no Lease or no holder).
 async fn shard_holders(env: &TestEnv) -> Result<Vec<Option<String>>> {
     let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(env.client(), LEASE_NS);
@@ -123,8 +120,7 @@ async fn spread(env: &TestEnv, replicas: &[&str], limit: usize, within: Duration
     wait_for(&format!("shards spread over {replicas:?}, at most {limit} each"), within, || async {
         let holders = shard_holders(env).await?;
         let all_held = holders.iter().all(|h| h.as_deref().is_some_and(|h| replicas.contains(&h)));
-        let fair =
-            replicas.iter().all(|r| holders.iter().filter(|h| h.as_deref() == Some(*r)).count() <= limit);
+        let fair = replicas.iter().all(|r| holders.iter().filter(|h| h.as_deref() == Some(*r)).count() <= limit);
         Ok((all_held && fair).then_some(holders))
     })
     .await
@@ -154,12 +150,14 @@ async fn setup(env: &TestEnv) -> Result<()> {
         set_ready(env, &format!("w{i}"), "True").await?;
     }
     for g in 1..=4 {
-        env.apply(json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": format!("g{g}")},
+        env.apply(
+            json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": format!("g{g}")},
             "spec": {"selector": {"matchLabels": {"group": format!("g{g}")}}, "minHealthy": 0,
                      "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
                          "kind": "SelfNodeRemediationTemplate", "name": "reboot", "namespace": MEDIK8S},
-                     "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "2s"}]}}))
-            .await?;
+                     "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "2s"}]}}),
+        )
+        .await?;
     }
     Ok(())
 }
