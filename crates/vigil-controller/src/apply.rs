@@ -217,7 +217,7 @@ impl Context {
         }
         // The plan's own notices (less the requests that failed) come before what the writes told.
         let notices: Vec<Notice> = std::mem::take(&mut job.plan.notices).into_iter().chain(notices).collect();
-        if let Err(e) = bounded(&self.leadership, || format!("status of {key}"), self.write_status(&job)).await {
+        if let Err(e) = bounded(self.right(&key), || format!("status of {key}"), self.write_status(&job)).await {
             warn!(check = %key, error = %e, category = e.category(), "status not written");
             self.metrics.write_error(e.category());
             first_error.get_or_insert(e);
@@ -255,9 +255,10 @@ impl Context {
                     _ => None,
                 };
                 let remediating = crate::confirm::remediating_target(&job.key, &action, job).is_some();
+                let job_key = job.key.clone();
                 async move {
                     let what = || format!("{action:?}").chars().take(200).collect::<String>();
-                    let result = bounded(&this.leadership, what, this.act(&action, raw, remediating)).await;
+                    let result = bounded(this.right(&job_key), what, this.act(&action, raw, remediating)).await;
                     (action, result)
                 }
             })
@@ -404,7 +405,7 @@ impl Context {
 
     /// Publishes one notice as an event on the check `key` (only while leading).
     pub async fn publish(&self, key: &CheckRef, uid: Option<&str>, notice: &Notice) {
-        if !self.leadership.is_leader() {
+        if !self.right(key).is_leader() {
             return;
         }
         let note = match &notice.target {

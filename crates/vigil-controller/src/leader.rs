@@ -15,6 +15,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, PostParams};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -140,6 +141,14 @@ impl Leadership {
         false
     }
 
+    /// The instant this replica's right to write ends (none: it has none).
+    fn until(&self) -> Option<Instant> {
+        match *self.lock() {
+            Right::Until(u) => u,
+            Right::Always => None,
+        }
+    }
+
     fn set(&self, until: Option<Instant>) -> bool {
         let mut right = self.lock();
         if matches!(*right, Right::Always) {
@@ -181,7 +190,8 @@ pub async fn run(
             break;
         }
         let started = Instant::now();
-        let round = tokio::time::timeout(options.retry_period, round(&api, &options, &mut observed, started)).await;
+        let round =
+            tokio::time::timeout(options.retry_period, round(&api, &options, &mut observed, started, true)).await;
         match round {
             Ok(Ok(Round::Holding(at))) => {
                 if leadership.set(Some(at + options.renew_deadline)) {
@@ -234,9 +244,13 @@ async fn round(
     options: &LeaderOptions,
     observed: &mut Option<(String, Instant)>,
     started: Instant,
+    may_take: bool,
 ) -> Result<Round, kube::Error> {
     let duration_secs = i32::try_from(options.lease_duration.as_secs()).unwrap_or(i32::MAX);
     let Some(mut lease) = api.get_opt(&options.lease_name).await? else {
+        if !may_take {
+            return Ok(Round::Held(String::new()));
+        }
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(options.lease_name.clone()),
@@ -284,7 +298,7 @@ async fn round(
         .and_then(|s| u64::try_from(s).ok())
         .map_or(options.lease_duration, Duration::from_secs);
     let free = holder.is_empty() || changed_at.elapsed() > their_duration;
-    if !free {
+    if !free || !may_take {
         return Ok(Round::Held(holder));
     }
     spec.holder_identity = Some(options.identity.clone());
@@ -318,6 +332,193 @@ async fn release(api: &Api<Lease>, options: &LeaderOptions) {
         Ok(Err(e)) => warn!(error = %e, "lease not released; a standby takes over when it expires"),
         Err(_) => warn!("lease release timed out; a standby takes over when it expires"),
     }
+}
+
+/// One right to write per shard (sharded mode: `vigil run --shards N`, N > 1).
+#[derive(Debug)]
+pub struct ShardRights {
+    rights: Vec<Leadership>,
+    never: Leadership,
+}
+
+impl ShardRights {
+    /// `count` shards, none held yet.
+    pub fn new(count: u32) -> Self {
+        ShardRights { rights: (0..count.max(1)).map(|_| Leadership::elected()).collect(), never: Leadership::elected() }
+    }
+
+    /// How many shards there are.
+    pub fn count(&self) -> u32 {
+        u32::try_from(self.rights.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The right to write for `shard` (none or out of range: a right that is never held).
+    pub fn right(&self, shard: Option<u32>) -> &Leadership {
+        shard.and_then(|s| self.rights.get(s as usize)).unwrap_or(&self.never)
+    }
+
+    /// The shards this replica may write for now.
+    pub fn held(&self) -> BTreeSet<u32> {
+        (0..self.count()).filter(|s| self.right(Some(*s)).is_leader()).collect()
+    }
+}
+
+/// The name of shard `shard`'s Lease.
+pub fn shard_lease_name(lease_name: &str, shard: u32) -> String {
+    format!("{lease_name}-shard-{shard}")
+}
+
+/// The name of a replica's membership Lease.
+pub fn member_lease_name(lease_name: &str, identity: &str) -> String {
+    format!("{lease_name}-member-{identity}")
+}
+
+/// Runs sharded election until `stop` turns true: each round renews this replica's membership
+/// Lease, counts the live replicas (membership Leases that changed within a lease duration on
+/// this replica's clock, released ones excluded), gives back held shards beyond the fair share
+/// (after their right to write has run out, so no write of this replica overlaps the next
+/// holder's), then runs the leader algorithm on every shard Lease: held ones are renewed, free
+/// ones taken while under the fair share. `on_gained` runs when a shard is won. On stop every
+/// held Lease and the membership Lease are released.
+pub async fn run_shards(
+    client: Client,
+    options: LeaderOptions,
+    rights: std::sync::Arc<ShardRights>,
+    metrics: &crate::metrics::Metrics,
+    mut stop: watch::Receiver<bool>,
+    on_gained: impl Fn(u32) + Send,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &options.namespace);
+    let count = rights.count();
+    let member =
+        LeaderOptions { lease_name: member_lease_name(&options.lease_name, &options.identity), ..options.clone() };
+    let shard_options =
+        |s: u32| LeaderOptions { lease_name: shard_lease_name(&options.lease_name, s), ..options.clone() };
+    let mut observed: Vec<Option<(String, Instant)>> = vec![None; count as usize];
+    let mut member_observed = None;
+    let mut members: HashMap<String, (String, Instant)> = HashMap::new();
+    let mut releasing: BTreeMap<u32, Instant> = BTreeMap::new();
+    let mut first = true;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let started = Instant::now();
+        // Phase 1: membership, and how many replicas are alive.
+        if tokio::time::timeout(options.retry_period, round(&api, &member, &mut member_observed, started, true))
+            .await
+            .map_or(true, |r| r.is_err())
+        {
+            metrics.lease_error();
+        }
+        let live = live_members(&api, &options, &member.lease_name, &mut members).await;
+        // Phase 2: give back the excess, fenced.
+        let held = rights.held();
+        let balance = vigil_engine::shard::balance(count, live.unwrap_or(1), &held);
+        if live.is_some() {
+            for s in &balance.give_back {
+                let right = rights.right(Some(*s));
+                let until = right.until().unwrap_or_else(Instant::now);
+                right.set(None);
+                releasing.insert(*s, until);
+                info!(shard = s, live = ?live, "giving back a shard beyond the fair share");
+            }
+        }
+        // Phase 3: renew held shards, take free ones up to the fair share (none before the
+        // first membership count, none while membership is unknown).
+        let mut may_take = if first || live.is_none() { 0 } else { balance.may_take };
+        for s in 0..count {
+            let right = rights.right(Some(s));
+            if let Some(until) = releasing.get(&s).copied() {
+                if Instant::now() >= until {
+                    release(&api, &shard_options(s)).await;
+                    releasing.remove(&s);
+                }
+                continue;
+            }
+            let holding = right.is_leader();
+            let at = Instant::now();
+            let seen = &mut observed[s as usize];
+            let result = tokio::time::timeout(
+                options.retry_period,
+                round(&api, &shard_options(s), seen, at, holding || may_take > 0),
+            )
+            .await;
+            match result {
+                Ok(Ok(Round::Holding(at))) => {
+                    if !holding {
+                        may_take = may_take.saturating_sub(1);
+                    }
+                    if right.set(Some(at + options.renew_deadline)) {
+                        info!(shard = s, identity = %options.identity, "took a shard");
+                        metrics.elected();
+                        on_gained(s);
+                    }
+                }
+                Ok(Ok(Round::Held(holder))) => {
+                    if right.set(None) {
+                        warn!(shard = s, holder = %holder, "lost a shard; its writes stop");
+                    }
+                }
+                Ok(Err(_)) | Err(_) => metrics.lease_error(),
+            }
+            if right.expire_if_due() {
+                warn!(shard = s, "renew deadline passed without a renewal; writing for the shard stopped");
+            }
+        }
+        first = false;
+        metrics.leader(!rights.held().is_empty());
+        let wait = options.retry_period.saturating_sub(started.elapsed());
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    for s in rights.held() {
+        rights.right(Some(s)).set(None);
+        release(&api, &shard_options(s)).await;
+    }
+    metrics.leader(false);
+    release(&api, &member).await;
+}
+
+/// How many replicas are alive: this one, plus every other membership Lease with a holder that
+/// changed within its lease duration on this replica's clock (`None`: the list failed).
+async fn live_members(
+    api: &Api<Lease>,
+    options: &LeaderOptions,
+    own: &str,
+    seen: &mut HashMap<String, (String, Instant)>,
+) -> Option<usize> {
+    let prefix = member_lease_name(&options.lease_name, "");
+    let list =
+        tokio::time::timeout(options.retry_period, api.list(&kube::api::ListParams::default())).await.ok()?.ok()?;
+    let now = Instant::now();
+    let mut live = 1;
+    let mut names = HashSet::new();
+    for lease in list.items {
+        let Some(name) = lease.metadata.name.clone() else { continue };
+        if !name.starts_with(&prefix) || name == own {
+            continue;
+        }
+        names.insert(name.clone());
+        let version = lease.metadata.resource_version.clone().unwrap_or_default();
+        let entry = seen.entry(name).or_insert_with(|| (version.clone(), now));
+        if entry.0 != version {
+            *entry = (version, now);
+        }
+        let spec = lease.spec.unwrap_or_default();
+        let holder = spec.holder_identity.unwrap_or_default();
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(options.lease_duration, Duration::from_secs);
+        if !holder.is_empty() && now.duration_since(entry.1) <= duration {
+            live += 1;
+        }
+    }
+    seen.retain(|n, _| names.contains(n));
+    Some(live)
 }
 
 #[cfg(test)]

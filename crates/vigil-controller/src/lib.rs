@@ -44,6 +44,9 @@ pub struct Options {
     pub leader: Option<leader::LeaderOptions>,
     /// Decide every check in dry-run (shadow mode), whatever its spec says: report, never remediate.
     pub dry_run: bool,
+    /// How many shards the checks are split into (1: one leader decides everything; more: each
+    /// replica decides and writes only the checks of the shards whose Leases it holds).
+    pub shards: u32,
 }
 
 impl Default for Options {
@@ -55,6 +58,7 @@ impl Default for Options {
             ready_grace: sources::READY_GRACE,
             leader: None,
             dry_run: false,
+            shards: 1,
         }
     }
 }
@@ -90,6 +94,8 @@ pub struct Context {
     pub ready_grace: std::sync::atomic::AtomicU64,
     /// Whether this replica may write now (fencing: checked before every write).
     pub leadership: Arc<leader::Leadership>,
+    /// Sharded mode: the right to write per shard (none: one shard, fenced by `leadership`).
+    pub shards: Option<Arc<leader::ShardRights>>,
     /// Bumped when the API server was unreachable: every watch lists again.
     epoch: tokio::sync::watch::Sender<u64>,
     /// Clients of connected workload clusters by `namespace/clusterName`, for confirming reads.
@@ -115,6 +121,20 @@ impl Context {
 
     /// A new context that reads the time from `clock` (a test steps it).
     pub fn with_clock(client: Client, leadership: leader::Leadership, clock: Arc<dyn clock::Clock>) -> Arc<Self> {
+        Self::build(client, leadership, clock, None)
+    }
+
+    /// A new context of a sharded replica: each check's writes are fenced by its shard's right.
+    pub fn sharded(client: Client, shards: Arc<leader::ShardRights>) -> Arc<Self> {
+        Self::build(client, leader::Leadership::always(), Arc::new(clock::SystemClock), Some(shards))
+    }
+
+    fn build(
+        client: Client,
+        leadership: leader::Leadership,
+        clock: Arc<dyn clock::Clock>,
+        shards: Option<Arc<leader::ShardRights>>,
+    ) -> Arc<Self> {
         let reporter = Reporter { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
@@ -128,12 +148,37 @@ impl Context {
             sources: sources::Registry::default(),
             ready_grace: std::sync::atomic::AtomicU64::new(sources::READY_GRACE.as_millis() as u64),
             leadership: Arc::new(leadership),
+            shards,
             epoch: tokio::sync::watch::Sender::new(0),
             workload_clients: std::sync::Mutex::new(HashMap::new()),
             confirming: std::sync::Mutex::new(HashMap::new()),
             reported: std::sync::Mutex::new(HashSet::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The shard of a check (a MachineHealthCheck by its workload cluster, a NodeHealthCheck by
+    /// its name); `None` in sharded mode when the check is not known (nothing is written for it).
+    pub fn shard_of(&self, key: &CheckRef) -> Option<u32> {
+        let count = self.shards.as_ref().map_or(1, |s| s.count());
+        let shard_key = match key {
+            CheckRef::Machine { namespace, name } => {
+                let idx = self.read_index();
+                let cluster = idx.mhcs.get(&(namespace.clone(), name.clone()))?.spec.cluster_name.clone();
+                vigil_engine::shard::machine_check_key(namespace, &cluster)
+            }
+            CheckRef::Node { name } => name.clone(),
+        };
+        Some(vigil_engine::shard::shard_of(&shard_key, count))
+    }
+
+    /// The right to write for `key`: its shard's right in sharded mode, the leader's otherwise.
+    /// Checked before every write of the check (fencing per shard).
+    pub fn right(&self, key: &CheckRef) -> &leader::Leadership {
+        match &self.shards {
+            Some(shards) => shards.right(self.shard_of(key)),
+            None => &self.leadership,
+        }
     }
 
     /// A receiver of the relist epoch, for a new watch.
@@ -350,9 +395,14 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Runs the controller until `shutdown` completes: then no new decision starts, the ones in
 /// flight finish their writes (up to 20 s), and the Lease, if held, is released.
 pub async fn run(client: Client, options: Options, shutdown: impl std::future::Future<Output = ()>) {
-    let leadership =
-        if options.leader.is_some() { leader::Leadership::elected() } else { leader::Leadership::always() };
-    let ctx = Context::with_leadership(client.clone(), leadership);
+    let sharded = options.shards > 1 && options.leader.is_some();
+    let ctx = if sharded {
+        Context::sharded(client.clone(), Arc::new(leader::ShardRights::new(options.shards)))
+    } else {
+        let leadership =
+            if options.leader.is_some() { leader::Leadership::elected() } else { leader::Leadership::always() };
+        Context::with_leadership(client.clone(), leadership)
+    };
     ctx.ready_grace.store(options.ready_grace.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
     ctx.write_index().dry_run = options.dry_run;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -369,7 +419,22 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
                     ctx.scheduler.mark(all);
                 }
             };
-            leader::run(client, lo, leadership, &ctx.metrics, stop, on_elected).await;
+            match ctx.shards.clone() {
+                Some(rights) => {
+                    let on_gained = {
+                        let ctx = ctx.clone();
+                        move |shard: u32| {
+                            // Checks of a shard just won were decided by nobody here: decide them now.
+                            let all = ctx.read_index().all_checks();
+                            let mine: Vec<CheckRef> =
+                                all.into_iter().filter(|k| ctx.shard_of(k) == Some(shard)).collect();
+                            ctx.scheduler.mark(mine);
+                        }
+                    };
+                    leader::run_shards(client, lo, rights, &ctx.metrics, stop, on_gained).await;
+                }
+                None => leader::run(client, lo, leadership, &ctx.metrics, stop, on_elected).await,
+            }
         })
     });
     ctx.metrics.leader(options.leader.is_none());
@@ -391,8 +456,9 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
                         ctx.scheduler.next().await
                     } => key,
                 };
-                if !ctx.leadership.is_leader() {
-                    // Lost the lease while waiting: the check is decided again by whoever leads.
+                if !ctx.leadership.is_leader() || !ctx.right(&key).is_leader() {
+                    // Lost the lease while waiting, or the check's shard is not held here: the
+                    // check is decided by whoever holds its Lease.
                     ctx.scheduler.done(&key);
                     ctx.metrics.leader(false);
                     continue;

@@ -45,6 +45,7 @@ async fn helm_lint_passes_with_defaults_and_with_every_option() -> Result<()> {
             "--set",
             "podDisruptionBudget.enabled=false",
         ],
+        vec!["--set", "shards=6", "--set", "replicas=3"],
     ] {
         let mut args = vec!["lint", "--strict", chart.as_str()];
         args.extend(sets.iter().copied());

@@ -38,6 +38,7 @@ fn options(metrics: SocketAddr) -> Options {
         ready_grace: Duration::from_secs(2),
         leader: None,
         dry_run: false,
+        shards: 1,
     }
 }
 

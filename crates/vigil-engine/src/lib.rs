@@ -22,6 +22,7 @@ pub mod pacing;
 pub mod partial;
 pub mod peers;
 pub mod plan;
+pub mod shard;
 pub mod stale;
 pub mod target;
 

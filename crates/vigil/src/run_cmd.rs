@@ -27,6 +27,18 @@ pub struct Election {
     /// How often the Lease is renewed or looked at.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub retry_period: Duration,
+    /// Split the checks into this many shards, one Lease each (`<lease-name>-shard-<i>`); every
+    /// replica decides and writes the checks of the shards it holds. 1: one leader decides all.
+    #[arg(long, default_value_t = 1, value_parser = parse_shards)]
+    pub shards: u32,
+}
+
+fn parse_shards(text: &str) -> Result<u32, String> {
+    let max = vigil_engine::shard::MAX_SHARDS;
+    match text.parse::<u32>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("invalid value {text:?} for --shards: must be a whole number from 1 to {max}")),
+    }
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -52,6 +64,9 @@ pub fn run(
     election: Election,
 ) -> Result<bool> {
     // Bad flags are refused before anything connects, naming the flag and its value.
+    if election.shards > 1 && !election.leader_elect {
+        return Err(anyhow!("--shards {} needs --leader-elect=true: shards are owned through Leases", election.shards));
+    }
     if election.leader_elect {
         vigil_controller::leader::check_durations(
             election.lease_duration,
@@ -97,7 +112,14 @@ pub fn run(
         } else {
             None
         };
-        let options = vigil_controller::Options { workers, metrics_addr, leader, dry_run, ..Default::default() };
+        let options = vigil_controller::Options {
+            workers,
+            metrics_addr,
+            leader,
+            dry_run,
+            shards: election.shards,
+            ..Default::default()
+        };
         vigil_controller::run(client, options, shutdown_signal()).await;
         Ok(true)
     })
