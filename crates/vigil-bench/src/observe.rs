@@ -64,7 +64,8 @@ fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
 
 fn on_machine(seen: &mut Seen, o: &DynamicObject, now: Timestamp) {
     let Some(name) = o.metadata.name.clone() else { return };
-    if condition(o, "HealthCheckSucceeded").is_some_and(|c| c["status"] == "True") {
+    // A verdict either way: with `--cold-wave`, some Machines' first verdict is False.
+    if condition(o, "HealthCheckSucceeded").is_some_and(|c| c["status"] == "True" || c["status"] == "False") {
         seen.verdicts.insert(name.clone());
     }
     if condition(o, "OwnerRemediated").is_some() {
