@@ -430,7 +430,7 @@ impl Context {
     async fn act(
         &self,
         action: &Action,
-        raw: Option<Arc<Value>>,
+        raw: Option<Arc<str>>,
         remediating: bool,
     ) -> Result<Option<ObjectRef>, WriteError> {
         match action {
@@ -452,12 +452,12 @@ impl Context {
         machine: &ObjectRef,
         version: vigil_api::views::CapiVersion,
         conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
-        raw: Option<Arc<Value>>,
+        raw: Option<Arc<str>>,
         remediating: bool,
     ) -> Result<(), WriteError> {
         let ar = self.resource(&machine.api_version, "Machine").await?;
         let api = self.dynamic(&ar, &machine.namespace);
-        let mut current = raw.map(|r| (*r).clone()).unwrap_or(Value::Null);
+        let mut current = raw.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or(Value::Null);
         for attempt in 0..=CONFLICT_RETRIES {
             let conditions = if attempt == 0 { conditions.to_vec() } else { recomputed(conditions, &current) };
             let patch = machine_status_patch(&current, version, &conditions);

@@ -89,6 +89,7 @@ pub fn remediating_target(key: &CheckRef, action: &Action, job: &Job) -> Option<
             let api_version = job
                 .machines
                 .get(&format!("{namespace}/{name}"))
+                .and_then(|raw| serde_json::from_str::<Value>(raw).ok())
                 .and_then(|v| v.get("apiVersion").and_then(Value::as_str).map(str::to_string))
                 .unwrap_or_default();
             Some(Target::Machine(namespace.to_string(), name.to_string(), api_version))
@@ -127,12 +128,21 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
     let locked: BTreeSet<String> = keys.difference(&locked_elsewhere).cloned().collect();
     let to_read: Vec<&(Target, vigil_engine::target::Target)> =
         keyed.iter().filter(|(_, k)| locked.contains(&k.to_string())).collect();
+    let read_started = std::time::Instant::now();
     let confirmed = read_all(ctx, &key, &to_read).await;
+    let read_took = read_started.elapsed();
     let fresh = {
         let idx = ctx.read_index();
         let about = about(&idx, &keyed, &confirmed);
         gather::job_with_fresh_holders(&idx, &key, ctx.clock.now(), &about)
     };
+    tracing::debug!(
+        check = %key,
+        targets = to_read.len(),
+        read_us = read_took.as_micros() as u64,
+        redecide_us = read_started.elapsed().saturating_sub(read_took).as_micros() as u64,
+        "confirmed"
+    );
     let Some(mut fresh) = fresh else {
         ctx.unlock_targets(&key, &locked);
         return Confirmed::Gone;
@@ -212,31 +222,70 @@ fn about(
 /// Reads a target again from the API server and puts what was read into the indexes.
 async fn refresh(ctx: &Arc<Context>, target: &Target) -> Result<(), String> {
     match target {
-        Target::Node(name) => refresh_node(ctx, LOCAL_CLUSTER, ctx.client.clone(), name).await,
-        Target::Machine(namespace, name, api_version) => {
-            let api_version = if api_version.is_empty() { "cluster.x-k8s.io/v1beta2" } else { api_version };
-            let ar = ctx.resource(api_version, "Machine").await.map_err(|e| e.to_string())?;
-            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, &ar);
-            let machine = api.get_opt(name).await.map_err(|e| format!("get Machine {namespace}/{name}: {e}"))?;
-            let Some(machine) = machine else {
-                ctx.write_index().put_machine_entry(None, Some((namespace.clone(), name.clone())));
-                return Ok(());
-            };
-            let raw = serde_json::to_value(&machine).map_err(|e| e.to_string())?;
-            let view = MachineView::read(&raw);
-            ctx.write_index().put_machine(Some(&raw), None);
-            let Some(view) = view else { return Ok(()) };
-            let Some(node) = view.node_name.clone() else { return Ok(()) };
-            let cluster = machine_cluster(&view);
-            let client = ctx.lock_workload_clients().get(&cluster).cloned();
-            let client = client.ok_or_else(|| format!("workload cluster {cluster} is not connected"))?;
-            refresh_node(ctx, &cluster, client, &node).await
+        Target::Node(name) => {
+            let node = fetch_node(ctx.client.clone(), name).await?;
+            store_node(ctx, LOCAL_CLUSTER, name, node);
+            Ok(())
         }
+        Target::Machine(namespace, name, api_version) => refresh_machine(ctx, namespace, name, api_version).await,
     }
 }
 
-async fn refresh_node(ctx: &Arc<Context>, cluster: &str, client: kube::Client, name: &str) -> Result<(), String> {
-    let node = Api::<WireNode>::all(client).get_opt(name).await.map_err(|e| format!("get Node {name}: {e}"))?;
+/// Reads a Machine again and, at the same time, the Node its cached view names (one round trip,
+/// not two: a wave's confirmations wait on the API server, which is busiest then). When the fresh
+/// Machine names another Node or workload cluster, that Node is read after it.
+async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str, api_version: &str) -> Result<(), String> {
+    let api_version = if api_version.is_empty() { "cluster.x-k8s.io/v1beta2" } else { api_version };
+    let ar = ctx.resource(api_version, "Machine").await.map_err(|e| e.to_string())?;
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, &ar);
+    let cached = node_of(ctx, namespace, name);
+    let read_machine = async { api.get_opt(name).await.map_err(|e| format!("get Machine {namespace}/{name}: {e}")) };
+    let (machine, early) = match &cached {
+        Some((cluster, node, client)) => {
+            let (m, n) = futures::join!(read_machine, fetch_node(client.clone(), node));
+            (m?, Some((cluster.clone(), node.clone(), n)))
+        }
+        None => (read_machine.await?, None),
+    };
+    let Some(machine) = machine else {
+        ctx.write_index().put_machine_entry(None, Some((namespace.to_string(), name.to_string())));
+        return Ok(());
+    };
+    let raw = serde_json::to_value(&machine).map_err(|e| e.to_string())?;
+    let view = MachineView::read(&raw);
+    ctx.write_index().put_machine(Some(&raw), None);
+    let Some(view) = view else { return Ok(()) };
+    let Some(node) = view.node_name.clone() else { return Ok(()) };
+    let cluster = machine_cluster(&view);
+    let node_read = match early {
+        Some((c, n, read)) if c == cluster && n == node => read?,
+        _ => {
+            let client = ctx.lock_workload_clients().get(&cluster).cloned();
+            let client = client.ok_or_else(|| format!("workload cluster {cluster} is not connected"))?;
+            fetch_node(client, &node).await?
+        }
+    };
+    store_node(ctx, &cluster, &node, node_read);
+    Ok(())
+}
+
+/// The workload cluster, Node and client the cached view of a Machine names, if connected.
+fn node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Option<(String, String, kube::Client)> {
+    let (cluster, node) = {
+        let idx = ctx.read_index();
+        let view = &idx.machines.get(namespace)?.get(name)?.view;
+        (machine_cluster(view), view.node_name.clone()?)
+    };
+    let client = ctx.lock_workload_clients().get(&cluster).cloned()?;
+    Some((cluster, node, client))
+}
+
+async fn fetch_node(client: kube::Client, name: &str) -> Result<Option<WireNode>, String> {
+    Api::<WireNode>::all(client).get_opt(name).await.map_err(|e| format!("get Node {name}: {e}"))
+}
+
+/// Puts a Node read again (or its absence) into the indexes.
+fn store_node(ctx: &Arc<Context>, cluster: &str, name: &str, node: Option<WireNode>) {
     let mut idx = ctx.write_index();
     match node {
         Some(n) => {
@@ -247,5 +296,4 @@ async fn refresh_node(ctx: &Arc<Context>, cluster: &str, client: kube::Client, n
             idx.put_node(cluster, None, Some(name.to_string()), ctx.clock.now());
         }
     }
-    Ok(())
 }

@@ -73,8 +73,9 @@ pub struct Job {
     pub plan: Plan<CheckStatus>,
     /// The check's status as stored when it was decided (JSON), to send only what changed.
     pub current: Option<Value>,
-    /// Current (slim) JSON of the Machines the actions patch, by `namespace/name`.
-    pub machines: HashMap<String, Arc<Value>>,
+    /// Current (slim) JSON text of the Machines the actions patch, by `namespace/name`: parsed
+    /// only by the write that needs it, so a cold start's 2 000-Machine plan holds no trees.
+    pub machines: HashMap<String, Arc<str>>,
     /// Watches the check needs.
     pub needs: BTreeSet<Need>,
     /// UID of the check, for events.
@@ -420,8 +421,8 @@ fn mhc_expiries(
     expiries
 }
 
-/// The current JSON of each Machine whose conditions the actions set, by `namespace/name`.
-fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, Arc<Value>> {
+/// The current JSON text of each Machine whose conditions the actions set, by `namespace/name`.
+fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, Arc<str>> {
     actions
         .iter()
         .filter_map(|a| match a {
@@ -429,7 +430,7 @@ fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, Arc<Valu
                 .machines
                 .get(&machine.namespace)
                 .and_then(|ms| ms.get(&machine.name))
-                .map(|e| (format!("{}/{}", machine.namespace, machine.name), Arc::new(e.raw_value()))),
+                .map(|e| (format!("{}/{}", machine.namespace, machine.name), e.raw.clone())),
             _ => None,
         })
         .collect()

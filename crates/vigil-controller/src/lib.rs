@@ -291,7 +291,8 @@ impl Context {
             self.metrics.forget_check(key);
             return;
         };
-        self.metrics.decided(started.elapsed().as_secs_f64());
+        let decided_at = started.elapsed();
+        self.metrics.decided(decided_at.as_secs_f64());
         for need in job.needs.clone() {
             watch::ensure(self, need).await;
         }
@@ -305,6 +306,7 @@ impl Context {
                 return;
             }
         };
+        let confirmed_at = started.elapsed();
         self.metrics.check(key, &job.gauges());
         let next_wake = job.plan.next_wake;
         let again = job.again;
@@ -352,7 +354,13 @@ impl Context {
                 self.scheduler.wake_at(key, at);
             }
         }
-        debug!(check = %key, elapsed_ms = started.elapsed().as_millis() as u64, "decided");
+        debug!(
+            check = %key,
+            decide_us = decided_at.as_micros() as u64,
+            confirm_us = confirmed_at.saturating_sub(decided_at).as_micros() as u64,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "decided"
+        );
     }
 
     /// Tells each holding check, with an event, that another check waits for its target.
