@@ -3,69 +3,17 @@
 //! released on SIGTERM. Counts what a user would count: remediations missed and duplicated, the
 //! time until the standby leads, and (from the audit log) writes of a deposed replica.
 
+mod support;
+
 use jiff::Timestamp;
-use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::Api;
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
+use support::{
+    LEASE, LEASE_NS, MEDIK8S, RENEW_DEADLINE, RETRY, Replica, Result, WAIT, anyhow_msg, install_basics,
+    objects_per_node, remediated, set_ready, set_ready_since, tempfile_dir,
+};
 use vigil_testenv::{AUDITED_USER, Identity, LIMITED_USER, TestEnv, wait_for};
-
-type Result<T> = std::result::Result<T, vigil_testenv::Error>;
-
-const LEASE_NS: &str = "vigil-system";
-const MEDIK8S: &str = "medik8s";
-/// Short durations for the test (the defaults are 15 s / 10 s / 2 s).
-const LEASE: Duration = Duration::from_secs(4);
-const RENEW_DEADLINE: Duration = Duration::from_secs(3);
-const RETRY: Duration = Duration::from_secs(1);
-const WAIT: Duration = Duration::from_secs(40);
-
-struct Replica {
-    name: &'static str,
-    child: tokio::process::Child,
-}
-
-impl Replica {
-    async fn start(
-        env: &TestEnv,
-        name: &'static str,
-        who: Identity,
-        server: &str,
-        dir: &std::path::Path,
-    ) -> Result<Replica> {
-        let kubeconfig = dir.join(format!("{name}.kubeconfig"));
-        std::fs::write(&kubeconfig, env.kubeconfig_yaml_at(server, who)?)?;
-        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .args(["run", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args(["--workers", "2", "--lease-namespace", LEASE_NS])
-            .args(["--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s"])
-            .env("POD_NAME", name)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()?;
-        Ok(Replica { name, child })
-    }
-
-    fn signal(&self, signal: rustix::process::Signal) -> Result<()> {
-        let pid = self
-            .child
-            .id()
-            .and_then(|p| i32::try_from(p).ok())
-            .and_then(rustix::process::Pid::from_raw)
-            .ok_or_else(|| anyhow_msg(format!("{} is not running", self.name)))?;
-        rustix::process::kill_process(pid, signal).map_err(|e| anyhow_msg(format!("signal {}: {e}", self.name)))
-    }
-}
-
-fn anyhow_msg(m: String) -> vigil_testenv::Error {
-    vigil_testenv::Error::msg(m)
-}
 
 async fn holder(env: &TestEnv) -> Result<Option<String>> {
     let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(env.client(), LEASE_NS);
@@ -76,53 +24,6 @@ async fn wait_holder(env: &TestEnv, name: &str, limit: Duration) -> Result<Durat
     let since = Instant::now();
     wait_for(&format!("{name} to hold the Lease"), limit, || async {
         Ok((holder(env).await?.as_deref() == Some(name)).then(|| since.elapsed()))
-    })
-    .await
-}
-
-fn secs_ago(s: i64) -> String {
-    let t = Timestamp::now() - jiff::SignedDuration::from_secs(s);
-    Timestamp::from_second(t.as_second()).map(|t| t.to_string()).unwrap_or_default()
-}
-
-async fn set_ready(env: &TestEnv, node: &str, status: &str) -> Result<()> {
-    set_ready_since(env, node, status, 60).await
-}
-
-async fn set_ready_since(env: &TestEnv, node: &str, status: &str, secs: i64) -> Result<()> {
-    env.apply_status(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
-        "status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test", "message": "",
-                   "lastHeartbeatTime": Timestamp::now().to_string(), "lastTransitionTime": secs_ago(secs)}]}}))
-        .await?;
-    Ok(())
-}
-
-/// Remediation objects per Node (generateName: a duplicate would be a second object).
-async fn objects_per_node(env: &TestEnv) -> Result<std::collections::BTreeMap<String, usize>> {
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "self-node-remediation.medik8s.io",
-        "v1alpha1",
-        "SelfNodeRemediation",
-    ));
-    let api: Api<DynamicObject> = Api::namespaced_with(env.client(), MEDIK8S, &ar);
-    let mut out = std::collections::BTreeMap::new();
-    for o in api.list(&Default::default()).await?.items {
-        let node = o
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("remediation.medik8s.io/node-name"))
-            .cloned()
-            .unwrap_or_default();
-        *out.entry(node).or_insert(0) += 1;
-    }
-    Ok(out)
-}
-
-async fn remediated(env: &TestEnv, nodes: &[&str]) -> Result<()> {
-    wait_for(&format!("{nodes:?} remediated"), WAIT, || async {
-        let per = objects_per_node(env).await?;
-        Ok(nodes.iter().all(|n| per.get(*n).copied().unwrap_or(0) > 0).then_some(()))
     })
     .await
 }
@@ -150,15 +51,7 @@ fn writes_after(env: &TestEnv, user: &str, after: Timestamp) -> Result<Vec<Strin
 }
 
 async fn setup(env: &TestEnv) -> Result<()> {
-    env.install_upstream_crds().await?;
-    let ours = vigil_api::crd::files().map_err(|e| anyhow_msg(e.to_string()))?;
-    let docs: Vec<Value> = ours
-        .iter()
-        .map(|f| serde_saphyr::from_str::<Value>(&f.text))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| anyhow_msg(e.to_string()))?;
-    env.install_crds(&docs).await?;
-    env.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NS}})).await?;
+    install_basics(env).await?;
     // The second replica runs as the limited user, made cluster-admin, so the audit log tells
     // the two replicas apart.
     env.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -171,11 +64,6 @@ async fn setup(env: &TestEnv) -> Result<()> {
             .await?;
         set_ready(env, &format!("w{i}"), "True").await?;
     }
-    env.apply(json!({"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate",
-        "metadata": {"name": "reboot", "namespace": MEDIK8S,
-                     "annotations": {"remediation.medik8s.io/multiple-templates-support": "true"}},
-        "spec": {"template": {"spec": {"remediationStrategy": "Automatic"}}}}))
-        .await?;
     env.apply(json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
         "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1,
                  "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
@@ -189,12 +77,12 @@ async fn setup(env: &TestEnv) -> Result<()> {
 async fn the_standby_takes_over_a_killed_leader_mid_wave_and_a_partitioned_leader_writes_nothing() -> Result<()> {
     let env = TestEnv::start().await?;
     setup(&env).await?;
-    let dir = tempfile_dir()?;
+    let dir = tempfile_dir("vigil-failover")?;
     // Replica b reaches the API server through a proxy the test can partition.
     let proxy = env.proxy().await?;
-    let mut a = Replica::start(&env, "a", Identity::Audited, env.server_url(), &dir).await?;
+    let mut a = Replica::start(&env, "a", Identity::Audited, env.server_url(), &dir, &[]).await?;
     wait_holder(&env, "a", WAIT).await?;
-    let b = Replica::start(&env, "b", Identity::Limited, &proxy.url(), &dir).await?;
+    let b = Replica::start(&env, "b", Identity::Limited, &proxy.url(), &dir, &[]).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(holder(&env).await?.as_deref(), Some("a"), "the standby does not take a held Lease");
 
@@ -217,7 +105,7 @@ async fn the_standby_takes_over_a_killed_leader_mid_wave_and_a_partitioned_leade
     // The leader is cut off by a partition while a Node's timeout runs out: it cannot renew, it
     // still decides from its cache, and whatever it sends arrives when the partition heals. A new
     // replica takes over; the old one must have stopped writing at its renew deadline.
-    let mut a2 = Replica::start(&env, "a2", Identity::Audited, env.server_url(), &dir).await?;
+    let mut a2 = Replica::start(&env, "a2", Identity::Audited, env.server_url(), &dir, &[]).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     set_ready_since(&env, "w5", "False", 0).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -256,10 +144,4 @@ async fn the_standby_takes_over_a_killed_leader_mid_wave_and_a_partitioned_leade
     assert!(!writes_after(&env, AUDITED_USER, Timestamp::now() - jiff::SignedDuration::from_secs(3600))?.is_empty());
     drop(b);
     Ok(())
-}
-
-fn tempfile_dir() -> Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("vigil-failover-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
