@@ -210,14 +210,27 @@ impl Context {
     pub async fn apply(self: &Arc<Self>, mut job: crate::gather::Job) -> Result<(), WriteError> {
         let started = self.clock.instant();
         let key = job.key.clone();
-        let results = self.write_actions(&job).await;
+        // Only a created object can be left out of the status (`partial::leave_out`); a plan that
+        // creates none has its status fixed already, so it is sent with the actions, not after
+        // them: a wave's next decision of this check waits one round trip less.
+        let status_fixed = !job.plan.actions.iter().any(|a| matches!(a, Action::CreateRemediation { .. }));
+        let (results, early_status) = if status_fixed {
+            let (results, status) = futures::join!(self.write_actions(&job), self.bounded_status(&job));
+            (results, Some(status))
+        } else {
+            (self.write_actions(&job).await, None)
+        };
         let Outcome { failed, notices, mut first_error } = self.account(&job, results).await;
         if !failed.is_empty() {
             job.leave_out(&failed);
         }
         // The plan's own notices (less the requests that failed) come before what the writes told.
         let notices: Vec<Notice> = std::mem::take(&mut job.plan.notices).into_iter().chain(notices).collect();
-        if let Err(e) = bounded(self.right(&key), || format!("status of {key}"), self.write_status(&job)).await {
+        let status = match early_status {
+            Some(status) => status,
+            None => self.bounded_status(&job).await,
+        };
+        if let Err(e) = status {
             warn!(check = %key, error = %e, category = e.category(), "status not written");
             self.metrics.write_error(e.category());
             first_error.get_or_insert(e);
@@ -333,6 +346,12 @@ impl Context {
         }
         out.failed.push(action);
         out.first_error.get_or_insert(e);
+    }
+
+    /// [`Self::write_status`], fenced and bounded like every write.
+    async fn bounded_status(&self, job: &crate::gather::Job) -> Result<(), WriteError> {
+        let key = &job.key;
+        bounded(self.right(key), || format!("status of {key}"), self.write_status(job)).await
     }
 
     /// Writes the check's status when the plan changed it (merge patch on the status subresource).
