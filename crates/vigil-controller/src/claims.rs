@@ -12,9 +12,10 @@ use vigil_api::views::{MachineView, RemediationView};
 use vigil_api::{MachineHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource, Fresh};
 use vigil_engine::concerns::group_of;
+use vigil_engine::cross_shard;
 use vigil_engine::holders::{Claim, Holders};
 use vigil_engine::peers::MhcPeers;
-use vigil_engine::target::{CheckRef, Target};
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
 
 /// The valid MachineHealthChecks of a namespace with their policies (who may own a Machine's
 /// conditions: [`vigil_engine::peers`]), as validated when the index stored them.
@@ -46,19 +47,78 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
 /// Who holds which target: `key`'s own claims derived now and the others' as cached after their
 /// last decision; with `fresh`, the others' claims about those targets derived now instead
 /// ([`assemble::holders`]).
+/// With more than one shard, a target `key` selects that checks of different shards select too
+/// is left to the first of them ([`cross_shard`]).
 pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
     let mut memo = PeersMemo::default();
     let own = claims_within(idx, key, None, &mut memo).unwrap_or_default();
     let cached = idx.claims.iter().map(|(k, c)| (k, c.as_slice()));
-    let Some(about) = fresh else { return assemble::holders(Some(key), own, cached, None) };
-    let scope = Scope::of(idx, about);
-    let mut rederived = Fresh::about(about);
-    for other in idx.all_checks().into_iter().filter(|o| o != key) {
-        if let Some(claims) = claims_within(idx, &other, Some(&scope), &mut memo) {
-            rederived.insert(other, claims);
+    let holders = match fresh {
+        None => assemble::holders(Some(key), own, cached, None),
+        Some(about) => {
+            let scope = Scope::of(idx, about);
+            let mut rederived = Fresh::about(about);
+            for other in idx.all_checks().into_iter().filter(|o| o != key) {
+                if let Some(claims) = claims_within(idx, &other, Some(&scope), &mut memo) {
+                    rederived.insert(other, claims);
+                }
+            }
+            assemble::holders(Some(key), own, cached, Some(&rederived))
+        }
+    };
+    if idx.shards <= 1 {
+        return holders;
+    }
+    cross_shard::leave_to_first(holders, idx.shards, &selections(idx, key))
+}
+
+/// The targets check `key` selects, each with every check selecting it and that check's shard
+/// (read from specs and labels only, so every replica finds the same). An invalid check selects
+/// nothing (it never remediates); a check being deleted still selects (another replica may not
+/// have seen the deletion yet).
+fn selections(idx: &Index, key: &CheckRef) -> BTreeMap<Target, cross_shard::Selecting> {
+    let mine = selected_by(idx, key, None);
+    if mine.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut out: BTreeMap<Target, cross_shard::Selecting> = BTreeMap::new();
+    for check in idx.all_checks() {
+        let Some(shard) = idx.shard_of(&check) else { continue };
+        for target in selected_by(idx, &check, Some(&mine)) {
+            out.entry(target).or_default().push((check.clone(), shard));
         }
     }
-    assemble::holders(Some(key), own, cached, Some(&rederived))
+    out
+}
+
+/// The targets `check` selects (within `among` when given): a NodeHealthCheck's Nodes of the
+/// local cluster its selector matches, a MachineHealthCheck's target Machines as their Nodes.
+fn selected_by(idx: &Index, check: &CheckRef, among: Option<&BTreeSet<Target>>) -> BTreeSet<Target> {
+    let within = |t: &Target| among.is_none_or(|a| a.contains(t));
+    match check {
+        CheckRef::Node { name } => {
+            let (Some(Ok(policy)), Some(cache)) = (idx.nhc_policy(name), idx.nodes.get(LOCAL_CLUSTER)) else {
+                return BTreeSet::new();
+            };
+            let matches = |node: &k8s_openapi::api::core::v1::Node| policy.selector.matches(node.metadata.labels.as_ref());
+            match among {
+                Some(a) => assemble::local_nodes(a)
+                    .into_iter()
+                    .filter(|n| cache.nodes.get(*n).is_some_and(|node| matches(node)))
+                    .map(Target::local_node)
+                    .collect(),
+                None => cache.nodes.iter().filter(|(_, node)| matches(node)).map(|(n, _)| Target::local_node(n)).collect(),
+            }
+        }
+        CheckRef::Machine { namespace: ns, name: n } => {
+            let Some(Ok(policy)) = idx.mhc_policy_of(&(ns.clone(), n.clone())) else { return BTreeSet::new() };
+            let cluster = node_cluster(idx, ns, &policy.cluster_name);
+            if among.is_some_and(|a| !assemble::mhc_can_hold(a, ns, &cluster)) {
+                return BTreeSet::new();
+            }
+            idx.mhc_machines(ns, n).into_iter().map(|m| Target::of_machine(&cluster, m)).filter(within).collect()
+        }
+    }
 }
 
 /// What a confirming decision derives claims about: its targets, and the Machines that can
