@@ -100,14 +100,17 @@ fn selected_by(idx: &Index, check: &CheckRef, among: Option<&BTreeSet<Target>>) 
             let (Some(Ok(policy)), Some(cache)) = (idx.nhc_policy(name), idx.nodes.get(LOCAL_CLUSTER)) else {
                 return BTreeSet::new();
             };
-            let matches = |node: &k8s_openapi::api::core::v1::Node| policy.selector.matches(node.metadata.labels.as_ref());
+            let matches =
+                |node: &k8s_openapi::api::core::v1::Node| policy.selector.matches(node.metadata.labels.as_ref());
             match among {
                 Some(a) => assemble::local_nodes(a)
                     .into_iter()
                     .filter(|n| cache.nodes.get(*n).is_some_and(|node| matches(node)))
                     .map(Target::local_node)
                     .collect(),
-                None => cache.nodes.iter().filter(|(_, node)| matches(node)).map(|(n, _)| Target::local_node(n)).collect(),
+                None => {
+                    cache.nodes.iter().filter(|(_, node)| matches(node)).map(|(n, _)| Target::local_node(n)).collect()
+                }
             }
         }
         CheckRef::Machine { namespace: ns, name: n } => {
@@ -446,5 +449,65 @@ mod scoped_claims {
         assert!(
             !claims_of(&idx, &CheckRef::Machine { namespace: "default".into(), name: "workers".into() }).is_empty()
         );
+    }
+
+    /// The smallest shard count above 1 at which `a` and `b` are (`apart`) or are not in
+    /// different shards.
+    fn shards_where(a: &str, b: &str, apart: bool) -> u32 {
+        use vigil_engine::shard::shard_of;
+        (2..64).find(|n| (shard_of(a, *n) != shard_of(b, *n)) == apart).expect("some shard count")
+    }
+
+    #[test]
+    fn checks_in_different_shards_leave_a_target_both_select_to_the_first() {
+        let mut idx = self_hosted();
+        // Only the NodeHealthChecks: nobody holds w-2 (the MachineHealthCheck's request is gone).
+        idx.mhcs.clear();
+        let now = at("2030-01-01T00:00:10Z");
+        let (reboot, fence) = (CheckRef::Node { name: "reboot".into() }, CheckRef::Node { name: "fence".into() });
+        let cases = [
+            (
+                "different shards: fence, first by name, starts; reboot waits",
+                shards_where("fence", "reboot", true),
+                false,
+            ),
+            ("same shard: first come", shards_where("fence", "reboot", false), true),
+            ("one shard", 1, true),
+        ];
+        for (what, shards, reboot_starts) in cases {
+            idx.shards = shards;
+            assert_eq!(creates_for(&job(&idx, &fence, now).expect("decided")), ["w-2"], "{what}");
+            let plan = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
+            let want: &[&str] = if reboot_starts { &["w-2"] } else { &[] };
+            assert_eq!(creates_for(&plan), want, "{what}");
+            let told: Vec<&CheckRef> = plan.plan.held_elsewhere.iter().map(|h| &h.holder).collect();
+            assert_eq!(told.is_empty(), reboot_starts, "{what}: {told:?}");
+        }
+    }
+
+    #[test]
+    fn the_checks_selecting_a_target_are_read_from_specs_and_labels() {
+        let mut idx = self_hosted();
+        idx.shards = 6;
+        let reboot = CheckRef::Node { name: "reboot".into() };
+        let workers = CheckRef::Machine { namespace: "default".into(), name: "workers".into() };
+        let fence = CheckRef::Node { name: "fence".into() };
+        let found = selections(&idx, &reboot);
+        let names = |t: &str| -> Vec<CheckRef> {
+            let mut v: Vec<CheckRef> =
+                found.get(&Target::local_node(t)).into_iter().flatten().map(|(c, _)| c.clone()).collect();
+            v.sort();
+            v
+        };
+        // The self-hosted MachineHealthCheck selects w-2 through Machine m-2; the one of cluster
+        // `other/far` selects nothing here.
+        assert_eq!(names("w-2"), [workers.clone(), fence.clone(), reboot.clone()]);
+        assert_eq!(names("w-1"), [fence.clone(), reboot.clone()]);
+        assert_eq!(found.len(), 3, "{found:?}");
+        for (check, shard) in found.values().flatten() {
+            assert_eq!(Some(*shard), idx.shard_of(check), "{check}");
+        }
+        // A Machine check's own selection: its Machines' Nodes, the others selecting them too.
+        assert_eq!(selections(&idx, &workers).keys().collect::<Vec<_>>().first(), Some(&&Target::local_node("w-2")));
     }
 }
