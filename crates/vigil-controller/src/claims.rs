@@ -108,9 +108,13 @@ fn selected_by(idx: &Index, check: &CheckRef, among: Option<&BTreeSet<Target>>) 
                     .filter(|n| cache.nodes.get(*n).is_some_and(|node| matches(node)))
                     .map(Target::local_node)
                     .collect(),
-                None => {
-                    cache.nodes.iter().filter(|(_, node)| matches(node)).map(|(n, _)| Target::local_node(n)).collect()
-                }
+                // The Nodes the index keeps for the check's decisions (selected or control plane).
+                None => idx
+                    .nhc_decision_nodes(name, std::iter::empty())
+                    .into_iter()
+                    .filter(|node| matches(node))
+                    .filter_map(|node| node.metadata.name.as_deref().map(Target::local_node))
+                    .collect(),
             }
         }
         CheckRef::Machine { namespace: ns, name: n } => {
