@@ -63,7 +63,9 @@ mod tests {
     #[test]
     fn who_may_start_table() {
         let (a, b, c) = (nhc("a"), nhc("b"), nhc("c"));
-        let table: Vec<(u32, Vec<(CheckRef, u32)>, Option<CheckRef>, &str)> = vec![
+        /// (shards, the checks selecting a target with their shards, who may start, why)
+        type Row = (u32, Selecting, Option<CheckRef>, &'static str);
+        let table: Vec<Row> = vec![
             (6, vec![(b.clone(), 1), (a.clone(), 0)], Some(a.clone()), "different shards: the first in order"),
             (6, vec![(a.clone(), 3), (b.clone(), 0)], Some(a.clone()), "the order is the checks', not the shards'"),
             (6, vec![(a.clone(), 2), (b.clone(), 2)], None, "same shard: first come, by claims"),
