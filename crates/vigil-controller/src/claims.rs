@@ -12,9 +12,10 @@ use vigil_api::views::{MachineView, RemediationView};
 use vigil_api::{MachineHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource, Fresh};
 use vigil_engine::concerns::group_of;
+use vigil_engine::cross_shard;
 use vigil_engine::holders::{Claim, Holders};
 use vigil_engine::peers::MhcPeers;
-use vigil_engine::target::{CheckRef, Target};
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
 
 /// The valid MachineHealthChecks of a namespace with their policies (who may own a Machine's
 /// conditions: [`vigil_engine::peers`]), as validated when the index stored them.
@@ -46,19 +47,85 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
 /// Who holds which target: `key`'s own claims derived now and the others' as cached after their
 /// last decision; with `fresh`, the others' claims about those targets derived now instead
 /// ([`assemble::holders`]).
+/// With more than one shard, a target `key` selects that checks of different shards select too
+/// is left to the first of them ([`cross_shard`]).
 pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
     let mut memo = PeersMemo::default();
     let own = claims_within(idx, key, None, &mut memo).unwrap_or_default();
     let cached = idx.claims.iter().map(|(k, c)| (k, c.as_slice()));
-    let Some(about) = fresh else { return assemble::holders(Some(key), own, cached, None) };
-    let scope = Scope::of(idx, about);
-    let mut rederived = Fresh::about(about);
-    for other in idx.all_checks().into_iter().filter(|o| o != key) {
-        if let Some(claims) = claims_within(idx, &other, Some(&scope), &mut memo) {
-            rederived.insert(other, claims);
+    let holders = match fresh {
+        None => assemble::holders(Some(key), own, cached, None),
+        Some(about) => {
+            let scope = Scope::of(idx, about);
+            let mut rederived = Fresh::about(about);
+            for other in idx.all_checks().into_iter().filter(|o| o != key) {
+                if let Some(claims) = claims_within(idx, &other, Some(&scope), &mut memo) {
+                    rederived.insert(other, claims);
+                }
+            }
+            assemble::holders(Some(key), own, cached, Some(&rederived))
+        }
+    };
+    if idx.shards <= 1 {
+        return holders;
+    }
+    cross_shard::leave_to_first(holders, idx.shards, &selections(idx, key))
+}
+
+/// The targets check `key` selects, each with every check selecting it and that check's shard
+/// (read from specs and labels only, so every replica finds the same). An invalid check selects
+/// nothing (it never remediates); a check being deleted still selects (another replica may not
+/// have seen the deletion yet).
+fn selections(idx: &Index, key: &CheckRef) -> BTreeMap<Target, cross_shard::Selecting> {
+    let mine = selected_by(idx, key, None);
+    if mine.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut out: BTreeMap<Target, cross_shard::Selecting> = BTreeMap::new();
+    for check in idx.all_checks() {
+        let Some(shard) = idx.shard_of(&check) else { continue };
+        for target in selected_by(idx, &check, Some(&mine)) {
+            out.entry(target).or_default().push((check.clone(), shard));
         }
     }
-    assemble::holders(Some(key), own, cached, Some(&rederived))
+    out
+}
+
+/// The targets `check` selects (within `among` when given): a NodeHealthCheck's Nodes of the
+/// local cluster its selector matches, a MachineHealthCheck's target Machines as their Nodes.
+fn selected_by(idx: &Index, check: &CheckRef, among: Option<&BTreeSet<Target>>) -> BTreeSet<Target> {
+    let within = |t: &Target| among.is_none_or(|a| a.contains(t));
+    match check {
+        CheckRef::Node { name } => {
+            let (Some(Ok(policy)), Some(cache)) = (idx.nhc_policy(name), idx.nodes.get(LOCAL_CLUSTER)) else {
+                return BTreeSet::new();
+            };
+            let matches =
+                |node: &k8s_openapi::api::core::v1::Node| policy.selector.matches(node.metadata.labels.as_ref());
+            match among {
+                Some(a) => assemble::local_nodes(a)
+                    .into_iter()
+                    .filter(|n| cache.nodes.get(*n).is_some_and(|node| matches(node)))
+                    .map(Target::local_node)
+                    .collect(),
+                // The Nodes the index keeps for the check's decisions (selected or control plane).
+                None => idx
+                    .nhc_decision_nodes(name, std::iter::empty())
+                    .into_iter()
+                    .filter(|node| matches(node))
+                    .filter_map(|node| node.metadata.name.as_deref().map(Target::local_node))
+                    .collect(),
+            }
+        }
+        CheckRef::Machine { namespace: ns, name: n } => {
+            let Some(Ok(policy)) = idx.mhc_policy_of(&(ns.clone(), n.clone())) else { return BTreeSet::new() };
+            let cluster = node_cluster(idx, ns, &policy.cluster_name);
+            if among.is_some_and(|a| !assemble::mhc_can_hold(a, ns, &cluster)) {
+                return BTreeSet::new();
+            }
+            idx.mhc_machines(ns, n).into_iter().map(|m| Target::of_machine(&cluster, m)).filter(within).collect()
+        }
+    }
 }
 
 /// What a confirming decision derives claims about: its targets, and the Machines that can
@@ -386,5 +453,65 @@ mod scoped_claims {
         assert!(
             !claims_of(&idx, &CheckRef::Machine { namespace: "default".into(), name: "workers".into() }).is_empty()
         );
+    }
+
+    /// The smallest shard count above 1 at which `a` and `b` are (`apart`) or are not in
+    /// different shards.
+    fn shards_where(a: &str, b: &str, apart: bool) -> u32 {
+        use vigil_engine::shard::shard_of;
+        (2..64).find(|n| (shard_of(a, *n) != shard_of(b, *n)) == apart).expect("some shard count")
+    }
+
+    #[test]
+    fn checks_in_different_shards_leave_a_target_both_select_to_the_first() {
+        let mut idx = self_hosted();
+        // Only the NodeHealthChecks: nobody holds w-2 (the MachineHealthCheck's request is gone).
+        idx.mhcs.clear();
+        let now = at("2030-01-01T00:00:10Z");
+        let (reboot, fence) = (CheckRef::Node { name: "reboot".into() }, CheckRef::Node { name: "fence".into() });
+        let cases = [
+            (
+                "different shards: fence, first by name, starts; reboot waits",
+                shards_where("fence", "reboot", true),
+                false,
+            ),
+            ("same shard: first come", shards_where("fence", "reboot", false), true),
+            ("one shard", 1, true),
+        ];
+        for (what, shards, reboot_starts) in cases {
+            idx.shards = shards;
+            assert_eq!(creates_for(&job(&idx, &fence, now).expect("decided")), ["w-2"], "{what}");
+            let plan = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
+            let want: &[&str] = if reboot_starts { &["w-2"] } else { &[] };
+            assert_eq!(creates_for(&plan), want, "{what}");
+            let told: Vec<&CheckRef> = plan.plan.held_elsewhere.iter().map(|h| &h.holder).collect();
+            assert_eq!(told.is_empty(), reboot_starts, "{what}: {told:?}");
+        }
+    }
+
+    #[test]
+    fn the_checks_selecting_a_target_are_read_from_specs_and_labels() {
+        let mut idx = self_hosted();
+        idx.shards = 6;
+        let reboot = CheckRef::Node { name: "reboot".into() };
+        let workers = CheckRef::Machine { namespace: "default".into(), name: "workers".into() };
+        let fence = CheckRef::Node { name: "fence".into() };
+        let found = selections(&idx, &reboot);
+        let names = |t: &str| -> Vec<CheckRef> {
+            let mut v: Vec<CheckRef> =
+                found.get(&Target::local_node(t)).into_iter().flatten().map(|(c, _)| c.clone()).collect();
+            v.sort();
+            v
+        };
+        // The self-hosted MachineHealthCheck selects w-2 through Machine m-2; the one of cluster
+        // `other/far` selects nothing here.
+        assert_eq!(names("w-2"), [workers.clone(), fence.clone(), reboot.clone()]);
+        assert_eq!(names("w-1"), [fence.clone(), reboot.clone()]);
+        assert_eq!(found.len(), 3, "{found:?}");
+        for (check, shard) in found.values().flatten() {
+            assert_eq!(Some(*shard), idx.shard_of(check), "{check}");
+        }
+        // A Machine check's own selection: its Machines' Nodes, the others selecting them too.
+        assert_eq!(selections(&idx, &workers).keys().collect::<Vec<_>>().first(), Some(&&Target::local_node("w-2")));
     }
 }

@@ -81,6 +81,9 @@ pub type GroupKind = (String, String);
 pub struct Index {
     /// `vigil run --dry-run`: every check is decided in dry-run, whatever its spec says.
     pub dry_run: bool,
+    /// `vigil run --shards N` (0 and 1: one shard): with more, a target selected by checks of
+    /// different shards is left to the first of them (`vigil_engine::cross_shard`).
+    pub shards: u32,
     /// MachineHealthChecks by (namespace, name).
     pub mhcs: BTreeMap<(String, String), Arc<MachineHealthCheck>>,
     /// NodeHealthChecks by name.
@@ -299,6 +302,24 @@ impl Index {
             let policy = entry.policy.take();
             *entry = NhcNodes::of(policy, cache);
         }
+    }
+
+    /// An empty index for a controller running `shards` shards.
+    pub fn with_shards(shards: u32) -> Self {
+        Index { shards, ..Index::default() }
+    }
+
+    /// The shard of a check among [`Index::shards`] (a MachineHealthCheck by its workload
+    /// cluster, a NodeHealthCheck by its name); `None` for a MachineHealthCheck not stored.
+    pub fn shard_of(&self, key: &CheckRef) -> Option<u32> {
+        let shard_key = match key {
+            CheckRef::Machine { namespace, name } => {
+                let cluster = &self.mhcs.get(&(namespace.clone(), name.clone()))?.spec.cluster_name;
+                vigil_engine::shard::machine_check_key(namespace, cluster)
+            }
+            CheckRef::Node { name } => name.clone(),
+        };
+        Some(vigil_engine::shard::shard_of(&shard_key, self.shards))
     }
 
     /// Every check.

@@ -139,7 +139,7 @@ impl Context {
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            index: RwLock::new(Index::default()),
+            index: RwLock::new(Index::with_shards(shards.as_ref().map_or(1, |s| s.count()))),
             scheduler: scheduler::Scheduler::with_clock(clock.clone()),
             clock,
             resources: tokio::sync::Mutex::new(HashMap::new()),
@@ -160,16 +160,7 @@ impl Context {
     /// The shard of a check (a MachineHealthCheck by its workload cluster, a NodeHealthCheck by
     /// its name); `None` in sharded mode when the check is not known (nothing is written for it).
     pub fn shard_of(&self, key: &CheckRef) -> Option<u32> {
-        let count = self.shards.as_ref().map_or(1, |s| s.count());
-        let shard_key = match key {
-            CheckRef::Machine { namespace, name } => {
-                let idx = self.read_index();
-                let cluster = idx.mhcs.get(&(namespace.clone(), name.clone()))?.spec.cluster_name.clone();
-                vigil_engine::shard::machine_check_key(namespace, &cluster)
-            }
-            CheckRef::Node { name } => name.clone(),
-        };
-        Some(vigil_engine::shard::shard_of(&shard_key, count))
+        self.read_index().shard_of(key)
     }
 
     /// The right to write for `key`: its shard's right in sharded mode, the leader's otherwise.

@@ -65,6 +65,9 @@ pub struct Holder {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Holders {
     by_target: BTreeMap<Target, Holder>,
+    /// Targets held only because the cross-shard rule leaves them to their holder
+    /// ([`crate::cross_shard`]): nobody has started on them yet.
+    left_to: std::collections::BTreeSet<Target>,
 }
 
 /// Orders claims: known start first, earliest first, then by check identity.
@@ -99,7 +102,21 @@ impl Holders {
                 Some((target, Holder { check, since, also: it.map(|(c, _)| c).collect() }))
             })
             .collect();
-        Holders { by_target }
+        Holders { by_target, left_to: Default::default() }
+    }
+
+    /// Leaves `target` to `check` when nobody holds it yet (a started remediation keeps its
+    /// holder: the cross-shard rule only decides who may start, [`crate::cross_shard`]).
+    pub(crate) fn leave_to(&mut self, target: Target, check: CheckRef) {
+        if let std::collections::btree_map::Entry::Vacant(e) = self.by_target.entry(target.clone()) {
+            e.insert(Holder { check, since: None, also: Vec::new() });
+            self.left_to.insert(target);
+        }
+    }
+
+    /// Whether `target`'s holder holds it only by the cross-shard rule (has not started on it).
+    pub fn is_left_to_holder(&self, target: &Target) -> bool {
+        self.left_to.contains(target)
     }
 
     /// The holder of `target`, if any check holds it.
@@ -271,8 +288,19 @@ impl Waits {
 
     /// Records that `notice_target` (standing for `target`) waits for `holder`; returns the skip
     /// notice for the waiting check when the wait is news.
-    pub(crate) fn wait(&mut self, notice_target: &str, target: &Target, holder: &Holder) -> Option<Notice> {
-        let phrase = format!("{target} is being remediated by {}", holder.check);
+    /// `left_to`: the holder has not started, the cross-shard rule leaves the target to it.
+    pub(crate) fn wait(
+        &mut self,
+        notice_target: &str,
+        target: &Target,
+        holder: &Holder,
+        left_to: bool,
+    ) -> Option<Notice> {
+        let phrase = if left_to {
+            format!("{target} is left to {}, the first of the checks in different shards selecting it", holder.check)
+        } else {
+            format!("{target} is being remediated by {}", holder.check)
+        };
         let news = !self.previous.contains(&phrase);
         let notice = news.then(|| {
             let message = format!("{phrase}; {} waits", self.me);

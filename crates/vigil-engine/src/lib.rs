@@ -9,6 +9,7 @@ pub mod assemble;
 pub mod backoff;
 pub mod chosen;
 pub mod concerns;
+pub mod cross_shard;
 pub mod domains;
 pub mod dry_run;
 pub mod expiry;

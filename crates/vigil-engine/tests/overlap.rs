@@ -886,3 +886,93 @@ fn a_rules_own_remediation_holds_the_node() {
     let claims = mhc_claims(&check, &policy, LOCAL_CLUSTER, &refs, &lookups);
     assert_eq!(claims, [claim(Target::local_node("m1"), mref(), Some(at(301)))], "the request holds it");
 }
+
+// ---------------------------------------------------------------- checks in different shards
+
+/// Holders of `held` with the cross-shard rule applied to n1, which checks `a` and `b` select,
+/// `a` in shard `a_shard` and `b` in `b_shard`, among `shards` shards.
+fn across_shards(shards: u32, a_shard: u32, b_shard: u32, held: Holders) -> Holders {
+    let selecting = vec![(nref("b"), b_shard), (nref("a"), a_shard)];
+    let selections = BTreeMap::from([(Target::local_node("n1"), selecting)]);
+    vigil_engine::cross_shard::leave_to_first(held, shards, &selections)
+}
+
+#[test]
+fn cross_shard_rule_table() {
+    let a = nhc("a", "SelfNodeRemediation", "5m");
+    let b = nhc("b", "FenceAgentsRemediation", "5m");
+    let sick = || vec![node("n1", "False", t0()), node("n2", "True", t0())];
+    let now = at(301);
+    let left = "node n1 is left to NodeHealthCheck/a, the first of the checks in different shards selecting it; \
+                NodeHealthCheck/b waits";
+    let started = "node n1 is being remediated by NodeHealthCheck/a; NodeHealthCheck/b waits";
+    let a_object = || vec![nhc_object("SelfNodeRemediation", "a", "n1", at(100))];
+    /// (what, shards, a's shard, b's shard, objects, a creates, b creates, b's skip message)
+    type Row = (&'static str, u32, u32, u32, Vec<RemediationView>, bool, bool, Option<&'static str>);
+    let rows: Vec<Row> = vec![
+        ("different shards: a, first by name, starts; b waits and says so", 6, 0, 1, vec![], true, false, Some(left)),
+        ("the order is the checks', whatever the shard numbers", 6, 5, 1, vec![], true, false, Some(left)),
+        ("a started: b waits for its remediation, as unsharded", 6, 0, 1, a_object(), false, false, Some(started)),
+        ("same shard: first come, by claims (nobody holds n1: either may start)", 6, 2, 2, vec![], true, true, None),
+        ("one shard: unchanged", 1, 0, 0, vec![], true, true, None),
+    ];
+    for (what, shards, a_shard, b_shard, objects, a_creates, b_creates, b_skip) in rows {
+        let holders = across_shards(shards, a_shard, b_shard, holders_of(&[&a, &b], &objects));
+        let plan_a = decide_nhc(&a, &sick(), &objects, &holders, now);
+        assert_eq!(creates(&plan_a) == ["n1"], a_creates, "{what}: a");
+        assert!(skips(&plan_a).is_empty(), "{what}: a waits for nobody: {:?}", skips(&plan_a));
+        let plan_b = decide_nhc(&b, &sick(), &objects, &holders, now);
+        assert_eq!(creates(&plan_b) == ["n1"], b_creates, "{what}: b");
+        let messages: Vec<String> = skips(&plan_b).into_iter().map(|(_, reason, m)| format!("{reason}: {m}")).collect();
+        assert_eq!(messages, b_skip.map(|m| format!("{REASON_HELD}: {m}")).into_iter().collect::<Vec<_>>(), "{what}");
+        let waiting = get_condition(&plan_b.status.conditions, WAITING_FOR_OTHER_CHECK);
+        assert_eq!(
+            waiting.map(|c| (c.status.as_str(), c.reason.as_str())),
+            b_skip.map(|_| ("True", REASON_HELD)),
+            "{what}"
+        );
+        let told: Vec<&CheckRef> = plan_b.held_elsewhere.iter().map(|h| &h.holder).collect();
+        assert_eq!(told, b_skip.map(|_| nref("a")).iter().collect::<Vec<_>>(), "{what}: the holder is told");
+        // With one shard, or within a shard, the rule leaves the holders as the claims say.
+        if shards == 1 || a_shard == b_shard {
+            assert_eq!(holders, holders_of(&[&a, &b], &objects), "{what}");
+        }
+    }
+}
+
+/// A MachineHealthCheck of the self-hosted cluster and a NodeHealthCheck in another shard select
+/// the same Node: the MachineHealthCheck ranks first (`CheckRef` order), asks the owner, and the
+/// NodeHealthCheck waits for it.
+#[test]
+fn cross_shard_a_self_hosted_machine_check_and_a_node_check_start_once() {
+    let selections = BTreeMap::from([(Target::local_node("m1"), vec![(nref("reboot"), 1), (mref(), 4)])]);
+    let holders = vigil_engine::cross_shard::leave_to_first(Holders::none(), 6, &selections);
+    let w = support::MhcWorld::new().machine_with_node(machine("m1"), "False", t0());
+    let check = w.check();
+    let policy = mhc_policy(&check);
+    let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
+    let views = w.machine_views();
+    let refs: Vec<&MachineView> = views.iter().collect();
+    let (templates, maps) = w.sources(&policy);
+    let lookups = support::lookups(&maps);
+    let input = MhcInput {
+        check: &check,
+        policy: &policy,
+        cluster: Some(&cluster_view),
+        machines: &refs,
+        nodes: NodeSource::Reachable(&w.nodes),
+        templates: &templates,
+        remediations: &lookups,
+    };
+    let plan = machine::decide_among(&input, &holders, LOCAL_CLUSTER, at(301));
+    assert!(support::written(&plan, "m1", "OwnerRemediated").is_some(), "the MachineHealthCheck asks the owner");
+    assert!(skips(&plan).is_empty(), "{:?}", skips(&plan));
+    let reboot = nhc("reboot", "SelfNodeRemediation", "5m");
+    let plan = decide_nhc(&reboot, &[node("m1", "False", t0())], &[], &holders, at(301));
+    assert!(creates(&plan).is_empty(), "the NodeHealthCheck does not start");
+    assert_eq!(
+        skips(&plan).into_iter().map(|s| s.2).collect::<Vec<_>>(),
+        ["node m1 is left to MachineHealthCheck/ns/mhc, the first of the checks in different shards selecting it; \
+          NodeHealthCheck/reboot waits"]
+    );
+}

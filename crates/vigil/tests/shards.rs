@@ -495,10 +495,6 @@ async fn two_replicas_and_two_check_names(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "unsafe today: when Nodes both checks select fail at once, both replicas create a remediation \
-            object for most of them (3 or 4 of the 4 Nodes got 2 objects in each of 3 runs): the per-target lock of \
-            confirm-before-acting is per process and each replica derives the other check's claims from its own \
-            watch cache (docs/DECISIONS.md, Sharding)"]
 async fn two_checks_in_shards_of_different_replicas_remediate_nodes_failing_at_once_once() -> Result<()> {
     let env = TestEnv::start().await?;
     let dir = tempfile_dir("vigil-shards-overlap")?;
@@ -514,6 +510,18 @@ async fn two_checks_in_shards_of_different_replicas_remediate_nodes_failing_at_o
     tokio::time::sleep(Duration::from_secs(5)).await;
     let got = counts(&env, &["w1", "w2", "w3", "w4"], &["w5", "w6"]).await?;
     assert_eq!(got, (0, 0, 0), "missed, duplicated, wrongful");
+    // The cross-shard rule: the Nodes are left to the first check by name; the other says so.
+    let (starter, waiter) = if first < second { (&first, &second) } else { (&second, &first) };
+    let check = env.get_json("vigil.dev/v1alpha1", "NodeHealthCheck", None, waiter).await?;
+    let waiting = check
+        .as_ref()
+        .and_then(|c| c["status"]["conditions"].as_array())
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "WaitingForOtherCheck").cloned())
+        .ok_or_else(|| anyhow_msg(format!("{waiter} has no WaitingForOtherCheck condition")))?;
+    eprintln!("SHARDS overlap at once: {}", waiting["message"]);
+    assert_eq!((&waiting["status"], &waiting["reason"]), (&json!("True"), &json!("TargetHeldByAnotherCheck")));
+    let message = waiting["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&format!("left to NodeHealthCheck/{starter}")), "{message}");
     assert_eq!(shard_holders(&env).await?, holders, "no shard moved during the wave");
     drop((a, b));
     Ok(())

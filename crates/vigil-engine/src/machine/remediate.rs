@@ -88,7 +88,7 @@ impl Overlap<'_> {
         let holders = self.holders;
         match holders.other_than(&target, self.waits.me()) {
             Some(holder) => {
-                if let Some(n) = self.waits.wait(key, &target, holder) {
+                if let Some(n) = self.waits.wait(key, &target, holder, holders.is_left_to_holder(&target)) {
                     b.notices.push(n);
                 }
                 true

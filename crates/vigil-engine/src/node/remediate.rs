@@ -314,7 +314,7 @@ impl<'a> Pass<'a> {
         let holders = self.holders;
         let target = Target::local_node(name);
         if let Some(holder) = holders.other_than(&target, self.waits.me()) {
-            if let Some(n) = self.waits.wait(name, &target, holder) {
+            if let Some(n) = self.waits.wait(name, &target, holder, holders.is_left_to_holder(&target)) {
                 self.notices.push(n);
             }
             return;
