@@ -99,6 +99,38 @@ pub fn remediating_target(key: &CheckRef, action: &Action, job: &Job) -> Option<
     }
 }
 
+/// How many Machine verdicts one decision of a check writes besides its remediations. A cold
+/// start's first decision of a 2 000-target check would otherwise hold the check for 2 000
+/// writes, and a Machine whose timeout ran out meanwhile would wait for all of them
+/// (docs/DECISIONS.md, "Verdicts paced, remediations first").
+pub const VERDICTS_PER_RUN: usize = 100;
+
+/// Puts a plan's remediating actions first and keeps at most `limit` of its verdict-only Machine
+/// writes; the check is decided again at once for the rest (the engine plans each Machine's
+/// missing verdict again, so nothing is lost). Only the Machines' own conditions wait: the
+/// status, notices and every other action are the plan's.
+pub fn pace_verdicts(job: &mut Job, limit: usize) {
+    let is_verdict = |job: &Job, a: &Action| {
+        matches!(a, Action::SetMachineConditions { .. }) && remediating_target(&job.key, a, job).is_none()
+    };
+    let verdicts = job.plan.actions.iter().filter(|a| is_verdict(job, a)).count();
+    let (mut first, mut rest): (Vec<Action>, Vec<Action>) =
+        std::mem::take(&mut job.plan.actions).into_iter().partition(|a| remediating_target(&job.key, a, job).is_some());
+    if verdicts > limit {
+        let mut kept = 0usize;
+        rest.retain(|a| {
+            if !is_verdict(job, a) {
+                return true;
+            }
+            kept += 1;
+            kept <= limit
+        });
+        job.again = true;
+    }
+    first.append(&mut rest);
+    job.plan.actions = first;
+}
+
 /// The outcome of confirming a job.
 pub enum Confirmed {
     /// Apply this job (its remediating actions confirmed); unlock these targets afterwards.
@@ -295,5 +327,87 @@ fn store_node(ctx: &Arc<Context>, cluster: &str, name: &str, node: Option<WireNo
         None => {
             idx.put_node(cluster, None, Some(name.to_string()), ctx.clock.now());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use vigil_api::conditions::DesiredCondition;
+    use vigil_api::reason::Reason;
+    use vigil_api::views::CapiVersion;
+    use vigil_engine::plan::{ObjectRef, Plan};
+
+    fn set(name: &str, healthy: bool) -> Action {
+        let t: jiff::Timestamp = "2030-01-01T00:00:00Z".parse().expect("time");
+        let condition = if healthy {
+            DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, "")
+        } else {
+            DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, Reason::UnhealthyNode, "")
+        };
+        Action::SetMachineConditions {
+            machine: ObjectRef {
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+                kind: "Machine".into(),
+                namespace: "ns".into(),
+                name: name.into(),
+            },
+            version: CapiVersion::V1Beta2,
+            conditions: vec![(condition, t)],
+        }
+    }
+
+    fn job(actions: Vec<Action>) -> Job {
+        Job {
+            key: CheckRef::Machine { namespace: "ns".into(), name: "workers".into() },
+            plan: Plan {
+                status: gather::CheckStatus::Machine(Default::default()),
+                actions,
+                notices: vec![],
+                next_wake: None,
+                held_elsewhere: vec![],
+                short_circuited: false,
+                remediating: 0,
+            },
+            current: None,
+            machines: HashMap::new(),
+            needs: BTreeSet::new(),
+            uid: None,
+            expiries: HashMap::new(),
+            again: false,
+        }
+    }
+
+    fn names(job: &Job) -> Vec<&str> {
+        job.plan.actions.iter().map(Action::target_name).collect()
+    }
+
+    /// A cold start's first decision of a large check (every Machine's first verdict) must not
+    /// hold back the Machine whose timeout ran out: its remediation goes first, the verdicts go a
+    /// limited number per decision, and the check is decided again for the rest.
+    #[test]
+    fn remediations_go_first_and_verdicts_are_paced() {
+        let mut actions: Vec<Action> = (0..250).map(|i| set(&format!("h{i:03}"), true)).collect();
+        actions.insert(180, set("sick", false));
+        let mut j = job(actions);
+        pace_verdicts(&mut j, 100);
+        assert_eq!(names(&j)[0], "sick", "the remediation is sent first");
+        assert_eq!(j.plan.actions.len(), 101, "the remediation and 100 verdicts");
+        assert_eq!(names(&j)[1..4], ["h000", "h001", "h002"], "the verdicts keep their order");
+        assert!(j.again, "decided again for the 150 left");
+
+        // Within the limit nothing is left out and the check is not decided again for it.
+        let mut small = job((0..100).map(|i| set(&format!("h{i:03}"), true)).chain([set("sick", false)]).collect());
+        pace_verdicts(&mut small, 100);
+        assert_eq!(small.plan.actions.len(), 101);
+        assert_eq!(names(&small)[0], "sick");
+        assert!(!small.again);
+
+        // Remediations are never paced, however many.
+        let mut wave = job((0..300).map(|i| set(&format!("s{i:03}"), false)).collect());
+        pace_verdicts(&mut wave, 100);
+        assert_eq!(wave.plan.actions.len(), 300);
+        assert!(!wave.again);
     }
 }

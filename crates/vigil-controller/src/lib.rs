@@ -298,6 +298,8 @@ impl Context {
             }
         };
         let confirmed_at = started.elapsed();
+        // Remediations first; a cold start's thousands of verdicts go a hundred per decision.
+        confirm::pace_verdicts(&mut job, confirm::VERDICTS_PER_RUN);
         self.metrics.check(key, &job.gauges());
         let next_wake = job.plan.next_wake;
         let again = job.again;

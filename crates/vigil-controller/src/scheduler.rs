@@ -30,6 +30,16 @@ impl State {
             false
         }
     }
+
+    /// Puts a check whose wake-up came ahead of the checks queued by changes: a wake-up is a
+    /// timeout running out, and a cold start's thousands of first verdicts must not hold it back.
+    /// Each check has one wake-up at a time, so no check waits behind wake-ups forever.
+    fn push_front(&mut self, key: CheckRef) {
+        if !self.queued.insert(key.clone()) {
+            self.queue.retain(|k| *k != key);
+        }
+        self.queue.push_front(key);
+    }
 }
 
 /// The queue of checks to decide.
@@ -113,9 +123,10 @@ impl Scheduler {
                 let mut due: Vec<(Timestamp, CheckRef)> =
                     s.wakes.iter().filter(|(_, t)| **t <= now).map(|(k, t)| (*t, k.clone())).collect();
                 due.sort();
-                for (_, k) in due {
+                // The earliest due goes first: pushed to the front last.
+                for (_, k) in due.into_iter().rev() {
                     s.wakes.remove(&k);
-                    s.push(k);
+                    s.push_front(k);
                 }
                 let ready = s.queue.iter().position(|k| !s.running.contains(k));
                 if let Some(k) = ready.and_then(|i| s.queue.remove(i)) {
@@ -206,6 +217,33 @@ mod tests {
         for m in &machines {
             assert_eq!(&tokio::time::timeout(Duration::from_secs(1), s.next()).await.expect("ready"), m);
         }
+    }
+
+    /// A cold start queues every check for its first verdicts; a check whose timeout runs out
+    /// meanwhile is decided next, not after them, and due wake-ups keep their own order.
+    #[tokio::test]
+    async fn a_due_wake_up_goes_before_checks_queued_by_changes() {
+        let t0: Timestamp = "2030-01-01T00:00:00Z".parse().expect("time");
+        let clock = Arc::new(TestClock::at(t0));
+        let s = Scheduler::with_clock(clock.clone());
+        let busy: Vec<CheckRef> =
+            (0..5).map(|i| CheckRef::Machine { namespace: "ns".into(), name: format!("m{i}") }).collect();
+        s.mark(busy.clone());
+        let (early, late) = (CheckRef::Node { name: "early".into() }, CheckRef::Node { name: "late".into() });
+        let at = |secs| t0.checked_add(jiff::SignedDuration::from_secs(secs)).expect("time");
+        s.wake_at(&late, Some(at(2)));
+        s.wake_at(&early, Some(at(1)));
+        // Also queued by a change, behind the others: its wake-up still moves it ahead.
+        s.mark([late.clone()]);
+        clock.step(Duration::from_secs(2));
+        let soon = Duration::from_millis(100);
+        let mut order = Vec::new();
+        for _ in 0..7 {
+            order.push(tokio::time::timeout(soon, s.next()).await.expect("ready"));
+        }
+        let mut want = vec![early, late];
+        want.extend(busy);
+        assert_eq!(order, want);
     }
 
     #[tokio::test]
