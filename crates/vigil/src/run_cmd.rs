@@ -29,7 +29,7 @@ pub struct Election {
     pub retry_period: Duration,
     /// Split the checks into this many shards, one Lease each (`<lease-name>-shard-<i>`); every
     /// replica decides and writes the checks of the shards it holds. 1: one leader decides all.
-    #[arg(long, default_value_t = 1, value_parser = parse_shards)]
+    #[arg(long, default_value_t = 1, value_parser = parse_shards, allow_negative_numbers = true)]
     pub shards: u32,
 }
 

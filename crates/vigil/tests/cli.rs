@@ -271,6 +271,22 @@ fn bad_leader_election_flags_are_refused_naming_the_flag_before_connecting() {
 }
 
 #[test]
+fn a_bad_shard_count_is_refused_naming_the_flag_and_value_before_connecting() {
+    for bad in ["0", "1025", "-3", "many"] {
+        let out = vigil(&["run", "--kubeconfig", "/nonexistent", "--shards", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--shards {bad} accepted");
+        assert!(stderr.contains("--shards") && stderr.contains(bad), "{stderr}");
+        assert!(!stderr.contains("kubeconfig"), "refused before the kubeconfig is read: {stderr}");
+    }
+    // Shards are owned through Leases: without leader election there is nothing to own them by.
+    let out = vigil(&["run", "--kubeconfig", "/nonexistent", "--shards", "4", "--leader-elect=false"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--shards 4") && stderr.contains("--leader-elect"), "{stderr}");
+}
+
+#[test]
 fn validate_names_a_bad_backoff_field_and_its_value() {
     let text = "apiVersion: vigil.dev/v1alpha1\nkind: NodeHealthCheck\nmetadata: {name: workers}\nspec:\n  selector: {matchLabels: {role: worker}}\n  minHealthy: 1\n  remediationTemplate: {apiVersion: a.example/v1, kind: RebootTemplate, name: r, namespace: ops}\n  backoff: {maxRemediations: 0, window: 30m}\n---\napiVersion: vigil.dev/v1alpha1\nkind: MachineHealthCheck\nmetadata: {name: workers, namespace: team-a}\nspec:\n  clusterName: prod\n  selector: {matchLabels: {pool: a}}\n  backoff: {maxRemediations: 2, window: 30m}\n";
     let path = temp_file("backoff.yaml", text);
