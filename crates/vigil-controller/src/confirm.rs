@@ -110,22 +110,22 @@ pub const VERDICTS_PER_RUN: usize = 100;
 /// missing verdict again, so nothing is lost). Only the Machines' own conditions wait: the
 /// status, notices and every other action are the plan's.
 pub fn pace_verdicts(job: &mut Job, limit: usize) {
-    let is_verdict = |job: &Job, a: &Action| {
-        matches!(a, Action::SetMachineConditions { .. }) && remediating_target(&job.key, a, job).is_none()
-    };
-    let verdicts = job.plan.actions.iter().filter(|a| is_verdict(job, a)).count();
-    let (mut first, mut rest): (Vec<Action>, Vec<Action>) =
-        std::mem::take(&mut job.plan.actions).into_iter().partition(|a| remediating_target(&job.key, a, job).is_some());
-    if verdicts > limit {
-        let mut kept = 0usize;
-        rest.retain(|a| {
-            if !is_verdict(job, a) {
-                return true;
+    let mut first = Vec::new();
+    let mut rest = Vec::new();
+    let mut verdicts = 0usize;
+    for action in std::mem::take(&mut job.plan.actions) {
+        if remediating_target(&job.key, &action, job).is_some() {
+            first.push(action);
+            continue;
+        }
+        if matches!(action, Action::SetMachineConditions { .. }) {
+            verdicts += 1;
+            if verdicts > limit {
+                job.again = true;
+                continue;
             }
-            kept += 1;
-            kept <= limit
-        });
-        job.again = true;
+        }
+        rest.push(action);
     }
     first.append(&mut rest);
     job.plan.actions = first;

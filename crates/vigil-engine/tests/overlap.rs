@@ -550,23 +550,7 @@ fn mhc_skip_rule_table() {
         if template {
             w = w.with_template();
         }
-        let check = w.check();
-        let policy = mhc_policy(&check);
-        let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
-        let views = w.machine_views();
-        let refs: Vec<&MachineView> = views.iter().collect();
-        let (templates, maps) = w.sources(&policy);
-        let lookups = support::lookups(&maps);
-        let input = MhcInput {
-            check: &check,
-            policy: &policy,
-            cluster: Some(&cluster_view),
-            machines: &refs,
-            nodes: NodeSource::Reachable(&w.nodes),
-            templates: &templates,
-            remediations: &lookups,
-        };
-        let plan = machine::decide_among(&input, holders, LOCAL_CLUSTER, at(301));
+        let plan = w.decide_among(holders, LOCAL_CLUSTER, at(301));
         let asked = support::written(&plan, "m1", "OwnerRemediated").is_some();
         assert_eq!(asked, owner_asked, "{what}");
         assert_eq!(creates(&plan).len(), want_creates, "{what}");
@@ -948,23 +932,7 @@ fn cross_shard_a_self_hosted_machine_check_and_a_node_check_start_once() {
     let selections = BTreeMap::from([(Target::local_node("m1"), vec![(nref("reboot"), 1), (mref(), 4)])]);
     let holders = vigil_engine::cross_shard::leave_to_first(Holders::none(), 6, &selections);
     let w = support::MhcWorld::new().machine_with_node(machine("m1"), "False", t0());
-    let check = w.check();
-    let policy = mhc_policy(&check);
-    let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
-    let views = w.machine_views();
-    let refs: Vec<&MachineView> = views.iter().collect();
-    let (templates, maps) = w.sources(&policy);
-    let lookups = support::lookups(&maps);
-    let input = MhcInput {
-        check: &check,
-        policy: &policy,
-        cluster: Some(&cluster_view),
-        machines: &refs,
-        nodes: NodeSource::Reachable(&w.nodes),
-        templates: &templates,
-        remediations: &lookups,
-    };
-    let plan = machine::decide_among(&input, &holders, LOCAL_CLUSTER, at(301));
+    let plan = w.decide_among(&holders, LOCAL_CLUSTER, at(301));
     assert!(support::written(&plan, "m1", "OwnerRemediated").is_some(), "the MachineHealthCheck asks the owner");
     assert!(skips(&plan).is_empty(), "{:?}", skips(&plan));
     let reboot = nhc("reboot", "SelfNodeRemediation", "5m");

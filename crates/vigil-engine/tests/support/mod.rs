@@ -694,6 +694,21 @@ impl MhcWorld {
 
     /// Decides at `now`.
     pub fn decide(&self, now: Timestamp) -> Plan<MachineHealthCheckStatus> {
+        self.with_input(|input| machine::decide(input, now))
+    }
+
+    /// Decides at `now` among other checks: `holders` hold targets, the Nodes are of `node_cluster`.
+    pub fn decide_among(
+        &self,
+        holders: &vigil_engine::holders::Holders,
+        node_cluster: &str,
+        now: Timestamp,
+    ) -> Plan<MachineHealthCheckStatus> {
+        self.with_input(|input| machine::decide_among(input, holders, node_cluster, now))
+    }
+
+    /// Calls `decide` with the engine's input for this world.
+    fn with_input<R>(&self, decide: impl FnOnce(&MhcInput) -> R) -> R {
         let check = self.check();
         let policy = mhc_policy(&check);
         let cluster = self.cluster.as_ref().map(|c| ClusterView::read(c).expect("a named Cluster"));
@@ -714,7 +729,7 @@ impl MhcWorld {
             templates: &templates,
             remediations: &remediations,
         };
-        machine::decide(&input, now)
+        decide(&input)
     }
 
     /// What the engine reads for `policy`'s templates (its own and its rules'), in
