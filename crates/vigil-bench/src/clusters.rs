@@ -16,6 +16,13 @@ use vigil_testenv::capi::{CapiManagers, DEPLOYMENT_NAME_LABEL, WorkloadCluster, 
 
 use crate::{Contender, Controller, procstat};
 
+/// Namespace of the shard Leases with `--replicas`.
+const LEASE_NS: &str = "vigil-system";
+/// `vigil run --lease-name` with `--replicas` (shard Leases are `<name>-shard-<i>`).
+const LEASE_NAME: &str = "vigil";
+/// Limit for the replicas to hold every shard, each at most its fair share.
+const BALANCE_LIMIT: Duration = Duration::from_secs(120);
+
 /// Namespace of every cluster.
 const NS: &str = "default";
 /// Clusters created at once (the API server and the provider are the bottleneck).
@@ -37,6 +44,10 @@ pub struct Plan {
     pub failed_percent: f64,
     /// The checks' Ready timeout.
     pub timeout_secs: u64,
+    /// `vigil run` processes sharing the checks (1: one process without leader election).
+    pub replicas: usize,
+    /// `vigil run --shards` when `replicas` > 1.
+    pub shards: u32,
 }
 
 fn check_manifest(contender: &Contender, c: &WorkloadCluster, timeout_secs: u64) -> Value {
@@ -89,6 +100,88 @@ fn round(v: f64) -> f64 {
 /// One run for one controller on a fresh management cluster; returns its JSON summary.
 pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value> {
     let t0 = Instant::now();
+    let (env, capi, clusters, setup_s) = set_up(plan, contender).await?;
+    let mut fleet = Replicas::spawn(plan, contender, &env, dir).await?;
+    let started = Instant::now();
+    let cpu_start = fleet.cpu()?;
+    wait_checks_ready(plan, contender, &env, &mut fleet).await?;
+    let cold_start_s = started.elapsed().as_secs_f64();
+    let shards_held = if plan.replicas > 1 { fleet.wait_balanced(&env, plan.shards).await? } else { Vec::new() };
+    let cpu_cold = sub(&fleet.cpu()?, &cpu_start);
+    eprintln!("vigil-bench: cold start {cold_start_s:.1} s; idle {IDLE:?}");
+
+    let idle_from = fleet.cpu()?;
+    tokio::time::sleep(IDLE).await;
+    let cpu_idle_per_min: Vec<f64> =
+        sub(&fleet.cpu()?, &idle_from).iter().map(|c| c * 60.0 / IDLE.as_secs_f64()).collect();
+    let open_sockets: Vec<usize> = fleet.members.iter().map(|c| sockets(c.pid)).collect();
+
+    // The wave: one worker in each of the first `failed` clusters goes Ready=False.
+    let failed = ((plan.clusters as f64) * plan.failed_percent / 100.0).ceil().max(1.0) as usize;
+    let wave_from = fleet.cpu()?;
+    let (latencies, first_expiry_s) =
+        wave(plan, &env, &mut fleet, &clusters.iter().take(failed).collect::<Vec<_>>()).await?;
+    let wave_cpu = sub(&fleet.cpu()?, &wave_from);
+    let peak_rss: Vec<f64> = fleet
+        .members
+        .iter()
+        .map(|c| procstat::status_kib(c.pid, "VmHWM").map(|k| k as f64 / 1024.0))
+        .collect::<Result<_>>()?;
+    let failover = if plan.replicas > 1 {
+        Some(failover(plan, &env, &mut fleet, &clusters[failed..], &shards_held).await?)
+    } else {
+        None
+    };
+    let managers_rss_mib =
+        |p: Option<u32>| p.and_then(|p| procstat::status_kib(p, "VmRSS").ok()).map(|k| round(k as f64 / 1024.0));
+    let apiserver_rss_mib =
+        env.apiserver_pid().and_then(|p| procstat::status_kib(p, "VmRSS").ok()).map(|k| round(k as f64 / 1024.0));
+    fleet.stop().await?;
+    let per_replica: Vec<Value> = (0..plan.replicas)
+        .map(|i| {
+            json!({"identity": replica_identity(i),
+                   "shards_held": shards_held.get(i).cloned().unwrap_or_default(),
+                   "peak_rss_mib": round(peak_rss[i]),
+                   "cpu_s": {"cold_start": round(cpu_cold[i]), "idle_per_min": round(cpu_idle_per_min[i]), "wave": round(wave_cpu[i])},
+                   "open_sockets_idle": open_sockets[i]})
+        })
+        .collect();
+    let sum = |v: &[f64]| round(v.iter().sum());
+    let summary = json!({
+        "controller": contender.name(),
+        "clusters": plan.clusters, "workers_per_cluster": plan.workers, "failed_clusters": failed,
+        "timeout_s": plan.timeout_secs,
+        "replicas": plan.replicas, "shards": if plan.replicas > 1 { plan.shards } else { 1 },
+        "wave_written_before_first_expiry_s": round(first_expiry_s),
+        "setup_s": round(setup_s), "total_s": round(t0.elapsed().as_secs_f64()),
+        "cold_start_s": round(cold_start_s),
+        "detection_ms": latency_json(&latencies),
+        "peak_rss_mib": round(peak_rss.iter().copied().fold(0.0, f64::max)),
+        "cpu_s": {"cold_start": sum(&cpu_cold), "idle_per_min": sum(&cpu_idle_per_min), "wave": sum(&wave_cpu)},
+        "open_sockets_idle": open_sockets.iter().sum::<usize>(),
+        "per_replica": per_replica,
+        "failover": failover,
+        "others_rss_mib": {"capi_core": managers_rss_mib(capi.core_pid()), "capi_infra": managers_rss_mib(capi.infra_pid()),
+                           "kube_apiserver": apiserver_rss_mib},
+    });
+    // At once on stderr too: a later run that fails or is stopped does not lose this one.
+    eprintln!("vigil-bench: {summary}");
+    Ok(summary)
+}
+
+/// Element-wise `a - b` (CPU seconds per replica between two readings).
+fn sub(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| a - b).collect()
+}
+
+fn latency_json(sorted: &[f64]) -> Value {
+    json!({"p50": round(percentile(sorted, 50.0)), "p99": round(percentile(sorted, 99.0)),
+           "max": round(sorted.last().copied().unwrap_or(f64::NAN)), "samples": sorted.len()})
+}
+
+/// A fresh management cluster with Cluster API's controllers, the workload clusters up and one
+/// check per cluster; returns the setup time too.
+async fn set_up(plan: &Plan, contender: &Contender) -> Result<(TestEnv, CapiManagers, Vec<WorkloadCluster>, f64)> {
     eprintln!("vigil-bench: starting etcd + kube-apiserver and Cluster API's controllers");
     let env = TestEnv::start().await?;
     env.install_upstream_crds().await?;
@@ -119,14 +212,107 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     for c in &clusters {
         env.apply(check_manifest(contender, c, plan.timeout_secs)).await?;
     }
+    Ok((env, capi, clusters, setup_s))
+}
 
-    let kubeconfig = dir.join(format!("kubeconfig-{}", checks_name(contender)));
-    std::fs::write(&kubeconfig, env.kubeconfig_yaml())?;
-    let log = dir.join(format!("controller-{}.log", checks_name(contender)));
-    let mut controller = Controller::spawn(contender, &kubeconfig, log)?;
-    let pid = controller.pid;
+/// The Pod name (and Lease identity) of replica `i`.
+fn replica_identity(i: usize) -> String {
+    format!("vigil-bench-{i}")
+}
+
+/// The measured controller processes: one, or `--replicas` `vigil run --shards` processes.
+struct Replicas {
+    members: Vec<Controller>,
+}
+
+impl Replicas {
+    async fn spawn(plan: &Plan, contender: &Contender, env: &TestEnv, dir: &Path) -> Result<Replicas> {
+        let kubeconfig = dir.join(format!("kubeconfig-{}", checks_name(contender)));
+        std::fs::write(&kubeconfig, env.kubeconfig_yaml())?;
+        let log = |i: usize| {
+            let suffix = if plan.replicas > 1 { format!("-{i}") } else { String::new() };
+            dir.join(format!("controller-{}{suffix}.log", checks_name(contender)))
+        };
+        if plan.replicas <= 1 {
+            return Ok(Replicas { members: vec![Controller::spawn(contender, &kubeconfig, log(0))?] });
+        }
+        let Contender::Vigil { bin, workers } = contender else {
+            anyhow::bail!("--replicas runs Vigil only");
+        };
+        env.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NS}})).await?;
+        let mut members = Vec::new();
+        for i in 0..plan.replicas {
+            let mut cmd = tokio::process::Command::new(bin);
+            // The default election durations (15 s lease, 10 s renew deadline, 2 s retry): the
+            // failover figure is what a user of the defaults gets.
+            cmd.arg("run").arg("--kubeconfig").arg(&kubeconfig).arg("--workers").arg(workers.to_string());
+            cmd.args(["--lease-namespace", LEASE_NS, "--lease-name", LEASE_NAME]);
+            cmd.arg("--shards").arg(plan.shards.to_string());
+            cmd.env("POD_NAME", replica_identity(i));
+            members.push(Controller::spawn_command(cmd, format!("{} replica {i}", contender.name()), log(i))?);
+        }
+        Ok(Replicas { members })
+    }
+
+    /// CPU seconds used so far by each member.
+    fn cpu(&self) -> Result<Vec<f64>> {
+        self.members.iter().map(|c| procstat::cpu_seconds(c.pid)).collect()
+    }
+
+    /// Fails when a member has exited.
+    fn check_running(&mut self) -> Result<()> {
+        self.members.iter_mut().try_for_each(Controller::check_running)
+    }
+
+    /// Waits until every shard Lease is held by a member, none holding more than its fair share;
+    /// returns the shards each member holds.
+    async fn wait_balanced(&mut self, env: &TestEnv, shards: u32) -> Result<Vec<Vec<u32>>> {
+        let fair = (shards as usize).div_ceil(self.members.len());
+        let limit = Instant::now() + BALANCE_LIMIT;
+        loop {
+            self.check_running()?;
+            let held = holders(env, shards).await?;
+            let per: Vec<Vec<u32>> = (0..self.members.len())
+                .map(|i| (0..shards).filter(|s| held.get(s) == Some(&replica_identity(i))).collect())
+                .collect();
+            let all_held = per.iter().map(Vec::len).sum::<usize>() == shards as usize;
+            if all_held && per.iter().all(|p| p.len() <= fair) {
+                return Ok(per);
+            }
+            ensure!(Instant::now() < limit, "shards not balanced after {BALANCE_LIMIT:?}: {held:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn stop(self) -> Result<()> {
+        for c in self.members {
+            c.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Each shard's Lease holder (shards without a holder are absent).
+async fn holders(env: &TestEnv, shards: u32) -> Result<BTreeMap<u32, String>> {
+    let leases = env.list_json("coordination.k8s.io/v1", "Lease", Some(LEASE_NS), "").await?;
+    let mut out = BTreeMap::new();
+    for s in 0..shards {
+        let name = format!("{LEASE_NAME}-shard-{s}");
+        let holder = leases
+            .iter()
+            .find(|l| l.pointer("/metadata/name").and_then(Value::as_str) == Some(&name))
+            .and_then(|l| l.pointer("/spec/holderIdentity").and_then(Value::as_str))
+            .filter(|h| !h.is_empty());
+        if let Some(h) = holder {
+            out.insert(s, h.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// Waits until every check reports all its Machines healthy.
+async fn wait_checks_ready(plan: &Plan, contender: &Contender, env: &TestEnv, fleet: &mut Replicas) -> Result<()> {
     let started = Instant::now();
-    let cpu_start = procstat::cpu_seconds(pid)?;
     let (group, version) = match contender.checks() {
         crate::fleet::Checks::Vigil => ("vigil.dev", "v1alpha1"),
         crate::fleet::Checks::Capi => ("cluster.x-k8s.io", "v1beta2"),
@@ -134,7 +320,7 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     let api_version = format!("{group}/{version}");
     let want = i64::from(plan.workers);
     loop {
-        controller.check_running()?;
+        fleet.check_running()?;
         let checks = env.list_json(&api_version, "MachineHealthCheck", Some(NS), "").await?;
         let ready = checks
             .iter()
@@ -144,7 +330,7 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
             })
             .count();
         if ready == plan.clusters {
-            break;
+            return Ok(());
         }
         ensure!(
             started.elapsed() < COLD_LIMIT,
@@ -153,42 +339,41 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let cold_start_s = started.elapsed().as_secs_f64();
-    let cpu_cold = procstat::cpu_seconds(pid)? - cpu_start;
-    eprintln!("vigil-bench: cold start {cold_start_s:.1} s; idle {IDLE:?}");
+}
 
-    let idle_from = procstat::cpu_seconds(pid)?;
-    tokio::time::sleep(IDLE).await;
-    let cpu_idle_per_min = (procstat::cpu_seconds(pid)? - idle_from) * 60.0 / IDLE.as_secs_f64();
-    let open_sockets = sockets(pid);
-
-    // The wave: one worker in each of the first `failed` clusters goes Ready=False. Victims and
-    // clients are found first, so the failures are written together.
-    let failed = ((plan.clusters as f64) * plan.failed_percent / 100.0).ceil().max(1.0) as usize;
+/// Fails one worker in each of `victims` at once and waits until each Machine is marked;
+/// returns the detection latencies (ms after each timeout ran out, sorted) and how long before
+/// the first expiry the failures were written.
+async fn wave(
+    plan: &Plan,
+    env: &TestEnv,
+    fleet: &mut Replicas,
+    victims: &[&WorkloadCluster],
+) -> Result<(Vec<f64>, f64)> {
+    // Victims and clients are found first, so the failures are written together.
     let mut targets = Vec::new();
-    for c in clusters.iter().take(failed) {
-        let machines = vigil_testenv::capi::deployment_machines(&env, NS, &c.deployment()).await?;
+    for c in victims {
+        let machines = vigil_testenv::capi::deployment_machines(env, NS, &c.deployment()).await?;
         let (machine, node) = machines
             .into_iter()
             .find_map(|(m, n)| n.map(|n| (m, n)))
             .with_context(|| format!("cluster {} has no worker with a Node", c.name))?;
-        targets.push((machine, node, workload_client(&env, NS, &c.name).await?));
+        targets.push((machine, node, workload_client(env, NS, &c.name).await?));
     }
-    let wave_cpu = procstat::cpu_seconds(pid)?;
-    let mut victims: BTreeMap<String, Timestamp> = BTreeMap::new();
+    let mut expiries: BTreeMap<String, Timestamp> = BTreeMap::new();
     for (machine, node, client) in &targets {
         // lastTransitionTime has second precision: the timeout runs from the second written.
         let at = Timestamp::from_second(Timestamp::now().as_second())?;
         set_node_ready(client, node, "False").await?;
-        victims.insert(machine.clone(), at + jiff::SignedDuration::from_secs(plan.timeout_secs as i64));
+        expiries.insert(machine.clone(), at + jiff::SignedDuration::from_secs(plan.timeout_secs as i64));
     }
     let written = Timestamp::now();
-    let first_expiry = victims.values().min().copied().unwrap_or(written);
+    let first_expiry = expiries.values().min().copied().unwrap_or(written);
     let mut latencies: Vec<f64> = Vec::new();
-    let wave_deadline = Instant::now() + Duration::from_secs(plan.timeout_secs + 300);
-    while !victims.is_empty() {
-        controller.check_running()?;
-        ensure!(Instant::now() < wave_deadline, "{} Machines never marked: {:?}", victims.len(), victims.keys());
+    let deadline = Instant::now() + Duration::from_secs(plan.timeout_secs + 300);
+    while !expiries.is_empty() {
+        fleet.check_running()?;
+        ensure!(Instant::now() < deadline, "{} Machines never marked: {:?}", expiries.len(), expiries.keys());
         // Read before the list: a mark first shown by this list was written at most one poll
         // (50 ms plus the previous list) before this instant, or during this list.
         let now = Timestamp::now();
@@ -199,36 +384,69 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
                 .is_some_and(|cs| cs.iter().any(|c| c["type"] == "HealthCheckSucceeded" && c["status"] == "False"));
-            if marked && let Some(expiry) = victims.remove(name) {
+            if marked && let Some(expiry) = expiries.remove(name) {
                 latencies.push(now.duration_since(expiry).as_secs_f64() * 1000.0);
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let wave_cpu = procstat::cpu_seconds(pid)? - wave_cpu;
     latencies.sort_by(f64::total_cmp);
-    let peak_rss_mib = procstat::status_kib(pid, "VmHWM")? as f64 / 1024.0;
-    let managers_rss_mib =
-        |p: Option<u32>| p.and_then(|p| procstat::status_kib(p, "VmRSS").ok()).map(|k| round(k as f64 / 1024.0));
-    let apiserver_rss_mib =
-        env.apiserver_pid().and_then(|p| procstat::status_kib(p, "VmRSS").ok()).map(|k| round(k as f64 / 1024.0));
-    controller.stop().await?;
-    let summary = json!({
-        "controller": contender.name(),
-        "clusters": plan.clusters, "workers_per_cluster": plan.workers, "failed_clusters": failed,
-        "timeout_s": plan.timeout_secs,
-        "wave_written_before_first_expiry_s": round(first_expiry.duration_since(written).as_secs_f64()),
-        "setup_s": round(setup_s), "total_s": round(t0.elapsed().as_secs_f64()),
-        "cold_start_s": round(cold_start_s),
-        "detection_ms": {"p50": round(percentile(&latencies, 50.0)), "p99": round(percentile(&latencies, 99.0)),
-                         "max": round(latencies.last().copied().unwrap_or(f64::NAN)), "samples": latencies.len()},
-        "peak_rss_mib": round(peak_rss_mib),
-        "cpu_s": {"cold_start": round(cpu_cold), "idle_per_min": round(cpu_idle_per_min), "wave": round(wave_cpu)},
-        "open_sockets_idle": open_sockets,
-        "others_rss_mib": {"capi_core": managers_rss_mib(capi.core_pid()), "capi_infra": managers_rss_mib(capi.infra_pid()),
-                           "kube_apiserver": apiserver_rss_mib},
-    });
-    // At once on stderr too: a later run that fails or is stopped does not lose this one.
-    eprintln!("vigil-bench: {summary}");
-    Ok(summary)
+    Ok((latencies, first_expiry.duration_since(written).as_secs_f64()))
+}
+
+/// `kill -9` of the first replica, with one worker failing at that instant in each cluster
+/// (among `spare`, which the wave did not touch) whose check was in one of its shards (at most
+/// as many as the wave failed): how long until every one of its shards has another holder, and
+/// how late those failures are marked.
+async fn failover(
+    plan: &Plan,
+    env: &TestEnv,
+    fleet: &mut Replicas,
+    spare: &[WorkloadCluster],
+    shards_held: &[Vec<u32>],
+) -> Result<Value> {
+    let orphaned: Vec<u32> = shards_held.first().cloned().unwrap_or_default();
+    let failed = ((plan.clusters as f64) * plan.failed_percent / 100.0).ceil().max(1.0) as usize;
+    let victims: Vec<&WorkloadCluster> = spare
+        .iter()
+        .filter(|c| {
+            let key = vigil_engine::shard::machine_check_key(NS, &c.name);
+            orphaned.contains(&vigil_engine::shard::shard_of(&key, plan.shards))
+        })
+        .take(failed)
+        .collect();
+    let dead = fleet.members.remove(0);
+    let killed_at = Instant::now();
+    dead.kill().await?;
+    eprintln!(
+        "vigil-bench: killed {} holding shards {orphaned:?}; {} clusters fail now",
+        replica_identity(0),
+        victims.len()
+    );
+    let env_ref = env;
+    let watch_takeover = async move {
+        let mut taken: BTreeMap<u32, f64> = BTreeMap::new();
+        let limit = Instant::now() + BALANCE_LIMIT;
+        while taken.len() < orphaned.len() {
+            ensure!(Instant::now() < limit, "shards {orphaned:?} not taken over after {BALANCE_LIMIT:?}");
+            let held = holders(env_ref, plan.shards).await?;
+            for s in &orphaned {
+                if held.get(s).is_some_and(|h| *h != replica_identity(0)) {
+                    taken.entry(*s).or_insert_with(|| killed_at.elapsed().as_secs_f64());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok::<_, anyhow::Error>(taken)
+    };
+    let (taken, marked) = futures::future::join(watch_takeover, wave(plan, env, fleet, &victims)).await;
+    let (taken, (latencies, _)) = (taken?, marked?);
+    let times: Vec<f64> = taken.values().copied().collect();
+    Ok(json!({
+        "killed": replica_identity(0), "shards_moved": taken.len(),
+        "takeover_s": {"min": round(times.iter().copied().fold(f64::INFINITY, f64::min)),
+                       "max": round(times.iter().copied().fold(0.0, f64::max))},
+        "lease_duration_s": 15, "renew_deadline_s": 10, "retry_period_s": 2,
+        "detection_ms": latency_json(&latencies),
+    }))
 }

@@ -95,6 +95,14 @@ struct Args {
     /// Workers per workload cluster with --clusters.
     #[arg(long, default_value_t = 3, requires = "clusters")]
     workers_per_cluster: u32,
+    /// With --clusters: run this many `vigil run --shards` replicas sharing the checks through
+    /// shard Leases (default election durations), report each one's memory and CPU, then
+    /// `kill -9` the first mid-failure and report how long its shards took to move.
+    #[arg(long, default_value_t = 1, requires = "clusters", conflicts_with = "against")]
+    replicas: usize,
+    /// `vigil run --shards` with --replicas [default: 4 per replica].
+    #[arg(long, requires = "replicas")]
+    shards: Option<u32>,
     /// Instead of running the controller: time `vigil snapshot` of the fleet, `vigil simulate`
     /// of that snapshot with --failed-percent of the Nodes going Unknown at 5m, and `vigil check`.
     #[arg(long)]
@@ -173,11 +181,20 @@ fn main() -> Result<()> {
     let json = if let Some(n) = args.clusters {
         ensure!((1..=2000).contains(&n), "--clusters must be in 1..=2000, got {n}");
         ensure!((1..=20).contains(&args.workers_per_cluster), "--workers-per-cluster must be in 1..=20");
+        ensure!((1..=16).contains(&args.replicas), "--replicas must be in 1..=16, got {}", args.replicas);
+        let shards = args.shards.unwrap_or(4 * args.replicas as u32);
+        ensure!(
+            args.replicas == 1 || (2..=1024).contains(&shards),
+            "--shards must be in 2..=1024 with --replicas {}, got {shards}",
+            args.replicas
+        );
         let cplan = clusters::Plan {
             clusters: n,
             workers: args.workers_per_cluster,
             failed_percent: args.failed_percent,
             timeout_secs: plan.timeout_secs,
+            replicas: args.replicas,
+            shards,
         };
         let dir = tempfile::Builder::new().prefix("vigil-bench-clusters-").tempdir()?;
         let vigil = runtime.block_on(clusters::run(&cplan, &ours, dir.path()))?;
@@ -345,10 +362,13 @@ struct Controller {
 
 impl Controller {
     fn spawn(contender: &Contender, kubeconfig: &Path, log: PathBuf) -> Result<Controller> {
+        Controller::spawn_command(contender.command(kubeconfig), contender.name(), log)
+    }
+
+    /// Starts `command` as the measured controller `name`, its stderr in `log`.
+    fn spawn_command(mut command: tokio::process::Command, name: String, log: PathBuf) -> Result<Controller> {
         let stderr = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-        let name = contender.name();
-        let child = contender
-            .command(kubeconfig)
+        let child = command
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(stderr)
@@ -370,6 +390,13 @@ impl Controller {
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             );
         }
+        Ok(())
+    }
+
+    /// SIGKILL, as a crashed or evicted replica goes: nothing is released.
+    async fn kill(mut self) -> Result<()> {
+        self.child.start_kill()?;
+        self.child.wait().await?;
         Ok(())
     }
 
