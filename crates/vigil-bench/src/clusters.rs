@@ -48,6 +48,9 @@ pub struct Plan {
     pub replicas: usize,
     /// `vigil run --shards` when `replicas` > 1.
     pub shards: u32,
+    /// `--controller-log`: keep each controller's log here (suffixed `-<i>` per replica, `.capi`
+    /// for Cluster API's) instead of in the run's temporary directory.
+    pub log: Option<std::path::PathBuf>,
 }
 
 fn check_manifest(contender: &Contender, c: &WorkloadCluster, timeout_secs: u64) -> Value {
@@ -231,7 +234,14 @@ impl Replicas {
         std::fs::write(&kubeconfig, env.kubeconfig_yaml())?;
         let log = |i: usize| {
             let suffix = if plan.replicas > 1 { format!("-{i}") } else { String::new() };
-            dir.join(format!("controller-{}{suffix}.log", checks_name(contender)))
+            match contender.file(plan.log.as_deref()) {
+                Some(path) => {
+                    let mut name = path.into_os_string();
+                    name.push(suffix);
+                    std::path::PathBuf::from(name)
+                }
+                None => dir.join(format!("controller-{}{suffix}.log", checks_name(contender))),
+            }
         };
         if plan.replicas <= 1 {
             return Ok(Replicas { members: vec![Controller::spawn(contender, &kubeconfig, log(0))?] });

@@ -195,6 +195,7 @@ fn main() -> Result<()> {
             timeout_secs: plan.timeout_secs,
             replicas: args.replicas,
             shards,
+            log: args.controller_log.clone(),
         };
         let dir = tempfile::Builder::new().prefix("vigil-bench-clusters-").tempdir()?;
         let vigil = runtime.block_on(clusters::run(&cplan, &ours, dir.path()))?;
