@@ -10,6 +10,7 @@
 use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use vigil_testenv::TestEnv;
 use vigil_testenv::capi::{
@@ -306,6 +307,28 @@ async fn kcp_state(env: &TestEnv, cluster: &KubeadmCluster) -> String {
     )
 }
 
+/// Every Machine of the namespace seen with a `deletionTimestamp` (listed every 200 ms) until
+/// the task is aborted: a wrongful deletion is what must not happen.
+fn watch_deletions(env: &TestEnv) -> (tokio::task::JoinHandle<()>, Arc<Mutex<BTreeSet<String>>>) {
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let (client, into) = (env.client(), seen.clone());
+    let ar =
+        kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine"));
+    let task = tokio::spawn(async move {
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(client, NS, &ar);
+        loop {
+            if let Ok(list) = api.list(&kube::api::ListParams::default()).await {
+                let mut into = into.lock().unwrap_or_else(PoisonError::into_inner);
+                for m in list.items.iter().filter(|m| m.metadata.deletion_timestamp.is_some()) {
+                    into.insert(m.metadata.name.clone().unwrap_or_default());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (task, seen)
+}
+
 /// The scenario of [`the_real_kubeadm_control_plane_remediates_vigils_mark`], once the cluster is
 /// up and the check exists.
 async fn control_plane_replacement(env: &TestEnv, capi: &CapiManagers, cp: &KubeadmCluster, check: &str) -> Result<()> {
@@ -317,28 +340,7 @@ async fn control_plane_replacement(env: &TestEnv, capi: &CapiManagers, cp: &Kube
         .iter()
         .find_map(|(m, n)| Some((m.clone(), n.clone()?)))
         .context("no control-plane Machine with a Node")?;
-    // Every Machine seen being deleted from here on (a wrongful deletion is what must not happen).
-    let seen_deleting = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
-    let watcher = {
-        let (client, seen) = (env.client(), seen_deleting.clone());
-        let ar = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-            "cluster.x-k8s.io",
-            "v1beta2",
-            "Machine",
-        ));
-        tokio::spawn(async move {
-            let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(client, NS, &ar);
-            loop {
-                if let Ok(list) = api.list(&kube::api::ListParams::default()).await {
-                    let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    for m in list.items.iter().filter(|m| m.metadata.deletion_timestamp.is_some()) {
-                        seen.insert(m.metadata.name.clone().unwrap_or_default());
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let (watcher, seen_deleting) = watch_deletions(env);
 
     let failed = Instant::now();
     set_node_ready(&workload, &node, "False").await?;
@@ -374,7 +376,7 @@ async fn control_plane_replacement(env: &TestEnv, capi: &CapiManagers, cp: &Kube
     let kept: BTreeSet<String> = before.iter().filter(|m| **m != victim).cloned().collect();
     let expected: BTreeSet<String> = kept.iter().cloned().chain([replacement.clone()]).collect();
     assert_eq!(after, expected, "the two healthy control-plane Machines stay and one replacement is added");
-    let deleted_any = seen_deleting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let deleted_any = seen_deleting.lock().unwrap_or_else(PoisonError::into_inner).clone();
     assert_eq!(deleted_any, BTreeSet::from([victim.clone()]), "only the unhealthy control-plane Machine is deleted");
     assert!(marked.saturating_duration_since(failed) >= Duration::from_secs(TIMEOUT_S - 1), "not before the timeout");
     let tunnels = capi.workload_upgrades(NS, &cp.name)?;

@@ -547,43 +547,13 @@ impl CapiManagers {
     /// before the first API server answers, so KubeadmControlPlane's own connections (its
     /// etcd port-forwards included) go through the proxy from the start.
     pub async fn wait_kubeadm_cluster(&self, env: &TestEnv, cluster: &KubeadmCluster, limit: Duration) -> Result<()> {
-        let want = usize::try_from(cluster.replicas).unwrap_or(usize::MAX);
-        let what =
-            format!("cluster {}/{}: {want} ready control-plane Machines with Nodes", cluster.namespace, cluster.name);
-        let key = format!("{}/{}", cluster.namespace, cluster.name);
+        let what = format!(
+            "cluster {}/{}: {} ready control-plane Machines with Nodes",
+            cluster.namespace, cluster.name, cluster.replicas
+        );
         let deadline = Instant::now() + limit;
         loop {
-            let framed = self.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&key);
-            let probe = async {
-                let secret = format!("{}-kubeconfig", cluster.name);
-                if !framed {
-                    if env.get_json("v1", "Secret", Some(&cluster.namespace), &secret).await?.is_none() {
-                        return Ok::<_, anyhow::Error>(format!("no Secret {secret} yet"));
-                    }
-                    self.frame(env, &cluster.namespace, &cluster.name).await?;
-                }
-                let machines = cluster_machines(env, &cluster.namespace, &cluster.name).await?;
-                let with_nodes = machines
-                    .iter()
-                    .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
-                    .filter(|m| m.pointer("/status/nodeRef/name").is_some())
-                    .count();
-                let kcp = env
-                    .get_json(
-                        "controlplane.cluster.x-k8s.io/v1beta2",
-                        "KubeadmControlPlane",
-                        Some(&cluster.namespace),
-                        &cluster.control_plane(),
-                    )
-                    .await?;
-                let ready = kcp.as_ref().and_then(|k| k.pointer("/status/readyReplicas")).and_then(Value::as_u64);
-                Ok(if with_nodes == want && ready == Some(u64::from(cluster.replicas)) {
-                    String::new()
-                } else {
-                    format!("{with_nodes} of {want} Machines have Nodes, readyReplicas {ready:?}")
-                })
-            };
-            let last = match probe.await {
+            let last = match self.kubeadm_progress(env, cluster).await {
                 Ok(s) if s.is_empty() => return Ok(()),
                 Ok(s) => s,
                 Err(e) => format!("{e:#}"),
@@ -593,6 +563,41 @@ impl CapiManagers {
             }
             tokio::time::sleep(PROVISION_POLL).await;
         }
+    }
+
+    /// One look at a [`KubeadmCluster`] coming up: frames its kubeconfig once it exists, then
+    /// says what is missing (empty when it is up).
+    async fn kubeadm_progress(&self, env: &TestEnv, cluster: &KubeadmCluster) -> Result<String> {
+        let key = format!("{}/{}", cluster.namespace, cluster.name);
+        let framed = self.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&key);
+        if !framed {
+            let secret = format!("{}-kubeconfig", cluster.name);
+            if env.get_json("v1", "Secret", Some(&cluster.namespace), &secret).await?.is_none() {
+                return Ok(format!("no Secret {secret} yet"));
+            }
+            self.frame(env, &cluster.namespace, &cluster.name).await?;
+        }
+        let machines = cluster_machines(env, &cluster.namespace, &cluster.name).await?;
+        let with_nodes = machines
+            .iter()
+            .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
+            .filter(|m| m.pointer("/status/nodeRef/name").is_some())
+            .count();
+        let kcp = env
+            .get_json(
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                "KubeadmControlPlane",
+                Some(&cluster.namespace),
+                &cluster.control_plane(),
+            )
+            .await?;
+        let ready = kcp.as_ref().and_then(|k| k.pointer("/status/readyReplicas")).and_then(Value::as_u64);
+        let want = u64::from(cluster.replicas);
+        Ok(if u64::try_from(with_nodes).is_ok_and(|n| n == want) && ready == Some(want) {
+            String::new()
+        } else {
+            format!("{with_nodes} of {want} Machines have Nodes, readyReplicas {ready:?}")
+        })
     }
 
     /// How many upgraded connections (port-forwards) the framing proxy of a cluster has
