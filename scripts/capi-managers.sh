@@ -6,10 +6,13 @@
 #               MachineSet and MachineDeployment reconcilers, without its MachineHealthCheck
 #   capi-infra  the published in-memory infrastructure provider
 #               (sigs.k8s.io/cluster-api/test/infrastructure/docker: DevCluster/DevMachine)
-#   crds/       Cluster API's core CRDs (cluster.x-k8s.io) and that provider's CRDs
-#               (infrastructure.cluster.x-k8s.io), from the same modules, as published
+#   capi-kcp    the published KubeadmControlPlane manager (sigs.k8s.io/cluster-api/controlplane/kubeadm)
+#   capi-cabpk  the published kubeadm bootstrap manager (sigs.k8s.io/cluster-api/bootstrap/kubeadm)
+#   crds/       Cluster API's core CRDs (cluster.x-k8s.io), that provider's CRDs
+#               (infrastructure.cluster.x-k8s.io) and the kubeadm control-plane and bootstrap
+#               CRDs (controlplane. / bootstrap.cluster.x-k8s.io), from the same modules, as published
 #
-#   DIR=$(scripts/capi-managers.sh)   # -> directory holding capi-core, capi-infra, crds/
+#   DIR=$(scripts/capi-managers.sh)   # -> directory holding capi-core, capi-infra, capi-kcp, capi-cabpk, crds/
 #
 # The cache directory is keyed by a hash of go.mod, go.sum and the Go sources, so any change
 # rebuilds. stdout: only the directory. Progress goes to stderr.
@@ -32,8 +35,11 @@ KEY="$(cat "$SRC/go.mod" "$SRC/go.sum" "$SRC"/*.go | sha256sum | cut -c1-16)"
 OUT="${XDG_CACHE_HOME:-$HOME/.cache}/vigil/capi-managers-${CAPI_VERSION}/${KEY}"
 
 is_complete() {
-  [[ -x "$1/capi-core" && -x "$1/capi-infra" && -s "$1/crds/infrastructure.cluster.x-k8s.io_devmachines.yaml" \
-    && -s "$1/crds/cluster.x-k8s.io_machinedeployments.yaml" ]] \
+  [[ -x "$1/capi-core" && -x "$1/capi-infra" && -x "$1/capi-kcp" && -x "$1/capi-cabpk" \
+    && -s "$1/crds/infrastructure.cluster.x-k8s.io_devmachines.yaml" \
+    && -s "$1/crds/cluster.x-k8s.io_machinedeployments.yaml" \
+    && -s "$1/crds/controlplane.cluster.x-k8s.io_kubeadmcontrolplanes.yaml" \
+    && -s "$1/crds/bootstrap.cluster.x-k8s.io_kubeadmconfigs.yaml" ]] \
     && "$1/capi-core" --help >/dev/null 2>&1
 }
 
@@ -61,20 +67,25 @@ export CGO_ENABLED=0
 # go.sum is committed: -mod=readonly makes a stale go.mod/go.sum an error instead of a silent edit.
 export GOFLAGS="${GOFLAGS:-} -mod=readonly -buildvcs=false"
 start=$SECONDS
-log "building sigs.k8s.io/cluster-api ${CAPI_VERSION} core reconcilers and in-memory provider with $("$GO" version) into $OUT"
+log "building sigs.k8s.io/cluster-api ${CAPI_VERSION} core reconcilers, in-memory provider, kubeadm control plane and bootstrap with $("$GO" version) into $OUT"
 (
   cd "$SRC"
   "$GO" build -trimpath -ldflags "-s -w" -o "$STAGE/capi-core" .
   "$GO" build -trimpath -ldflags "-s -w" -o "$STAGE/capi-infra" sigs.k8s.io/cluster-api/test/infrastructure/docker
+  "$GO" build -trimpath -ldflags "-s -w" -o "$STAGE/capi-kcp" sigs.k8s.io/cluster-api/controlplane/kubeadm
+  "$GO" build -trimpath -ldflags "-s -w" -o "$STAGE/capi-cabpk" sigs.k8s.io/cluster-api/bootstrap/kubeadm
 ) >&2
 CORE_DIR="$(cd "$SRC" && "$GO" list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)"
 TEST_DIR="$(cd "$SRC" && "$GO" list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api/test)"
 mkdir "$STAGE/crds"
-for bases in "$CORE_DIR/core/config/crd/bases" "$TEST_DIR/infrastructure/docker/config/crd/bases"; do
+for bases in "$CORE_DIR/core/config/crd/bases" "$TEST_DIR/infrastructure/docker/config/crd/bases" \
+  "$CORE_DIR/controlplane/kubeadm/config/crd/bases" "$CORE_DIR/bootstrap/kubeadm/config/crd/bases"; do
   [[ -d "$bases" ]] || die "$bases does not exist: the modules no longer keep their CRDs there"
 done
 cp "$CORE_DIR"/core/config/crd/bases/cluster.x-k8s.io_*.yaml "$STAGE/crds/"
 cp "$TEST_DIR"/infrastructure/docker/config/crd/bases/infrastructure.cluster.x-k8s.io_*.yaml "$STAGE/crds/"
+cp "$CORE_DIR"/controlplane/kubeadm/config/crd/bases/controlplane.cluster.x-k8s.io_*.yaml "$STAGE/crds/"
+cp "$CORE_DIR"/bootstrap/kubeadm/config/crd/bases/bootstrap.cluster.x-k8s.io_*.yaml "$STAGE/crds/"
 cp "$CORE_DIR/LICENSE" "$STAGE/LICENSE"
 printf 'sigs.k8s.io/cluster-api@%s\n' "$CAPI_VERSION" >"$STAGE/VERSION"
 chmod -R u+w,a+rX "$STAGE"

@@ -10,11 +10,12 @@
 use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use vigil_testenv::TestEnv;
 use vigil_testenv::capi::{
-    CapiManagers, DEPLOYMENT_NAME_LABEL, WorkloadCluster, deployment_machines, set_node_ready, wait_instant,
-    workload_client,
+    CONTROL_PLANE_LABEL, CapiManagers, DEPLOYMENT_NAME_LABEL, KubeadmCluster, WorkloadCluster, cluster_machines,
+    deployment_machines, set_node_ready, wait_instant, workload_client,
 };
 
 mod support;
@@ -224,6 +225,168 @@ async fn the_real_cluster_api_acts_on_vigils_marks() -> Result<()> {
     let r = fleet.explain(r);
     fleet.stop().await;
     r
+}
+
+/// Limit for a KubeadmControlPlane of three to come up (one Machine after another).
+const KCP_UP: Duration = Duration::from_secs(150);
+
+/// A control-plane Node goes `Ready=False` in a cluster whose control plane is a real
+/// KubeadmControlPlane of three in-memory Machines: Vigil marks the Machine, KubeadmControlPlane
+/// (which first asks etcd, by port-forward through the workload API server, whether removing
+/// the member keeps quorum) deletes it and creates a replacement whose Node joins, the check
+/// counts all healthy again, and no other control-plane Machine is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_kubeadm_control_plane_remediates_vigils_mark() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let env = env().await?;
+    let capi = CapiManagers::start_with_kubeadm(&env).await?;
+    let cp = KubeadmCluster::new(NS, "kcp", 3);
+    let mut fleet = Fleet { vigil: None, capi, env };
+    let up = async {
+        fleet.capi.create_kubeadm_cluster(&fleet.env, &cp).await?;
+        fleet.capi.wait_kubeadm_cluster(&fleet.env, &cp, KCP_UP).await?;
+        control_plane_check(&fleet.env, &cp).await
+    }
+    .await;
+    let check = match up {
+        Ok(c) => c,
+        Err(e) => return fleet.explain(Err(e)),
+    };
+    fleet.start_vigil();
+    let r = control_plane_replacement(&fleet.env, &fleet.capi, &cp, &check).await;
+    let r = match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.context(kcp_state(&fleet.env, &cp).await)),
+    };
+    let r = fleet.explain(r);
+    fleet.stop().await;
+    r
+}
+
+/// A Vigil MachineHealthCheck over one cluster's control-plane Machines (as a user writes it).
+async fn control_plane_check(env: &TestEnv, cluster: &KubeadmCluster) -> Result<String> {
+    let name = format!("{}-control-plane", cluster.name);
+    env.apply(json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+        "spec": {"clusterName": cluster.name, "selector": {"matchLabels": {CONTROL_PLANE_LABEL: ""}},
+            "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": format!("{TIMEOUT_S}s")},
+                                    {"type": "Ready", "status": "Unknown", "timeout": format!("{TIMEOUT_S}s")}]}}))
+        .await?;
+    Ok(name)
+}
+
+/// The control-plane Machines not being deleted, with their Nodes.
+async fn control_plane_machines(env: &TestEnv, cluster: &KubeadmCluster) -> Result<BTreeSet<(String, Option<String>)>> {
+    Ok(cluster_machines(env, NS, &cluster.name)
+        .await?
+        .iter()
+        .filter(|m| m.pointer("/metadata/labels").and_then(|l| l.get(CONTROL_PLANE_LABEL)).is_some())
+        .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
+        .filter_map(|m| {
+            let name = m.pointer("/metadata/name")?.as_str()?.to_string();
+            let node = m.pointer("/status/nodeRef/name").and_then(Value::as_str).map(str::to_string);
+            Some((name, node))
+        })
+        .collect())
+}
+
+/// What KubeadmControlPlane and the Machines say, for a failure message.
+async fn kcp_state(env: &TestEnv, cluster: &KubeadmCluster) -> String {
+    let kcp = env
+        .get_json("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", Some(NS), &cluster.control_plane())
+        .await;
+    let machines = cluster_machines(env, NS, &cluster.name).await;
+    let brief = |m: &Value| {
+        json!({"name": m.pointer("/metadata/name"), "deleting": m.pointer("/metadata/deletionTimestamp"),
+               "node": m.pointer("/status/nodeRef/name"), "conditions": m.pointer("/status/conditions")})
+    };
+    format!(
+        "KubeadmControlPlane status: {}\nMachines: {}",
+        kcp.map(|k| k.and_then(|k| k.get("status").cloned()).unwrap_or(Value::Null).to_string()).unwrap_or_default(),
+        machines.map(|ms| Value::Array(ms.iter().map(brief).collect()).to_string()).unwrap_or_default()
+    )
+}
+
+/// Every Machine of the namespace seen with a `deletionTimestamp` (listed every 200 ms) until
+/// the task is aborted: a wrongful deletion is what must not happen.
+fn watch_deletions(env: &TestEnv) -> (tokio::task::JoinHandle<()>, Arc<Mutex<BTreeSet<String>>>) {
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let (client, into) = (env.client(), seen.clone());
+    let ar =
+        kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine"));
+    let task = tokio::spawn(async move {
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(client, NS, &ar);
+        loop {
+            if let Ok(list) = api.list(&kube::api::ListParams::default()).await {
+                let mut into = into.lock().unwrap_or_else(PoisonError::into_inner);
+                for m in list.items.iter().filter(|m| m.metadata.deletion_timestamp.is_some()) {
+                    into.insert(m.metadata.name.clone().unwrap_or_default());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (task, seen)
+}
+
+/// The scenario of [`the_real_kubeadm_control_plane_remediates_vigils_mark`], once the cluster is
+/// up and the check exists.
+async fn control_plane_replacement(env: &TestEnv, capi: &CapiManagers, cp: &KubeadmCluster, check: &str) -> Result<()> {
+    let workload = workload_client(env, NS, &cp.name).await?;
+    wait_all_healthy(env, check, 3).await?;
+    let before_set = control_plane_machines(env, cp).await?;
+    let before = names(&before_set);
+    let (victim, node) = before_set
+        .iter()
+        .find_map(|(m, n)| Some((m.clone(), n.clone()?)))
+        .context("no control-plane Machine with a Node")?;
+    let (watcher, seen_deleting) = watch_deletions(env);
+
+    let failed = Instant::now();
+    set_node_ready(&workload, &node, "False").await?;
+    let marked = wait_instant(&format!("{victim} marked HealthCheckSucceeded=False"), STEP, || async {
+        Ok(match machine(env, &victim).await? {
+            Some(m) => machine_condition(&m, "HealthCheckSucceeded").is_some_and(|(s, _)| s == "False"),
+            None => true,
+        })
+    })
+    .await?;
+    let deleted =
+        wait_instant(&format!("{victim} deleted by KubeadmControlPlane"), STEP, || deleting(env, &victim)).await?;
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(workload.clone());
+    let (replacement, joined) =
+        vigil_testenv::wait_for("a replacement control-plane Machine whose Node joined", STEP, || {
+            let (nodes, before) = (&nodes, &before);
+            async move {
+                for (m, n) in control_plane_machines(env, cp).await? {
+                    let Some(n) = n.filter(|_| !before.contains(&m)) else { continue };
+                    if nodes.get_opt(&n).await?.is_some() {
+                        return Ok(Some((m, Instant::now())));
+                    }
+                }
+                Ok(None)
+            }
+        })
+        .await?;
+    let healthy = wait_all_healthy(env, check, 3).await?;
+    wait_instant(&format!("{victim} gone"), STEP, || async { Ok(machine(env, &victim).await?.is_none()) }).await?;
+    watcher.abort();
+
+    let after = names(&control_plane_machines(env, cp).await?);
+    let kept: BTreeSet<String> = before.iter().filter(|m| **m != victim).cloned().collect();
+    let expected: BTreeSet<String> = kept.iter().cloned().chain([replacement.clone()]).collect();
+    assert_eq!(after, expected, "the two healthy control-plane Machines stay and one replacement is added");
+    let deleted_any = seen_deleting.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!(deleted_any, BTreeSet::from([victim.clone()]), "only the unhealthy control-plane Machine is deleted");
+    assert!(marked.saturating_duration_since(failed) >= Duration::from_secs(TIMEOUT_S - 1), "not before the timeout");
+    let tunnels = capi.workload_upgrades(NS, &cp.name)?;
+    assert!(tunnels > 0, "KubeadmControlPlane's etcd port-forwards went through the framing proxy");
+    report(json!({"test": "control_plane_replacement_by_kcp", "capi": "v1.14.2", "timeout_s": TIMEOUT_S,
+        "failure_to_mark_s": secs(failed, marked), "failure_to_deletion_s": secs(failed, deleted),
+        "failure_to_replacement_node_s": secs(failed, joined), "failure_to_all_healthy_s": secs(failed, healthy),
+        "mark_to_deletion_s": secs(marked, deleted), "deletion_to_replacement_node_s": secs(deleted, joined),
+        "port_forwards_through_proxy": tunnels}));
+    Ok(())
 }
 
 /// A worker's Node goes `Ready=False`: Vigil marks its Machine, the MachineSet deletes it and

@@ -3,6 +3,10 @@
 //! Machine, MachineSet and MachineDeployment reconcilers of the pinned `sigs.k8s.io/cluster-api`,
 //! without its MachineHealthCheck) and `capi-infra` (the published in-memory infrastructure
 //! provider, `DevCluster`/`DevMachine`, which serves each workload cluster's API server itself).
+//! On request ([`CapiManagers::start_with_kubeadm`]) also `capi-kcp` and `capi-cabpk`, the
+//! published KubeadmControlPlane and kubeadm bootstrap managers, for clusters whose control plane
+//! is a `KubeadmControlPlane` ([`KubeadmCluster`]), as Cluster API's own scale tests run them
+//! on the in-memory backend.
 //!
 //! ```no_run
 //! # async fn demo(env: &vigil_testenv::TestEnv) -> vigil_testenv::Result<()> {
@@ -59,6 +63,9 @@ const PROVISION_POLL: Duration = Duration::from_millis(500);
 /// How long the managers get to fail at start-up before [`CapiManagers::start`] returns.
 const STARTUP_GRACE: Duration = Duration::from_secs(2);
 
+/// API groups of the kubeadm control-plane and bootstrap managers, installed only with them.
+const KUBEADM_GROUPS: [&str; 2] = ["controlplane.cluster.x-k8s.io", "bootstrap.cluster.x-k8s.io"];
+
 /// The host-wide lock file: the provider's ports are fixed, so one set of managers per host.
 const HOST_LOCK: &str = "/tmp/vigil-capi-managers.lock";
 
@@ -71,10 +78,17 @@ pub async fn capi_managers_dir() -> Result<PathBuf> {
             Some(dir) => PathBuf::from(dir),
             None => run_script().await?,
         };
-        for f in ["capi-core", "capi-infra", "crds/cluster.x-k8s.io_machinedeployments.yaml"] {
+        for f in [
+            "capi-core",
+            "capi-infra",
+            "capi-kcp",
+            "capi-cabpk",
+            "crds/cluster.x-k8s.io_machinedeployments.yaml",
+            "crds/controlplane.cluster.x-k8s.io_kubeadmcontrolplanes.yaml",
+        ] {
             if !dir.join(f).is_file() {
                 bail!(
-                    "{} has no {f}: run scripts/capi-managers.sh (it builds both managers) and point \
+                    "{} has no {f}: run scripts/capi-managers.sh (it builds all four managers) and point \
                      VIGIL_CAPI_MANAGERS_DIR at the directory it prints",
                     dir.display()
                 );
@@ -107,10 +121,11 @@ async fn run_script() -> Result<PathBuf> {
 }
 
 /// The CRDs the managers need, as they would be installed by Cluster API's own manifests: the
-/// core `cluster.x-k8s.io` kinds and the provider's `infrastructure.cluster.x-k8s.io` kinds,
-/// each reduced to `v1beta2` (a bare API server has no conversion webhook), the provider's
-/// labelled with the contract version as kustomize labels them upstream.
-pub async fn capi_crds() -> Result<Vec<Value>> {
+/// core `cluster.x-k8s.io` kinds and the provider's `infrastructure.cluster.x-k8s.io` kinds
+/// (with `kubeadm`, also the `controlplane.` and `bootstrap.cluster.x-k8s.io` kinds), each
+/// reduced to `v1beta2` (a bare API server has no conversion webhook), the providers' labelled
+/// with the contract version as kustomize labels them upstream.
+pub async fn capi_crds(kubeadm: bool) -> Result<Vec<Value>> {
     let dir = capi_managers_dir().await?.join("crds");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
@@ -124,13 +139,17 @@ pub async fn capi_crds() -> Result<Vec<Value>> {
         let docs: Vec<Value> =
             serde_saphyr::from_multiple(&text).with_context(|| format!("{}: invalid YAML", path.display()))?;
         for mut crd in docs.into_iter().filter(|d| d["kind"] == "CustomResourceDefinition") {
+            let group = crd["spec"]["group"].as_str().unwrap_or_default().to_string();
+            if !kubeadm && KUBEADM_GROUPS.contains(&group.as_str()) {
+                continue;
+            }
             let has_v1beta2 =
                 crd["spec"]["versions"].as_array().is_some_and(|vs| vs.iter().any(|v| v["name"] == "v1beta2"));
             if !has_v1beta2 {
                 continue;
             }
             reduce_to_version(&mut crd, "v1beta2").with_context(|| path.display().to_string())?;
-            if crd["spec"]["group"] == "infrastructure.cluster.x-k8s.io" {
+            if group != "cluster.x-k8s.io" {
                 crd["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"] = json!("v1beta2");
             }
             out.push(crd);
@@ -228,6 +247,75 @@ impl WorkloadCluster {
     }
 }
 
+/// A workload cluster whose control plane is a `KubeadmControlPlane` of in-memory DevMachines
+/// (no workers): the shape of Cluster API's own in-memory scale tests, without a ClusterClass
+/// (no topology controller runs here). Needs [`CapiManagers::start_with_kubeadm`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeadmCluster {
+    /// Namespace of every object of the cluster.
+    pub namespace: String,
+    /// The Cluster's name; the other objects are named after it.
+    pub name: String,
+    /// Replicas of the KubeadmControlPlane.
+    pub replicas: u32,
+}
+
+impl KubeadmCluster {
+    /// A cluster `name` in `namespace` with a control plane of `replicas` Machines.
+    pub fn new(namespace: &str, name: &str, replicas: u32) -> KubeadmCluster {
+        KubeadmCluster { namespace: namespace.to_string(), name: name.to_string(), replicas }
+    }
+
+    /// The KubeadmControlPlane's name (and its DevMachineTemplate's).
+    pub fn control_plane(&self) -> String {
+        format!("{}-control-plane", self.name)
+    }
+
+    /// The objects to create, in order. The `<cluster>-ca` and `<cluster>-etcd` Secrets are
+    /// created up front as for [`WorkloadCluster`] (KubeadmControlPlane finds and uses them and
+    /// generates the other certificates); what the KubeadmControlPlane webhook would default is
+    /// written out (rollout strategy); the kubeadm configuration is the one of Cluster API's
+    /// in-memory cluster class (`test/infrastructure/docker/templates/clusterclass-in-memory.yaml`).
+    pub fn manifests(&self, ca: &ClusterCa) -> Vec<Value> {
+        let (ns, c) = (self.namespace.as_str(), self.name.as_str());
+        let labels = json!({CLUSTER_NAME_LABEL: c});
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let tls = json!({"tls.crt": b64(&ca.cert_pem), "tls.key": b64(&ca.key_pem)});
+        let secret = |suffix: &str| {
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("{c}-{suffix}"), "namespace": ns, "labels": labels},
+                "type": "cluster.x-k8s.io/secret", "data": tls})
+        };
+        let kcp = self.control_plane();
+        let node_registration =
+            json!({"nodeRegistration": {"criSocket": "unix:///var/run/containerd/containerd.sock"}});
+        vec![
+            secret("ca"),
+            secret("etcd"),
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevCluster",
+                "metadata": {"name": c, "namespace": ns, "labels": labels,
+                             "annotations": {"vigil.dev/created-by": "vigil-testenv"}},
+                "spec": {"backend": {"inMemory": {}}}}),
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevMachineTemplate",
+                "metadata": {"name": kcp, "namespace": ns, "labels": labels},
+                "spec": {"template": {"spec": dev_machine_spec()}}}),
+            json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+                "metadata": {"name": kcp, "namespace": ns, "labels": labels},
+                "spec": {"replicas": self.replicas, "version": KUBERNETES_VERSION,
+                    "machineTemplate": {"spec": {"infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevMachineTemplate", "name": kcp}}},
+                    "kubeadmConfigSpec": {
+                        "clusterConfiguration": {"apiServer": {"certSANs": ["localhost", "127.0.0.1"]}},
+                        "initConfiguration": node_registration, "joinConfiguration": node_registration},
+                    "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}}}}),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": c, "namespace": ns, "labels": labels},
+                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevCluster", "name": c},
+                         "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": kcp}}}),
+        ]
+    }
+}
+
 /// The in-memory backend of a DevMachine: a "VM" that boots in 1 s and a Node (and, on a
 /// control-plane Machine, etcd and an API server) that start 0.5 s later, without jitter, so
 /// the times a test reports are the controllers' and not the simulated boot's.
@@ -275,10 +363,12 @@ impl ClusterCa {
     }
 }
 
-/// The two managers, running against one [`TestEnv`]; both are killed when this is dropped.
+/// The managers, running against one [`TestEnv`]; all are killed when this is dropped.
 pub struct CapiManagers {
     core: Proc,
     infra: Proc,
+    /// `capi-kcp` and `capi-cabpk`, when started with [`CapiManagers::start_with_kubeadm`].
+    kubeadm: Vec<Proc>,
     ca: ClusterCa,
     /// One per workload cluster ([`CapiManagers::wait_cluster`]), by `namespace/name`.
     proxies: std::sync::Mutex<std::collections::BTreeMap<String, crate::WatchFramingProxy>>,
@@ -298,6 +388,16 @@ impl CapiManagers {
     /// Installs the CRDs ([`capi_crds`]) into `env` and starts `capi-core` and `capi-infra`
     /// against it, after taking the host-wide lock (waiting for another run to finish).
     pub async fn start(env: &TestEnv) -> Result<CapiManagers> {
+        CapiManagers::start_managers(env, false).await
+    }
+
+    /// As [`CapiManagers::start`], and also the KubeadmControlPlane and kubeadm bootstrap
+    /// managers (`capi-kcp`, `capi-cabpk`) with their CRDs, for [`KubeadmCluster`]s.
+    pub async fn start_with_kubeadm(env: &TestEnv) -> Result<CapiManagers> {
+        CapiManagers::start_managers(env, true).await
+    }
+
+    async fn start_managers(env: &TestEnv, kubeadm: bool) -> Result<CapiManagers> {
         let bin = capi_managers_dir().await?;
         let lock = tokio::task::spawn_blocking(|| -> Result<std::fs::File> {
             let f = std::fs::OpenOptions::new()
@@ -311,7 +411,7 @@ impl CapiManagers {
         })
         .await
         .context("the lock task failed")??;
-        env.install_crds(&capi_crds().await?).await?;
+        env.install_crds(&capi_crds(kubeadm).await?).await?;
         let dir = tempfile::Builder::new().prefix("vigil-capi-").tempdir().context("cannot create the temp dir")?;
         let d = dir.path().to_path_buf();
         let kubeconfig = d.join("kubeconfig");
@@ -340,16 +440,21 @@ impl CapiManagers {
         ])
         .await?;
         let ca = ClusterCa::generate(&d).await?;
-        let [webhook_port, _, _] = crate::free_ports()?;
+        let ports = crate::free_ports()?;
         let core_args = vec![format!("--kubeconfig={kubeconfig}"), "--v=1".to_string()];
-        let infra_args = vec![
-            format!("--kubeconfig={kubeconfig}"),
-            format!("--webhook-port={webhook_port}"),
-            format!("--webhook-cert-dir={}", crate::path_arg(&certs)?),
-            "--health-addr=0".to_string(),
-            "--diagnostics-address=0".to_string(),
-            "--v=1".to_string(),
-        ];
+        // The stock mains (provider, KubeadmControlPlane, bootstrap) share these flags; each
+        // gets its own webhook port.
+        let stock_args = |webhook_port: u16| -> Result<Vec<String>> {
+            Ok(vec![
+                format!("--kubeconfig={kubeconfig}"),
+                format!("--webhook-port={webhook_port}"),
+                format!("--webhook-cert-dir={}", crate::path_arg(&certs)?),
+                "--health-addr=0".to_string(),
+                "--diagnostics-address=0".to_string(),
+                "--v=1".to_string(),
+            ])
+        };
+        let infra_args = stock_args(ports[0])?;
         let env_vars = [("POD_IP", "127.0.0.1")];
         let mut core =
             Proc::spawn_with_env("capi-core", &bin.join("capi-core"), &core_args, &[], d.join("capi-core.log")).await?;
@@ -361,10 +466,28 @@ impl CapiManagers {
             d.join("capi-infra.log"),
         )
         .await?;
+        let mut kubeadm_procs = Vec::new();
+        if kubeadm {
+            for (name, port) in [("capi-kcp", ports[1]), ("capi-cabpk", ports[2])] {
+                let log = d.join(format!("{name}.log"));
+                kubeadm_procs.push(Proc::spawn_with_env(name, &bin.join(name), &stock_args(port)?, &[], log).await?);
+            }
+        }
         tokio::time::sleep(STARTUP_GRACE).await;
         core.check_running()?;
         infra.check_running()?;
-        Ok(CapiManagers { core, infra, ca, proxies: Default::default(), dir: Some(dir), _host_lock: lock })
+        for p in &mut kubeadm_procs {
+            p.check_running()?;
+        }
+        Ok(CapiManagers {
+            core,
+            infra,
+            kubeadm: kubeadm_procs,
+            ca,
+            proxies: Default::default(),
+            dir: Some(dir),
+            _host_lock: lock,
+        })
     }
 
     /// The temp dir with `capi-core.log` and `capi-infra.log`, to read when a test fails.
@@ -377,10 +500,14 @@ impl CapiManagers {
         self.dir.take().map(TempDir::keep)
     }
 
-    /// Fails (quoting the log) when either manager has exited.
+    /// Fails (quoting the log) when any manager has exited.
     pub fn check_running(&mut self) -> Result<()> {
         self.core.check_running()?;
-        self.infra.check_running()
+        self.infra.check_running()?;
+        for p in &mut self.kubeadm {
+            p.check_running()?;
+        }
+        Ok(())
     }
 
     /// The core manager's process id, to measure it.
@@ -406,34 +533,111 @@ impl CapiManagers {
         Ok(())
     }
 
+    /// Creates the objects of a [`KubeadmCluster`].
+    pub async fn create_kubeadm_cluster(&self, env: &TestEnv, cluster: &KubeadmCluster) -> Result<()> {
+        for manifest in cluster.manifests(&self.ca) {
+            env.apply(manifest).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the KubeadmControlPlane of `cluster` has `replicas` Machines with Nodes, all
+    /// ready (`status.readyReplicas`). The `<cluster>-kubeconfig` Secret (written by
+    /// KubeadmControlPlane) is pointed at a [`crate::WatchFramingProxy`] as soon as it exists,
+    /// before the first API server answers, so KubeadmControlPlane's own connections (its
+    /// etcd port-forwards included) go through the proxy from the start.
+    pub async fn wait_kubeadm_cluster(&self, env: &TestEnv, cluster: &KubeadmCluster, limit: Duration) -> Result<()> {
+        let what = format!(
+            "cluster {}/{}: {} ready control-plane Machines with Nodes",
+            cluster.namespace, cluster.name, cluster.replicas
+        );
+        let deadline = Instant::now() + limit;
+        loop {
+            let last = match self.kubeadm_progress(env, cluster).await {
+                Ok(s) if s.is_empty() => return Ok(()),
+                Ok(s) => s,
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() > deadline {
+                bail!("timed out after {limit:?} waiting for {what}: {last}\n{}", self.log_tails());
+            }
+            tokio::time::sleep(PROVISION_POLL).await;
+        }
+    }
+
+    /// One look at a [`KubeadmCluster`] coming up: frames its kubeconfig once it exists, then
+    /// says what is missing (empty when it is up).
+    async fn kubeadm_progress(&self, env: &TestEnv, cluster: &KubeadmCluster) -> Result<String> {
+        let key = format!("{}/{}", cluster.namespace, cluster.name);
+        let framed = self.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&key);
+        if !framed {
+            let secret = format!("{}-kubeconfig", cluster.name);
+            if env.get_json("v1", "Secret", Some(&cluster.namespace), &secret).await?.is_none() {
+                return Ok(format!("no Secret {secret} yet"));
+            }
+            self.frame(env, &cluster.namespace, &cluster.name).await?;
+        }
+        let machines = cluster_machines(env, &cluster.namespace, &cluster.name).await?;
+        let with_nodes = machines
+            .iter()
+            .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
+            .filter(|m| m.pointer("/status/nodeRef/name").is_some())
+            .count();
+        let kcp = env
+            .get_json(
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                "KubeadmControlPlane",
+                Some(&cluster.namespace),
+                &cluster.control_plane(),
+            )
+            .await?;
+        let ready = kcp.as_ref().and_then(|k| k.pointer("/status/readyReplicas")).and_then(Value::as_u64);
+        let want = u64::from(cluster.replicas);
+        Ok(if u64::try_from(with_nodes).is_ok_and(|n| n == want) && ready == Some(want) {
+            String::new()
+        } else {
+            format!("{with_nodes} of {want} Machines have Nodes, readyReplicas {ready:?}")
+        })
+    }
+
+    /// How many upgraded connections (port-forwards) the framing proxy of a cluster has
+    /// tunnelled so far.
+    pub fn workload_upgrades(&self, namespace: &str, cluster: &str) -> Result<usize> {
+        let proxies = self.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let proxy = proxies
+            .get(&format!("{namespace}/{cluster}"))
+            .with_context(|| format!("no workload cluster {namespace}/{cluster} was waited for"))?;
+        Ok(proxy.upgrades())
+    }
+
     /// Waits until every Machine of `cluster` has a Node (`status.nodeRef`) and the core
     /// Cluster controller wrote `<cluster>-kubeconfig`, then puts a [`crate::WatchFramingProxy`]
     /// between that kubeconfig's users and the provider's API server (see there why).
     pub async fn wait_cluster(&self, env: &TestEnv, cluster: &WorkloadCluster, limit: Duration) -> Result<()> {
         self.wait_provisioned(env, cluster, limit).await?;
-        self.frame_watches(env, cluster).await
+        self.frame(env, &cluster.namespace, &cluster.name).await
     }
 
     /// Starts the framing proxy of `cluster` and points its `<cluster>-kubeconfig` Secret at it
     /// (same credentials; the Secret is otherwise as Cluster API wrote it).
-    async fn frame_watches(&self, env: &TestEnv, cluster: &WorkloadCluster) -> Result<()> {
-        let key = format!("{}/{}", cluster.namespace, cluster.name);
-        let name = format!("{}-kubeconfig", cluster.name);
+    async fn frame(&self, env: &TestEnv, namespace: &str, cluster: &str) -> Result<()> {
+        let key = format!("{namespace}/{cluster}");
+        let name = format!("{cluster}-kubeconfig");
         let secret = env
-            .get_json("v1", "Secret", Some(&cluster.namespace), &name)
+            .get_json("v1", "Secret", Some(namespace), &name)
             .await?
             .with_context(|| format!("Secret {key}-kubeconfig does not exist"))?;
-        let yaml = secret_value(&secret).with_context(|| format!("Secret {}/{name}", cluster.namespace))?;
+        let yaml = secret_value(&secret).with_context(|| format!("Secret {namespace}/{name}"))?;
         let mut kubeconfig: Value =
-            serde_saphyr::from_str(&yaml).with_context(|| format!("Secret {}/{name}: not YAML", cluster.namespace))?;
+            serde_saphyr::from_str(&yaml).with_context(|| format!("Secret {namespace}/{name}: not YAML"))?;
         let servers = kubeconfig["clusters"].as_array().map(Vec::len).unwrap_or(0);
         if servers == 0 {
-            bail!("Secret {}/{name}: a kubeconfig without clusters", cluster.namespace);
+            bail!("Secret {namespace}/{name}: a kubeconfig without clusters");
         }
         if kubeconfig["clusters"][0]["cluster"]["server"].as_str().is_some_and(|s| s.starts_with("http://")) {
             return Ok(());
         }
-        let upstream = client_from_yaml(&yaml).await.with_context(|| format!("Secret {}/{name}", cluster.namespace))?;
+        let upstream = client_from_yaml(&yaml).await.with_context(|| format!("Secret {namespace}/{name}"))?;
         let proxy = crate::WatchFramingProxy::start(upstream).await?;
         for i in 0..servers {
             kubeconfig["clusters"][i]["cluster"]["server"] = json!(proxy.url());
@@ -441,7 +645,7 @@ impl CapiManagers {
         // JSON is YAML: every kubeconfig reader (client-go, kube-rs) takes it.
         let text = serde_json::to_string(&kubeconfig)?;
         env.apply(json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": name, "namespace": cluster.namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "data": {"value": base64::engine::general_purpose::STANDARD.encode(text)}}))
             .await?;
         self.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, proxy);
@@ -491,9 +695,17 @@ impl CapiManagers {
         }
     }
 
-    /// The last lines of both managers' logs, for an error message.
+    /// The last lines of the managers' logs, for an error message.
     pub fn log_tails(&self) -> String {
-        format!("capi-core log tail:\n{}\ncapi-infra log tail:\n{}", self.core.log_tail(20), self.infra.log_tail(20))
+        let mut out = format!(
+            "capi-core log tail:\n{}\ncapi-infra log tail:\n{}",
+            self.core.log_tail(20),
+            self.infra.log_tail(20)
+        );
+        for p in &self.kubeadm {
+            out.push_str(&format!("\n{} log tail:\n{}", p.name, p.log_tail(20)));
+        }
+        out
     }
 }
 

@@ -10,17 +10,29 @@
 //! real API server sends. It speaks plain HTTP/1.1 on loopback, one request per connection
 //! (`Connection: close`), and reaches the provider with the cluster's own credentials.
 //!
+//! HTTP upgrades pass through: KubeadmControlPlane reaches each control-plane Machine's etcd by
+//! port-forward (`POST …/pods/etcd-…/portforward` upgraded to SPDY, after a websocket attempt),
+//! which the provider serves on the same workload API server. A request that asks for an
+//! upgrade is sent upstream with its `Connection: Upgrade` / `Upgrade` headers; when the
+//! provider answers `101 Switching Protocols`, the proxy relays that answer and then copies bytes
+//! both ways until either side closes. The proxy stays in the path (rather than giving
+//! KubeadmControlPlane the provider's address) because every controller reads the same
+//! `<cluster>-kubeconfig` Secret, and a second kubeconfig for one controller would test a setup
+//! no user has.
+//!
 //! It can also break that one workload cluster the way a real API server breaks ([`Mode`]): hang
 //! (connections stay open, nothing is answered, streams stop) or refuse (every connection is
 //! closed at once), so a test can check that the other clusters are not delayed.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context as _;
 use http_body_util::BodyExt as _;
 use kube::Client;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::{Mode, Result};
@@ -34,6 +46,8 @@ const MAX_BODY: usize = 16 << 20;
 pub struct WatchFramingProxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    /// Upgraded connections tunnelled so far.
+    upgrades: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -43,23 +57,32 @@ impl WatchFramingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the framing proxy")?;
         let addr = listener.local_addr().context("the framing proxy has no address")?;
         let (mode, modes) = watch::channel(Mode::Pass);
+        let upgrades = Arc::new(AtomicUsize::new(0));
+        let counter = upgrades.clone();
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
                 let upstream = upstream.clone();
                 let modes = modes.clone();
+                let counter = counter.clone();
                 tokio::spawn(async move {
                     // A failed exchange only closes that connection; the client retries.
-                    let _ = serve(conn, upstream, modes).await;
+                    let _ = serve(conn, upstream, modes, counter).await;
                 });
             }
         });
-        Ok(WatchFramingProxy { addr, mode, task })
+        Ok(WatchFramingProxy { addr, mode, upgrades, task })
     }
 
     /// Passes, hangs ([`Mode::Partition`]) or refuses ([`Mode::Down`]) from now on, also on the
     /// connections already open.
     pub fn set_mode(&self, mode: Mode) {
         self.mode.send_replace(mode);
+    }
+
+    /// How many upgraded connections (port-forwards) were tunnelled, so a test can tell that
+    /// what needed one went through the proxy.
+    pub fn upgrades(&self) -> usize {
+        self.upgrades.load(Ordering::Relaxed)
     }
 
     /// The URL to put in a kubeconfig (`http://127.0.0.1:PORT`).
@@ -83,8 +106,13 @@ async fn passing(modes: &mut watch::Receiver<Mode>) -> bool {
     }
 }
 
-/// One request, one response, then the connection is closed.
-async fn serve(conn: TcpStream, upstream: Client, mut modes: watch::Receiver<Mode>) -> Result<()> {
+/// One request, one response, then the connection is closed (or, after an upgrade, tunnelled).
+async fn serve(
+    conn: TcpStream,
+    upstream: Client,
+    mut modes: watch::Receiver<Mode>,
+    upgrades: Arc<AtomicUsize>,
+) -> Result<()> {
     if !passing(&mut modes).await {
         return Ok(());
     }
@@ -97,6 +125,7 @@ async fn serve(conn: TcpStream, upstream: Client, mut modes: watch::Receiver<Mod
     let (method, target) = (method.to_string(), target.to_string());
     let mut builder = http::Request::builder().method(method.as_str()).uri(target.as_str());
     let mut length = 0usize;
+    let (mut upgrade, mut connection_upgrade) = (None, false);
     loop {
         line.clear();
         if read.read_line(&mut line).await? == 0 {
@@ -114,7 +143,11 @@ async fn serve(conn: TcpStream, upstream: Client, mut modes: watch::Receiver<Mod
                 write.write_all(b"HTTP/1.1 501 Not Implemented\r\nConnection: close\r\n\r\n").await?;
                 return Ok(());
             }
-            "host" | "connection" | "keep-alive" | "upgrade" | "proxy-connection" => {}
+            "upgrade" => upgrade = Some(value.to_string()),
+            "connection" => {
+                connection_upgrade |= value.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+            }
+            "host" | "keep-alive" | "proxy-connection" => {}
             _ => builder = builder.header(name, value),
         }
     }
@@ -124,6 +157,10 @@ async fn serve(conn: TcpStream, upstream: Client, mut modes: watch::Receiver<Mod
     }
     let mut body = vec![0u8; length];
     read.read_exact(&mut body).await?;
+    let upgrade = upgrade.filter(|_| connection_upgrade);
+    if let Some(protocol) = &upgrade {
+        builder = builder.header("connection", "Upgrade").header("upgrade", protocol.as_str());
+    }
     let request = builder.body(kube::client::Body::from(body)).context("bad request")?;
     let response = match upstream.send(request).await {
         Ok(r) => r,
@@ -138,6 +175,10 @@ async fn serve(conn: TcpStream, upstream: Client, mut modes: watch::Receiver<Mod
             return Ok(());
         }
     };
+    if upgrade.is_some() && response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        upgrades.fetch_add(1, Ordering::Relaxed);
+        return tunnel(response, read, write, modes).await;
+    }
     let (head, mut body) = response.into_parts();
     let mut out = format!("HTTP/1.1 {}\r\n", head.status);
     for (name, value) in &head.headers {
@@ -189,4 +230,149 @@ async fn serve(conn: TcpStream, upstream: Client, mut modes: watch::Receiver<Mod
     }
     write.shutdown().await?;
     Ok(())
+}
+
+/// Relays an upstream `101 Switching Protocols` answer, then copies bytes both ways (the
+/// client's bytes already read past the request head first) until both sides have closed, or
+/// the mode is no longer [`Mode::Pass`] (a broken cluster drops its tunnels).
+async fn tunnel(
+    response: http::Response<kube::client::Body>,
+    mut down_read: impl AsyncRead + Unpin,
+    mut down_write: impl AsyncWrite + Unpin,
+    mut modes: watch::Receiver<Mode>,
+) -> Result<()> {
+    let mut out = format!("HTTP/1.1 {}\r\n", response.status());
+    for (name, value) in response.headers() {
+        out.push_str(&format!("{}: {}\r\n", name, value.to_str().unwrap_or("")));
+    }
+    out.push_str("\r\n");
+    let upgraded = hyper::upgrade::on(response).await.context("the upstream upgrade failed")?;
+    down_write.write_all(out.as_bytes()).await?;
+    down_write.flush().await?;
+    let (mut up_read, mut up_write) = tokio::io::split(hyper_util::rt::TokioIo::new(upgraded));
+    let to_upstream = async {
+        tokio::io::copy(&mut down_read, &mut up_write).await?;
+        up_write.shutdown().await
+    };
+    let to_client = async {
+        tokio::io::copy(&mut up_read, &mut down_write).await?;
+        down_write.shutdown().await
+    };
+    tokio::select! {
+        copied = async { tokio::try_join!(to_upstream, to_client) } => { copied?; }
+        _ = modes.wait_for(|m| *m != Mode::Pass) => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upstream that answers an upgrade request (`Connection: Upgrade` with an `Upgrade`
+    /// header, as the provider's port-forward handler requires) with `101` and then echoes
+    /// every byte, and anything else with `400`; sends the request head it saw.
+    async fn echo_upstream() -> (SocketAddr, tokio::sync::oneshot::Receiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (seen, head) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (conn, _) = listener.accept().await.expect("accept");
+            let (read, mut write) = conn.into_split();
+            let mut read = BufReader::new(read);
+            let mut text = String::new();
+            loop {
+                let mut line = String::new();
+                if read.read_line(&mut line).await.expect("read") == 0 || line == "\r\n" {
+                    break;
+                }
+                text.push_str(&line.to_ascii_lowercase());
+            }
+            let upgrade = text.contains("connection: upgrade") && text.contains("upgrade: spdy/3.1");
+            let _ = seen.send(text);
+            if !upgrade {
+                let _ = write.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\nno").await;
+                return;
+            }
+            write
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n")
+                .await
+                .expect("101");
+            let mut buf = [0u8; 256];
+            loop {
+                let n = read.read(&mut buf).await.expect("read");
+                if n == 0 {
+                    break;
+                }
+                write.write_all(&buf[..n]).await.expect("echo");
+            }
+        });
+        (addr, head)
+    }
+
+    async fn proxy_to(upstream: SocketAddr) -> WatchFramingProxy {
+        let url = format!("http://{upstream}").parse().expect("url");
+        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        WatchFramingProxy::start(client).await.expect("proxy")
+    }
+
+    /// The response head (lower-cased) and the reader positioned after it.
+    async fn response_head(reader: &mut BufReader<TcpStream>) -> String {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).await.expect("read") == 0 || line == "\r\n" {
+                return head;
+            }
+            head.push_str(&line.to_ascii_lowercase());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_port_forward_upgrade_is_tunnelled_both_ways() {
+        let (upstream, seen) = echo_upstream().await;
+        let proxy = proxy_to(upstream).await;
+        let mut conn = TcpStream::connect(proxy.addr).await.expect("connect");
+        // Bytes right behind the head (a client may send its first frame at once) go through too.
+        conn.write_all(
+            b"POST /api/v1/namespaces/kube-system/pods/etcd-m1/portforward HTTP/1.1\r\nHost: x\r\n\
+              Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: portforward.k8s.io\r\n\
+              Content-Length: 0\r\n\r\nearly",
+        )
+        .await
+        .expect("request");
+        let mut reader = BufReader::new(conn);
+        let head = response_head(&mut reader).await;
+        assert!(head.starts_with("http/1.1 101"), "{head}");
+        assert!(head.contains("upgrade: spdy/3.1"), "{head}");
+        let request = seen.await.expect("upstream saw the request");
+        assert!(request.contains("x-stream-protocol-version: portforward.k8s.io"), "{request}");
+        let mut echoed = [0u8; 5];
+        reader.read_exact(&mut echoed).await.expect("echo");
+        assert_eq!(&echoed, b"early");
+        reader.get_mut().write_all(b"ping").await.expect("write");
+        let mut pong = [0u8; 4];
+        reader.read_exact(&mut pong).await.expect("echo");
+        assert_eq!(&pong, b"ping");
+        assert_eq!(proxy.upgrades(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_upgrade_the_upstream_refuses_is_relayed_as_an_answer() {
+        let (upstream, _seen) = echo_upstream().await;
+        let proxy = proxy_to(upstream).await;
+        let mut conn = TcpStream::connect(proxy.addr).await.expect("connect");
+        // A websocket attempt, which the provider's port-forward handler refuses (client-go then
+        // falls back to SPDY).
+        conn.write_all(b"GET /api/v1/namespaces/kube-system/pods/etcd-m1/portforward HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .await
+            .expect("request");
+        let mut reader = BufReader::new(conn);
+        let head = response_head(&mut reader).await;
+        assert!(head.starts_with("http/1.1 400"), "{head}");
+        let mut body = String::new();
+        reader.read_to_string(&mut body).await.expect("body");
+        assert_eq!(body, "no");
+        assert_eq!(proxy.upgrades(), 0);
+    }
 }
