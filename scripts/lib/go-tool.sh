@@ -53,8 +53,9 @@ go_tool_main() {
   is_complete "$STAGE" || die "the build in $STAGE is incomplete or does not run"
   [[ -e "$out" ]] && rm -rf "$out"
   mv -T "$STAGE" "$out"
-  # Older builds (other keys) are not needed any more.
-  find "$parent" -mindepth 1 -maxdepth 1 -type d ! -name "$key" ! -name '.staging.*' -exec rm -rf {} +
+  # Builds under other keys untouched for a day are not needed any more (a newer one, still in
+  # use by another checkout of another commit, stays).
+  find "$parent" -mindepth 1 -maxdepth 1 -type d ! -name "$key" ! -name '.staging.*' -mtime +0 -exec rm -rf {} +
   log "done in $((SECONDS - start))s"
   printf '%s%s\n' "$out" "$suffix"
 }
