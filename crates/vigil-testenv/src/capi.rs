@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -54,9 +54,6 @@ pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 /// Label Cluster API puts on the Machines of a MachineDeployment (its name).
 pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
 
-/// Time limit for `scripts/capi-managers.sh` (a cold Go build takes minutes on 2 busy cores).
-const BUILD_LIMIT: Duration = Duration::from_secs(40 * 60);
-
 /// How often [`CapiManagers::wait_cluster`] looks at a cluster's Machines.
 const PROVISION_POLL: Duration = Duration::from_millis(500);
 
@@ -76,7 +73,7 @@ pub async fn capi_managers_dir() -> Result<PathBuf> {
     DIR.get_or_try_init(|| async {
         let dir = match std::env::var_os("VIGIL_CAPI_MANAGERS_DIR") {
             Some(dir) => PathBuf::from(dir),
-            None => run_script().await?,
+            None => crate::run_dir_script("capi-managers.sh").await?,
         };
         for f in [
             "capi-core",
@@ -98,26 +95,6 @@ pub async fn capi_managers_dir() -> Result<PathBuf> {
     })
     .await
     .cloned()
-}
-
-async fn run_script() -> Result<PathBuf> {
-    let script = crate::workspace_root().join("scripts").join("capi-managers.sh");
-    let run = tokio::process::Command::new("bash")
-        .arg(&script)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(BUILD_LIMIT, run)
-        .await
-        .map_err(|_| anyhow!("{} did not finish within {BUILD_LIMIT:?}", script.display()))?
-        .with_context(|| format!("cannot run {}", script.display()))?;
-    if !out.status.success() {
-        bail!("{} failed ({}); its progress is on stderr above", script.display(), out.status);
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = stdout.lines().rev().find(|l| !l.trim().is_empty()).map(str::trim);
-    dir.map(PathBuf::from).ok_or_else(|| anyhow!("{} printed no directory", script.display()))
 }
 
 /// The CRDs the managers need, as they would be installed by Cluster API's own manifests: the

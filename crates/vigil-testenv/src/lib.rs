@@ -102,7 +102,7 @@ const REQUEST_LIMIT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
 /// Whole-start attempts when another test took one of our ports between pick and bind.
 const START_ATTEMPTS: usize = 3;
-/// Time limit for `scripts/kube-binaries.sh` (a cold Go build takes ~7 min on 2 busy cores).
+/// Time limit for a `scripts/` build ([`run_dir_script`]; a cold Go build takes minutes on 2 busy cores).
 const BUILD_LIMIT: Duration = Duration::from_secs(40 * 60);
 
 /// The workspace root (`crates/vigil-testenv/../..`), where `scripts/` lives.
@@ -672,7 +672,7 @@ pub async fn kube_bin_dir() -> Result<PathBuf> {
     DIR.get_or_try_init(|| async {
         let dir = match std::env::var_os("VIGIL_KUBE_BIN_DIR") {
             Some(dir) => PathBuf::from(dir),
-            None => run_kube_binaries_script().await?,
+            None => run_dir_script("kube-binaries.sh").await?,
         };
         for bin in ["etcd", "kube-apiserver"] {
             if !dir.join(bin).is_file() {
@@ -689,8 +689,10 @@ pub async fn kube_bin_dir() -> Result<PathBuf> {
     .cloned()
 }
 
-async fn run_kube_binaries_script() -> Result<PathBuf> {
-    let script = workspace_root().join("scripts").join("kube-binaries.sh");
+/// Runs `scripts/<name>` (a cached build) and returns the directory it prints last on stdout;
+/// its progress goes to this process's stderr.
+pub(crate) async fn run_dir_script(name: &str) -> Result<PathBuf> {
+    let script = workspace_root().join("scripts").join(name);
     let run = tokio::process::Command::new("bash")
         .arg(&script)
         .stdin(std::process::Stdio::null())
