@@ -5,6 +5,9 @@
 //! - while replicas join, stop (SIGTERM) and die (`kill -9`), a shard never has two writers at
 //!   once and never goes without a live holder for longer than a lease duration (plus the
 //!   stated observation tolerance), measured from every version of the shard Leases;
+//! - a replica partitioned from the API server writes nothing (audit log) from its shards'
+//!   renew deadlines until it holds a shard again, and its requests that arrive when the
+//!   partition heals change nothing;
 //! - a failure wave across all of it is remediated with none missed, none duplicated, none
 //!   wrongful, also when two checks in shards of different replicas select the same Nodes.
 
@@ -18,8 +21,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::{
-    LEASE, LEASE_NS, MEDIK8S, RENEW_DEADLINE, RETRY, Replica, Result, WAIT, anyhow_msg, install_basics,
-    objects_per_node, remediated, set_ready, tempfile_dir,
+    AuditedWrite, LEASE, LEASE_NS, MEDIK8S, RENEW_DEADLINE, RETRY, Replica, Result, WAIT, anyhow_msg, audited_writes,
+    install_basics, objects_per_node, remediated, set_ready, set_ready_since, tempfile_dir,
 };
 use vigil_testenv::{Identity, TestEnv, wait_for};
 
@@ -372,12 +375,7 @@ async fn replicas_joining_stopping_and_dying_move_shards_without_two_writers_or_
     // holds when b's membership Lease exists by a's second round, a retry period after a's; a
     // machine too slow to start b within that is reported, not counted as a failure.
     let started = Instant::now();
-    let a = Replica::start(&env, "a", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
-    wait_for("a's membership Lease", WAIT, || async {
-        let api: Api<Lease> = Api::namespaced(env.client(), LEASE_NS);
-        Ok(api.get_opt("vigil-member-a").await?.map(|_| ()))
-    })
-    .await?;
+    let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
     let b = Replica::start(&env, "b", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
     spread(&env, &["a", "b"], 3, WAIT).await?;
     let most = recorder.most_held(started, Instant::now());
@@ -407,12 +405,7 @@ async fn replicas_joining_stopping_and_dying_move_shards_without_two_writers_or_
     set_ready(&env, "w3", "False").await?;
     phases.push(("d joins", Timestamp::now()));
     let d_joined = Instant::now();
-    let mut d = Replica::start(&env, "d", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
-    wait_for("d's membership Lease", WAIT, || async {
-        let api: Api<Lease> = Api::namespaced(env.client(), LEASE_NS);
-        Ok(api.get_opt("vigil-member-d").await?.map(|_| ()))
-    })
-    .await?;
+    let mut d = Replica::start_member(&env, "d", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
     // Long enough for every replica to count d (a retry period) and to give back (fenced: a
     // renew deadline) if it wrongly thought it had to.
     tokio::time::sleep(RETRY * 2 + RENEW_DEADLINE + RETRY).await;
@@ -558,5 +551,127 @@ async fn a_check_in_another_replicas_shard_waits_for_the_remediation_a_first_che
     assert_eq!(waiting["reason"], "TargetHeldByAnotherCheck", "{waiting}");
     assert_eq!(shard_holders(&env).await?, holders, "no shard moved");
     drop((a, b));
+    Ok(())
+}
+
+/// The first name `prefix-<i>` whose shard `who` holds.
+fn check_name_held_by(holders: &[Option<String>], who: &str, prefix: &str) -> Result<String> {
+    (0..200)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| {
+            holders.get(vigil_engine::shard::shard_of(n, SHARDS) as usize).and_then(|h| h.as_deref()) == Some(who)
+        })
+        .ok_or_else(|| anyhow_msg(format!("no name {prefix}-<i> in {who}'s shards {holders:?}")))
+}
+
+/// Each of `who`'s tenures that ended in a handover: the shard and the end of `who`'s right to
+/// write it (its last renewal of the shard's Lease + the renew deadline).
+fn rights_ended(handovers: &[Handover], who: &str) -> Result<Vec<(u32, Timestamp)>> {
+    let deadline = SignedDuration::try_from(RENEW_DEADLINE).map_err(|e| anyhow_msg(e.to_string()))?;
+    Ok(handovers.iter().filter(|h| h.from == who).map(|h| (h.shard, h.last_renewed + deadline)).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_sharded_replica_writes_nothing_after_its_renew_deadlines_and_its_shards_move_mid_wave()
+-> Result<()> {
+    let env = TestEnv::start().await?;
+    install_basics(&env).await?;
+    // Replica p runs as the limited user, so the audit log tells its requests from a's and b's.
+    support::limited_user_is_admin(&env).await?;
+    for (node, group) in [("w1", "p"), ("w2", "p"), ("w3", "p"), ("w4", "q"), ("w5", "q"), ("w6", "q")] {
+        env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"group": group}}}))
+            .await?;
+        set_ready(&env, node, "True").await?;
+    }
+    let recorder = Recorder::start(&env);
+    let dir = tempfile_dir("vigil-shards-partition")?;
+    // Replica p reaches the API server through a proxy the test partitions.
+    let proxy = env.proxy().await?;
+    let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
+    let b = Replica::start_member(&env, "b", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
+    let p = Replica::start_member(&env, "p", Identity::Limited, &proxy.url(), &dir, SHARD_ARGS).await?;
+    let holders = spread(&env, &["a", "b", "p"], 2, WAIT).await?;
+    // One check in a shard of p (Nodes w1–w3), one in a shard of another replica (w4–w6).
+    let in_p = check_name_held_by(&holders, "p", "part")?;
+    let elsewhere = check_name_held_by(&holders, "a", "rest")?;
+    eprintln!("SHARDS partition: {in_p} in p's shards, {elsewhere} in a's: {holders:?}");
+    env.apply(node_check(&in_p, "group", "p")).await?;
+    env.apply(node_check(&elsewhere, "group", "q")).await?;
+    // p decides its check (writes its status) before the partition: it acts on it from its cache.
+    wait_for(&format!("{in_p} observed by p"), WAIT, || async {
+        let check = env.get_json("vigil.dev/v1alpha1", "NodeHealthCheck", None, &in_p).await?;
+        Ok(check.filter(|c| c["status"]["observedGeneration"].is_number()).map(|_| ()))
+    })
+    .await?;
+
+    // Two of p's Nodes fail (their 2 s timeout runs out during the partition) and one of a's.
+    for node in ["w1", "w2", "w4"] {
+        set_ready_since(&env, node, "False", 0).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.partition();
+    let cut = Timestamp::now();
+    let cut_instant = Instant::now();
+    let after = spread(&env, &["a", "b"], 3, WAIT).await?;
+    eprintln!(
+        "SHARDS partition: p's shards held by the others {} ms after the cut: {after:?}",
+        cut_instant.elapsed().as_millis()
+    );
+    remediated(&env, &["w1", "w2", "w4"]).await?;
+    // The recorder samples the Leases each 100 ms: it sees the handovers `spread` saw shortly.
+    let p_shards = held_by(&holders, "p");
+    let taken = wait_for("the recorder to see p's shards move", Duration::from_secs(5), || async {
+        let taken = rights_ended(&recorder.handovers(), "p")?;
+        Ok((taken.iter().map(|(s, _)| *s as usize).collect::<Vec<_>>() == p_shards).then_some(taken))
+    })
+    .await?;
+    for h in recorder.handovers().iter().filter(|h| h.from == "p") {
+        eprintln!(
+            "SHARDS partition: shard {} taken by {} {} ms after p's last renewal, {} ms after the cut",
+            h.shard,
+            h.to,
+            h.gap().as_millis(),
+            h.acquired.duration_since(cut).as_millis()
+        );
+    }
+
+    // Heal: whatever p sent into the partition arrives now; p rejoins and gets its share back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.heal();
+    let healed = Timestamp::now();
+    spread(&env, &["a", "b", "p"], 2, WAIT).await?;
+    tokio::time::sleep(RETRY * 2).await;
+
+    // From the audit log: p's right to write ended at the first of its shards' renew deadlines;
+    // from then until p holds a shard again it may write nothing but its membership Lease
+    // (which grants no right). Requests it sent into the partition arrive at the heal and count.
+    let first_end = taken.iter().map(|(_, end)| *end).min().ok_or_else(|| anyhow_msg("p held no shard".into()))?;
+    let writes = audited_writes(&env, vigil_testenv::LIMITED_USER)?;
+    let is_membership = |w: &AuditedWrite| w.resource == "leases" && w.name == "vigil-member-p";
+    let back = writes
+        .iter()
+        .find(|w| w.received > healed && w.resource == "leases" && !is_membership(w) && w.succeeded())
+        .map(|w| w.received)
+        .ok_or_else(|| anyhow_msg(format!("p took no shard after the heal: {writes:#?}")))?;
+    let fenced: Vec<&AuditedWrite> =
+        writes.iter().filter(|w| w.received > first_end && w.received < back && !is_membership(w)).collect();
+    let late: Vec<&AuditedWrite> = writes.iter().filter(|w| w.received >= healed && w.received < back).collect();
+    eprintln!(
+        "SHARDS partition: p's rights ended {:?}; healed {healed}; p held a shard again at {back}; writes by p in between: {} (arrived after the heal: {})",
+        taken,
+        fenced.len(),
+        late.iter().map(|w| w.to_string()).collect::<Vec<_>>().join(", ")
+    );
+    assert!(fenced.is_empty(), "p wrote after its renew deadlines, before it held a shard again: {fenced:#?}");
+    // Remediation state: p never created, changed or deleted a remediation object after its
+    // rights ended (it held no shard with a failing Node afterwards either).
+    let remediation: Vec<&AuditedWrite> =
+        writes.iter().filter(|w| w.received > first_end && w.resource.starts_with("selfnoderemediations")).collect();
+    assert!(remediation.is_empty(), "p wrote remediation objects after its rights ended: {remediation:#?}");
+
+    let got = counts(&env, &["w1", "w2", "w4"], &["w3", "w5", "w6"]).await?;
+    assert_eq!(got, (0, 0, 0), "missed, duplicated, wrongful");
+    check_handovers(&recorder, &[], &[("partition", cut), ("heal", healed)]);
+    drop((a, b, p, proxy));
     Ok(())
 }
