@@ -121,6 +121,10 @@ pub struct Index {
     pub claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
     /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
     pub self_hosted: BTreeSet<String>,
+    /// Workload clusters whose connection told whether they are self-hosted (in
+    /// [`Index::self_hosted`] or not); with `--shards`, a replica connects only to its shards'
+    /// clusters, and the cross-shard rule counts any other cluster as possibly self-hosted.
+    pub hosting_known: BTreeSet<String>,
     /// Self-hosted workload clusters whose Nodes are read from the management cluster's cache
     /// (their connection is up and its credentials may list Nodes): see [`Index::node_source`].
     pub shared_nodes: BTreeSet<String>,

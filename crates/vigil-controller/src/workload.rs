@@ -289,6 +289,7 @@ pub async fn keep_connected(ctx: Arc<Context>, namespace: String, cluster: Strin
             } else {
                 idx.self_hosted.remove(&key);
             }
+            idx.hosting_known.insert(key.clone());
         }
         delay = Duration::from_secs(1);
         ctx.lock_workload_clients().insert(key.clone(), client.clone());

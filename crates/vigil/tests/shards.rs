@@ -9,7 +9,8 @@
 //!   renew deadlines until it holds a shard again, and its requests that arrive when the
 //!   partition heals change nothing;
 //! - a failure wave across all of it is remediated with none missed, none duplicated, none
-//!   wrongful, also when two checks in shards of different replicas select the same Nodes.
+//!   wrongful, also when two checks in shards of different replicas select the same Nodes, and
+//!   when a NodeHealthCheck and a self-hosted cluster's MachineHealthCheck do.
 
 mod support;
 
@@ -673,5 +674,117 @@ async fn a_partitioned_sharded_replica_writes_nothing_after_its_renew_deadlines_
     assert_eq!(got, (0, 0, 0), "missed, duplicated, wrongful");
     check_handovers(&recorder, &[], &[("partition", cut), ("heal", healed)]);
     drop((a, b, p, proxy));
+    Ok(())
+}
+
+/// The namespace of the workload clusters of [`fleet_of_clusters`].
+const FLEET_NS: &str = "fleet";
+
+/// `count` self-hosted workload clusters `fleet/c<i>`: a Cluster (provisioned), its kubeconfig
+/// Secret (this API server), a MachineHealthCheck (Ready=False for 2 s) and one Machine whose
+/// Node `n<i>` is Ready.
+async fn fleet_of_clusters(env: &TestEnv, count: usize) -> Result<Vec<String>> {
+    let hour_ago = support::secs_ago(3600);
+    let mut names = Vec::new();
+    for i in 0..count {
+        let (cluster, node) = (format!("c{i}"), format!("n{i}"));
+        env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": cluster, "namespace": FLEET_NS}, "spec": {"paused": false}}))
+            .await?;
+        env.apply_status(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": cluster, "namespace": FLEET_NS},
+            "status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
+                       "conditions": [
+                           {"type": "InfrastructureReady", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": hour_ago},
+                           {"type": "ControlPlaneInitialized", "status": "True", "reason": "Initialized", "message": "", "lastTransitionTime": hour_ago}]}}))
+            .await?;
+        env.apply(env.kubeconfig_secret(FLEET_NS, &cluster)).await?;
+        env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})).await?;
+        set_ready(env, &node, "True").await?;
+        env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("m{i}"), "namespace": FLEET_NS,
+                         "labels": {"cluster.x-k8s.io/cluster-name": cluster, "pool": "workers"}},
+            "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "x"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": format!("m{i}")}}}))
+            .await?;
+        env.apply_status(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("m{i}"), "namespace": FLEET_NS}, "status": {"nodeRef": {"name": node}}}))
+            .await?;
+        env.apply(json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+            "metadata": {"name": format!("workers-{i}"), "namespace": FLEET_NS},
+            "spec": {"clusterName": cluster, "selector": {"matchLabels": {"pool": "workers"}},
+                     "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "2s"}]}}))
+            .await?;
+        names.push(format!("{FLEET_NS}/{cluster}"));
+    }
+    Ok(names)
+}
+
+/// The clusters of `clusters` whose shard `who` holds.
+fn clusters_held_by(holders: &[Option<String>], clusters: &[String], who: &str) -> std::collections::BTreeSet<String> {
+    clusters
+        .iter()
+        .filter(|c| {
+            holders.get(vigil_engine::shard::shard_of(c, SHARDS) as usize).and_then(|h| h.as_deref()) == Some(who)
+        })
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_health_check_and_a_self_hosted_clusters_machine_health_check_in_different_replicas_remediate_once()
+-> Result<()> {
+    let env = TestEnv::start().await?;
+    install_basics(&env).await?;
+    let clusters = fleet_of_clusters(&env, 8).await?;
+    let dir = tempfile_dir("vigil-shards-self-hosted")?;
+    let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
+    let b = Replica::start_member(&env, "b", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
+    let holders = spread(&env, &["a", "b"], 3, WAIT).await?;
+    // The Nodes of a's clusters (self-hosted: the Machines' Nodes are this cluster's) are also
+    // selected by a NodeHealthCheck in one of b's shards; b never connects to a's clusters.
+    let of_a = clusters_held_by(&holders, &clusters, "a");
+    let nodes: Vec<String> = of_a.iter().map(|c| format!("n{}", c.trim_start_matches("fleet/c"))).collect();
+    if nodes.is_empty() {
+        return Err(anyhow_msg(format!("a holds no cluster's shard: {holders:?}")));
+    }
+    for node in &nodes {
+        env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"zone": "x"}}}))
+            .await?;
+    }
+    let nhc = check_name_held_by(&holders, "b", "zone")?;
+    env.apply(node_check(&nhc, "zone", "x")).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    eprintln!("SHARDS self-hosted: {of_a:?} in a's shards, {nhc} in b's; Nodes {nodes:?} fail at once");
+    for node in &nodes {
+        set_ready(&env, node, "False").await?;
+    }
+    // Each failing Node is remediated once: by the MachineHealthCheck (first in order), whose
+    // Machine is asked for its owner's remediation, or by the NodeHealthCheck's object.
+    let asked = |m: &Option<serde_json::Value>| {
+        m.as_ref()
+            .and_then(|m| m["status"]["conditions"].as_array())
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "OwnerRemediated" && c["status"] == "False"))
+    };
+    let by_machine = wait_for("every failing Node remediated", WAIT, || async {
+        let objects = objects_per_node(&env).await?;
+        let mut by_machine = Vec::new();
+        for node in &nodes {
+            let m = env
+                .get_json("cluster.x-k8s.io/v1beta2", "Machine", Some(FLEET_NS), &node.replacen('n', "m", 1))
+                .await?;
+            by_machine.push(asked(&m));
+        }
+        let all = nodes.iter().zip(&by_machine).all(|(n, m)| *m || objects.contains_key(n));
+        Ok(all.then_some(by_machine))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let objects = objects_per_node(&env).await?;
+    let twice: Vec<&String> =
+        nodes.iter().zip(&by_machine).filter(|(n, m)| **m && objects.contains_key(*n)).map(|(n, _)| n).collect();
+    eprintln!("SHARDS self-hosted: owner remediation asked {by_machine:?}, remediation objects {objects:?}");
+    assert!(twice.is_empty(), "remediated by both checks: {twice:?}");
+    drop((a, b));
     Ok(())
 }
