@@ -128,6 +128,12 @@ impl Leadership {
         }
     }
 
+    /// A receiver that changes whenever the right is gained or lost (a right that ends by time
+    /// alone is published at the next election round), for what lives only while it is held.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.leading.subscribe()
+    }
+
     /// Publishes the end of a right to write that ran out by time; true when it just did.
     fn expire_if_due(&self) -> bool {
         let mut right = self.lock();

@@ -788,3 +788,93 @@ async fn a_node_health_check_and_a_self_hosted_clusters_machine_health_check_in_
     drop((a, b));
     Ok(())
 }
+
+/// A free loopback address for a replica's `/metrics`.
+fn metrics_addr() -> Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+/// The workload clusters a replica serving `/metrics` at `addr` keeps a connection to
+/// (`vigil_workload_cluster_connected`).
+async fn connected_clusters(addr: &str) -> Result<std::collections::BTreeSet<String>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut text)).await??;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("vigil_workload_cluster_connected{") && l.ends_with(" 1"))
+        .filter_map(|l| l.split('"').nth(1).map(str::to_string))
+        .collect())
+}
+
+/// Waits until the replica at `addr` is connected to exactly `want`.
+async fn connected_to(who: &str, addr: &str, want: &std::collections::BTreeSet<String>) -> Result<()> {
+    wait_for(&format!("{who} connected to exactly {want:?}"), WAIT, || async {
+        Ok((connected_clusters(addr).await? == *want).then_some(()))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_connects_only_to_its_shards_workload_clusters_and_a_new_holder_connects_and_remediates() -> Result<()>
+{
+    let env = TestEnv::start().await?;
+    install_basics(&env).await?;
+    let clusters = fleet_of_clusters(&env, 8).await?;
+    let dir = tempfile_dir("vigil-shards-connections")?;
+    let addrs = [metrics_addr()?, metrics_addr()?, metrics_addr()?];
+    let args = |i: usize| -> [&str; 4] { ["--shards", "6", "--metrics-addr", addrs[i].as_str()] };
+    // Alone, a takes every shard and connects to every cluster.
+    let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, &args(0)).await?;
+    spread(&env, &["a"], 6, WAIT).await?;
+    let all: std::collections::BTreeSet<String> = clusters.iter().cloned().collect();
+    connected_to("a", &addrs[0], &all).await?;
+    // b and c join: a gives back four shards and lets go of their clusters; each replica is
+    // connected to its own shards' clusters only.
+    let b = Replica::start_member(&env, "b", Identity::Audited, env.server_url(), &dir, &args(1)).await?;
+    let c = Replica::start_member(&env, "c", Identity::Audited, env.server_url(), &dir, &args(2)).await?;
+    let mut replicas = vec![a, b, c];
+    let names = ["a", "b", "c"];
+    let holders = spread(&env, &names, 2, WAIT).await?;
+    for (i, who) in names.iter().enumerate() {
+        let want = clusters_held_by(&holders, &clusters, who);
+        connected_to(who, &addrs[i], &want).await?;
+        eprintln!("SHARDS connections: {who} holds {:?}, connected to {want:?}", held_by(&holders, who));
+    }
+
+    // A replica holding a cluster's shard is killed: the others take its shards, connect to its
+    // clusters and remediate there.
+    let (dead, victim) = names
+        .iter()
+        .enumerate()
+        .find_map(|(i, who)| clusters_held_by(&holders, &clusters, who).into_iter().next().map(|c| (i, c)))
+        .ok_or_else(|| anyhow_msg(format!("no replica holds a cluster's shard: {holders:?}")))?;
+    replicas[dead].child.start_kill()?;
+    let _ = replicas[dead].child.wait().await;
+    let alive: Vec<(usize, &str)> = names.iter().copied().enumerate().filter(|(i, _)| *i != dead).collect();
+    let after = spread(&env, &alive.iter().map(|(_, n)| *n).collect::<Vec<_>>(), 3, WAIT).await?;
+    for (i, who) in &alive {
+        connected_to(who, &addrs[*i], &clusters_held_by(&after, &clusters, who)).await?;
+    }
+    let index = victim.trim_start_matches("fleet/c");
+    set_ready(&env, &format!("n{index}"), "False").await?;
+    let machine = format!("m{index}");
+    wait_for(&format!("{machine} of {victim} remediated by its shard's new holder"), WAIT, || async {
+        let m = env.get_json("cluster.x-k8s.io/v1beta2", "Machine", Some(FLEET_NS), &machine).await?;
+        let asked = m
+            .as_ref()
+            .and_then(|m| m["status"]["conditions"].as_array())
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "OwnerRemediated" && c["status"] == "False"));
+        Ok(asked.then_some(()))
+    })
+    .await?;
+    eprintln!(
+        "SHARDS connections: after {} was killed, {victim} was connected and remediated by its new holder",
+        names[dead]
+    );
+    drop(replicas);
+    Ok(())
+}
