@@ -123,6 +123,7 @@ pub struct Metrics {
     watch_events: Counter,
     source_synced: Family<SourceLabel, Gauge>,
     workload_connected: Family<ClusterLabel, Gauge>,
+    cached_machines: Gauge,
     watch_restarts: Family<SourceLabel, Counter>,
     api_reachable: Gauge,
     unreadable: Counter,
@@ -170,6 +171,7 @@ impl Default for Metrics {
         registry.register("watch_events", "Watch events received", watch_events.clone());
         let source_synced = Family::<SourceLabel, Gauge>::default();
         let workload_connected = Family::<ClusterLabel, Gauge>::default();
+        let cached_machines = Gauge::default();
         let watch_restarts = Family::<SourceLabel, Counter>::default();
         let api_reachable = Gauge::default();
         let unreadable = Counter::default();
@@ -185,6 +187,11 @@ impl Default for Metrics {
             "workload_cluster_connected",
             "1 for each workload cluster this replica keeps a connection to (its shards' only, with --shards)",
             workload_connected.clone(),
+        );
+        registry.register(
+            "cached_machines",
+            "Machines in this replica's cache (its shards' only, and others' referencing a local Node, with --shards)",
+            cached_machines.clone(),
         );
         registry.register(
             "watch_restarts",
@@ -315,6 +322,7 @@ impl Default for Metrics {
             watch_events,
             source_synced,
             workload_connected,
+            cached_machines,
             watch_restarts,
             api_reachable,
             unreadable,
@@ -375,6 +383,11 @@ impl Metrics {
         } else {
             self.workload_connected.remove(&label);
         }
+    }
+
+    /// Records how many Machines the cache holds.
+    pub fn cached_machines(&self, count: usize) {
+        self.cached_machines.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Counts a watch started again.

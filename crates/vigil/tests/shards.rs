@@ -795,25 +795,36 @@ fn metrics_addr() -> Result<String> {
     Ok(listener.local_addr()?.to_string())
 }
 
-/// The workload clusters a replica serving `/metrics` at `addr` keeps a connection to
-/// (`vigil_workload_cluster_connected`).
-async fn connected_clusters(addr: &str) -> Result<std::collections::BTreeSet<String>> {
+/// What a replica serving `/metrics` at `addr` serves there.
+async fn metrics_text(addr: &str) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
     let mut text = String::new();
     tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut text)).await??;
-    Ok(text
+    Ok(text)
+}
+
+/// The workload clusters a replica keeps a connection to (`vigil_workload_cluster_connected`)
+/// and how many Machines it caches (`vigil_cached_machines`).
+async fn connected_clusters(addr: &str) -> Result<(std::collections::BTreeSet<String>, Option<usize>)> {
+    let text = metrics_text(addr).await?;
+    let connected = text
         .lines()
         .filter(|l| l.starts_with("vigil_workload_cluster_connected{") && l.ends_with(" 1"))
         .filter_map(|l| l.split('"').nth(1).map(str::to_string))
-        .collect())
+        .collect();
+    let machines = text.lines().find_map(|l| l.strip_prefix("vigil_cached_machines ")?.trim().parse().ok());
+    Ok((connected, machines))
 }
 
-/// Waits until the replica at `addr` is connected to exactly `want`.
-async fn connected_to(who: &str, addr: &str, want: &std::collections::BTreeSet<String>) -> Result<()> {
-    wait_for(&format!("{who} connected to exactly {want:?}"), WAIT, || async {
-        Ok((connected_clusters(addr).await? == *want).then_some(()))
+/// Waits until the replica at `addr` is connected to exactly `want` and caches the Machines of
+/// those clusters' shards and those referencing a local Node: `local` (every cluster's worker
+/// Machine, see [`fleet_of_clusters`]) + one `remote-*` Machine per wanted cluster.
+async fn connected_to(who: &str, addr: &str, want: &std::collections::BTreeSet<String>, local: usize) -> Result<()> {
+    let machines = local + want.len();
+    wait_for(&format!("{who} connected to exactly {want:?}, caching {machines} Machines"), WAIT, || async {
+        Ok((connected_clusters(addr).await? == (want.clone(), Some(machines))).then_some(()))
     })
     .await
 }
@@ -824,6 +835,20 @@ async fn a_replica_connects_only_to_its_shards_workload_clusters_and_a_new_holde
     let env = TestEnv::start().await?;
     install_basics(&env).await?;
     let clusters = fleet_of_clusters(&env, 8).await?;
+    // A second Machine per cluster whose Node is not one of this cluster's (a remote workload
+    // cluster's Node): only the replicas holding its cluster's shard keep it.
+    for (i, cluster) in clusters.iter().enumerate() {
+        let name = cluster.trim_start_matches("fleet/");
+        env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("r{i}"), "namespace": FLEET_NS, "labels": {"cluster.x-k8s.io/cluster-name": name}},
+            "spec": {"clusterName": name, "bootstrap": {"dataSecretName": "x"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": format!("r{i}")}}}))
+            .await?;
+        env.apply_status(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("r{i}"), "namespace": FLEET_NS}, "status": {"nodeRef": {"name": format!("remote-{i}")}}}))
+            .await?;
+    }
+    let local = clusters.len();
     let dir = tempfile_dir("vigil-shards-connections")?;
     let addrs = [metrics_addr()?, metrics_addr()?, metrics_addr()?];
     let args = |i: usize| -> [&str; 4] { ["--shards", "6", "--metrics-addr", addrs[i].as_str()] };
@@ -831,7 +856,7 @@ async fn a_replica_connects_only_to_its_shards_workload_clusters_and_a_new_holde
     let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, &args(0)).await?;
     spread(&env, &["a"], 6, WAIT).await?;
     let all: std::collections::BTreeSet<String> = clusters.iter().cloned().collect();
-    connected_to("a", &addrs[0], &all).await?;
+    connected_to("a", &addrs[0], &all, local).await?;
     // b and c join: a gives back four shards and lets go of their clusters; each replica is
     // connected to its own shards' clusters only.
     let b = Replica::start_member(&env, "b", Identity::Audited, env.server_url(), &dir, &args(1)).await?;
@@ -841,7 +866,7 @@ async fn a_replica_connects_only_to_its_shards_workload_clusters_and_a_new_holde
     let holders = spread(&env, &names, 2, WAIT).await?;
     for (i, who) in names.iter().enumerate() {
         let want = clusters_held_by(&holders, &clusters, who);
-        connected_to(who, &addrs[i], &want).await?;
+        connected_to(who, &addrs[i], &want, local).await?;
         eprintln!("SHARDS connections: {who} holds {:?}, connected to {want:?}", held_by(&holders, who));
     }
 
@@ -857,7 +882,7 @@ async fn a_replica_connects_only_to_its_shards_workload_clusters_and_a_new_holde
     let alive: Vec<(usize, &str)> = names.iter().copied().enumerate().filter(|(i, _)| *i != dead).collect();
     let after = spread(&env, &alive.iter().map(|(_, n)| *n).collect::<Vec<_>>(), 3, WAIT).await?;
     for (i, who) in &alive {
-        connected_to(who, &addrs[*i], &clusters_held_by(&after, &clusters, who)).await?;
+        connected_to(who, &addrs[*i], &clusters_held_by(&after, &clusters, who), local).await?;
     }
     let index = victim.trim_start_matches("fleet/c");
     set_ready(&env, &format!("n{index}"), "False").await?;
