@@ -359,14 +359,24 @@ impl Index {
                 .is_some_and(|n| self.nodes.get(LOCAL_CLUSTER).is_some_and(|c| c.nodes.contains_key(n)))
     }
 
-    /// Why no decision may be made now in sharded mode because the local Nodes changed since the
-    /// last complete Machine list (`None`: it may). Only while Machines are listed at all.
+    /// Why no decision may be made now in sharded mode: the rule for checks in different shards
+    /// reads other shards' Machines on local Nodes, and they have not been listed yet, or the
+    /// local Nodes changed since the last list (`None`: it may; also when Cluster API cannot be
+    /// watched, as there are then no Machines to read).
     pub fn rule_unlisted(&self) -> Option<String> {
-        (self.held.is_some() && self.rule_machines_pending && self.machine_state == SourceState::Synced).then(|| {
-            "waiting for a complete list of Machines: a Node of this cluster appeared, and the Machines of other \
-             shards referencing it are read by the rule for checks in different shards"
-                .to_string()
-        })
+        self.held.as_ref()?;
+        match self.machine_state {
+            SourceState::Syncing => Some(
+                "waiting for the first complete list of Machines: the rule for checks in different shards reads them"
+                    .to_string(),
+            ),
+            SourceState::Synced if self.rule_machines_pending => Some(
+                "waiting for a complete list of Machines: a Node of this cluster appeared, and the Machines of other \
+                 shards referencing it are read by the rule for checks in different shards"
+                    .to_string(),
+            ),
+            _ => None,
+        }
     }
 
     /// Why the Machines and Clusters of workload cluster `key` cannot be trusted yet (its shard
@@ -1019,7 +1029,8 @@ mod tests {
         idx.let_go_shard(shard(mine));
         assert!(kept(&idx).is_empty() && idx.clusters.is_empty());
         assert!(idx.capi_unlisted("ns/c0").is_some());
-        // A new local Node: no decision until Machines are listed again.
+        // Machines never listed: no decision; a new local Node: none until they are listed again.
+        assert!(idx.rule_unlisted().is_some(), "Machines not listed yet");
         idx.machine_state = SourceState::Synced;
         assert_eq!(idx.rule_unlisted(), None);
         idx.put_node(LOCAL_CLUSTER, Some(node("local-2", json!({}))), None, now);
