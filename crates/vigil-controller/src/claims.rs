@@ -119,12 +119,29 @@ fn selected_by(idx: &Index, check: &CheckRef, among: Option<&BTreeSet<Target>>) 
         }
         CheckRef::Machine { namespace: ns, name: n } => {
             let Some(Ok(policy)) = idx.mhc_policy_of(&(ns.clone(), n.clone())) else { return BTreeSet::new() };
-            let cluster = node_cluster(idx, ns, &policy.cluster_name);
+            let cluster = selecting_cluster(idx, ns, &policy.cluster_name);
             if among.is_some_and(|a| !assemble::mhc_can_hold(a, ns, &cluster)) {
                 return BTreeSet::new();
             }
             idx.mhc_machines(ns, n).into_iter().map(|m| Target::of_machine(&cluster, m)).filter(within).collect()
         }
+    }
+}
+
+/// The cluster key of a MachineHealthCheck's Nodes for the cross-shard rule: as
+/// [`node_cluster`] when this replica connected to the workload cluster (it knows whether the
+/// cluster is self-hosted), the local cluster otherwise. A replica connects only to its own
+/// shards' clusters; the replica holding the check may know the cluster is self-hosted, and
+/// then the check meets the NodeHealthChecks on the same Node there. Counting an unknown
+/// cluster as self-hosted keeps every replica's starter the same whenever it truly is (the
+/// MachineHealthCheck, first in order); when it is not, a local Node whose name a Machine of
+/// that cluster also references waits for a check that will not start on it (a stall, reported
+/// as held), never a second remediation.
+fn selecting_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
+    if idx.hosting_known.contains(&vigil_engine::shard::machine_check_key(namespace, cluster)) {
+        node_cluster(idx, namespace, cluster)
+    } else {
+        LOCAL_CLUSTER.to_string()
     }
 }
 
@@ -513,5 +530,32 @@ mod scoped_claims {
         }
         // A Machine check's own selection: its Machines' Nodes, the others selecting them too.
         assert_eq!(selections(&idx, &workers).keys().collect::<Vec<_>>().first(), Some(&&Target::local_node("w-2")));
+    }
+
+    #[test]
+    fn a_workload_cluster_this_replica_did_not_connect_to_counts_as_self_hosted_for_the_cross_shard_rule() {
+        let mut idx = self_hosted();
+        idx.shards = 6;
+        let reboot = CheckRef::Node { name: "reboot".into() };
+        let workers = CheckRef::Machine { namespace: "default".into(), name: "workers".into() };
+        let selecting_w2 = |idx: &Index| -> bool {
+            selections(idx, &reboot)
+                .get(&Target::local_node("w-2"))
+                .is_some_and(|s| s.iter().any(|(c, _)| *c == workers))
+        };
+        // Another replica holds the MachineHealthCheck's shard: this one never connected to
+        // default/prod, so it cannot know the cluster is self-hosted. The check still meets the
+        // NodeHealthChecks on w-2 (and, first in order, is the one to start on it), as the
+        // replica that connected finds.
+        idx.self_hosted.clear();
+        assert!(!idx.hosting_known.contains("default/prod"));
+        assert!(selecting_w2(&idx), "unknown hosting counts as self-hosted");
+        // Connected and self-hosted: the same.
+        idx.hosting_known.insert("default/prod".into());
+        idx.self_hosted.insert("default/prod".into());
+        assert!(selecting_w2(&idx));
+        // Connected and not self-hosted: its Machines' Nodes are another cluster's.
+        idx.self_hosted.clear();
+        assert!(!selecting_w2(&idx), "a remote cluster's Node w-2 is not the local w-2");
     }
 }

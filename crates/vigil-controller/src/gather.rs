@@ -264,6 +264,8 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
         waiting(&idx.mhc_state, "MachineHealthChecks"),
         waiting(&idx.machine_state, "Cluster API Machines"),
         waiting(&idx.cluster_state, "Cluster API Clusters"),
+        idx.capi_unlisted(&vigil_engine::shard::machine_check_key(namespace, &policy.cluster_name)),
+        idx.rule_unlisted(),
     ]
     .into_iter()
     .flatten()
@@ -446,7 +448,8 @@ struct NhcSources<'i> {
 }
 
 fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
-    let mut unsure: Vec<String> = [waiting(&idx.nhc_state, "NodeHealthChecks")].into_iter().flatten().collect();
+    let mut unsure: Vec<String> =
+        [waiting(&idx.nhc_state, "NodeHealthChecks"), idx.rule_unlisted()].into_iter().flatten().collect();
     match idx.nodes.get(LOCAL_CLUSTER) {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
         None => unsure.push("waiting for the first complete list of Nodes".into()),

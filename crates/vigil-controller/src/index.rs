@@ -121,6 +121,26 @@ pub struct Index {
     pub claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
     /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
     pub self_hosted: BTreeSet<String>,
+    /// Sharded mode: the shards whose Machines and Clusters the caches keep (`None`: every
+    /// shard). A Machine of another shard is kept only when it references a Node of the local
+    /// cluster: the cross-shard rule reads which checks select a local Node
+    /// (`claims::selections`), and another shard's MachineHealthCheck selects one through it.
+    pub held: Option<BTreeSet<u32>>,
+    /// Sharded mode: held shards whose Machines were in the last complete list (a shard taken
+    /// since waits for the next list: its checks decide nothing until then).
+    pub machines_listed: BTreeSet<u32>,
+    /// Sharded mode: held shards whose Clusters were in the last complete list.
+    pub clusters_listed: BTreeSet<u32>,
+    /// Sharded mode: a Machine list was asked for because the local Nodes changed (a Machine of
+    /// another shard referencing a new local Node may have been left out); until it arrives,
+    /// NodeHealthChecks decide nothing (the cross-shard rule would miss that Machine).
+    pub rule_machines_pending: bool,
+    /// Sharded mode: a new Machine list is to be asked for (taken by the Node watch).
+    pub capi_relist_asked: bool,
+    /// Workload clusters whose connection told whether they are self-hosted (in
+    /// [`Index::self_hosted`] or not); with `--shards`, a replica connects only to its shards'
+    /// clusters, and the cross-shard rule counts any other cluster as possibly self-hosted.
+    pub hosting_known: BTreeSet<String>,
     /// Self-hosted workload clusters whose Nodes are read from the management cluster's cache
     /// (their connection is up and its credentials may list Nodes): see [`Index::node_source`].
     pub shared_nodes: BTreeSet<String>,
@@ -304,9 +324,10 @@ impl Index {
         }
     }
 
-    /// An empty index for a controller running `shards` shards.
-    pub fn with_shards(shards: u32) -> Self {
-        Index { shards, ..Index::default() }
+    /// An empty index for a controller running `shards` shards; `sharded`: it keeps the Cluster
+    /// API objects of the shards it holds only ([`Index::held`]).
+    pub fn with_shards(shards: u32, sharded: bool) -> Self {
+        Index { shards, held: sharded.then(BTreeSet::new), ..Index::default() }
     }
 
     /// The shard of a check among [`Index::shards`] (a MachineHealthCheck by its workload
@@ -320,6 +341,85 @@ impl Index {
             CheckRef::Node { name } => name.clone(),
         };
         Some(vigil_engine::shard::shard_of(&shard_key, self.shards))
+    }
+
+    /// Whether the caches keep the Cluster API objects of workload cluster `key`
+    /// (`namespace/clusterName`): always with one shard, else when its shard is held.
+    pub fn keeps_cluster(&self, key: &str) -> bool {
+        self.held.as_ref().is_none_or(|h| h.contains(&vigil_engine::shard::shard_of(key, self.shards)))
+    }
+
+    /// Whether the caches keep Machine `view`: its cluster's shard is held, or it references a
+    /// Node of the local cluster (what the cross-shard rule needs of other shards' Machines).
+    pub fn keeps_machine(&self, view: &MachineView) -> bool {
+        self.keeps_cluster(&machine_cluster(view))
+            || view
+                .node_name
+                .as_ref()
+                .is_some_and(|n| self.nodes.get(LOCAL_CLUSTER).is_some_and(|c| c.nodes.contains_key(n)))
+    }
+
+    /// Why no decision may be made now in sharded mode: the rule for checks in different shards
+    /// reads other shards' Machines on local Nodes, and they have not been listed yet, or the
+    /// local Nodes changed since the last list (`None`: it may; also when Cluster API cannot be
+    /// watched, as there are then no Machines to read).
+    pub fn rule_unlisted(&self) -> Option<String> {
+        self.held.as_ref()?;
+        match self.machine_state {
+            SourceState::Syncing => Some(
+                "waiting for the first complete list of Machines: the rule for checks in different shards reads them"
+                    .to_string(),
+            ),
+            SourceState::Synced if self.rule_machines_pending => Some(
+                "waiting for a complete list of Machines: a Node of this cluster appeared, and the Machines of other \
+                 shards referencing it are read by the rule for checks in different shards"
+                    .to_string(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Why the Machines and Clusters of workload cluster `key` cannot be trusted yet (its shard
+    /// was taken since the last complete lists); `None`: they can.
+    pub fn capi_unlisted(&self, key: &str) -> Option<String> {
+        self.held.as_ref()?;
+        let shard = vigil_engine::shard::shard_of(key, self.shards);
+        (!self.machines_listed.contains(&shard) || !self.clusters_listed.contains(&shard)).then(|| {
+            format!("waiting for a complete list of the Machines and Clusters of shard {shard}, taken by this replica")
+        })
+    }
+
+    /// Shard `shard` is held from now on: its Machines and Clusters are kept from the next
+    /// complete lists on (the caller asks for them).
+    pub fn take_shard(&mut self, shard: u32) {
+        self.held.get_or_insert_with(BTreeSet::new).insert(shard);
+        self.machines_listed.remove(&shard);
+        self.clusters_listed.remove(&shard);
+    }
+
+    /// Shard `shard` is no longer held: its Machines (but those referencing a local Node) and
+    /// Clusters are forgotten.
+    pub fn let_go_shard(&mut self, shard: u32) {
+        let Some(held) = self.held.as_mut() else { return };
+        held.remove(&shard);
+        self.machines_listed.remove(&shard);
+        self.clusters_listed.remove(&shard);
+        let gone: Vec<(String, String)> = self
+            .machines
+            .values()
+            .flat_map(|ms| ms.values())
+            .filter(|e| !self.keeps_machine(&e.view))
+            .map(|e| (e.view.meta.namespace.clone(), e.view.meta.name.clone()))
+            .collect();
+        for key in gone {
+            self.put_machine_entry(None, Some(key));
+        }
+        let shards = self.shards;
+        if let Some(held) = &self.held {
+            self.clusters.retain(|(ns, name), _| {
+                held.contains(&vigil_engine::shard::shard_of(&vigil_engine::shard::machine_check_key(ns, name), shards))
+            });
+        }
     }
 
     /// Every check.
@@ -371,6 +471,9 @@ impl Index {
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
+        // Another shard's Machine the cross-shard rule does not need is not kept (and one kept
+        // before, e.g. while it referenced a local Node, is forgotten).
+        let new = new.filter(|e| self.keeps_machine(&e.view));
         if let Some(new) = &new
             && let Some(held) = self.machines.get(&key.0).and_then(|ms| ms.get(&key.1))
             && not_newer(new.resource_version.as_deref(), held.resource_version.as_deref())
@@ -478,6 +581,11 @@ impl Index {
         self.mhc_peer_lists.get(namespace).map(Vec::as_slice).unwrap_or_default()
     }
 
+    /// How many Machines the cache holds.
+    pub fn machine_count(&self) -> usize {
+        self.machines.values().map(BTreeMap::len).sum()
+    }
+
     /// Forgets every Machine (a complete list of them follows): each check's targets empty.
     pub fn clear_machines(&mut self) {
         self.machines.clear();
@@ -507,6 +615,8 @@ impl Index {
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
+        // Another shard's Cluster is not kept.
+        let view = view.filter(|_| self.keeps_cluster(&vigil_engine::shard::machine_check_key(&key.0, &key.1)));
         match view {
             Some(v) => self.clusters.insert(key.clone(), Arc::new(v)),
             None => self.clusters.remove(&key),
@@ -540,6 +650,11 @@ impl Index {
             Some(n) => {
                 let new = Arc::new(n);
                 let old = cache.nodes.insert(name.clone(), new.clone());
+                if old.is_none() && cluster == LOCAL_CLUSTER && self.held.is_some() {
+                    // Another shard's Machine referencing this Node was not kept until now.
+                    self.rule_machines_pending = true;
+                    self.capi_relist_asked = true;
+                }
                 if let Some(old) = old
                     && !concerns::node_change_matters(&old, &new)
                     && !concerns::heartbeat_revives(&old, &new, self.guarded_ages(), now)
@@ -852,6 +967,79 @@ mod tests {
 
     fn names<'a>(nodes: &[&'a Node]) -> Vec<&'a str> {
         nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect()
+    }
+
+    /// A Machine of workload cluster `cluster` in `ns` referencing Node `node`.
+    fn machine_of(name: &str, cluster: &str, node: &str) -> Value {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
+                            "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+               "spec": {"clusterName": cluster}, "status": {"nodeRef": {"name": node}}})
+    }
+
+    /// Sharded: the held shards' Machines and Clusters are kept, another shard's Machine only
+    /// while it references a local Node (the cross-shard rule reads it); a shard taken is not
+    /// trusted until listed; a shard let go is forgotten; a new local Node holds every decision
+    /// until Machines are listed again.
+    #[test]
+    fn a_sharded_index_keeps_what_its_shards_and_the_cross_shard_rule_need() {
+        use vigil_engine::shard::{machine_check_key, shard_of};
+        let shards = 6;
+        let shard = |c: &str| shard_of(&machine_check_key("ns", c), shards);
+        let (mine, other) =
+            ("c0", (1..50).map(|i| format!("c{i}")).find(|c| shard(c) != shard("c0")).expect("a cluster"));
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let mut idx = Index::with_shards(shards, true);
+        idx.put_node(LOCAL_CLUSTER, Some(node("local-1", json!({}))), None, now);
+        idx.take_shard(shard(mine));
+        assert!(idx.capi_unlisted("ns/c0").is_some(), "taken, not listed yet");
+        idx.put_machine(Some(&machine_of("m-mine", mine, "x1")), None);
+        idx.put_machine(Some(&machine_of("m-other", &other, "x2")), None);
+        idx.put_machine(Some(&machine_of("m-other-local", &other, "local-1")), None);
+        let kept = |idx: &Index| -> Vec<String> {
+            idx.machines.get("ns").into_iter().flat_map(|m| m.keys().cloned()).collect()
+        };
+        assert_eq!(kept(&idx), ["m-mine", "m-other-local"]);
+        let cluster = |name: &str| {
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                                          "metadata": {"name": name, "namespace": "ns"}})
+        };
+        idx.put_cluster(Some(&cluster(mine)), None);
+        idx.put_cluster(Some(&cluster(&other)), None);
+        assert_eq!(idx.clusters.keys().map(|(_, n)| n.as_str()).collect::<Vec<_>>(), [mine]);
+        // The lists arrive (what the watches' Replace sets).
+        idx.machines_listed = idx.held.clone().unwrap_or_default();
+        idx.clusters_listed = idx.held.clone().unwrap_or_default();
+        idx.rule_machines_pending = false;
+        assert_eq!(idx.capi_unlisted("ns/c0"), None);
+        assert!(idx.capi_unlisted(&format!("ns/{other}")).is_some(), "not held");
+        // A Machine that stops referencing a local Node is forgotten.
+        idx.put_machine(
+            Some(&machine_of("m-other-local", &other, "x3"))
+                .map(|m| {
+                    let mut m = m.clone();
+                    m["metadata"]["resourceVersion"] = json!("2");
+                    m
+                })
+                .as_ref(),
+            None,
+        );
+        assert_eq!(kept(&idx), ["m-mine"]);
+        // Let go: the shard's Machines and Clusters are forgotten.
+        idx.let_go_shard(shard(mine));
+        assert!(kept(&idx).is_empty() && idx.clusters.is_empty());
+        assert!(idx.capi_unlisted("ns/c0").is_some());
+        // Machines never listed: no decision; a new local Node: none until they are listed again.
+        assert!(idx.rule_unlisted().is_some(), "Machines not listed yet");
+        idx.machine_state = SourceState::Synced;
+        assert_eq!(idx.rule_unlisted(), None);
+        idx.put_node(LOCAL_CLUSTER, Some(node("local-2", json!({}))), None, now);
+        assert!(idx.rule_unlisted().is_some() && idx.capi_relist_asked);
+        // One shard: everything is kept, nothing waits.
+        let mut one = Index::with_shards(1, false);
+        one.put_machine(Some(&machine_of("m-other", &other, "x2")), None);
+        assert_eq!(kept(&one), ["m-other"]);
+        assert_eq!((one.capi_unlisted("ns/c0"), one.rule_unlisted()), (None, None));
     }
 
     /// A check's policy is validated when it is stored, kept through status-only updates,

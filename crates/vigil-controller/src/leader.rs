@@ -128,6 +128,12 @@ impl Leadership {
         }
     }
 
+    /// A receiver that changes whenever the right is gained or lost (a right that ends by time
+    /// alone is published at the next election round), for what lives only while it is held.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.leading.subscribe()
+    }
+
     /// Publishes the end of a right to write that ran out by time; true when it just did.
     fn expire_if_due(&self) -> bool {
         let mut right = self.lock();
@@ -378,8 +384,9 @@ pub fn member_lease_name(lease_name: &str, identity: &str) -> String {
 /// this replica's clock, released ones excluded), gives back held shards beyond the fair share
 /// (after their right to write has run out, so no write of this replica overlaps the next
 /// holder's), then runs the leader algorithm on every shard Lease: held ones are renewed, free
-/// ones taken while under the fair share. `on_gained` runs when a shard is won. On stop every
-/// held Lease and the membership Lease are released.
+/// ones taken while under the fair share. `on_gained` runs when a shard is won, `on_lost` when
+/// its right to write ends (given back, taken by another, or run out). On stop every held Lease
+/// and the membership Lease are released.
 pub async fn run_shards(
     client: Client,
     options: LeaderOptions,
@@ -387,6 +394,7 @@ pub async fn run_shards(
     metrics: &crate::metrics::Metrics,
     mut stop: watch::Receiver<bool>,
     on_gained: impl Fn(u32) + Send,
+    on_lost: impl Fn(u32) + Send,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &options.namespace);
     let count = rights.count();
@@ -420,6 +428,7 @@ pub async fn run_shards(
                 let right = rights.right(Some(*s));
                 let until = right.until().unwrap_or_else(Instant::now);
                 right.set(None);
+                on_lost(*s);
                 releasing.insert(*s, until);
                 info!(shard = s, live = ?live, "giving back a shard beyond the fair share");
             }
@@ -458,12 +467,14 @@ pub async fn run_shards(
                 Ok(Ok(Round::Held(holder))) => {
                     if right.set(None) {
                         warn!(shard = s, holder = %holder, "lost a shard; its writes stop");
+                        on_lost(s);
                     }
                 }
                 Ok(Err(_)) | Err(_) => metrics.lease_error(),
             }
             if right.expire_if_due() {
                 warn!(shard = s, "renew deadline passed without a renewal; writing for the shard stopped");
+                on_lost(s);
             }
         }
         first = false;
@@ -476,6 +487,7 @@ pub async fn run_shards(
     }
     for s in rights.held() {
         rights.right(Some(s)).set(None);
+        on_lost(s);
         release(&api, &shard_options(s)).await;
     }
     metrics.leader(false);

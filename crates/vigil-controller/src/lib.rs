@@ -98,6 +98,9 @@ pub struct Context {
     pub shards: Option<Arc<leader::ShardRights>>,
     /// Bumped when the API server was unreachable: every watch lists again.
     epoch: tokio::sync::watch::Sender<u64>,
+    /// Bumped when the Machine and Cluster watches must list again without distrusting what
+    /// they hold (sharded mode: a shard taken, a local Node added).
+    capi_relist: tokio::sync::watch::Sender<u64>,
     /// Clients of connected workload clusters by `namespace/clusterName`, for confirming reads.
     workload_clients: std::sync::Mutex<HashMap<String, Client>>,
     /// Targets whose remediation is being confirmed and written, with the check doing it: a
@@ -139,7 +142,7 @@ impl Context {
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            index: RwLock::new(Index::with_shards(shards.as_ref().map_or(1, |s| s.count()))),
+            index: RwLock::new(Index::with_shards(shards.as_ref().map_or(1, |s| s.count()), shards.is_some())),
             scheduler: scheduler::Scheduler::with_clock(clock.clone()),
             clock,
             resources: tokio::sync::Mutex::new(HashMap::new()),
@@ -150,6 +153,7 @@ impl Context {
             leadership: Arc::new(leadership),
             shards,
             epoch: tokio::sync::watch::Sender::new(0),
+            capi_relist: tokio::sync::watch::Sender::new(0),
             workload_clients: std::sync::Mutex::new(HashMap::new()),
             confirming: std::sync::Mutex::new(HashMap::new()),
             reported: std::sync::Mutex::new(HashSet::new()),
@@ -175,6 +179,16 @@ impl Context {
     /// A receiver of the relist epoch, for a new watch.
     pub fn epoch(&self) -> tokio::sync::watch::Receiver<u64> {
         self.epoch.subscribe()
+    }
+
+    /// A receiver of the quiet relists of the Machine and Cluster watches.
+    pub fn capi_relists(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.capi_relist.subscribe()
+    }
+
+    /// Makes the Machine and Cluster watches list again (what they hold stays trusted meanwhile).
+    pub fn relist_capi(&self) {
+        self.capi_relist.send_modify(|e| *e = e.wrapping_add(1));
     }
 
     /// Makes every watch list again (the API server could not be reached: what the watches
@@ -425,14 +439,25 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
                     let on_gained = {
                         let ctx = ctx.clone();
                         move |shard: u32| {
-                            // Checks of a shard just won were decided by nobody here: decide them now.
+                            // The shard's Machines and Clusters are listed; its checks decide
+                            // once they are (decided by nobody here so far: all marked now).
+                            ctx.write_index().take_shard(shard);
+                            ctx.relist_capi();
                             let all = ctx.read_index().all_checks();
                             let mine: Vec<CheckRef> =
                                 all.into_iter().filter(|k| ctx.shard_of(k) == Some(shard)).collect();
                             ctx.scheduler.mark(mine);
                         }
                     };
-                    leader::run_shards(client, lo, rights, &ctx.metrics, stop, on_gained).await;
+                    let on_lost = {
+                        let ctx = ctx.clone();
+                        move |shard: u32| {
+                            let mut idx = ctx.write_index();
+                            idx.let_go_shard(shard);
+                            ctx.metrics.cached_machines(idx.machine_count());
+                        }
+                    };
+                    leader::run_shards(client, lo, rights, &ctx.metrics, stop, on_gained, on_lost).await;
                 }
                 None => leader::run(client, lo, leadership, &ctx.metrics, stop, on_elected).await,
             }

@@ -19,6 +19,11 @@ struct SourceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabel {
+    cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabel {
     check: String,
 }
@@ -117,6 +122,8 @@ pub struct Metrics {
     write_errors: Family<KindLabel, Counter>,
     watch_events: Counter,
     source_synced: Family<SourceLabel, Gauge>,
+    workload_connected: Family<ClusterLabel, Gauge>,
+    cached_machines: Gauge,
     watch_restarts: Family<SourceLabel, Counter>,
     api_reachable: Gauge,
     unreadable: Counter,
@@ -163,6 +170,8 @@ impl Default for Metrics {
         registry.register("write_errors", "Failed writes, by category", write_errors.clone());
         registry.register("watch_events", "Watch events received", watch_events.clone());
         let source_synced = Family::<SourceLabel, Gauge>::default();
+        let workload_connected = Family::<ClusterLabel, Gauge>::default();
+        let cached_machines = Gauge::default();
         let watch_restarts = Family::<SourceLabel, Counter>::default();
         let api_reachable = Gauge::default();
         let unreadable = Counter::default();
@@ -173,6 +182,16 @@ impl Default for Metrics {
             "source_synced",
             "1 while a watched source is listed and live (decisions trust it), 0 otherwise",
             source_synced.clone(),
+        );
+        registry.register(
+            "workload_cluster_connected",
+            "1 for each workload cluster this replica keeps a connection to (its shards' only, with --shards)",
+            workload_connected.clone(),
+        );
+        registry.register(
+            "cached_machines",
+            "Machines in this replica's cache (its shards' only, and others' referencing a local Node, with --shards)",
+            cached_machines.clone(),
         );
         registry.register(
             "watch_restarts",
@@ -302,6 +321,8 @@ impl Default for Metrics {
             write_errors,
             watch_events,
             source_synced,
+            workload_connected,
+            cached_machines,
             watch_restarts,
             api_reachable,
             unreadable,
@@ -345,6 +366,28 @@ impl Metrics {
         let label = SourceLabel { source: source.into() };
         self.source_synced.get_or_create(&label).set(i64::from(synced));
         let _ = self.watch_restarts.get_or_create(&label);
+    }
+
+    /// Drops a source that is no longer watched (a workload cluster let go).
+    pub fn forget_source(&self, source: &str) {
+        let label = SourceLabel { source: source.into() };
+        self.source_synced.remove(&label);
+        self.watch_restarts.remove(&label);
+    }
+
+    /// Records whether this replica keeps a connection to workload cluster `cluster`.
+    pub fn workload_connected(&self, cluster: &str, connected: bool) {
+        let label = ClusterLabel { cluster: cluster.into() };
+        if connected {
+            self.workload_connected.get_or_create(&label).set(1);
+        } else {
+            self.workload_connected.remove(&label);
+        }
+    }
+
+    /// Records how many Machines the cache holds.
+    pub fn cached_machines(&self, count: usize) {
+        self.cached_machines.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Counts a watch started again.

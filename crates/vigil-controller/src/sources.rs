@@ -46,14 +46,29 @@ pub fn relisting<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    relisting_also_on(api, config, epoch, None)
+}
+
+/// [`relisting`], which also starts again with a complete list, without an error (what the
+/// watch held stays trusted until the list replaces it), whenever `quiet` changes.
+pub fn relisting_also_on<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    epoch: tokio::sync::watch::Receiver<u64>,
+    quiet: Option<tokio::sync::watch::Receiver<u64>>,
+) -> impl Stream<Item = Item<K>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
     struct State<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
         api: Api<K>,
         config: watcher::Config,
         epoch: tokio::sync::watch::Receiver<u64>,
+        quiet: Option<tokio::sync::watch::Receiver<u64>>,
         inner: Option<futures::stream::BoxStream<'static, Result<Event<K>, watcher::Error>>>,
         failures: u32,
     }
-    let state = State { api, config, epoch, inner: None, failures: 0 };
+    let state = State { api, config, epoch, quiet, inner: None, failures: 0 };
     futures::stream::unfold(state, |mut st| async move {
         loop {
             let inner = match st.inner.as_mut() {
@@ -63,13 +78,27 @@ where
                         tokio::time::sleep(restart_delay(st.failures)).await;
                     }
                     st.epoch.borrow_and_update();
+                    if let Some(q) = st.quiet.as_mut() {
+                        q.borrow_and_update();
+                    }
                     // The watcher's own retries would resume without a list: it is used for one
                     // run only, and every error ends that run.
                     st.inner.insert(watcher::watcher(st.api.clone(), st.config.clone()).boxed())
                 }
             };
+            let quiet = async {
+                match st.quiet.as_mut() {
+                    Some(q) => q.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             let next = tokio::select! {
                 next = inner.next() => next,
+                true = quiet => {
+                    // Listed again on request: no error, the watch just starts over.
+                    st.inner = None;
+                    continue;
+                }
                 changed = st.epoch.changed() => {
                     st.inner = None;
                     st.failures = st.failures.saturating_add(1);

@@ -287,28 +287,30 @@ async fn start_cluster_api(ctx: Arc<Context>) {
     info!(version = %version, "Cluster API found");
     for (kind, is_machine) in [("Machine", true), ("Cluster", false)] {
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", &version, kind));
-        let stream = watch(&ctx, Api::<DynamicObject>::all_with(client.clone(), &ar));
+        // Sharded mode keeps only the held shards' objects: a shard taken lists them again.
+        let stream = sources::relisting_also_on(
+            Api::<DynamicObject>::all_with(client.clone(), &ar),
+            watch_config(),
+            ctx.epoch(),
+            Some(ctx.capi_relists()),
+        );
         let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
         if is_machine {
+            let counted = ctx.clone();
             tokio::spawn(feed(
                 ctx.clone(),
                 "Cluster API Machines".into(),
                 true,
                 stream,
                 move |o| crate::index::machine_entry(&value(&o)),
-                move |idx, op| match op {
-                    Op::Upsert(entry) => idx.put_machine_entry(entry, None),
-                    Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),
-                    Op::Replace(list) => {
-                        idx.clear_machines();
-                        for entry in list {
-                            idx.put_machine_entry(entry, None);
-                        }
-                        BTreeSet::new()
-                    }
+                move |idx, op| {
+                    let dirty = update_machines(idx, op);
+                    counted.metrics.cached_machines(idx.machine_count());
+                    dirty
                 },
                 |idx| &mut idx.machine_state,
-                Index::all_mhcs,
+                // NodeHealthChecks too: in sharded mode they may wait for a Machine list.
+                Index::all_checks,
             ));
         } else {
             tokio::spawn(feed(
@@ -325,12 +327,33 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                         for v in list {
                             idx.put_cluster(Some(&v), None);
                         }
+                        idx.clusters_listed = idx.held.clone().unwrap_or_default();
                         BTreeSet::new()
                     }
                 },
                 |idx| &mut idx.cluster_state,
                 Index::all_mhcs,
             ));
+        }
+    }
+}
+
+/// Applies one Machine watch operation to the indexes (the other shards' Machines are left out
+/// by [`Index::put_machine_entry`]); a complete list marks the held shards' Machines listed.
+fn update_machines(idx: &mut Index, op: Op<DynamicObject, Option<crate::index::MachineEntry>>) -> BTreeSet<CheckRef> {
+    match op {
+        Op::Upsert(entry) => idx.put_machine_entry(entry, None),
+        Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),
+        Op::Replace(list) => {
+            idx.clear_machines();
+            for entry in list {
+                idx.put_machine_entry(entry, None);
+            }
+            // Every held shard's Machines, and every other one referencing a local Node, are in
+            // the cache now.
+            idx.machines_listed = idx.held.clone().unwrap_or_default();
+            idx.rule_machines_pending = false;
+            BTreeSet::new()
         }
     }
 }
@@ -360,6 +383,7 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
     let state_cluster = cluster.clone();
     let dep_cluster = cluster.clone();
     let reporter = ctx.clone();
+    let relister = ctx.clone();
     let report_cluster = cluster.clone();
     let clock = ctx.clock.clone();
     tokio::spawn(feed(
@@ -374,18 +398,31 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
             }
             slim
         },
-        move |idx, op| match op {
-            Op::Upsert(n) => idx.put_node(&cluster, Some(n), None, clock.now()),
-            Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone(), clock.now()),
-            Op::Replace(list) => {
-                let cache = idx.nodes.entry(cluster.clone()).or_default();
-                cache.nodes =
-                    list.into_iter().filter_map(|n| n.metadata.name.clone().map(|name| (name, Arc::new(n)))).collect();
-                if cluster == LOCAL_CLUSTER {
-                    idx.renew_nhc_nodes();
+        move |idx, op| {
+            let dirty = match op {
+                Op::Upsert(n) => idx.put_node(&cluster, Some(n), None, clock.now()),
+                Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone(), clock.now()),
+                Op::Replace(list) => {
+                    let cache = idx.nodes.entry(cluster.clone()).or_default();
+                    cache.nodes = list
+                        .into_iter()
+                        .filter_map(|n| n.metadata.name.clone().map(|name| (name, Arc::new(n))))
+                        .collect();
+                    if cluster == LOCAL_CLUSTER {
+                        idx.renew_nhc_nodes();
+                        if idx.held.is_some() {
+                            // Other shards' Machines are kept by the local Nodes they reference.
+                            idx.rule_machines_pending = true;
+                            idx.capi_relist_asked = true;
+                        }
+                    }
+                    BTreeSet::new()
                 }
-                BTreeSet::new()
+            };
+            if std::mem::take(&mut idx.capi_relist_asked) {
+                relister.relist_capi();
             }
+            dirty
         },
         move |idx| &mut idx.nodes.entry(state_cluster.clone()).or_default().state,
         move |idx| if dep_cluster.is_empty() { idx.all_checks() } else { idx.all_mhcs() },

@@ -245,74 +245,161 @@ fn cluster_exists(ctx: &Context, namespace: &str, name: &str) -> Option<bool> {
         .then(|| idx.clusters.contains_key(&(namespace.to_string(), name.to_string())))
 }
 
+/// The right to write the checks of workload cluster `namespace/cluster` in sharded mode (its
+/// shard's; `None`: one shard, the connection is kept whoever leads).
+fn shard_right<'c>(ctx: &'c Context, namespace: &str, cluster: &str) -> Option<&'c crate::leader::Leadership> {
+    let shards = ctx.shards.as_ref()?;
+    let key = vigil_engine::shard::machine_check_key(namespace, cluster);
+    Some(shards.right(Some(vigil_engine::shard::shard_of(&key, shards.count()))))
+}
+
+/// Whether the connection is still wanted: one shard, or this replica holds the cluster's shard.
+fn wanted(ctx: &Context, namespace: &str, cluster: &str) -> bool {
+    shard_right(ctx, namespace, cluster).is_none_or(|r| r.is_leader())
+}
+
+/// Waits `period`; false as soon as the connection is no longer wanted (the shard given back or
+/// lost), checked when its right changes and at the end.
+async fn wait_wanted(ctx: &Context, namespace: &str, cluster: &str, period: Duration) -> bool {
+    let Some(right) = shard_right(ctx, namespace, cluster) else {
+        tokio::time::sleep(period).await;
+        return true;
+    };
+    let mut changes = right.subscribe();
+    let end = tokio::time::Instant::now() + period;
+    loop {
+        if !right.is_leader() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(end) => return right.is_leader(),
+            changed = changes.changed() => if changed.is_err() { tokio::time::sleep_until(end).await },
+        }
+    }
+}
+
+/// Forgets workload cluster `namespace/cluster` when this replica no longer holds its shard:
+/// its client, Node cache, what its connection told (self-hosted or not), its source and
+/// metrics; its checks are woken, so a replica that holds the shard again connects anew.
+async fn let_go(ctx: &Context, namespace: &str, cluster: &str) {
+    let key = format!("{namespace}/{cluster}");
+    let dirty = {
+        let mut idx = ctx.write_index();
+        idx.nodes.remove(&key);
+        idx.shared_nodes.remove(&key);
+        idx.self_hosted.remove(&key);
+        idx.hosting_known.remove(&key);
+        idx.all_mhcs()
+    };
+    ctx.lock_workload_clients().remove(&key);
+    let source = format!("Nodes of workload cluster {key}");
+    ctx.sources.remove(&source);
+    ctx.metrics.forget_source(&source);
+    ctx.metrics.workload_connected(&key, false);
+    ctx.started.lock().await.remove(&crate::gather::Need::WorkloadCluster(namespace.to_string(), cluster.to_string()));
+    info!(cluster = %key, "workload cluster let go: its shard is not held here");
+    ctx.scheduler.mark(dirty);
+}
+
 /// Keeps a Node watch on a workload cluster. While its Cluster does not exist, its Secret is not
 /// read; while the Secret is missing or refused or the cluster cannot be reached, its Nodes are
 /// untrusted and its checks make no decision. Connecting is retried with a growing delay
 /// (1 s to 60 s); a changed Secret (rotated credentials) or a deleted Cluster ends the watch.
+/// With `--shards`, the connection lives only while this replica holds the cluster's shard
+/// ([`let_go`] when it gives the shard back or loses it).
 pub async fn keep_connected(ctx: Arc<Context>, namespace: String, cluster: String) {
+    stay_connected(&ctx, &namespace, &cluster).await;
+    let_go(&ctx, &namespace, &cluster).await;
+}
+
+/// [`keep_connected`]'s loop; returns when the connection is no longer wanted.
+async fn stay_connected(ctx: &Arc<Context>, namespace: &str, cluster: &str) {
     let key = format!("{namespace}/{cluster}");
     let secret_name = format!("{cluster}-kubeconfig");
     let mut delay = Duration::from_secs(1);
     loop {
-        match cluster_exists(&ctx, &namespace, &cluster) {
+        if !wanted(ctx, namespace, cluster) {
+            return;
+        }
+        match cluster_exists(ctx, namespace, cluster) {
             Some(true) => {}
             Some(false) => {
                 let why = format!("Cluster {key} does not exist; its Secret {namespace}/{secret_name} is not read");
-                mark_unreachable(&ctx, &key, &why);
-                tokio::time::sleep(CLUSTER_RECHECK).await;
+                mark_unreachable(ctx, &key, &why);
+                if !wait_wanted(ctx, namespace, cluster, CLUSTER_RECHECK).await {
+                    return;
+                }
                 continue;
             }
             None => {
-                tokio::time::sleep(CLUSTER_RECHECK).await;
+                if !wait_wanted(ctx, namespace, cluster, CLUSTER_RECHECK).await {
+                    return;
+                }
                 continue;
             }
         }
-        let client = match connect(&ctx.client, &namespace, &secret_name).await {
+        let client = match connect(&ctx.client, namespace, &secret_name).await {
             Ok(c) => c,
             Err(why) => {
-                mark_unreachable(&ctx, &key, &why);
-                tokio::time::sleep(delay).await;
+                mark_unreachable(ctx, &key, &why);
+                if !wait_wanted(ctx, namespace, cluster, delay).await {
+                    return;
+                }
                 delay = (delay * 2).min(Duration::from_secs(60));
                 continue;
             }
         };
-        let same = same_cluster(&ctx.client, &client).await;
-        // Self-hosted: the management cluster's Node cache serves the workload cluster too (one
-        // list and one watch of every Node instead of two), but only when the Secret's own
-        // credentials may list Nodes, so a tenant learns nothing its kubeconfig could not read.
-        let shared = same && can_list_nodes(&client).await;
-        info!(cluster = %key, self_hosted = same, shared_node_cache = shared, "workload cluster connected");
-        {
-            let mut idx = ctx.write_index();
-            if same {
-                idx.self_hosted.insert(key.clone());
-            } else {
-                idx.self_hosted.remove(&key);
-            }
-        }
+        let handle = watch_nodes(ctx, &key, client).await;
         delay = Duration::from_secs(1);
-        ctx.lock_workload_clients().insert(key.clone(), client.clone());
-        let handle = if shared {
-            share_local_nodes(&ctx, &key);
-            None
-        } else {
-            Some(crate::watch::start_nodes(&ctx, key.clone(), client))
-        };
-        let connected_with = secret_version(&ctx.client, &namespace, &secret_name).await;
-        loop {
-            tokio::time::sleep(SECRET_RECHECK).await;
-            if handle.as_ref().is_some_and(|h| h.is_finished())
-                || cluster_exists(&ctx, &namespace, &cluster) == Some(false)
-                || secret_version(&ctx.client, &namespace, &secret_name).await != connected_with
-            {
-                break;
+        let connected_with = secret_version(&ctx.client, namespace, &secret_name).await;
+        let still_wanted = loop {
+            if !wait_wanted(ctx, namespace, cluster, SECRET_RECHECK).await {
+                break false;
             }
-        }
+            if handle.as_ref().is_some_and(|h| h.is_finished())
+                || cluster_exists(ctx, namespace, cluster) == Some(false)
+                || secret_version(&ctx.client, namespace, &secret_name).await != connected_with
+            {
+                break true;
+            }
+        };
         if let Some(handle) = handle {
             handle.abort();
         }
+        if !still_wanted {
+            return;
+        }
         ctx.sources.remove(&format!("Nodes of workload cluster {key}"));
-        mark_unreachable(&ctx, &key, "the workload cluster's Secret or Cluster changed; connecting again");
+        mark_unreachable(ctx, &key, "the workload cluster's Secret or Cluster changed; connecting again");
+    }
+}
+
+/// Starts reading a connected workload cluster's Nodes: through the management cluster's cache
+/// when it is self-hosted and its credentials may list Nodes (`None` returned), through a Node
+/// watch of its own otherwise.
+async fn watch_nodes(ctx: &Arc<Context>, key: &str, client: Client) -> Option<tokio::task::JoinHandle<()>> {
+    let same = same_cluster(&ctx.client, &client).await;
+    // Self-hosted: the management cluster's Node cache serves the workload cluster too (one
+    // list and one watch of every Node instead of two), but only when the Secret's own
+    // credentials may list Nodes, so a tenant learns nothing its kubeconfig could not read.
+    let shared = same && can_list_nodes(&client).await;
+    info!(cluster = %key, self_hosted = same, shared_node_cache = shared, "workload cluster connected");
+    {
+        let mut idx = ctx.write_index();
+        if same {
+            idx.self_hosted.insert(key.to_string());
+        } else {
+            idx.self_hosted.remove(key);
+        }
+        idx.hosting_known.insert(key.to_string());
+    }
+    ctx.metrics.workload_connected(key, true);
+    ctx.lock_workload_clients().insert(key.to_string(), client.clone());
+    if shared {
+        share_local_nodes(ctx, key);
+        None
+    } else {
+        Some(crate::watch::start_nodes(ctx, key.to_string(), client))
     }
 }
 

@@ -7,11 +7,11 @@ mod support;
 
 use jiff::Timestamp;
 use kube::api::Api;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::{Duration, Instant};
 use support::{
-    LEASE, LEASE_NS, MEDIK8S, RENEW_DEADLINE, RETRY, Replica, Result, WAIT, anyhow_msg, install_basics,
-    objects_per_node, remediated, set_ready, set_ready_since, tempfile_dir,
+    LEASE, LEASE_NS, MEDIK8S, RENEW_DEADLINE, RETRY, Replica, Result, WAIT, anyhow_msg, audited_writes, install_basics,
+    limited_user_is_admin, objects_per_node, remediated, set_ready, set_ready_since, tempfile_dir,
 };
 use vigil_testenv::{AUDITED_USER, Identity, LIMITED_USER, TestEnv, wait_for};
 
@@ -30,35 +30,17 @@ async fn wait_holder(env: &TestEnv, name: &str, limit: Duration) -> Result<Durat
 
 /// Writes (not Lease renewals) by `user` the API server received after `after`.
 fn writes_after(env: &TestEnv, user: &str, after: Timestamp) -> Result<Vec<String>> {
-    let path = env.audit_log_path().ok_or_else(|| anyhow_msg("no audit log".into()))?;
-    let text = std::fs::read_to_string(path)?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["user"]["username"] == user && e["stage"] == "ResponseComplete")
-        .filter(|e| matches!(e["verb"].as_str(), Some("create" | "update" | "patch" | "delete")))
-        .filter(|e| e["objectRef"]["resource"] != "leases")
-        .filter(|e| {
-            e["requestReceivedTimestamp"].as_str().and_then(|t| t.parse::<Timestamp>().ok()).is_some_and(|t| t > after)
-        })
-        .map(|e| {
-            format!(
-                "{} {} {} {}",
-                e["requestReceivedTimestamp"], e["verb"], e["objectRef"]["resource"], e["objectRef"]["name"]
-            )
-        })
+    Ok(audited_writes(env, user)?
+        .into_iter()
+        .filter(|w| w.resource != "leases" && w.received > after)
+        .map(|w| w.to_string())
         .collect())
 }
 
 async fn setup(env: &TestEnv) -> Result<()> {
     install_basics(env).await?;
-    // The second replica runs as the limited user, made cluster-admin, so the audit log tells
-    // the two replicas apart.
-    env.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "limited-admin"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": LIMITED_USER}]}))
-        .await?;
+    // The second replica runs as the limited user, so the audit log tells the two apart.
+    limited_user_is_admin(env).await?;
     for i in 1..=8 {
         env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("w{i}"), "labels": {"role": "worker"}}}))
             .await?;

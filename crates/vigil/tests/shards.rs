@@ -5,8 +5,12 @@
 //! - while replicas join, stop (SIGTERM) and die (`kill -9`), a shard never has two writers at
 //!   once and never goes without a live holder for longer than a lease duration (plus the
 //!   stated observation tolerance), measured from every version of the shard Leases;
+//! - a replica partitioned from the API server writes nothing (audit log) from its shards'
+//!   renew deadlines until it holds a shard again, and its requests that arrive when the
+//!   partition heals change nothing;
 //! - a failure wave across all of it is remediated with none missed, none duplicated, none
-//!   wrongful, also when two checks in shards of different replicas select the same Nodes.
+//!   wrongful, also when two checks in shards of different replicas select the same Nodes, and
+//!   when a NodeHealthCheck and a self-hosted cluster's MachineHealthCheck do.
 
 mod support;
 
@@ -18,8 +22,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::{
-    LEASE, LEASE_NS, MEDIK8S, RENEW_DEADLINE, RETRY, Replica, Result, WAIT, anyhow_msg, install_basics,
-    objects_per_node, remediated, set_ready, tempfile_dir,
+    AuditedWrite, LEASE, LEASE_NS, MEDIK8S, RENEW_DEADLINE, RETRY, Replica, Result, WAIT, anyhow_msg, audited_writes,
+    install_basics, objects_per_node, remediated, set_ready, set_ready_since, tempfile_dir,
 };
 use vigil_testenv::{Identity, TestEnv, wait_for};
 
@@ -372,12 +376,7 @@ async fn replicas_joining_stopping_and_dying_move_shards_without_two_writers_or_
     // holds when b's membership Lease exists by a's second round, a retry period after a's; a
     // machine too slow to start b within that is reported, not counted as a failure.
     let started = Instant::now();
-    let a = Replica::start(&env, "a", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
-    wait_for("a's membership Lease", WAIT, || async {
-        let api: Api<Lease> = Api::namespaced(env.client(), LEASE_NS);
-        Ok(api.get_opt("vigil-member-a").await?.map(|_| ()))
-    })
-    .await?;
+    let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
     let b = Replica::start(&env, "b", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
     spread(&env, &["a", "b"], 3, WAIT).await?;
     let most = recorder.most_held(started, Instant::now());
@@ -407,12 +406,7 @@ async fn replicas_joining_stopping_and_dying_move_shards_without_two_writers_or_
     set_ready(&env, "w3", "False").await?;
     phases.push(("d joins", Timestamp::now()));
     let d_joined = Instant::now();
-    let mut d = Replica::start(&env, "d", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
-    wait_for("d's membership Lease", WAIT, || async {
-        let api: Api<Lease> = Api::namespaced(env.client(), LEASE_NS);
-        Ok(api.get_opt("vigil-member-d").await?.map(|_| ()))
-    })
-    .await?;
+    let mut d = Replica::start_member(&env, "d", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
     // Long enough for every replica to count d (a retry period) and to give back (fenced: a
     // renew deadline) if it wrongly thought it had to.
     tokio::time::sleep(RETRY * 2 + RENEW_DEADLINE + RETRY).await;
@@ -558,5 +552,354 @@ async fn a_check_in_another_replicas_shard_waits_for_the_remediation_a_first_che
     assert_eq!(waiting["reason"], "TargetHeldByAnotherCheck", "{waiting}");
     assert_eq!(shard_holders(&env).await?, holders, "no shard moved");
     drop((a, b));
+    Ok(())
+}
+
+/// The first name `prefix-<i>` whose shard `who` holds.
+fn check_name_held_by(holders: &[Option<String>], who: &str, prefix: &str) -> Result<String> {
+    (0..200)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| {
+            holders.get(vigil_engine::shard::shard_of(n, SHARDS) as usize).and_then(|h| h.as_deref()) == Some(who)
+        })
+        .ok_or_else(|| anyhow_msg(format!("no name {prefix}-<i> in {who}'s shards {holders:?}")))
+}
+
+/// Each of `who`'s tenures that ended in a handover: the shard and the end of `who`'s right to
+/// write it (its last renewal of the shard's Lease + the renew deadline).
+fn rights_ended(handovers: &[Handover], who: &str) -> Result<Vec<(u32, Timestamp)>> {
+    let deadline = SignedDuration::try_from(RENEW_DEADLINE).map_err(|e| anyhow_msg(e.to_string()))?;
+    Ok(handovers.iter().filter(|h| h.from == who).map(|h| (h.shard, h.last_renewed + deadline)).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_sharded_replica_writes_nothing_after_its_renew_deadlines_and_its_shards_move_mid_wave()
+-> Result<()> {
+    let env = TestEnv::start().await?;
+    install_basics(&env).await?;
+    // Replica p runs as the limited user, so the audit log tells its requests from a's and b's.
+    support::limited_user_is_admin(&env).await?;
+    for (node, group) in [("w1", "p"), ("w2", "p"), ("w3", "p"), ("w4", "q"), ("w5", "q"), ("w6", "q")] {
+        env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"group": group}}}))
+            .await?;
+        set_ready(&env, node, "True").await?;
+    }
+    let recorder = Recorder::start(&env);
+    let dir = tempfile_dir("vigil-shards-partition")?;
+    // Replica p reaches the API server through a proxy the test partitions.
+    let proxy = env.proxy().await?;
+    let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
+    let b = Replica::start_member(&env, "b", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
+    let p = Replica::start_member(&env, "p", Identity::Limited, &proxy.url(), &dir, SHARD_ARGS).await?;
+    let holders = spread(&env, &["a", "b", "p"], 2, WAIT).await?;
+    // One check in a shard of p (Nodes w1–w3), one in a shard of another replica (w4–w6).
+    let in_p = check_name_held_by(&holders, "p", "part")?;
+    let elsewhere = check_name_held_by(&holders, "a", "rest")?;
+    eprintln!("SHARDS partition: {in_p} in p's shards, {elsewhere} in a's: {holders:?}");
+    env.apply(node_check(&in_p, "group", "p")).await?;
+    env.apply(node_check(&elsewhere, "group", "q")).await?;
+    // p decides its check (writes its status) before the partition: it acts on it from its cache.
+    wait_for(&format!("{in_p} observed by p"), WAIT, || async {
+        let check = env.get_json("vigil.dev/v1alpha1", "NodeHealthCheck", None, &in_p).await?;
+        Ok(check.filter(|c| c["status"]["observedGeneration"].is_number()).map(|_| ()))
+    })
+    .await?;
+
+    // Two of p's Nodes fail (their 2 s timeout runs out during the partition) and one of a's.
+    for node in ["w1", "w2", "w4"] {
+        set_ready_since(&env, node, "False", 0).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.partition();
+    let cut = Timestamp::now();
+    let cut_instant = Instant::now();
+    let after = spread(&env, &["a", "b"], 3, WAIT).await?;
+    eprintln!(
+        "SHARDS partition: p's shards held by the others {} ms after the cut: {after:?}",
+        cut_instant.elapsed().as_millis()
+    );
+    remediated(&env, &["w1", "w2", "w4"]).await?;
+    // The recorder samples the Leases each 100 ms: it sees the handovers `spread` saw shortly.
+    let p_shards = held_by(&holders, "p");
+    let taken = wait_for("the recorder to see p's shards move", Duration::from_secs(5), || async {
+        let taken = rights_ended(&recorder.handovers(), "p")?;
+        Ok((taken.iter().map(|(s, _)| *s as usize).collect::<Vec<_>>() == p_shards).then_some(taken))
+    })
+    .await?;
+    for h in recorder.handovers().iter().filter(|h| h.from == "p") {
+        eprintln!(
+            "SHARDS partition: shard {} taken by {} {} ms after p's last renewal, {} ms after the cut",
+            h.shard,
+            h.to,
+            h.gap().as_millis(),
+            h.acquired.duration_since(cut).as_millis()
+        );
+    }
+
+    // Heal: whatever p sent into the partition arrives now; p rejoins and gets its share back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.heal();
+    let healed = Timestamp::now();
+    spread(&env, &["a", "b", "p"], 2, WAIT).await?;
+    tokio::time::sleep(RETRY * 2).await;
+
+    // From the audit log: p's right to write ended at the first of its shards' renew deadlines;
+    // from then until p holds a shard again it may write nothing but its membership Lease
+    // (which grants no right). Requests it sent into the partition arrive at the heal and count.
+    let first_end = taken.iter().map(|(_, end)| *end).min().ok_or_else(|| anyhow_msg("p held no shard".into()))?;
+    let writes = audited_writes(&env, vigil_testenv::LIMITED_USER)?;
+    let is_membership = |w: &AuditedWrite| w.resource == "leases" && w.name == "vigil-member-p";
+    let back = writes
+        .iter()
+        .find(|w| w.received > healed && w.resource == "leases" && !is_membership(w) && w.succeeded())
+        .map(|w| w.received)
+        .ok_or_else(|| anyhow_msg(format!("p took no shard after the heal: {writes:#?}")))?;
+    let fenced: Vec<&AuditedWrite> =
+        writes.iter().filter(|w| w.received > first_end && w.received < back && !is_membership(w)).collect();
+    let late: Vec<&AuditedWrite> = writes.iter().filter(|w| w.received >= healed && w.received < back).collect();
+    eprintln!(
+        "SHARDS partition: p's rights ended {:?}; healed {healed}; p held a shard again at {back}; writes by p in between: {} (arrived after the heal: {})",
+        taken,
+        fenced.len(),
+        late.iter().map(|w| w.to_string()).collect::<Vec<_>>().join(", ")
+    );
+    assert!(fenced.is_empty(), "p wrote after its renew deadlines, before it held a shard again: {fenced:#?}");
+    // Remediation state: p never created, changed or deleted a remediation object after its
+    // rights ended (it held no shard with a failing Node afterwards either).
+    let remediation: Vec<&AuditedWrite> =
+        writes.iter().filter(|w| w.received > first_end && w.resource.starts_with("selfnoderemediations")).collect();
+    assert!(remediation.is_empty(), "p wrote remediation objects after its rights ended: {remediation:#?}");
+
+    let got = counts(&env, &["w1", "w2", "w4"], &["w3", "w5", "w6"]).await?;
+    assert_eq!(got, (0, 0, 0), "missed, duplicated, wrongful");
+    check_handovers(&recorder, &[], &[("partition", cut), ("heal", healed)]);
+    drop((a, b, p, proxy));
+    Ok(())
+}
+
+/// The namespace of the workload clusters of [`fleet_of_clusters`].
+const FLEET_NS: &str = "fleet";
+
+/// `count` self-hosted workload clusters `fleet/c<i>`: a Cluster (provisioned), its kubeconfig
+/// Secret (this API server), a MachineHealthCheck (Ready=False for 2 s) and one Machine whose
+/// Node `n<i>` is Ready.
+async fn fleet_of_clusters(env: &TestEnv, count: usize) -> Result<Vec<String>> {
+    let hour_ago = support::secs_ago(3600);
+    let mut names = Vec::new();
+    for i in 0..count {
+        let (cluster, node) = (format!("c{i}"), format!("n{i}"));
+        env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": cluster, "namespace": FLEET_NS}, "spec": {"paused": false}}))
+            .await?;
+        env.apply_status(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": cluster, "namespace": FLEET_NS},
+            "status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
+                       "conditions": [
+                           {"type": "InfrastructureReady", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": hour_ago},
+                           {"type": "ControlPlaneInitialized", "status": "True", "reason": "Initialized", "message": "", "lastTransitionTime": hour_ago}]}}))
+            .await?;
+        env.apply(env.kubeconfig_secret(FLEET_NS, &cluster)).await?;
+        env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})).await?;
+        set_ready(env, &node, "True").await?;
+        env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("m{i}"), "namespace": FLEET_NS,
+                         "labels": {"cluster.x-k8s.io/cluster-name": cluster, "pool": "workers"}},
+            "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "x"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": format!("m{i}")}}}))
+            .await?;
+        env.apply_status(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("m{i}"), "namespace": FLEET_NS}, "status": {"nodeRef": {"name": node}}}))
+            .await?;
+        env.apply(json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+            "metadata": {"name": format!("workers-{i}"), "namespace": FLEET_NS},
+            "spec": {"clusterName": cluster, "selector": {"matchLabels": {"pool": "workers"}},
+                     "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "2s"}]}}))
+            .await?;
+        names.push(format!("{FLEET_NS}/{cluster}"));
+    }
+    Ok(names)
+}
+
+/// The clusters of `clusters` whose shard `who` holds.
+fn clusters_held_by(holders: &[Option<String>], clusters: &[String], who: &str) -> std::collections::BTreeSet<String> {
+    clusters
+        .iter()
+        .filter(|c| {
+            holders.get(vigil_engine::shard::shard_of(c, SHARDS) as usize).and_then(|h| h.as_deref()) == Some(who)
+        })
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_health_check_and_a_self_hosted_clusters_machine_health_check_in_different_replicas_remediate_once()
+-> Result<()> {
+    let env = TestEnv::start().await?;
+    install_basics(&env).await?;
+    let clusters = fleet_of_clusters(&env, 8).await?;
+    let dir = tempfile_dir("vigil-shards-self-hosted")?;
+    let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
+    let b = Replica::start_member(&env, "b", Identity::Audited, env.server_url(), &dir, SHARD_ARGS).await?;
+    let holders = spread(&env, &["a", "b"], 3, WAIT).await?;
+    // The Nodes of a's clusters (self-hosted: the Machines' Nodes are this cluster's) are also
+    // selected by a NodeHealthCheck in one of b's shards; b never connects to a's clusters.
+    let of_a = clusters_held_by(&holders, &clusters, "a");
+    let nodes: Vec<String> = of_a.iter().map(|c| format!("n{}", c.trim_start_matches("fleet/c"))).collect();
+    if nodes.is_empty() {
+        return Err(anyhow_msg(format!("a holds no cluster's shard: {holders:?}")));
+    }
+    for node in &nodes {
+        env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"zone": "x"}}}))
+            .await?;
+    }
+    let nhc = check_name_held_by(&holders, "b", "zone")?;
+    env.apply(node_check(&nhc, "zone", "x")).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    eprintln!("SHARDS self-hosted: {of_a:?} in a's shards, {nhc} in b's; Nodes {nodes:?} fail at once");
+    for node in &nodes {
+        set_ready(&env, node, "False").await?;
+    }
+    // Each failing Node is remediated once: by the MachineHealthCheck (first in order), whose
+    // Machine is asked for its owner's remediation, or by the NodeHealthCheck's object.
+    let asked = |m: &Option<serde_json::Value>| {
+        m.as_ref()
+            .and_then(|m| m["status"]["conditions"].as_array())
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "OwnerRemediated" && c["status"] == "False"))
+    };
+    let by_machine = wait_for("every failing Node remediated", WAIT, || async {
+        let objects = objects_per_node(&env).await?;
+        let mut by_machine = Vec::new();
+        for node in &nodes {
+            let m = env
+                .get_json("cluster.x-k8s.io/v1beta2", "Machine", Some(FLEET_NS), &node.replacen('n', "m", 1))
+                .await?;
+            by_machine.push(asked(&m));
+        }
+        let all = nodes.iter().zip(&by_machine).all(|(n, m)| *m || objects.contains_key(n));
+        Ok(all.then_some(by_machine))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let objects = objects_per_node(&env).await?;
+    let twice: Vec<&String> =
+        nodes.iter().zip(&by_machine).filter(|(n, m)| **m && objects.contains_key(*n)).map(|(n, _)| n).collect();
+    eprintln!("SHARDS self-hosted: owner remediation asked {by_machine:?}, remediation objects {objects:?}");
+    assert!(twice.is_empty(), "remediated by both checks: {twice:?}");
+    drop((a, b));
+    Ok(())
+}
+
+/// A free loopback address for a replica's `/metrics`.
+fn metrics_addr() -> Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+/// What a replica serving `/metrics` at `addr` serves there.
+async fn metrics_text(addr: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut text)).await??;
+    Ok(text)
+}
+
+/// The workload clusters a replica keeps a connection to (`vigil_workload_cluster_connected`)
+/// and how many Machines it caches (`vigil_cached_machines`).
+async fn connected_clusters(addr: &str) -> Result<(std::collections::BTreeSet<String>, Option<usize>)> {
+    let text = metrics_text(addr).await?;
+    let connected = text
+        .lines()
+        .filter(|l| l.starts_with("vigil_workload_cluster_connected{") && l.ends_with(" 1"))
+        .filter_map(|l| l.split('"').nth(1).map(str::to_string))
+        .collect();
+    let machines = text.lines().find_map(|l| l.strip_prefix("vigil_cached_machines ")?.trim().parse().ok());
+    Ok((connected, machines))
+}
+
+/// Waits until the replica at `addr` is connected to exactly `want` and caches the Machines of
+/// those clusters' shards and those referencing a local Node: `local` (every cluster's worker
+/// Machine, see [`fleet_of_clusters`]) + one `remote-*` Machine per wanted cluster.
+async fn connected_to(who: &str, addr: &str, want: &std::collections::BTreeSet<String>, local: usize) -> Result<()> {
+    let machines = local + want.len();
+    wait_for(&format!("{who} connected to exactly {want:?}, caching {machines} Machines"), WAIT, || async {
+        Ok((connected_clusters(addr).await? == (want.clone(), Some(machines))).then_some(()))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_connects_only_to_its_shards_workload_clusters_and_a_new_holder_connects_and_remediates() -> Result<()>
+{
+    let env = TestEnv::start().await?;
+    install_basics(&env).await?;
+    let clusters = fleet_of_clusters(&env, 8).await?;
+    // A second Machine per cluster whose Node is not one of this cluster's (a remote workload
+    // cluster's Node): only the replicas holding its cluster's shard keep it.
+    for (i, cluster) in clusters.iter().enumerate() {
+        let name = cluster.trim_start_matches("fleet/");
+        env.apply(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("r{i}"), "namespace": FLEET_NS, "labels": {"cluster.x-k8s.io/cluster-name": name}},
+            "spec": {"clusterName": name, "bootstrap": {"dataSecretName": "x"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": format!("r{i}")}}}))
+            .await?;
+        env.apply_status(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("r{i}"), "namespace": FLEET_NS}, "status": {"nodeRef": {"name": format!("remote-{i}")}}}))
+            .await?;
+    }
+    let local = clusters.len();
+    let dir = tempfile_dir("vigil-shards-connections")?;
+    let addrs = [metrics_addr()?, metrics_addr()?, metrics_addr()?];
+    let args = |i: usize| -> [&str; 4] { ["--shards", "6", "--metrics-addr", addrs[i].as_str()] };
+    // Alone, a takes every shard and connects to every cluster.
+    let a = Replica::start_member(&env, "a", Identity::Audited, env.server_url(), &dir, &args(0)).await?;
+    spread(&env, &["a"], 6, WAIT).await?;
+    let all: std::collections::BTreeSet<String> = clusters.iter().cloned().collect();
+    connected_to("a", &addrs[0], &all, local).await?;
+    // b and c join: a gives back four shards and lets go of their clusters; each replica is
+    // connected to its own shards' clusters only.
+    let b = Replica::start_member(&env, "b", Identity::Audited, env.server_url(), &dir, &args(1)).await?;
+    let c = Replica::start_member(&env, "c", Identity::Audited, env.server_url(), &dir, &args(2)).await?;
+    let mut replicas = vec![a, b, c];
+    let names = ["a", "b", "c"];
+    let holders = spread(&env, &names, 2, WAIT).await?;
+    for (i, who) in names.iter().enumerate() {
+        let want = clusters_held_by(&holders, &clusters, who);
+        connected_to(who, &addrs[i], &want, local).await?;
+        eprintln!("SHARDS connections: {who} holds {:?}, connected to {want:?}", held_by(&holders, who));
+    }
+
+    // A replica holding a cluster's shard is killed: the others take its shards, connect to its
+    // clusters and remediate there.
+    let (dead, victim) = names
+        .iter()
+        .enumerate()
+        .find_map(|(i, who)| clusters_held_by(&holders, &clusters, who).into_iter().next().map(|c| (i, c)))
+        .ok_or_else(|| anyhow_msg(format!("no replica holds a cluster's shard: {holders:?}")))?;
+    replicas[dead].child.start_kill()?;
+    let _ = replicas[dead].child.wait().await;
+    let alive: Vec<(usize, &str)> = names.iter().copied().enumerate().filter(|(i, _)| *i != dead).collect();
+    let after = spread(&env, &alive.iter().map(|(_, n)| *n).collect::<Vec<_>>(), 3, WAIT).await?;
+    for (i, who) in &alive {
+        connected_to(who, &addrs[*i], &clusters_held_by(&after, &clusters, who), local).await?;
+    }
+    let index = victim.trim_start_matches("fleet/c");
+    set_ready(&env, &format!("n{index}"), "False").await?;
+    let machine = format!("m{index}");
+    wait_for(&format!("{machine} of {victim} remediated by its shard's new holder"), WAIT, || async {
+        let m = env.get_json("cluster.x-k8s.io/v1beta2", "Machine", Some(FLEET_NS), &machine).await?;
+        let asked = m
+            .as_ref()
+            .and_then(|m| m["status"]["conditions"].as_array())
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "OwnerRemediated" && c["status"] == "False"));
+        Ok(asked.then_some(()))
+    })
+    .await?;
+    eprintln!(
+        "SHARDS connections: after {} was killed, {victim} was connected and remediated by its new holder",
+        names[dead]
+    );
+    drop(replicas);
     Ok(())
 }

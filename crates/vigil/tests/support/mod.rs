@@ -1,8 +1,11 @@
 //! What the replica tests (`failover.rs`, `shards.rs`) share: a `vigil run` child process with
 //! short election durations, Node readiness, the remediation objects per Node, and the CRDs,
 //! namespaces and remediation template every scenario starts from.
+// Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
 
 use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -54,6 +57,25 @@ impl Replica {
             .kill_on_drop(true)
             .spawn()?;
         Ok(Replica { name, child })
+    }
+
+    /// Starts `vigil run` as [`Replica::start`] does and waits until its membership Lease
+    /// `vigil-member-<name>` exists (the other replicas can count it from then on).
+    pub async fn start_member(
+        env: &TestEnv,
+        name: &'static str,
+        who: Identity,
+        server: &str,
+        dir: &std::path::Path,
+        extra: &[&str],
+    ) -> Result<Replica> {
+        let replica = Replica::start(env, name, who, server, dir, extra).await?;
+        wait_for(&format!("{name}'s membership Lease"), WAIT, || async {
+            let api: Api<Lease> = Api::namespaced(env.client(), LEASE_NS);
+            Ok(api.get_opt(&format!("vigil-member-{name}")).await?.map(|_| ()))
+        })
+        .await?;
+        Ok(replica)
     }
 
     /// Sends `signal` to the process.
@@ -138,6 +160,71 @@ pub async fn install_basics(env: &TestEnv) -> Result<()> {
         "spec": {"template": {"spec": {"remediationStrategy": "Automatic"}}}}))
         .await?;
     Ok(())
+}
+
+/// Makes [`vigil_testenv::LIMITED_USER`] cluster-admin, so a replica can run as that user and
+/// the audit log tells its requests apart from the [`vigil_testenv::AUDITED_USER`] replicas'.
+pub async fn limited_user_is_admin(env: &TestEnv) -> Result<()> {
+    env.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "limited-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": vigil_testenv::LIMITED_USER}]}))
+        .await?;
+    Ok(())
+}
+
+/// One write (create, update, patch, delete) the API server received, from its audit log.
+#[derive(Debug, Clone)]
+pub struct AuditedWrite {
+    pub received: Timestamp,
+    pub verb: String,
+    /// The resource (`leases`, `selfnoderemediations`, …) and, for a subresource, `/status`.
+    pub resource: String,
+    pub name: String,
+    /// The response code (a late write refused by optimistic concurrency is a 409).
+    pub code: i64,
+}
+
+impl std::fmt::Display for AuditedWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {} {} -> {}", self.received, self.verb, self.resource, self.name, self.code)
+    }
+}
+
+impl AuditedWrite {
+    /// Whether the API server carried it out.
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+}
+
+/// Every write by `user` the API server completed, in the order received.
+pub fn audited_writes(env: &TestEnv, user: &str) -> Result<Vec<AuditedWrite>> {
+    let path = env.audit_log_path().ok_or_else(|| anyhow_msg("no audit log".into()))?;
+    let text = std::fs::read_to_string(path)?;
+    let mut out: Vec<AuditedWrite> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["user"]["username"] == user && e["stage"] == "ResponseComplete")
+        .filter(|e| matches!(e["verb"].as_str(), Some("create" | "update" | "patch" | "delete")))
+        .filter_map(|e| {
+            let received = e["requestReceivedTimestamp"].as_str()?.parse::<Timestamp>().ok()?;
+            let object = &e["objectRef"];
+            let resource = match object["subresource"].as_str() {
+                Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or_default()),
+                None => object["resource"].as_str().unwrap_or_default().to_string(),
+            };
+            Some(AuditedWrite {
+                received,
+                verb: e["verb"].as_str().unwrap_or_default().to_string(),
+                resource,
+                name: object["name"].as_str().unwrap_or_default().to_string(),
+                code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
+            })
+        })
+        .collect();
+    out.sort_by_key(|w| w.received);
+    Ok(out)
 }
 
 /// A fresh directory for the replicas' kubeconfigs and logs.
