@@ -751,8 +751,12 @@ async fn dry_run_checks_report_what_they_would_remediate_and_write_nothing() -> 
         Ok((!for_node(&all, "w1").is_empty()).then_some(()))
     })
     .await?;
-    let s = check_status(&env, "NodeHealthCheck", "infra").await?;
-    assert!(s.get("wouldRemediate").is_none(), "{s}");
+    // The status follows the created object (it is written after the plan's creations).
+    wait_for("the status without wouldRemediate", WAIT, || async {
+        let s = check_status(&env, "NodeHealthCheck", "infra").await?;
+        Ok(s.get("wouldRemediate").is_none().then_some(()))
+    })
+    .await?;
     controller.stop().await;
     Ok(())
 }
