@@ -4,6 +4,7 @@
 //! one malformed object cannot stop a check.
 
 use crate::conditions::{ObservedCondition, read_list};
+pub use crate::node_view::{Labels, NodeConditionView, NodeView};
 use crate::well_known::{
     CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, INFRASTRUCTURE_READY, PAUSED_ANNOTATION,
 };
