@@ -378,7 +378,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 })
             });
             out.remediating |= remediation.as_deref().is_some_and(|r| r.contains("WaitingForRemediation"));
-            let reason = verdict.reason.clone().unwrap_or_default();
+            let reason = verdict.reason.as_deref().unwrap_or("").to_string();
             let since = if reason == vigil_api::reason::Reason::UnhealthyNode {
                 node_condition_since(at_now, label, &machine)
             } else {

@@ -209,7 +209,7 @@ fn machine_conditions(
         &policy.machine_conditions,
         |t| {
             conditions::find(&machine.conditions, t)
-                .map(|c| (c.status.as_str(), c.last_transition_time, c.reason.as_deref().unwrap_or("")))
+                .map(|c| (&*c.status, c.last_transition_time, c.reason.as_deref().unwrap_or("")))
         },
         now,
     );
