@@ -47,8 +47,8 @@ pub struct Meta {
     pub name: String,
     /// UID, when the object came from an API server.
     pub uid: Option<String>,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
+    /// Labels (keys shared, [`crate::intern`]).
+    pub labels: Labels,
     /// Annotations.
     pub annotations: BTreeMap<String, String>,
     /// Creation time.
@@ -119,7 +119,7 @@ impl Meta {
             namespace: text(v, "/metadata/namespace").unwrap_or_default(),
             name,
             uid: text(v, "/metadata/uid"),
-            labels: str_map(v.pointer("/metadata/labels")),
+            labels: Labels::of(Some(&str_map(v.pointer("/metadata/labels")))),
             annotations: str_map(v.pointer("/metadata/annotations")),
             created,
             deleting: v.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),

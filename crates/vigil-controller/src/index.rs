@@ -152,7 +152,7 @@ struct NhcNodes {
 
 /// The cluster key of a Machine's Nodes.
 pub fn machine_cluster(view: &MachineView) -> ClusterKey {
-    let cluster = view.meta.labels.get(CLUSTER_NAME_LABEL).map(String::as_str).unwrap_or("");
+    let cluster = view.meta.labels.get(CLUSTER_NAME_LABEL).unwrap_or("");
     format!("{}/{cluster}", view.meta.namespace)
 }
 

@@ -103,7 +103,7 @@ impl std::fmt::Display for Target {
 
 /// Whether a Machine is a target: selected, and not opted out by annotation.
 pub fn is_target(policy: &MhcPolicy, machine: &MachineView) -> bool {
-    policy.selector.matches(Some(&machine.meta.labels))
+    machine.meta.labels.selected_by(&policy.selector)
         && !machine.meta.annotations.contains_key(PAUSED_ANNOTATION)
         && !machine.meta.annotations.contains_key(SKIP_REMEDIATION_ANNOTATION)
 }
