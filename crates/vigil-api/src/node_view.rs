@@ -196,6 +196,7 @@ mod tests {
         assert!(v.deleting);
         assert_eq!(v.labels.get("zone"), Some("a"));
         assert_eq!(v.labels.get("zon"), None);
+        assert_eq!(v.labels.get("kubernetes.io/hostnamX"), None, "a key of the same length is another key");
         assert_eq!(v.labels.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["kubernetes.io/hostname", "zone"]);
         assert!(v.has_annotation(MANUALLY_CONFIRMED_HEALTHY_ANNOTATION));
         assert_eq!(v.annotations.len(), 1, "annotations no rule reads are not kept");

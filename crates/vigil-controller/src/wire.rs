@@ -217,6 +217,26 @@ mod tests {
         assert!(list[1].metadata.managed_fields.is_none(), "what no rule reads is not kept");
     }
 
+    /// The watch's form keeps what the rules read: labels, the annotation a rule reads (and no
+    /// other), deletion, the reason; not the condition message.
+    #[test]
+    fn the_view_keeps_what_the_rules_read_and_nothing_else() {
+        let confirmed = vigil_api::well_known::MANUALLY_CONFIRMED_HEALTHY_ANNOTATION;
+        let v = json!({"metadata": {"name": "n5", "labels": {"zone": "a"}, "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                    "annotations": {confirmed: "", "node.alpha.kubernetes.io/ttl": "0"}},
+                       "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                                  "message": "kubelet is posting ready status"}]}});
+        let (view, p) = slim(&serde_json::from_value::<WireNode>(v).expect("decodes"));
+        assert!(p.is_empty());
+        assert_eq!((view.name.as_str(), view.labels.get("zone"), view.deleting), ("n5", Some("a"), true));
+        assert!(view.has_annotation(confirmed));
+        assert_eq!(view.annotations.len(), 1, "an annotation no rule reads is not kept");
+        assert_eq!(view.conditions[0].reason.as_deref(), Some("KubeletReady"));
+        let (view, _) =
+            slim(&serde_json::from_value::<WireNode>(json!({"metadata": {"name": "n6"}})).expect("decodes"));
+        assert!(!view.deleting && view.labels.is_empty() && view.annotations.is_empty());
+    }
+
     #[test]
     fn garbage_timestamps_and_missing_fields_do_not_fail_the_decode() {
         let v = json!({"metadata": {"name": "n2"}, "status": {"conditions": [

@@ -154,6 +154,18 @@ mod tests {
         let mut d = c.clone();
         d.conditions[0].reason = Some("KubeletNotReady".into());
         assert!(node_change_matters(&c, &d));
+        // Deletion starting, a label and the annotation a rule reads all matter.
+        let mut deleting = a.clone();
+        deleting.deleting = true;
+        assert!(node_change_matters(&a, &deleting), "deletion starting");
+        let mut labelled = a.clone();
+        labelled.labels = vigil_api::views::Labels::of(Some(&BTreeMap::from([("zone".into(), "a".into())])));
+        assert!(node_change_matters(&a, &labelled), "a label");
+        let mut confirmed = a.clone();
+        confirmed
+            .annotations
+            .insert(vigil_api::well_known::MANUALLY_CONFIRMED_HEALTHY_ANNOTATION.into(), String::new());
+        assert!(node_change_matters(&a, &confirmed), "the confirmed-healthy annotation");
     }
 
     fn guarded(type_: &str, age_secs: i64) -> GuardedAges {
