@@ -150,6 +150,11 @@ fn main() {
             keep(cache);
         }
         "nodes" => {
+            println!(
+                "size of NodeView {} B, of one condition {} B",
+                std::mem::size_of::<NodeView>(),
+                std::mem::size_of::<vigil_api::views::NodeConditionView>()
+            );
             let nodes = wire_nodes();
             let cache: HashMap<String, Arc<NodeView>> = nodes
                 .iter()
