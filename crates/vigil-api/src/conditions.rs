@@ -2,20 +2,22 @@
 //! `metav1.Condition` share these fields) and the one rule for writing them: the transition time
 //! moves only when the status changes.
 
+use crate::intern::intern;
 use crate::reason::Reason;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// A condition read from an object, whatever its API form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedCondition {
-    /// Condition type.
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    /// Machine-readable reason.
-    pub reason: Option<String>,
+    /// Condition type (shared, [`crate::intern`]).
+    pub type_: Arc<str>,
+    /// `True`, `False` or `Unknown` (shared).
+    pub status: Arc<str>,
+    /// Machine-readable reason (shared).
+    pub reason: Option<Arc<str>>,
     /// Human-readable message.
     pub message: Option<String>,
     /// When the status last changed.
@@ -24,12 +26,12 @@ pub struct ObservedCondition {
 
 /// The condition of `type_` in `list`, if any.
 pub fn find<'a>(list: &'a [ObservedCondition], type_: &str) -> Option<&'a ObservedCondition> {
-    list.iter().find(|c| c.type_ == type_)
+    list.iter().find(|c| *c.type_ == *type_)
 }
 
 /// Whether `list` has `type_` with status `True`.
 pub fn is_true(list: &[ObservedCondition], type_: &str) -> bool {
-    find(list, type_).is_some_and(|c| c.status == ConditionStatus::True)
+    find(list, type_).is_some_and(|c| *c.status == ConditionStatus::True)
 }
 
 /// Reads a `conditions` array; entries that cannot be read are reported with their path.
@@ -62,9 +64,9 @@ pub fn read_list(value: Option<&Value>, path: &str) -> (Vec<ObservedCondition>, 
             }
         };
         out.push(ObservedCondition {
-            type_,
-            status,
-            reason: text("reason"),
+            type_: intern(&type_),
+            status: intern(&status),
+            reason: text("reason").map(|r| intern(&r)),
             message: text("message"),
             last_transition_time,
         });
@@ -109,6 +111,12 @@ impl std::fmt::Display for ConditionStatus {
 impl PartialEq<ConditionStatus> for str {
     fn eq(&self, other: &ConditionStatus) -> bool {
         self == other.as_str()
+    }
+}
+
+impl PartialEq<ConditionStatus> for Arc<str> {
+    fn eq(&self, other: &ConditionStatus) -> bool {
+        **self == *other.as_str()
     }
 }
 
@@ -221,7 +229,7 @@ pub fn remove_condition(list: &mut Vec<Condition>, type_: &str) {
 
 /// The condition of `type_` in a `metav1.Condition` list.
 pub fn get_condition<'a>(list: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    list.iter().find(|c| c.type_ == type_)
+    list.iter().find(|c| *c.type_ == *type_)
 }
 
 #[cfg(test)]

@@ -107,7 +107,12 @@ impl Selector {
 
     /// Whether an object with these labels is selected.
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k));
+        self.matches_with(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
+    }
+
+    /// Whether an object whose label `key` is `get(key)` is selected (for label stores other
+    /// than a map, such as [`crate::node_view::Labels`]).
+    pub fn matches_with<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {
         self.requirements.iter().all(|r| match r {
             Requirement::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|x| x == v)),
             Requirement::NotIn(k, vs) => get(k).is_none_or(|v| vs.iter().all(|x| x != v)),

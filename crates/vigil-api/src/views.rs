@@ -4,6 +4,7 @@
 //! one malformed object cannot stop a check.
 
 use crate::conditions::{ObservedCondition, read_list};
+pub use crate::node_view::{Labels, NodeConditionView, NodeView};
 use crate::well_known::{
     CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, INFRASTRUCTURE_READY, PAUSED_ANNOTATION,
 };
@@ -46,8 +47,8 @@ pub struct Meta {
     pub name: String,
     /// UID, when the object came from an API server.
     pub uid: Option<String>,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
+    /// Labels (keys shared, [`crate::intern`]).
+    pub labels: Labels,
     /// Annotations.
     pub annotations: BTreeMap<String, String>,
     /// Creation time.
@@ -118,7 +119,7 @@ impl Meta {
             namespace: text(v, "/metadata/namespace").unwrap_or_default(),
             name,
             uid: text(v, "/metadata/uid"),
-            labels: str_map(v.pointer("/metadata/labels")),
+            labels: Labels::of(Some(&str_map(v.pointer("/metadata/labels")))),
             annotations: str_map(v.pointer("/metadata/annotations")),
             created,
             deleting: v.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),

@@ -100,8 +100,7 @@ fn selected_by(idx: &Index, check: &CheckRef, among: Option<&BTreeSet<Target>>) 
             let (Some(Ok(policy)), Some(cache)) = (idx.nhc_policy(name), idx.nodes.get(LOCAL_CLUSTER)) else {
                 return BTreeSet::new();
             };
-            let matches =
-                |node: &k8s_openapi::api::core::v1::Node| policy.selector.matches(node.metadata.labels.as_ref());
+            let matches = |node: &vigil_api::views::NodeView| node.labels.selected_by(&policy.selector);
             match among {
                 Some(a) => assemble::local_nodes(a)
                     .into_iter()
@@ -113,7 +112,7 @@ fn selected_by(idx: &Index, check: &CheckRef, among: Option<&BTreeSet<Target>>) 
                     .nhc_decision_nodes(name, std::iter::empty())
                     .into_iter()
                     .filter(|node| matches(node))
-                    .filter_map(|node| node.metadata.name.as_deref().map(Target::local_node))
+                    .map(|node| Target::local_node(&node.name))
                     .collect(),
             }
         }
@@ -277,12 +276,13 @@ mod scoped_claims {
     use super::*;
     use crate::confirm::{self, keep_confirmed};
     use crate::gather::{Job, job, job_with_fresh_holders, split_api_version};
-    use crate::index::{SourceState, slim_node};
+    use crate::index::SourceState;
     use jiff::Timestamp;
     use k8s_openapi::api::core::v1::Node;
     use serde_json::Value;
     use serde_json::json;
     use vigil_api::MachineHealthCheck;
+    use vigil_api::views::NodeView;
     use vigil_api::well_known::NODE_NAME_ANNOTATION;
     use vigil_engine::Action;
     use vigil_engine::target::LOCAL_CLUSTER;
@@ -337,7 +337,7 @@ mod scoped_claims {
         idx.put_nhc(Some(nhc("reboot", SNR, "SelfNodeRemediationTemplate")), None);
         idx.put_nhc(Some(nhc("fence", FAR, "FenceAgentsRemediationTemplate")), None);
         for (n, ready) in [("w-1", "True"), ("w-2", "False"), ("w-3", "True")] {
-            idx.put_node(LOCAL_CLUSTER, Some(slim_node(&node(n, ready))), None, at("2030-01-01T00:00:00Z"));
+            idx.put_node(LOCAL_CLUSTER, Some(NodeView::from(&node(n, ready))), None, at("2030-01-01T00:00:00Z"));
         }
         idx.nodes.entry(LOCAL_CLUSTER.to_string()).or_default().state = SourceState::Synced;
         synced_kind(&mut idx, SNR, "SelfNodeRemediation");

@@ -7,7 +7,6 @@ use crate::claims::{holders_for, mhc_peers, node_cluster};
 use crate::index::{Index, SourceState};
 use crate::metrics::Gauges;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -521,7 +520,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     // Only the Nodes the decision reads (see `NhcInput::nodes`), sorted by name.
     let named = sources.remediations.iter().map(|r| vigil_engine::target::remediation_node_name(&r.meta));
     let listed = check.status.iter().flat_map(|s| s.unhealthy_nodes.iter().map(|u| u.name.as_str()));
-    let nodes: Vec<&Node> = idx.nhc_decision_nodes(name, named.chain(listed));
+    let nodes: Vec<&vigil_api::views::NodeView> = idx.nhc_decision_nodes(name, named.chain(listed));
     let input = NhcInput {
         check,
         policy: &policy,

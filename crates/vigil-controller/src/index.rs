@@ -3,13 +3,12 @@
 //! by workload cluster and name; Machines by the Node they reference). Watch handlers update
 //! them and return the checks the change concerns; decisions read them under a short lock.
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use vigil_api::validate::{MhcPolicy, NhcPolicy};
-use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
+use vigil_api::views::{ClusterView, MachineView, Meta, NodeView, RemediationView, TemplateView};
 use vigil_api::well_known::CLUSTER_NAME_LABEL;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::concerns;
@@ -34,7 +33,7 @@ pub enum SourceState {
 #[derive(Debug, Default)]
 pub struct NodeCache {
     /// Nodes by name, reduced to what the rules read.
-    pub nodes: HashMap<String, Arc<Node>>,
+    pub nodes: HashMap<String, Arc<NodeView>>,
     /// Whether they can be trusted.
     pub state: SourceState,
 }
@@ -173,37 +172,8 @@ struct NhcNodes {
 
 /// The cluster key of a Machine's Nodes.
 pub fn machine_cluster(view: &MachineView) -> ClusterKey {
-    let cluster = view.meta.labels.get(CLUSTER_NAME_LABEL).map(String::as_str).unwrap_or("");
+    let cluster = view.meta.labels.get(CLUSTER_NAME_LABEL).unwrap_or("");
     format!("{}/{cluster}", view.meta.namespace)
-}
-
-/// Reduces a Node to what rules read, so 10 000 Nodes stay small (no images, addresses or
-/// capacity; heartbeats are kept for the stale-signal guard).
-pub fn slim_node(node: &Node) -> Node {
-    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref()).map(|cs| {
-        cs.iter()
-            .map(|c| NodeCondition {
-                type_: c.type_.clone(),
-                status: c.status.clone(),
-                last_transition_time: c.last_transition_time.clone(),
-                reason: c.reason.clone(),
-                message: None,
-                last_heartbeat_time: c.last_heartbeat_time.clone(),
-            })
-            .collect()
-    });
-    Node {
-        metadata: ObjectMeta {
-            name: node.metadata.name.clone(),
-            uid: node.metadata.uid.clone(),
-            labels: node.metadata.labels.clone(),
-            annotations: node.metadata.annotations.clone(),
-            deletion_timestamp: node.metadata.deletion_timestamp.clone(),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(NodeStatus { conditions, ..Default::default() }),
-    }
 }
 
 /// A Machine's index entry (`None` when it cannot be read as a Machine).
@@ -277,7 +247,7 @@ impl NhcNodes {
     }
 
     /// Puts Node `name` (now `node`, `None` when gone) in or out of the set.
-    fn place(&mut self, name: &str, node: Option<&Node>) {
+    fn place(&mut self, name: &str, node: Option<&NodeView>) {
         let Some(policy) = &self.policy else { return };
         if node.is_some_and(|n| vigil_engine::node::needs_node(policy, n)) {
             if !self.names.contains(name) {
@@ -293,11 +263,15 @@ impl Index {
     /// The management cluster's Nodes a decision of NodeHealthCheck `check` needs, sorted by
     /// name: those `vigil_engine::node::needs_node` keeps, those `named` (by remediation
     /// objects or the check's status); every Node when the check's spec is invalid.
-    pub fn nhc_decision_nodes<'a>(&'a self, check: &str, named: impl IntoIterator<Item = &'a str>) -> Vec<&'a Node> {
+    pub fn nhc_decision_nodes<'a>(
+        &'a self,
+        check: &str,
+        named: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<&'a NodeView> {
         let Some(cache) = self.nodes.get(LOCAL_CLUSTER) else { return Vec::new() };
         let Some(names) = self.nhc_nodes.get(check).filter(|e| e.policy.is_some()).map(|e| &e.names) else {
-            let mut all: Vec<&Node> = cache.nodes.values().map(|n| n.as_ref()).collect();
-            all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            let mut all: Vec<&NodeView> = cache.nodes.values().map(|n| n.as_ref()).collect();
+            all.sort_by(|a, b| a.name.cmp(&b.name));
             return all;
         };
         let mut wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
@@ -632,17 +606,17 @@ impl Index {
             .collect()
     }
 
-    /// Stores (or removes) a Node of `cluster`, already reduced by [`slim_node`]; returns the
+    /// Stores (or removes) a Node of `cluster`, as the rules read it; returns the
     /// checks whose verdict the change can alter at `now` (none for a heartbeat, unless it
     /// brings a condition a check guards with `maxConditionAge` back from stale).
     pub fn put_node(
         &mut self,
         cluster: &str,
-        slim: Option<Node>,
+        slim: Option<NodeView>,
         removed: Option<String>,
         now: jiff::Timestamp,
     ) -> BTreeSet<CheckRef> {
-        let Some(name) = slim.as_ref().and_then(|n| n.metadata.name.clone()).or(removed) else {
+        let Some(name) = slim.as_ref().map(|n| n.name.clone()).filter(|n| !n.is_empty()).or(removed) else {
             return BTreeSet::new();
         };
         let cache = self.nodes.entry(cluster.to_string()).or_default();
@@ -959,14 +933,16 @@ mod tests {
         entry.resource_version.clone()
     }
 
-    fn node(name: &str, labels: Value) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
-                                      "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
-        .expect("node")
+    fn node(name: &str, labels: Value) -> NodeView {
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+                                          "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+            .expect("node");
+        NodeView::from(node)
     }
 
-    fn names<'a>(nodes: &[&'a Node]) -> Vec<&'a str> {
-        nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect()
+    fn names<'a>(nodes: &[&'a NodeView]) -> Vec<&'a str> {
+        nodes.iter().map(|n| n.name.as_str()).collect()
     }
 
     /// A Machine of workload cluster `cluster` in `ns` referencing Node `node`.

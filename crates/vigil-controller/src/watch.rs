@@ -406,7 +406,8 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
                     let cache = idx.nodes.entry(cluster.clone()).or_default();
                     cache.nodes = list
                         .into_iter()
-                        .filter_map(|n| n.metadata.name.clone().map(|name| (name, Arc::new(n))))
+                        .filter(|n| !n.name.is_empty())
+                        .map(|n| (n.name.clone(), Arc::new(n)))
                         .collect();
                     if cluster == LOCAL_CLUSTER {
                         idx.renew_nhc_nodes();

@@ -6,12 +6,12 @@
 //! then reads as "cannot be judged" — never as unhealthy.
 
 use k8s_openapi::ClusterResourceScope;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use vigil_api::views::{NodeConditionView, NodeView};
 
 /// A Node reduced while it is decoded (spec, images, addresses, managed fields are skipped
 /// without being built).
@@ -144,7 +144,7 @@ impl std::fmt::Display for Unreadable {
 }
 
 /// The Node the rules read (the index's form), and the fields that could not be read.
-pub fn slim(node: &WireNode) -> (Node, Vec<Unreadable>) {
+pub fn slim(node: &WireNode) -> (NodeView, Vec<Unreadable>) {
     let name = node.metadata.name.clone().unwrap_or_default();
     let mut problems = Vec::new();
     let conditions = node
@@ -153,7 +153,7 @@ pub fn slim(node: &WireNode) -> (Node, Vec<Unreadable>) {
         .map(|c| {
             let mut time = |text: Option<&str>, field: &str, effect: &'static str| {
                 text.and_then(|t| match t.parse() {
-                    Ok(ts) => Some(Time(ts)),
+                    Ok(ts) => Some(ts),
                     Err(_) => {
                         problems.push(Unreadable {
                             node: name.clone(),
@@ -167,29 +167,12 @@ pub fn slim(node: &WireNode) -> (Node, Vec<Unreadable>) {
             };
             let last_transition_time = time(c.last_transition_time.as_deref(), "lastTransitionTime", NO_TRANSITION);
             let last_heartbeat_time = time(c.last_heartbeat_time.as_deref(), "lastHeartbeatTime", NO_HEARTBEAT);
-            NodeCondition {
-                type_: c.type_.clone(),
-                status: c.status.clone(),
-                last_transition_time,
-                reason: c.reason.clone(),
-                message: None,
-                last_heartbeat_time,
-            }
+            NodeConditionView::new(&c.type_, &c.status, c.reason.as_deref(), last_transition_time, last_heartbeat_time)
         })
         .collect();
     let m = &node.metadata;
-    let slim = Node {
-        metadata: ObjectMeta {
-            name: m.name.clone(),
-            uid: m.uid.clone(),
-            labels: m.labels.clone(),
-            annotations: m.annotations.clone(),
-            deletion_timestamp: m.deletion_timestamp.clone(),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(NodeStatus { conditions: Some(conditions), ..Default::default() }),
-    };
+    let slim =
+        NodeView::new(name, m.labels.as_ref(), m.annotations.as_ref(), m.deletion_timestamp.is_some(), conditions);
     (slim, problems)
 }
 
@@ -216,11 +199,11 @@ mod tests {
                 .expect("the whole list decodes");
         let (good, p) = slim(&list[0]);
         assert!(p.is_empty());
-        let c = &good.status.as_ref().and_then(|s| s.conditions.clone()).expect("conditions")[0];
-        assert_eq!((c.type_.as_str(), c.status.as_str()), ("Ready", "False"));
+        let c = &good.conditions[0];
+        assert_eq!((&*c.type_, &*c.status), ("Ready", "False"));
         assert!(c.last_transition_time.is_some());
         assert_eq!(
-            c.last_heartbeat_time.as_ref().map(|t| t.0.to_string()).as_deref(),
+            c.last_heartbeat_time.as_ref().map(|t| t.to_string()).as_deref(),
             Some("2026-01-01T00:00:00Z"),
             "the heartbeat is kept for the stale-signal guard"
         );
@@ -228,10 +211,30 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].field, "status.conditions[Ready].lastTransitionTime");
         assert!(p[0].to_string().contains("9999-12-31T23:59:59Z"), "{}", p[0]);
-        let c = &bad.status.as_ref().and_then(|s| s.conditions.clone()).expect("conditions")[0];
+        let c = &bad.conditions[0];
         assert!(c.last_transition_time.is_none(), "read as unknown, not as a time");
         assert_eq!(list[1].metadata.resource_version.as_deref(), Some("7"), "the watch can resume");
         assert!(list[1].metadata.managed_fields.is_none(), "what no rule reads is not kept");
+    }
+
+    /// The watch's form keeps what the rules read: labels, the annotation a rule reads (and no
+    /// other), deletion, the reason; not the condition message.
+    #[test]
+    fn the_view_keeps_what_the_rules_read_and_nothing_else() {
+        let confirmed = vigil_api::well_known::MANUALLY_CONFIRMED_HEALTHY_ANNOTATION;
+        let v = json!({"metadata": {"name": "n5", "labels": {"zone": "a"}, "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                    "annotations": {confirmed: "", "node.alpha.kubernetes.io/ttl": "0"}},
+                       "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                                  "message": "kubelet is posting ready status"}]}});
+        let (view, p) = slim(&serde_json::from_value::<WireNode>(v).expect("decodes"));
+        assert!(p.is_empty());
+        assert_eq!((view.name.as_str(), view.labels.get("zone"), view.deleting), ("n5", Some("a"), true));
+        assert!(view.has_annotation(confirmed));
+        assert_eq!(view.annotations.len(), 1, "an annotation no rule reads is not kept");
+        assert_eq!(view.conditions[0].reason.as_deref(), Some("KubeletReady"));
+        let (view, _) =
+            slim(&serde_json::from_value::<WireNode>(json!({"metadata": {"name": "n6"}})).expect("decodes"));
+        assert!(!view.deleting && view.labels.is_empty() && view.annotations.is_empty());
     }
 
     #[test]
@@ -251,9 +254,9 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].field, "status.conditions[KernelDeadlock].lastHeartbeatTime");
         assert!(p[0].to_string().contains("stale"), "{}", p[0]);
-        let c = &slimmed.status.and_then(|s| s.conditions).expect("conditions")[0];
+        let c = &slimmed.conditions[0];
         assert!(c.last_heartbeat_time.is_none() && c.last_transition_time.is_some());
         let n: WireNode = serde_json::from_value(json!({"metadata": {"name": "n3"}})).expect("no status");
-        assert!(slim(&n).0.status.and_then(|s| s.conditions).is_some_and(|c| c.is_empty()));
+        assert!(slim(&n).0.conditions.is_empty());
     }
 }

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
+use vigil_api::views::NodeView;
 use vigil_api::views::{ClusterView, MachineView, TemplateView};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::machine::{self, MhcInput, NodeSource};
@@ -20,13 +21,13 @@ fn ts(s: &str) -> Timestamp {
     s.parse().expect("timestamp")
 }
 
-fn node(i: usize) -> Node {
+fn node(i: usize) -> NodeView {
     let (status, since) = match i % 100 {
         0 => ("False", "2029-12-31T23:50:00Z"),  // past the 5m timeout
         50 => ("False", "2029-12-31T23:58:00Z"), // pending
         _ => ("True", "2029-12-01T00:00:00Z"),
     };
-    Node {
+    let node = Node {
         metadata: ObjectMeta {
             name: Some(format!("n{i}")),
             labels: Some(BTreeMap::from([("pool".to_string(), "workers".to_string())])),
@@ -44,7 +45,8 @@ fn node(i: usize) -> Node {
             }]),
             ..Default::default()
         }),
-    }
+    };
+    NodeView::from(node)
 }
 
 fn machine(i: usize) -> MachineView {
@@ -81,7 +83,7 @@ fn bench_machine_health_check(c: &mut Criterion) {
         machines.sort_by(|a, b| a.meta.name.cmp(&b.meta.name));
         let machine_refs: Vec<&MachineView> = machines.iter().collect();
         // Keyed by Node name with a fast hasher (foldhash), as an adapter's Node index should be.
-        let nodes: HashMap<String, Node, foldhash::fast::RandomState> =
+        let nodes: HashMap<String, NodeView, foldhash::fast::RandomState> =
             (0..size).map(|i| (format!("n{i}"), node(i))).collect();
         let input = MhcInput {
             check: &check,
@@ -119,9 +121,9 @@ fn bench_node_health_check(c: &mut Criterion) {
     let now = ts("2030-01-01T00:00:00Z");
     let mut group = c.benchmark_group("node_health_check_decide");
     for size in SIZES {
-        let mut nodes: Vec<Node> = (0..size).map(node).collect();
-        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let node_refs: Vec<&Node> = nodes.iter().collect();
+        let mut nodes: Vec<NodeView> = (0..size).map(node).collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let node_refs: Vec<&NodeView> = nodes.iter().collect();
         let input =
             NhcInput { check: &check, policy: &policy, nodes: &node_refs, templates: &templates, remediations: &[] };
         group.throughput(Throughput::Elements(size as u64));

@@ -13,7 +13,6 @@
 
 use crate::plan::{Earliest, Notice, NoticeKind};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::BTreeMap;
 use vigil_api::conditions::{DesiredCondition, get_condition};
@@ -22,6 +21,7 @@ use vigil_api::machine_health_check::{BackedOffPool, RemediationRecord};
 use vigil_api::reason::Reason;
 use vigil_api::validate::BackoffPolicy;
 use vigil_api::views::MachineView;
+use vigil_api::views::NodeView;
 use vigil_api::well_known::DEPLOYMENT_NAME_LABEL;
 
 /// Most records the history keeps in all. When it is full, no remediation starts in a pool
@@ -46,11 +46,10 @@ pub fn machine_pool(machine: &MachineView) -> String {
 }
 
 /// The pool of a Node: `label=value` for the value of the pool label, else the Node itself.
-pub fn node_pool(node: &Node, label: &str) -> String {
-    let name = node.metadata.name.as_deref().unwrap_or("");
-    match node.metadata.labels.as_ref().and_then(|l| l.get(label)) {
+pub fn node_pool(node: &NodeView, label: &str) -> String {
+    match node.labels.get(label) {
         Some(value) => format!("{label}={value}"),
-        None => format!("Node/{name}"),
+        None => format!("Node/{}", node.name),
     }
 }
 

@@ -6,10 +6,10 @@
 pub use crate::target::remediation_node_name;
 use crate::target::{is_control_plane, is_target};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use std::collections::BTreeMap;
 use vigil_api::validate::{ConditionRule, MhcPolicy, NhcPolicy};
 use vigil_api::views::{MachineView, Meta};
+use vigil_api::views::{NodeConditionView, NodeView};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 
 fn namespace_of(check: &MachineHealthCheck) -> &str {
@@ -39,9 +39,9 @@ pub fn mhc_concerns_remediation_object(check: &MachineHealthCheck, policy: &MhcP
 }
 
 /// A Node concerns an NHC when it is selected or still listed in its status.
-pub fn nhc_concerns_node(check: &NodeHealthCheck, policy: &NhcPolicy, node: &Node) -> bool {
-    let name = node.metadata.name.as_deref().unwrap_or("");
-    policy.selector.matches(node.metadata.labels.as_ref())
+pub fn nhc_concerns_node(check: &NodeHealthCheck, policy: &NhcPolicy, node: &NodeView) -> bool {
+    let name = node.name.as_str();
+    node.labels.selected_by(&policy.selector)
         || check.status.as_ref().is_some_and(|s| s.unhealthy_nodes.iter().any(|u| u.name == name))
 }
 
@@ -53,7 +53,7 @@ pub fn nhc_concerns_remediation_object(
     check: &NodeHealthCheck,
     policy: &NhcPolicy,
     object: &Meta,
-    node: Option<&Node>,
+    node: Option<&NodeView>,
 ) -> bool {
     let name = check.metadata.name.as_deref().unwrap_or("");
     let owned = object.owners.iter().any(|o| o.kind == "NodeHealthCheck" && o.name == name);
@@ -71,25 +71,12 @@ pub fn nhc_concerns_remediation_object(
 /// fields no rule reads (images, addresses, capacity) never cause work. A condition's reason is
 /// read (a rule may list `reasons`): a reason that changes without a status change, which keeps
 /// the transition time, still matters.
-pub fn node_change_matters(old: &Node, new: &Node) -> bool {
-    if old.metadata.labels != new.metadata.labels
-        || old.metadata.annotations != new.metadata.annotations
-        || old.metadata.deletion_timestamp.is_some() != new.metadata.deletion_timestamp.is_some()
-    {
+pub fn node_change_matters(old: &NodeView, new: &NodeView) -> bool {
+    if old.labels != new.labels || old.annotations != new.annotations || old.deleting != new.deleting {
         return true;
     }
-    let conditions = |n: &Node| {
-        n.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.last_transition_time.clone()))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default()
-    };
-    conditions(old) != conditions(new)
+    let read = |c: &NodeConditionView| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.last_transition_time);
+    !old.conditions.iter().map(read).eq(new.conditions.iter().map(read))
 }
 
 /// The `maxConditionAge`s of the checks' guarded rules, by condition type: what a heartbeat is
@@ -123,18 +110,17 @@ impl GuardedAges {
 /// stale (the old heartbeat too old or missing, the new one fresh). A fresh heartbeat replacing
 /// a fresh one changes nothing: the plan already wakes when the condition would turn stale, and
 /// then reads the newer heartbeat. So a fleet's heartbeats still cause no work.
-pub fn heartbeat_revives(old: &Node, new: &Node, ages: &GuardedAges, now: Timestamp) -> bool {
+pub fn heartbeat_revives(old: &NodeView, new: &NodeView, ages: &GuardedAges, now: Timestamp) -> bool {
     if ages.is_empty() {
         return false;
     }
-    let conditions = |n: &Node| n.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]).to_vec();
-    let (before, after) = (conditions(old), conditions(new));
-    let heartbeat = |c: Option<&NodeCondition>| c.and_then(|c| c.last_heartbeat_time.as_ref()).map(|t| t.0);
+    let (before, after) = (&old.conditions, &new.conditions);
+    let heartbeat = |c: Option<&NodeConditionView>| c.and_then(|c| c.last_heartbeat_time.as_ref()).copied();
     // Fresh: `heartbeat + age` is not before `now` (a sum beyond time's range is fresh for ever).
     let fresh =
         |h: Option<Timestamp>, age: SignedDuration| h.is_some_and(|h| h.checked_add(age).map_or(true, |d| d >= now));
     after.iter().any(|c| {
-        let Some(list) = ages.0.get(&c.type_) else { return false };
+        let Some(list) = ages.0.get(&*c.type_) else { return false };
         let was = heartbeat(before.iter().find(|o| o.type_ == c.type_));
         let is = heartbeat(Some(c));
         list.iter().any(|age| !fresh(was, *age) && fresh(is, *age))
@@ -149,25 +135,11 @@ pub fn group_of(api_version: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn node(status: &str, heartbeat: &str, transition: &str) -> Node {
-        Node {
-            metadata: Default::default(),
-            spec: None,
-            status: Some(NodeStatus {
-                conditions: Some(vec![NodeCondition {
-                    type_: "Ready".into(),
-                    status: status.into(),
-                    last_heartbeat_time: Some(Time(heartbeat.parse().expect("ts"))),
-                    last_transition_time: Some(Time(transition.parse().expect("ts"))),
-                    message: None,
-                    reason: None,
-                }]),
-                ..Default::default()
-            }),
-        }
+    fn node(status: &str, heartbeat: &str, transition: &str) -> NodeView {
+        let ts = |s: &str| Some(s.parse().expect("ts"));
+        let ready = NodeConditionView::new("Ready", status, None, ts(transition), ts(heartbeat));
+        NodeView { conditions: vec![ready].into(), ..Default::default() }
     }
 
     #[test]
@@ -180,10 +152,20 @@ mod tests {
         // A reason-aware rule reads the reason: a new reason matters, even with the transition
         // time kept (the status did not change).
         let mut d = c.clone();
-        if let Some(cond) = d.status.as_mut().and_then(|s| s.conditions.as_mut()).and_then(|l| l.first_mut()) {
-            cond.reason = Some("KubeletNotReady".into());
-        }
+        d.conditions[0].reason = Some("KubeletNotReady".into());
         assert!(node_change_matters(&c, &d));
+        // Deletion starting, a label and the annotation a rule reads all matter.
+        let mut deleting = a.clone();
+        deleting.deleting = true;
+        assert!(node_change_matters(&a, &deleting), "deletion starting");
+        let mut labelled = a.clone();
+        labelled.labels = vigil_api::views::Labels::of(Some(&BTreeMap::from([("zone".into(), "a".into())])));
+        assert!(node_change_matters(&a, &labelled), "a label");
+        let mut confirmed = a.clone();
+        confirmed
+            .annotations
+            .insert(vigil_api::well_known::MANUALLY_CONFIRMED_HEALTHY_ANNOTATION.into(), String::new());
+        assert!(node_change_matters(&a, &confirmed), "the confirmed-healthy annotation");
     }
 
     fn guarded(type_: &str, age_secs: i64) -> GuardedAges {
@@ -214,9 +196,7 @@ mod tests {
         let edge = node("True", "2030-01-01T00:50:00Z", ltt);
         assert!(!heartbeat_revives(&edge, &fresh, &ages, now));
         let mut none = stale.clone();
-        if let Some(c) = none.status.as_mut().and_then(|s| s.conditions.as_mut()) {
-            c[0].last_heartbeat_time = None;
-        }
+        none.conditions[0].last_heartbeat_time = None;
         assert!(heartbeat_revives(&none, &fresh, &ages, now), "no heartbeat counts as stale");
     }
 

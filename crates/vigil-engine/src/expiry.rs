@@ -5,14 +5,14 @@
 
 use crate::stale::{Freshness, freshness};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use vigil_api::validate::ConditionRule;
+use vigil_api::views::{NodeConditionView, NodeView};
 
 /// When a Node's matching unhealthy condition ran past its timeout (the earliest such instant at
 /// or before `now`): `None` when none did (the verdict came from something else, e.g. a deleted
 /// Node or `nodeStartupTimeout`, or the only match is stale).
-pub fn expiry(rules: &[ConditionRule], node: &Node, now: Timestamp) -> Option<Timestamp> {
-    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+pub fn expiry(rules: &[ConditionRule], node: &NodeView, now: Timestamp) -> Option<Timestamp> {
+    let conditions = &node.conditions[..];
     conditions
         .iter()
         .filter(|c| !matches!(freshness(c, rules, now), Freshness::Stale(_)))
@@ -22,42 +22,24 @@ pub fn expiry(rules: &[ConditionRule], node: &Node, now: Timestamp) -> Option<Ti
 }
 
 /// When `c` ran past `rule`'s timeout, if it matches the rule and has a transition time.
-fn ran_out(c: &NodeCondition, rule: &ConditionRule) -> Option<Timestamp> {
+fn ran_out(c: &NodeConditionView, rule: &ConditionRule) -> Option<Timestamp> {
     if !crate::stale::matches(c, rule) {
         return None;
     }
-    c.last_transition_time.as_ref().and_then(|t| t.0.checked_add(rule.timeout).ok())
+    c.last_transition_time.and_then(|t| t.checked_add(rule.timeout).ok())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use jiff::SignedDuration;
-    use k8s_openapi::api::core::v1::NodeStatus;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     /// Type, status, last transition, last heartbeat.
     type Cond<'a> = (&'a str, &'a str, Option<Timestamp>, Option<Timestamp>);
 
-    fn node(conditions: &[Cond<'_>]) -> Node {
-        Node {
-            status: Some(NodeStatus {
-                conditions: Some(
-                    conditions
-                        .iter()
-                        .map(|(t, s, at, beat)| NodeCondition {
-                            type_: (*t).into(),
-                            status: (*s).into(),
-                            last_transition_time: at.map(Time),
-                            last_heartbeat_time: beat.map(Time),
-                            ..Default::default()
-                        })
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+    fn node(conditions: &[Cond<'_>]) -> NodeView {
+        let conditions = conditions.iter().map(|(t, s, at, beat)| NodeConditionView::new(t, s, None, *at, *beat));
+        NodeView { conditions: conditions.collect(), ..Default::default() }
     }
 
     fn at(s: &str) -> Timestamp {
@@ -111,9 +93,7 @@ mod tests {
         let disk = ConditionRule { reasons: Some(vec!["DiskFailing".into()]), ..rule("DiskProblem", "True", 30, None) };
         let with_reason = |reason: &str| {
             let mut n = node(&[("DiskProblem", "True", since, None)]);
-            if let Some(c) = n.status.as_mut().and_then(|s| s.conditions.as_mut()).and_then(|l| l.first_mut()) {
-                c.reason = Some(reason.into());
-            }
+            n.conditions[0].reason = Some(reason.into());
             n
         };
         let rules = [disk];

@@ -10,12 +10,12 @@
 
 use crate::plan::{Notice, NoticeKind};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::duration::format_go_duration;
 use vigil_api::machine_health_check::StaleTarget;
 use vigil_api::reason::Reason;
 use vigil_api::validate::ConditionRule;
+use vigil_api::views::NodeConditionView;
 
 /// How many stale targets a status names (the count is always exact).
 pub const LISTED_STALE_TARGETS: usize = 50;
@@ -47,18 +47,18 @@ pub enum Freshness {
 
 /// Whether a Node condition matches a rule: type, status and, when the rule lists reasons, its
 /// reason ([`ConditionRule::matches`], the one rule of both kinds).
-pub(crate) fn matches(c: &NodeCondition, rule: &ConditionRule) -> bool {
+pub(crate) fn matches(c: &NodeConditionView, rule: &ConditionRule) -> bool {
     rule.matches(&c.type_, &c.status, c.reason.as_deref())
 }
 
 /// Judges one condition: the smallest `maxConditionAge` among the rules it matches decides (when
 /// rules disagree, the strictest wins: unsure means do nothing). Strictly older than the age is
 /// stale, as a timeout is "strictly before now".
-pub fn freshness(c: &NodeCondition, rules: &[ConditionRule], now: Timestamp) -> Freshness {
+pub fn freshness(c: &NodeConditionView, rules: &[ConditionRule], now: Timestamp) -> Freshness {
     let Some(max_age) = rules.iter().filter(|r| matches(c, r)).filter_map(|r| r.max_age).min() else {
         return Freshness::Unguarded;
     };
-    let heartbeat = c.last_heartbeat_time.as_ref().map(|Time(t)| *t);
+    let heartbeat = c.last_heartbeat_time;
     let deadline = heartbeat.and_then(|h| h.checked_add(max_age).ok());
     match (heartbeat, deadline) {
         (Some(_), Some(d)) if d >= now => Freshness::FreshUntil(d.checked_add(ONE_NS).unwrap_or(Timestamp::MAX)),

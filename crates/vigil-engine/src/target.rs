@@ -2,9 +2,9 @@
 //! local cluster) and the few predicates that say what a target is. The bottom of the engine:
 //! it imports nothing of the crate.
 
-use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 use vigil_api::validate::MhcPolicy;
+use vigil_api::views::NodeView;
 use vigil_api::views::{MachineView, Meta, RemediationView};
 use vigil_api::well_known::{
     CONTROL_PLANE_NODE_LABELS, NODE_NAME_ANNOTATION, PAUSED_ANNOTATION, SKIP_REMEDIATION_ANNOTATION,
@@ -103,7 +103,7 @@ impl std::fmt::Display for Target {
 
 /// Whether a Machine is a target: selected, and not opted out by annotation.
 pub fn is_target(policy: &MhcPolicy, machine: &MachineView) -> bool {
-    policy.selector.matches(Some(&machine.meta.labels))
+    machine.meta.labels.selected_by(&policy.selector)
         && !machine.meta.annotations.contains_key(PAUSED_ANNOTATION)
         && !machine.meta.annotations.contains_key(SKIP_REMEDIATION_ANNOTATION)
 }
@@ -124,13 +124,10 @@ pub(crate) fn same_str(a: &str, b: &str) -> bool {
 }
 
 /// Whether a Node carries a control-plane role label.
-pub fn is_control_plane(node: &Node) -> bool {
+pub fn is_control_plane(node: &NodeView) -> bool {
     // Walks the keys instead of searching the map: a search compares the bytes of every key it
     // passes, while label keys of the right length are rare.
-    node.metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.keys().any(|k| CONTROL_PLANE_NODE_LABELS.iter().any(|c| same_str(k, c))))
+    node.labels.iter().any(|(k, _)| CONTROL_PLANE_NODE_LABELS.iter().any(|c| same_str(k, c)))
 }
 
 /// The Node a medik8s remediation object is for: its node-name annotation, else its name.

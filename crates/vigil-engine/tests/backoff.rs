@@ -6,7 +6,6 @@
 mod support;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 use support::*;
@@ -14,6 +13,7 @@ use vigil_api::NodeHealthCheck;
 use vigil_api::machine_health_check::FeatureStatus;
 use vigil_api::machine_health_check::{MachineHealthCheckStatus, RemediationRecord};
 use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::NodeView;
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
 use vigil_engine::backoff::{self, HISTORY_CAP};
 use vigil_engine::node::{self, NhcInput};
@@ -302,7 +302,7 @@ fn templates() -> Vec<TemplateView> {
 fn decide_nhc(
     spec: &Value,
     status: Option<&NodeHealthCheckStatus>,
-    nodes: &[Node],
+    nodes: &[NodeView],
     objects: &[RemediationView],
     now: Timestamp,
 ) -> Plan<NodeHealthCheckStatus> {
@@ -312,7 +312,7 @@ fn decide_nhc(
     }
     let check: NodeHealthCheck = serde_json::from_value(v).expect("check");
     let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-    let refs: Vec<&Node> = nodes.iter().collect();
+    let refs: Vec<&NodeView> = nodes.iter().collect();
     let templates = templates();
     let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Some).collect();
     let objects: Vec<&RemediationView> = objects.iter().collect();

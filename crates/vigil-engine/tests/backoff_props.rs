@@ -8,7 +8,6 @@
 mod support;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Node;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -16,6 +15,7 @@ use support::*;
 use vigil_api::NodeHealthCheck;
 use vigil_api::machine_health_check::{BackedOffPool, RemediationRecord};
 use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_engine::backoff::HISTORY_CAP;
 use vigil_engine::node::{self, NhcInput};
@@ -147,7 +147,7 @@ impl NhcSim {
         }
     }
 
-    fn nodes(&self) -> Vec<Node> {
+    fn nodes(&self) -> Vec<NodeView> {
         self.ready
             .iter()
             .enumerate()
@@ -170,7 +170,7 @@ impl NhcSim {
         let check: NodeHealthCheck = serde_json::from_value(v).expect("check");
         let policy = vigil_api::validate::node_health_check(&check).expect("valid");
         let nodes = self.nodes();
-        let refs: Vec<&Node> = nodes.iter().collect();
+        let refs: Vec<&NodeView> = nodes.iter().collect();
         let objects: Vec<&RemediationView> = self.objects.iter().collect();
         let templates = [Some(&self.template)];
         node::decide(

@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 use vigil_api::NodeHealthCheck;
 use vigil_api::views::Meta;
+use vigil_api::views::NodeView;
 use vigil_engine::concerns::{nhc_concerns_remediation_object, remediation_node_name};
 
 const SNR: &str = "self-node-remediation.medik8s.io/v1alpha1";
@@ -28,9 +29,12 @@ fn object(kind: &str, name: &str, owner: &str, node: Option<&str>) -> Meta {
     Meta::read(&v, &mut Vec::new()).expect("meta")
 }
 
-fn node(name: &str, labels: Value) -> Node {
-    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}))
-        .expect("node")
+fn node(name: &str, labels: Value) -> NodeView {
+    let node: Node = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}),
+    )
+    .expect("node");
+    NodeView::from(node)
 }
 
 #[test]

@@ -5,11 +5,11 @@
 mod support;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 use support::*;
 use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_engine::node::{self, NhcInput};
 use vigil_engine::plan::{NoticeKind, Plan};
@@ -118,12 +118,12 @@ fn snr_template() -> TemplateView {
 fn decide_nhc(
     spec: &Value,
     status: Option<&NodeHealthCheckStatus>,
-    nodes: &[Node],
+    nodes: &[NodeView],
     now: Timestamp,
 ) -> Plan<NodeHealthCheckStatus> {
     let check = nhc(spec.clone(), status);
     let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-    let refs: Vec<&Node> = nodes.iter().collect();
+    let refs: Vec<&NodeView> = nodes.iter().collect();
     let template = snr_template();
     let templates = [Some(&template)];
     let remediations: [&RemediationView; 0] = [];
@@ -134,7 +134,7 @@ fn decide_nhc(
 }
 
 /// (what, minHealthy, nodes, would-be remediated, RemediationAllowed)
-type Row<'a> = (&'a str, Value, Vec<Node>, Vec<&'a str>, &'a str);
+type Row<'a> = (&'a str, Value, Vec<NodeView>, Vec<&'a str>, &'a str);
 
 #[test]
 fn node_health_check_in_dry_run_lists_what_it_would_remediate() {

@@ -8,12 +8,12 @@
 mod support;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 use support::*;
 use vigil_api::NodeHealthCheck;
 use vigil_api::failure_domains::FailureDomainStatus;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_engine::node::{self, NhcInput};
 use vigil_engine::plan::{NoticeKind, Plan};
@@ -48,13 +48,13 @@ fn nhc_spec(domains: Option<Value>) -> Value {
 fn decide_nhc(
     spec: &Value,
     status: Option<&NodeHealthCheckStatus>,
-    nodes: &[Node],
+    nodes: &[NodeView],
     objects: &[RemediationView],
     now: Timestamp,
 ) -> Plan<NodeHealthCheckStatus> {
     let check = nhc(spec, status);
     let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-    let refs: Vec<&Node> = nodes.iter().collect();
+    let refs: Vec<&NodeView> = nodes.iter().collect();
     let template = TemplateView::read(&json!({
         "apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate",
         "metadata": {"name": "snr", "namespace": SNR_NS},
@@ -70,7 +70,7 @@ fn decide_nhc(
 }
 
 /// A Node of `zone` (`""`: no zone label), Ready=False since T0 when `sick`.
-fn zoned(name: &str, zone: &str, sick: bool) -> Node {
+fn zoned(name: &str, zone: &str, sick: bool) -> NodeView {
     let n = node(name).ready(if sick { "False" } else { "True" }, t0());
     if zone.is_empty() { n.build() } else { n.label(ZONE, zone).build() }
 }
@@ -217,7 +217,7 @@ fn node_health_check_remediates_only_in_domains_within_their_budget() {
         if let Some(max) = &row.max_unhealthy {
             spec["maxUnhealthy"] = max.clone();
         }
-        let nodes: Vec<Node> = row.nodes.iter().map(|(n, z, s)| zoned(n, z, *s)).collect();
+        let nodes: Vec<NodeView> = row.nodes.iter().map(|(n, z, s)| zoned(n, z, *s)).collect();
         let plan = decide_nhc(&spec, None, &nodes, &[], at(301));
         assert_eq!(created_names(&plan), row.created, "{}", row.what);
         assert_eq!(domains(&plan.status.features.failure_domains), row.status, "{}", row.what);
@@ -319,7 +319,7 @@ fn node_health_check_keeps_going_with_remediations_started_before_the_domain_pau
 fn node_health_check_status_list_is_bounded_paused_domains_first() {
     // 120 zones of one healthy Node, and 3 zones whose single Node is sick with 0 allowed.
     let spec = nhc_spec(Some(json!({"key": ZONE, "maxUnhealthy": 0, "minAllowed": 0})));
-    let mut nodes: Vec<Node> = (0..120).map(|i| zoned(&format!("n{i:03}"), &format!("z{i:03}"), false)).collect();
+    let mut nodes: Vec<NodeView> = (0..120).map(|i| zoned(&format!("n{i:03}"), &format!("z{i:03}"), false)).collect();
     for i in [5, 60, 119] {
         nodes[i] = zoned(&format!("n{i:03}"), &format!("z{i:03}"), true);
     }

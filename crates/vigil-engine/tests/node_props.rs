@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_engine::concerns::remediation_node_name;
 use vigil_engine::node::{NhcInput, decide, needs_node};
@@ -157,7 +158,7 @@ fn template_ref(step: usize) -> Value {
 /// What a decision reads, built from a model.
 struct World {
     check: NodeHealthCheck,
-    nodes: Vec<Node>,
+    nodes: Vec<NodeView>,
     templates: Vec<Option<TemplateView>>,
     objects: Vec<RemediationView>,
     seq: u32,
@@ -263,7 +264,7 @@ fn build(m: &Model) -> World {
             c["lastTransitionTime"] = json!(ago(n.since).to_string());
         }
         v["status"]["conditions"] = json!([c]);
-        nodes.push(serde_json::from_value(v).expect("node"));
+        nodes.push(NodeView::from(serde_json::from_value::<Node>(v).expect("node")));
         for (k, o) in n.objects.iter().enumerate() {
             objects.push(remediation(&node_name, o, k));
         }
@@ -277,7 +278,7 @@ fn build(m: &Model) -> World {
 impl World {
     fn decide_ordered(&self, now: Timestamp, reverse: bool) -> Plan<NodeHealthCheckStatus> {
         let policy = vigil_api::validate::node_health_check(&self.check).expect("valid spec");
-        let mut nodes: Vec<&Node> = self.nodes.iter().collect();
+        let mut nodes: Vec<&NodeView> = self.nodes.iter().collect();
         let templates: Vec<Option<&TemplateView>> = self.templates.iter().map(Option::as_ref).collect();
         let mut remediations: Vec<&RemediationView> = self.objects.iter().collect();
         if reverse {
@@ -481,10 +482,10 @@ proptest! {
         let all = w.decide(now());
         let policy = vigil_api::validate::node_health_check(&w.check).expect("valid spec");
         let named: BTreeSet<&str> = w.objects.iter().map(|o| remediation_node_name(&o.meta)).collect();
-        let needed: Vec<Node> = w
+        let needed: Vec<NodeView> = w
             .nodes
             .iter()
-            .filter(|n| needs_node(&policy, n) || n.metadata.name.as_deref().is_some_and(|x| named.contains(x)))
+            .filter(|n| needs_node(&policy, n) || named.contains(n.name.as_str()))
             .cloned()
             .collect();
         let left_out = w.nodes.len() - needed.len();

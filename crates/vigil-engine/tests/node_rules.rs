@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use vigil_api::NodeHealthCheck;
 use vigil_api::conditions::get_condition;
 use vigil_api::node_health_check::{NodeHealthCheckStatus, NodeRemediation, RemediationReference};
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_engine::node::{NhcInput, decide};
 use vigil_engine::{Action, NoticeKind, ObjectRef, Plan};
@@ -69,17 +70,17 @@ impl NodeB {
     fn ready(self, status: &str, since: Timestamp) -> Self {
         self.cond("Ready", status, Some(since))
     }
-    fn build(self) -> Node {
-        serde_json::from_value(self.0).expect("node")
+    fn build(self) -> NodeView {
+        NodeView::from(serde_json::from_value::<Node>(self.0).expect("node"))
     }
 }
 
-fn healthy(name: &str) -> Node {
+fn healthy(name: &str) -> NodeView {
     node(name).ready("True", t0()).build()
 }
 
 /// Ready=False since t0: unhealthy from `at(300) + 1ns` with the default 300s rule.
-fn sick(name: &str) -> Node {
+fn sick(name: &str) -> NodeView {
     node(name).ready("False", t0()).build()
 }
 
@@ -131,13 +132,13 @@ fn template_view(api: &str, kind: &str, name: &str) -> TemplateView {
 /// Everything one decision looks at, plus a tiny applier so scenarios can run over time.
 struct World {
     check: NodeHealthCheck,
-    nodes: Vec<Node>,
+    nodes: Vec<NodeView>,
     templates: Vec<Option<TemplateView>>,
     objects: Vec<RemediationView>,
     seq: u32,
 }
 
-fn world(spec: Value, nodes: Vec<Node>) -> World {
+fn world(spec: Value, nodes: Vec<NodeView>) -> World {
     let check: NodeHealthCheck = serde_json::from_value(json!({
         "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
         "metadata": {"name": "nhc", "uid": "nhc-uid", "generation": 3},
@@ -155,7 +156,7 @@ fn world(spec: Value, nodes: Vec<Node>) -> World {
 impl World {
     fn decide(&self, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
         let policy = vigil_api::validate::node_health_check(&self.check).expect("valid spec");
-        let nodes: Vec<&Node> = self.nodes.iter().collect();
+        let nodes: Vec<&NodeView> = self.nodes.iter().collect();
         let templates: Vec<Option<&TemplateView>> = self.templates.iter().map(Option::as_ref).collect();
         let remediations: Vec<&RemediationView> = self.objects.iter().collect();
         let input = NhcInput {
@@ -220,9 +221,9 @@ impl World {
         plan
     }
 
-    fn set_node(&mut self, n: Node) {
-        let name = n.metadata.name.clone();
-        self.nodes.retain(|x| x.metadata.name != name);
+    fn set_node(&mut self, n: NodeView) {
+        let name = n.name.clone();
+        self.nodes.retain(|x| x.name != name);
         self.nodes.push(n);
     }
 }
@@ -355,7 +356,7 @@ fn rule1_only_selected_nodes_are_targets() {
 fn rule2_condition_durations_decide_unhealthy_pending_or_healthy() {
     let now = at(1000);
     // (node, healthy?, listed+created?, next_wake, NoDecision?)
-    let table: Vec<(Node, bool, bool, Option<Timestamp>, bool)> = vec![
+    let table: Vec<(NodeView, bool, bool, Option<Timestamp>, bool)> = vec![
         (node("n").ready("True", at(990)).build(), true, false, None, false),
         // held exactly 5m: still pending, the verdict changes 1ns later
         (node("n").ready("False", at(700)).build(), false, false, Some(ns1(now)), false),
@@ -461,7 +462,7 @@ fn rule4_threshold_allows_or_blocks() {
         ("maxUnhealthy", json!(10), 3, 3, true, "maxUnhealthy 10 (allows 10 unhealthy)"),
     ];
     for (field, value, total, unhealthy, allowed, text) in table {
-        let nodes: Vec<Node> = (0..total)
+        let nodes: Vec<NodeView> = (0..total)
             .map(|i| if i < unhealthy { sick(&format!("n{i}")) } else { healthy(&format!("n{i}")) })
             .collect();
         let mut extra = json!({});
@@ -950,7 +951,7 @@ fn rule7_a_control_plane_remediation_by_anyone_blocks() {
     );
 
     // an object for a control-plane node that is not in the cluster does not block
-    w.nodes.retain(|n| n.metadata.name.as_deref() != Some("cp-a"));
+    w.nodes.retain(|n| n.name != "cp-a");
     assert_eq!(created_targets(&w.decide(at(301))), strs(&["cp-b"]));
 
     // nor does another owner's object for the node itself
@@ -1271,7 +1272,7 @@ fn rule11_notices_follow_transitions_only() {
 #[test]
 fn rule12_next_wake_is_the_earliest_pending_instant() {
     // (nodes, now, want)
-    let table: Vec<(Vec<Node>, Timestamp, Option<Timestamp>)> = vec![
+    let table: Vec<(Vec<NodeView>, Timestamp, Option<Timestamp>)> = vec![
         (vec![healthy("a"), healthy("b")], at(100), None),
         (
             vec![node("a").ready("Unknown", at(100)).build(), node("b").ready("False", at(50)).build(), healthy("c")],
@@ -1333,7 +1334,7 @@ fn per_rule_world(conditions: &[(&str, &str, &str, Timestamp)]) -> World {
     world(per_rule_spec(), vec![n1_with(("True", t0()), conditions), healthy("n2"), healthy("n3")])
 }
 
-fn n1_with(ready: (&str, Timestamp), conditions: &[(&str, &str, &str, Timestamp)]) -> Node {
+fn n1_with(ready: (&str, Timestamp), conditions: &[(&str, &str, &str, Timestamp)]) -> NodeView {
     let mut n = node("n1").ready(ready.0, ready.1);
     for (t, st, r, since) in conditions {
         n = n.cond_reason(t, st, r, *since);

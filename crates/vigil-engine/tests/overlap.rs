@@ -5,13 +5,13 @@
 mod support;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Node;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use support::{NS as MNS, at, cluster, machine, mhc, mhc_policy, mhc_spec, node as mnode, t0};
 use vigil_api::conditions::get_condition;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::NodeView;
 use vigil_api::views::{ClusterView, MachineView, RemediationView, TemplateView};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 use vigil_engine::holders::{
@@ -74,7 +74,7 @@ fn nhc_template(kind: &str) -> TemplateView {
 }
 
 /// A Node whose `Ready` is `status` since `since`.
-fn node(name: &str, status: &str, since: Timestamp) -> Node {
+fn node(name: &str, status: &str, since: Timestamp) -> NodeView {
     mnode(name).ready(status, since).build()
 }
 
@@ -100,7 +100,7 @@ fn timed_out(mut v: RemediationView) -> RemediationView {
 
 fn decide_nhc(
     check: &NodeHealthCheck,
-    nodes: &[Node],
+    nodes: &[NodeView],
     objects: &[RemediationView],
     holders: &Holders,
     now: Timestamp,
@@ -115,7 +115,7 @@ fn decide_nhc(
         })
         .collect();
     let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Some).collect();
-    let node_refs: Vec<&Node> = nodes.iter().collect();
+    let node_refs: Vec<&NodeView> = nodes.iter().collect();
     let object_refs: Vec<&RemediationView> = objects.iter().collect();
     let input =
         NhcInput { check, policy: &policy, nodes: &node_refs, templates: &template_refs, remediations: &object_refs };
@@ -661,7 +661,7 @@ fn overlap_strategy() -> impl Strategy<Value = Overlap> {
 
 struct Fleet {
     now: Timestamp,
-    nodes: Vec<Node>,
+    nodes: Vec<NodeView>,
     nhcs: Vec<NodeHealthCheck>,
     mhc: Option<(MachineHealthCheck, Vec<Value>)>,
     objects: Vec<RemediationView>,
@@ -747,8 +747,7 @@ impl Fleet {
             let cluster_view = ClusterView::read(&cluster().json()).expect("cluster");
             let views = self.machine_views();
             let refs: Vec<&MachineView> = views.iter().collect();
-            let nodes: HashMap<String, Node> =
-                self.nodes.iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n.clone())).collect();
+            let nodes: HashMap<String, NodeView> = self.nodes.iter().map(|n| (n.name.clone(), n.clone())).collect();
             let input = MhcInput {
                 check: &check,
                 policy: &policy,

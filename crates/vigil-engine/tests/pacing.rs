@@ -7,7 +7,6 @@
 mod support;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -15,6 +14,7 @@ use support::*;
 use vigil_api::machine_health_check::{MachineHealthCheckStatus, QueuedTarget};
 use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::validate::MhcPolicy;
+use vigil_api::views::NodeView;
 use vigil_api::views::{ClusterView, MachineView, RemediationView, TemplateView};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 use vigil_engine::holders::{Holders, LOCAL_CLUSTER};
@@ -411,7 +411,7 @@ fn decide_among_peers(
     checks: &[MachineHealthCheck],
     i: usize,
     machines: &[Value],
-    nodes: &HashMap<String, Node>,
+    nodes: &HashMap<String, NodeView>,
     now: Timestamp,
 ) -> Plan<MachineHealthCheckStatus> {
     let policies: Vec<MhcPolicy> = checks.iter().map(mhc_policy).collect();
@@ -480,7 +480,7 @@ struct Nhc {
     name: String,
     spec: Value,
     status: Option<NodeHealthCheckStatus>,
-    nodes: Vec<Node>,
+    nodes: Vec<NodeView>,
     objects: Vec<RemediationView>,
 }
 
@@ -501,7 +501,7 @@ impl Nhc {
     fn decide(&self, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
         let check = self.check();
         let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-        let refs: Vec<&Node> = self.nodes.iter().collect();
+        let refs: Vec<&NodeView> = self.nodes.iter().collect();
         let templates = templates();
         let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Some).collect();
         let objects: Vec<&RemediationView> = self.objects.iter().collect();
@@ -548,7 +548,7 @@ impl Nhc {
     }
 
     fn set_ready(&mut self, name: &str, status: &str, since: Timestamp) {
-        let n = self.nodes.iter_mut().find(|n| n.metadata.name.as_deref() == Some(name)).expect("a known Node");
+        let n = self.nodes.iter_mut().find(|n| n.name == name).expect("a known Node");
         *n = node(name).ready(status, since).build();
     }
 }
@@ -633,7 +633,7 @@ fn node_in_flight_counts_this_checks_requests_and_objects_only() {
     let holders = Holders::from_claims(claims);
     let check = mine.check();
     let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-    let refs: Vec<&Node> = mine.nodes.iter().collect();
+    let refs: Vec<&NodeView> = mine.nodes.iter().collect();
     let templates = templates();
     let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Some).collect();
     let objects: Vec<&RemediationView> = mine.objects.iter().collect();

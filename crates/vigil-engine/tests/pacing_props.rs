@@ -14,7 +14,6 @@
 mod support;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Node;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -23,6 +22,7 @@ use vigil_api::NodeHealthCheck;
 use vigil_api::machine_health_check::{MachineHealthCheckStatus, QueuedTarget};
 use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::threshold::IntOrPercent;
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_engine::node::{self, NhcInput};
 use vigil_engine::{Action, Plan};
@@ -196,13 +196,13 @@ impl NhcSim {
         }
         let check: NodeHealthCheck = serde_json::from_value(v).expect("check");
         let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-        let nodes: Vec<Node> = self
+        let nodes: Vec<NodeView> = self
             .ready
             .iter()
             .enumerate()
             .map(|(i, (ok, since))| node(&format!("n{i}")).ready(if *ok { "True" } else { "False" }, *since).build())
             .collect();
-        let refs: Vec<&Node> = nodes.iter().collect();
+        let refs: Vec<&NodeView> = nodes.iter().collect();
         let objects: Vec<&RemediationView> = self.objects.iter().collect();
         let steps = if self.escalate { 2 } else { 1 };
         let templates: Vec<Option<&TemplateView>> = self.templates.iter().take(steps).map(Some).collect();

@@ -157,7 +157,7 @@ fn owner_choice_table() {
 #[derive(Debug, Clone)]
 struct World {
     machines: Vec<Value>,
-    nodes: HashMap<String, k8s_openapi::api::core::v1::Node>,
+    nodes: HashMap<String, vigil_api::views::NodeView>,
     checks: Vec<MachineHealthCheck>,
 }
 
@@ -227,7 +227,7 @@ fn repro() -> World {
     let machines = vec![machine("m1").node("m1").json(), machine("m2").node("m2").json()];
     let nodes = [node("m1").ready("False", t0()).build(), node("m2").ready("True", t0()).build()]
         .into_iter()
-        .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
+        .map(|n| (n.name.clone(), n))
         .collect();
     World {
         machines,

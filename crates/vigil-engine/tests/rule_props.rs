@@ -10,13 +10,13 @@
 mod support;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Node;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::{MhcWorld, machine, t0};
 use vigil_api::NodeHealthCheck;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_api::well_known::{NHC_TIMED_OUT_ANNOTATION, OWNER_REMEDIATED, RULE_ANNOTATION};
 use vigil_engine::node::{NhcInput, decide};
@@ -54,7 +54,7 @@ fn condition_reason() -> impl Strategy<Value = Option<&'static str>> {
     prop_oneof![proptest::sample::select(REASONS.to_vec()).prop_map(Some), Just(Some("Other")), Just(None)]
 }
 
-fn node_with(reason: Option<&str>) -> Node {
+fn node_with(reason: Option<&str>) -> NodeView {
     let n = support::node("n1").ready("True", t0());
     match reason {
         Some(r) => n.condition_with_reason("KernelDeadlock", "True", r, t0()),
@@ -133,7 +133,7 @@ impl Conditions {
         }
     }
 
-    fn node(&self) -> Node {
+    fn node(&self) -> NodeView {
         let mut n = support::node("n1");
         for (t, s, r, since) in &self.0 {
             n = n.condition_with_reason(t, s, r, *since);
@@ -158,11 +158,11 @@ impl NhcWorld {
         NhcWorld { check: nhc_check(), objects: Vec::new(), templates }
     }
 
-    fn step(&mut self, n1: Node, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
+    fn step(&mut self, n1: NodeView, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
         let policy = vigil_api::validate::node_health_check(&self.check).expect("valid");
         let nodes =
             [n1, support::node("n2").ready("True", t0()).build(), support::node("n3").ready("True", t0()).build()];
-        let node_refs: Vec<&Node> = nodes.iter().collect();
+        let node_refs: Vec<&NodeView> = nodes.iter().collect();
         let templates: Vec<Option<&TemplateView>> = policy
             .all_steps()
             .map(|s| self.templates.iter().find(|t| t.meta.kind == s.template.kind && t.meta.name == s.template.name))
@@ -315,7 +315,7 @@ proptest! {
                 Event::LoseStatus => w.status = None,
             }
             let mut n = conditions.node();
-            n.metadata.name = Some("m1".into());
+            n.name = "m1".into();
             w.nodes.insert("m1".into(), n);
             let plan = w.decide(now);
             w.apply(&plan);

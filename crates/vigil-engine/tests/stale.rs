@@ -6,13 +6,14 @@
 mod support;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::*;
 use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_engine::node::{self, NhcInput};
 use vigil_engine::plan::{Action, NoticeKind, Plan};
@@ -34,12 +35,12 @@ fn cond(type_: &str, status: &str, since: Timestamp, heartbeat: Option<Timestamp
 }
 
 /// A Node with `Ready=True` since long ago and the given conditions.
-fn node_with(name: &str, extra: Vec<NodeCondition>) -> Node {
-    let mut n = node(name).ready("True", t0()).build();
+fn node_with(name: &str, extra: Vec<NodeCondition>) -> NodeView {
+    let mut n = node(name).ready("True", t0()).build_k8s();
     if let Some(cs) = n.status.as_mut().and_then(|s| s.conditions.as_mut()) {
         cs.extend(extra);
     }
-    n
+    NodeView::from(n)
 }
 
 fn nhc(spec: Value, status: Option<&NodeHealthCheckStatus>) -> NodeHealthCheck {
@@ -95,13 +96,13 @@ fn snr(node: &str) -> RemediationView {
 fn decide_nhc(
     spec: &Value,
     status: Option<&NodeHealthCheckStatus>,
-    nodes: &[Node],
+    nodes: &[NodeView],
     objects: &[RemediationView],
     now: Timestamp,
 ) -> Plan<NodeHealthCheckStatus> {
     let check = nhc(spec.clone(), status);
     let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-    let refs: Vec<&Node> = nodes.iter().collect();
+    let refs: Vec<&NodeView> = nodes.iter().collect();
     let template = snr_template();
     let templates = [Some(&template)];
     let objects: Vec<&RemediationView> = objects.iter().collect();
@@ -139,7 +140,7 @@ fn node_health_check_sets_stale_conditions_aside() {
     let ten_min = SignedDuration::from_secs(600);
     let dead = |hb: Option<Timestamp>| node_with("n1", vec![cond(DETECTOR, "True", t0(), hb)]);
     // (what, n1, remediated, listed as stale)
-    let rows: Vec<(&str, Node, Vec<&str>, Vec<&str>)> = vec![
+    let rows: Vec<(&str, NodeView, Vec<&str>, Vec<&str>)> = vec![
         ("fresh heartbeat: remediated", dead(Some(now() - SignedDuration::from_secs(60))), vec!["n1"], vec![]),
         ("heartbeat exactly maxConditionAge old: still fresh", dead(Some(now() - ten_min)), vec!["n1"], vec![]),
         ("heartbeat 1ns older than maxConditionAge: stale", dead(Some(now() - ten_min - ns(1))), vec![], vec!["n1"]),
@@ -243,7 +244,7 @@ fn a_remediation_in_progress_is_judged_as_if_the_stale_condition_were_gone() {
 fn a_dead_detector_does_not_short_circuit_the_check() {
     // Four Nodes with the dead detector's last word, one with a dead kubelet, minHealthy 3 of 5.
     let old = Some(now() - SignedDuration::from_secs(1200));
-    let mut nodes: Vec<Node> =
+    let mut nodes: Vec<NodeView> =
         (2..=5).map(|i| node_with(&format!("n{i}"), vec![cond(DETECTOR, "True", t0(), old)])).collect();
     nodes.insert(0, node_with("n1", vec![cond("Ready", "Unknown", t0(), Some(now()))]));
     let plan = decide_nhc(&nhc_spec(json!(3), &[]), None, &nodes, &[], now());
@@ -308,7 +309,7 @@ proptest! {
         age_min in 1i64..20,
     ) {
         let age = SignedDuration::from_secs(age_min * 60);
-        let built: Vec<Node> = nodes
+        let built: Vec<NodeView> = nodes
             .iter()
             .enumerate()
             .map(|(i, (since, hb))| {

@@ -46,7 +46,7 @@ fn names_the_rule_held_past_its_duration_and_since_when() {
         let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "labels": {"role": "worker"}},
             "status": {"conditions": [condition]}}))
         .expect("node");
-        let got = unhealthy_because(&node, &policy, at(now)).map(|(rule, since)| (rule.status.as_str(), since));
+        let got = unhealthy_because(&node.into(), &policy, at(now)).map(|(rule, since)| (rule.status.as_str(), since));
         assert_eq!(got, want.map(|(s, t)| (s, at(t))), "{status} since {since:?} at {now}");
     }
 }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::reason::Reason;
-use vigil_api::views::{ClusterView, MachineView, Meta, RemediationView, TemplateView};
+use vigil_api::views::{ClusterView, MachineView, Meta, NodeView, RemediationView, TemplateView};
 use vigil_api::well_known::{
     CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, PAUSED_ANNOTATION,
     REMEDIATE_MACHINE_ANNOTATION,
@@ -384,8 +384,7 @@ impl Sim<'_> {
         if key.kind == "Node"
             && key.group.is_empty()
             && let (Some(b), Some(a)) = (before, after.as_ref())
-            && let (Ok(b), Ok(a)) =
-                (serde_json::from_value::<Node>(b.clone()), serde_json::from_value::<Node>(a.clone()))
+            && let (Some(b), Some(a)) = (NodeView::read(b), NodeView::read(a))
             && !concerns::node_change_matters(&b, &a)
             && !concerns::heartbeat_revives(&b, &a, &self.guarded_ages(), self.now)
         {
@@ -428,8 +427,9 @@ impl Sim<'_> {
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
                         || key.cluster == LOCAL_CLUSTER
                             && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
-                                ("", "Node") => serde_json::from_value::<Node>((*v).clone())
-                                    .is_ok_and(|n| concerns::nhc_concerns_node(&check, &policy, &n)),
+                                ("", "Node") => {
+                                    NodeView::read(v).is_some_and(|n| concerns::nhc_concerns_node(&check, &policy, &n))
+                                }
                                 _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| {
                                     let node = self.management_node(vigil_engine::target::remediation_node_name(&m));
                                     concerns::nhc_concerns_remediation_object(&check, &policy, &m, node.as_ref())
@@ -470,7 +470,7 @@ impl Sim<'_> {
     }
 
     /// A Node of the management cluster by name, if the store has it.
-    fn management_node(&self, name: &str) -> Option<Node> {
+    fn management_node(&self, name: &str) -> Option<NodeView> {
         let key = Key {
             cluster: LOCAL_CLUSTER.to_string(),
             group: String::new(),
@@ -478,7 +478,7 @@ impl Sim<'_> {
             namespace: String::new(),
             name: name.to_string(),
         };
-        self.store.get(&key).and_then(|v| serde_json::from_value(v.clone()).ok())
+        self.store.get(&key).and_then(NodeView::read)
     }
 
     /// Where an MHC's Nodes live: its workload cluster if the scenario has one, else here.
@@ -559,7 +559,7 @@ impl Sim<'_> {
         let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
         // Only the Nodes of the check's targets: the engine looks up no other (reading
         // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
-        let nodes: HashMap<String, Node> = machines
+        let nodes: HashMap<String, NodeView> = machines
             .iter()
             .filter(|m| vigil_engine::target::is_target(&policy, m))
             .filter_map(|m| m.node_name.as_deref())
@@ -571,7 +571,7 @@ impl Sim<'_> {
                     namespace: String::new(),
                     name: name.to_string(),
                 };
-                let node = serde_json::from_value::<Node>(self.store.get(&key)?.clone()).ok()?;
+                let node = NodeView::read(self.store.get(&key)?)?;
                 Some((name.to_string(), node))
             })
             .collect();
@@ -605,12 +605,9 @@ impl Sim<'_> {
             Ok(p) => p,
             Err(e) => return self.invalid(id, e.to_string()),
         };
-        let nodes: Vec<Node> = self
-            .store
-            .list(LOCAL_CLUSTER, "", "Node", None)
-            .filter_map(|(_, v)| serde_json::from_value::<Node>(v.clone()).ok())
-            .collect();
-        let node_refs: Vec<&Node> = nodes.iter().collect();
+        let nodes: Vec<NodeView> =
+            self.store.list(LOCAL_CLUSTER, "", "Node", None).filter_map(|(_, v)| NodeView::read(v)).collect();
+        let node_refs: Vec<&NodeView> = nodes.iter().collect();
         // The check's own steps and every rule's, in `NhcPolicy::all_steps` order (the engine's).
         let templates: Vec<Option<TemplateView>> = policy.all_steps().map(|s| self.template(&s.template)).collect();
         let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();

@@ -378,7 +378,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 })
             });
             out.remediating |= remediation.as_deref().is_some_and(|r| r.contains("WaitingForRemediation"));
-            let reason = verdict.reason.clone().unwrap_or_default();
+            let reason = verdict.reason.as_deref().unwrap_or("").to_string();
             let since = if reason == vigil_api::reason::Reason::UnhealthyNode {
                 node_condition_since(at_now, label, &machine)
             } else {
@@ -421,7 +421,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 namespace: String::new(),
                 name: node_name.clone(),
             };
-            let node = at_now.store.get(&node_key).and_then(|v| serde_json::from_value(v.clone()).ok());
+            let node = at_now.store.get(&node_key).and_then(vigil_api::views::NodeView::read);
             let because = match (&node, &policy) {
                 (Some(node), Some(policy)) => {
                     vigil_engine::node::unhealthy_because(node, policy, now).map(|(rule, since)| (rule.clone(), since))

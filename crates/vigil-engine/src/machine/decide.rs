@@ -20,7 +20,6 @@ use crate::plan::{Action, Earliest, NoticeKind, ObjectRef, Plan};
 use crate::target::is_target;
 use crate::target::{CheckRef, LOCAL_CLUSTER, made_for};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition};
@@ -29,6 +28,7 @@ use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, QueuedTa
 use vigil_api::reason::Reason;
 use vigil_api::threshold::Rounding;
 use vigil_api::validate::{MhcPolicy, TemplateRef};
+use vigil_api::views::NodeView;
 use vigil_api::views::{ClusterView, MachineView};
 use vigil_api::well_known::*;
 
@@ -155,7 +155,7 @@ fn select_targets<'a>(input: &MhcInput<'a>) -> Vec<&'a MachineView> {
 
 /// Safety first: the Cluster and the workload cluster's Nodes, or why no Machine can be judged
 /// (a missing Cluster, an unreachable workload cluster: no Node is taken for deleted).
-fn readable<'a>(input: &MhcInput<'a>) -> Result<(&'a ClusterView, &'a dyn Lookup<Node>), (Reason, String)> {
+fn readable<'a>(input: &MhcInput<'a>) -> Result<(&'a ClusterView, &'a dyn Lookup<NodeView>), (Reason, String)> {
     match (input.cluster, input.nodes) {
         (None, _) => Err((
             Reason::ClusterNotFound,
@@ -191,12 +191,12 @@ struct Judged<'a> {
 fn judge_targets<'a>(
     targets: &[&'a MachineView],
     cluster: &ClusterView,
-    nodes: &'a dyn Lookup<Node>,
+    nodes: &'a dyn Lookup<NodeView>,
     policy: &MhcPolicy,
     now: Timestamp,
     wake: &mut Earliest,
 ) -> Judged<'a> {
-    let target_nodes: Vec<Option<&Node>> =
+    let target_nodes: Vec<Option<&NodeView>> =
         targets.iter().map(|m| m.node_name.as_deref().and_then(|n| nodes.lookup(n))).collect();
     let verdicts: Vec<Verdict> =
         targets.iter().zip(&target_nodes).map(|(m, node)| evaluate_with_node(m, *node, cluster, policy, now)).collect();

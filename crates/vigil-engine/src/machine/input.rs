@@ -2,16 +2,16 @@
 //! Nodes, template and remediation objects, borrowed from whichever adapter gathered them.
 
 use crate::lookup::Lookup;
-use k8s_openapi::api::core::v1::Node;
 use vigil_api::MachineHealthCheck;
 use vigil_api::validate::MhcPolicy;
+use vigil_api::views::NodeView;
 use vigil_api::views::{ClusterView, MachineView, RemediationView, TemplateView};
 
 /// Where the Nodes of the check's cluster are read from.
 #[derive(Clone, Copy)]
 pub enum NodeSource<'a> {
     /// The cluster answered: its Nodes by name.
-    Reachable(&'a dyn Lookup<Node>),
+    Reachable(&'a dyn Lookup<NodeView>),
     /// The cluster could not be reached (why, for the operator); no verdict is made.
     Unreachable(&'a str),
 }

@@ -4,12 +4,12 @@
 use crate::lookup::Lookup;
 use crate::plan::Earliest;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Node;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self};
 use vigil_api::duration::format_go_duration;
 use vigil_api::reason::Reason;
 use vigil_api::validate::{ConditionRule, DomainKey, FailureDomainPolicy, MhcPolicy};
+use vigil_api::views::NodeView;
 use vigil_api::views::{ClusterView, MachineView};
 use vigil_api::well_known::*;
 
@@ -115,7 +115,7 @@ pub fn evaluate(
     machine: &MachineView,
     cluster: &ClusterView,
     policy: &MhcPolicy,
-    nodes: &dyn Lookup<Node>,
+    nodes: &dyn Lookup<NodeView>,
     now: Timestamp,
 ) -> Verdict {
     let node = machine.node_name.as_deref().and_then(|n| nodes.lookup(n));
@@ -130,7 +130,7 @@ pub fn evaluate(
 /// the Machine's own conditions, then its Node: deleted, never joined, or its conditions.
 pub(super) fn evaluate_with_node(
     machine: &MachineView,
-    node: Option<&Node>,
+    node: Option<&NodeView>,
     cluster: &ClusterView,
     policy: &MhcPolicy,
     now: Timestamp,
@@ -209,7 +209,7 @@ fn machine_conditions(
         &policy.machine_conditions,
         |t| {
             conditions::find(&machine.conditions, t)
-                .map(|c| (c.status.as_str(), c.last_transition_time, c.reason.as_deref().unwrap_or("")))
+                .map(|c| (&*c.status, c.last_transition_time, c.reason.as_deref().unwrap_or("")))
         },
         now,
     );
@@ -285,19 +285,21 @@ fn node_startup(
 
 /// The Node's conditions (`unhealthyConditions`), a stale one (the stale-signal guard) read as
 /// absent: unhealthy past a timeout, pending until the first one would be, else healthy.
-fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, mut pending: Earliest) -> Verdict {
-    let node_conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+fn node_conditions(name: &str, node: &NodeView, policy: &MhcPolicy, now: Timestamp, mut pending: Earliest) -> Verdict {
+    let node_conditions = &node.conditions[..];
     let guarded = policy.node_conditions.iter().any(|r| r.max_age.is_some());
-    let trusted = |c: &&k8s_openapi::api::core::v1::NodeCondition| {
+    let trusted = |c: &&vigil_api::views::NodeConditionView| {
         !guarded
             || !matches!(crate::stale::freshness(c, &policy.node_conditions, now), crate::stale::Freshness::Stale(_))
     };
     let found = match_rules(
         &policy.node_conditions,
         |t| {
-            node_conditions.iter().find(|c| c.type_ == t).filter(trusted).map(|c| {
-                (c.status.as_str(), c.last_transition_time.as_ref().map(|t| t.0), c.reason.as_deref().unwrap_or(""))
-            })
+            node_conditions
+                .iter()
+                .find(|c| *c.type_ == *t)
+                .filter(trusted)
+                .map(|c| (&*c.status, c.last_transition_time, c.reason.as_deref().unwrap_or("")))
         },
         now,
     );
@@ -330,13 +332,13 @@ fn node_conditions(name: &str, node: &Node, policy: &MhcPolicy, now: Timestamp, 
 /// aside as stale, and the earliest instant a guarded fresh one turns stale (for the plan's
 /// wake-up). [`evaluate`] reads such a condition as absent.
 pub fn stale_node_condition(
-    node: &Node,
+    node: &NodeView,
     policy: &MhcPolicy,
     now: Timestamp,
 ) -> (Option<crate::stale::Stale>, Option<Timestamp>) {
     let mut stale = None;
     let mut fresh_until = Earliest::default();
-    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    let conditions = &node.conditions[..];
     for c in conditions {
         match crate::stale::freshness(c, &policy.node_conditions, now) {
             crate::stale::Freshness::Stale(s) => {
@@ -367,16 +369,13 @@ pub(super) fn counts_healthy(machine: &MachineView, verdict: &Verdict) -> bool {
 pub(super) fn machine_domain<'a>(
     fd: &FailureDomainPolicy,
     machine: &'a MachineView,
-    nodes: &'a dyn Lookup<Node>,
+    nodes: &'a dyn Lookup<NodeView>,
 ) -> Option<&'a str> {
     match &fd.key {
         DomainKey::MachineField => machine.failure_domain.as_deref(),
-        DomainKey::NodeLabel(key) => machine
-            .node_name
-            .as_deref()
-            .and_then(|n| nodes.lookup(n))
-            .and_then(|node| node.metadata.labels.as_ref()?.get(key))
-            .map(String::as_str),
+        DomainKey::NodeLabel(key) => {
+            machine.node_name.as_deref().and_then(|n| nodes.lookup(n)).and_then(|node| node.labels.get(key))
+        }
     }
     .filter(|d| !d.is_empty())
 }

@@ -13,7 +13,6 @@ use crate::peers::{MhcPeers, NAMED_MACHINES, SELECTED_BY_ANOTHER_CHECK};
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
 use crate::target::CheckRef;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use std::collections::BTreeMap;
 use vigil_api::MachineHealthCheck;
 use vigil_api::conditions::ConditionStatus;
@@ -23,6 +22,7 @@ use vigil_api::machine_health_check::{BackedOffPool, MachineHealthCheckStatus, Q
 use vigil_api::reason::Reason;
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::MachineView;
+use vigil_api::views::NodeView;
 use vigil_api::well_known::*;
 
 pub(super) fn machine_ref(m: &MachineView) -> ObjectRef {
@@ -201,7 +201,7 @@ pub(super) fn stale_targets(
     b: &mut Builder<'_>,
     input: &MhcInput<'_>,
     targets: &[&MachineView],
-    nodes: &dyn Lookup<Node>,
+    nodes: &dyn Lookup<NodeView>,
     peers: &MhcPeers<'_>,
     me: &CheckRef,
     wake: &mut Earliest,

@@ -4,10 +4,10 @@
 use crate::plan::{Notice, NoticeKind};
 use crate::target::same_str;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Node;
 use std::collections::BTreeMap;
 use vigil_api::reason::Reason;
 use vigil_api::validate::ConditionRule;
+use vigil_api::views::NodeView;
 
 /// Phase while a step's template is missing or invalid.
 pub(super) const PHASE_DISABLED: &str = "Disabled";
@@ -26,8 +26,8 @@ pub(super) fn after(t: Timestamp, d: SignedDuration) -> Option<Timestamp> {
     t.checked_add(d).ok()
 }
 
-pub(super) fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or("")
+pub(super) fn node_name(node: &NodeView) -> &str {
+    node.name.as_str()
 }
 
 /// `map[key]`, walking the entries with [`same_str`] (label and annotation maps are small).
@@ -35,8 +35,8 @@ pub(super) fn entry<'m>(map: &'m BTreeMap<String, String>, key: &str) -> Option<
     map.iter().find(|(k, _)| same_str(k, key)).map(|(_, v)| v.as_str())
 }
 
-pub(super) fn has_label_value(node: &Node, key: &str, value: &str) -> bool {
-    node.metadata.labels.as_ref().and_then(|l| entry(l, key)).is_some_and(|v| v == value)
+pub(super) fn has_label_value(node: &NodeView, key: &str, value: &str) -> bool {
+    node.labels.get(key).is_some_and(|v| v == value)
 }
 
 /// A handful of flags, without allocating for the usual few.
@@ -67,8 +67,8 @@ impl Flags {
     }
 }
 
-pub(super) fn has_annotation(node: &Node, key: &str) -> bool {
-    node.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
+pub(super) fn has_annotation(node: &NodeView, key: &str) -> bool {
+    node.has_annotation(key)
 }
 
 pub(super) fn notice(kind: NoticeKind, target: &str, reason: Reason, message: String) -> Notice {

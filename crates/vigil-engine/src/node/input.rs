@@ -2,9 +2,9 @@
 //! templates of its steps and the remediation objects of their kinds.
 
 use crate::target::is_control_plane;
-use k8s_openapi::api::core::v1::Node;
 use vigil_api::NodeHealthCheck;
 use vigil_api::validate::NhcPolicy;
+use vigil_api::views::NodeView;
 use vigil_api::views::{RemediationView, TemplateView};
 
 /// Everything a NodeHealthCheck decision looks at.
@@ -17,7 +17,7 @@ pub struct NhcInput<'a> {
     /// passing only those [`needs_node`] keeps plus every Node a remediation object names
     /// ([`crate::concerns::remediation_node_name`]) gives the same plan, so an adapter need not hand over the whole
     /// cluster to each check.
-    pub nodes: &'a [&'a Node],
+    pub nodes: &'a [&'a NodeView],
     /// The template of each of [`NhcPolicy::all_steps`] (the check's own steps, then its rules'),
     /// same order; `None` when it was not found.
     pub templates: &'a [Option<&'a TemplateView>],
@@ -29,6 +29,6 @@ pub struct NhcInput<'a> {
 /// control-plane Node (at most one of those is remediated at a time, whoever selects it). Other
 /// Nodes only matter through the remediation objects that name them
 /// ([`crate::concerns::remediation_node_name`]).
-pub fn needs_node(policy: &NhcPolicy, node: &Node) -> bool {
-    is_control_plane(node) || policy.selector.matches(node.metadata.labels.as_ref())
+pub fn needs_node(policy: &NhcPolicy, node: &NodeView) -> bool {
+    is_control_plane(node) || node.labels.selected_by(&policy.selector)
 }

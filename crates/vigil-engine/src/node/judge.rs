@@ -1,17 +1,16 @@
 //! Judging the Nodes: each against the condition rules (with the stale-signal guard), the counts
 //! the budget reads, and the subjects a decision acts on (Nodes, and Nodes gone with objects left).
 
-use super::basics::{ONE_NS, after, entry, node_name};
+use super::basics::{ONE_NS, after, node_name};
 use super::input::NhcInput;
 use super::objects::Owned;
 use crate::domains::Tally;
 use crate::plan::Earliest;
 use crate::target::is_control_plane;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::ops::Range;
 use vigil_api::validate::{ConditionRule, DomainKey, NhcPolicy};
+use vigil_api::views::NodeView;
 
 /// What a Node's conditions show against the rules alone (remediation objects not considered);
 /// named apart from the MachineHealthCheck [`crate::machine::Verdict`], which is a full verdict.
@@ -31,13 +30,13 @@ pub(super) enum Finding {
 /// condition set aside by the stale-signal guard ([`crate::stale`]) matches nothing and is put in
 /// `stale` (the first one); a guarded fresh one offers the instant it turns stale.
 pub(super) fn judge(
-    node: &Node,
+    node: &NodeView,
     rules: &[ConditionRule],
     now: Timestamp,
     wake: &mut Earliest,
     stale: &mut Option<crate::stale::Stale>,
 ) -> Finding {
-    let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    let conds = &node.conditions[..];
     let mut undecided = None;
     let mut unhealthy = None;
     let mut pending = false;
@@ -63,7 +62,7 @@ pub(super) fn judge(
                 None => {
                     undecided.get_or_insert(i);
                 }
-                Some(Time(since)) => {
+                Some(since) => {
                     pending = true;
                     match after(*since, rule.timeout) {
                         Some(deadline) if deadline < now => unhealthy = Some(i),
@@ -92,7 +91,7 @@ pub(super) fn judge(
 /// The rule a Node has broken past its duration at `now` and since when, judged exactly as
 /// [`decide`] judges it, so `vigil check` can say why a Node is unhealthy without a second rule.
 pub fn unhealthy_because<'p>(
-    node: &Node,
+    node: &NodeView,
     policy: &'p NhcPolicy,
     now: Timestamp,
 ) -> Option<(&'p ConditionRule, Timestamp)> {
@@ -105,19 +104,15 @@ pub fn unhealthy_because<'p>(
 
 /// Since when a Node has broken `rule`: the earliest `lastTransitionTime` of its conditions that
 /// match the rule (what `vigil check` shows, and the pacing queue's order).
-pub(super) fn unhealthy_since(node: &Node, rule: &ConditionRule) -> Option<Timestamp> {
-    let conds = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
-    conds
-        .iter()
-        .filter(|c| crate::stale::matches(c, rule))
-        .filter_map(|c| c.last_transition_time.as_ref().map(|Time(t)| *t))
-        .min()
+pub(super) fn unhealthy_since(node: &NodeView, rule: &ConditionRule) -> Option<Timestamp> {
+    let conds = &node.conditions[..];
+    conds.iter().filter(|c| crate::stale::matches(c, rule)).filter_map(|c| c.last_transition_time).min()
 }
 
 /// A Node the second pass looks at: selected, or owning objects of the check (or both).
 pub(super) struct Subject<'a> {
     pub(super) name: &'a str,
-    pub(super) node: Option<&'a Node>,
+    pub(super) node: Option<&'a NodeView>,
     /// `Some` for a selected Node.
     pub(super) verdict: Option<Finding>,
     pub(super) objs: Range<usize>,
@@ -145,7 +140,12 @@ pub(super) struct Scan<'a> {
 /// Pass 1: one look at every Node (name order, labels, conditions), merged with the check's
 /// objects by Node name. Healthy Nodes without objects are only counted: nothing is decided for
 /// them, which keeps the common case to a few comparisons a Node.
-pub(super) fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &NhcPolicy, now: Timestamp) -> Scan<'a> {
+pub(super) fn scan_nodes<'a>(
+    all: &[&'a NodeView],
+    owned: &[Owned<'a>],
+    policy: &NhcPolicy,
+    now: Timestamp,
+) -> Scan<'a> {
     let mut scan = Scan {
         sorted: true,
         subjects: Vec::new(),
@@ -176,7 +176,7 @@ pub(super) fn scan_nodes<'a>(all: &[&'a Node], owned: &[Owned<'a>], policy: &Nhc
         if is_control_plane(node) {
             scan.cp_names.push(name);
         }
-        if policy.selector.matches(node.metadata.labels.as_ref()) {
+        if node.labels.selected_by(&policy.selector) {
             scan.observed += 1;
             let mut stale = None;
             let verdict = judge(node, &policy.conditions, now, &mut scan.wake, &mut stale);
@@ -212,8 +212,8 @@ pub(super) fn domain_label(policy: &NhcPolicy) -> Option<&str> {
 
 /// A Node's failure domain: the label's value; a Node without it (or with an empty value) is in
 /// no domain.
-pub(super) fn node_domain<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
-    node.metadata.labels.as_ref().and_then(|l| entry(l, key)).filter(|v| !v.is_empty())
+pub(super) fn node_domain<'n>(node: &'n NodeView, key: &str) -> Option<&'n str> {
+    node.labels.get(key).filter(|v| !v.is_empty())
 }
 
 /// Adds a subject for each Node from `owned[*b..]` named before `limit` (all when `None`): the
@@ -242,12 +242,12 @@ pub(super) fn judge_nodes<'a>(
     input: &NhcInput<'a>,
     owned: &[Owned<'a>],
     now: Timestamp,
-) -> (std::borrow::Cow<'a, [&'a Node]>, Scan<'a>) {
+) -> (std::borrow::Cow<'a, [&'a NodeView]>, Scan<'a>) {
     let scan = scan_nodes(input.nodes, owned, input.policy, now);
     if scan.sorted {
         return (std::borrow::Cow::Borrowed(input.nodes), scan);
     }
-    let mut copy: Vec<&Node> = input.nodes.iter().copied().filter(|n| !node_name(n).is_empty()).collect();
+    let mut copy: Vec<&NodeView> = input.nodes.iter().copied().filter(|n| !node_name(n).is_empty()).collect();
     copy.sort_by(|a, b| node_name(a).cmp(node_name(b)));
     copy.dedup_by(|a, b| node_name(a) == node_name(b));
     let scan = scan_nodes(&copy, owned, input.policy, now);

@@ -14,7 +14,6 @@ use crate::pacing::{Pacer, visit_order};
 use crate::plan::{Action, Earliest, Notice, NoticeKind};
 use crate::target::{Target, is_control_plane};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Map, Value, json};
 use vigil_api::conditions::ConditionStatus;
@@ -24,6 +23,7 @@ use vigil_api::machine_health_check::ChosenRemediation;
 use vigil_api::node_health_check::{NodeRemediation, RemediationReference, UnhealthyNode};
 use vigil_api::reason::Reason;
 use vigil_api::validate::{ConditionRule, HealthyDelay, Ladder, NhcPolicy, RemediationStep};
+use vigil_api::views::NodeView;
 use vigil_api::views::RemediationView;
 use vigil_api::well_known::{
     EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION,
@@ -299,7 +299,7 @@ impl<'a> Pass<'a> {
     pub(super) fn start(
         &mut self,
         name: &str,
-        node: &Node,
+        node: &NodeView,
         listed_before: bool,
         book: &mut Book<'_>,
         incident: &Incident<'_>,
@@ -510,7 +510,7 @@ impl<'a> Pass<'a> {
     /// healthy delay allows. Returns `(conditionsHealthyTimestamp, healthyDelayed)`.
     pub(super) fn recover(
         &mut self,
-        node: &Node,
+        node: &NodeView,
         objs: &[Owned<'_>],
         prev: Option<&UnhealthyNode>,
     ) -> (Timestamp, bool) {
@@ -587,7 +587,7 @@ pub(super) fn remediate<'a>(
     subjects: &[Subject<'a>],
     owned: &[Owned<'a>],
     prev_entries: &[&'a UnhealthyNode],
-    all: &[&'a Node],
+    all: &[&'a NodeView],
     healthy_at: &[bool],
     pacing: &Pacing,
 ) -> (Vec<UnhealthyNode>, Vec<(&'a str, usize)>) {
@@ -718,12 +718,11 @@ impl<'a> Pass<'a> {
 
 /// The `Unhealthy` notice of a Node newly found unhealthy by `rule`; the condition's reason says
 /// what broke, as upstream's messages do.
-fn unhealthy_notice(node: &Node, rule: &ConditionRule, name: &str) -> Notice {
+fn unhealthy_notice(node: &NodeView, rule: &ConditionRule, name: &str) -> Notice {
     let why = node
-        .status
-        .as_ref()
-        .and_then(|st| st.conditions.as_deref())
-        .and_then(|cs| cs.iter().find(|c| crate::stale::matches(c, rule)))
+        .conditions
+        .iter()
+        .find(|c| crate::stale::matches(c, rule))
         .and_then(|c| c.reason.as_deref())
         .filter(|reason| !reason.is_empty())
         .map_or_else(String::new, |reason| format!(" with reason {reason}"));

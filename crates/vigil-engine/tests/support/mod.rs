@@ -17,7 +17,7 @@ use vigil_api::MachineHealthCheck;
 use vigil_api::conditions::DesiredCondition;
 use vigil_api::machine_health_check::MachineHealthCheckStatus;
 use vigil_api::validate::{self, MhcPolicy};
-use vigil_api::views::{CapiVersion, ClusterView, MachineView, RemediationView, TemplateView};
+use vigil_api::views::{CapiVersion, ClusterView, MachineView, NodeView, RemediationView, TemplateView};
 use vigil_api::well_known::{CLUSTER_NAME_LABEL, CONTROL_PLANE_MACHINE_LABEL};
 use vigil_engine::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
@@ -448,8 +448,13 @@ impl NodeBuilder {
         self
     }
 
-    /// The Node.
-    pub fn build(&self) -> Node {
+    /// The Node, as the engine reads it.
+    pub fn build(&self) -> NodeView {
+        NodeView::from(self.build_k8s())
+    }
+
+    /// The Node as the API serves it (for converting the way adapters do).
+    pub fn build_k8s(&self) -> Node {
         Node {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -465,9 +470,9 @@ impl NodeBuilder {
     }
 }
 
-/// Nodes by name: the `Lookup<Node>` the engine takes.
-pub fn node_map(nodes: impl IntoIterator<Item = Node>) -> HashMap<String, Node> {
-    nodes.into_iter().map(|n| (n.metadata.name.clone().expect("a named Node"), n)).collect()
+/// Nodes by name: the `Lookup<NodeView>` the engine takes.
+pub fn node_map(nodes: impl IntoIterator<Item = NodeView>) -> HashMap<String, NodeView> {
+    nodes.into_iter().map(|n| (n.name.clone(), n)).collect()
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -603,7 +608,7 @@ pub struct MhcWorld {
     /// Machines in the check's namespace, as JSON.
     pub machines: Vec<Value>,
     /// The workload cluster's Nodes.
-    pub nodes: HashMap<String, Node>,
+    pub nodes: HashMap<String, NodeView>,
     /// `Some(why)`: the workload cluster cannot be reached.
     pub unreachable: Option<String>,
     /// The remediation template as found (`None`: not found or not named).
@@ -665,7 +670,7 @@ impl MhcWorld {
     /// Adds a Node.
     pub fn node(mut self, n: NodeBuilder) -> Self {
         let n = n.build();
-        self.nodes.insert(n.metadata.name.clone().expect("named"), n);
+        self.nodes.insert(n.name.clone(), n);
         self
     }
 

@@ -1,0 +1,232 @@
+//! Nodes as the health-check rules read them, and nothing else: the caches of the controller and
+//! the simulator hold one per Node, so its size is paid 10 000 times. A kubelet's Node object is
+//! kilobytes (images, addresses, capacity, managed fields, condition messages); the rules read
+//! its name, labels, one annotation, whether it is being deleted and its conditions' type,
+//! status, reason and two times. Condition strings and label keys are shared ([`crate::intern`]).
+
+use crate::intern::intern;
+use crate::selector::Selector;
+use crate::well_known::MANUALLY_CONFIRMED_HEALTHY_ANNOTATION;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The Node annotations a rule reads; the others are not kept.
+pub const NODE_ANNOTATIONS_READ: [&str; 1] = [MANUALLY_CONFIRMED_HEALTHY_ANNOTATION];
+
+/// An object's labels, sorted by key, with shared keys (the same dozen keys on every Node).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Labels(Box<[(Arc<str>, Box<str>)]>);
+
+impl Labels {
+    /// The labels of a map (sorted already, keys unique).
+    pub fn of(map: Option<&BTreeMap<String, String>>) -> Labels {
+        Labels(map.into_iter().flatten().map(|(k, v)| (intern(k), Box::from(v.as_str()))).collect())
+    }
+
+    /// The value of `key`. Walks the entries comparing lengths first: label keys of the right
+    /// length are rare, so most comparisons touch no string bytes.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k.len() == key.len() && **k == *key).map(|(_, v)| &**v)
+    }
+
+    /// Whether `key` is set.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The entries, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `selector` selects an object with these labels.
+    pub fn selected_by(&self, selector: &Selector) -> bool {
+        selector.matches_with(|k| self.get(k))
+    }
+}
+
+/// One Node condition as the rules read it (the message is not kept: no rule, status or event
+/// quotes a Node condition's message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConditionView {
+    /// Condition type (shared).
+    pub type_: Arc<str>,
+    /// `True`, `False`, `Unknown` (shared; other spellings are kept and match no rule).
+    pub status: Arc<str>,
+    /// Machine-readable reason (shared), which reason-aware rules read.
+    pub reason: Option<Arc<str>>,
+    /// When the status last changed; `None` when missing or unreadable (no decision then).
+    pub last_transition_time: Option<Timestamp>,
+    /// When the reporter last confirmed the condition (the stale-signal guard reads it).
+    pub last_heartbeat_time: Option<Timestamp>,
+}
+
+impl NodeConditionView {
+    /// A condition, its strings shared.
+    pub fn new(
+        type_: &str,
+        status: &str,
+        reason: Option<&str>,
+        last_transition_time: Option<Timestamp>,
+        last_heartbeat_time: Option<Timestamp>,
+    ) -> Self {
+        NodeConditionView {
+            type_: intern(type_),
+            status: intern(status),
+            reason: reason.map(intern),
+            last_transition_time,
+            last_heartbeat_time,
+        }
+    }
+}
+
+/// A Node as the NodeHealthCheck and MachineHealthCheck rules read it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeView {
+    /// `metadata.name` (empty when the object has none).
+    pub name: String,
+    /// `metadata.labels`.
+    pub labels: Labels,
+    /// The annotations of [`NODE_ANNOTATIONS_READ`] the Node has.
+    pub annotations: BTreeMap<String, String>,
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// `status.conditions`, in the Node's order.
+    pub conditions: Box<[NodeConditionView]>,
+}
+
+impl NodeView {
+    /// A view of the parts the rules read; `annotations` are filtered to [`NODE_ANNOTATIONS_READ`].
+    pub fn new(
+        name: String,
+        labels: Option<&BTreeMap<String, String>>,
+        annotations: Option<&BTreeMap<String, String>>,
+        deleting: bool,
+        conditions: Vec<NodeConditionView>,
+    ) -> Self {
+        let annotations = annotations
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| NODE_ANNOTATIONS_READ.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        NodeView { name, labels: Labels::of(labels), annotations, deleting, conditions: conditions.into() }
+    }
+
+    /// Reads a Node's JSON as decoded into a k8s-openapi Node (`None` when it does not decode,
+    /// e.g. a time outside the range that type holds).
+    pub fn read(v: &serde_json::Value) -> Option<NodeView> {
+        serde_json::from_value::<Node>(v.clone()).ok().map(|n| NodeView::from(&n))
+    }
+
+    /// Whether the Node carries annotation `key`, which must be one of [`NODE_ANNOTATIONS_READ`]
+    /// (the others are not kept, so asking for one would always say no).
+    pub fn has_annotation(&self, key: &str) -> bool {
+        debug_assert!(NODE_ANNOTATIONS_READ.contains(&key), "annotation {key} is not kept on a NodeView");
+        self.annotations.contains_key(key)
+    }
+}
+
+impl From<&Node> for NodeView {
+    /// The view of a decoded k8s-openapi Node (the simulator's objects and tests' fixtures).
+    fn from(node: &Node) -> Self {
+        let conditions = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or(&[])
+            .iter()
+            .map(|c| {
+                NodeConditionView::new(
+                    &c.type_,
+                    &c.status,
+                    c.reason.as_deref(),
+                    c.last_transition_time.as_ref().map(|t| t.0),
+                    c.last_heartbeat_time.as_ref().map(|t| t.0),
+                )
+            })
+            .collect();
+        let m = &node.metadata;
+        NodeView::new(
+            m.name.clone().unwrap_or_default(),
+            m.labels.as_ref(),
+            m.annotations.as_ref(),
+            m.deletion_timestamp.is_some(),
+            conditions,
+        )
+    }
+}
+
+impl From<Node> for NodeView {
+    /// As [`From<&Node>`].
+    fn from(node: Node) -> Self {
+        NodeView::from(&node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_kubelet_node_keeps_what_the_rules_read() {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "uid": "u", "deletionTimestamp": "2030-01-01T00:00:00Z",
+                         "labels": {"zone": "a", "kubernetes.io/hostname": "n1"},
+                         "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                         MANUALLY_CONFIRMED_HEALTHY_ANNOTATION: "yes"}},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                       "message": "PLEG is not healthy",
+                                       "lastHeartbeatTime": "2030-01-01T00:00:10Z",
+                                       "lastTransitionTime": "2030-01-01T00:00:00Z"},
+                                      {"type": "DiskPressure", "status": "Unknown"}]}
+        }))
+        .expect("a Node");
+        let v = NodeView::from(&node);
+        assert_eq!(v.name, "n1");
+        assert!(v.deleting);
+        assert_eq!(v.labels.get("zone"), Some("a"));
+        assert_eq!(v.labels.get("zon"), None);
+        assert_eq!(v.labels.get("kubernetes.io/hostnamX"), None, "a key of the same length is another key");
+        assert_eq!(v.labels.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["kubernetes.io/hostname", "zone"]);
+        assert!(v.has_annotation(MANUALLY_CONFIRMED_HEALTHY_ANNOTATION));
+        assert_eq!(v.annotations.len(), 1, "annotations no rule reads are not kept");
+        let c = &v.conditions[0];
+        assert_eq!((&*c.type_, &*c.status, c.reason.as_deref()), ("Ready", "False", Some("KubeletNotReady")));
+        assert_eq!(c.last_transition_time, Some("2030-01-01T00:00:00Z".parse().expect("ts")));
+        assert_eq!(c.last_heartbeat_time, Some("2030-01-01T00:00:10Z".parse().expect("ts")));
+        let d = &v.conditions[1];
+        assert_eq!((&*d.type_, d.reason.as_ref(), d.last_transition_time), ("DiskPressure", None, None));
+        // Two Nodes share their condition strings and label keys.
+        let w = NodeView::from(&node);
+        assert!(Arc::ptr_eq(&v.conditions[0].type_, &w.conditions[0].type_));
+        assert!(Arc::ptr_eq(&v.labels.0[0].0, &w.labels.0[0].0));
+    }
+
+    #[test]
+    fn labels_select_as_a_map_does() {
+        let sel = Selector::compile(
+            &serde_json::from_value(json!({"matchLabels": {"zone": "a"},
+            "matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}))
+            .expect("selector"),
+        )
+        .expect("valid");
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        for pairs in [vec![("zone", "a")], vec![("zone", "b")], vec![("zone", "a"), ("gpu", "")], vec![]] {
+            let m = map(&pairs);
+            assert_eq!(Labels::of(Some(&m)).selected_by(&sel), sel.matches(Some(&m)), "{pairs:?}");
+        }
+        assert!(Labels::of(None).is_empty());
+    }
+}
