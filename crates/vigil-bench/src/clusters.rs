@@ -372,9 +372,9 @@ async fn wave(
     }
     let mut expiries: BTreeMap<String, Timestamp> = BTreeMap::new();
     for (machine, node, client) in &targets {
-        // lastTransitionTime has second precision: the timeout runs from the second written.
-        let at = Timestamp::from_second(Timestamp::now().as_second())?;
-        set_node_ready(client, node, "False").await?;
+        // The timeout runs from the lastTransitionTime written (second precision), which may be
+        // a second later than the instant before the call.
+        let at = set_node_ready(client, node, "False").await?;
         expiries.insert(machine.clone(), at + jiff::SignedDuration::from_secs(plan.timeout_secs as i64));
     }
     let written = Timestamp::now();

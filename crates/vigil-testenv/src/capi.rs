@@ -746,11 +746,13 @@ async fn client_from_yaml(yaml: &str) -> Result<Client> {
 }
 
 /// Sets a workload Node's `Ready` condition (as a kubelet would report it), with a merge patch
-/// on the Node itself: the provider's API server has no `/status` subresource.
-pub async fn set_node_ready(client: &Client, node: &str, status: &str) -> Result<()> {
+/// on the Node itself: the provider's API server has no `/status` subresource. Returns the
+/// `lastTransitionTime` written, from which the checks' timeouts run.
+pub async fn set_node_ready(client: &Client, node: &str, status: &str) -> Result<k8s_openapi::jiff::Timestamp> {
     let api: Api<Node> = Api::all(client.clone());
     let current = api.get(node).await.with_context(|| format!("cannot get workload Node {node}"))?;
-    let now = now_rfc3339();
+    let at = now_seconds();
+    let now = at.to_string();
     let mut conditions: Vec<Value> = current
         .status
         .and_then(|s| s.conditions)
@@ -766,13 +768,13 @@ pub async fn set_node_ready(client: &Client, node: &str, status: &str) -> Result
     api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .with_context(|| format!("cannot patch workload Node {node}"))?;
-    Ok(())
+    Ok(at)
 }
 
-/// Now as RFC 3339 with second precision (as `metav1.Time` stores it).
-fn now_rfc3339() -> String {
+/// Now with second precision (as `metav1.Time` stores it).
+fn now_seconds() -> k8s_openapi::jiff::Timestamp {
     let now = k8s_openapi::jiff::Timestamp::now();
-    k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now).to_string()
+    k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
 }
 
 /// Waits until `probe` holds, returning the instant it was first seen (for timings).
