@@ -12,7 +12,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use tracing::{debug, warn};
+use tracing::warn;
 use vigil_api::views::MachineView;
 use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::target::CheckRef;
@@ -422,7 +422,8 @@ impl Context {
         }
     }
 
-    /// Publishes one notice as an event on the check `key` (only while leading).
+    /// Publishes one notice as an event on the check `key` (only while leading, checked again
+    /// when its turn on the event lane comes).
     pub async fn publish(&self, key: &CheckRef, uid: Option<&str>, notice: &Notice) {
         if !self.right(key).is_leader() {
             return;
@@ -440,9 +441,7 @@ impl Context {
             action: format!("{:?}", notice.kind),
             secondary: related(key, notice.target.as_deref()),
         };
-        if let Err(e) = self.recorder.publish(&event, &check_reference(key, uid)).await {
-            debug!(check = %key, error = %e, "event not published");
-        }
+        self.send_event(&event, &check_reference(key, uid), Some(key)).await;
     }
 
     /// One write; `Ok(Some(object))` when an object was created or deleted.

@@ -63,6 +63,12 @@ impl Default for Options {
     }
 }
 
+/// How many events are sent at once. Events are the largest share of a failure wave's requests
+/// (two per remediation: the target found unhealthy, its remediation requested); sent one after
+/// another on a narrow lane they reach the API server after the remediations, not among them
+/// (docs/DECISIONS.md, "Events on their own lane").
+pub const EVENT_LANE: usize = 2;
+
 /// How often the API server is probed by default.
 pub const PROBE_PERIOD: Duration = Duration::from_secs(5);
 /// How long one probe may take.
@@ -82,6 +88,9 @@ pub struct Context {
     pub clock: Arc<dyn clock::Clock>,
     /// Event publisher.
     pub recorder: Recorder,
+    /// The event lane: at most [`EVENT_LANE`] events are sent at once, so a wave's events queue
+    /// behind each other instead of competing with its remediations at the API server.
+    events: tokio::sync::Semaphore,
     /// Discovered API resources.
     pub resources: tokio::sync::Mutex<HashMap<GroupVersionKind, ApiResource>>,
     /// Watches already started for checks' needs.
@@ -141,6 +150,7 @@ impl Context {
         let reporter = Reporter { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
+            events: tokio::sync::Semaphore::new(EVENT_LANE),
             client,
             index: RwLock::new(Index::with_shards(shards.as_ref().map_or(1, |s| s.count()), shards.is_some())),
             scheduler: scheduler::Scheduler::with_clock(clock.clone()),
@@ -267,10 +277,31 @@ impl Context {
                 name: Some(problem.node.clone()),
                 ..Default::default()
             };
-            if let Err(e) = this.recorder.publish(&event, &node).await {
-                debug!(error = %e, "event not published");
-            }
+            this.send_event(&event, &node, None).await;
         });
+    }
+
+    /// Sends one event through the event lane (waiting for a place on it); a failure is logged
+    /// only: an event is a report, never a condition for a decision.
+    /// With `fenced_by`, the event is sent only if that check's right to write still holds when
+    /// its turn comes.
+    pub async fn send_event(
+        &self,
+        event: &kube::runtime::events::Event,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        fenced_by: Option<&CheckRef>,
+    ) {
+        // The semaphore is never closed; were it, the event goes unqueued rather than lost.
+        self.metrics.events_waiting(1);
+        let _place = self.events.acquire().await.ok();
+        self.metrics.events_waiting(-1);
+        if fenced_by.is_some_and(|key| !self.right(key).is_leader()) {
+            return;
+        }
+        match self.recorder.publish(event, reference).await {
+            Ok(()) => self.metrics.writes("event"),
+            Err(e) => debug!(error = %e, "event not published"),
+        }
     }
 
     /// The indexes, for reading.

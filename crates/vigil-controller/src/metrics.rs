@@ -124,6 +124,7 @@ pub struct Metrics {
     source_synced: Family<SourceLabel, Gauge>,
     workload_connected: Family<ClusterLabel, Gauge>,
     cached_machines: Gauge,
+    events_waiting: Gauge,
     watch_restarts: Family<SourceLabel, Counter>,
     api_reachable: Gauge,
     unreadable: Counter,
@@ -172,6 +173,12 @@ impl Default for Metrics {
         let source_synced = Family::<SourceLabel, Gauge>::default();
         let workload_connected = Family::<ClusterLabel, Gauge>::default();
         let cached_machines = Gauge::default();
+        let events_waiting = Gauge::default();
+        registry.register(
+            "events_waiting",
+            "Events waiting for their turn on the event lane (a wave's events are sent after its remediations)",
+            events_waiting.clone(),
+        );
         let watch_restarts = Family::<SourceLabel, Counter>::default();
         let api_reachable = Gauge::default();
         let unreadable = Counter::default();
@@ -323,6 +330,7 @@ impl Default for Metrics {
             source_synced,
             workload_connected,
             cached_machines,
+            events_waiting,
             watch_restarts,
             api_reachable,
             unreadable,
@@ -383,6 +391,11 @@ impl Metrics {
         } else {
             self.workload_connected.remove(&label);
         }
+    }
+
+    /// Counts an event entering (`1`) or leaving (`-1`) the event lane's queue.
+    pub fn events_waiting(&self, delta: i64) {
+        self.events_waiting.inc_by(delta);
     }
 
     /// Records how many Machines the cache holds.

@@ -408,6 +408,13 @@ async fn controller_with_the_charts_service_account_does_its_work_and_nothing_mo
         assert!(served.contains(&name), "the alert rules use {name}, which /metrics does not serve:\n{text}");
     }
     assert!(text.contains("vigil_remediations_total{") && text.contains("outcome=\"failed\""), "{text}");
+    // Events went out through the event lane (counted as writes), and it empties once they are sent.
+    assert!(text.contains("vigil_writes_total{kind=\"event\"}"), "{text}");
+    wait_for("the event lane empty", WAIT, || async {
+        let text = http_get(metrics, "/metrics").await?.1;
+        Ok(text.lines().any(|l| l == "vigil_events_waiting 0").then_some(()))
+    })
+    .await?;
     controller.stop().await;
     env.stop().await?;
     Ok(())
