@@ -129,6 +129,33 @@ struct Plan {
 }
 
 impl Args {
+    /// The many-cluster run's plan (`None` without --clusters), every value checked.
+    fn clusters_plan(&self, plan: &Plan) -> Result<Option<clusters::Plan>> {
+        let Some(n) = self.clusters else { return Ok(None) };
+        ensure!((1..=2000).contains(&n), "--clusters must be in 1..=2000, got {n}");
+        ensure!(
+            (1..=20).contains(&self.workers_per_cluster),
+            "--workers-per-cluster must be in 1..=20, got {}",
+            self.workers_per_cluster
+        );
+        ensure!((1..=16).contains(&self.replicas), "--replicas must be in 1..=16, got {}", self.replicas);
+        let shards = self.shards.unwrap_or(4 * self.replicas as u32);
+        ensure!(
+            self.replicas == 1 || (2..=1024).contains(&shards),
+            "--shards must be in 2..=1024 with --replicas {}, got {shards}",
+            self.replicas
+        );
+        Ok(Some(clusters::Plan {
+            clusters: n,
+            workers: self.workers_per_cluster,
+            failed_percent: self.failed_percent,
+            timeout_secs: plan.timeout_secs,
+            replicas: self.replicas,
+            shards,
+            log: self.controller_log.clone(),
+        }))
+    }
+
     fn plan(&self) -> Result<Plan> {
         let short = self.short;
         let secs = |v: Option<f64>, normal: f64, quick: f64, flag: &str| -> Result<Duration> {
@@ -178,25 +205,7 @@ fn main() -> Result<()> {
     ensure!(vigil.is_file(), "the vigil binary {} does not exist (--vigil)", vigil.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let ours = Contender::Vigil { bin: vigil.clone(), workers: plan.workers };
-    let json = if let Some(n) = args.clusters {
-        ensure!((1..=2000).contains(&n), "--clusters must be in 1..=2000, got {n}");
-        ensure!((1..=20).contains(&args.workers_per_cluster), "--workers-per-cluster must be in 1..=20");
-        ensure!((1..=16).contains(&args.replicas), "--replicas must be in 1..=16, got {}", args.replicas);
-        let shards = args.shards.unwrap_or(4 * args.replicas as u32);
-        ensure!(
-            args.replicas == 1 || (2..=1024).contains(&shards),
-            "--shards must be in 2..=1024 with --replicas {}, got {shards}",
-            args.replicas
-        );
-        let cplan = clusters::Plan {
-            clusters: n,
-            workers: args.workers_per_cluster,
-            failed_percent: args.failed_percent,
-            timeout_secs: plan.timeout_secs,
-            replicas: args.replicas,
-            shards,
-            log: args.controller_log.clone(),
-        };
+    let json = if let Some(cplan) = args.clusters_plan(&plan)? {
         let dir = tempfile::Builder::new().prefix("vigil-bench-clusters-").tempdir()?;
         let vigil = runtime.block_on(clusters::run(&cplan, &ours, dir.path()))?;
         let out = match args.against {
@@ -724,5 +733,38 @@ mod tests {
         assert!(plan_of(&["--against", "capi", "--snapshot"]).is_err());
         let big = plan_of(&["--nodes", "10000"]).expect("valid");
         assert_eq!((big.nodes, big.heartbeat, big.steady), (10_000, Duration::from_secs(60), Duration::from_secs(60)));
+    }
+
+    fn clusters_of(args: &[&str]) -> Result<Option<clusters::Plan>> {
+        let args = Args::try_parse_from(std::iter::once("vigil-bench").chain(args.iter().copied()))?;
+        args.clusters_plan(&args.plan()?)
+    }
+
+    #[test]
+    fn bad_cluster_values_are_refused_naming_the_flag_and_the_value() {
+        for (args, message) in [
+            (&["--clusters", "0"][..], "--clusters must be in 1..=2000, got 0"),
+            (&["--clusters", "5000"][..], "--clusters must be in 1..=2000, got 5000"),
+            (&["--clusters", "5", "--workers-per-cluster", "0"][..], "--workers-per-cluster must be in 1..=20, got 0"),
+            (&["--clusters", "5", "--replicas", "0"][..], "--replicas must be in 1..=16, got 0"),
+            (&["--clusters", "5", "--replicas", "17"][..], "--replicas must be in 1..=16, got 17"),
+            (
+                &["--clusters", "5", "--replicas", "3", "--shards", "1"][..],
+                "--shards must be in 2..=1024 with --replicas 3, got 1",
+            ),
+            (
+                &["--clusters", "5", "--replicas", "3", "--shards", "2000"][..],
+                "--shards must be in 2..=1024 with --replicas 3, got 2000",
+            ),
+        ] {
+            let err = clusters_of(args).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains(message), "{args:?}: {err}");
+        }
+        assert!(clusters_of(&["--shards", "4"]).is_err(), "--shards needs --replicas");
+        assert!(clusters_of(&[]).expect("valid").is_none(), "no --clusters, no many-cluster run");
+        let three = clusters_of(&["--clusters", "200", "--replicas", "3"]).expect("valid").expect("a plan");
+        assert_eq!((three.clusters, three.replicas, three.shards), (200, 3, 12), "4 shards per replica by default");
+        let one = clusters_of(&["--clusters", "50"]).expect("valid").expect("a plan");
+        assert_eq!((one.replicas, one.shards), (1, 4));
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use vigil_testenv::TestEnv;
 use vigil_testenv::capi::{
     CONTROL_PLANE_LABEL, CapiManagers, DEPLOYMENT_NAME_LABEL, KubeadmCluster, WorkloadCluster, cluster_machines,
-    deployment_machines, set_node_ready, wait_instant, workload_client,
+    control_plane_machines, deployment_machines, set_node_ready, wait_instant, workload_client,
 };
 
 mod support;
@@ -275,19 +275,24 @@ async fn control_plane_check(env: &TestEnv, cluster: &KubeadmCluster) -> Result<
     Ok(name)
 }
 
-/// The control-plane Machines not being deleted, with their Nodes.
-async fn control_plane_machines(env: &TestEnv, cluster: &KubeadmCluster) -> Result<BTreeSet<(String, Option<String>)>> {
-    Ok(cluster_machines(env, NS, &cluster.name)
-        .await?
-        .iter()
-        .filter(|m| m.pointer("/metadata/labels").and_then(|l| l.get(CONTROL_PLANE_LABEL)).is_some())
-        .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
-        .filter_map(|m| {
-            let name = m.pointer("/metadata/name")?.as_str()?.to_string();
-            let node = m.pointer("/status/nodeRef/name").and_then(Value::as_str).map(str::to_string);
-            Some((name, node))
+/// Sets `node` `Ready=False` and waits until Vigil marks `victim` (or it is gone already): when
+/// the failure was written, and when the mark was seen.
+async fn fail_until_marked(
+    env: &TestEnv,
+    workload: &kube::Client,
+    node: &str,
+    victim: &str,
+) -> Result<(Instant, Instant)> {
+    let failed = Instant::now();
+    set_node_ready(workload, node, "False").await?;
+    let marked = wait_instant(&format!("{victim} marked HealthCheckSucceeded=False"), STEP, || async {
+        Ok(match machine(env, victim).await? {
+            Some(m) => machine_condition(&m, "HealthCheckSucceeded").is_some_and(|(s, _)| s == "False"),
+            None => true,
         })
-        .collect())
+    })
+    .await?;
+    Ok((failed, marked))
 }
 
 /// What KubeadmControlPlane and the Machines say, for a failure message.
@@ -334,7 +339,7 @@ fn watch_deletions(env: &TestEnv) -> (tokio::task::JoinHandle<()>, Arc<Mutex<BTr
 async fn control_plane_replacement(env: &TestEnv, capi: &CapiManagers, cp: &KubeadmCluster, check: &str) -> Result<()> {
     let workload = workload_client(env, NS, &cp.name).await?;
     wait_all_healthy(env, check, 3).await?;
-    let before_set = control_plane_machines(env, cp).await?;
+    let before_set = control_plane_machines(env, NS, &cp.name).await?;
     let before = names(&before_set);
     let (victim, node) = before_set
         .iter()
@@ -342,15 +347,7 @@ async fn control_plane_replacement(env: &TestEnv, capi: &CapiManagers, cp: &Kube
         .context("no control-plane Machine with a Node")?;
     let (watcher, seen_deleting) = watch_deletions(env);
 
-    let failed = Instant::now();
-    set_node_ready(&workload, &node, "False").await?;
-    let marked = wait_instant(&format!("{victim} marked HealthCheckSucceeded=False"), STEP, || async {
-        Ok(match machine(env, &victim).await? {
-            Some(m) => machine_condition(&m, "HealthCheckSucceeded").is_some_and(|(s, _)| s == "False"),
-            None => true,
-        })
-    })
-    .await?;
+    let (failed, marked) = fail_until_marked(env, &workload, &node, &victim).await?;
     let deleted =
         wait_instant(&format!("{victim} deleted by KubeadmControlPlane"), STEP, || deleting(env, &victim)).await?;
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(workload.clone());
@@ -358,7 +355,7 @@ async fn control_plane_replacement(env: &TestEnv, capi: &CapiManagers, cp: &Kube
         vigil_testenv::wait_for("a replacement control-plane Machine whose Node joined", STEP, || {
             let (nodes, before) = (&nodes, &before);
             async move {
-                for (m, n) in control_plane_machines(env, cp).await? {
+                for (m, n) in control_plane_machines(env, NS, &cp.name).await? {
                     let Some(n) = n.filter(|_| !before.contains(&m)) else { continue };
                     if nodes.get_opt(&n).await?.is_some() {
                         return Ok(Some((m, Instant::now())));
@@ -372,7 +369,7 @@ async fn control_plane_replacement(env: &TestEnv, capi: &CapiManagers, cp: &Kube
     wait_instant(&format!("{victim} gone"), STEP, || async { Ok(machine(env, &victim).await?.is_none()) }).await?;
     watcher.abort();
 
-    let after = names(&control_plane_machines(env, cp).await?);
+    let after = names(&control_plane_machines(env, NS, &cp.name).await?);
     let kept: BTreeSet<String> = before.iter().filter(|m| **m != victim).cloned().collect();
     let expected: BTreeSet<String> = kept.iter().cloned().chain([replacement.clone()]).collect();
     assert_eq!(after, expected, "the two healthy control-plane Machines stay and one replacement is added");
@@ -398,15 +395,7 @@ async fn replacement(env: &TestEnv, c1: &WorkloadCluster, check: &str) -> Result
     let before = names(&before_set);
     let (victim, node) = a_worker(env, c1).await?;
 
-    let failed = Instant::now();
-    set_node_ready(&workload, &node, "False").await?;
-    let marked = wait_instant(&format!("{victim} marked HealthCheckSucceeded=False"), STEP, || async {
-        Ok(match machine(env, &victim).await? {
-            Some(m) => machine_condition(&m, "HealthCheckSucceeded").is_some_and(|(s, _)| s == "False"),
-            None => true,
-        })
-    })
-    .await?;
+    let (failed, marked) = fail_until_marked(env, &workload, &node, &victim).await?;
     let deleted = wait_instant(&format!("{victim} deleted by the MachineSet"), STEP, || deleting(env, &victim)).await?;
     let (replacement, joined) = wait_replacement(env, c1, &before, &workload).await?;
     let healthy = wait_all_healthy(env, check, 3).await?;

@@ -176,24 +176,15 @@ impl WorkloadCluster {
         let (ns, c) = (self.namespace.as_str(), self.name.as_str());
         let labels = json!({CLUSTER_NAME_LABEL: c});
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let secret = |suffix: &str, data: Value| {
-            json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("{c}-{suffix}"), "namespace": ns, "labels": labels},
-                "type": "cluster.x-k8s.io/secret", "data": data})
-        };
-        let tls = json!({"tls.crt": b64(&ca.cert_pem), "tls.key": b64(&ca.key_pem)});
         let bootstrap = format!("{c}-bootstrap");
         let md = self.deployment();
         let cp = self.control_plane_machine();
-        vec![
-            secret("ca", tls.clone()),
-            secret("etcd", tls),
-            secret("bootstrap", json!({"value": b64("#cloud-config\n"), "format": b64("cloud-config")})),
-            // The provider panics on a DevCluster without any annotation (it writes into a nil map).
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevCluster",
-                "metadata": {"name": c, "namespace": ns, "labels": labels,
-                             "annotations": {"vigil.dev/created-by": "vigil-testenv"}},
-                "spec": {"backend": {"inMemory": {}}}}),
+        let mut all = cluster_secrets_and_infra(ns, c, ca);
+        all.extend([
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": bootstrap, "namespace": ns, "labels": labels},
+                "type": "cluster.x-k8s.io/secret",
+                "data": {"value": b64("#cloud-config\n"), "format": b64("cloud-config")}}),
             json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevMachineTemplate",
                 "metadata": {"name": self.worker_template(), "namespace": ns, "labels": labels},
                 "spec": {"template": {"spec": dev_machine_spec()}}}),
@@ -220,7 +211,8 @@ impl WorkloadCluster {
                                  "bootstrap": {"dataSecretName": bootstrap},
                                  "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
                                                        "kind": "DevMachineTemplate", "name": self.worker_template()}}}}}),
-        ]
+        ]);
+        all
     }
 }
 
@@ -256,23 +248,11 @@ impl KubeadmCluster {
     pub fn manifests(&self, ca: &ClusterCa) -> Vec<Value> {
         let (ns, c) = (self.namespace.as_str(), self.name.as_str());
         let labels = json!({CLUSTER_NAME_LABEL: c});
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let tls = json!({"tls.crt": b64(&ca.cert_pem), "tls.key": b64(&ca.key_pem)});
-        let secret = |suffix: &str| {
-            json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("{c}-{suffix}"), "namespace": ns, "labels": labels},
-                "type": "cluster.x-k8s.io/secret", "data": tls})
-        };
         let kcp = self.control_plane();
         let node_registration =
             json!({"nodeRegistration": {"criSocket": "unix:///var/run/containerd/containerd.sock"}});
-        vec![
-            secret("ca"),
-            secret("etcd"),
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevCluster",
-                "metadata": {"name": c, "namespace": ns, "labels": labels,
-                             "annotations": {"vigil.dev/created-by": "vigil-testenv"}},
-                "spec": {"backend": {"inMemory": {}}}}),
+        let mut all = cluster_secrets_and_infra(ns, c, ca);
+        all.extend([
             json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevMachineTemplate",
                 "metadata": {"name": kcp, "namespace": ns, "labels": labels},
                 "spec": {"template": {"spec": dev_machine_spec()}}}),
@@ -289,8 +269,31 @@ impl KubeadmCluster {
                 "metadata": {"name": c, "namespace": ns, "labels": labels},
                 "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevCluster", "name": c},
                          "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": kcp}}}),
-        ]
+        ]);
+        all
     }
+}
+
+/// What every in-memory workload cluster starts with: its `<cluster>-ca` and `<cluster>-etcd`
+/// Secrets (both signed by `ca`, which the harness keeps to reach the cluster) and its DevCluster.
+fn cluster_secrets_and_infra(ns: &str, c: &str, ca: &ClusterCa) -> Vec<Value> {
+    let labels = json!({CLUSTER_NAME_LABEL: c});
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let tls = json!({"tls.crt": b64(&ca.cert_pem), "tls.key": b64(&ca.key_pem)});
+    let secret = |suffix: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{c}-{suffix}"), "namespace": ns, "labels": labels},
+            "type": "cluster.x-k8s.io/secret", "data": tls})
+    };
+    vec![
+        secret("ca"),
+        secret("etcd"),
+        // The provider panics on a DevCluster without any annotation (it writes into a nil map).
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevCluster",
+            "metadata": {"name": c, "namespace": ns, "labels": labels,
+                         "annotations": {"vigil.dev/created-by": "vigil-testenv"}},
+            "spec": {"backend": {"inMemory": {}}}}),
+    ]
 }
 
 /// The in-memory backend of a DevMachine: a "VM" that boots in 1 s and a Node (and, on a
@@ -699,14 +702,22 @@ pub async fn deployment_machines(
     namespace: &str,
     deployment: &str,
 ) -> Result<BTreeSet<(String, Option<String>)>> {
-    let machines = env
-        .list_json(
-            "cluster.x-k8s.io/v1beta2",
-            "Machine",
-            Some(namespace),
-            &format!("{DEPLOYMENT_NAME_LABEL}={deployment}"),
-        )
-        .await?;
+    live_machines(env, namespace, &format!("{DEPLOYMENT_NAME_LABEL}={deployment}")).await
+}
+
+/// The names of a cluster's control-plane Machines (label `cluster.x-k8s.io/control-plane`) that
+/// are not being deleted, with their Nodes.
+pub async fn control_plane_machines(
+    env: &TestEnv,
+    namespace: &str,
+    cluster: &str,
+) -> Result<BTreeSet<(String, Option<String>)>> {
+    live_machines(env, namespace, &format!("{CLUSTER_NAME_LABEL}={cluster},{CONTROL_PLANE_LABEL}")).await
+}
+
+/// The Machines a label selector finds that are not being deleted, by name, with their Nodes.
+async fn live_machines(env: &TestEnv, namespace: &str, selector: &str) -> Result<BTreeSet<(String, Option<String>)>> {
+    let machines = env.list_json("cluster.x-k8s.io/v1beta2", "Machine", Some(namespace), selector).await?;
     Ok(machines
         .iter()
         .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
