@@ -153,7 +153,8 @@ struct Scope<'a> {
 }
 
 impl<'a> Scope<'a> {
-    /// The scope of `about`: one pass over the Node-to-Machine index, per confirmation.
+    /// The scope of `about`: one lookup per Node name and cluster with Machines (not a pass over
+    /// every Machine: a confirmation's cost must not grow with the fleet).
     fn of(idx: &Index, about: &'a BTreeSet<Target>) -> Self {
         let mut machines: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         let mut node_names = BTreeSet::new();
@@ -169,12 +170,11 @@ impl<'a> Scope<'a> {
         }
         // A check's cluster key for a Machine's Node is its own (or the local cluster when
         // self-hosted), not the Machine's label: match on the Node name in every cluster.
-        if !node_names.is_empty() {
-            for ((_, node), ms) in &idx.machines_by_node {
-                if node_names.contains(node.as_str()) {
-                    for (ns, m) in ms {
-                        machines.entry(ns.clone()).or_default().insert(m.clone());
-                    }
+        for cluster in idx.machine_node_clusters.keys() {
+            for node in &node_names {
+                let Some(ms) = idx.machines_by_node.get(&(cluster.clone(), (*node).to_string())) else { continue };
+                for (ns, m) in ms {
+                    machines.entry(ns.clone()).or_default().insert(m.clone());
                 }
             }
         }
@@ -355,6 +355,55 @@ mod scoped_claims {
         );
         idx.claims.clear();
         idx
+    }
+
+    fn placed(ns: &str, name: &str, cluster: &str, node: Option<&str>) -> Value {
+        let status = node.map_or(json!({}), |n| json!({"nodeRef": {"name": n}}));
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": name, "namespace": ns, "resourceVersion": "1",
+                            "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+               "spec": {"clusterName": cluster}, "status": status})
+    }
+
+    fn scoped(idx: &Index, about: &BTreeSet<Target>) -> BTreeMap<String, BTreeSet<String>> {
+        Scope::of(idx, about).machines
+    }
+
+    /// A confirmation about a Node finds every Machine naming that Node, in every cluster, by
+    /// lookups; the clusters it looks in follow the Machines as they come, move and go.
+    #[test]
+    fn the_scope_finds_a_nodes_machines_in_every_cluster_as_they_move() {
+        let mut idx = Index::default();
+        idx.put_machine(Some(&placed("a", "m1", "c1", Some("n1"))), None);
+        idx.put_machine(Some(&placed("b", "m2", "c2", Some("n1"))), None);
+        idx.put_machine(Some(&placed("a", "m3", "c1", Some("n2"))), None);
+        idx.put_machine(Some(&placed("a", "m4", "c1", None)), None);
+        let n1 = BTreeSet::from([Target::Node { cluster: LOCAL_CLUSTER.into(), name: "n1".into() }]);
+        let both = BTreeMap::from([
+            ("a".to_string(), BTreeSet::from(["m1".to_string()])),
+            ("b".to_string(), BTreeSet::from(["m2".to_string()])),
+        ]);
+        assert_eq!(scoped(&idx, &n1), both);
+        assert_eq!(idx.machine_node_clusters, BTreeMap::from([("a/c1".into(), 2), ("b/c2".into(), 1)]));
+        // m2 moves to n3; m1 is deleted: n1 has no Machine left, and c2 keeps one key (n3).
+        let mut moved = placed("b", "m2", "c2", Some("n3"));
+        moved["metadata"]["resourceVersion"] = json!("2");
+        idx.put_machine(Some(&moved), None);
+        idx.put_machine(None, Some(("a".into(), "m1".into())));
+        assert!(scoped(&idx, &n1).is_empty());
+        assert_eq!(idx.machine_node_clusters, BTreeMap::from([("a/c1".into(), 1), ("b/c2".into(), 1)]));
+        let n3 = BTreeSet::from([Target::Node { cluster: "b/c2".into(), name: "n3".into() }]);
+        assert_eq!(scoped(&idx, &n3), BTreeMap::from([("b".to_string(), BTreeSet::from(["m2".to_string()]))]));
+        // A Machine target is in its own scope whatever its Node.
+        let m4 = BTreeSet::from([Target::Machine { namespace: "a".into(), name: "m4".into() }]);
+        assert_eq!(scoped(&idx, &m4), BTreeMap::from([("a".to_string(), BTreeSet::from(["m4".to_string()]))]));
+        for (ns, m) in [("a", "m3"), ("a", "m4"), ("b", "m2")] {
+            idx.put_machine(None, Some((ns.into(), m.into())));
+        }
+        assert!(idx.machine_node_clusters.is_empty() && idx.machines_by_node.is_empty());
+        idx.put_machine(Some(&placed("a", "m5", "c1", Some("n1"))), None);
+        idx.clear_machines();
+        assert!(idx.machine_node_clusters.is_empty(), "a relist starts from nothing");
     }
 
     fn creates_for(job: &Job) -> Vec<String> {

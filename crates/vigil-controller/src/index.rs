@@ -95,6 +95,9 @@ pub struct Index {
     pub nodes: BTreeMap<ClusterKey, NodeCache>,
     /// Machines (namespace, name) by (cluster, Node name) from their nodeRef.
     pub machines_by_node: HashMap<(ClusterKey, String), BTreeSet<(String, String)>>,
+    /// The clusters of `machines_by_node`'s keys, each with how many keys it has: a lookup of a
+    /// Node name in every cluster visits these, not every Machine.
+    pub machine_node_clusters: BTreeMap<ClusterKey, usize>,
     /// Templates and remediation objects by group and kind.
     pub objects: BTreeMap<GroupKind, ObjectCache>,
     /// MachineHealthChecks whose spec could not be read, with the error (they are still in `mhcs`
@@ -466,13 +469,27 @@ impl Index {
                 set.remove(&key);
                 if set.is_empty() {
                     self.machines_by_node.remove(&nk);
+                    if let Some(count) = self.machine_node_clusters.get_mut(&nk.0) {
+                        *count = count.saturating_sub(1);
+                        if *count == 0 {
+                            self.machine_node_clusters.remove(&nk.0);
+                        }
+                    }
                 }
             }
         }
         if let Some(new) = &new
             && let Some(node) = &new.view.node_name
         {
-            self.machines_by_node.entry((machine_cluster(&new.view), node.clone())).or_default().insert(key.clone());
+            let cluster = machine_cluster(&new.view);
+            let set = match self.machines_by_node.entry((cluster.clone(), node.clone())) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    *self.machine_node_clusters.entry(cluster).or_default() += 1;
+                    e.insert(BTreeSet::new())
+                }
+            };
+            set.insert(key.clone());
         }
         self.place_machine(&key, new.as_ref().map(|e| e.view.as_ref()));
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
@@ -564,6 +581,7 @@ impl Index {
     pub fn clear_machines(&mut self) {
         self.machines.clear();
         self.machines_by_node.clear();
+        self.machine_node_clusters.clear();
         for targets in self.mhc_targets.values_mut() {
             targets.clear();
         }
