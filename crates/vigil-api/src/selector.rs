@@ -110,6 +110,16 @@ impl Selector {
         self.matches_with(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
     }
 
+    /// The labels (key, value) every object it selects carries: its requirements of one value
+    /// (`matchLabels`, `In` with one value). An index of checks by one of these finds every check
+    /// that can select an object by the object's own labels.
+    pub fn required_labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.requirements.iter().filter_map(|r| match r {
+            Requirement::In(k, vs) if vs.len() == 1 => Some((k.as_str(), vs[0].as_str())),
+            _ => None,
+        })
+    }
+
     /// Whether an object whose label `key` is `get(key)` is selected (for label stores other
     /// than a map, such as [`crate::node_view::Labels`]).
     pub fn matches_with<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {

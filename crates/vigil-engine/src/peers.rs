@@ -14,6 +14,7 @@
 
 use crate::target::{CheckRef, is_target};
 use jiff::Timestamp;
+use std::collections::HashMap;
 use vigil_api::MachineHealthCheck;
 use vigil_api::reason::Reason;
 use vigil_api::validate::MhcPolicy;
@@ -54,6 +55,14 @@ impl<'a> MhcPeer<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct MhcPeers<'a> {
     ranked: Vec<MhcPeer<'a>>,
+    /// Ranks ordered by their check's identity, to find a check's rank by binary search.
+    by_check: Vec<usize>,
+    /// Ranks (ascending) of the checks whose selector requires label `key = value`, each under
+    /// the one of its required labels that the fewest checks share.
+    by_label: HashMap<(&'a str, &'a str), Vec<usize>>,
+    /// Ranks (ascending) of the checks whose selector requires no label value (looked at for
+    /// every Machine).
+    unindexed: Vec<usize>,
 }
 
 impl<'a> MhcPeers<'a> {
@@ -73,23 +82,57 @@ impl<'a> MhcPeers<'a> {
         let key = |p: &MhcPeer<'a>| (p.policy.dry_run, p.created.is_none(), p.created);
         ranked.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.check.cmp(&b.check)));
         ranked.dedup_by(|a, b| a.check == b.check);
-        MhcPeers { ranked }
+        let mut by_check: Vec<usize> = (0..ranked.len()).collect();
+        by_check.sort_by(|a, b| ranked[*a].check.cmp(&ranked[*b].check));
+        // Each check is indexed under its rarest required label, so a Machine's lookups meet
+        // few checks that then do not select it.
+        let mut shared: HashMap<(&'a str, &'a str), usize> = HashMap::new();
+        for peer in &ranked {
+            for label in peer.policy.selector.required_labels() {
+                *shared.entry(label).or_default() += 1;
+            }
+        }
+        let mut by_label: HashMap<(&'a str, &'a str), Vec<usize>> = HashMap::new();
+        let mut unindexed = Vec::new();
+        for (rank, peer) in ranked.iter().enumerate() {
+            match peer.policy.selector.required_labels().min_by_key(|l| shared.get(l).copied().unwrap_or(0)) {
+                Some(label) => by_label.entry(label).or_default().push(rank),
+                None => unindexed.push(rank),
+            }
+        }
+        MhcPeers { ranked, by_check, by_label, unindexed }
     }
 
     /// The check that writes `machine`'s conditions, when that is not `me`: the first-ranked check
     /// that selects it, looking only at checks ranked before `me` (so the oldest check pays
     /// nothing). `None` when `me` owns it (or `me` is not among the peers and nobody selects it).
+    /// Only the checks indexed under one of the Machine's labels, and those requiring none, are
+    /// looked at: a check that selects the Machine requires only labels it carries.
     pub fn owner_other_than(&self, me: &CheckRef, machine: &MachineView) -> Option<&CheckRef> {
-        for peer in &self.ranked {
-            if peer.check == *me {
-                return None;
-            }
+        let mine = self.rank_of(me).unwrap_or(self.ranked.len());
+        let selects = |rank: usize| {
+            let peer = &self.ranked[rank];
             let same_namespace =
                 matches!(&peer.check, CheckRef::Machine { namespace, .. } if *namespace == machine.meta.namespace);
-            if same_namespace && is_target(peer.policy, machine) {
-                return Some(&peer.check);
+            same_namespace && is_target(peer.policy, machine)
+        };
+        let first_selecting =
+            |ranks: &[usize], below: usize| ranks.iter().copied().take_while(|r| *r < below).find(|r| selects(*r));
+        let mut owner = first_selecting(&self.unindexed, mine);
+        if !self.by_label.is_empty() {
+            for label in machine.meta.labels.iter() {
+                if let Some(ranks) = self.by_label.get(&label)
+                    && let Some(rank) = first_selecting(ranks, owner.unwrap_or(mine))
+                {
+                    owner = Some(rank);
+                }
             }
         }
-        None
+        owner.map(|rank| &self.ranked[rank].check)
+    }
+
+    /// `check`'s rank, if it is among the peers.
+    fn rank_of(&self, check: &CheckRef) -> Option<usize> {
+        self.by_check.binary_search_by(|r| self.ranked[*r].check.cmp(check)).ok().map(|i| self.by_check[i])
     }
 }

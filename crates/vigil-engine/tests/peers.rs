@@ -390,3 +390,100 @@ proptest! {
         }
     }
 }
+
+/// One check of the owner-lookup case: creation time (seconds, or none), dry-run, and its
+/// selector's requirements over labels `a`, `b`, `c` (values 0–2): (key, operator, value).
+type PeerSpec = (Option<i64>, bool, Vec<(u8, u8, u8)>);
+
+fn selector_of(requirements: &[(u8, u8, u8)]) -> Value {
+    let key = |k: u8| ["a", "b", "c"][usize::from(k % 3)];
+    let mut labels = serde_json::Map::new();
+    let mut expressions = Vec::new();
+    for (k, op, v) in requirements {
+        match op % 4 {
+            0 => {
+                labels.insert(key(*k).into(), json!(v.to_string()));
+            }
+            1 => expressions
+                .push(json!({"key": key(*k), "operator": "In", "values": [v.to_string(), ((v + 1) % 3).to_string()]})),
+            2 => expressions.push(json!({"key": key(*k), "operator": "Exists"})),
+            _ => expressions.push(json!({"key": key(*k), "operator": "NotIn", "values": [v.to_string()]})),
+        }
+    }
+    json!({"matchLabels": labels, "matchExpressions": expressions})
+}
+
+/// The ownership rule read literally: rank every check (acting before dry-run, created first,
+/// no creation time last, then identity) and take the first that selects the Machine, stopping
+/// at `me`.
+fn owner_by_scan<'c>(
+    checks: &'c [(MachineHealthCheck, MhcPolicy)],
+    me: &CheckRef,
+    m: &MachineView,
+) -> Option<&'c MachineHealthCheck> {
+    let mut ranked: Vec<&(MachineHealthCheck, MhcPolicy)> = checks.iter().collect();
+    let created = |c: &MachineHealthCheck| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    ranked.sort_by(|(a, pa), (b, pb)| {
+        (pa.dry_run, created(a).is_none(), created(a), CheckRef::of_mhc(a)).cmp(&(
+            pb.dry_run,
+            created(b).is_none(),
+            created(b),
+            CheckRef::of_mhc(b),
+        ))
+    });
+    for (c, p) in ranked {
+        if CheckRef::of_mhc(c) == *me {
+            return None;
+        }
+        if c.metadata.namespace.as_deref() == Some(m.meta.namespace.as_str()) && vigil_engine::target::is_target(p, m) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The indexed owner lookup finds exactly the owner a scan over every ranked check finds, for
+    /// any selectors (label values, `In` of several values, `Exists`, `NotIn`), any Machine labels
+    /// and any deciding check, including one that is not among the peers.
+    #[test]
+    fn the_indexed_owner_is_the_scanned_owner(
+        specs in prop::collection::vec(
+            (prop::option::of(0i64..4), any::<bool>(), prop::collection::vec((0u8..3, 0u8..4, 0u8..3), 1..4)),
+            1..8,
+        ),
+        labels in prop::collection::vec(prop::option::of(0u8..3), 3),
+        me in 0usize..9,
+    ) {
+        let specs: Vec<PeerSpec> = specs;
+        let checks: Vec<(MachineHealthCheck, MhcPolicy)> = specs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (created, dry, reqs))| {
+                let mut c = check(&format!("c{i}"), *created, json!({}), "5m");
+                c.spec.selector = serde_json::from_value(selector_of(reqs)).ok()?;
+                c.spec.dry_run = *dry;
+                let mut p = vigil_api::validate::machine_health_check(&c).ok()?;
+                // Validation adds the cluster-name label to every selector; without it some
+                // checks require no label value and are looked at for every Machine.
+                if reqs.len() % 2 == 0 {
+                    p.selector = vigil_api::selector::Selector::compile(&c.spec.selector).ok()?;
+                }
+                Some((c, p))
+            })
+            .collect();
+        let mut m = machine("m");
+        for (k, v) in ["a", "b", "c"].iter().zip(&labels) {
+            if let Some(v) = v {
+                m = m.label(k, &v.to_string());
+            }
+        }
+        let m = m.view();
+        let peers = MhcPeers::new(checks.iter().map(|(c, p)| MhcPeer::of(c, p)));
+        let me = cref(&format!("c{me}"));
+        let expected = owner_by_scan(&checks, &me, &m).map(CheckRef::of_mhc);
+        prop_assert_eq!(peers.owner_other_than(&me, &m).cloned(), expected);
+    }
+}
