@@ -350,6 +350,23 @@ impl Contender {
     }
 }
 
+/// Waits until the controller's requests have stopped: at least 3 s, then until its audit log
+/// (only the controller's requests are audited) has not grown for 2 s, at most 60 s.
+async fn settle(audit_log: &Path) {
+    const QUIET: Duration = Duration::from_secs(2);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let limit = Instant::now() + Duration::from_secs(60);
+    let size = || std::fs::metadata(audit_log).map(|m| m.len()).unwrap_or(0);
+    let (mut last, mut since) = (size(), Instant::now());
+    while Instant::now() < limit && since.elapsed() < QUIET {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = size();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+}
+
 /// A phase boundary on both clocks: `Instant` for samples, wall time for the audit log.
 #[derive(Clone, Copy)]
 struct Mark {
@@ -524,8 +541,9 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Settle: writes that trail the last remediation (status, events) belong to the wave.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Settle: writes that trail the last remediation (status, events sent after the
+    // remediations on Vigil's event lane) belong to the wave.
+    settle(&env.audit_log_path().context("the test env has no directory")?).await;
     let wave_end = mark(pid)?;
     let peak_kib = procstat::status_kib(pid, "VmHWM")?;
 
