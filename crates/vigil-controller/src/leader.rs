@@ -408,18 +408,22 @@ pub async fn run_shards(
     let mut member_observed = None;
     let mut members: HashMap<String, Option<(String, Instant)>> = HashMap::new();
     let mut releasing: BTreeMap<u32, Instant> = BTreeMap::new();
-    let mut first = true;
+    // When this replica's membership Lease was first written (renewed or created).
+    let mut joined: Option<Instant> = None;
     loop {
         if *stop.borrow() {
             break;
         }
         let started = Instant::now();
         // Phase 1: membership, and how many replicas are alive.
-        if tokio::time::timeout(options.retry_period, round(&api, &member, &mut member_observed, started, true))
+        match tokio::time::timeout(options.retry_period, round(&api, &member, &mut member_observed, started, true))
             .await
-            .map_or(true, |r| r.is_err())
         {
-            metrics.lease_error();
+            Ok(Ok(Round::Holding(_))) => {
+                joined.get_or_insert_with(Instant::now);
+            }
+            Ok(Ok(Round::Held(_))) => {}
+            Ok(Err(_)) | Err(_) => metrics.lease_error(),
         }
         let observation = observe_leases(&api, &options, &member.lease_name, &mut members, &mut observed).await;
         let live = observation.as_ref().map(|o| o.live(Instant::now()));
@@ -436,9 +440,14 @@ pub async fn run_shards(
                 info!(shard = s, live = ?live, "giving back a shard beyond the fair share");
             }
         }
-        // Phase 3: renew held shards, take free ones up to the fair share (none before the
-        // first membership count, none while membership is unknown).
-        let mut may_take = if first || live.is_none() { 0 } else { balance.may_take };
+        // Phase 3: renew held shards, take free ones up to the fair share (none before a retry
+        // period after this replica's membership Lease was first written, none while
+        // membership is unknown).
+        let mut may_take = if live.is_none() {
+            0
+        } else {
+            vigil_engine::shard::may_take(&balance, joined.map(|j| j.elapsed()), options.retry_period)
+        };
         for s in 0..count {
             let right = rights.right(Some(s));
             if let Some(until) = releasing.get(&s).copied() {
@@ -480,11 +489,15 @@ pub async fn run_shards(
                 on_lost(s);
             }
         }
-        first = false;
         metrics.leader(!rights.held().is_empty());
         // The next round comes a retry period after this one started, or just after another
         // replica's Lease expires if that is sooner (a Lease is free once strictly older).
-        let next_round = started + options.retry_period;
+        // Until it may take shards, the round that may is a retry period after joining (a single
+        // replica's cold start waits the membership write's latency more than before, no more).
+        let next_round = match joined.filter(|j| j.elapsed() < options.retry_period) {
+            Some(j) => j + options.retry_period,
+            None => started + options.retry_period,
+        };
         let wake = observation
             .and_then(|o| o.next_expiry(Instant::now()))
             .map_or(next_round, |e| next_round.min(e + EXPIRY_MARGIN));
