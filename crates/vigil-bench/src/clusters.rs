@@ -111,7 +111,7 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     let cold_start_s = started.elapsed().as_secs_f64();
     let shards_held = if plan.replicas > 1 { fleet.wait_balanced(&env, plan.shards).await? } else { Vec::new() };
     let cpu_cold = sub(&fleet.cpu()?, &cpu_start);
-    let rss_start = fleet.peak_rss()?;
+    let rss_start = fleet.peak_rss(started)?;
     eprintln!("vigil-bench: cold start {cold_start_s:.1} s; idle {IDLE:?}");
 
     let idle_from = fleet.cpu()?;
@@ -129,14 +129,16 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
         wave(plan, &env, &mut fleet, &clusters.iter().take(failed).collect::<Vec<_>>()).await?;
     let wave_cpu = sub(&fleet.cpu()?, &wave_from);
     // Until the kill: start-up, idle and the wave (the kernel's high-water mark).
-    let peak_rss = fleet.peak_rss()?;
+    let peak_rss = fleet.peak_rss(started)?;
     let (failover, rss_after_failover) = if plan.replicas > 1 {
         // The survivors' high-water marks start again at the kill.
         for c in &fleet.members[1..] {
             procstat::reset_peak(c.pid)?;
         }
+        let killed = Instant::now();
         let failover = failover(plan, &env, &mut fleet, &clusters[failed..], &shards_held).await?;
-        let after: Vec<Option<f64>> = std::iter::once(None).chain(fleet.peak_rss()?.into_iter().map(Some)).collect();
+        let after: Vec<Option<f64>> =
+            std::iter::once(None).chain(fleet.peak_rss(killed)?.into_iter().map(Some)).collect();
         (Some(failover), after)
     } else {
         (None, vec![None])
@@ -321,9 +323,19 @@ impl Replicas {
         Replicas { members, samples }
     }
 
-    /// Each member's resident-memory high-water mark (`VmHWM`), MiB.
-    fn peak_rss(&self) -> Result<Vec<f64>> {
-        self.members.iter().map(|c| procstat::status_kib(c.pid, "VmHWM").map(|k| k as f64 / 1024.0)).collect()
+    /// Each member's resident-memory peak since `since`, MiB: its high-water mark (`VmHWM`, since
+    /// start or the last reset) or the highest sample since `since` if higher (the kernel folds
+    /// its per-thread RSS counters into the mark lazily, so a sample may exceed it slightly).
+    fn peak_rss(&self, since: Instant) -> Result<Vec<f64>> {
+        let now = Instant::now();
+        self.members
+            .iter()
+            .zip(&self.samples)
+            .map(|(c, s)| {
+                let hwm = procstat::status_kib(c.pid, "VmHWM")? as f64 / 1024.0;
+                Ok(hwm.max(s.peak_mib(since, now)))
+            })
+            .collect()
     }
 
     /// CPU seconds used so far by each member.
