@@ -111,12 +111,15 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     let cold_start_s = started.elapsed().as_secs_f64();
     let shards_held = if plan.replicas > 1 { fleet.wait_balanced(&env, plan.shards).await? } else { Vec::new() };
     let cpu_cold = sub(&fleet.cpu()?, &cpu_start);
+    let rss_start = fleet.peak_rss(started)?;
     eprintln!("vigil-bench: cold start {cold_start_s:.1} s; idle {IDLE:?}");
 
     let idle_from = fleet.cpu()?;
+    let idle_at = Instant::now();
     tokio::time::sleep(IDLE).await;
     let cpu_idle_per_min: Vec<f64> =
         sub(&fleet.cpu()?, &idle_from).iter().map(|c| c * 60.0 / IDLE.as_secs_f64()).collect();
+    let rss_steady: Vec<f64> = fleet.samples.iter().map(|s| s.peak_mib(idle_at, Instant::now())).collect();
     let open_sockets: Vec<usize> = fleet.members.iter().map(|c| sockets(c.pid)).collect();
 
     // The wave: one worker in each of the first `failed` clusters goes Ready=False.
@@ -125,15 +128,20 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     let (latencies, first_expiry_s) =
         wave(plan, &env, &mut fleet, &clusters.iter().take(failed).collect::<Vec<_>>()).await?;
     let wave_cpu = sub(&fleet.cpu()?, &wave_from);
-    let peak_rss: Vec<f64> = fleet
-        .members
-        .iter()
-        .map(|c| procstat::status_kib(c.pid, "VmHWM").map(|k| k as f64 / 1024.0))
-        .collect::<Result<_>>()?;
-    let failover = if plan.replicas > 1 {
-        Some(failover(plan, &env, &mut fleet, &clusters[failed..], &shards_held).await?)
+    // Until the kill: start-up, idle and the wave (the kernel's high-water mark).
+    let peak_rss = fleet.peak_rss(started)?;
+    let (failover, rss_after_failover) = if plan.replicas > 1 {
+        // The survivors' high-water marks start again at the kill.
+        for c in &fleet.members[1..] {
+            procstat::reset_peak(c.pid)?;
+        }
+        let killed = Instant::now();
+        let failover = failover(plan, &env, &mut fleet, &clusters[failed..], &shards_held).await?;
+        let after: Vec<Option<f64>> =
+            std::iter::once(None).chain(fleet.peak_rss(killed)?.into_iter().map(Some)).collect();
+        (Some(failover), after)
     } else {
-        None
+        (None, vec![None])
     };
     let managers_rss_mib =
         |p: Option<u32>| p.and_then(|p| procstat::status_kib(p, "VmRSS").ok()).map(|k| round(k as f64 / 1024.0));
@@ -145,6 +153,7 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
             json!({"identity": replica_identity(i),
                    "shards_held": shards_held.get(i).cloned().unwrap_or_default(),
                    "peak_rss_mib": round(peak_rss[i]),
+                   "rss_mib": rss_json(rss_start[i], rss_steady[i], peak_rss[i], rss_after_failover[i]),
                    "cpu_s": {"cold_start": round(cpu_cold[i]), "idle_per_min": round(cpu_idle_per_min[i]), "wave": round(wave_cpu[i])},
                    "open_sockets_idle": open_sockets[i]})
         })
@@ -160,6 +169,8 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
         "cold_start_s": round(cold_start_s),
         "detection_ms": latency_json(&latencies),
         "peak_rss_mib": round(peak_rss.iter().copied().fold(0.0, f64::max)),
+        "rss_mib": rss_json(max(&rss_start), max(&rss_steady), max(&peak_rss),
+                            rss_after_failover.iter().flatten().copied().reduce(f64::max)),
         "cpu_s": {"cold_start": sum(&cpu_cold), "idle_per_min": sum(&cpu_idle_per_min), "wave": sum(&wave_cpu)},
         "open_sockets_idle": open_sockets.iter().sum::<usize>(),
         "per_replica": per_replica,
@@ -169,7 +180,43 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     });
     // At once on stderr too: a later run that fails or is stopped does not lose this one.
     eprintln!("vigil-bench: {summary}");
+    eprint!("{}", rss_table(&summary));
     Ok(summary)
+}
+
+/// The largest of `v` (0 when empty).
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(0.0, f64::max)
+}
+
+/// One replica's resident memory by phase, MiB: the peak until the checks were ready (and, with
+/// replicas, the shards balanced: a start-up shard grab shows here), the highest sample of the
+/// idle window (what it holds once settled), the peak until the kill (start-up and wave
+/// included: `peak_rss_mib`), and the peak from the kill to the end of the failover (`null` for
+/// the killed replica and without replicas).
+fn rss_json(start: f64, steady: f64, until_kill: f64, after_failover: Option<f64>) -> Value {
+    json!({"peak_start": round(start), "steady": round(steady), "peak_until_kill": round(until_kill),
+           "peak_after_failover": after_failover.map(round)})
+}
+
+/// The per-replica memory table printed after a run.
+fn rss_table(summary: &Value) -> String {
+    let mut out = format!(
+        "vigil-bench: RSS MiB   {:<16} {:>10} {:>8} {:>15} {:>19}\n",
+        "replica", "peak start", "steady", "peak until kill", "peak after failover"
+    );
+    let cell = |r: &Value, k: &str| r["rss_mib"][k].as_f64().map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+    for r in summary["per_replica"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "vigil-bench: RSS MiB   {:<16} {:>10} {:>8} {:>15} {:>19}\n",
+            r["identity"].as_str().unwrap_or("?"),
+            cell(r, "peak_start"),
+            cell(r, "steady"),
+            cell(r, "peak_until_kill"),
+            cell(r, "peak_after_failover")
+        ));
+    }
+    out
 }
 
 /// Element-wise `a - b` (CPU seconds per replica between two readings).
@@ -226,6 +273,8 @@ fn replica_identity(i: usize) -> String {
 /// The measured controller processes: one, or `--replicas` `vigil run --shards` processes.
 struct Replicas {
     members: Vec<Controller>,
+    /// Each member's resident memory every 100 ms (the idle window's figure), same order.
+    samples: Vec<procstat::RssSamples>,
 }
 
 impl Replicas {
@@ -244,7 +293,7 @@ impl Replicas {
             }
         };
         if plan.replicas <= 1 {
-            return Ok(Replicas { members: vec![Controller::spawn(contender, &kubeconfig, log(0))?] });
+            return Ok(Replicas::sampled(vec![Controller::spawn(contender, &kubeconfig, log(0))?]));
         }
         let Contender::Vigil { bin, workers } = contender else {
             anyhow::bail!("--replicas runs Vigil only");
@@ -261,7 +310,32 @@ impl Replicas {
             cmd.env("POD_NAME", replica_identity(i));
             members.push(Controller::spawn_command(cmd, format!("{} replica {i}", contender.name()), log(i))?);
         }
-        Ok(Replicas { members })
+        Ok(Replicas::sampled(members))
+    }
+
+    /// `members`, their resident memory sampled from now on (until each exits).
+    fn sampled(members: Vec<Controller>) -> Replicas {
+        let samples: Vec<procstat::RssSamples> = members.iter().map(|_| procstat::RssSamples::default()).collect();
+        for (c, s) in members.iter().zip(&samples) {
+            // The task ends by itself when the process is gone.
+            drop(s.spawn(c.pid));
+        }
+        Replicas { members, samples }
+    }
+
+    /// Each member's resident-memory peak since `since`, MiB: its high-water mark (`VmHWM`, since
+    /// start or the last reset) or the highest sample since `since` if higher (the kernel folds
+    /// its per-thread RSS counters into the mark lazily, so a sample may exceed it slightly).
+    fn peak_rss(&self, since: Instant) -> Result<Vec<f64>> {
+        let now = Instant::now();
+        self.members
+            .iter()
+            .zip(&self.samples)
+            .map(|(c, s)| {
+                let hwm = procstat::status_kib(c.pid, "VmHWM")? as f64 / 1024.0;
+                Ok(hwm.max(s.peak_mib(since, now)))
+            })
+            .collect()
     }
 
     /// CPU seconds used so far by each member.
@@ -426,6 +500,7 @@ async fn failover(
         .take(failed)
         .collect();
     let dead = fleet.members.remove(0);
+    fleet.samples.remove(0);
     let killed_at = Instant::now();
     dead.kill().await?;
     eprintln!(

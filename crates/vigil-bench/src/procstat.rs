@@ -31,6 +31,12 @@ pub fn status_kib(pid: u32, field: &str) -> Result<u64> {
     Ok(line.trim().trim_end_matches("kB").trim().parse()?)
 }
 
+/// Resets `pid`'s resident-memory high-water mark (`VmHWM`) to its current resident memory
+/// (`/proc/<pid>/clear_refs` value 5, Linux 4.0+), so a later `VmHWM` is the peak of a phase.
+pub fn reset_peak(pid: u32) -> Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").with_context(|| format!("/proc/{pid}/clear_refs"))
+}
+
 /// Resident memory samples over time, to tell a phase's peak.
 #[derive(Clone, Default)]
 pub struct RssSamples(Arc<Mutex<Vec<(Instant, u64)>>>);
@@ -70,5 +76,18 @@ mod tests {
         let rss = status_kib(me, "VmRSS").expect("rss");
         assert!(rss > 100 && rss <= status_kib(me, "VmHWM").expect("hwm"));
         assert!(status_kib(me, "NoSuchField").is_err());
+    }
+
+    #[test]
+    fn the_peak_is_reset_to_the_current_resident_memory() {
+        let me = std::process::id();
+        // 64 MiB touched, then freed: the high-water mark stays above the resident memory.
+        let big = vec![1u8; 64 << 20];
+        assert!(big.iter().map(|b| u64::from(*b)).sum::<u64>() > 0);
+        drop(big);
+        let before = status_kib(me, "VmHWM").expect("hwm");
+        reset_peak(me).expect("clear_refs");
+        let after = status_kib(me, "VmHWM").expect("hwm");
+        assert!(after + 32 * 1024 < before, "high-water mark {before} KiB not reset (now {after} KiB)");
     }
 }

@@ -292,13 +292,7 @@ async fn round(
     }
     // Another holder: the Lease is taken over only after it stayed unchanged for a whole lease
     // duration on this replica's clock (clocks of different machines are never compared).
-    let changed_at = match observed {
-        Some((v, at)) if *v == version => *at,
-        _ => {
-            *observed = Some((version, started));
-            started
-        }
-    };
+    let changed_at = changed_at(observed, &version, started);
     let their_duration = spec
         .lease_duration_seconds
         .and_then(|s| u64::try_from(s).ok())
@@ -340,6 +334,10 @@ async fn release(api: &Api<Lease>, options: &LeaderOptions) {
     }
 }
 
+/// How long after another replica's Lease expires an early round looks at it (the Lease is
+/// free only once strictly older than its duration).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
+
 /// One right to write per shard (sharded mode: `vigil run --shards N`, N > 1).
 #[derive(Debug)]
 pub struct ShardRights {
@@ -380,13 +378,17 @@ pub fn member_lease_name(lease_name: &str, identity: &str) -> String {
 }
 
 /// Runs sharded election until `stop` turns true: each round renews this replica's membership
-/// Lease, counts the live replicas (membership Leases that changed within a lease duration on
-/// this replica's clock, released ones excluded), gives back held shards beyond the fair share
+/// Lease, counts the live replicas ([`Observation::live`]: membership Leases that changed within
+/// a lease duration on this replica's clock, released ones and replicas whose every shard Lease
+/// expired excluded), gives back held shards beyond the fair share
 /// (after their right to write has run out, so no write of this replica overlaps the next
 /// holder's), then runs the leader algorithm on every shard Lease: held ones are renewed, free
 /// ones taken while under the fair share. `on_gained` runs when a shard is won, `on_lost` when
-/// its right to write ends (given back, taken by another, or run out). On stop every held Lease
-/// and the membership Lease are released.
+/// its right to write ends (given back, taken by another, or run out). A round starts a retry
+/// period after the previous one, or as soon as another replica's Lease expires if sooner, so a
+/// `kill -9`ed replica's shards are taken within one lease duration plus one retry period of its
+/// last renewal (seen up to a retry period late, taken once a lease duration older). On stop
+/// every held Lease and the membership Lease are released.
 pub async fn run_shards(
     client: Client,
     options: LeaderOptions,
@@ -404,22 +406,27 @@ pub async fn run_shards(
         |s: u32| LeaderOptions { lease_name: shard_lease_name(&options.lease_name, s), ..options.clone() };
     let mut observed: Vec<Option<(String, Instant)>> = vec![None; count as usize];
     let mut member_observed = None;
-    let mut members: HashMap<String, (String, Instant)> = HashMap::new();
+    let mut members: HashMap<String, Option<(String, Instant)>> = HashMap::new();
     let mut releasing: BTreeMap<u32, Instant> = BTreeMap::new();
-    let mut first = true;
+    // When this replica's membership Lease was first written (renewed or created).
+    let mut joined: Option<Instant> = None;
     loop {
         if *stop.borrow() {
             break;
         }
         let started = Instant::now();
         // Phase 1: membership, and how many replicas are alive.
-        if tokio::time::timeout(options.retry_period, round(&api, &member, &mut member_observed, started, true))
+        match tokio::time::timeout(options.retry_period, round(&api, &member, &mut member_observed, started, true))
             .await
-            .map_or(true, |r| r.is_err())
         {
-            metrics.lease_error();
+            Ok(Ok(Round::Holding(_))) => {
+                joined.get_or_insert_with(Instant::now);
+            }
+            Ok(Ok(Round::Held(_))) => {}
+            Ok(Err(_)) | Err(_) => metrics.lease_error(),
         }
-        let live = live_members(&api, &options, &member.lease_name, &mut members).await;
+        let observation = observe_leases(&api, &options, &member.lease_name, &mut members, &mut observed).await;
+        let live = observation.as_ref().map(|o| o.live(Instant::now()));
         // Phase 2: give back the excess, fenced.
         let held = rights.held();
         let balance = vigil_engine::shard::balance(count, live.unwrap_or(1), &held);
@@ -433,9 +440,14 @@ pub async fn run_shards(
                 info!(shard = s, live = ?live, "giving back a shard beyond the fair share");
             }
         }
-        // Phase 3: renew held shards, take free ones up to the fair share (none before the
-        // first membership count, none while membership is unknown).
-        let mut may_take = if first || live.is_none() { 0 } else { balance.may_take };
+        // Phase 3: renew held shards, take free ones up to the fair share (none before a retry
+        // period after this replica's membership Lease was first written, none while
+        // membership is unknown).
+        let mut may_take = if live.is_none() {
+            0
+        } else {
+            vigil_engine::shard::may_take(&balance, joined.map(|j| j.elapsed()), options.retry_period)
+        };
         for s in 0..count {
             let right = rights.right(Some(s));
             if let Some(until) = releasing.get(&s).copied() {
@@ -477,11 +489,20 @@ pub async fn run_shards(
                 on_lost(s);
             }
         }
-        first = false;
         metrics.leader(!rights.held().is_empty());
-        let wait = options.retry_period.saturating_sub(started.elapsed());
+        // The next round comes a retry period after this one started, or just after another
+        // replica's Lease expires if that is sooner (a Lease is free once strictly older).
+        // Until it may take shards, the round that may is a retry period after joining (a single
+        // replica's cold start waits the membership write's latency more than before, no more).
+        let next_round = match joined.filter(|j| j.elapsed() < options.retry_period) {
+            Some(j) => j + options.retry_period,
+            None => started + options.retry_period,
+        };
+        let wake = observation
+            .and_then(|o| o.next_expiry(Instant::now()))
+            .map_or(next_round, |e| next_round.min(e + EXPIRY_MARGIN));
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(wake.into()) => {}
             _ = stop.changed() => {}
         }
     }
@@ -494,43 +515,95 @@ pub async fn run_shards(
     release(&api, &member).await;
 }
 
-/// How many replicas are alive: this one, plus every other membership Lease with a holder that
-/// changed within its lease duration on this replica's clock (`None`: the list failed).
-async fn live_members(
+/// What one list of the Leases told this replica, judged on its own clock.
+#[derive(Debug, Default)]
+struct Observation {
+    /// Other replicas' membership Leases with a holder: identity and when the Lease expires
+    /// (the last change seen + its duration).
+    members: Vec<(String, Instant)>,
+    /// Shard Leases held by another replica: holder and when the Lease expires.
+    shards: Vec<(String, Instant)>,
+}
+
+impl Observation {
+    /// How many replicas are alive: this one, plus every other one whose membership Lease has
+    /// not expired, except a replica every shard Lease of which has expired: a `kill -9`ed
+    /// replica's last membership renewal may come after its last shard renewals (or be seen a
+    /// round later), and counting it alive until the membership Lease expires too would keep
+    /// the others at their old fair share for up to a retry period after its shards are free.
+    fn live(&self, now: Instant) -> usize {
+        let dead_by_shards = |who: &str| {
+            let mut held = self.shards.iter().filter(|(h, _)| h == who).peekable();
+            held.peek().is_some() && held.all(|(_, expires)| *expires < now)
+        };
+        1 + self.members.iter().filter(|(who, expires)| now <= *expires && !dead_by_shards(who)).count()
+    }
+
+    /// The next instant after `now` at which another replica's Lease expires: a round then
+    /// counts the replicas and takes the shards without waiting for the next retry period, so a
+    /// dead replica's shards are taken one lease duration after this replica first saw their
+    /// last renewal.
+    fn next_expiry(&self, now: Instant) -> Option<Instant> {
+        self.members.iter().chain(&self.shards).map(|(_, e)| *e).filter(|e| *e >= now).min()
+    }
+}
+
+/// When a Lease last changed on this replica's clock: `seen` keeps the version and the instant
+/// it was first seen; a new version restarts the clock at `now`.
+fn changed_at(seen: &mut Option<(String, Instant)>, version: &str, now: Instant) -> Instant {
+    match seen {
+        Some((v, at)) if v == version => *at,
+        _ => {
+            *seen = Some((version.to_string(), now));
+            now
+        }
+    }
+}
+
+/// Lists the Leases: membership Leases of the other replicas (their versions' first sightings
+/// in `members`) and shard Leases (in `shards`, the same record [`round`] keeps, so a shard's
+/// expiry is judged from the first sighting of its version by either); `None`: the list failed.
+async fn observe_leases(
     api: &Api<Lease>,
     options: &LeaderOptions,
     own: &str,
-    seen: &mut HashMap<String, (String, Instant)>,
-) -> Option<usize> {
-    let prefix = member_lease_name(&options.lease_name, "");
+    members: &mut HashMap<String, Option<(String, Instant)>>,
+    shards: &mut [Option<(String, Instant)>],
+) -> Option<Observation> {
+    let member_prefix = member_lease_name(&options.lease_name, "");
+    // `shard_lease_name` without the index.
+    let shard_prefix = format!("{}-shard-", options.lease_name);
     let list =
         tokio::time::timeout(options.retry_period, api.list(&kube::api::ListParams::default())).await.ok()?.ok()?;
     let now = Instant::now();
-    let mut live = 1;
+    let mut out = Observation::default();
     let mut names = HashSet::new();
     for lease in list.items {
         let Some(name) = lease.metadata.name.clone() else { continue };
-        if !name.starts_with(&prefix) || name == own {
-            continue;
-        }
-        names.insert(name.clone());
         let version = lease.metadata.resource_version.clone().unwrap_or_default();
-        let entry = seen.entry(name).or_insert_with(|| (version.clone(), now));
-        if entry.0 != version {
-            *entry = (version, now);
-        }
         let spec = lease.spec.unwrap_or_default();
         let holder = spec.holder_identity.unwrap_or_default();
         let duration = spec
             .lease_duration_seconds
             .and_then(|s| u64::try_from(s).ok())
             .map_or(options.lease_duration, Duration::from_secs);
-        if !holder.is_empty() && now.duration_since(entry.1) <= duration {
-            live += 1;
+        if name.starts_with(&member_prefix) && name != own {
+            names.insert(name.clone());
+            let at = changed_at(members.entry(name).or_default(), &version, now);
+            if !holder.is_empty() {
+                out.members.push((holder, at + duration));
+            }
+        } else if let Some(seen) =
+            name.strip_prefix(&shard_prefix).and_then(|i| i.parse::<usize>().ok()).and_then(|i| shards.get_mut(i))
+        {
+            let at = changed_at(seen, &version, now);
+            if !holder.is_empty() && holder != options.identity {
+                out.shards.push((holder, at + duration));
+            }
         }
     }
-    seen.retain(|n, _| names.contains(n));
-    Some(live)
+    members.retain(|n, _| names.contains(n));
+    Some(out)
 }
 
 #[cfg(test)]
@@ -553,6 +626,57 @@ mod tests {
         assert!(opts(15, 10, 2).validate().is_ok());
         assert!(opts(10, 10, 2).validate().expect_err("deadline = duration").contains("--renew-deadline"));
         assert!(opts(15, 10, 10).validate().expect_err("retry = deadline").contains("--retry-period"));
+    }
+
+    #[test]
+    fn a_replica_whose_every_shard_lease_expired_counts_dead_before_its_membership_lease_does() {
+        let now = Instant::now();
+        let (past, soon, later) =
+            (now - Duration::from_millis(1), now + Duration::from_secs(1), now + Duration::from_secs(9));
+        let seen = |members: &[(&str, Instant)], shards: &[(&str, Instant)]| Observation {
+            members: members.iter().map(|(w, e)| (w.to_string(), *e)).collect(),
+            shards: shards.iter().map(|(w, e)| (w.to_string(), *e)).collect(),
+        };
+        let table = [
+            // (members, shards held by others, live replicas counting this one)
+            (seen(&[("b", later), ("c", later)], &[("b", later), ("c", later)]), 3),
+            // b's shard Leases all expired while its membership Lease was renewed after them.
+            (seen(&[("b", later), ("c", later)], &[("b", past), ("b", past), ("c", later)]), 2),
+            // One of b's shards still renewed: b is alive.
+            (seen(&[("b", later)], &[("b", past), ("b", soon)]), 2),
+            // b holds no shard (joining, or gave all back): its membership Lease alone counts.
+            (seen(&[("b", later)], &[("c", past)]), 2),
+            // b's membership Lease expired.
+            (seen(&[("b", past)], &[("b", later)]), 1),
+            // Exactly at expiry a Lease still counts (free only once strictly older).
+            (seen(&[("b", now)], &[("b", now)]), 2),
+        ];
+        for (i, (o, want)) in table.iter().enumerate() {
+            assert_eq!(o.live(now), *want, "row {i}: {o:?}");
+        }
+    }
+
+    #[test]
+    fn the_next_round_comes_when_the_first_lease_of_another_replica_expires() {
+        let now = Instant::now();
+        let at = |ms: u64| now + Duration::from_millis(ms);
+        let o = Observation {
+            members: vec![("b".into(), at(9000)), ("c".into(), now - Duration::from_secs(1))],
+            shards: vec![("b".into(), at(700)), ("c".into(), at(300))],
+        };
+        assert_eq!(o.next_expiry(now), Some(at(300)), "the earliest expiry still ahead");
+        assert_eq!(o.next_expiry(at(301)), Some(at(700)), "an expired Lease does not wake again");
+        assert_eq!(Observation::default().next_expiry(now), None);
+    }
+
+    #[test]
+    fn a_lease_changed_clock_restarts_only_on_a_new_version() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let mut seen = None;
+        assert_eq!(changed_at(&mut seen, "1", t0), t0);
+        assert_eq!(changed_at(&mut seen, "1", t1), t0, "same version: first sighting kept");
+        assert_eq!(changed_at(&mut seen, "2", t1), t1, "new version: clock restarts");
     }
 
     #[test]

@@ -58,6 +58,24 @@ pub fn balance(shards: u32, live: usize, held: &std::collections::BTreeSet<u32>)
     Balance { limit, give_back, may_take: limit.saturating_sub(held.len()) }
 }
 
+/// How many free shards a replica may take this round: none before a retry period has passed
+/// since its membership Lease was first written (`since_joined`; `None`: not yet written), then
+/// up to its fair share (`balance.may_take`). Replicas started together write their membership
+/// Leases within about a retry period of each other; one that counted the others before they
+/// wrote theirs would take every shard, connect to every workload cluster, and give the excess
+/// back a round later (a start-up memory peak and churn). Measured from the write, not in
+/// rounds: a round may come early (when another replica's Lease expires).
+pub fn may_take(
+    balance: &Balance,
+    since_joined: Option<std::time::Duration>,
+    retry_period: std::time::Duration,
+) -> usize {
+    match since_joined {
+        Some(d) if d >= retry_period => balance.may_take,
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +119,26 @@ mod tests {
         );
         // One of three died: may take one more.
         assert_eq!(balance(6, 2, &held(&[1, 4])), Balance { limit: 3, give_back: vec![], may_take: 1 });
+    }
+
+    #[test]
+    fn a_replica_takes_nothing_until_a_retry_period_after_its_membership_was_written() {
+        use std::time::Duration;
+        let retry = Duration::from_secs(2);
+        let alone = balance(12, 1, &BTreeSet::new());
+        let of_three = balance(12, 3, &BTreeSet::new());
+        let ms = |m: u64| Some(Duration::from_millis(m));
+        // (balance, since its membership Lease was first written, may take)
+        let table = [
+            (&alone, None, 0),
+            (&alone, ms(0), 0),
+            (&alone, ms(1999), 0),
+            (&alone, ms(2000), 12),
+            (&of_three, ms(2000), 4),
+            (&of_three, ms(60_000), 4),
+        ];
+        for (b, since, want) in table {
+            assert_eq!(may_take(b, since, retry), want, "{b:?} after {since:?}");
+        }
     }
 }

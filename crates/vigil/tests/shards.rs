@@ -29,8 +29,8 @@ use vigil_testenv::{Identity, TestEnv, wait_for};
 
 const SHARDS: u32 = 6;
 const SHARD_ARGS: &[&str] = &["--shards", "6"];
-/// How often the shard Leases are sampled (a holder renews once per retry period, 1 s).
-const SAMPLE: Duration = Duration::from_millis(100);
+/// How long the Lease recorder waits before listing again after a failed list.
+const RELIST_DELAY: Duration = Duration::from_millis(100);
 /// Slack when comparing timestamps two replicas wrote into Leases: each is taken after a GET,
 /// whose latency on a loaded test machine differs between the two writes.
 const SLACK: Duration = Duration::from_millis(250);
@@ -39,6 +39,13 @@ const SLACK: Duration = Duration::from_millis(250);
 /// (a taker sees the last renewal up to a retry period late, and looks whether it is older than a
 /// lease duration once per retry period), plus 500 ms for the requests on a loaded machine.
 const GAP_LIMIT: Duration = Duration::from_millis(4000 + 2 * 1000 + 500);
+/// The longest a shard whose holder died (its Lease expired, never released) may go without a
+/// live holder, from the dead holder's last renewal: one lease duration plus one retry period (a
+/// taker sees the last renewal up to a retry period late, and looks again the moment the Lease
+/// expires on its clock), plus 750 ms for the requests on a loaded machine (the taker's round
+/// renews its membership, lists the Leases and looks at the lower shards first; 5.49 s was
+/// measured in a full run of this file on 2 cores).
+const TAKEOVER_LIMIT: Duration = Duration::from_millis(4000 + 1000 + 750);
 
 /// The holder and times of one version of one shard Lease.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,56 +59,93 @@ struct LeaseState {
 /// When a sample was taken, and each shard Lease's state then (none: no Lease).
 type Snapshot = (Instant, Vec<Option<LeaseState>>);
 
-/// Every shard Lease, sampled each [`SAMPLE`]: a snapshot whenever something changed.
+/// Every version of every shard Lease, through a watch (a version that lived a few
+/// milliseconds, such as a release taken at once by the next holder, is seen too): a snapshot
+/// whenever something changed.
 struct Recorder {
     snapshots: Arc<Mutex<Vec<Snapshot>>>,
-    /// The longest time between two successful samples.
-    longest_pause: Arc<Mutex<Duration>>,
+    /// How many times the recorder listed (more than once: the watch broke, and a version may
+    /// have been missed in between).
+    lists: Arc<Mutex<u32>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// The state of a shard Lease, and its shard.
+fn lease_state(lease: &Lease) -> Option<(usize, LeaseState)> {
+    let name = lease.metadata.name.clone().unwrap_or_default();
+    let i = name.strip_prefix("vigil-shard-").and_then(|i| i.parse::<usize>().ok()).filter(|i| *i < SHARDS as usize)?;
+    let spec = lease.spec.clone().unwrap_or_default();
+    Some((
+        i,
+        LeaseState {
+            version: lease.metadata.resource_version.clone().unwrap_or_default(),
+            holder: spec.holder_identity.unwrap_or_default(),
+            acquired: spec.acquire_time.map(|t| t.0),
+            renewed: spec.renew_time.map(|t| t.0),
+        },
+    ))
 }
 
 impl Recorder {
     fn start(env: &TestEnv) -> Recorder {
+        use futures::StreamExt as _;
+        use kube::api::{WatchEvent, WatchParams};
         let api: Api<Lease> = Api::namespaced(env.client(), LEASE_NS);
         let snapshots = Arc::new(Mutex::new(Vec::new()));
-        let longest_pause = Arc::new(Mutex::new(Duration::ZERO));
-        let (snaps, pause) = (snapshots.clone(), longest_pause.clone());
+        let lists = Arc::new(Mutex::new(0));
+        let (snaps, listed) = (snapshots.clone(), lists.clone());
         let task = tokio::spawn(async move {
-            let mut last_ok = Instant::now();
-            let mut last: Vec<Option<LeaseState>> = vec![None; SHARDS as usize];
+            let mut state: Vec<Option<LeaseState>> = vec![None; SHARDS as usize];
+            let mut from = String::new();
+            let push = |state: &Vec<Option<LeaseState>>| {
+                snaps.lock().unwrap_or_else(|p| p.into_inner()).push((Instant::now(), state.clone()));
+            };
             loop {
-                if let Ok(Ok(list)) = tokio::time::timeout(SAMPLE * 5, api.list(&Default::default())).await {
-                    let now = Instant::now();
-                    let mut state: Vec<Option<LeaseState>> = vec![None; SHARDS as usize];
-                    for lease in list.items {
-                        let name = lease.metadata.name.clone().unwrap_or_default();
-                        let Some(i) = name.strip_prefix("vigil-shard-").and_then(|i| i.parse::<usize>().ok()) else {
-                            continue;
-                        };
-                        let spec = lease.spec.unwrap_or_default();
-                        if let Some(slot) = state.get_mut(i) {
-                            *slot = Some(LeaseState {
-                                version: lease.metadata.resource_version.unwrap_or_default(),
-                                holder: spec.holder_identity.unwrap_or_default(),
-                                acquired: spec.acquire_time.map(|t| t.0),
-                                renewed: spec.renew_time.map(|t| t.0),
-                            });
+                if from.is_empty() {
+                    let Ok(list) = api.list(&Default::default()).await else {
+                        tokio::time::sleep(RELIST_DELAY).await;
+                        continue;
+                    };
+                    *listed.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                    state = vec![None; SHARDS as usize];
+                    for (i, s) in list.items.iter().filter_map(lease_state) {
+                        state[i] = Some(s);
+                    }
+                    push(&state);
+                    from = list.metadata.resource_version.unwrap_or_default();
+                }
+                let Ok(stream) = api.watch(&WatchParams::default(), &from).await else {
+                    from.clear();
+                    continue;
+                };
+                let mut stream = stream.boxed();
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(WatchEvent::Added(l) | WatchEvent::Modified(l)) => {
+                            from = l.metadata.resource_version.clone().unwrap_or_default();
+                            if let Some((i, s)) = lease_state(&l) {
+                                state[i] = Some(s);
+                                push(&state);
+                            }
+                        }
+                        Ok(WatchEvent::Deleted(l)) => {
+                            from = l.metadata.resource_version.clone().unwrap_or_default();
+                            if let Some((i, _)) = lease_state(&l) {
+                                state[i] = None;
+                                push(&state);
+                            }
+                        }
+                        Ok(WatchEvent::Bookmark(b)) => from = b.metadata.resource_version,
+                        // An expired resource version or a broken stream: list again.
+                        Ok(WatchEvent::Error(_)) | Err(_) => {
+                            from.clear();
+                            break;
                         }
                     }
-                    {
-                        let mut p = pause.lock().unwrap_or_else(|p| p.into_inner());
-                        *p = (*p).max(now - last_ok);
-                    }
-                    last_ok = now;
-                    if state != last {
-                        snaps.lock().unwrap_or_else(|p| p.into_inner()).push((now, state.clone()));
-                        last = state;
-                    }
                 }
-                tokio::time::sleep(SAMPLE).await;
             }
         });
-        Recorder { snapshots, longest_pause, task }
+        Recorder { snapshots, lists, task }
     }
 
     fn snapshots(&self) -> Vec<Snapshot> {
@@ -356,10 +400,13 @@ fn check_handovers(recorder: &Recorder, drained: &[(&str, Timestamp)], phases: &
     assert!(overlaps.is_empty(), "a shard had two writers at once: {overlaps:#?}");
     let slow: Vec<&Handover> = handovers.iter().filter(|h| h.gap() > GAP_LIMIT).collect();
     assert!(slow.is_empty(), "a shard went without a live holder for longer than {GAP_LIMIT:?}: {slow:#?}");
-    eprintln!(
-        "SHARDS longest pause between Lease samples: {:?}",
-        *recorder.longest_pause.lock().unwrap_or_else(|p| p.into_inner())
+    let late: Vec<&Handover> = handovers.iter().filter(|h| h.released.is_none() && h.gap() > TAKEOVER_LIMIT).collect();
+    assert!(
+        late.is_empty(),
+        "a dead holder's shard was taken later than {TAKEOVER_LIMIT:?} after its last renewal: {late:#?}"
     );
+    let lists = *recorder.lists.lock().unwrap_or_else(|p| p.into_inner());
+    eprintln!("SHARDS Lease recorder listed {lists} time(s) (more than once: the watch broke in between)");
     handovers
 }
 
