@@ -261,7 +261,7 @@ impl Context {
         futures::stream::iter(job.plan.actions.clone())
             .map(|action| {
                 let this = self.clone();
-                let raw = match &action {
+                let cached = match &action {
                     Action::SetMachineConditions { machine, .. } => {
                         job.machines.get(&format!("{}/{}", machine.namespace, machine.name)).cloned()
                     }
@@ -271,7 +271,7 @@ impl Context {
                 let job_key = job.key.clone();
                 async move {
                     let what = || format!("{action:?}").chars().take(200).collect::<String>();
-                    let result = bounded(this.right(&job_key), what, this.act(&action, raw, remediating)).await;
+                    let result = bounded(this.right(&job_key), what, this.act(&action, cached, remediating)).await;
                     (action, result)
                 }
             })
@@ -449,12 +449,12 @@ impl Context {
     async fn act(
         &self,
         action: &Action,
-        raw: Option<Arc<str>>,
+        cached: Option<crate::index::MachineEntry>,
         remediating: bool,
     ) -> Result<Option<ObjectRef>, WriteError> {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
-                self.set_machine_conditions(machine, *version, conditions, raw, remediating).await.map(|()| None)
+                self.set_machine_conditions(machine, *version, conditions, cached, remediating).await.map(|()| None)
             }
             Action::CreateRemediation { object, .. } => self.create_remediation(object).await,
             Action::DeleteRemediation { object, .. } => self.delete_remediation(object).await,
@@ -466,28 +466,70 @@ impl Context {
 
     /// Patches a Machine's conditions; on a conflict (unless `remediating`) the patch is
     /// recomputed on the fresh Machine and sent again.
+    ///
+    /// The first attempt is a JSON patch built from the `cached` entry's [`WriteBasis`]
+    /// (`vigil_engine::machine_write`): it tests the `resourceVersion` the decision read and
+    /// writes only Vigil's conditions at the positions recorded. When the Machine changed since,
+    /// the test fails the whole patch (the API server answers 422, not 409): that is a conflict,
+    /// told apart from a patch the server refuses for another reason by reading the Machine.
+    /// Without a basis the Machine is read first. A retry sends the merge patch of the whole
+    /// condition lists of the Machine just read, with its `resourceVersion`.
+    ///
+    /// [`WriteBasis`]: vigil_engine::machine_write::WriteBasis
     async fn set_machine_conditions(
         &self,
         machine: &ObjectRef,
         version: vigil_api::views::CapiVersion,
         conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
-        raw: Option<Arc<str>>,
+        cached: Option<crate::index::MachineEntry>,
         remediating: bool,
     ) -> Result<(), WriteError> {
         let ar = self.resource(&machine.api_version, "Machine").await?;
         let api = self.dynamic(&ar, &machine.namespace);
-        let mut current = raw.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or(Value::Null);
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let get = || async { api.get(&machine.name).await.map_err(api_error(format!("get {machine}"))) };
+        let json_patch = cached.as_ref().and_then(|e| {
+            let ops = e.basis.json_patch(version, e.resource_version.as_deref(), conditions)?;
+            serde_json::from_value::<json_patch::Patch>(ops).ok().map(|p| (p, e.resource_version.clone()))
+        });
+        let mut current = match json_patch {
+            Some((patch, tested)) => match api.patch_status(&machine.name, &params, &Patch::<()>::Json(patch)).await {
+                Ok(written) => {
+                    self.metrics.writes("machine_conditions");
+                    self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
+                    return Ok(());
+                }
+                Err(e) if is_code(&e, 404) => return Ok(()),
+                Err(e) if is_code(&e, 422) => {
+                    let fresh = match get().await {
+                        Ok(fresh) => fresh,
+                        Err(WriteError::Api { source, .. }) if is_code(&source, 404) => return Ok(()),
+                        Err(other) => return Err(other),
+                    };
+                    if fresh.metadata.resource_version == tested {
+                        return Err(api_error(format!("conditions of {machine}"))(e));
+                    }
+                    if remediating {
+                        return Err(api_error(format!("conditions of {machine}"))(stale_version(machine, tested)));
+                    }
+                    serde_json::to_value(&fresh).unwrap_or(Value::Null)
+                }
+                Err(e) if is_code(&e, 409) && remediating => {
+                    return Err(api_error(format!("conditions of {machine}"))(e));
+                }
+                Err(e) if is_code(&e, 409) => serde_json::to_value(&get().await?).unwrap_or(Value::Null),
+                Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
+            },
+            None => match get().await {
+                Ok(fresh) => serde_json::to_value(&fresh).unwrap_or(Value::Null),
+                Err(WriteError::Api { source, .. }) if is_code(&source, 404) => return Ok(()),
+                Err(other) => return Err(other),
+            },
+        };
         for attempt in 0..=CONFLICT_RETRIES {
-            let conditions = if attempt == 0 { conditions.to_vec() } else { recomputed(conditions, &current) };
+            let conditions = recomputed(conditions, &current);
             let patch = machine_status_patch(&current, version, &conditions);
-            match api
-                .patch_status(
-                    &machine.name,
-                    &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
+            match api.patch_status(&machine.name, &params, &Patch::Merge(&patch)).await {
                 Ok(written) => {
                     self.metrics.writes("machine_conditions");
                     self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
@@ -496,8 +538,7 @@ impl Context {
                 // A remediating write that conflicts is decided (and confirmed) again:
                 // the Machine changed since it was read.
                 Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
-                    let fresh = api.get(&machine.name).await.map_err(api_error(format!("get {machine}")))?;
-                    current = serde_json::to_value(&fresh).unwrap_or(Value::Null);
+                    current = serde_json::to_value(&get().await?).unwrap_or(Value::Null);
                 }
                 Err(e) if is_code(&e, 404) => return Ok(()),
                 Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
@@ -574,6 +615,16 @@ impl Context {
             Err(e) => Err(api_error(format!("annotate {object}"))(e)),
         }
     }
+}
+
+/// The conflict a JSON patch's failed `resourceVersion` test stands for: the Machine is no
+/// longer at the version `tested` (counted and handled as the 409 a merge patch would get).
+fn stale_version(machine: &ObjectRef, tested: Option<String>) -> kube::Error {
+    let message = format!(
+        "Operation cannot be fulfilled on {machine}: the object has been modified since resourceVersion {}",
+        tested.unwrap_or_default()
+    );
+    kube::Error::Api(kube::core::Status::failure(&message, "Conflict").with_code(409).boxed())
 }
 
 /// The desired conditions recomputed on a fresh Machine: a condition whose status did not

@@ -4,7 +4,7 @@
 //! them and return the checks the change concerns; decisions read them under a short lock.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use vigil_api::validate::{MhcPolicy, NhcPolicy};
@@ -12,6 +12,7 @@ use vigil_api::views::{ClusterView, MachineView, Meta, NodeView, RemediationView
 use vigil_api::well_known::CLUSTER_NAME_LABEL;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::concerns;
+use vigil_engine::machine_write::WriteBasis;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// Where Nodes come from: [`LOCAL_CLUSTER`] or a workload cluster's `namespace/clusterName`.
@@ -43,19 +44,12 @@ pub struct NodeCache {
 pub struct MachineEntry {
     /// The parsed view.
     pub view: Arc<MachineView>,
-    /// The fields a condition patch is computed from (apiVersion, resourceVersion, generation,
-    /// both condition lists), as compact JSON text: a parsed tree is four times the size, and it
-    /// is only needed for the few Machines a plan writes.
-    pub raw: Arc<str>,
+    /// Where the Machine's condition lists stood (`WriteBasis::json_patch`): a verdict-only
+    /// write is not preceded by a read, and this, with `resource_version`, is what it is built
+    /// from. It replaces the ~1 KiB of JSON text the entry kept before (issue 18).
+    pub basis: WriteBasis,
     /// `metadata.resourceVersion`.
     pub resource_version: Option<String>,
-}
-
-impl MachineEntry {
-    /// The slim JSON, parsed (for a write).
-    pub fn raw_value(&self) -> Value {
-        serde_json::from_str(&self.raw).unwrap_or(Value::Null)
-    }
 }
 
 /// Objects of one dynamic kind (a remediation template kind or a remediation kind).
@@ -179,43 +173,10 @@ pub fn machine_cluster(view: &MachineView) -> ClusterKey {
 /// A Machine's index entry (`None` when it cannot be read as a Machine).
 pub fn machine_entry(raw: &Value) -> Option<MachineEntry> {
     let view = MachineView::read(raw)?;
-    let slim = slim_machine_raw(raw).to_string();
     Some(MachineEntry {
-        raw: Arc::from(slim),
+        basis: WriteBasis::read(raw, view.version),
         resource_version: resource_version(raw).map(str::to_string),
         view: Arc::new(view),
-    })
-}
-
-/// The part of a Machine's JSON a condition patch needs.
-pub fn slim_machine_raw(v: &Value) -> Value {
-    let keep = |p: &str| v.pointer(p).cloned().unwrap_or(Value::Null);
-    let mut status = json!({});
-    for (pointer, path) in [
-        ("/status/conditions", vec!["conditions"]),
-        ("/status/v1beta2/conditions", vec!["v1beta2", "conditions"]),
-        ("/status/deprecated/v1beta1/conditions", vec!["deprecated", "v1beta1", "conditions"]),
-    ] {
-        if let Some(list) = v.pointer(pointer) {
-            let mut cur = &mut status;
-            for (i, part) in path.iter().enumerate() {
-                if i + 1 == path.len() {
-                    cur[*part] = list.clone();
-                } else {
-                    if cur.get(*part).is_none() {
-                        cur[*part] = json!({});
-                    }
-                    cur = &mut cur[*part];
-                }
-            }
-        }
-    }
-    json!({
-        "apiVersion": keep("/apiVersion"),
-        "kind": "Machine",
-        "metadata": {"name": keep("/metadata/name"), "namespace": keep("/metadata/namespace"),
-                     "resourceVersion": keep("/metadata/resourceVersion"), "generation": keep("/metadata/generation")},
-        "status": status,
     })
 }
 
@@ -913,6 +874,7 @@ fn needs_decision(new: Option<&ObjectMeta>, old: Option<&ObjectMeta>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn machine(rv: &str, healthy: Option<&str>) -> Value {
         let conditions = match healthy {
@@ -929,7 +891,6 @@ mod tests {
 
     fn held_version(idx: &Index) -> Option<String> {
         let entry = idx.machines.get("ns").and_then(|m| m.get("m1"))?;
-        assert_eq!(resource_version(&entry.raw_value()), entry.resource_version.as_deref());
         entry.resource_version.clone()
     }
 
