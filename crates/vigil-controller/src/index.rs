@@ -87,8 +87,10 @@ pub struct Index {
     pub clusters: BTreeMap<(String, String), Arc<ClusterView>>,
     /// Nodes by cluster.
     pub nodes: BTreeMap<ClusterKey, NodeCache>,
-    /// Machines (namespace, name) by (cluster, Node name) from their nodeRef.
-    pub machines_by_node: HashMap<(ClusterKey, String), BTreeSet<(String, String)>>,
+    /// Machines (namespace, name) by (cluster, Node name) from their nodeRef, sorted and
+    /// without duplicates. Nearly every Node has one Machine: a `Vec` of one is 48 bytes where
+    /// a `BTreeSet`'s first leaf is 540 (5 MiB at 10 000 Machines, issue 18).
+    pub machines_by_node: HashMap<(ClusterKey, String), Vec<(String, String)>>,
     /// Templates and remediation objects by group and kind.
     pub objects: BTreeMap<GroupKind, ObjectCache>,
     /// MachineHealthChecks whose spec could not be read, with the error (they are still in `mhcs`
@@ -424,7 +426,9 @@ impl Index {
         {
             let nk = (machine_cluster(&old.view), node.clone());
             if let Some(set) = self.machines_by_node.get_mut(&nk) {
-                set.remove(&key);
+                if let Ok(at) = set.binary_search(&key) {
+                    set.remove(at);
+                }
                 if set.is_empty() {
                     self.machines_by_node.remove(&nk);
                 }
@@ -433,7 +437,11 @@ impl Index {
         if let Some(new) = &new
             && let Some(node) = &new.view.node_name
         {
-            self.machines_by_node.entry((machine_cluster(&new.view), node.clone())).or_default().insert(key.clone());
+            let set = self.machines_by_node.entry((machine_cluster(&new.view), node.clone())).or_default();
+            if let Err(at) = set.binary_search(&key) {
+                set.reserve_exact(1);
+                set.insert(at, key.clone());
+            }
         }
         self.place_machine(&key, new.as_ref().map(|e| e.view.as_ref()));
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
