@@ -1580,8 +1580,13 @@ async fn a_machine_condition_patch_from_a_stale_read_changes_nothing() -> Result
         }
     };
     let theirs = |types: &[&str]| {
-        let list: Vec<Value> = types.iter().map(|t| json!({"type": t, "status": "True", "reason": "Theirs",
-            "message": "another writer's", "lastTransitionTime": secs_ago(600)})).collect();
+        let list: Vec<Value> = types
+            .iter()
+            .map(|t| {
+                json!({"type": t, "status": "True", "reason": "Theirs",
+            "message": "another writer's", "lastTransitionTime": secs_ago(600)})
+            })
+            .collect();
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m1", "namespace": NS},
                "status": {"conditions": list}})
     };
@@ -1610,7 +1615,8 @@ async fn a_machine_condition_patch_from_a_stale_read_changes_nothing() -> Result
     let written = serde_json::to_value(send(before.clone(), unhealthy.clone()).await??)?;
     assert_eq!(others(&written), others(&before));
     assert_eq!(condition(&written, "HealthCheckSucceeded").map(|c| c["reason"].clone()), Some(json!("UnhealthyNode")));
-    let legacy = written.pointer("/status/deprecated/v1beta1/conditions").and_then(Value::as_array).context("legacy list")?;
+    let legacy =
+        written.pointer("/status/deprecated/v1beta1/conditions").and_then(Value::as_array).context("legacy list")?;
     assert!(legacy.iter().any(|c| c["type"] == "HealthCheckSucceeded" && c["reason"] == "UnhealthyNode"));
 
     // Another writer adds a condition ahead of Vigil's in the list (server-side apply keeps the

@@ -220,10 +220,8 @@ impl WriteBasis {
         if version != self.version {
             return None;
         }
-        let new_form: Vec<(&str, Value)> = conditions
-            .iter()
-            .map(|(c, at)| (c.type_.as_str(), metav1_condition(c, *at, self.generation)))
-            .collect();
+        let new_form: Vec<(&str, Value)> =
+            conditions.iter().map(|(c, at)| (c.type_.as_str(), metav1_condition(c, *at, self.generation))).collect();
         let legacy: Vec<(&str, Value)> = conditions
             .iter()
             .filter_map(|(c, at)| legacy_form(c).map(|(t, r)| (t, legacy_condition(t, r, c, *at))))
@@ -400,7 +398,8 @@ mod tests {
     fn shapes() -> Vec<(&'static str, CapiVersion, Value)> {
         let meta = json!({"name": "m1", "namespace": "ns", "resourceVersion": "42", "generation": 7});
         let machine = |api: &str, status: Option<Value>| {
-            let mut m = json!({"apiVersion": format!("cluster.x-k8s.io/{api}"), "kind": "Machine", "metadata": meta.clone()});
+            let mut m =
+                json!({"apiVersion": format!("cluster.x-k8s.io/{api}"), "kind": "Machine", "metadata": meta.clone()});
             if let Some(s) = status {
                 m["status"] = s;
             }
@@ -412,28 +411,58 @@ mod tests {
         vec![
             ("v1beta2, no status", v2, machine("v1beta2", None)),
             ("v1beta2, empty status", v2, machine("v1beta2", Some(json!({})))),
-            ("v1beta2, others only, no deprecated", v2, machine("v1beta2", Some(json!({"conditions": others(&["Ready", "Available"])})))),
-            ("v1beta2, deprecated without v1beta1", v2, machine("v1beta2", Some(json!({"conditions": others(&["Ready"]), "deprecated": {}})))),
-            ("v1beta2, v1beta1 without conditions", v2, machine("v1beta2", Some(json!({"deprecated": {"v1beta1": {"failureReason": "x"}}})))),
+            (
+                "v1beta2, others only, no deprecated",
+                v2,
+                machine("v1beta2", Some(json!({"conditions": others(&["Ready", "Available"])}))),
+            ),
+            (
+                "v1beta2, deprecated without v1beta1",
+                v2,
+                machine("v1beta2", Some(json!({"conditions": others(&["Ready"]), "deprecated": {}}))),
+            ),
+            (
+                "v1beta2, v1beta1 without conditions",
+                v2,
+                machine("v1beta2", Some(json!({"deprecated": {"v1beta1": {"failureReason": "x"}}}))),
+            ),
             (
                 "v1beta2, Vigil's between others",
                 v2,
-                machine("v1beta2", Some(json!({
-                    "conditions": [theirs("Ready"), mine(HEALTH_CHECK_SUCCEEDED), theirs("Available"), mine(OWNER_REMEDIATED), theirs("Paused")],
-                    "deprecated": {"v1beta1": {"conditions": [mine(OWNER_REMEDIATED), theirs("Ready"), mine(HEALTH_CHECK_SUCCEEDED)]}},
-                }))),
+                machine(
+                    "v1beta2",
+                    Some(json!({
+                        "conditions": [theirs("Ready"), mine(HEALTH_CHECK_SUCCEEDED), theirs("Available"), mine(OWNER_REMEDIATED), theirs("Paused")],
+                        "deprecated": {"v1beta1": {"conditions": [mine(OWNER_REMEDIATED), theirs("Ready"), mine(HEALTH_CHECK_SUCCEEDED)]}},
+                    })),
+                ),
             ),
-            ("v1beta2, null list", v2, machine("v1beta2", Some(json!({"conditions": null, "deprecated": {"v1beta1": {"conditions": []}}})))),
+            (
+                "v1beta2, null list",
+                v2,
+                machine("v1beta2", Some(json!({"conditions": null, "deprecated": {"v1beta1": {"conditions": []}}}))),
+            ),
             ("v1beta1, no status", v1, machine("v1beta1", None)),
-            ("v1beta1, legacy only", v1, machine("v1beta1", Some(json!({"conditions": [theirs("Ready"), mine(HEALTH_CHECK_SUCCEEDED)]})))),
-            ("v1beta1, v1beta2 without conditions", v1, machine("v1beta1", Some(json!({"v1beta2": {}, "phase": "Running"})))),
+            (
+                "v1beta1, legacy only",
+                v1,
+                machine("v1beta1", Some(json!({"conditions": [theirs("Ready"), mine(HEALTH_CHECK_SUCCEEDED)]}))),
+            ),
+            (
+                "v1beta1, v1beta2 without conditions",
+                v1,
+                machine("v1beta1", Some(json!({"v1beta2": {}, "phase": "Running"}))),
+            ),
             (
                 "v1beta1, both lists",
                 v1,
-                machine("v1beta1", Some(json!({
-                    "conditions": [theirs("Ready"), mine(OWNER_REMEDIATED)],
-                    "v1beta2": {"conditions": [mine(HEALTH_CHECK_SUCCEEDED), theirs("Ready"), theirs("Deleting")]},
-                }))),
+                machine(
+                    "v1beta1",
+                    Some(json!({
+                        "conditions": [theirs("Ready"), mine(OWNER_REMEDIATED)],
+                        "v1beta2": {"conditions": [mine(HEALTH_CHECK_SUCCEEDED), theirs("Ready"), theirs("Deleting")]},
+                    })),
+                ),
             ),
         ]
     }
@@ -445,12 +474,19 @@ mod tests {
             vec![(DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, ""), at())],
             unhealthy(),
             vec![(
-                DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::WaitingForRemediation, "Waiting for external remediation"),
+                DesiredCondition::false_(
+                    EXTERNALLY_REMEDIATED,
+                    Reason::WaitingForRemediation,
+                    "Waiting for external remediation",
+                ),
                 at(),
             )],
             vec![
                 (DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, Reason::UnhealthyNode, "Node is unhealthy"), at()),
-                (DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::RemediationTemplateNotFound, "no template"), at()),
+                (
+                    DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::RemediationTemplateNotFound, "no template"),
+                    at(),
+                ),
             ],
         ]
     }
@@ -496,7 +532,10 @@ mod tests {
             }
             for op in ops.as_array().expect("ops").iter().skip(1) {
                 let value = &op["value"];
-                assert!(!value.to_string().contains("Theirs"), "{name}: the patch carries another writer's condition: {op}");
+                assert!(
+                    !value.to_string().contains("Theirs"),
+                    "{name}: the patch carries another writer's condition: {op}"
+                );
             }
         }
     }
@@ -527,7 +566,10 @@ mod tests {
         let other = vec![(DesiredCondition::true_("SomethingElse", Reason::HealthCheckSucceeded, ""), at())];
         assert!(basis.json_patch(version, Some("42"), &other).is_none(), "a type whose position was not recorded");
         let (_, v, empty) = shapes().swap_remove(0);
-        assert!(WriteBasis::read(&empty, v).json_patch(v, Some("42"), &other).is_some(), "an absent list is added whole");
+        assert!(
+            WriteBasis::read(&empty, v).json_patch(v, Some("42"), &other).is_some(),
+            "an absent list is added whole"
+        );
     }
 
     #[test]
@@ -536,7 +578,10 @@ mod tests {
         list.push(mine(HEALTH_CHECK_SUCCEEDED));
         let machine = json!({"metadata": {"resourceVersion": "1"}, "status": {"conditions": list}});
         let basis = WriteBasis::read(&machine, CapiVersion::V1Beta2);
-        assert!(basis.json_patch(CapiVersion::V1Beta2, Some("1"), &unhealthy()).is_none(), "it would append a second one");
+        assert!(
+            basis.json_patch(CapiVersion::V1Beta2, Some("1"), &unhealthy()).is_none(),
+            "it would append a second one"
+        );
     }
 
     #[test]
