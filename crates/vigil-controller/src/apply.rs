@@ -34,6 +34,12 @@ pub const FIELD_MANAGER: &str = "vigil";
 const CONFLICT_RETRIES: usize = 5;
 /// How many writes of one plan run at once.
 const WRITE_CONCURRENCY: usize = 32;
+/// How many verdict-only Machine writes run at once across every check. Each write in flight
+/// holds an HTTP/1.1 connection, and the client keeps every connection it opened (buffers,
+/// TLS state): 16 workers each writing 32 verdicts at once opened ~540 connections during a
+/// 10 000-Machine cold start and kept them (issue 18). The API server absorbs ~250 writes/s
+/// there, which 64 in flight already keep it busy with. Remediating writes never wait for one.
+pub const VERDICT_WRITES_IN_FLIGHT: usize = 64;
 
 /// Why a write failed.
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +276,12 @@ impl Context {
                 let remediating = crate::confirm::remediating_target(&job.key, &action, job).is_some();
                 let job_key = job.key.clone();
                 async move {
+                    // Taken before the write's time bound starts: waiting for a permit is not
+                    // the API server being slow.
+                    let _permit = match holds_a_verdict_permit(&action, remediating) {
+                        true => this.verdict_writes.acquire().await.ok(),
+                        false => None,
+                    };
                     let what = || format!("{action:?}").chars().take(200).collect::<String>();
                     let result = bounded(this.right(&job_key), what, this.act(&action, cached, remediating)).await;
                     (action, result)
@@ -617,6 +629,12 @@ impl Context {
     }
 }
 
+/// Whether a write waits for one of the [`VERDICT_WRITES_IN_FLIGHT`] permits: a Machine's
+/// conditions written without remediating it (a remediation is never held back).
+fn holds_a_verdict_permit(action: &Action, remediating: bool) -> bool {
+    matches!(action, Action::SetMachineConditions { .. }) && !remediating
+}
+
 /// The conflict a JSON patch's failed `resourceVersion` test stands for: the Machine is no
 /// longer at the version `tested` (counted and handled as the 409 a merge patch would get).
 fn stale_version(machine: &ObjectRef, tested: Option<String>) -> kube::Error {
@@ -699,6 +717,25 @@ mod tests {
         ];
         let categories: Vec<&str> = errors.iter().map(WriteError::category).collect();
         assert_eq!(categories, WriteError::CATEGORIES);
+    }
+
+    #[test]
+    fn only_verdicts_wait_for_a_write_permit() {
+        let machine = ObjectRef {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            namespace: "ns".into(),
+            name: "m1".into(),
+        };
+        let verdict = Action::SetMachineConditions {
+            machine: machine.clone(),
+            version: vigil_api::views::CapiVersion::V1Beta2,
+            conditions: Vec::new(),
+        };
+        assert!(holds_a_verdict_permit(&verdict, false));
+        assert!(!holds_a_verdict_permit(&verdict, true), "a remediating write is never held back");
+        let delete = Action::DeleteRemediation { target: "ns/m1".into(), object: machine };
+        assert!(!holds_a_verdict_permit(&delete, false));
     }
 
     #[test]
