@@ -442,6 +442,16 @@ mod tests {
                 v2,
                 machine("v1beta2", Some(json!({"conditions": null, "deprecated": {"v1beta1": {"conditions": []}}}))),
             ),
+            (
+                "v1beta2, one of Vigil's types twice (the first is the one written)",
+                v2,
+                machine(
+                    "v1beta2",
+                    Some(
+                        json!({"conditions": [mine(HEALTH_CHECK_SUCCEEDED), theirs("Ready"), mine(HEALTH_CHECK_SUCCEEDED)]}),
+                    ),
+                ),
+            ),
             ("v1beta1, no status", v1, machine("v1beta1", None)),
             (
                 "v1beta1, legacy only",
