@@ -498,46 +498,68 @@ impl Context {
     ) -> Result<(), WriteError> {
         let ar = self.resource(&machine.api_version, "Machine").await?;
         let api = self.dynamic(&ar, &machine.namespace);
+        let current = match self.patch_from_basis(&api, machine, version, conditions, cached, remediating).await? {
+            FirstWrite::Done => return Ok(()),
+            FirstWrite::Retry(current) => current,
+        };
+        self.merge_patch_conditions(&api, machine, version, conditions, current, remediating).await
+    }
+
+    /// The first attempt of [`Context::set_machine_conditions`]: the JSON patch from the cached
+    /// basis, or (without one) a read of the Machine for the merge patch.
+    async fn patch_from_basis(
+        &self,
+        api: &Api<DynamicObject>,
+        machine: &ObjectRef,
+        version: vigil_api::views::CapiVersion,
+        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+        cached: Option<crate::index::MachineEntry>,
+        remediating: bool,
+    ) -> Result<FirstWrite, WriteError> {
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        let get = || async { api.get(&machine.name).await.map_err(api_error(format!("get {machine}"))) };
         let json_patch = cached.as_ref().and_then(|e| {
             let ops = e.basis.json_patch(version, e.resource_version.as_deref(), conditions)?;
             serde_json::from_value::<json_patch::Patch>(ops).ok().map(|p| (p, e.resource_version.clone()))
         });
-        let mut current = match json_patch {
-            Some((patch, tested)) => match api.patch_status(&machine.name, &params, &Patch::<()>::Json(patch)).await {
-                Ok(written) => {
-                    self.metrics.writes("machine_conditions");
-                    self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
-                    return Ok(());
-                }
-                Err(e) if is_code(&e, 404) => return Ok(()),
-                Err(e) if is_code(&e, 422) => {
-                    let fresh = match get().await {
-                        Ok(fresh) => fresh,
-                        Err(WriteError::Api { source, .. }) if is_code(&source, 404) => return Ok(()),
-                        Err(other) => return Err(other),
-                    };
-                    if fresh.metadata.resource_version == tested {
-                        return Err(api_error(format!("conditions of {machine}"))(e));
-                    }
-                    if remediating {
-                        return Err(api_error(format!("conditions of {machine}"))(stale_version(machine, tested)));
-                    }
-                    serde_json::to_value(&fresh).unwrap_or(Value::Null)
-                }
-                Err(e) if is_code(&e, 409) && remediating => {
-                    return Err(api_error(format!("conditions of {machine}"))(e));
-                }
-                Err(e) if is_code(&e, 409) => serde_json::to_value(&get().await?).unwrap_or(Value::Null),
-                Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
-            },
-            None => match get().await {
-                Ok(fresh) => serde_json::to_value(&fresh).unwrap_or(Value::Null),
-                Err(WriteError::Api { source, .. }) if is_code(&source, 404) => return Ok(()),
-                Err(other) => return Err(other),
-            },
+        let Some((patch, tested)) = json_patch else {
+            return read_machine(api, machine).await;
         };
+        let refused = api_error(format!("conditions of {machine}"));
+        match api.patch_status(&machine.name, &params, &Patch::<()>::Json(patch)).await {
+            Ok(written) => {
+                self.metrics.writes("machine_conditions");
+                self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
+                Ok(FirstWrite::Done)
+            }
+            Err(e) if is_code(&e, 404) => Ok(FirstWrite::Done),
+            // The resourceVersion test failed, or the server refused the patch: the Machine's
+            // version tells which.
+            Err(e) if is_code(&e, 422) => match read_machine(api, machine).await? {
+                FirstWrite::Retry(fresh)
+                    if fresh.pointer("/metadata/resourceVersion").and_then(Value::as_str) == tested.as_deref() =>
+                {
+                    Err(refused(e))
+                }
+                FirstWrite::Retry(_) if remediating => Err(refused(stale_version(machine, tested))),
+                other => Ok(other),
+            },
+            Err(e) if is_code(&e, 409) && !remediating => read_machine(api, machine).await,
+            Err(e) => Err(refused(e)),
+        }
+    }
+
+    /// The merge patches of [`Context::set_machine_conditions`] after its first attempt, each
+    /// on the Machine as just read (`current`).
+    async fn merge_patch_conditions(
+        &self,
+        api: &Api<DynamicObject>,
+        machine: &ObjectRef,
+        version: vigil_api::views::CapiVersion,
+        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+        mut current: Value,
+        remediating: bool,
+    ) -> Result<(), WriteError> {
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         for attempt in 0..=CONFLICT_RETRIES {
             let conditions = recomputed(conditions, &current);
             let patch = machine_status_patch(&current, version, &conditions);
@@ -550,7 +572,10 @@ impl Context {
                 // A remediating write that conflicts is decided (and confirmed) again:
                 // the Machine changed since it was read.
                 Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
-                    current = serde_json::to_value(&get().await?).unwrap_or(Value::Null);
+                    match read_machine(api, machine).await? {
+                        FirstWrite::Retry(fresh) => current = fresh,
+                        FirstWrite::Done => return Ok(()),
+                    }
                 }
                 Err(e) if is_code(&e, 404) => return Ok(()),
                 Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
@@ -626,6 +651,23 @@ impl Context {
             Err(e) if is_code(&e, 404) => Ok(()),
             Err(e) => Err(api_error(format!("annotate {object}"))(e)),
         }
+    }
+}
+
+/// What the first attempt of a Machine condition write left to do.
+enum FirstWrite {
+    /// Written, or the Machine is gone.
+    Done,
+    /// A merge patch on this Machine (its JSON as just read).
+    Retry(Value),
+}
+
+/// Reads a Machine for a merge patch; [`FirstWrite::Done`] when it is gone.
+async fn read_machine(api: &Api<DynamicObject>, machine: &ObjectRef) -> Result<FirstWrite, WriteError> {
+    match api.get(&machine.name).await {
+        Ok(fresh) => Ok(FirstWrite::Retry(serde_json::to_value(&fresh).unwrap_or(Value::Null))),
+        Err(e) if is_code(&e, 404) => Ok(FirstWrite::Done),
+        Err(e) => Err(api_error(format!("get {machine}"))(e)),
     }
 }
 
