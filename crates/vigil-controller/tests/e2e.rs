@@ -1639,3 +1639,76 @@ async fn a_machine_condition_patch_from_a_stale_read_changes_nothing() -> Result
     );
     Ok(())
 }
+
+/// The controller's Machine write from a cached entry the Machine has moved on from (another
+/// writer added a condition since it was cached), on a real API server: a verdict is written
+/// anyway, after the failed resourceVersion test is recognised as a conflict and the Machine
+/// read again, and the other writer's condition is kept; a remediating write is not sent
+/// again but reported as a conflict (its check is then decided again), and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_from_a_stale_cache_entry_is_a_conflict_not_a_loss() -> Result<()> {
+    use vigil_api::conditions::DesiredCondition;
+    use vigil_api::reason::Reason;
+    use vigil_api::views::CapiVersion;
+    use vigil_controller::gather::{CheckStatus, Job};
+    use vigil_engine::plan::{Action, ObjectRef, Plan};
+    use vigil_engine::target::CheckRef;
+
+    let env = env().await?;
+    machine(&env, "m1", None, json!({})).await?;
+    let m1 = || get(&env, "cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "m1");
+    let stale = vigil_controller::index::machine_entry(&m1().await?.context("m1")?).context("entry")?;
+    env.apply_status(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m1", "namespace": NS},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Theirs", "message": "another writer's",
+                                   "lastTransitionTime": secs_ago(600)}]}}),
+    )
+    .await?;
+    let theirs = condition(&m1().await?.context("m1")?, "Ready").cloned().context("Ready")?;
+    let ctx = vigil_controller::Context::new(env.client());
+    let at = Timestamp::from_second(Timestamp::now().as_second())?;
+    let job = |conditions: Vec<(DesiredCondition, Timestamp)>| {
+        let machine = ObjectRef {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            namespace: NS.into(),
+            name: "m1".into(),
+        };
+        Job {
+            key: CheckRef::Machine { namespace: NS.into(), name: "workers".into() },
+            plan: Plan {
+                status: CheckStatus::Machine(Default::default()),
+                actions: vec![Action::SetMachineConditions { machine, version: CapiVersion::V1Beta2, conditions }],
+                notices: Vec::new(),
+                next_wake: None,
+                held_elsewhere: Vec::new(),
+                short_circuited: false,
+                remediating: 0,
+            },
+            current: None,
+            machines: [(format!("{NS}/m1"), stale.clone())].into_iter().collect(),
+            needs: Default::default(),
+            uid: None,
+            expiries: Default::default(),
+            again: false,
+        }
+    };
+    // A remediating write (HealthCheckSucceeded=False): a conflict, nothing written. (The
+    // check's status write fails too: there is no such check; only the Machine is looked at.)
+    let unhealthy = vec![
+        (DesiredCondition::false_("HealthCheckSucceeded", Reason::UnhealthyNode, "Node n1 is unhealthy"), at),
+        (DesiredCondition::false_("OwnerRemediated", Reason::WaitingForRemediation, "Waiting for remediation"), at),
+    ];
+    let before = m1().await?;
+    let err = ctx.apply(job(unhealthy)).await.err().context("a remediating write from a stale entry must fail")?;
+    assert_eq!(err.category(), "conflict", "{err}");
+    assert_eq!(m1().await?, before, "the remediating write changed the Machine");
+    // A verdict (HealthCheckSucceeded=True): read again and written, the other writer's kept.
+    let healthy = vec![(DesiredCondition::true_("HealthCheckSucceeded", Reason::HealthCheckSucceeded, ""), at)];
+    let _status_error = ctx.apply(job(healthy)).await;
+    let after = m1().await?.context("m1")?;
+    assert_eq!(condition(&after, "Ready"), Some(&theirs), "another writer's condition is kept as it was");
+    let hcs = condition(&after, "HealthCheckSucceeded").context("the verdict was not written")?;
+    assert_eq!(hcs["status"], "True");
+    Ok(())
+}
