@@ -43,6 +43,8 @@ pub fn read_list(value: Option<&Value>, path: &str) -> (Vec<ObservedCondition>, 
         problems.push(format!("{path}: expected a list of conditions"));
         return (out, problems);
     };
+    // Cached views keep these lists: exactly as long as the conditions read.
+    out.reserve_exact(items.len());
     for (i, item) in items.iter().enumerate() {
         let text = |k: &str| item.get(k).and_then(Value::as_str).map(str::to_string);
         let (Some(type_), Some(status)) = (text("type"), text("status")) else {

@@ -193,6 +193,8 @@ impl MachineView {
                 }
             }
         }
+        // Kept in every cached Machine: no spare capacity (issue 18).
+        conditions.shrink_to_fit();
         Some(MachineView {
             node_name: text(v, "/status/nodeRef/name"),
             failure_domain: text(v, "/spec/failureDomain"),

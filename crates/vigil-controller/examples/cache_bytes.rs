@@ -171,8 +171,12 @@ fn main() {
             let cache: BTreeMap<String, MachineEntry> =
                 machines.iter().filter_map(|m| machine_entry(m).map(|e| (e.view.meta.name.clone(), e))).collect();
             drop(machines);
-            let text: usize = cache.values().map(|e| e.raw.len()).sum();
-            println!("patch text: {} bytes per Machine", text / N);
+            println!(
+                "size of MachineEntry {} B, of its WriteBasis {} B, of MachineView {} B",
+                std::mem::size_of::<MachineEntry>(),
+                std::mem::size_of::<vigil_engine::machine_write::WriteBasis>(),
+                std::mem::size_of::<vigil_api::views::MachineView>()
+            );
             keep(cache);
         }
         other => {

@@ -34,6 +34,12 @@ pub const FIELD_MANAGER: &str = "vigil";
 const CONFLICT_RETRIES: usize = 5;
 /// How many writes of one plan run at once.
 const WRITE_CONCURRENCY: usize = 32;
+/// How many verdict-only Machine writes run at once across every check. Each write in flight
+/// holds an HTTP/1.1 connection, and the client keeps every connection it opened (buffers,
+/// TLS state): 16 workers each writing 32 verdicts at once opened ~540 connections during a
+/// 10 000-Machine cold start and kept them (issue 18). The API server absorbs ~250 writes/s
+/// there, which 64 in flight already keep it busy with. Remediating writes never wait for one.
+pub const VERDICT_WRITES_IN_FLIGHT: usize = 64;
 
 /// Why a write failed.
 #[derive(Debug, thiserror::Error)]
@@ -261,7 +267,7 @@ impl Context {
         futures::stream::iter(job.plan.actions.clone())
             .map(|action| {
                 let this = self.clone();
-                let raw = match &action {
+                let cached = match &action {
                     Action::SetMachineConditions { machine, .. } => {
                         job.machines.get(&format!("{}/{}", machine.namespace, machine.name)).cloned()
                     }
@@ -270,8 +276,14 @@ impl Context {
                 let remediating = crate::confirm::remediating_target(&job.key, &action, job).is_some();
                 let job_key = job.key.clone();
                 async move {
+                    // Taken before the write's time bound starts: waiting for a permit is not
+                    // the API server being slow.
+                    let _permit = match holds_a_verdict_permit(&action, remediating) {
+                        true => this.verdict_writes.acquire().await.ok(),
+                        false => None,
+                    };
                     let what = || format!("{action:?}").chars().take(200).collect::<String>();
-                    let result = bounded(this.right(&job_key), what, this.act(&action, raw, remediating)).await;
+                    let result = bounded(this.right(&job_key), what, this.act(&action, cached, remediating)).await;
                     (action, result)
                 }
             })
@@ -448,12 +460,12 @@ impl Context {
     async fn act(
         &self,
         action: &Action,
-        raw: Option<Arc<str>>,
+        cached: Option<crate::index::MachineEntry>,
         remediating: bool,
     ) -> Result<Option<ObjectRef>, WriteError> {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
-                self.set_machine_conditions(machine, *version, conditions, raw, remediating).await.map(|()| None)
+                self.set_machine_conditions(machine, *version, conditions, cached, remediating).await.map(|()| None)
             }
             Action::CreateRemediation { object, .. } => self.create_remediation(object).await,
             Action::DeleteRemediation { object, .. } => self.delete_remediation(object).await,
@@ -465,28 +477,92 @@ impl Context {
 
     /// Patches a Machine's conditions; on a conflict (unless `remediating`) the patch is
     /// recomputed on the fresh Machine and sent again.
+    ///
+    /// The first attempt is a JSON patch built from the `cached` entry's [`WriteBasis`]
+    /// (`vigil_engine::machine_write`): it tests the `resourceVersion` the decision read and
+    /// writes only Vigil's conditions at the positions recorded. When the Machine changed since,
+    /// the test fails the whole patch (the API server answers 422, not 409): that is a conflict,
+    /// told apart from a patch the server refuses for another reason by reading the Machine.
+    /// Without a basis the Machine is read first. A retry sends the merge patch of the whole
+    /// condition lists of the Machine just read, with its `resourceVersion`.
+    ///
+    /// [`WriteBasis`]: vigil_engine::machine_write::WriteBasis
     async fn set_machine_conditions(
         &self,
         machine: &ObjectRef,
         version: vigil_api::views::CapiVersion,
         conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
-        raw: Option<Arc<str>>,
+        cached: Option<crate::index::MachineEntry>,
         remediating: bool,
     ) -> Result<(), WriteError> {
         let ar = self.resource(&machine.api_version, "Machine").await?;
         let api = self.dynamic(&ar, &machine.namespace);
-        let mut current = raw.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or(Value::Null);
+        let current = match self.patch_from_basis(&api, machine, version, conditions, cached, remediating).await? {
+            FirstWrite::Done => return Ok(()),
+            FirstWrite::Retry(current) => current,
+        };
+        self.merge_patch_conditions(&api, machine, version, conditions, current, remediating).await
+    }
+
+    /// The first attempt of [`Context::set_machine_conditions`]: the JSON patch from the cached
+    /// basis, or (without one) a read of the Machine for the merge patch.
+    async fn patch_from_basis(
+        &self,
+        api: &Api<DynamicObject>,
+        machine: &ObjectRef,
+        version: vigil_api::views::CapiVersion,
+        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+        cached: Option<crate::index::MachineEntry>,
+        remediating: bool,
+    ) -> Result<FirstWrite, WriteError> {
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let json_patch = cached.as_ref().and_then(|e| {
+            let ops = e.basis.json_patch(version, e.resource_version.as_deref(), conditions)?;
+            serde_json::from_value::<json_patch::Patch>(ops).ok().map(|p| (p, e.resource_version.clone()))
+        });
+        let Some((patch, tested)) = json_patch else {
+            return read_machine(api, machine).await;
+        };
+        let refused = api_error(format!("conditions of {machine}"));
+        match api.patch_status(&machine.name, &params, &Patch::<()>::Json(patch)).await {
+            Ok(written) => {
+                self.metrics.writes("machine_conditions");
+                self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
+                Ok(FirstWrite::Done)
+            }
+            Err(e) if is_code(&e, 404) => Ok(FirstWrite::Done),
+            // The resourceVersion test failed, or the server refused the patch: the Machine's
+            // version tells which.
+            Err(e) if is_code(&e, 422) => match read_machine(api, machine).await? {
+                FirstWrite::Retry(fresh)
+                    if fresh.pointer("/metadata/resourceVersion").and_then(Value::as_str) == tested.as_deref() =>
+                {
+                    Err(refused(e))
+                }
+                FirstWrite::Retry(_) if remediating => Err(refused(stale_version(machine, tested))),
+                other => Ok(other),
+            },
+            Err(e) if is_code(&e, 409) && !remediating => read_machine(api, machine).await,
+            Err(e) => Err(refused(e)),
+        }
+    }
+
+    /// The merge patches of [`Context::set_machine_conditions`] after its first attempt, each
+    /// on the Machine as just read (`current`).
+    async fn merge_patch_conditions(
+        &self,
+        api: &Api<DynamicObject>,
+        machine: &ObjectRef,
+        version: vigil_api::views::CapiVersion,
+        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+        mut current: Value,
+        remediating: bool,
+    ) -> Result<(), WriteError> {
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         for attempt in 0..=CONFLICT_RETRIES {
-            let conditions = if attempt == 0 { conditions.to_vec() } else { recomputed(conditions, &current) };
+            let conditions = recomputed(conditions, &current);
             let patch = machine_status_patch(&current, version, &conditions);
-            match api
-                .patch_status(
-                    &machine.name,
-                    &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
+            match api.patch_status(&machine.name, &params, &Patch::Merge(&patch)).await {
                 Ok(written) => {
                     self.metrics.writes("machine_conditions");
                     self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
@@ -495,8 +571,10 @@ impl Context {
                 // A remediating write that conflicts is decided (and confirmed) again:
                 // the Machine changed since it was read.
                 Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
-                    let fresh = api.get(&machine.name).await.map_err(api_error(format!("get {machine}")))?;
-                    current = serde_json::to_value(&fresh).unwrap_or(Value::Null);
+                    match read_machine(api, machine).await? {
+                        FirstWrite::Retry(fresh) => current = fresh,
+                        FirstWrite::Done => return Ok(()),
+                    }
                 }
                 Err(e) if is_code(&e, 404) => return Ok(()),
                 Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
@@ -575,6 +653,39 @@ impl Context {
     }
 }
 
+/// What the first attempt of a Machine condition write left to do.
+enum FirstWrite {
+    /// Written, or the Machine is gone.
+    Done,
+    /// A merge patch on this Machine (its JSON as just read).
+    Retry(Value),
+}
+
+/// Reads a Machine for a merge patch; [`FirstWrite::Done`] when it is gone.
+async fn read_machine(api: &Api<DynamicObject>, machine: &ObjectRef) -> Result<FirstWrite, WriteError> {
+    match api.get(&machine.name).await {
+        Ok(fresh) => Ok(FirstWrite::Retry(serde_json::to_value(&fresh).unwrap_or(Value::Null))),
+        Err(e) if is_code(&e, 404) => Ok(FirstWrite::Done),
+        Err(e) => Err(api_error(format!("get {machine}"))(e)),
+    }
+}
+
+/// Whether a write waits for one of the [`VERDICT_WRITES_IN_FLIGHT`] permits: a Machine's
+/// conditions written without remediating it (a remediation is never held back).
+fn holds_a_verdict_permit(action: &Action, remediating: bool) -> bool {
+    matches!(action, Action::SetMachineConditions { .. }) && !remediating
+}
+
+/// The conflict a JSON patch's failed `resourceVersion` test stands for: the Machine is no
+/// longer at the version `tested` (counted and handled as the 409 a merge patch would get).
+fn stale_version(machine: &ObjectRef, tested: Option<String>) -> kube::Error {
+    let message = format!(
+        "Operation cannot be fulfilled on {machine}: the object has been modified since resourceVersion {}",
+        tested.unwrap_or_default()
+    );
+    kube::Error::Api(kube::core::Status::failure(&message, "Conflict").with_code(409).boxed())
+}
+
 /// The desired conditions recomputed on a fresh Machine: a condition whose status did not
 /// change keeps its transition time.
 fn recomputed(
@@ -647,6 +758,25 @@ mod tests {
         ];
         let categories: Vec<&str> = errors.iter().map(WriteError::category).collect();
         assert_eq!(categories, WriteError::CATEGORIES);
+    }
+
+    #[test]
+    fn only_verdicts_wait_for_a_write_permit() {
+        let machine = ObjectRef {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            namespace: "ns".into(),
+            name: "m1".into(),
+        };
+        let verdict = Action::SetMachineConditions {
+            machine: machine.clone(),
+            version: vigil_api::views::CapiVersion::V1Beta2,
+            conditions: Vec::new(),
+        };
+        assert!(holds_a_verdict_permit(&verdict, false));
+        assert!(!holds_a_verdict_permit(&verdict, true), "a remediating write is never held back");
+        let delete = Action::DeleteRemediation { target: "ns/m1".into(), object: machine };
+        assert!(!holds_a_verdict_permit(&delete, false));
     }
 
     #[test]

@@ -24,7 +24,6 @@ use crate::index::machine_cluster;
 use crate::wire::WireNode;
 use futures::StreamExt as _;
 use kube::api::{Api, DynamicObject};
-use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,8 +88,7 @@ pub fn remediating_target(key: &CheckRef, action: &Action, job: &Job) -> Option<
             let api_version = job
                 .machines
                 .get(&format!("{namespace}/{name}"))
-                .and_then(|raw| serde_json::from_str::<Value>(raw).ok())
-                .and_then(|v| v.get("apiVersion").and_then(Value::as_str).map(str::to_string))
+                .map(|e| e.view.meta.api_version.clone())
                 .unwrap_or_default();
             Some(Target::Machine(namespace.to_string(), name.to_string(), api_version))
         }

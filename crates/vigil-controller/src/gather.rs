@@ -72,9 +72,9 @@ pub struct Job {
     pub plan: Plan<CheckStatus>,
     /// The check's status as stored when it was decided (JSON), to send only what changed.
     pub current: Option<Value>,
-    /// Current (slim) JSON text of the Machines the actions patch, by `namespace/name`: parsed
-    /// only by the write that needs it, so a cold start's 2 000-Machine plan holds no trees.
-    pub machines: HashMap<String, Arc<str>>,
+    /// The cached entries of the Machines the actions patch, by `namespace/name`: what each
+    /// condition write is built from (`MachineEntry::basis`).
+    pub machines: HashMap<String, crate::index::MachineEntry>,
     /// Watches the check needs.
     pub needs: BTreeSet<Need>,
     /// UID of the check, for events.
@@ -422,8 +422,8 @@ fn mhc_expiries(
     expiries
 }
 
-/// The current JSON text of each Machine whose conditions the actions set, by `namespace/name`.
-fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, Arc<str>> {
+/// The cached entry of each Machine whose conditions the actions set, by `namespace/name`.
+fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, crate::index::MachineEntry> {
     actions
         .iter()
         .filter_map(|a| match a {
@@ -431,7 +431,7 @@ fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, Arc<str>
                 .machines
                 .get(&machine.namespace)
                 .and_then(|ms| ms.get(&machine.name))
-                .map(|e| (format!("{}/{}", machine.namespace, machine.name), e.raw.clone())),
+                .map(|e| (format!("{}/{}", machine.namespace, machine.name), e.clone())),
             _ => None,
         })
         .collect()

@@ -118,6 +118,8 @@ pub struct Context {
     /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
     reported: std::sync::Mutex<HashSet<(String, String, String)>>,
     failures: std::sync::Mutex<HashMap<CheckRef, u32>>,
+    /// Permits for verdict-only Machine writes ([`apply::VERDICT_WRITES_IN_FLIGHT`]).
+    verdict_writes: tokio::sync::Semaphore,
 }
 
 impl Context {
@@ -168,6 +170,7 @@ impl Context {
             confirming: std::sync::Mutex::new(HashMap::new()),
             reported: std::sync::Mutex::new(HashSet::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
+            verdict_writes: tokio::sync::Semaphore::new(apply::VERDICT_WRITES_IN_FLIGHT),
         })
     }
 

@@ -1548,3 +1548,167 @@ async fn mhc_max_in_flight_asks_for_the_next_machine_once_the_owner_replaced_one
     controller.stop().await;
     Ok(())
 }
+
+/// A verdict-only Machine write is a JSON patch built from what the cache kept of the Machine
+/// (`vigil_engine::machine_write::WriteBasis`), not from its text. On a real API server and the
+/// Cluster API Machine schema: a patch built from a read that the Machine has moved on from
+/// fails whole, with the 422 the controller takes for a conflict, and changes nothing; one
+/// built from the current Machine writes Vigil's conditions in both forms, at the recorded
+/// positions, and leaves another writer's conditions exactly as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_condition_patch_from_a_stale_read_changes_nothing() -> Result<()> {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    use vigil_api::conditions::DesiredCondition;
+    use vigil_api::reason::Reason;
+    use vigil_api::views::CapiVersion;
+    use vigil_engine::machine_write::WriteBasis;
+
+    let env = env().await?;
+    machine(&env, "m1", None, json!({})).await?;
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine"));
+    let api: Api<DynamicObject> = Api::namespaced_with(env.client(), NS, &ar);
+    let read = || async { anyhow::Ok(serde_json::to_value(api.get("m1").await?)?) };
+    let send = |m: Value, conditions: Vec<(DesiredCondition, Timestamp)>| {
+        let api = api.clone();
+        async move {
+            let rv = m.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+            let ops = WriteBasis::read(&m, CapiVersion::V1Beta2)
+                .json_patch(CapiVersion::V1Beta2, rv.as_deref(), &conditions)
+                .context("a basis for Vigil's conditions")?;
+            let patch: json_patch::Patch = serde_json::from_value(ops)?;
+            anyhow::Ok(api.patch_status("m1", &PatchParams::default(), &Patch::<()>::Json(patch)).await)
+        }
+    };
+    let theirs = |types: &[&str]| {
+        let list: Vec<Value> = types
+            .iter()
+            .map(|t| {
+                json!({"type": t, "status": "True", "reason": "Theirs",
+            "message": "another writer's", "lastTransitionTime": secs_ago(600)})
+            })
+            .collect();
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m1", "namespace": NS},
+               "status": {"conditions": list}})
+    };
+    let at = Timestamp::from_second(Timestamp::now().as_second())?;
+    let unhealthy = vec![
+        (DesiredCondition::false_("HealthCheckSucceeded", Reason::UnhealthyNode, "Node n1 is unhealthy"), at),
+        (DesiredCondition::false_("OwnerRemediated", Reason::WaitingForRemediation, "Waiting for remediation"), at),
+    ];
+    let healthy = vec![(DesiredCondition::true_("HealthCheckSucceeded", Reason::HealthCheckSucceeded, ""), at)];
+    let others = |m: &Value| -> Vec<Value> {
+        let list = m.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+        list.into_iter().filter(|c| c["reason"] == "Theirs").collect()
+    };
+
+    // Read with no status at all; another writer then adds its condition.
+    let stale = read().await?;
+    env.apply_status(theirs(&["Ready"])).await?;
+    let before = read().await?;
+    match send(stale, unhealthy.clone()).await? {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422, "a failed resourceVersion test: {s:?}"),
+        other => panic!("a patch from a stale read must fail, got {other:?}"),
+    }
+    assert_eq!(read().await?, before, "the failed patch changed the Machine");
+
+    // From the current Machine: Vigil's conditions appended, the other writer's kept.
+    let written = serde_json::to_value(send(before.clone(), unhealthy.clone()).await??)?;
+    assert_eq!(others(&written), others(&before));
+    assert_eq!(condition(&written, "HealthCheckSucceeded").map(|c| c["reason"].clone()), Some(json!("UnhealthyNode")));
+    let legacy =
+        written.pointer("/status/deprecated/v1beta1/conditions").and_then(Value::as_array).context("legacy list")?;
+    assert!(legacy.iter().any(|c| c["type"] == "HealthCheckSucceeded" && c["reason"] == "UnhealthyNode"));
+
+    // Another writer adds a condition ahead of Vigil's in the list (server-side apply keeps the
+    // ones it does not own): the recorded positions of the earlier read are now wrong.
+    env.apply_status(theirs(&["Available", "Ready"])).await?;
+    let moved = read().await?;
+    match send(written, healthy.clone()).await? {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422, "a failed resourceVersion test: {s:?}"),
+        other => panic!("a patch from a stale read must fail, got {other:?}"),
+    }
+    assert_eq!(read().await?, moved, "the failed patch changed the Machine");
+    let healed = serde_json::to_value(send(moved.clone(), healthy).await??)?;
+    assert_eq!(others(&healed), others(&moved), "another writer's conditions are kept as they were");
+    let hcs = condition(&healed, "HealthCheckSucceeded").context("HealthCheckSucceeded")?;
+    assert_eq!((hcs["status"].as_str(), hcs["reason"].as_str()), (Some("True"), Some("HealthCheckSucceeded")));
+    assert_eq!(
+        condition(&healed, "OwnerRemediated"),
+        condition(&moved, "OwnerRemediated"),
+        "a condition Vigil does not write this time stays"
+    );
+    Ok(())
+}
+
+/// The controller's Machine write from a cached entry the Machine has moved on from (another
+/// writer added a condition since it was cached), on a real API server: a verdict is written
+/// anyway, after the failed resourceVersion test is recognised as a conflict and the Machine
+/// read again, and the other writer's condition is kept; a remediating write is not sent
+/// again but reported as a conflict (its check is then decided again), and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_from_a_stale_cache_entry_is_a_conflict_not_a_loss() -> Result<()> {
+    use vigil_api::conditions::DesiredCondition;
+    use vigil_api::reason::Reason;
+    use vigil_api::views::CapiVersion;
+    use vigil_controller::gather::{CheckStatus, Job};
+    use vigil_engine::plan::{Action, ObjectRef, Plan};
+    use vigil_engine::target::CheckRef;
+
+    let env = env().await?;
+    machine(&env, "m1", None, json!({})).await?;
+    let m1 = || get(&env, "cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "m1");
+    let stale = vigil_controller::index::machine_entry(&m1().await?.context("m1")?).context("entry")?;
+    env.apply_status(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m1", "namespace": NS},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Theirs", "message": "another writer's",
+                                   "lastTransitionTime": secs_ago(600)}]}}),
+    )
+    .await?;
+    let theirs = condition(&m1().await?.context("m1")?, "Ready").cloned().context("Ready")?;
+    let ctx = vigil_controller::Context::new(env.client());
+    let at = Timestamp::from_second(Timestamp::now().as_second())?;
+    let job = |conditions: Vec<(DesiredCondition, Timestamp)>| {
+        let machine = ObjectRef {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            namespace: NS.into(),
+            name: "m1".into(),
+        };
+        Job {
+            key: CheckRef::Machine { namespace: NS.into(), name: "workers".into() },
+            plan: Plan {
+                status: CheckStatus::Machine(Default::default()),
+                actions: vec![Action::SetMachineConditions { machine, version: CapiVersion::V1Beta2, conditions }],
+                notices: Vec::new(),
+                next_wake: None,
+                held_elsewhere: Vec::new(),
+                short_circuited: false,
+                remediating: 0,
+            },
+            current: None,
+            machines: [(format!("{NS}/m1"), stale.clone())].into_iter().collect(),
+            needs: Default::default(),
+            uid: None,
+            expiries: Default::default(),
+            again: false,
+        }
+    };
+    // A remediating write (HealthCheckSucceeded=False): a conflict, nothing written. (The
+    // check's status write fails too: there is no such check; only the Machine is looked at.)
+    let unhealthy = vec![
+        (DesiredCondition::false_("HealthCheckSucceeded", Reason::UnhealthyNode, "Node n1 is unhealthy"), at),
+        (DesiredCondition::false_("OwnerRemediated", Reason::WaitingForRemediation, "Waiting for remediation"), at),
+    ];
+    let before = m1().await?;
+    let err = ctx.apply(job(unhealthy)).await.err().context("a remediating write from a stale entry must fail")?;
+    assert_eq!(err.category(), "conflict", "{err}");
+    assert_eq!(m1().await?, before, "the remediating write changed the Machine");
+    // A verdict (HealthCheckSucceeded=True): read again and written, the other writer's kept.
+    let healthy = vec![(DesiredCondition::true_("HealthCheckSucceeded", Reason::HealthCheckSucceeded, ""), at)];
+    let _status_error = ctx.apply(job(healthy)).await;
+    let after = m1().await?.context("m1")?;
+    assert_eq!(condition(&after, "Ready"), Some(&theirs), "another writer's condition is kept as it was");
+    let hcs = condition(&after, "HealthCheckSucceeded").context("the verdict was not written")?;
+    assert_eq!(hcs["status"], "True");
+    Ok(())
+}
