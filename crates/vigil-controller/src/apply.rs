@@ -370,7 +370,7 @@ impl Context {
     async fn write_status(&self, job: &crate::gather::Job) -> Result<(), WriteError> {
         let Some(status) = job.status_patch() else { return Ok(()) };
         let patch = Patch::Merge(json!({ "status": status }));
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let params = patch_params();
         // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and
         // the answer is read as leniently as the watch reads it.
         let (api, name) = match &job.key {
@@ -497,25 +497,22 @@ impl Context {
     ) -> Result<(), WriteError> {
         let ar = self.resource(&machine.api_version, "Machine").await?;
         let api = self.dynamic(&ar, &machine.namespace);
-        let current = match self.patch_from_basis(&api, machine, version, conditions, cached, remediating).await? {
+        let write = ConditionWrite { api: &api, machine, version, conditions, remediating };
+        let current = match self.patch_from_basis(&write, cached).await? {
             FirstWrite::Done => return Ok(()),
             FirstWrite::Retry(current) => current,
         };
-        self.merge_patch_conditions(&api, machine, version, conditions, current, remediating).await
+        self.merge_patch_conditions(&write, current).await
     }
 
     /// The first attempt of [`Context::set_machine_conditions`]: the JSON patch from the cached
     /// basis, or (without one) a read of the Machine for the merge patch.
     async fn patch_from_basis(
         &self,
-        api: &Api<DynamicObject>,
-        machine: &ObjectRef,
-        version: vigil_api::views::CapiVersion,
-        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+        write: &ConditionWrite<'_>,
         cached: Option<crate::index::MachineEntry>,
-        remediating: bool,
     ) -> Result<FirstWrite, WriteError> {
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let ConditionWrite { api, machine, version, conditions, remediating } = *write;
         let json_patch = cached.as_ref().and_then(|e| {
             let ops = e.basis.json_patch(version, e.resource_version.as_deref(), conditions)?;
             serde_json::from_value::<json_patch::Patch>(ops).ok().map(|p| (p, e.resource_version.clone()))
@@ -524,7 +521,7 @@ impl Context {
             return read_machine(api, machine).await;
         };
         let refused = api_error(format!("conditions of {machine}"));
-        match api.patch_status(&machine.name, &params, &Patch::<()>::Json(patch)).await {
+        match api.patch_status(&machine.name, &patch_params(), &Patch::<()>::Json(patch)).await {
             Ok(written) => {
                 self.metrics.writes("machine_conditions");
                 self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
@@ -549,20 +546,12 @@ impl Context {
 
     /// The merge patches of [`Context::set_machine_conditions`] after its first attempt, each
     /// on the Machine as just read (`current`).
-    async fn merge_patch_conditions(
-        &self,
-        api: &Api<DynamicObject>,
-        machine: &ObjectRef,
-        version: vigil_api::views::CapiVersion,
-        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
-        mut current: Value,
-        remediating: bool,
-    ) -> Result<(), WriteError> {
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    async fn merge_patch_conditions(&self, write: &ConditionWrite<'_>, mut current: Value) -> Result<(), WriteError> {
+        let ConditionWrite { api, machine, version, conditions, remediating } = *write;
         for attempt in 0..=CONFLICT_RETRIES {
             let conditions = recomputed(conditions, &current);
             let patch = machine_status_patch(&current, version, &conditions);
-            match api.patch_status(&machine.name, &params, &Patch::Merge(&patch)).await {
+            match api.patch_status(&machine.name, &patch_params(), &Patch::Merge(&patch)).await {
                 Ok(written) => {
                     self.metrics.writes("machine_conditions");
                     self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
@@ -632,15 +621,7 @@ impl Context {
     async fn annotate_remediation(&self, object: &ObjectRef, key: &str, value: &str) -> Result<(), WriteError> {
         let ar = self.resource(&object.api_version, &object.kind).await?;
         let patch = json!({"metadata": {"annotations": {key: value}}});
-        match self
-            .dynamic(&ar, &object.namespace)
-            .patch(
-                &object.name,
-                &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
+        match self.dynamic(&ar, &object.namespace).patch(&object.name, &patch_params(), &Patch::Merge(&patch)).await {
             Ok(annotated) => {
                 self.metrics.writes("remediation_annotate");
                 let gk = group_kind(&object.api_version, &object.kind);
@@ -659,6 +640,21 @@ enum FirstWrite {
     Done,
     /// A merge patch on this Machine (its JSON as just read).
     Retry(Value),
+}
+
+/// One Machine conditions write, as both its phases ([`Context::set_machine_conditions`]) see it.
+#[derive(Clone, Copy)]
+struct ConditionWrite<'a> {
+    api: &'a Api<DynamicObject>,
+    machine: &'a ObjectRef,
+    version: vigil_api::views::CapiVersion,
+    conditions: &'a [(vigil_api::conditions::DesiredCondition, Timestamp)],
+    remediating: bool,
+}
+
+/// Every patch Vigil sends names its field manager.
+fn patch_params() -> PatchParams {
+    PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
 }
 
 /// Reads a Machine for a merge patch; [`FirstWrite::Done`] when it is gone.
