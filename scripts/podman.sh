@@ -31,8 +31,10 @@ if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; the
 fi
 
 # Storage under the cache (vfs: works inside any container or VM, no fuse or overlay module).
+# Each run writes its own temporary file ($$): the image tests run this script concurrently, and
+# a shared name made one run's mv find the file already moved by the other.
 CONF="$CACHE/containers.conf"
-cat >"$CONF.tmp" <<CONF
+cat >"$CONF.tmp.$$" <<CONF
 [containers]
 default_ulimits = []
 [engine]
@@ -40,15 +42,15 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 CONF
-mv "$CONF.tmp" "$CONF"
+mv "$CONF.tmp.$$" "$CONF"
 STORAGE="$CACHE/storage.conf"
-cat >"$STORAGE.tmp" <<CONF
+cat >"$STORAGE.tmp.$$" <<CONF
 [storage]
 driver = "vfs"
 graphroot = "$CACHE/graph"
 runroot = "$CACHE/run"
 CONF
-mv "$STORAGE.tmp" "$STORAGE"
+mv "$STORAGE.tmp.$$" "$STORAGE"
 
 log "$(podman --version)"
 printf 'export CONTAINERS_CONF=%q\n' "$CONF"
