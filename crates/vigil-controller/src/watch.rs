@@ -6,7 +6,7 @@ use crate::Context;
 use crate::gather::Need;
 use crate::index::{Index, SourceState};
 use crate::sources;
-use crate::wire::WireNode;
+use crate::wire::{WireNode, WireObject};
 use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
@@ -107,12 +107,22 @@ pub async fn feed<K, R, S>(
     ctx.sources.remove(&what);
 }
 
-fn watch_config() -> watcher::Config {
-    watcher::Config::default().page_size(500)
+/// Objects per list page of the Node watches and the remediation objects (Kubernetes' default).
+const PAGE: u32 = 500;
+
+/// Objects per list page of the Cluster API watches. Every replica lists every Machine and
+/// Cluster (the cross-shard rule reads other shards' Machines on local Nodes), and a page is
+/// held whole while it is decoded: at 500 a page of Clusters and one of Machines were most of
+/// a replica's peak heap, and the allocator keeps a peak. Smaller pages cost more requests of
+/// the same total size.
+const CAPI_PAGE: u32 = 100;
+
+fn watch_config(page: u32) -> watcher::Config {
+    watcher::Config::default().page_size(page)
 }
 
-fn key_of(o: &DynamicObject) -> (String, String) {
-    (o.metadata.namespace.clone().unwrap_or_default(), o.metadata.name.clone().unwrap_or_default())
+fn key_of<K: kube::Resource>(o: &K) -> (String, String) {
+    (o.meta().namespace.clone().unwrap_or_default(), o.meta().name.clone().unwrap_or_default())
 }
 
 /// Reads a health check leniently: a spec that does not parse still yields an object (with an
@@ -177,7 +187,7 @@ fn watch<K>(ctx: &Context, api: Api<K>) -> impl Stream<Item = sources::Item<K>> 
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    sources::relisting(api, watch_config(), ctx.epoch())
+    sources::relisting(api, watch_config(PAGE), ctx.epoch())
 }
 
 /// Starts the watches every decision needs: both health-check kinds and the Nodes of the cluster
@@ -289,12 +299,11 @@ async fn start_cluster_api(ctx: Arc<Context>) {
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", &version, kind));
         // Sharded mode keeps only the held shards' objects: a shard taken lists them again.
         let stream = sources::relisting_also_on(
-            Api::<DynamicObject>::all_with(client.clone(), &ar),
-            watch_config(),
+            Api::<WireObject>::all_with(client.clone(), &ar),
+            watch_config(CAPI_PAGE),
             ctx.epoch(),
             Some(ctx.capi_relists()),
         );
-        let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
         if is_machine {
             let counted = ctx.clone();
             tokio::spawn(feed(
@@ -302,7 +311,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                 "Cluster API Machines".into(),
                 true,
                 stream,
-                move |o| crate::index::machine_entry(&value(&o)),
+                move |o: WireObject| crate::index::machine_entry(&o.raw),
                 move |idx, op| {
                     let dirty = update_machines(idx, op);
                     counted.metrics.cached_machines(idx.machine_count());
@@ -318,7 +327,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                 "Cluster API Clusters".into(),
                 true,
                 stream,
-                move |o| value(&o),
+                move |o: WireObject| o.raw,
                 move |idx, op| match op {
                     Op::Upsert(v) => idx.put_cluster(Some(&v), None),
                     Op::Remove(o) => idx.put_cluster(None, Some(key_of(&o))),
@@ -340,7 +349,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
 
 /// Applies one Machine watch operation to the indexes (the other shards' Machines are left out
 /// by [`Index::put_machine_entry`]); a complete list marks the held shards' Machines listed.
-fn update_machines(idx: &mut Index, op: Op<DynamicObject, Option<crate::index::MachineEntry>>) -> BTreeSet<CheckRef> {
+fn update_machines(idx: &mut Index, op: Op<WireObject, Option<crate::index::MachineEntry>>) -> BTreeSet<CheckRef> {
     match op {
         Op::Upsert(entry) => idx.put_machine_entry(entry, None),
         Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),

@@ -3,12 +3,16 @@
 //! kubelet, a detector, a tenant), and the API server accepts timestamps that no Rust time type
 //! holds (`9999-12-31T23:59:59Z`). Decoding such a Node as a `k8s_openapi` Node fails, and with
 //! it the whole list page; here it spoils only the condition that carries it, which the engine
-//! then reads as "cannot be judged" — never as unhealthy.
+//! then reads as "cannot be judged" — never as unhealthy. Cluster API objects are decoded whole
+//! but for their managed fields ([`WireObject`]).
 
 use k8s_openapi::ClusterResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
+use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use vigil_api::views::{NodeConditionView, NodeView};
@@ -105,6 +109,107 @@ impl Resource for WireNode {
     }
     fn plural(_: &()) -> Cow<'_, str> {
         "nodes".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A Cluster API object (a Machine, a Cluster) as the watches decode it: its JSON whole except
+/// `metadata.managedFields`, which is skipped without being built. Nothing reads managed fields,
+/// and on objects written by server-side apply they are often most of the object: every replica
+/// decodes every Machine of every list page, so what it skips is memory no replica holds.
+#[derive(Debug, Clone)]
+pub struct WireObject {
+    /// What the watch reads of the metadata: name, namespace, resourceVersion, uid.
+    pub metadata: ObjectMeta,
+    /// The object as sent, without its managed fields.
+    pub raw: Value,
+}
+
+/// An object's metadata with `managedFields` skipped while it is decoded.
+struct LeanMeta(Map<String, Value>);
+
+impl<'de> Deserialize<'de> for LeanMeta {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = LeanMeta;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("object metadata")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LeanMeta, A::Error> {
+                let mut out = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "managedFields" {
+                        map.next_value::<IgnoredAny>()?;
+                    } else {
+                        out.insert(key, map.next_value::<Value>()?);
+                    }
+                }
+                Ok(LeanMeta(out))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+impl<'de> Deserialize<'de> for WireObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = WireObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WireObject, A::Error> {
+                let mut out = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value = if key == "metadata" {
+                        Value::Object(map.next_value::<LeanMeta>()?.0)
+                    } else {
+                        map.next_value::<Value>()?
+                    };
+                    out.insert(key, value);
+                }
+                let text = |field: &str| {
+                    out.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).map(str::to_string)
+                };
+                let metadata = ObjectMeta {
+                    name: text("name"),
+                    namespace: text("namespace"),
+                    resource_version: text("resourceVersion"),
+                    uid: text("uid"),
+                    ..Default::default()
+                };
+                Ok(WireObject { metadata, raw: Value::Object(out) })
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
+impl Resource for WireObject {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
     }
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
@@ -235,6 +340,33 @@ mod tests {
         let (view, _) =
             slim(&serde_json::from_value::<WireNode>(json!({"metadata": {"name": "n6"}})).expect("decodes"));
         assert!(!view.deleting && view.labels.is_empty() && view.annotations.is_empty());
+    }
+
+    /// A Cluster API object keeps everything but its managed fields, in a list page as sent.
+    #[test]
+    fn a_cluster_api_object_is_kept_whole_but_for_its_managed_fields() {
+        let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m1", "namespace": "ns", "resourceVersion": "42", "uid": "u1",
+                         "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
+                         "managedFields": [{"manager": "capi", "fieldsV1": {"f:spec": {"f:clusterName": {}}}}],
+                         "ownerReferences": [{"kind": "MachineSet", "name": "ms", "uid": "u2", "apiVersion": "v"}]},
+            "spec": {"clusterName": "c1"},
+            "status": {"nodeRef": {"name": "n1"}, "conditions": [{"type": "Ready", "status": "True"}]}});
+        let page = format!(r#"{{"items": [{machine}], "metadata": {{"resourceVersion": "43"}}}}"#);
+        let list: kube::core::ObjectList<WireObject> = serde_json::from_str(&page).expect("the page decodes");
+        let o = &list.items[0];
+        let mut expected = machine.clone();
+        expected["metadata"].as_object_mut().expect("metadata").remove("managedFields");
+        assert_eq!(o.raw, expected, "everything but the managed fields is kept as sent");
+        assert_eq!(
+            (o.metadata.name.as_deref(), o.metadata.namespace.as_deref(), o.metadata.resource_version.as_deref()),
+            (Some("m1"), Some("ns"), Some("42")),
+            "the watch can key the object and resume from it"
+        );
+        assert_eq!(o.metadata.uid.as_deref(), Some("u1"));
+        let bare: WireObject = serde_json::from_value(json!({"kind": "Cluster"})).expect("no metadata");
+        assert!(bare.metadata.name.is_none() && bare.raw["kind"] == "Cluster");
+        assert!(serde_json::from_value::<WireObject>(json!(["not", "an", "object"])).is_err());
     }
 
     #[test]
