@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result, ensure};
 use futures::StreamExt as _;
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use vigil_testenv::TestEnv;
@@ -110,6 +110,14 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     wait_checks_ready(plan, contender, &env, &mut fleet).await?;
     let cold_start_s = started.elapsed().as_secs_f64();
     let shards_held = if plan.replicas > 1 { fleet.wait_balanced(&env, plan.shards).await? } else { Vec::new() };
+    if plan.replicas > 1 {
+        fleet.wait_listed(&clusters, plan.shards, &shards_held).await?;
+    }
+    // With replicas: until every check was ready, the shards balanced and each holder connected.
+    let ready_in_holders_s = started.elapsed().as_secs_f64();
+    if plan.replicas > 1 {
+        eprintln!("vigil-bench: every holder connected to its clusters {ready_in_holders_s:.1} s after the start");
+    }
     let cpu_cold = sub(&fleet.cpu()?, &cpu_start);
     let rss_start = fleet.peak_rss(started)?;
     eprintln!("vigil-bench: cold start {cold_start_s:.1} s; idle {IDLE:?}");
@@ -167,6 +175,7 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
         "wave_written_before_first_expiry_s": round(first_expiry_s),
         "setup_s": round(setup_s), "total_s": round(t0.elapsed().as_secs_f64()),
         "cold_start_s": round(cold_start_s),
+        "ready_in_holders_s": round(ready_in_holders_s),
         "detection_ms": latency_json(&latencies),
         "peak_rss_mib": round(peak_rss.iter().copied().fold(0.0, f64::max)),
         "rss_mib": rss_json(max(&rss_start), max(&rss_steady), max(&peak_rss),
@@ -275,6 +284,8 @@ struct Replicas {
     members: Vec<Controller>,
     /// Each member's resident memory every 100 ms (the idle window's figure), same order.
     samples: Vec<procstat::RssSamples>,
+    /// Each member's metrics address (replicas only), same order.
+    metrics: Vec<std::net::SocketAddr>,
 }
 
 impl Replicas {
@@ -300,6 +311,7 @@ impl Replicas {
         };
         env.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NS}})).await?;
         let mut members = Vec::new();
+        let mut metrics = Vec::new();
         for i in 0..plan.replicas {
             let mut cmd = tokio::process::Command::new(bin);
             // The default election durations (15 s lease, 10 s renew deadline, 2 s retry): the
@@ -307,10 +319,14 @@ impl Replicas {
             cmd.arg("run").arg("--kubeconfig").arg(&kubeconfig).arg("--workers").arg(workers.to_string());
             cmd.args(["--lease-namespace", LEASE_NS, "--lease-name", LEASE_NAME]);
             cmd.arg("--shards").arg(plan.shards.to_string());
+            // A free port, for readiness: which sources the replica has listed.
+            let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+            cmd.arg("--metrics-addr").arg(addr.to_string());
+            metrics.push(addr);
             cmd.env("POD_NAME", replica_identity(i));
             members.push(Controller::spawn_command(cmd, format!("{} replica {i}", contender.name()), log(i))?);
         }
-        Ok(Replicas::sampled(members))
+        Ok(Replicas { metrics, ..Replicas::sampled(members) })
     }
 
     /// `members`, their resident memory sampled from now on (until each exits).
@@ -320,7 +336,7 @@ impl Replicas {
             // The task ends by itself when the process is gone.
             drop(s.spawn(c.pid));
         }
-        Replicas { members, samples }
+        Replicas { members, samples, metrics: Vec::new() }
     }
 
     /// Each member's resident-memory peak since `since`, MiB: its high-water mark (`VmHWM`, since
@@ -368,12 +384,66 @@ impl Replicas {
         }
     }
 
+    /// Waits until each member has listed the Nodes of every workload cluster of the shards it
+    /// holds (`held`, from [`Replicas::wait_balanced`]): a check's status may have been written by
+    /// a replica that held its shard during start-up and gave it back, and the current holder
+    /// decides it only once connected.
+    async fn wait_listed(&mut self, clusters: &[WorkloadCluster], shards: u32, held: &[Vec<u32>]) -> Result<()> {
+        let limit = Instant::now() + BALANCE_LIMIT;
+        for (i, addr) in self.metrics.clone().iter().enumerate() {
+            let mine = held.get(i).cloned().unwrap_or_default();
+            let wanted: Vec<String> = clusters
+                .iter()
+                .map(|c| vigil_engine::shard::machine_check_key(&c.namespace, &c.name))
+                .filter(|key| mine.contains(&vigil_engine::shard::shard_of(key, shards)))
+                .map(|key| format!("Nodes of workload cluster {key}"))
+                .collect();
+            loop {
+                self.check_running()?;
+                let synced = scrape(*addr).await.map(|text| synced_sources(&text)).unwrap_or_default();
+                let missing = wanted.iter().filter(|w| !synced.contains(*w)).count();
+                if missing == 0 {
+                    break;
+                }
+                ensure!(
+                    Instant::now() < limit,
+                    "{}: {missing} of its {} workload clusters not listed after {BALANCE_LIMIT:?}",
+                    replica_identity(i),
+                    wanted.len()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
+    }
+
     async fn stop(self) -> Result<()> {
         for c in self.members {
             c.stop().await?;
         }
         Ok(())
     }
+}
+
+/// A replica's metrics text (plain HTTP/1.0: the bench needs no HTTP client for one page).
+async fn scrape(addr: std::net::SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    Ok(text.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default())
+}
+
+/// The sources a replica's metrics report listed and live (`vigil_source_synced{source=…} 1`).
+fn synced_sources(metrics: &str) -> BTreeSet<String> {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("vigil_source_synced{source=\""))
+        .filter_map(|rest| rest.split_once("\"} "))
+        .filter(|(_, value)| value.trim() == "1")
+        .map(|(source, _)| source.to_string())
+        .collect()
 }
 
 /// Each shard's Lease holder (shards without a holder are absent).
@@ -534,4 +604,26 @@ async fn failover(
         "lease_duration_s": 15, "renew_deadline_s": 10, "retry_period_s": 2,
         "detection_ms": latency_json(&latencies),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Readiness reads the sources a replica reports listed, and only those at 1.
+    #[test]
+    fn synced_sources_are_the_ones_at_one() {
+        let text = "# HELP vigil_source_synced 1 while a watched source is listed and live\n\
+                    # TYPE vigil_source_synced gauge\n\
+                    vigil_source_synced{source=\"Nodes of workload cluster default/c1\"} 1\n\
+                    vigil_source_synced{source=\"Nodes of workload cluster default/c2\"} 0\n\
+                    vigil_source_synced{source=\"Cluster API Machines\"} 1\n\
+                    vigil_workload_cluster_connected{cluster=\"default/c2\"} 1\n";
+        let synced = synced_sources(text);
+        assert_eq!(
+            synced.into_iter().collect::<Vec<_>>(),
+            ["Cluster API Machines", "Nodes of workload cluster default/c1"],
+            "a source at 0 is not listed; other metrics are not sources"
+        );
+    }
 }
