@@ -304,7 +304,7 @@ impl Replicas {
             }
         };
         if plan.replicas <= 1 {
-            return Ok(Replicas::sampled(vec![Controller::spawn(contender, &kubeconfig, log(0))?]));
+            return Ok(Replicas::sampled(vec![Controller::spawn(contender, &kubeconfig, log(0))?], Vec::new()));
         }
         let Contender::Vigil { bin, workers } = contender else {
             anyhow::bail!("--replicas runs Vigil only");
@@ -326,17 +326,18 @@ impl Replicas {
             cmd.env("POD_NAME", replica_identity(i));
             members.push(Controller::spawn_command(cmd, format!("{} replica {i}", contender.name()), log(i))?);
         }
-        Ok(Replicas { metrics, ..Replicas::sampled(members) })
+        Ok(Replicas::sampled(members, metrics))
     }
 
-    /// `members`, their resident memory sampled from now on (until each exits).
-    fn sampled(members: Vec<Controller>) -> Replicas {
+    /// `members` (with their metrics addresses, if any), their resident memory sampled from now
+    /// on (until each exits).
+    fn sampled(members: Vec<Controller>, metrics: Vec<std::net::SocketAddr>) -> Replicas {
         let samples: Vec<procstat::RssSamples> = members.iter().map(|_| procstat::RssSamples::default()).collect();
         for (c, s) in members.iter().zip(&samples) {
             // The task ends by itself when the process is gone.
             drop(s.spawn(c.pid));
         }
-        Replicas { members, samples, metrics: Vec::new() }
+        Replicas { members, samples, metrics }
     }
 
     /// Each member's resident-memory peak since `since`, MiB: its high-water mark (`VmHWM`, since
@@ -400,16 +401,22 @@ impl Replicas {
                 .collect();
             loop {
                 self.check_running()?;
-                let synced = scrape(*addr).await.map(|text| synced_sources(&text)).unwrap_or_default();
-                let missing = wanted.iter().filter(|w| !synced.contains(*w)).count();
+                // Until its metrics answer, nothing counts as listed (the error is kept for the
+                // timeout's message).
+                let scraped = scrape(*addr).await.map(|text| synced_sources(&text));
+                let missing = match &scraped {
+                    Ok(synced) => wanted.iter().filter(|w| !synced.contains(*w)).count(),
+                    Err(_) => wanted.len(),
+                };
                 if missing == 0 {
                     break;
                 }
                 ensure!(
                     Instant::now() < limit,
-                    "{}: {missing} of its {} workload clusters not listed after {BALANCE_LIMIT:?}",
+                    "{}: {missing} of its {} workload clusters not listed after {BALANCE_LIMIT:?}{}",
                     replica_identity(i),
-                    wanted.len()
+                    wanted.len(),
+                    scraped.err().map(|e| format!(" (metrics at {addr}: {e})")).unwrap_or_default()
                 );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

@@ -107,7 +107,7 @@ pub async fn feed<K, R, S>(
     ctx.sources.remove(&what);
 }
 
-/// Objects per list page of the Node watches and the remediation objects (Kubernetes' default).
+/// Objects per list page of every watch but the Cluster API ones (Kubernetes' default).
 const PAGE: u32 = 500;
 
 /// Objects per list page of the Cluster API watches. Every replica lists every Machine and
