@@ -42,10 +42,11 @@ const GAP_LIMIT: Duration = Duration::from_millis(4000 + 2 * 1000 + 500);
 /// The longest a shard whose holder died (its Lease expired, never released) may go without a
 /// live holder, from the dead holder's last renewal: one lease duration plus one retry period (a
 /// taker sees the last renewal up to a retry period late, and looks again the moment the Lease
-/// expires on its clock), plus 750 ms for the requests on a loaded machine (the taker's round
+/// expires on its clock), plus 1 s for the requests on a loaded machine (the taker's round
 /// renews its membership, lists the Leases and looks at the lower shards first; 5.49 s was
-/// measured in a full run of this file on 2 cores).
-const TAKEOVER_LIMIT: Duration = Duration::from_millis(4000 + 1000 + 750);
+/// measured in a full run of this file on 2 cores, 5.77 and 5.83 s in a CI run of the whole
+/// suite, which the earlier 750 ms failed). Still below a second retry period after expiry.
+const TAKEOVER_LIMIT: Duration = Duration::from_millis(4000 + 1000 + 1000);
 
 /// The holder and times of one version of one shard Lease.
 #[derive(Debug, Clone, PartialEq)]
