@@ -78,10 +78,6 @@ const ESCALATION_MAX_ITEMS: u32 = 16;
 const PAUSE_REQUESTS_MAX_ITEMS: u32 = 100;
 /// Longest pause request (who paused the check and why).
 const PAUSE_REQUEST_MAX_LENGTH: u32 = 1024;
-/// Most reasons a rule lists; a detector has a handful per condition.
-const REASONS_MAX_ITEMS: u32 = 32;
-/// Longest reason a rule lists (condition reasons are CamelCase words).
-const REASON_MAX_LENGTH: u32 = 256;
 
 /// One generated CRD file: its name in [`CRD_DIR`] and its full text, header included.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,6 +198,16 @@ pub(crate) fn non_negative_duration(schema: &mut Schema) {
     go_duration(schema);
     let rule = format!("!{} || duration(self) >= duration('0s')", is_duration());
     push_rules(object(schema), [Rule::new(&rule, "must not be negative")]);
+}
+
+/// `plannedMaintenance.grace`: from 0 to 24h (a longer grace hides a Node that did not come back).
+pub(crate) fn maintenance_grace(schema: &mut Schema) {
+    non_negative_duration(schema);
+    let rule = format!("!{} || duration(self) <= duration('24h')", is_duration());
+    push_rules(
+        object(schema),
+        [Rule::new(&rule, "must be at most 24h: a longer grace hides a Node that did not come back")],
+    );
 }
 
 /// `nodeStartupTimeout`: `0` disables it; anything else is at least 30s, because a shorter
@@ -502,10 +508,10 @@ pub(crate) fn nhc_condition_list(schema: &mut Schema) {
 /// cost — a CEL uniqueness rule over 100 rules' lists exceeds the cost budget); bounded.
 pub(crate) fn condition_reasons(schema: &mut Schema) {
     let s = object(schema);
-    s.insert("maxItems".into(), REASONS_MAX_ITEMS.into());
+    s.insert("maxItems".into(), crate::validate::REASONS_MAX_ITEMS.into());
     s.insert("x-kubernetes-list-type".into(), "set".into());
     if let Some(item) = child(s, &["items"]) {
-        item.insert("maxLength".into(), REASON_MAX_LENGTH.into());
+        item.insert("maxLength".into(), crate::validate::REASON_MAX_LENGTH.into());
         push_rules(item, [Rule::new("self.trim() != ''", "must not be empty: name a condition reason")]);
     }
     push_rules(s, [Rule::new("size(self) > 0", EMPTY_REASONS).reason("FieldValueRequired")]);

@@ -245,7 +245,7 @@ pub fn health_check_from_value(v: &Value) -> Result<HealthCheck, ManifestError> 
                 other => other,
             })
         }
-        (MEDIK8S_NHC_API_VERSION, "NodeHealthCheck") => read_as(&as_vigil(map), &origin).map(HealthCheck::Node),
+        (MEDIK8S_NHC_API_VERSION, "NodeHealthCheck") => read_as(&medik8s_as_vigil(map), &origin).map(HealthCheck::Node),
         _ => Err(ManifestError::Unsupported { origin, api_version: api_version.to_string(), kind: kind.to_string() }),
     }
 }
@@ -254,6 +254,16 @@ pub fn health_check_from_value(v: &Value) -> Result<HealthCheck, ManifestError> 
 /// upstream statuses have other shapes and a status is the controller's to write anyway.
 fn as_vigil(map: &serde_json::Map<String, Value>) -> Value {
     Value::Object(vigil_object(map))
+}
+
+/// A medik8s NodeHealthCheck as Vigil's: upstream has no planned-maintenance rule beyond the
+/// node Lease, so the check reads with `plannedMaintenance.enabled: false` unless it says.
+fn medik8s_as_vigil(map: &serde_json::Map<String, Value>) -> Value {
+    let mut map = vigil_object(map);
+    if let Some(Value::Object(spec)) = map.get_mut("spec") {
+        spec.entry("plannedMaintenance").or_insert_with(|| serde_json::json!({"enabled": false}));
+    }
+    Value::Object(map)
 }
 
 /// [`as_vigil`] as a mapping, for the conversions that go on to rewrite the spec.

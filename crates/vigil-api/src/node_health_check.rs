@@ -87,6 +87,28 @@ pub struct NodeHealthCheckSpec {
     #[schemars(transform = crate::crd::max_in_flight)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<IntOrString>,
+    /// Planned maintenance: a Node under maintenance (a `NodeMaintenance` names it, or it is
+    /// cordoned by a drain that says so: the node maintenance operator's `medik8s.io/drain`
+    /// taint, kured's `weave.works/kured-reboot-in-progress` annotation) is not remediated while
+    /// the maintenance lasts and for `grace` after it ends, so an administrator's reboot is never
+    /// answered with a fence. On unless `enabled: false` (an upstream-group manifest reads as
+    /// `enabled: false`: upstream has no such rule beyond the node Lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_maintenance: Option<PlannedMaintenance>,
+}
+
+/// How a NodeHealthCheck treats Nodes under planned maintenance.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedMaintenance {
+    /// Whether a Node under maintenance is left alone (default `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// How long after the maintenance ends the Node is still left alone, to come back (Go
+    /// duration, `0s` to `24h`; default `10m`).
+    #[schemars(transform = crate::crd::maintenance_grace)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<String>,
 }
 
 /// medik8s' defaults: a Node that is not Ready (False or Unknown) for five minutes.
@@ -196,6 +218,23 @@ pub struct NodeHealthCheckStatus {
     pub features: FeatureStatus,
 }
 
+/// What an unhealthy Node's remediation waits for, so the status says who or what holds it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeWait {
+    /// `NodeLeaseHeld`, `NodeUnderMaintenance`, `MaintenanceGrace`, `MaintenanceUnknown`,
+    /// `RemediatorFinishing`.
+    pub reason: String,
+    /// For a person: who holds the Node (the Lease's holder, the NodeMaintenance, the object
+    /// being deleted) and until when.
+    pub message: String,
+    /// Since when it waits for this.
+    pub since: Time,
+    /// When the wait ends by itself (a Lease expiring, the end of the grace), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Time>,
+}
+
 /// A Node found unhealthy and what was done about it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -211,6 +250,10 @@ pub struct UnhealthyNode {
     /// True while a healthy Node keeps its remediation objects because of `healthyDelay`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy_delayed: Option<bool>,
+    /// What its remediation waits for (a Lease another holder has, planned maintenance, a
+    /// remediator finishing); absent when nothing holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<NodeWait>,
 }
 
 /// One remediation object made for a Node.

@@ -1,19 +1,31 @@
 //! Nodes as the health-check rules read them, and nothing else: the caches of the controller and
 //! the simulator hold one per Node, so its size is paid 10 000 times. A kubelet's Node object is
 //! kilobytes (images, addresses, capacity, managed fields, condition messages); the rules read
-//! its name, labels, one annotation, whether it is being deleted and its conditions' type,
-//! status, reason and two times. Condition strings and label keys are shared ([`crate::intern`]).
+//! its name, uid, labels, a few annotations, whether it is cordoned, a maintenance taint, whether
+//! it is being deleted and its conditions' type, status, reason and two times. Condition strings
+//! and label keys are shared ([`crate::intern`]).
 
 use crate::intern::intern;
 use crate::selector::Selector;
-use crate::well_known::MANUALLY_CONFIRMED_HEALTHY_ANNOTATION;
+use crate::well_known::{
+    CURRENT_MACHINE_CONFIG_ANNOTATION, DESIRED_MACHINE_CONFIG_ANNOTATION, KURED_REBOOT_IN_PROGRESS_ANNOTATION,
+    MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MEDIK8S_DRAIN_TAINT,
+};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The Node annotations a rule reads; the others are not kept.
-pub const NODE_ANNOTATIONS_READ: [&str; 1] = [MANUALLY_CONFIRMED_HEALTHY_ANNOTATION];
+pub const NODE_ANNOTATIONS_READ: [&str; 4] = [
+    MANUALLY_CONFIRMED_HEALTHY_ANNOTATION,
+    KURED_REBOOT_IN_PROGRESS_ANNOTATION,
+    CURRENT_MACHINE_CONFIG_ANNOTATION,
+    DESIRED_MACHINE_CONFIG_ANNOTATION,
+];
+
+/// The Node taints (by key) a rule reads; the others are not kept.
+pub const NODE_TAINTS_READ: [&str; 1] = [MEDIK8S_DRAIN_TAINT];
 
 /// An object's labels, sorted by key, with shared keys (the same dozen keys on every Node).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -92,12 +104,18 @@ impl NodeConditionView {
 pub struct NodeView {
     /// `metadata.name` (empty when the object has none).
     pub name: String,
+    /// `metadata.uid`, which an owner reference to the Node (a node Lease's) must carry.
+    pub uid: Option<Box<str>>,
     /// `metadata.labels`.
     pub labels: Labels,
     /// The annotations of [`NODE_ANNOTATIONS_READ`] the Node has.
     pub annotations: BTreeMap<String, String>,
     /// Whether `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// `spec.unschedulable`: cordoned (a drain starts with it).
+    pub unschedulable: bool,
+    /// The keys of the Node's taints among [`NODE_TAINTS_READ`].
+    pub taints: Box<[Arc<str>]>,
     /// `status.conditions`, in the Node's order.
     pub conditions: Box<[NodeConditionView]>,
 }
@@ -117,7 +135,42 @@ impl NodeView {
             .filter(|(k, _)| NODE_ANNOTATIONS_READ.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        NodeView { name, labels: Labels::of(labels), annotations, deleting, conditions: conditions.into() }
+        NodeView {
+            name,
+            uid: None,
+            labels: Labels::of(labels),
+            annotations,
+            deleting,
+            unschedulable: false,
+            taints: Box::default(),
+            conditions: conditions.into(),
+        }
+    }
+
+    /// The view with what the Node's spec and uid say: cordoned or not, and the taint keys of
+    /// [`NODE_TAINTS_READ`] among `taint_keys` (the others are not kept).
+    pub fn with_spec<'k>(
+        mut self,
+        uid: Option<&str>,
+        unschedulable: bool,
+        taint_keys: impl IntoIterator<Item = &'k str>,
+    ) -> Self {
+        self.uid = uid.filter(|u| !u.is_empty()).map(Box::from);
+        self.unschedulable = unschedulable;
+        self.taints = taint_keys.into_iter().filter(|k| NODE_TAINTS_READ.contains(k)).map(intern).collect();
+        self
+    }
+
+    /// Whether the Node has a taint of `key`, which must be one of [`NODE_TAINTS_READ`].
+    pub fn has_taint(&self, key: &str) -> bool {
+        debug_assert!(NODE_TAINTS_READ.contains(&key), "taint {key} is not kept on a NodeView");
+        self.taints.iter().any(|t| &**t == key)
+    }
+
+    /// The value of annotation `key`, which must be one of [`NODE_ANNOTATIONS_READ`].
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        debug_assert!(NODE_ANNOTATIONS_READ.contains(&key), "annotation {key} is not kept on a NodeView");
+        self.annotations.get(key).map(String::as_str)
     }
 
     /// Reads a Node's JSON as decoded into a k8s-openapi Node (`None` when it does not decode,
@@ -154,12 +207,18 @@ impl From<&Node> for NodeView {
             })
             .collect();
         let m = &node.metadata;
+        let spec = node.spec.as_ref();
         NodeView::new(
             m.name.clone().unwrap_or_default(),
             m.labels.as_ref(),
             m.annotations.as_ref(),
             m.deletion_timestamp.is_some(),
             conditions,
+        )
+        .with_spec(
+            m.uid.as_deref(),
+            spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            spec.and_then(|s| s.taints.as_deref()).unwrap_or(&[]).iter().map(|t| t.key.as_str()),
         )
     }
 }
@@ -200,6 +259,8 @@ mod tests {
         assert_eq!(v.labels.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["kubernetes.io/hostname", "zone"]);
         assert!(v.has_annotation(MANUALLY_CONFIRMED_HEALTHY_ANNOTATION));
         assert_eq!(v.annotations.len(), 1, "annotations no rule reads are not kept");
+        assert_eq!(v.uid.as_deref(), Some("u"));
+        assert!(!v.unschedulable && v.taints.is_empty());
         let c = &v.conditions[0];
         assert_eq!((&*c.type_, &*c.status, c.reason.as_deref()), ("Ready", "False", Some("KubeletNotReady")));
         assert_eq!(c.last_transition_time, Some("2030-01-01T00:00:00Z".parse().expect("ts")));
@@ -210,6 +271,23 @@ mod tests {
         let w = NodeView::from(&node);
         assert!(Arc::ptr_eq(&v.conditions[0].type_, &w.conditions[0].type_));
         assert!(Arc::ptr_eq(&v.labels.0[0].0, &w.labels.0[0].0));
+    }
+
+    #[test]
+    fn a_drained_node_keeps_its_cordon_and_maintenance_taint_only() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "annotations": {KURED_REBOOT_IN_PROGRESS_ANNOTATION: "2030-01-01T00:00:00Z"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+                {"key": MEDIK8S_DRAIN_TAINT, "effect": "NoSchedule"}]}
+        }))
+        .expect("a Node");
+        let v = NodeView::from(&node);
+        assert!(v.unschedulable);
+        assert!(v.has_taint(MEDIK8S_DRAIN_TAINT));
+        assert_eq!(v.taints.len(), 1, "taints no rule reads are not kept");
+        assert_eq!(v.annotation(KURED_REBOOT_IN_PROGRESS_ANNOTATION), Some("2030-01-01T00:00:00Z"));
+        assert_eq!(v.uid, None);
     }
 
     #[test]

@@ -96,6 +96,24 @@ reasons! {
     ControlPlaneRemediationInProgress = "ControlPlaneRemediationInProgress",
     /// A remediation object of the name this check would use belongs to someone else.
     RemediationObjectExists = "RemediationObjectExists",
+    /// Another holder (the node maintenance operator, another check) holds the Node's Lease.
+    NodeLeaseHeld = "NodeLeaseHeld",
+    /// The Node is under planned maintenance (a `NodeMaintenance`, a drain that says so).
+    NodeUnderMaintenance = "NodeUnderMaintenance",
+    /// The Node's planned maintenance ended a short while ago (`plannedMaintenance.grace`).
+    MaintenanceGrace = "MaintenanceGrace",
+    /// Whether the Node is under maintenance cannot be read: nothing new starts.
+    MaintenanceUnknown = "MaintenanceUnknown",
+    /// The cluster is being upgraded: nothing new starts.
+    ClusterUpgrading = "ClusterUpgrading",
+    /// Whether the cluster is being upgraded cannot be read: nothing new starts.
+    UpgradeStateUnknown = "UpgradeStateUnknown",
+    /// Nothing postpones new remediations (`RemediationPostponed=False`).
+    NotPostponed = "NotPostponed",
+    /// A remediation object is being deleted and its remediator still holds it (finalizer).
+    RemediatorFinishing = "RemediatorFinishing",
+    /// The Node's Lease was held past three step timeouts: the step is given up.
+    NodeLeaseOverdue = "NodeLeaseOverdue",
     // Features of both kinds.
     /// A pool is backed off.
     RemediationBackoff = "RemediationBackoff",

@@ -336,7 +336,15 @@ pub struct NhcPolicy {
     /// Pacing: most remediations in flight at once (a count or a percentage of the selected
     /// Nodes), when asked for.
     pub max_in_flight: Option<IntOrPercent>,
+    /// Planned maintenance: the grace after a Node's maintenance ends; `None` when the check
+    /// does not leave Nodes under maintenance alone (`plannedMaintenance.enabled: false`).
+    pub maintenance_grace: Option<SignedDuration>,
 }
+
+/// How long a Node is still left alone after its maintenance ends, unless the check says.
+pub const DEFAULT_MAINTENANCE_GRACE: SignedDuration = SignedDuration::from_mins(10);
+/// The longest `plannedMaintenance.grace`: a longer one would hide a Node that did not come back.
+pub const MAX_MAINTENANCE_GRACE: SignedDuration = SignedDuration::from_hours(24);
 
 impl NhcPolicy {
     /// Whether some rule names its own remediation (remediation per condition is on).
@@ -412,6 +420,12 @@ pub const MAX_CONDITION_AGE_ON_MACHINE: &str =
 /// Why an empty `reasons` list is refused.
 pub const EMPTY_REASONS: &str =
     "must not be empty: leave reasons out to match the condition whatever its reason, or list at least one";
+/// Most entries a rule's `reasons` may list (the CRD's `maxItems`); a detector has a handful
+/// per condition.
+pub const REASONS_MAX_ITEMS: usize = 32;
+/// Longest reason a rule's `reasons` may list (the CRD's `maxLength`), in characters (condition
+/// reasons are CamelCase words).
+pub const REASON_MAX_LENGTH: usize = 256;
 /// Why a `reasons` entry that repeats an earlier one is refused.
 pub const DUPLICATE_REASON: &str = "must be unique: the same reason is listed twice";
 /// Why a rule may not set both its own `remediationTemplate` and `escalatingRemediations`.
@@ -539,8 +553,22 @@ impl Collector {
             return None;
         }
         let mut ok = true;
+        if list.len() > REASONS_MAX_ITEMS {
+            let value = format!("{} reasons", list.len());
+            self.push(&path, &value, format!("must list at most {REASONS_MAX_ITEMS} reasons"));
+            ok = false;
+        }
         for (i, reason) in list.iter().enumerate() {
-            if reason.trim().is_empty() {
+            let chars = reason.chars().count();
+            if chars > REASON_MAX_LENGTH {
+                let shown: String = reason.chars().take(40).collect();
+                self.push(
+                    format!("{path}[{i}]"),
+                    format!("{shown}… ({chars} characters)"),
+                    format!("must be at most {REASON_MAX_LENGTH} characters"),
+                );
+                ok = false;
+            } else if reason.trim().is_empty() {
                 self.push(format!("{path}[{i}]"), reason, "must not be empty: name a condition reason");
                 ok = false;
             } else if let Some(first) = list[..i].iter().position(|r| r == reason) {
@@ -1215,6 +1243,30 @@ fn recovery_delays(c: &mut Collector, spec: &NodeHealthCheckSpec) -> (Option<Hea
     (healthy_delay, storm_cooldown)
 }
 
+/// `spec.plannedMaintenance`: on with [`DEFAULT_MAINTENANCE_GRACE`] unless `enabled: false`;
+/// `Some(None)` when off, `None` when the grace is invalid.
+fn maintenance_grace(c: &mut Collector, spec: &NodeHealthCheckSpec) -> Option<Option<SignedDuration>> {
+    let pm = spec.planned_maintenance.clone().unwrap_or_default();
+    let grace = match pm.grace.as_deref() {
+        None => Some(DEFAULT_MAINTENANCE_GRACE),
+        Some(text) => match c.non_negative_duration("spec.plannedMaintenance.grace", text) {
+            Some(d) if d > MAX_MAINTENANCE_GRACE => {
+                c.push(
+                    "spec.plannedMaintenance.grace",
+                    text,
+                    "must be at most 24h: a longer grace hides a Node that did not come back",
+                );
+                None
+            }
+            d => d,
+        },
+    };
+    match pm.enabled {
+        Some(false) => Some(None),
+        _ => grace.map(Some),
+    }
+}
+
 /// Checks a NodeHealthCheck and returns its policy, or every problem found.
 pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationErrors> {
     let spec = &nhc.spec;
@@ -1234,6 +1286,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     deletion_needs_min_healthy(&mut c, spec);
     pause_requests(&mut c, &spec.pause_requests);
     let (healthy_delay, storm_cooldown) = recovery_delays(&mut c, spec);
+    let maintenance_grace = maintenance_grace(&mut c, spec);
     let features = features(
         &mut c,
         Kind::Node,
@@ -1260,6 +1313,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             backoff,
             failure_domains,
             max_in_flight,
+            maintenance_grace: maintenance_grace?,
         })
     })();
     c.finish(object, policy)

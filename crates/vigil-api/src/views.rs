@@ -302,6 +302,104 @@ impl RemediationView {
     }
 }
 
+/// A coordination Lease as the node-lease rules read it (medik8s' `node-<name>` Leases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    /// Metadata (uid for a delete's precondition, the Node it is owned by).
+    pub meta: Meta,
+    /// `metadata.resourceVersion`: an update of the Lease is made against it.
+    pub resource_version: Option<String>,
+    /// `spec.holderIdentity`.
+    pub holder: Option<String>,
+    /// `spec.leaseDurationSeconds`.
+    pub duration_seconds: Option<i64>,
+    /// `spec.acquireTime`.
+    pub acquire_time: Option<Timestamp>,
+    /// `spec.renewTime`.
+    pub renew_time: Option<Timestamp>,
+    /// `spec.leaseTransitions`.
+    pub transitions: Option<i64>,
+    /// Fields that could not be read (such a Lease counts as held by someone unknown).
+    pub problems: Vec<String>,
+}
+
+impl LeaseView {
+    /// Reads a Lease; `None` only when the object has no name.
+    pub fn read(v: &Value) -> Option<LeaseView> {
+        let mut problems = Vec::new();
+        let meta = Meta::read(v, &mut problems)?;
+        let mut time = |field: &str| match v.pointer(&format!("/spec/{field}")) {
+            None | Some(Value::Null) => None,
+            Some(t) => match t.as_str().and_then(|s| s.parse::<Timestamp>().ok()) {
+                Some(t) => Some(t),
+                None => {
+                    problems.push(format!("spec.{field}: invalid value {t}: not an RFC 3339 time"));
+                    None
+                }
+            },
+        };
+        let acquire_time = time("acquireTime");
+        let renew_time = time("renewTime");
+        Some(LeaseView {
+            resource_version: text(v, "/metadata/resourceVersion"),
+            holder: text(v, "/spec/holderIdentity"),
+            duration_seconds: v.pointer("/spec/leaseDurationSeconds").and_then(Value::as_i64),
+            transitions: v.pointer("/spec/leaseTransitions").and_then(Value::as_i64),
+            acquire_time,
+            renew_time,
+            meta,
+            problems,
+        })
+    }
+}
+
+/// A medik8s `NodeMaintenance` (`nodemaintenance.medik8s.io`): a Node an administrator is
+/// working on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaintenanceView {
+    /// Metadata.
+    pub meta: Meta,
+    /// `spec.nodeName`.
+    pub node_name: Option<String>,
+    /// `spec.reason`, for the operator.
+    pub reason: Option<String>,
+}
+
+impl MaintenanceView {
+    /// Reads a NodeMaintenance; `None` only when the object has no name.
+    pub fn read(v: &Value) -> Option<MaintenanceView> {
+        let meta = Meta::read(v, &mut Vec::new())?;
+        Some(MaintenanceView { node_name: text(v, "/spec/nodeName"), reason: text(v, "/spec/reason"), meta })
+    }
+}
+
+/// An OpenShift `ClusterVersion` (`config.openshift.io/v1`) as the upgrade pause reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterVersionView {
+    /// Metadata.
+    pub meta: Meta,
+    /// Its `Progressing` condition, when it has one: the cluster moves to another version while
+    /// it is `True`.
+    pub progressing: Option<ObservedCondition>,
+    /// `status.desired.version`, to name the target in messages.
+    pub desired_version: Option<String>,
+}
+
+impl ClusterVersionView {
+    /// Reads a ClusterVersion; `None` only when the object has no name.
+    pub fn read(v: &Value) -> Option<ClusterVersionView> {
+        let meta = Meta::read(v, &mut Vec::new())?;
+        let (conditions, _) = read_list(v.pointer("/status/conditions"), "status.conditions");
+        let progressing = conditions.into_iter().find(|c| *c.type_ == *crate::well_known::CLUSTER_VERSION_PROGRESSING);
+        Some(ClusterVersionView { progressing, desired_version: text(v, "/status/desired/version"), meta })
+    }
+
+    /// Whether the cluster is moving to another version (`Progressing=True`).
+    pub fn is_progressing(&self) -> bool {
+        self.progressing.as_ref().is_some_and(|c| *c.status == crate::conditions::ConditionStatus::True)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +441,49 @@ mod tests {
         }))
         .expect("named");
         assert!(!v2.paused && v2.control_plane_initialized && !v2.infrastructure_ready);
+    }
+
+    #[test]
+    fn reads_a_medik8s_node_lease() {
+        let l = LeaseView::read(&json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "node-n1", "namespace": "medik8s-leases", "uid": "u1", "resourceVersion": "42",
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "nu"}]},
+            "spec": {"holderIdentity": "node-maintenance", "leaseDurationSeconds": 3600,
+                     "acquireTime": "2030-01-01T00:00:00.000000Z", "renewTime": "2030-01-01T00:10:00.123456Z",
+                     "leaseTransitions": 1}
+        }))
+        .expect("named");
+        assert_eq!(l.holder.as_deref(), Some("node-maintenance"));
+        assert_eq!(
+            (l.duration_seconds, l.transitions, l.resource_version.as_deref()),
+            (Some(3600), Some(1), Some("42"))
+        );
+        assert_eq!(l.renew_time, Some("2030-01-01T00:10:00.123456Z".parse().expect("ts")));
+        assert!(l.problems.is_empty());
+        let bad =
+            LeaseView::read(&json!({"metadata": {"name": "node-n2"}, "spec": {"renewTime": "soon"}})).expect("named");
+        assert_eq!(bad.problems, ["spec.renewTime: invalid value \"soon\": not an RFC 3339 time"]);
+    }
+
+    #[test]
+    fn reads_maintenance_and_cluster_versions() {
+        let m =
+            MaintenanceView::read(&json!({"metadata": {"name": "nm"}, "spec": {"nodeName": "n1", "reason": "NIC"}}))
+                .expect("named");
+        assert_eq!((m.node_name.as_deref(), m.reason.as_deref()), (Some("n1"), Some("NIC")));
+        let cv = ClusterVersionView::read(&json!({
+            "metadata": {"name": "version"},
+            "status": {"desired": {"version": "4.18.3"}, "conditions": [
+                {"type": "Available", "status": "True", "lastTransitionTime": "2030-01-01T00:00:00Z"},
+                {"type": "Progressing", "status": "True", "lastTransitionTime": "2030-01-01T00:05:00Z",
+                 "message": "Working towards 4.18.3"}]}
+        }))
+        .expect("named");
+        assert!(cv.is_progressing());
+        assert_eq!(cv.desired_version.as_deref(), Some("4.18.3"));
+        let idle = ClusterVersionView::read(&json!({"metadata": {"name": "version"}})).expect("named");
+        assert!(!idle.is_progressing());
     }
 
     #[test]

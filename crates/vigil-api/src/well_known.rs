@@ -54,3 +54,23 @@ pub const PERMANENT_NODE_DELETION_EXPECTED: &str = "PermanentNodeDeletionExpecte
 pub const CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
 /// Cluster / Machine condition: infrastructure is ready.
 pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+
+/// Namespace of medik8s' node Leases unless `LEASE_NAMESPACE` names another (medik8s/common).
+pub const DEFAULT_LEASE_NAMESPACE: &str = "medik8s-leases";
+/// Environment variable by which medik8s components move their node Leases to another namespace.
+pub const LEASE_NAMESPACE_ENV: &str = "LEASE_NAMESPACE";
+/// Holder identity of the node maintenance operator's node Lease.
+pub const NODE_MAINTENANCE_LEASE_HOLDER: &str = "node-maintenance";
+/// Taint the node maintenance operator puts on a Node it drains.
+pub const MEDIK8S_DRAIN_TAINT: &str = "medik8s.io/drain";
+/// Node annotation kured sets (with `--annotate-nodes`) while it drains and reboots the Node.
+pub const KURED_REBOOT_IN_PROGRESS_ANNOTATION: &str = "weave.works/kured-reboot-in-progress";
+/// Node annotation: the machine config a Node runs (OpenShift's machine config operator).
+pub const CURRENT_MACHINE_CONFIG_ANNOTATION: &str = "machineconfiguration.openshift.io/currentConfig";
+/// Node annotation: the machine config a Node is being moved to; differing from the current one
+/// while the Node is updated (how a hosted control plane's upgrade shows on its Nodes).
+pub const DESIRED_MACHINE_CONFIG_ANNOTATION: &str = "machineconfiguration.openshift.io/desiredConfig";
+/// `ClusterVersion` condition that is `True` while OpenShift moves to another version.
+pub const CLUSTER_VERSION_PROGRESSING: &str = "Progressing";
+/// NodeHealthCheck condition: new remediations wait for the whole cluster (an upgrade).
+pub const REMEDIATION_POSTPONED: &str = "RemediationPostponed";

@@ -105,6 +105,20 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
             "at least 1",
         ),
         (mhc(json!({"backoff": {"maxRemediations": 2, "window": "0s"}})), "spec.backoff.window", "greater than zero"),
+        (
+            nhc(json!({"unhealthyConditions": [{"type": "KernelDeadlock", "status": "True", "duration": "5m",
+                        "reasons": (0..33).map(|i| format!("Reason{i}")).collect::<Vec<_>>()}]})),
+            "spec.unhealthyConditions[0].reasons",
+            "must have at most 32 items",
+        ),
+        (
+            nhc(json!({"unhealthyConditions": [{"type": "KernelDeadlock", "status": "True", "duration": "5m",
+                        "reasons": ["R".repeat(257)]}]})),
+            "spec.unhealthyConditions[0].reasons[0]",
+            "may not be more than 256",
+        ),
+        (nhc(json!({"plannedMaintenance": {"grace": "25h"}})), "spec.plannedMaintenance.grace", "at most 24h"),
+        (nhc(json!({"plannedMaintenance": {"grace": "-1m"}})), "spec.plannedMaintenance.grace", "must not be negative"),
         (nhc(json!({"backoff": {"maxRemediations": 2, "window": "30m"}})), "spec.backoff.poolLabel", "must be set"),
         (
             nhc(json!({"backoff": {"maxRemediations": 101, "window": "30m", "poolLabel": "pool"}})),

@@ -1434,6 +1434,59 @@ fn max_condition_age_is_opt_in_at_least_a_minute_and_only_on_node_conditions_oth
 
 // Over 80 lines on purpose: a table of refused `reasons`, one row each, and the policies the
 // valid ones become.
+/// The bounds the CRD puts on a rule's `reasons` (`maxItems` 32, `maxLength` 256) are the
+/// validator's too, so `vigil validate` and `vigil simulate` refuse what the API server refuses.
+#[test]
+fn reasons_are_bounded_as_the_crd_bounds_them() {
+    let rule = |reasons: Vec<String>| json!([{"type": "KernelDeadlock", "status": "True", "duration": "5m", "reasons": reasons}]);
+    let names = |n: usize| (0..n).map(|i| format!("Reason{i}")).collect::<Vec<_>>();
+    assert!(nhc_policy(&edit(base_nhc(), "/spec/unhealthyConditions", Some(rule(names(32))))).is_ok());
+    let errors = errors_of(&edit(base_nhc(), "/spec/unhealthyConditions", Some(rule(names(33)))));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].path, "spec.unhealthyConditions[0].reasons");
+    assert_eq!(errors[0].value, "33 reasons");
+    assert_eq!(errors[0].message, "must list at most 32 reasons");
+
+    assert!(nhc_policy(&edit(base_nhc(), "/spec/unhealthyConditions", Some(rule(vec!["R".repeat(256)])))).is_ok());
+    let long = "R".repeat(257);
+    let errors = errors_of(&edit(base_nhc(), "/spec/unhealthyConditions", Some(rule(vec!["Ok".into(), long]))));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].path, "spec.unhealthyConditions[0].reasons[1]");
+    assert!(errors[0].value.ends_with("(257 characters)"), "{}", errors[0].value);
+    assert_eq!(errors[0].message, "must be at most 256 characters");
+    // A MachineHealthCheck's rules have the same bounds.
+    let mhc_rule = json!([{"type": "KernelDeadlock", "status": "True", "timeout": "5m", "reasons": names(40)}]);
+    let errors = errors_of(&edit(base_mhc(), "/spec/unhealthyConditions", Some(mhc_rule)));
+    assert_eq!(errors.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["spec.unhealthyConditions[0].reasons"]);
+}
+
+/// `plannedMaintenance`: on with a 10m grace by default, off when `enabled: false` (and for a
+/// medik8s manifest, which has no such rule), a grace from 0 to 24h.
+#[test]
+fn planned_maintenance_is_on_by_default_and_its_grace_is_bounded() {
+    let policy = nhc_policy(&base_nhc()).expect("valid");
+    assert_eq!(policy.maintenance_grace, Some(SignedDuration::from_mins(10)));
+    let off =
+        nhc_policy(&edit(base_nhc(), "/spec/plannedMaintenance", Some(json!({"enabled": false})))).expect("valid");
+    assert_eq!(off.maintenance_grace, None);
+    let short = nhc_policy(&edit(base_nhc(), "/spec/plannedMaintenance", Some(json!({"grace": "0s"})))).expect("valid");
+    assert_eq!(short.maintenance_grace, Some(SignedDuration::ZERO));
+    let upstream = edit(base_nhc(), "/apiVersion", Some(json!("remediation.medik8s.io/v1alpha1")));
+    assert_eq!(nhc_policy(&upstream).expect("valid").maintenance_grace, None, "upstream has no such rule");
+    let upstream_on = edit(upstream, "/spec/plannedMaintenance", Some(json!({"grace": "5m"})));
+    assert_eq!(nhc_policy(&upstream_on).expect("valid").maintenance_grace, Some(SignedDuration::from_mins(5)));
+    for (grace, message) in [
+        ("25h", "must be at most 24h: a longer grace hides a Node that did not come back"),
+        ("-1m", "must not be negative"),
+        ("soon", "is not a duration"),
+    ] {
+        let errors = errors_of(&edit(base_nhc(), "/spec/plannedMaintenance", Some(json!({"grace": grace}))));
+        assert_eq!(errors.len(), 1, "{grace}: {errors:?}");
+        assert_eq!((errors[0].path.as_str(), errors[0].value.as_str()), ("spec.plannedMaintenance.grace", grace));
+        assert!(errors[0].message.starts_with(message), "{grace}: {}", errors[0].message);
+    }
+}
+
 #[test]
 fn reasons_are_opt_in_never_empty_or_repeated_and_match_only_what_they_list() {
     let mhc_rule =

@@ -6,8 +6,9 @@
 use crate::Context;
 use futures::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
@@ -151,6 +152,9 @@ pub fn event_reason(key: &CheckRef, kind: NoticeKind) -> &'static str {
         NoticeKind::RemediationChosen => "RemediationChosen",
         NoticeKind::RemediationQueued => "RemediationQueued",
         NoticeKind::RemediationDequeued => "RemediationDequeued",
+        // medik8s tells an upgrade's postponement as a skipped remediation.
+        NoticeKind::RemediationPostponed => "RemediationSkipped",
+        NoticeKind::RemediationResumed => "RemediationResumed",
     }
 }
 
@@ -304,7 +308,7 @@ impl Context {
         for (action, result) in results {
             let remediating = crate::confirm::remediating_target(key, &action, job).is_some();
             match (&action, result) {
-                (Action::CreateRemediation { target, object }, Ok(Some(created))) => {
+                (Action::CreateRemediation { target, object, .. }, Ok(Some(created))) => {
                     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
                     self.metrics.remediation(key, kind, "created");
                     if let Some(at) = job.expiries.get(target) {
@@ -343,7 +347,7 @@ impl Context {
     async fn failed(&self, key: &CheckRef, action: Action, e: WriteError, out: &mut Outcome) {
         warn!(check = %key, error = %e, category = e.category(), "write failed");
         self.metrics.write_error(e.category());
-        if let Action::CreateRemediation { target, object } = &action {
+        if let Action::CreateRemediation { target, object, .. } = &action {
             let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
             self.metrics.remediation(key, kind, "failed");
             out.notices.push(Notice {
@@ -467,7 +471,17 @@ impl Context {
             Action::SetMachineConditions { machine, version, conditions } => {
                 self.set_machine_conditions(machine, *version, conditions, cached, remediating).await.map(|()| None)
             }
-            Action::CreateRemediation { object, .. } => self.create_remediation(object).await,
+            Action::CreateRemediation { object, lease, .. } => {
+                // The Node's Lease first: when it cannot be taken, the object is not created.
+                if let Some(lease) = lease {
+                    self.write_lease(lease).await?;
+                }
+                self.create_remediation(object).await
+            }
+            Action::WriteLease(lease) => self.write_lease(lease).await.map(|()| None),
+            Action::DeleteLease { lease, uid, resource_version, .. } => {
+                self.delete_lease(lease, uid.as_deref(), resource_version.as_deref()).await.map(|()| None)
+            }
             Action::DeleteRemediation { object, .. } => self.delete_remediation(object).await,
             Action::AnnotateRemediation { object, key, value } => {
                 self.annotate_remediation(object, key, value).await.map(|()| None)
@@ -602,18 +616,77 @@ impl Context {
     }
 
     /// Deletes a remediation object; `Ok(None)` when it is gone already.
+    ///
+    /// A remediator's finalizer keeps the object (with `deletionTimestamp`) while it finishes,
+    /// fencing included: the API server then answers with the object, which stays in the index
+    /// and keeps counting (its Node unhealthy, in every budget) until the watch says it is gone.
+    /// Only an answer without finalizers means the object no longer exists.
     async fn delete_remediation(&self, object: &ObjectRef) -> Result<Option<ObjectRef>, WriteError> {
         let ar = self.resource(&object.api_version, &object.kind).await?;
         match self.dynamic(&ar, &object.namespace).delete(&object.name, &DeleteParams::background()).await {
-            Ok(_) => {
+            Ok(answer) => {
                 self.metrics.writes("remediation_delete");
                 let gk = group_kind(&object.api_version, &object.kind);
-                let key = (object.namespace.clone(), object.name.clone());
-                self.write_index().put_object(&gk, false, None, Some(key));
+                match answer.left().filter(still_finalizing) {
+                    Some(terminating) => {
+                        self.remember(&terminating, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                    }
+                    None => {
+                        let key = (object.namespace.clone(), object.name.clone());
+                        self.write_index().put_object(&gk, false, None, Some(key));
+                    }
+                }
                 Ok(Some(object.clone()))
             }
             Err(e) if is_code(&e, 404) => Ok(None),
             Err(e) => Err(api_error(format!("delete {object}"))(e)),
+        }
+    }
+
+    /// Takes or renews a node Lease: a create (refused when the Lease exists) or an update of
+    /// the version decided on (refused when anyone changed it since), so two holders never both
+    /// take it. The answer goes into the index at once.
+    async fn write_lease(&self, lease: &vigil_engine::plan::LeaseWrite) -> Result<(), WriteError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &lease.namespace);
+        let what = || format!("Lease {}/{} of Node {}", lease.namespace, lease.name, lease.node);
+        let object: Lease =
+            serde_json::from_value(lease.manifest()).map_err(|e| WriteError::Discovery(format!("{}: {e}", what())))?;
+        let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let written = match &lease.resource_version {
+            None => api.create(&pp, &object).await,
+            Some(_) => api.replace(&lease.name, &pp, &object).await,
+        }
+        .map_err(api_error(what()))?;
+        self.metrics.writes("lease");
+        let value = serde_json::to_value(&written).ok();
+        self.write_index().around.put_lease(&lease.name, value.as_ref());
+        Ok(())
+    }
+
+    /// Releases a node Lease this check holds: deleted only if it is still the version (and
+    /// object) decided on; one changed or gone since is left as it is.
+    async fn delete_lease(
+        &self,
+        lease: &ObjectRef,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), WriteError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &lease.namespace);
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: uid.map(str::to_string),
+                resource_version: resource_version.map(str::to_string),
+            }),
+            ..Default::default()
+        };
+        match api.delete(&lease.name, &dp).await {
+            Ok(_) => {
+                self.metrics.writes("lease");
+                self.write_index().around.put_lease(&lease.name, None);
+                Ok(())
+            }
+            Err(e) if is_code(&e, 404) || is_code(&e, 409) => Ok(()),
+            Err(e) => Err(api_error(format!("delete {lease}"))(e)),
         }
     }
 
@@ -650,6 +723,12 @@ struct ConditionWrite<'a> {
     version: vigil_api::views::CapiVersion,
     conditions: &'a [(vigil_api::conditions::DesiredCondition, Timestamp)],
     remediating: bool,
+}
+
+/// Whether an object a DELETE answered with still exists: finalizers hold it until their owners
+/// remove them (an object deleted at once comes back without any).
+fn still_finalizing(o: &DynamicObject) -> bool {
+    o.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty())
 }
 
 /// Every patch Vigil sends names its field manager.

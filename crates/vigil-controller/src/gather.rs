@@ -447,8 +447,12 @@ struct NhcSources<'i> {
 }
 
 fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
+    let leases = format!("Leases in {}", idx.around.lease_namespace);
     let mut unsure: Vec<String> =
-        [waiting(&idx.nhc_state, "NodeHealthChecks"), idx.rule_unlisted()].into_iter().flatten().collect();
+        [waiting(&idx.nhc_state, "NodeHealthChecks"), idx.rule_unlisted(), waiting(&idx.around.leases.state, &leases)]
+            .into_iter()
+            .flatten()
+            .collect();
     match idx.nodes.get(LOCAL_CLUSTER) {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
         None => unsure.push("waiting for the first complete list of Nodes".into()),
@@ -521,12 +525,22 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     let named = sources.remediations.iter().map(|r| vigil_engine::target::remediation_node_name(&r.meta));
     let listed = check.status.iter().flat_map(|s| s.unhealthy_nodes.iter().map(|u| u.name.as_str()));
     let nodes: Vec<&vigil_api::views::NodeView> = idx.nhc_decision_nodes(name, named.chain(listed));
+    let around = &idx.around;
+    let (leases, maintenances, versions) =
+        (around.leases.refs(), around.maintenances.refs(), around.cluster_versions.refs());
+    let (mut maintenance_why, mut version_why) = (String::new(), String::new());
     let input = NhcInput {
         check,
         policy: &policy,
         nodes: &nodes,
         templates: &sources.templates,
         remediations: &sources.remediations,
+        around: node::Around {
+            leases: &leases,
+            lease_namespace: &around.lease_namespace,
+            maintenances: around.maintenances.observed("NodeMaintenances", &maintenances, &mut maintenance_why),
+            cluster_versions: around.cluster_versions.observed("ClusterVersions", &versions, &mut version_why),
+        },
     };
     let holders = holders_for(idx, &key, fresh);
     let plan = node::decide_among(&input, &holders, now);

@@ -158,6 +158,8 @@ pub struct Index {
     /// conditions: `vigil_engine::peers`), kept as checks change: every decision and every
     /// claim derivation of the namespace reads the same list.
     mhc_peer_lists: HashMap<String, Vec<MhcPeerEntry>>,
+    /// Node Leases, planned maintenance and cluster versions (NodeHealthCheck decisions).
+    pub around: crate::surroundings::Around,
 }
 
 /// What the index keeps for one NodeHealthCheck's decisions.

@@ -13,6 +13,7 @@ pub mod leader;
 pub mod metrics;
 pub mod scheduler;
 pub mod sources;
+pub mod surroundings;
 pub mod watch;
 pub mod wire;
 pub mod workload;
@@ -47,6 +48,8 @@ pub struct Options {
     /// How many shards the checks are split into (1: one leader decides everything; more: each
     /// replica decides and writes only the checks of the shards whose Leases it holds).
     pub shards: u32,
+    /// Where the medik8s node Leases live (`LEASE_NAMESPACE`, else `medik8s-leases`).
+    pub lease_namespace: String,
 }
 
 impl Default for Options {
@@ -59,6 +62,7 @@ impl Default for Options {
             leader: None,
             dry_run: false,
             shards: 1,
+            lease_namespace: surroundings::default_lease_namespace(),
         }
     }
 }
@@ -499,7 +503,9 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
     });
     ctx.metrics.leader(options.leader.is_none());
     let prober = tokio::spawn(probe(ctx.clone(), options.probe_period));
+    ctx.write_index().around.lease_namespace = options.lease_namespace.clone();
     watch::start_fixed(&ctx).await;
+    surroundings::start(&ctx).await;
     if let Some(addr) = options.metrics_addr {
         tokio::spawn(http::serve(ctx.clone(), addr));
     }

@@ -173,6 +173,7 @@ pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
                 backoff: None,
                 failure_domains: None,
                 max_in_flight: None,
+                planned_maintenance: None,
             };
             let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();

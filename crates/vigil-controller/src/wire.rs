@@ -26,6 +26,10 @@ pub struct WireNode {
     pub metadata: ObjectMeta,
     /// The conditions, timestamps as text.
     pub conditions: Vec<RawCondition>,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// The keys of `spec.taints`.
+    pub taint_keys: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -33,7 +37,23 @@ struct RawNode {
     #[serde(default)]
     metadata: RawMeta,
     #[serde(default)]
+    spec: Option<RawSpec>,
+    #[serde(default)]
     status: Option<RawStatus>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawSpec {
+    #[serde(default)]
+    unschedulable: Option<bool>,
+    #[serde(default)]
+    taints: Option<Vec<RawTaint>>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawTaint {
+    #[serde(default)]
+    key: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -90,6 +110,8 @@ impl From<RawNode> for WireNode {
                 ..Default::default()
             },
             conditions: raw.status.and_then(|s| s.conditions).unwrap_or_default(),
+            unschedulable: raw.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+            taint_keys: raw.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().map(|t| t.key).collect(),
         }
     }
 }
@@ -277,7 +299,8 @@ pub fn slim(node: &WireNode) -> (NodeView, Vec<Unreadable>) {
         .collect();
     let m = &node.metadata;
     let slim =
-        NodeView::new(name, m.labels.as_ref(), m.annotations.as_ref(), m.deletion_timestamp.is_some(), conditions);
+        NodeView::new(name, m.labels.as_ref(), m.annotations.as_ref(), m.deletion_timestamp.is_some(), conditions)
+            .with_spec(m.uid.as_deref(), node.unschedulable, node.taint_keys.iter().map(String::as_str));
     (slim, problems)
 }
 

@@ -39,6 +39,7 @@ fn options(metrics: SocketAddr) -> Options {
         leader: None,
         dry_run: false,
         shards: 1,
+        ..Options::default()
     }
 }
 

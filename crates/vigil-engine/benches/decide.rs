@@ -124,8 +124,14 @@ fn bench_node_health_check(c: &mut Criterion) {
         let mut nodes: Vec<NodeView> = (0..size).map(node).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let node_refs: Vec<&NodeView> = nodes.iter().collect();
-        let input =
-            NhcInput { check: &check, policy: &policy, nodes: &node_refs, templates: &templates, remediations: &[] };
+        let input = NhcInput {
+            check: &check,
+            policy: &policy,
+            nodes: &node_refs,
+            templates: &templates,
+            remediations: &[],
+            around: Default::default(),
+        };
         group.throughput(Throughput::Elements(size as u64));
         group.sample_size(if size >= 100_000 { 10 } else { 30 });
         group.bench_with_input(BenchmarkId::from_parameter(size), &input, |b, input| {

@@ -8,7 +8,7 @@ use crate::target::{is_control_plane, is_target};
 use jiff::{SignedDuration, Timestamp};
 use std::collections::BTreeMap;
 use vigil_api::validate::{ConditionRule, MhcPolicy, NhcPolicy};
-use vigil_api::views::{MachineView, Meta};
+use vigil_api::views::{LeaseView, MachineView, MaintenanceView, Meta};
 use vigil_api::views::{NodeConditionView, NodeView};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 
@@ -67,12 +67,47 @@ pub fn nhc_concerns_remediation_object(
     })
 }
 
+/// The Node a medik8s node Lease is for: its owner Node, else its name without `node-`.
+pub fn lease_node(lease: &LeaseView) -> Option<&str> {
+    lease
+        .meta
+        .owners
+        .iter()
+        .find(|o| o.kind == "Node")
+        .map(|o| o.name.as_str())
+        .or_else(|| lease.meta.name.strip_prefix("node-"))
+}
+
+/// Whether an NHC lists `node` in its status (an unhealthy Node it decides on).
+fn lists(check: &NodeHealthCheck, node: &str) -> bool {
+    check.status.as_ref().is_some_and(|s| s.unhealthy_nodes.iter().any(|u| u.name == node))
+}
+
+/// A node Lease concerns the NHC that holds it, and the NHCs listing its Node (they may wait for
+/// it, or for its end). A Lease of a Node no check lists changes no decision: it is read when a
+/// check is about to remediate.
+pub fn nhc_concerns_node_lease(check: &NodeHealthCheck, lease: &LeaseView) -> bool {
+    let name = check.metadata.name.as_deref().unwrap_or("");
+    lease.holder.as_deref() == Some(crate::node_lease::holder_of(name).as_str())
+        || lease_node(lease).is_some_and(|n| lists(check, n))
+}
+
+/// A `NodeMaintenance` concerns the NHCs listing its Node.
+pub fn nhc_concerns_maintenance(check: &NodeHealthCheck, maintenance: &MaintenanceView) -> bool {
+    maintenance.node_name.as_deref().is_some_and(|n| lists(check, n))
+}
+
 /// Whether a Node update can change any verdict: heartbeats (`lastHeartbeatTime`) and status
 /// fields no rule reads (images, addresses, capacity) never cause work. A condition's reason is
 /// read (a rule may list `reasons`): a reason that changes without a status change, which keeps
 /// the transition time, still matters.
 pub fn node_change_matters(old: &NodeView, new: &NodeView) -> bool {
-    if old.labels != new.labels || old.annotations != new.annotations || old.deleting != new.deleting {
+    if old.labels != new.labels
+        || old.annotations != new.annotations
+        || old.deleting != new.deleting
+        || old.unschedulable != new.unschedulable
+        || old.taints != new.taints
+    {
         return true;
     }
     let read = |c: &NodeConditionView| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.last_transition_time);

@@ -31,12 +31,15 @@ fn would(actions: &[Action]) -> BTreeMap<String, String> {
                     out.insert(machine.name.clone(), format!("{OWNER_REMEDIATED}=False"));
                 }
             }
-            Action::CreateRemediation { object, target } => {
+            Action::CreateRemediation { object, target, .. } => {
                 let kind = object.get("kind").and_then(Value::as_str).unwrap_or("remediation object");
                 let name = target.rsplit('/').next().unwrap_or(target);
                 out.insert(name.to_string(), format!("create {kind}"));
             }
-            Action::DeleteRemediation { .. } | Action::AnnotateRemediation { .. } => {}
+            Action::DeleteRemediation { .. }
+            | Action::AnnotateRemediation { .. }
+            | Action::WriteLease(_)
+            | Action::DeleteLease { .. } => {}
         }
     }
     out
@@ -109,7 +112,7 @@ pub(crate) fn nhc(
         .actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { object, target } => Some((target.as_str(), object)),
+            Action::CreateRemediation { object, target, .. } => Some((target.as_str(), object)),
             _ => None,
         })
         .collect();

@@ -18,7 +18,9 @@ pub mod holders;
 pub mod lookup;
 pub mod machine;
 pub mod machine_write;
+pub mod maintenance;
 pub mod node;
+pub mod node_lease;
 pub mod pacing;
 pub mod partial;
 pub mod peers;
@@ -26,6 +28,7 @@ pub mod plan;
 pub mod shard;
 pub mod stale;
 pub mod target;
+pub mod upgrade;
 
 pub use lookup::Lookup;
 pub use plan::{Action, Notice, NoticeKind, ObjectRef, Plan};

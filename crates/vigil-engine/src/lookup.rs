@@ -45,3 +45,17 @@ impl<T> Lookup<T> for Empty {
         None
     }
 }
+
+/// What an adapter knows of an optional source: a kind the API server may not serve (a
+/// `NodeMaintenance`, an OpenShift `ClusterVersion`). Not served is a fact (nothing there);
+/// unknown is not (the watch has not listed, or failed), and a rule reading it must not guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Observed<'a, T> {
+    /// The kind is not served: there are none.
+    #[default]
+    NotServed,
+    /// The objects cannot be read now; why, for the operator.
+    Unknown(&'a str),
+    /// The objects, as listed and watched.
+    Known(T),
+}

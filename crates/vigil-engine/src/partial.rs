@@ -80,7 +80,7 @@ pub fn leave_out<S: Requests>(plan: &mut Plan<S>, left_out: &[Action]) {
     let unsent: Vec<(&str, &Value)> = left_out
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { object, target } => Some((target.as_str(), object)),
+            Action::CreateRemediation { object, target, .. } => Some((target.as_str(), object)),
             _ => None,
         })
         .collect();

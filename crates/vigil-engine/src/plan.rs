@@ -33,6 +33,65 @@ impl std::fmt::Display for ObjectRef {
     }
 }
 
+/// A node Lease as a write makes it ([`crate::node_lease`]): created when `resource_version` is
+/// `None` (refused by the API server if it exists), else an update of that version (refused if
+/// anyone changed it since), so two writers never both believe they took it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseWrite {
+    /// The lease namespace.
+    pub namespace: String,
+    /// `node-<name>`.
+    pub name: String,
+    /// `spec.holderIdentity`.
+    pub holder: String,
+    /// `spec.leaseDurationSeconds`.
+    pub duration_seconds: i64,
+    /// `spec.acquireTime` (microseconds, as stored).
+    pub acquire_time: Timestamp,
+    /// `spec.renewTime` (microseconds, as stored).
+    pub renew_time: Timestamp,
+    /// `spec.leaseTransitions`.
+    pub transitions: i64,
+    /// The Node it is for; its owner (the Lease goes with the Node).
+    pub node: String,
+    /// The Node's uid, for the owner reference (none without it).
+    pub node_uid: Option<String>,
+    /// The version an update is made against; `None`: create.
+    pub resource_version: Option<String>,
+    /// The uid of the Lease an update replaces.
+    pub uid: Option<String>,
+}
+
+impl LeaseWrite {
+    /// The Lease as the API takes it (`MicroTime` with six digits).
+    pub fn manifest(&self) -> Value {
+        let micro = |t: Timestamp| {
+            let whole = jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S", t).unwrap_or_default();
+            format!("{whole}.{:06}Z", t.subsec_nanosecond() / 1_000)
+        };
+        let mut metadata = serde_json::json!({"name": self.name, "namespace": self.namespace});
+        if let Some(uid) = &self.node_uid {
+            metadata["ownerReferences"] =
+                serde_json::json!([{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}]);
+        }
+        if let Some(rv) = &self.resource_version {
+            metadata["resourceVersion"] = Value::String(rv.clone());
+        }
+        serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": self.holder,
+                "leaseDurationSeconds": self.duration_seconds,
+                "acquireTime": micro(self.acquire_time),
+                "renewTime": micro(self.renew_time),
+                "leaseTransitions": self.transitions,
+            }
+        })
+    }
+}
+
 /// One write. Actions are idempotent: applying a plan twice changes nothing the second time.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -53,6 +112,9 @@ pub enum Action {
         object: Value,
         /// The target (Machine `namespace/name` or Node name) it remediates.
         target: String,
+        /// The Node's Lease to take (or renew) first; when that write fails the object is not
+        /// created (a NodeHealthCheck's; see [`crate::node_lease`]).
+        lease: Option<LeaseWrite>,
     },
     /// Delete a remediation object.
     DeleteRemediation {
@@ -60,6 +122,20 @@ pub enum Action {
         object: ObjectRef,
         /// The target it remediated.
         target: String,
+    },
+    /// Renew a Node's Lease this check holds while its remediation runs (see
+    /// [`crate::node_lease`]).
+    WriteLease(LeaseWrite),
+    /// Release a Node's Lease this check holds (delete it, only if still that version).
+    DeleteLease {
+        /// The Lease.
+        lease: ObjectRef,
+        /// Its uid and version: the delete's preconditions.
+        uid: Option<String>,
+        /// Its `resourceVersion`.
+        resource_version: Option<String>,
+        /// The Node it is for.
+        node: String,
     },
     /// Add an annotation to a remediation object (medik8s' `nhc-timed-out`).
     AnnotateRemediation {
@@ -81,6 +157,8 @@ impl Action {
             }
             Action::SetMachineConditions { machine, .. } => machine.name.as_str(),
             Action::AnnotateRemediation { object, .. } => object.name.as_str(),
+            Action::WriteLease(lease) => lease.node.as_str(),
+            Action::DeleteLease { node, .. } => node.as_str(),
         }
     }
 }
@@ -144,6 +222,11 @@ pub enum NoticeKind {
     RemediationQueued,
     /// A target left the remediation queue: a slot is free for it, or it no longer waits.
     RemediationDequeued,
+    /// New remediations wait: the cluster is being upgraded, or a Node is under planned
+    /// maintenance (see [`crate::upgrade`], [`crate::maintenance`]).
+    RemediationPostponed,
+    /// New remediations may start again after an upgrade or a Node's maintenance.
+    RemediationResumed,
 }
 
 impl NoticeKind {

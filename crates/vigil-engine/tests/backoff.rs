@@ -317,7 +317,14 @@ fn decide_nhc(
     let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Some).collect();
     let objects: Vec<&RemediationView> = objects.iter().collect();
     node::decide(
-        &NhcInput { check: &check, policy: &policy, nodes: &refs, templates: &template_refs, remediations: &objects },
+        &NhcInput {
+            check: &check,
+            policy: &policy,
+            nodes: &refs,
+            templates: &template_refs,
+            remediations: &objects,
+            around: Default::default(),
+        },
         now,
     )
 }

@@ -174,7 +174,14 @@ impl NhcSim {
         let objects: Vec<&RemediationView> = self.objects.iter().collect();
         let templates = [Some(&self.template)];
         node::decide(
-            &NhcInput { check: &check, policy: &policy, nodes: &refs, templates: &templates, remediations: &objects },
+            &NhcInput {
+                check: &check,
+                policy: &policy,
+                nodes: &refs,
+                templates: &templates,
+                remediations: &objects,
+                around: Default::default(),
+            },
             now,
         )
     }
@@ -182,7 +189,7 @@ impl NhcSim {
     fn apply(&mut self, plan: &Plan<NodeHealthCheckStatus>, now: Timestamp) {
         for a in &plan.actions {
             match a {
-                Action::CreateRemediation { object, target } => {
+                Action::CreateRemediation { object, target, .. } => {
                     let mut o = object.clone();
                     let name = o["metadata"]["name"].as_str().expect("name").to_string();
                     if self.objects.iter().any(|x| x.meta.name == name) {
@@ -196,6 +203,8 @@ impl NhcSim {
                     self.starts.push((pool, now));
                 }
                 Action::DeleteRemediation { object, .. } => self.objects.retain(|x| x.meta.name != object.name),
+                // This world keeps no Leases: every Node's Lease is free.
+                Action::WriteLease(_) | Action::DeleteLease { .. } => {}
                 other => panic!("unexpected {other:?}"),
             }
         }

@@ -128,7 +128,14 @@ fn decide_nhc(
     let templates = [Some(&template)];
     let remediations: [&RemediationView; 0] = [];
     node::decide(
-        &NhcInput { check: &check, policy: &policy, nodes: &refs, templates: &templates, remediations: &remediations },
+        &NhcInput {
+            check: &check,
+            policy: &policy,
+            nodes: &refs,
+            templates: &templates,
+            remediations: &remediations,
+            around: Default::default(),
+        },
         now,
     )
 }

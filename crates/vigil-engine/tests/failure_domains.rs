@@ -64,7 +64,14 @@ fn decide_nhc(
     let templates = [Some(&template)];
     let remediations: Vec<&RemediationView> = objects.iter().collect();
     node::decide(
-        &NhcInput { check: &check, policy: &policy, nodes: &refs, templates: &templates, remediations: &remediations },
+        &NhcInput {
+            check: &check,
+            policy: &policy,
+            nodes: &refs,
+            templates: &templates,
+            remediations: &remediations,
+            around: Default::default(),
+        },
         now,
     )
 }

@@ -934,7 +934,7 @@ fn rule4_the_remediation_object_is_built_from_the_template() {
             .actions
             .iter()
             .filter_map(|a| match a {
-                Action::CreateRemediation { object, target } => Some((object.clone(), target.clone())),
+                Action::CreateRemediation { object, target, .. } => Some((object.clone(), target.clone())),
                 _ => None,
             })
             .collect();

@@ -291,6 +291,7 @@ impl World {
             nodes: &nodes,
             templates: &templates,
             remediations: &remediations,
+            around: Default::default(),
         };
         decide(&input, now)
     }
@@ -328,6 +329,8 @@ impl World {
                     }
                 }
                 Action::SetMachineConditions { .. } => panic!("not a NodeHealthCheck action"),
+                // This world keeps no Leases: every Node's Lease is free.
+                Action::WriteLease(_) | Action::DeleteLease { .. } => {}
             }
         }
         self.check.status = Some(plan.status.clone());

@@ -165,6 +165,7 @@ impl World {
             nodes: &nodes,
             templates: &templates,
             remediations: &remediations,
+            around: Default::default(),
         };
         let plan = decide(&input, now);
         for n in &plan.notices {
@@ -209,6 +210,8 @@ impl World {
                     }
                 }
                 Action::SetMachineConditions { .. } => panic!("not a NodeHealthCheck action"),
+                // This world keeps no Leases: every Node's Lease is free.
+                Action::WriteLease(_) | Action::DeleteLease { .. } => {}
             }
         }
         self.check.status = Some(plan.status.clone());
@@ -267,7 +270,7 @@ fn created(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String)> {
     plan.actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { object, target } => {
+            Action::CreateRemediation { object, target, .. } => {
                 Some((object["kind"].as_str().unwrap_or("").to_string(), target.clone()))
             }
             _ => None,
@@ -631,6 +634,20 @@ fn rule7_the_manifest_and_status_record() {
                 "spec": {"from": "snr"},
             }),
             target: "n1".into(),
+            // medik8s' node Lease, taken first: a step of the default 10m plus a minute.
+            lease: Some(vigil_engine::plan::LeaseWrite {
+                namespace: "medik8s-leases".into(),
+                name: "node-n1".into(),
+                holder: "NodeHealthCheck-nhc".into(),
+                duration_seconds: 660,
+                acquire_time: at(301),
+                renew_time: at(301),
+                transitions: 0,
+                node: "n1".into(),
+                node_uid: None,
+                resource_version: None,
+                uid: None,
+            }),
         }]
     );
     assert_eq!(plan.status.unhealthy_nodes.len(), 1);
@@ -732,7 +749,20 @@ fn rule7_a_fixed_name_request_not_seen_yet_is_repeated_with_its_start() {
     let p1 = w.decide(at(301));
     w.check.status = Some(p1.status.clone()); // the create was lost
     let p2 = w.decide(at(360));
-    assert_eq!(p2.actions, p1.actions);
+    // The same object again; its Node's Lease is asked for from the new decision's instant.
+    let without_lease = |actions: &[Action]| -> Vec<Action> {
+        actions
+            .iter()
+            .map(|a| match a {
+                Action::CreateRemediation { object, target, lease } => {
+                    assert_eq!(lease.as_ref().map(|l| l.node.as_str()), Some("n1"));
+                    Action::CreateRemediation { object: object.clone(), target: target.clone(), lease: None }
+                }
+                other => other.clone(),
+            })
+            .collect()
+    };
+    assert_eq!(without_lease(&p2.actions), without_lease(&p1.actions));
     assert_eq!(p2.status.unhealthy_nodes, p1.status.unhealthy_nodes);
     assert_eq!(p2.notices, vec![]);
 }

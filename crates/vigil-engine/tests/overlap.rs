@@ -117,8 +117,14 @@ fn decide_nhc(
     let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Some).collect();
     let node_refs: Vec<&NodeView> = nodes.iter().collect();
     let object_refs: Vec<&RemediationView> = objects.iter().collect();
-    let input =
-        NhcInput { check, policy: &policy, nodes: &node_refs, templates: &template_refs, remediations: &object_refs };
+    let input = NhcInput {
+        check,
+        policy: &policy,
+        nodes: &node_refs,
+        templates: &template_refs,
+        remediations: &object_refs,
+        around: Default::default(),
+    };
     node::decide_among(&input, holders, now)
 }
 

@@ -512,6 +512,7 @@ impl Nhc {
                 nodes: &refs,
                 templates: &template_refs,
                 remediations: &objects,
+                around: Default::default(),
             },
             now,
         )
@@ -541,6 +542,8 @@ impl Nhc {
                         x.meta.annotations.insert(key.clone(), value.clone());
                     }
                 }
+                // This world keeps no Leases: every Node's Lease is free.
+                vigil_engine::Action::WriteLease(_) | vigil_engine::Action::DeleteLease { .. } => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -638,7 +641,14 @@ fn node_in_flight_counts_this_checks_requests_and_objects_only() {
     let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Some).collect();
     let objects: Vec<&RemediationView> = mine.objects.iter().collect();
     let plan = node::decide_among(
-        &NhcInput { check: &check, policy: &policy, nodes: &refs, templates: &template_refs, remediations: &objects },
+        &NhcInput {
+            check: &check,
+            policy: &policy,
+            nodes: &refs,
+            templates: &template_refs,
+            remediations: &objects,
+            around: Default::default(),
+        },
         &holders,
         at(1001),
     );

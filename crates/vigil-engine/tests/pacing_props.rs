@@ -207,7 +207,14 @@ impl NhcSim {
         let steps = if self.escalate { 2 } else { 1 };
         let templates: Vec<Option<&TemplateView>> = self.templates.iter().take(steps).map(Some).collect();
         node::decide(
-            &NhcInput { check: &check, policy: &policy, nodes: &refs, templates: &templates, remediations: &objects },
+            &NhcInput {
+                check: &check,
+                policy: &policy,
+                nodes: &refs,
+                templates: &templates,
+                remediations: &objects,
+                around: Default::default(),
+            },
             now,
         )
     }
@@ -268,6 +275,8 @@ impl NhcSim {
                         x.meta.annotations.insert(key.clone(), value.clone());
                     }
                 }
+                // This world keeps no Leases: every Node's Lease is free.
+                Action::WriteLease(_) | Action::DeleteLease { .. } => {}
                 other => panic!("unexpected {other:?}"),
             }
         }

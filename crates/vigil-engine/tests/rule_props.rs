@@ -174,6 +174,7 @@ impl NhcWorld {
             nodes: &node_refs,
             templates: &templates,
             remediations: &objects,
+            around: Default::default(),
         };
         let plan = decide(&input, now);
         for a in &plan.actions {
@@ -198,6 +199,8 @@ impl NhcWorld {
                     }
                 }
                 Action::SetMachineConditions { .. } => unreachable!("a NodeHealthCheck"),
+                // This world keeps no Leases: every Node's Lease is free.
+                Action::WriteLease(_) | Action::DeleteLease { .. } => {}
             }
         }
         self.check.status = Some(plan.status.clone());

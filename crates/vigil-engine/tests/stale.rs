@@ -107,7 +107,14 @@ fn decide_nhc(
     let templates = [Some(&template)];
     let objects: Vec<&RemediationView> = objects.iter().collect();
     node::decide(
-        &NhcInput { check: &check, policy: &policy, nodes: &refs, templates: &templates, remediations: &objects },
+        &NhcInput {
+            check: &check,
+            policy: &policy,
+            nodes: &refs,
+            templates: &templates,
+            remediations: &objects,
+            around: Default::default(),
+        },
         now,
     )
 }

@@ -88,6 +88,8 @@ struct RawRemediator {
     succeeded: Option<bool>,
     #[serde(default)]
     after: Option<String>,
+    #[serde(default)]
+    holds_deletion: Option<String>,
 }
 
 /// Names an object to delete.
@@ -216,6 +218,9 @@ pub struct RemediatorModel {
     pub kind: String,
     /// What it does, and after how long.
     pub outcome: RemediatorOutcome,
+    /// With it, the remediator puts its finalizer on each object and, once the object is
+    /// deleted, removes it only after this long (self node remediation finishing its fencing).
+    pub holds_deletion: Option<SignedDuration>,
 }
 
 /// A remediator model's behaviour.
@@ -376,7 +381,11 @@ impl Scenario {
                         }
                         _ => return Err(entry(path, "needs either recoverAfter, or succeeded: false with after")),
                     };
-                    remediators.push(RemediatorModel { kind: r.kind, outcome });
+                    let holds_deletion = match r.holds_deletion {
+                        Some(d) => Some(duration(&format!("{path}.holdsDeletion"), &d)?),
+                        None => None,
+                    };
+                    remediators.push(RemediatorModel { kind: r.kind, outcome, holds_deletion });
                 }
                 let mut heartbeats = Vec::new();
                 for (i, h) in m.heartbeats.into_iter().enumerate() {

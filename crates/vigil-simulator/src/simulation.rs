@@ -13,15 +13,19 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::reason::Reason;
-use vigil_api::views::{ClusterView, MachineView, Meta, NodeView, RemediationView, TemplateView};
+use vigil_api::views::{
+    ClusterVersionView, ClusterView, LeaseView, MachineView, MaintenanceView, Meta, NodeView, RemediationView,
+    TemplateView,
+};
 use vigil_api::well_known::{
-    CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, PAUSED_ANNOTATION,
-    REMEDIATE_MACHINE_ANNOTATION,
+    CLUSTER_NAME_LABEL, DEFAULT_LEASE_NAMESPACE, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED,
+    PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION,
 };
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource};
 use vigil_engine::concerns::{self, group_of};
 use vigil_engine::holders::{self, Holders};
+use vigil_engine::lookup::Observed;
 use vigil_engine::machine::{MhcInput, NodeSource};
 use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::node::NhcInput;
@@ -54,11 +58,30 @@ fn check_key(id: &CheckRef) -> Key {
 }
 
 /// Work the models do later.
+/// The finalizer a remediator model puts on its objects (`holdsDeletion`).
+const SIMULATED_FINALIZER: &str = "simulator.vigil.dev/remediator";
+/// API group of node Leases.
+const LEASE_GROUP: &str = "coordination.k8s.io";
+/// API group of medik8s' `NodeMaintenance`.
+const MAINTENANCE_GROUP: &str = "nodemaintenance.medik8s.io";
+/// API group of OpenShift's `ClusterVersion`.
+const CLUSTER_VERSION_GROUP: &str = "config.openshift.io";
+
+/// The kinds of objects around the Nodes that NodeHealthCheck decisions read.
+#[derive(Debug, Clone, Copy)]
+enum Around {
+    Lease,
+    Maintenance,
+    Version,
+}
+
 #[derive(Debug, Clone)]
 enum Task {
     ReplaceMachine(Key),
     JoinNode(Key),
     Remediator(Key, RemediatorOutcome),
+    /// A remediator model lets go of an object it held after its deletion.
+    ReleaseFinalizer(Key),
     /// Heartbeat model `i` renews its condition.
     Heartbeat(usize),
     /// Heartbeat model `i` dies.
@@ -363,6 +386,33 @@ impl Sim<'_> {
         if self.loading {
             return;
         }
+        // Who else works on Nodes, and the cluster's version (every NodeHealthCheck reads it).
+        let around = match (key.group.as_str(), key.kind.as_str()) {
+            _ if key.cluster != LOCAL_CLUSTER => None,
+            (LEASE_GROUP, "Lease") => Some(Around::Lease),
+            (MAINTENANCE_GROUP, "NodeMaintenance") => Some(Around::Maintenance),
+            (CLUSTER_VERSION_GROUP, "ClusterVersion") => Some(Around::Version),
+            _ => None,
+        };
+        if let Some(kind) = around {
+            let versions: Vec<Value> = before.into_iter().cloned().chain(self.store.get(key).cloned()).collect();
+            for id in self.checks() {
+                let CheckRef::Node { .. } = &id else { continue };
+                let Some(object) = self.store.get(&check_key(&id)) else { continue };
+                let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
+                let hit = versions.iter().any(|v| match kind {
+                    Around::Lease => LeaseView::read(v).is_some_and(|l| concerns::nhc_concerns_node_lease(&check, &l)),
+                    Around::Maintenance => {
+                        MaintenanceView::read(v).is_some_and(|m| concerns::nhc_concerns_maintenance(&check, &m))
+                    }
+                    Around::Version => true,
+                });
+                if hit {
+                    self.dirty.insert(id);
+                }
+            }
+            return;
+        }
         let after = self.store.get(key).cloned();
         let versions: Vec<&Value> = before.into_iter().chain(after.as_ref()).collect();
         if key.group == GROUP && key.cluster == LOCAL_CLUSTER {
@@ -628,12 +678,33 @@ impl Sim<'_> {
             })
             .collect();
         let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
+        let of = |group: &str, kind: &str, namespace: Option<&str>| -> Vec<Value> {
+            self.store.list(LOCAL_CLUSTER, group, kind, namespace).map(|(_, v)| v.clone()).collect()
+        };
+        let leases: Vec<LeaseView> =
+            of(LEASE_GROUP, "Lease", Some(DEFAULT_LEASE_NAMESPACE)).iter().filter_map(LeaseView::read).collect();
+        let maintenances: Vec<MaintenanceView> =
+            of(MAINTENANCE_GROUP, "NodeMaintenance", None).iter().filter_map(MaintenanceView::read).collect();
+        let versions: Vec<ClusterVersionView> =
+            of(CLUSTER_VERSION_GROUP, "ClusterVersion", None).iter().filter_map(ClusterVersionView::read).collect();
+        let (lease_refs, maintenance_refs, version_refs): (
+            Vec<&LeaseView>,
+            Vec<&MaintenanceView>,
+            Vec<&ClusterVersionView>,
+        ) = (leases.iter().collect(), maintenances.iter().collect(), versions.iter().collect());
         let input = NhcInput {
             check: &check,
             policy: &policy,
             nodes: &node_refs,
             templates: &template_refs,
             remediations: &remediation_refs,
+            // The scenario's objects are all there is: a kind with none counts as not served.
+            around: vigil_engine::node::Around {
+                leases: &lease_refs,
+                lease_namespace: DEFAULT_LEASE_NAMESPACE,
+                maintenances: Observed::Known(&maintenance_refs),
+                cluster_versions: Observed::Known(&version_refs),
+            },
         };
         let holders = self.holders_reporting_ties();
         let plan = vigil_engine::node::decide_among(&input, &holders, self.now);
@@ -823,7 +894,18 @@ impl Sim<'_> {
                 }
                 self.changed(&key, Some(&before));
             }
-            Action::CreateRemediation { object, target } => {
+            Action::CreateRemediation { mut object, target, lease } => {
+                // The Node's Lease first: when it cannot be taken, the object is not created.
+                if let Some(lease) = lease
+                    && !self.write_lease(id, &lease)
+                {
+                    return;
+                }
+                let model =
+                    self.scenario.models.remediators.iter().find(|r| Some(r.kind.as_str()) == object["kind"].as_str());
+                if model.is_some_and(|m| m.holds_deletion.is_some()) {
+                    object["metadata"]["finalizers"] = json!([SIMULATED_FINALIZER]);
+                }
                 if let Ok(key) = self.store.create(LOCAL_CLUSTER, object, self.now) {
                     self.emit("RemediationCreated", Some(id.to_string()), Some(target), object_details(&key));
                     if let Some(model) = self.scenario.models.remediators.iter().find(|r| r.kind == key.kind) {
@@ -843,8 +925,42 @@ impl Sim<'_> {
                     namespace: object.namespace,
                     name: object.name,
                 };
-                if let Some(before) = self.store.delete(&key) {
+                let deleting = self.store.get(&key).is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
+                if deleting {
+                    return;
+                }
+                if let Some((before, gone)) = self.store.request_delete(&key, self.now) {
                     self.emit("RemediationDeleted", Some(id.to_string()), Some(target), object_details(&key));
+                    let held = self
+                        .scenario
+                        .models
+                        .remediators
+                        .iter()
+                        .find(|r| r.kind == key.kind)
+                        .and_then(|r| r.holds_deletion);
+                    if let (false, Some(hold)) = (gone, held) {
+                        self.schedule(hold, Task::ReleaseFinalizer(key.clone()));
+                    }
+                    self.changed(&key, Some(&before));
+                }
+            }
+            Action::WriteLease(lease) => {
+                self.write_lease(id, &lease);
+            }
+            Action::DeleteLease { lease, uid, resource_version, .. } => {
+                let key = Key {
+                    cluster: LOCAL_CLUSTER.into(),
+                    group: group_of(&lease.api_version).into(),
+                    kind: lease.kind,
+                    namespace: lease.namespace,
+                    name: lease.name,
+                };
+                let Some(current) = self.store.get(&key) else { return };
+                let at = |p: &str| current.pointer(p).and_then(Value::as_str).map(str::to_string);
+                if at("/metadata/uid") == uid
+                    && at("/metadata/resourceVersion") == resource_version
+                    && let Some(before) = self.store.delete(&key)
+                {
                     self.changed(&key, Some(&before));
                 }
             }
@@ -864,6 +980,31 @@ impl Sim<'_> {
         }
     }
 
+    /// Takes or renews a node Lease as the API server would let a writer: a create only when
+    /// there is none, an update only of the version decided on. `false` (and an event) when it
+    /// was refused.
+    fn write_lease(&mut self, id: &CheckRef, lease: &vigil_engine::plan::LeaseWrite) -> bool {
+        let manifest = lease.manifest();
+        let key = Key::of(LOCAL_CLUSTER, &manifest);
+        let before = self.store.get(&key).cloned();
+        let written = match &lease.resource_version {
+            None => self.store.create(LOCAL_CLUSTER, manifest, self.now).map_err(|_| "it exists already".to_string()),
+            Some(rv) => self.store.replace_at(manifest, rv, self.now),
+        };
+        match written {
+            Ok(_) => {
+                self.changed(&key, before.as_ref());
+                true
+            }
+            Err(why) => {
+                let mut d = object_details(&key);
+                d.insert("message".into(), json!(format!("the Lease of Node {} was not taken: {why}", lease.node)));
+                self.emit("LeaseRefused", Some(id.to_string()), Some(lease.node.clone()), d);
+                false
+            }
+        }
+    }
+
     fn schedule(&mut self, after: SignedDuration, task: Task) {
         self.task_seq += 1;
         let at = self.now.checked_add(after).unwrap_or(Timestamp::MAX);
@@ -875,6 +1016,16 @@ impl Sim<'_> {
             Task::ReplaceMachine(key) => self.replace_machine(&key),
             Task::JoinNode(key) => self.join_node(&key),
             Task::Remediator(key, outcome) => self.remediator_acts(&key, outcome),
+            Task::ReleaseFinalizer(key) => {
+                if let Some((before, gone)) = self.store.remove_finalizer(&key, SIMULATED_FINALIZER) {
+                    if gone {
+                        let mut d = object_details(&key);
+                        d.insert("message".into(), json!("the remediator finished and let go of its object"));
+                        self.emit("RemediationFinished", None, None, d);
+                    }
+                    self.changed(&key, Some(&before));
+                }
+            }
             Task::Heartbeat(i) => self.heartbeat(i),
             Task::HeartbeatsStop(i) => {
                 let Some(h) = self.scenario.models.heartbeats.get(i) else { return };

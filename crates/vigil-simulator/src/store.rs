@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use vigil_engine::concerns::group_of;
 use vigil_engine::machine_write::apply_merge_patch;
+use vigil_engine::target::LOCAL_CLUSTER as LOCAL_CLUSTER_KEY;
 
 /// Where an object lives.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -105,6 +106,55 @@ impl Store {
     /// Removes an object.
     pub fn delete(&mut self, key: &Key) -> Option<Value> {
         self.objects.remove(key)
+    }
+
+    /// Deletes an object as the API server does: one with finalizers stays, with
+    /// `deletionTimestamp`, until its last finalizer is removed ([`Store::remove_finalizer`]).
+    /// Returns the object as it was, and whether it is gone.
+    pub fn request_delete(&mut self, key: &Key, now: Timestamp) -> Option<(Value, bool)> {
+        let before = self.objects.get(key)?.clone();
+        let held = before.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        if !held {
+            self.objects.remove(key);
+            return Some((before, true));
+        }
+        if before.pointer("/metadata/deletionTimestamp").is_none() {
+            let rv = self.next();
+            if let Some(object) = self.objects.get_mut(key) {
+                object["metadata"]["deletionTimestamp"] = json!(now.to_string());
+                object["metadata"]["resourceVersion"] = json!(rv.to_string());
+            }
+        }
+        Some((before, false))
+    }
+
+    /// Removes `finalizer` from an object; one being deleted goes once none is left. Returns the
+    /// object as it was, and whether it is gone.
+    pub fn remove_finalizer(&mut self, key: &Key, finalizer: &str) -> Option<(Value, bool)> {
+        let before = self.objects.get(key)?.clone();
+        let rv = self.next();
+        let object = self.objects.get_mut(key)?;
+        if let Some(list) = object.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
+            list.retain(|f| f.as_str() != Some(finalizer));
+        }
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let left = object.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        let deleting = object.pointer("/metadata/deletionTimestamp").is_some();
+        if deleting && !left {
+            self.objects.remove(key);
+            return Some((before, true));
+        }
+        Some((before, false))
+    }
+
+    /// Replaces an object only if it is still at `resource_version` (an update's precondition).
+    pub fn replace_at(&mut self, object: Value, resource_version: &str, now: Timestamp) -> Result<Key, String> {
+        let key = Key::of(LOCAL_CLUSTER_KEY, &object);
+        match self.objects.get(&key).and_then(|o| o.pointer("/metadata/resourceVersion")).and_then(Value::as_str) {
+            Some(rv) if rv == resource_version => Ok(self.apply(LOCAL_CLUSTER_KEY, object, now)),
+            Some(_) => Err(format!("conflict on {} {}", key.kind, key.object_name())),
+            None => Err(format!("{} {} not found", key.kind, key.object_name())),
+        }
     }
 
     /// The object under `key`.
@@ -264,6 +314,39 @@ mod tests {
         assert_eq!(names(Some("a")), ["m1"]);
         assert_eq!(names(Some("b")), ["m2"]);
         assert!(names(Some("c")).is_empty());
+    }
+
+    #[test]
+    fn finalizers_hold_a_deleted_object_until_the_last_goes() {
+        let mut store = Store::default();
+        let object = json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"name": "r", "namespace": "ns",
+                            "finalizers": ["a", "b"]}});
+        let key = store.apply(LOCAL_CLUSTER, object, now());
+        let (_, gone) = store.request_delete(&key, now()).expect("there");
+        assert!(!gone);
+        assert!(store.get(&key).and_then(|o| o.pointer("/metadata/deletionTimestamp")).is_some());
+        assert_eq!(store.remove_finalizer(&key, "a").map(|(_, g)| g), Some(false));
+        assert_eq!(store.remove_finalizer(&key, "b").map(|(_, g)| g), Some(true));
+        assert!(store.get(&key).is_none());
+        let plain =
+            store.apply(LOCAL_CLUSTER, json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"name": "p"}}), now());
+        assert_eq!(store.request_delete(&plain, now()).map(|(_, g)| g), Some(true));
+    }
+
+    #[test]
+    fn a_replace_is_made_only_against_the_version_read() {
+        let mut store = Store::default();
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "node-n1", "namespace": "l"}});
+        let key = store.apply(LOCAL_CLUSTER, lease.clone(), now());
+        let rv = store
+            .get(&key)
+            .and_then(|o| o.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .expect("rv");
+        assert!(store.replace_at(lease.clone(), "0", now()).is_err(), "a stale version is refused");
+        assert!(store.replace_at(lease.clone(), &rv, now()).is_ok());
+        assert!(store.replace_at(lease, &rv, now()).is_err(), "the version moved");
     }
 
     #[test]

@@ -136,6 +136,8 @@ enum Command {
         dry_run: bool,
         #[command(flatten)]
         election: run_cmd::Election,
+        #[command(flatten)]
+        node_leases: run_cmd::NodeLeases,
     },
     /// Print the CustomResourceDefinitions of MachineHealthCheck and NodeHealthCheck as YAML.
     #[command(after_help = "Example:\n  vigil crd | kubectl apply -f -")]
@@ -268,8 +270,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()).map(code),
-        Command::Run { kubeconfig, workers, metrics_addr, dry_run, election } => {
-            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, dry_run, election).map(code)
+        Command::Run { kubeconfig, workers, metrics_addr, dry_run, election, node_leases } => {
+            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, dry_run, election, node_leases).map(code)
         }
         Command::Crd { out_dir } => {
             let files = vigil_api::crd::files().context("cannot render the CustomResourceDefinitions")?;

@@ -33,6 +33,31 @@ pub struct Election {
     pub shards: u32,
 }
 
+/// Where the medik8s node Leases live: every NodeHealthCheck takes a Node's Lease there before
+/// it remediates the Node, as the node maintenance operator does before it drains one.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeLeases {
+    /// Namespace of the medik8s node Leases (`node-<name>`), shared with the node maintenance
+    /// operator and other medik8s components [default: $LEASE_NAMESPACE, else medik8s-leases].
+    #[arg(long, value_parser = parse_namespace, value_name = "NAMESPACE")]
+    pub node_lease_namespace: Option<String>,
+}
+
+/// A namespace name: a DNS-1123 label.
+fn parse_namespace(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 63
+        && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    match ok {
+        true => Ok(text.to_string()),
+        false => Err(format!(
+            "invalid value {text:?}: a namespace is at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+        )),
+    }
+}
+
 fn parse_shards(text: &str) -> Result<u32, String> {
     let max = vigil_engine::shard::MAX_SHARDS;
     match text.parse::<u32>() {
@@ -62,8 +87,16 @@ pub fn run(
     metrics_addr: Option<SocketAddr>,
     dry_run: bool,
     election: Election,
+    node_leases: NodeLeases,
 ) -> Result<bool> {
     // Bad flags are refused before anything connects, naming the flag and its value.
+    let lease_namespace = match node_leases.node_lease_namespace {
+        Some(ns) => ns,
+        None => {
+            let ns = vigil_controller::surroundings::default_lease_namespace();
+            parse_namespace(&ns).map_err(|e| anyhow!("LEASE_NAMESPACE: {e}"))?
+        }
+    };
     if election.shards > 1 && !election.leader_elect {
         return Err(anyhow!("--shards {} needs --leader-elect=true: shards are owned through Leases", election.shards));
     }
@@ -118,6 +151,7 @@ pub fn run(
             leader,
             dry_run,
             shards: election.shards,
+            lease_namespace,
             ..Default::default()
         };
         vigil_controller::run(client, options, shutdown_signal()).await;

@@ -340,7 +340,7 @@ fn ask_remediator(
         Ok(_) if !started.may_start(input, machine) => {}
         Ok(object) => {
             writes.set(waiting(), now);
-            b.actions.push(Action::CreateRemediation { object, target: key.to_string() });
+            b.actions.push(Action::CreateRemediation { object, target: key.to_string(), lease: None });
         }
         Err(why) => {
             refuse(b, Reason::RemediationRequestCreationFailed, format!("Cannot create a remediation request: {why}"))

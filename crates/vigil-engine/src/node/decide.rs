@@ -3,8 +3,9 @@
 
 use super::basics::PHASE_PAUSED;
 use super::budget::budget;
+use super::gates::Gates;
 use super::input::NhcInput;
-use super::judge::{Scan, domain_label, judge_nodes};
+use super::judge::{Finding, Scan, domain_label, judge_nodes};
 use super::objects::{own_objects, owned_by_check};
 use super::remediate::{Pacing, Pass, busy_control_planes, pacing, remediate};
 use super::status::{Outcome, allowance_notice, build_status};
@@ -19,7 +20,7 @@ use jiff::Timestamp;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition, get_condition};
 use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
 use vigil_api::threshold::Rounding;
-use vigil_api::well_known::REMEDIATION_ALLOWED;
+use vigil_api::well_known::{REMEDIATION_ALLOWED, REMEDIATION_POSTPONED};
 
 /// Decides what a NodeHealthCheck should do now when it is the only check: [`decide_among`]
 /// with nobody else holding anything.
@@ -53,12 +54,24 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let cp_busy = busy_control_planes(&cp_names, input.remediations, &prev_entries);
     let allowed = allowed_condition.status == ConditionStatus::True;
     let mut pacing: Pacing = pacing(input, &subjects, observed, now);
-    let mut pass = new_pass(input, holders, prev, &templates, &allowed_condition, cp_busy, budgets.as_ref(), now);
+    let to_remediate =
+        subjects.iter().filter(|s| matches!(s.verdict, Some(Finding::Unhealthy(_)))).filter_map(|s| s.node);
+    let upgrade = crate::upgrade::cluster_upgrade(input.around.cluster_versions, to_remediate);
+    let postponed =
+        upgrade.as_ref().map(|p| DesiredCondition::true_(REMEDIATION_POSTPONED, p.reason.clone(), &p.message));
+    let gates = Gates::new(input, check_name, upgrade, now);
+    let mut pass =
+        new_pass(input, holders, prev, &templates, &allowed_condition, cp_busy, budgets.as_ref(), gates, now);
     pass.wake = wake;
     pass.pacer = std::mem::replace(&mut pacing.pacer, Pacer::off());
     pass.notices.extend(allowance_notice(prev, &allowed_condition));
 
     let (entries, undecided) = remediate(&mut pass, &subjects, &owned, &prev_entries, &all, &healthy_at, &pacing);
+    // Every other Lease this check holds is released: no Node of its needs it any more.
+    let mut keep = std::mem::take(&mut pass.keep_leases);
+    keep.sort_unstable();
+    let releases = pass.gates.releases(&|node| keep.binary_search(&node).is_ok());
+    pass.actions.extend(releases);
     pass.notices.extend(crate::stale::notices(
         &format!("NodeHealthCheck/{check_name}"),
         &prev.features.stale_targets,
@@ -77,6 +90,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         disabled: templates.disabled,
         disabled_condition: templates.disabled_condition,
         waiting: pass.waits.condition(),
+        postponed,
         backoff: pass.ledger.finish(&mut pass.wake),
         chosen: pass.chosen.take().map(|(_, c)| c).unwrap_or_default(),
         pacing: std::mem::replace(&mut pass.pacer, Pacer::off()).report(
@@ -120,6 +134,7 @@ fn new_pass<'a>(
     allowed_condition: &DesiredCondition,
     cp_busy: Vec<&'a str>,
     budgets: Option<&'a Budgets>,
+    gates: Gates<'a>,
     now: Timestamp,
 ) -> Pass<'a> {
     let (policy, check) = (input.policy, input.check);
@@ -150,5 +165,9 @@ fn new_pass<'a>(
         domains: budgets.zip(domain_label(policy)),
         chosen: policy.per_rule_remediation().then(|| (prev.features.chosen_remediations.as_slice(), Vec::new())),
         pacer: Pacer::off(),
+        gates,
+        wait: None,
+        prev_wait: None,
+        keep_leases: Vec::new(),
     }
 }

@@ -1,11 +1,13 @@
 //! What a NodeHealthCheck decision observes: the check, its policy, the Nodes it needs, the
 //! templates of its steps and the remediation objects of their kinds.
 
+use crate::lookup::Observed;
 use crate::target::is_control_plane;
 use vigil_api::NodeHealthCheck;
 use vigil_api::validate::NhcPolicy;
-use vigil_api::views::NodeView;
+use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView, NodeView};
 use vigil_api::views::{RemediationView, TemplateView};
+use vigil_api::well_known::DEFAULT_LEASE_NAMESPACE;
 
 /// Everything a NodeHealthCheck decision looks at.
 pub struct NhcInput<'a> {
@@ -23,6 +25,35 @@ pub struct NhcInput<'a> {
     pub templates: &'a [Option<&'a TemplateView>],
     /// Remediation objects of all the steps' kinds in the templates' namespaces, whoever owns them.
     pub remediations: &'a [&'a RemediationView],
+    /// What else the decision reads: node Leases, planned maintenance, the cluster's version.
+    pub around: Around<'a>,
+}
+
+/// What a NodeHealthCheck decision reads beyond its Nodes and remediation objects: who else
+/// works on the Nodes (their Leases, planned maintenance) and whether the cluster is being
+/// upgraded. [`Around::default`] is a cluster with none of these kinds served and no Lease.
+#[derive(Debug, Clone, Copy)]
+pub struct Around<'a> {
+    /// The Leases of the lease namespace (every one is fine: the decision looks up
+    /// `node-<name>`); a Node's remediation starts with its Lease ([`crate::node_lease`]).
+    pub leases: &'a [&'a LeaseView],
+    /// Where the node Leases live (`medik8s-leases` unless configured).
+    pub lease_namespace: &'a str,
+    /// medik8s `NodeMaintenance` objects ([`crate::maintenance`]).
+    pub maintenances: Observed<'a, &'a [&'a MaintenanceView]>,
+    /// OpenShift `ClusterVersion`s ([`crate::upgrade`]).
+    pub cluster_versions: Observed<'a, &'a [&'a ClusterVersionView]>,
+}
+
+impl Default for Around<'_> {
+    fn default() -> Self {
+        Around {
+            leases: &[],
+            lease_namespace: DEFAULT_LEASE_NAMESPACE,
+            maintenances: Observed::NotServed,
+            cluster_versions: Observed::NotServed,
+        }
+    }
 }
 
 /// Whether a decision of the check with `policy` reads `node`: the check selects it, or it is a

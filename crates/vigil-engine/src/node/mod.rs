@@ -31,6 +31,7 @@
 mod basics;
 mod budget;
 mod decide;
+mod gates;
 mod input;
 mod judge;
 mod objects;
@@ -41,6 +42,6 @@ mod templates;
 pub use crate::partial::forget_requests;
 pub use budget::threshold_met;
 pub use decide::{decide, decide_among};
-pub use input::{NhcInput, needs_node};
+pub use input::{Around, NhcInput, needs_node};
 pub use judge::unhealthy_because;
 pub use status::refuse;

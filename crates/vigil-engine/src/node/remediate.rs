@@ -3,6 +3,7 @@
 //! at a time.
 
 use super::basics::{ONE_NS, OWNER_KIND, after, entry, has_annotation, has_label_value, node_name, notice, rule_text};
+use super::gates::{Gates, Tend, Wait, maintenance_wait};
 use super::input::NhcInput;
 use super::judge::{Finding, Subject, node_domain, unhealthy_since};
 use super::objects::{Book, Owned, object_ref, step_of};
@@ -10,8 +11,9 @@ use super::templates::Usable;
 use crate::backoff::{self, Gate as Backoff, Ledger};
 use crate::domains::Budgets;
 use crate::holders::{Holders, Waits, nhc_held};
+use crate::node_lease;
 use crate::pacing::{Pacer, visit_order};
-use crate::plan::{Action, Earliest, Notice, NoticeKind};
+use crate::plan::{Action, Earliest, LeaseWrite, Notice, NoticeKind};
 use crate::target::{Target, is_control_plane};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -20,7 +22,7 @@ use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self};
 use vigil_api::duration::format_go_duration;
 use vigil_api::machine_health_check::ChosenRemediation;
-use vigil_api::node_health_check::{NodeRemediation, RemediationReference, UnhealthyNode};
+use vigil_api::node_health_check::{NodeRemediation, NodeWait, RemediationReference, UnhealthyNode};
 use vigil_api::reason::Reason;
 use vigil_api::validate::{ConditionRule, HealthyDelay, Ladder, NhcPolicy, RemediationStep};
 use vigil_api::views::NodeView;
@@ -30,6 +32,18 @@ use vigil_api::well_known::{
     NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, PERMANENT_NODE_DELETION_EXPECTED, RULE_ANNOTATION, SUCCEEDED,
     TEMPLATE_NAME_ANNOTATION,
 };
+
+/// Why a remediation step is given up.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum GaveUp {
+    /// Its object reports `Succeeded=False`.
+    Failed,
+    /// Its timeout passed.
+    TimedOut,
+    /// The Node's Lease was held past its overdue instant (three step durations and the earlier
+    /// steps' after it was taken): this long.
+    LeaseOverdue(jiff::SignedDuration),
+}
 
 /// What happened to a request for a remediation object.
 pub(super) enum Requested {
@@ -73,6 +87,16 @@ pub(super) struct Pass<'a> {
     pub(super) chosen: Option<(&'a [ChosenRemediation], Vec<ChosenRemediation>)>,
     /// The pacing slots (`spec.maxInFlight`).
     pub(super) pacer: Pacer,
+    /// The upgrade pause, planned maintenance and the node Leases.
+    pub(super) gates: Gates<'a>,
+    /// What the subject being decided waits for (its status entry's `waiting`).
+    pub(super) wait: Option<Wait>,
+    /// What it waited for in the previous status.
+    pub(super) prev_wait: Option<&'a NodeWait>,
+    /// Nodes whose Lease this check keeps: a remediation of this check is live there (an object
+    /// or a request not given up), or this plan creates one; every other Lease it holds is
+    /// released.
+    pub(super) keep_leases: Vec<&'a str>,
 }
 
 /// The remediation of one Node's incident: the check's own, or with remediation per condition the
@@ -179,7 +203,14 @@ impl<'a> Pass<'a> {
 
     /// Asks for an object of step `s` of the incident's remediation for Node `name` (the caller
     /// checked every other rule).
-    pub(super) fn request(&mut self, name: &str, s: usize, book: &mut Book<'_>, incident: &Incident<'_>) -> Requested {
+    pub(super) fn request(
+        &mut self,
+        name: &str,
+        s: usize,
+        book: &mut Book<'_>,
+        incident: &Incident<'_>,
+        lease: Option<LeaseWrite>,
+    ) -> Requested {
         let Some(step) = incident.ladder.steps.get(s) else {
             return Requested::Skipped(Reason::RemediationTemplateNotFound, format!("no remediation step {s}"));
         };
@@ -231,7 +262,7 @@ impl<'a> Pass<'a> {
             timed_out: None,
             template_name: Some(step.template.name.clone()),
         });
-        self.actions.push(Action::CreateRemediation { object, target: name.to_string() });
+        self.actions.push(Action::CreateRemediation { object, target: name.to_string(), lease });
         Requested::Done
     }
 
@@ -320,8 +351,10 @@ impl<'a> Pass<'a> {
             return;
         }
         if book.has_in_flight(first) {
-            // Completing an earlier plan's request is not a new remediation.
-            if let Requested::Skipped(reason, message) = self.request(name, 0, book, incident)
+            // Completing an earlier plan's request is not a new remediation, but its object is
+            // made only while the Node's Lease can be held.
+            let Some(lease) = self.lease_for(name, node, &incident.ladder, 0) else { return };
+            if let Requested::Skipped(reason, message) = self.request(name, 0, book, incident, lease)
                 && (self.disabled_changed || reason == Reason::RemediationObjectExists)
             {
                 // (the request's record is dropped with an existing foreign object: said once)
@@ -330,6 +363,10 @@ impl<'a> Pass<'a> {
             return;
         }
         if self.paused || !self.allowed {
+            return;
+        }
+        // The cluster upgrading, or the Node under planned maintenance: nothing new starts.
+        if self.gates.upgrade.is_some() || self.wait.is_some() {
             return;
         }
         // A paused failure domain starts nothing new, as the check-wide short-circuit.
@@ -341,7 +378,7 @@ impl<'a> Pass<'a> {
         if let Usable::Missing | Usable::Invalid(_) =
             self.templates.get(incident.ladder.offset).copied().unwrap_or(Usable::Missing)
         {
-            if let Requested::Skipped(reason, message) = self.request(name, 0, book, incident)
+            if let Requested::Skipped(reason, message) = self.request(name, 0, book, incident, None)
                 && (news || self.disabled_changed)
             {
                 self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
@@ -352,6 +389,8 @@ impl<'a> Pass<'a> {
         if cp && self.control_plane_busy(name, news) {
             return;
         }
+        // The Node's Lease: another holder's (the node maintenance operator's) keeps it waiting.
+        let Some(lease) = self.lease_for(name, node, &incident.ladder, 0) else { return };
         let pool = self
             .policy
             .backoff
@@ -363,7 +402,7 @@ impl<'a> Pass<'a> {
         if gate == Backoff::Wait || !self.pacer.gate(name, since) {
             return;
         }
-        match self.request(name, 0, book, incident) {
+        match self.request(name, 0, book, incident, lease) {
             Requested::Done => {
                 if gate == Backoff::Start {
                     self.ledger.record(&pool, name);
@@ -412,7 +451,14 @@ impl<'a> Pass<'a> {
     /// This runs whatever the threshold, storm cooldown or pause requests say: it only moves an
     /// already-remediated Node along (medik8s does the same), and stopping half-way would leave
     /// a Node with a remediator that has already given up.
-    pub(super) fn escalate(&mut self, name: &str, objs: &[Owned<'_>], book: &mut Book<'_>, incident: &Incident<'_>) {
+    pub(super) fn escalate(
+        &mut self,
+        name: &str,
+        node: &NodeView,
+        objs: &[Owned<'_>],
+        book: &mut Book<'_>,
+        incident: &Incident<'_>,
+    ) {
         let steps = incident.ladder.steps;
         let step_of_obj: Vec<Option<usize>> = objs.iter().map(|o| step_of(o.view, o.template, steps)).collect();
         let Some(latest) = step_of_obj.iter().flatten().copied().max() else {
@@ -440,15 +486,38 @@ impl<'a> Pass<'a> {
                 let failed =
                     conditions::find(&view.conditions, SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
                 let deadline = step.timeout.and_then(|d| after(book.records[k].started.0, d));
-                if failed || deadline.is_some_and(|d| d < self.now) {
-                    gave_up_now = true;
-                    book.records[k].timed_out = Some(Time(self.now));
-                    self.give_up(name, view, latest, failed, &incident.ladder);
-                } else {
-                    if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
-                        self.wake.offer(t);
+                let timed_out = deadline.is_some_and(|d| d < self.now);
+                // The Node's Lease, while the step runs: renewed, or given up as overdue.
+                let (current, previous) = node_lease::step_durations(&incident.ladder, latest);
+                let tend = match failed || timed_out {
+                    true => Tend::Nothing,
+                    false => self.gates.tend(Some(node), name, current, previous, &mut self.wake),
+                };
+                let why = match (failed, timed_out, tend) {
+                    (true, _, _) => Some(GaveUp::Failed),
+                    (_, true, _) => Some(GaveUp::TimedOut),
+                    (_, _, Tend::Overdue(release)) => {
+                        self.actions.push(release);
+                        Some(GaveUp::LeaseOverdue(current.checked_mul(3).unwrap_or(current) + previous))
                     }
-                    return;
+                    (_, _, Tend::Renew(lease)) => {
+                        self.actions.push(Action::WriteLease(lease));
+                        None
+                    }
+                    (_, _, Tend::Nothing) => None,
+                };
+                match why {
+                    Some(why) => {
+                        gave_up_now = true;
+                        book.records[k].timed_out = Some(Time(self.now));
+                        self.give_up(name, view, latest, why, &incident.ladder);
+                    }
+                    None => {
+                        if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
+                            self.wake.offer(t);
+                        }
+                        return;
+                    }
                 }
             }
         }
@@ -467,16 +536,44 @@ impl<'a> Pass<'a> {
             }
             return;
         }
-        if let Requested::Skipped(reason, message) = self.request(name, next, book, incident)
+        // The next step is a new remediation: it waits for an upgrade, planned maintenance and
+        // another holder's Lease as a first step does.
+        if self.gates.upgrade.is_some() || self.wait.is_some() {
+            return;
+        }
+        let Some(lease) = self.lease_for(name, node, &incident.ladder, next) else { return };
+        if let Requested::Skipped(reason, message) = self.request(name, next, book, incident, lease)
             && (gave_up_now || self.disabled_changed)
         {
             self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
         }
     }
 
+    /// The Lease write a new object for step `s` of `ladder` on `node` needs first (`Some(None)`:
+    /// none, this check holds it long enough); `None` when another holder has it (the Node's
+    /// wait then says who, told once).
+    fn lease_for(&mut self, name: &str, node: &NodeView, ladder: &Ladder<'_>, s: usize) -> Option<Option<LeaseWrite>> {
+        let (current, _) = node_lease::step_durations(ladder, s);
+        match self.gates.lease(node, current, &mut self.wake) {
+            Ok(lease) => Some(lease),
+            Err(wait) => {
+                self.hold(name, wait, NoticeKind::RemediationSkipped);
+                None
+            }
+        }
+    }
+
+    /// Records what the subject `name` waits for, telling it (as `kind`) when it is news.
+    pub(super) fn hold(&mut self, name: &str, wait: Wait, kind: NoticeKind) {
+        if self.prev_wait.is_none_or(|w| w.reason != wait.reason) {
+            self.notices.push(notice(kind, name, wait.reason.clone(), wait.message.clone()));
+        }
+        self.wait = Some(wait);
+    }
+
     /// Gives up on step `latest` of Node `name` (its object `view` failed or timed out): the
     /// `nhc-timed-out` annotation, and a notice saying what comes next.
-    fn give_up(&mut self, name: &str, view: &RemediationView, latest: usize, failed: bool, ladder: &Ladder<'_>) {
+    fn give_up(&mut self, name: &str, view: &RemediationView, latest: usize, why: GaveUp, ladder: &Ladder<'_>) {
         let Some(step) = ladder.steps.get(latest) else {
             return;
         };
@@ -485,10 +582,15 @@ impl<'a> Pass<'a> {
             key: NHC_TIMED_OUT_ANNOTATION.into(),
             value: self.now.to_string(),
         });
-        let what = if failed {
-            "reported Succeeded=False".to_string()
-        } else {
-            format!("did not succeed within {}", format_go_duration(step.timeout.unwrap_or_default()))
+        let what = match why {
+            GaveUp::Failed => "reported Succeeded=False".to_string(),
+            GaveUp::TimedOut => {
+                format!("did not succeed within {}", format_go_duration(step.timeout.unwrap_or_default()))
+            }
+            GaveUp::LeaseOverdue(span) => format!(
+                "held the Node's Lease past its overdue time ({} after it was taken); the Lease is released",
+                format_go_duration(span)
+            ),
         };
         let then = if latest + 1 < ladder.steps.len() {
             format!("escalating to {}", Self::step_label(ladder, latest + 1))
@@ -498,7 +600,11 @@ impl<'a> Pass<'a> {
         self.notices.push(notice(
             NoticeKind::RemediationTimedOut,
             name,
-            if failed { Reason::RemediationFailed } else { Reason::RemediationTimedOut },
+            match why {
+                GaveUp::Failed => Reason::RemediationFailed,
+                GaveUp::TimedOut => Reason::RemediationTimedOut,
+                GaveUp::LeaseOverdue(_) => Reason::NodeLeaseOverdue,
+            },
             format!(
                 "{} {}/{} for node {name} (template {}) {what}; {then}",
                 view.meta.kind, view.meta.namespace, view.meta.name, step.template.name
@@ -667,6 +773,9 @@ impl<'a> Pass<'a> {
         let mut healthy_since = None;
         let mut delayed = false;
         let mut chose = false;
+        self.prev_wait = prev_entry.and_then(|e| e.waiting.as_ref());
+        self.wait = None;
+        let actions_before = self.actions.len();
         let listed = match (s.verdict, s.node) {
             (Some(Finding::Clear), Some(node)) => {
                 // a subject that matches no rule still has objects (pass 1 kept only those)
@@ -683,11 +792,15 @@ impl<'a> Pass<'a> {
                 }
                 let incident = self.incident(s.name, objs, rule);
                 chose = true;
+                let maintenance = self.gates.maintenance(node, self.prev_wait, &mut self.wake);
+                if let Some(wait) = maintenance_wait(s.name, &maintenance) {
+                    self.hold(s.name, wait, NoticeKind::RemediationPostponed);
+                }
                 if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
                     if objs.is_empty() {
                         self.start(s.name, node, prev_entry.is_some(), &mut book, &incident, since);
                     } else {
-                        self.escalate(s.name, objs, &mut book, &incident);
+                        self.escalate(s.name, node, objs, &mut book, &incident);
                     }
                 }
                 true
@@ -707,12 +820,40 @@ impl<'a> Pass<'a> {
         if listed && !chose {
             self.keep_choice(s.name, objs);
         }
+        if self.wait.is_none() && !objs.is_empty() && objs.iter().all(|o| o.view.meta.deleting) {
+            self.wait = Some(finishing(objs));
+        }
+        // The Lease stays while a remediation of this check is live (an object or a request not
+        // given up); once every step gave up, nobody remediates the Node and it is released.
+        let creates = self.actions[actions_before..].iter().any(|a| matches!(a, Action::CreateRemediation { .. }));
+        if creates || book.records.iter().any(|r| r.timed_out.is_none()) {
+            self.keep_leases.push(s.name);
+        }
+        let waiting = self.wait.take().map(|w| w.entry(self.prev_wait, self.now));
         listed.then(|| UnhealthyNode {
             name: s.name.to_string(),
             remediations: book.finish(),
             conditions_healthy_timestamp: healthy_since,
             healthy_delayed: delayed.then_some(true),
+            waiting,
         })
+    }
+}
+
+/// The wait of a Node whose remediation objects are all being deleted: their remediators still
+/// hold them (finalizers) while they finish, fencing included, so the Node still counts as
+/// remediated, in every budget, until they are gone.
+fn finishing(objs: &[Owned<'_>]) -> Wait {
+    let names: Vec<String> =
+        objs.iter().map(|o| format!("{} {}/{}", o.view.meta.kind, o.view.meta.namespace, o.view.meta.name)).collect();
+    Wait {
+        reason: Reason::RemediatorFinishing,
+        message: format!(
+            "waiting for the remediator to finish: {} {} being deleted and still held by its remediator",
+            names.join(", "),
+            if names.len() == 1 { "is" } else { "are" }
+        ),
+        until: None,
     }
 }
 

@@ -16,7 +16,7 @@ use vigil_api::conditions::{ConditionStatus, DesiredCondition, get_condition, se
 use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, RemediationRecord};
 use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
 use vigil_api::reason::Reason;
-use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED};
+use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED, REMEDIATION_POSTPONED};
 
 /// What the phases found, for the status.
 pub(super) struct Outcome<'a> {
@@ -36,6 +36,8 @@ pub(super) struct Outcome<'a> {
     pub(super) disabled_condition: DesiredCondition,
     /// `WaitingForOtherCheck`, when it is to be set.
     pub(super) waiting: Option<DesiredCondition>,
+    /// `RemediationPostponed=True` while the whole cluster waits (an upgrade).
+    pub(super) postponed: Option<DesiredCondition>,
     /// The back-off's new history and backed-off pools.
     pub(super) backoff: (Vec<RemediationRecord>, Vec<BackedOffPool>),
     /// With remediation per condition: each listed Node's chosen remediation.
@@ -88,6 +90,7 @@ fn conditions(
     if let Some(waiting) = &outcome.waiting {
         set_condition(&mut conditions, waiting, now, generation);
     }
+    notices.extend(postponement(&mut conditions, &outcome.postponed, now, generation));
     let (history, pools) = &outcome.backoff;
     let (backoff_condition, backoff_notices) = backoff::report(
         &prev.features.backed_off_pools,
@@ -106,6 +109,44 @@ fn conditions(
     }
     outcome.pacing.condition.apply(&mut conditions, now, generation);
     conditions
+}
+
+/// `RemediationPostponed`: `True` (with the signal) while the whole cluster waits, `False` once
+/// it waited and no longer does (absent before the first wait); told when it turns or its reason
+/// changes.
+fn postponement(
+    conditions: &mut Vec<Condition>,
+    postponed: &Option<DesiredCondition>,
+    now: Timestamp,
+    generation: Option<i64>,
+) -> Option<Notice> {
+    let before = get_condition(conditions, REMEDIATION_POSTPONED).map(|c| (c.status.clone(), c.reason.clone()));
+    let was = before.as_ref().is_some_and(|(s, _)| s == "True");
+    let (desired, notice) = match postponed {
+        Some(p) => {
+            let news = before.as_ref().is_none_or(|(s, r)| s != "True" || *r != p.reason);
+            let notice = news.then(|| Notice {
+                kind: NoticeKind::RemediationPostponed,
+                target: None,
+                reason: p.reason.clone(),
+                message: p.message.clone(),
+            });
+            (p.clone(), notice)
+        }
+        None if before.is_some() => {
+            let resumed = "Nothing postpones new remediations any more";
+            let notice = was.then(|| Notice {
+                kind: NoticeKind::RemediationResumed,
+                target: None,
+                reason: Reason::NotPostponed,
+                message: resumed.to_string(),
+            });
+            (DesiredCondition::false_(REMEDIATION_POSTPONED, Reason::NotPostponed, resumed), notice)
+        }
+        None => return None,
+    };
+    set_condition(conditions, &desired, now, generation);
+    notice
 }
 
 /// `Paused` when pause requests appear, `Resumed` when the last one goes.

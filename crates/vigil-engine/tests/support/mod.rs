@@ -784,8 +784,8 @@ impl MhcWorld {
                 Action::DeleteRemediation { object, .. } => {
                     self.remediations.remove(&object.name);
                 }
-                Action::AnnotateRemediation { .. } => {
-                    panic!("a MachineHealthCheck never annotates: {action:?}")
+                Action::AnnotateRemediation { .. } | Action::WriteLease(_) | Action::DeleteLease { .. } => {
+                    panic!("a MachineHealthCheck never annotates nor takes a Node's Lease: {action:?}")
                 }
             }
         }

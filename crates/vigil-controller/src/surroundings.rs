@@ -1,0 +1,288 @@
+//! What NodeHealthCheck decisions read beyond Nodes and remediation objects: the node Leases of
+//! the lease namespace (medik8s' `node-<name>`, taken before a Node is remediated), medik8s
+//! `NodeMaintenance`s and OpenShift `ClusterVersion`s. The last two are read only where the API
+//! server serves them: discovery is asked again every [`DISCOVERY_PERIOD`], so a kind installed
+//! (or removed) later is noticed, and a kind not served counts as "none", a fact, while a served
+//! kind not listed yet counts as unknown (the engine then starts nothing new).
+
+use crate::Context;
+use crate::index::{Index, SourceState};
+use crate::watch::{Op, feed};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView};
+use vigil_api::well_known::{DEFAULT_LEASE_NAMESPACE, LEASE_NAMESPACE_ENV};
+use vigil_engine::lookup::Observed;
+use vigil_engine::target::CheckRef;
+
+/// How often discovery is asked whether an optional kind is served.
+pub const DISCOVERY_PERIOD: Duration = Duration::from_secs(60);
+
+/// The lease namespace a controller uses unless told: `LEASE_NAMESPACE`, as medik8s' operators
+/// read it, else `medik8s-leases`.
+pub fn default_lease_namespace() -> String {
+    std::env::var(LEASE_NAMESPACE_ENV).ok().filter(|n| !n.is_empty()).unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.into())
+}
+
+/// Objects of one kind the index keeps by name, and whether they can be trusted.
+#[derive(Debug)]
+pub struct Kept<V> {
+    /// Whether the API server serves the kind (`None`: discovery has not answered yet).
+    pub served: Option<bool>,
+    /// Whether the watch has listed.
+    pub state: SourceState,
+    /// The objects by name.
+    pub items: BTreeMap<String, Arc<V>>,
+}
+
+impl<V> Default for Kept<V> {
+    fn default() -> Self {
+        Kept { served: None, state: SourceState::Syncing, items: BTreeMap::new() }
+    }
+}
+
+impl<V> Kept<V> {
+    /// What a decision may read: none when not served, the objects once listed, else unknown
+    /// (with why, for the operator).
+    pub fn observed<'a>(&self, what: &str, list: &'a [&'a V], why: &'a mut String) -> Observed<'a, &'a [&'a V]> {
+        match (self.served, &self.state) {
+            (Some(false), _) => Observed::NotServed,
+            (Some(true), SourceState::Synced) => Observed::Known(list),
+            (None, _) => {
+                *why = format!("discovery has not said yet whether {what} are served");
+                Observed::Unknown(why)
+            }
+            (Some(true), SourceState::Syncing) => {
+                *why = format!("waiting for the first complete list of {what}");
+                Observed::Unknown(why)
+            }
+            (Some(true), SourceState::Failed(e)) => {
+                *why = format!("the watch of {what} failed ({e})");
+                Observed::Unknown(why)
+            }
+        }
+    }
+
+    /// The objects, as a decision borrows them.
+    pub fn refs(&self) -> Vec<&V> {
+        self.items.values().map(Arc::as_ref).collect()
+    }
+
+    fn put(&mut self, name: String, item: Option<V>) {
+        match item {
+            Some(v) => self.items.insert(name, Arc::new(v)),
+            None => self.items.remove(&name),
+        };
+    }
+}
+
+/// Everything of this module the index keeps.
+#[derive(Debug)]
+pub struct Around {
+    /// Where the node Leases live.
+    pub lease_namespace: String,
+    /// The lease namespace's Leases (always served).
+    pub leases: Kept<LeaseView>,
+    /// `NodeMaintenance`s.
+    pub maintenances: Kept<MaintenanceView>,
+    /// `ClusterVersion`s.
+    pub cluster_versions: Kept<ClusterVersionView>,
+}
+
+impl Default for Around {
+    fn default() -> Self {
+        Around {
+            lease_namespace: default_lease_namespace(),
+            leases: Kept { served: Some(true), ..Kept::default() },
+            maintenances: Kept::default(),
+            cluster_versions: Kept::default(),
+        }
+    }
+}
+
+impl Around {
+    /// Puts the API server's answer about a Lease (`None`: it is gone) into the index.
+    pub fn put_lease(&mut self, name: &str, lease: Option<&Value>) {
+        self.leases.put(name.to_string(), lease.and_then(LeaseView::read));
+    }
+}
+
+/// An optional kind: its group, version and kind, and what it is called in messages.
+struct OptionalKind {
+    gvk: GroupVersionKind,
+    what: &'static str,
+}
+
+/// Starts the watch of the lease namespace's Leases (after making sure the namespace exists,
+/// as medik8s' lease manager does) and the discovery loops of the optional kinds.
+pub async fn start(ctx: &Arc<Context>) {
+    let namespace = ctx.read_index().around.lease_namespace.clone();
+    ensure_namespace(ctx, &namespace).await;
+    let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &namespace);
+    let stream = crate::sources::relisting(api, kube::runtime::watcher::Config::default(), ctx.epoch());
+    tokio::spawn(feed(
+        ctx.clone(),
+        format!("Leases in {namespace}"),
+        true,
+        stream,
+        |l: Lease| serde_json::to_value(&l).ok().and_then(|v| LeaseView::read(&v)),
+        |idx: &mut Index, op| {
+            let (name, new) = match op {
+                Op::Upsert(Some(l)) => (l.meta.name.clone(), Some(l)),
+                Op::Upsert(None) => return BTreeSet::new(),
+                Op::Remove(l) => (l.metadata.name.unwrap_or_default(), None),
+                Op::Replace(list) => {
+                    idx.around.leases.items =
+                        list.into_iter().flatten().map(|l| (l.meta.name.clone(), Arc::new(l))).collect();
+                    return BTreeSet::new();
+                }
+            };
+            let old = idx.around.leases.items.get(&name).cloned();
+            let dirty = lease_concerns(idx, old.as_deref(), new.as_ref());
+            idx.around.leases.put(name, new);
+            dirty
+        },
+        |idx| &mut idx.around.leases.state,
+        Index::all_nhcs,
+    ));
+    let maintenance = OptionalKind {
+        gvk: GroupVersionKind::gvk("nodemaintenance.medik8s.io", "v1beta1", "NodeMaintenance"),
+        what: "NodeMaintenances",
+    };
+    tokio::spawn(optional(ctx.clone(), maintenance, |idx| &mut idx.around.maintenances, MaintenanceView::read));
+    let versions = OptionalKind {
+        gvk: GroupVersionKind::gvk("config.openshift.io", "v1", "ClusterVersion"),
+        what: "ClusterVersions",
+    };
+    tokio::spawn(optional(ctx.clone(), versions, |idx| &mut idx.around.cluster_versions, ClusterVersionView::read));
+}
+
+/// The NodeHealthChecks a Lease change concerns (`vigil_engine::concerns`): its holder's, and
+/// those listing its Node.
+fn lease_concerns(idx: &Index, old: Option<&LeaseView>, new: Option<&LeaseView>) -> BTreeSet<CheckRef> {
+    idx.nhcs
+        .iter()
+        .filter(|(_, check)| {
+            old.into_iter().chain(new).any(|l| vigil_engine::concerns::nhc_concerns_node_lease(check, l))
+        })
+        .map(|(name, _)| CheckRef::Node { name: name.clone() })
+        .collect()
+}
+
+/// Creates the lease namespace when it does not exist. When it cannot (no right to), the Lease
+/// writes fail and no remediation starts: the log says why once.
+async fn ensure_namespace(ctx: &Context, namespace: &str) {
+    let api: Api<Namespace> = Api::all(ctx.client.clone());
+    match api.get_opt(namespace).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            let ns: Namespace = match serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}})) {
+                Ok(ns) => ns,
+                Err(_) => return,
+            };
+            match api.create(&PostParams::default(), &ns).await {
+                Ok(_) => info!(%namespace, "created the lease namespace"),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    warn!(%namespace, error = %e, "cannot create the lease namespace; no Node Lease can be taken, so no NodeHealthCheck remediation starts")
+                }
+            }
+        }
+        Err(e) => warn!(%namespace, error = %e, "cannot read the lease namespace"),
+    }
+}
+
+/// Whether the API server serves `gvk`: `Some(false)` when it says it does not, `None` when it
+/// cannot be asked.
+async fn served(client: &kube::Client, gvk: &GroupVersionKind) -> Option<bool> {
+    match kube::discovery::pinned_kind(client, gvk).await {
+        Ok(_) => Some(true),
+        Err(kube::Error::Discovery(_)) => Some(false),
+        Err(kube::Error::Api(s)) if s.code == 404 => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// Watches an optional kind while it is served: discovery every [`DISCOVERY_PERIOD`] starts the
+/// watch when the kind appears and stops it (the objects forgotten) when it goes.
+async fn optional<V: Send + Sync + 'static>(
+    ctx: Arc<Context>,
+    kind: OptionalKind,
+    slot: fn(&mut Index) -> &mut Kept<V>,
+    read: fn(&Value) -> Option<V>,
+) {
+    let mut watching: Option<tokio::task::JoinHandle<()>> = None;
+    loop {
+        let answer = served(&ctx.client, &kind.gvk).await;
+        let changed = {
+            let mut idx = ctx.write_index();
+            let kept = slot(&mut idx);
+            let before = kept.served;
+            if answer.is_some() {
+                kept.served = answer;
+            }
+            if answer == Some(false) {
+                kept.items.clear();
+                kept.state = SourceState::Syncing;
+            }
+            before != kept.served
+        };
+        match (answer, &watching) {
+            (Some(true), None) => {
+                info!(kind = %kind.gvk.kind, "served: watching it");
+                let ar = ApiResource::from_gvk(&kind.gvk);
+                let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
+                let stream = crate::sources::relisting(api, kube::runtime::watcher::Config::default(), ctx.epoch());
+                watching = Some(tokio::spawn(feed(
+                    ctx.clone(),
+                    kind.what.to_string(),
+                    false,
+                    stream,
+                    move |o: DynamicObject| {
+                        serde_json::to_value(&o).ok().and_then(|v| read(&v)).map(|v| (name_of(&o), v))
+                    },
+                    move |idx: &mut Index, op| {
+                        let kept = slot(idx);
+                        match op {
+                            Op::Upsert(Some((name, v))) => kept.put(name, Some(v)),
+                            Op::Upsert(None) => {}
+                            Op::Remove(o) => kept.put(name_of(&o), None),
+                            Op::Replace(list) => {
+                                kept.items = list.into_iter().flatten().map(|(n, v)| (n, Arc::new(v))).collect();
+                            }
+                        }
+                        idx.all_nhcs().into_iter().collect::<BTreeSet<CheckRef>>()
+                    },
+                    move |idx| &mut slot(idx).state,
+                    Index::all_nhcs,
+                )));
+            }
+            (Some(false), Some(handle)) => {
+                info!(kind = %kind.gvk.kind, "no longer served");
+                handle.abort();
+                watching = None;
+            }
+            _ => {}
+        }
+        if changed {
+            let dirty = ctx.read_index().all_nhcs();
+            ctx.scheduler.mark(dirty);
+        }
+        tokio::time::sleep(DISCOVERY_PERIOD).await;
+    }
+}
+
+fn name_of(o: &DynamicObject) -> String {
+    let m = &o.metadata;
+    match &m.namespace {
+        Some(ns) => format!("{ns}/{}", m.name.as_deref().unwrap_or("")),
+        None => m.name.clone().unwrap_or_default(),
+    }
+}
