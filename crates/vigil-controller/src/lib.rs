@@ -10,6 +10,7 @@ pub mod gather;
 pub mod http;
 pub mod index;
 pub mod leader;
+pub mod medik8s;
 pub mod metrics;
 pub mod scheduler;
 pub mod sources;
@@ -47,6 +48,9 @@ pub struct Options {
     /// How many shards the checks are split into (1: one leader decides everything; more: each
     /// replica decides and writes only the checks of the shards whose Leases it holds).
     pub shards: u32,
+    /// Also decide medik8s' own NodeHealthChecks (`remediation.medik8s.io/v1alpha1`) in place,
+    /// while the NodeHealthCheck operator does not run ([`medik8s`]).
+    pub serve_medik8s: bool,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             leader: None,
             dry_run: false,
             shards: 1,
+            serve_medik8s: false,
         }
     }
 }
@@ -499,6 +504,9 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
     });
     ctx.metrics.leader(options.leader.is_none());
     let prober = tokio::spawn(probe(ctx.clone(), options.probe_period));
+    if options.serve_medik8s {
+        medik8s::start(&ctx);
+    }
     watch::start_fixed(&ctx).await;
     if let Some(addr) = options.metrics_addr {
         tokio::spawn(http::serve(ctx.clone(), addr));
