@@ -222,6 +222,59 @@ async fn a_medik8s_check_is_decided_in_place_and_the_operators_objects_are_taken
     Ok(())
 }
 
+/// The storm cool-down's start survives medik8s' schema (the API server prunes Vigil's own
+/// status fields): it is kept as medik8s keeps it, in `StormCooldownActive`, so the cool-down
+/// ends after its duration (it does not start over at every decision) and the Node waiting for
+/// it is remediated then, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_cooldown_survives_medik8s_schema_and_ends_on_time() -> Result<()> {
+    let env = medik8s_env().await?;
+    workers(&env, 3).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    medik8s_nhc(&env, "workers", json!({"minHealthy": 2, "stormCooldownDuration": "6s"})).await?;
+    let controller = serving(&env);
+    wait_disabled(&env, "workers", "False", "NodeHealthCheckEnabled").await?;
+    // Both fail at once: one healthy of three, a storm.
+    set_ready(&env, "w1", "False", &secs_ago(0)).await?;
+    set_ready(&env, "w2", "False", &secs_ago(0)).await?;
+    let condition = |s: &Value, type_: &str| -> Option<Value> {
+        s["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == type_)).cloned()
+    };
+    wait_for("StormActive=True", WAIT, || async {
+        let s = medik8s_status(&env, "workers").await?;
+        Ok(condition(&s, "StormActive").filter(|c| c["status"] == "True").map(|_| ()))
+    })
+    .await?;
+    // w2 recovers: the threshold is met again and the cool-down starts.
+    set_ready(&env, "w2", "True", &secs_ago(0)).await?;
+    let cooling = wait_for("StormCooldownActive=True", WAIT, || async {
+        let s = medik8s_status(&env, "workers").await?;
+        Ok(condition(&s, "StormCooldownActive").filter(|c| c["status"] == "True"))
+    })
+    .await?;
+    let started: Timestamp = cooling["lastTransitionTime"].as_str().context("start")?.parse()?;
+    let w1 = wait_for("w1 remediated once the cool-down passed", Duration::from_secs(40), || async {
+        Ok(for_node(&list_snr(&env, MEDIK8S).await?, "w1").first().map(|o| (*o).clone()))
+    })
+    .await?;
+    let created: Timestamp = w1["metadata"]["creationTimestamp"].as_str().context("created")?.parse()?;
+    assert!(
+        created >= started + SignedDuration::from_secs(6),
+        "not before the cool-down ended ({started} + 6s, {created})"
+    );
+    // The status follows the create (it is written last).
+    wait_for("the storm and its cool-down over in the status", WAIT, || async {
+        let s = medik8s_status(&env, "workers").await?;
+        let over = |type_: &str| condition(&s, type_).is_some_and(|c| c["status"] == "False");
+        Ok((over("StormCooldownActive") && over("StormActive")).then_some(()))
+    })
+    .await?;
+    wait_event(&env, "workers", "StormRecoveryEnded").await?;
+    controller.stop().await;
+    env.stop().await?;
+    Ok(())
+}
+
 /// An invalid medik8s check (both thresholds, which the operator's webhook refuses but the CRD
 /// lets through) is never acted on; its status and a `Disabled` event name the field and value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
