@@ -154,6 +154,11 @@ reasons! {
     WaitingForCaches = "WaitingForCaches",
     /// The spec cannot be read or validated: no decision.
     InvalidSpec = "InvalidSpec",
+    /// `vigil run --serve-medik8s`: the NodeHealthCheck operator runs, so Vigil does not decide
+    /// medik8s' checks (two controllers would remediate the same Nodes).
+    OperatorRunning = "NodeHealthCheckOperatorRunning",
+    /// `vigil run --serve-medik8s`: a `vigil.dev` NodeHealthCheck of the same name is served instead.
+    NameTakenByVigilCheck = "NameTakenByVigilCheck",
     /// A Node field could not be read.
     UnreadableCondition = "UnreadableCondition",
     /// Another check waits for a target this check holds.

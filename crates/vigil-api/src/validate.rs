@@ -308,9 +308,32 @@ pub enum HealthyDelay {
     UntilConfirmed,
 }
 
+/// The API a NodeHealthCheck is served from: its remediation objects' owner reference names it,
+/// so remediators and the garbage collector find the check they belong to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NhcApi {
+    /// Vigil's own, `vigil.dev/v1alpha1`.
+    #[default]
+    Vigil,
+    /// medik8s', `remediation.medik8s.io/v1alpha1`, served in place (`vigil run --serve-medik8s`).
+    Medik8s,
+}
+
+impl NhcApi {
+    /// The `apiVersion` of checks served from this API.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            NhcApi::Vigil => crate::API_VERSION,
+            NhcApi::Medik8s => crate::manifest::MEDIK8S_NHC_API_VERSION,
+        }
+    }
+}
+
 /// A validated NodeHealthCheck spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NhcPolicy {
+    /// Which API the check is served from (what its remediation objects' owner reference names).
+    pub api: NhcApi,
     /// Which Nodes are checked.
     pub selector: Selector,
     /// Node condition rules.
@@ -1267,6 +1290,13 @@ fn maintenance_grace(c: &mut Collector, spec: &NodeHealthCheckSpec) -> Option<Op
     }
 }
 
+/// [`node_health_check`] for a medik8s NodeHealthCheck served in place, read with
+/// [`crate::manifest::health_check_from_value`]: the same rules, and a policy that says where the
+/// check is served from.
+pub fn medik8s_node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationErrors> {
+    node_health_check(nhc).map(|p| NhcPolicy { api: NhcApi::Medik8s, ..p })
+}
+
 /// Checks a NodeHealthCheck and returns its policy, or every problem found.
 pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationErrors> {
     let spec = &nhc.spec;
@@ -1301,6 +1331,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     let policy = (|| {
         let Features { dry_run, backoff, failure_domains, max_in_flight } = features?;
         Some(NhcPolicy {
+            api: NhcApi::Vigil,
             selector: selector?,
             conditions,
             threshold: threshold?,

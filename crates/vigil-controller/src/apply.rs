@@ -112,7 +112,7 @@ async fn bounded<T>(
     }
 }
 
-fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> WriteError {
+pub(crate) fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> WriteError {
     let what = what.into();
     move |source| WriteError::Api { what, source }
 }
@@ -365,13 +365,18 @@ impl Context {
     }
 
     /// [`Self::write_status`], fenced and bounded like every write.
-    async fn bounded_status(&self, job: &crate::gather::Job) -> Result<(), WriteError> {
+    async fn bounded_status(self: &Arc<Self>, job: &crate::gather::Job) -> Result<(), WriteError> {
         let key = &job.key;
         bounded(self.right(key), || format!("status of {key}"), self.write_status(job)).await
     }
 
     /// Writes the check's status when the plan changed it (merge patch on the status subresource).
-    async fn write_status(&self, job: &crate::gather::Job) -> Result<(), WriteError> {
+    async fn write_status(self: &Arc<Self>, job: &crate::gather::Job) -> Result<(), WriteError> {
+        match self.route(&job.key, job.uid.as_deref()) {
+            crate::medik8s::Route::Vigil => {}
+            crate::medik8s::Route::Medik8s => return crate::medik8s::write_status(self, job).await,
+            crate::medik8s::Route::Drop => return Ok(()),
+        }
         let Some(status) = job.status_patch() else { return Ok(()) };
         let patch = Patch::Merge(json!({ "status": status }));
         let params = patch_params();
@@ -443,6 +448,11 @@ impl Context {
     pub async fn publish(&self, key: &CheckRef, uid: Option<&str>, notice: &Notice) {
         if !self.right(key).is_leader() {
             return;
+        }
+        if let CheckRef::Node { name } = key
+            && self.route(key, uid) != crate::medik8s::Route::Vigil
+        {
+            return crate::medik8s::publish_served(self, name, uid, notice).await;
         }
         let note = match &notice.target {
             Some(t) if !notice.message.contains(t.rsplit('/').next().unwrap_or(t)) => {
@@ -732,7 +742,7 @@ fn still_finalizing(o: &DynamicObject) -> bool {
 }
 
 /// Every patch Vigil sends names its field manager.
-fn patch_params() -> PatchParams {
+pub(crate) fn patch_params() -> PatchParams {
     PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
 }
 

@@ -206,7 +206,7 @@ fn status_if_changed<S: serde::Serialize>(current: Option<&Value>, new: &S) -> O
 }
 
 /// The merge patch that turns `current` into `new`; `None` when they are equal.
-fn merge_diff(current: &Value, new: &Value) -> Option<Value> {
+pub(crate) fn merge_diff(current: &Value, new: &Value) -> Option<Value> {
     if current == new {
         return None;
     }
@@ -453,6 +453,8 @@ fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
             .into_iter()
             .flatten()
             .collect();
+    // With medik8s' checks served, a Node one of them holds is known only once they are listed.
+    unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::medik8s::SOURCE)));
     match idx.nodes.get(LOCAL_CLUSTER) {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
         None => unsure.push("waiting for the first complete list of Nodes".into()),

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use vigil_api::validate::{MhcPolicy, NhcPolicy};
+use vigil_api::validate::{MhcPolicy, NhcApi, NhcPolicy};
 use vigil_api::views::{ClusterView, MachineView, Meta, NodeView, RemediationView, TemplateView};
 use vigil_api::well_known::CLUSTER_NAME_LABEL;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck, validate};
@@ -79,8 +79,12 @@ pub struct Index {
     pub shards: u32,
     /// MachineHealthChecks by (namespace, name).
     pub mhcs: BTreeMap<(String, String), Arc<MachineHealthCheck>>,
-    /// NodeHealthChecks by name.
+    /// NodeHealthChecks by name: Vigil's, and with `--serve-medik8s` the medik8s ones served
+    /// in place (one name, one check: see [`crate::medik8s`]).
     pub nhcs: BTreeMap<String, Arc<NodeHealthCheck>>,
+    /// `vigil run --serve-medik8s`: medik8s' NodeHealthChecks as read, and which of them `nhcs`
+    /// holds (`None`: the mode is off).
+    pub medik8s: Option<crate::medik8s::Upstream>,
     /// Machines by namespace, then name (sorted, as the engine prefers).
     pub machines: BTreeMap<String, BTreeMap<String, MachineEntry>>,
     /// Clusters by (namespace, name).
@@ -247,12 +251,27 @@ impl Index {
         wanted.into_iter().filter_map(|n| cache.nodes.get(n)).map(|n| n.as_ref()).collect()
     }
 
-    /// Forgets every NodeHealthCheck (a complete list of them follows).
+    /// Forgets every NodeHealthCheck of Vigil's (a complete list of them follows); the medik8s
+    /// ones served in place stay.
     pub fn clear_nhcs(&mut self) {
-        self.nhcs.clear();
-        self.nhc_policies.clear();
-        self.nhc_nodes.clear();
-        self.nhc_errors.clear();
+        let kept = self.medik8s.as_mut().map(|u| {
+            u.vigil.clear();
+            u.served.clone()
+        });
+        match kept {
+            None => {
+                self.nhcs.clear();
+                self.nhc_policies.clear();
+                self.nhc_nodes.clear();
+                self.nhc_errors.clear();
+            }
+            Some(kept) => {
+                self.nhcs.retain(|n, _| kept.contains(n));
+                self.nhc_policies.retain(|n, _| kept.contains(n));
+                self.nhc_nodes.retain(|n, _| kept.contains(n));
+                self.nhc_errors.retain(|n, _| kept.contains(n));
+            }
+        }
         self.guarded_ages = None;
     }
 
@@ -840,8 +859,40 @@ impl Index {
         out
     }
 
-    /// Stores (or removes) a NodeHealthCheck; a change of anything but its status concerns it.
+    /// Stores (or removes) one of Vigil's NodeHealthChecks; a change of anything but its status
+    /// concerns it. With `--serve-medik8s`, it takes the place of a medik8s check of its name,
+    /// and gives it back when it goes.
     pub fn put_nhc(&mut self, check: Option<NodeHealthCheck>, removed: Option<String>) -> BTreeSet<CheckRef> {
+        let Some(up) = self.medik8s.as_mut() else { return self.store_nhc(check, removed, NhcApi::Vigil) };
+        let name = match (&check, &removed) {
+            (Some(c), _) => c.metadata.name.clone().unwrap_or_default(),
+            (None, Some(k)) => k.clone(),
+            (None, None) => return BTreeSet::new(),
+        };
+        if check.is_some() {
+            // The medik8s check leaves first, so the two are never taken for versions of one object.
+            up.vigil.insert(name.clone());
+            let mut dirty = crate::medik8s::sync(self, &name);
+            dirty.extend(self.store_nhc(check, removed, NhcApi::Vigil));
+            return dirty;
+        }
+        if !up.vigil.remove(&name) {
+            // Not one of Vigil's (what `nhcs` holds under this name, if anything, is medik8s').
+            return BTreeSet::new();
+        }
+        let mut dirty = self.store_nhc(None, removed, NhcApi::Vigil);
+        dirty.extend(crate::medik8s::sync(self, &name));
+        dirty
+    }
+
+    /// Stores (or removes) a NodeHealthCheck served from `api`; a change of anything but its
+    /// status concerns it.
+    pub(crate) fn store_nhc(
+        &mut self,
+        check: Option<NodeHealthCheck>,
+        removed: Option<String>,
+        api: NhcApi,
+    ) -> BTreeSet<CheckRef> {
         let key = match (&check, removed) {
             (Some(c), _) => c.metadata.name.clone().unwrap_or_default(),
             (None, Some(k)) => k,
@@ -858,7 +909,9 @@ impl Index {
         let status_moved = !changed && held_status.is_some_and(|s| check.as_ref().is_some_and(|c| &c.status != s));
         match check {
             Some(c) => {
-                let policy = validate::node_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
+                let policy = validate::node_health_check(&c)
+                    .map(|p| Arc::new(NhcPolicy { api, ..p }))
+                    .map_err(|e| e.to_string());
                 self.nhc_policies.insert(key.clone(), policy);
                 if changed || !self.nhc_nodes.contains_key(&key) {
                     let entry = NhcNodes::of(parsed_nhc(&c), self.nodes.get(LOCAL_CLUSTER));

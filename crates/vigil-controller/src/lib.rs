@@ -10,6 +10,7 @@ pub mod gather;
 pub mod http;
 pub mod index;
 pub mod leader;
+pub mod medik8s;
 pub mod metrics;
 pub mod scheduler;
 pub mod sources;
@@ -50,6 +51,9 @@ pub struct Options {
     pub shards: u32,
     /// Where the medik8s node Leases live (`LEASE_NAMESPACE`, else `medik8s-leases`).
     pub lease_namespace: String,
+    /// Also decide medik8s' own NodeHealthChecks (`remediation.medik8s.io/v1alpha1`) in place,
+    /// while the NodeHealthCheck operator does not run ([`medik8s`]).
+    pub serve_medik8s: bool,
 }
 
 impl Default for Options {
@@ -63,6 +67,7 @@ impl Default for Options {
             dry_run: false,
             shards: 1,
             lease_namespace: surroundings::default_lease_namespace(),
+            serve_medik8s: false,
         }
     }
 }
@@ -504,6 +509,9 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
     ctx.metrics.leader(options.leader.is_none());
     let prober = tokio::spawn(probe(ctx.clone(), options.probe_period));
     ctx.write_index().around.lease_namespace = options.lease_namespace.clone();
+    if options.serve_medik8s {
+        medik8s::start(&ctx);
+    }
     watch::start_fixed(&ctx).await;
     surroundings::start(&ctx).await;
     if let Some(addr) = options.metrics_addr {

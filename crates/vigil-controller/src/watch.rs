@@ -258,6 +258,8 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                     }
                     idx.put_nhc(Some(check), None);
                 }
+                // A medik8s check whose vigil.dev namesake went while the watch was down is served again.
+                crate::medik8s::sync_all(idx);
                 BTreeSet::new()
             }
         },

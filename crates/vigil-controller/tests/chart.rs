@@ -9,7 +9,7 @@ mod deploy;
 mod support;
 
 use anyhow::{Context, Result, ensure};
-use deploy::{NAMESPACE, RELEASE, apply_all, chart_dir, helm_run, kind_of, may, one, render, repo_root};
+use deploy::{NAMESPACE, RELEASE, apply_all, chart_dir, helm_run, kind_of, may, may_named, one, render, repo_root};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -46,6 +46,7 @@ async fn helm_lint_passes_with_defaults_and_with_every_option() -> Result<()> {
             "podDisruptionBudget.enabled=false",
         ],
         vec!["--set", "shards=6", "--set", "replicas=3"],
+        vec!["--set", "serveMedik8s=true"],
     ] {
         let mut args = vec!["lint", "--strict", chart.as_str()];
         args.extend(sets.iter().copied());
@@ -413,6 +414,76 @@ async fn controller_with_the_charts_service_account_does_its_work_and_nothing_mo
     wait_for("the event lane empty", WAIT, || async {
         let text = http_get(metrics, "/metrics").await?.1;
         Ok(text.lines().any(|l| l == "vigil_events_waiting 0").then_some(()))
+    })
+    .await?;
+    controller.stop().await;
+    env.stop().await?;
+    Ok(())
+}
+
+/// `serveMedik8s=true`: the controller runs with `--serve-medik8s` and a token of the chart's
+/// ServiceAccount only, starts (it may read the operator's Lease by name, in any namespace), and
+/// decides a medik8s NodeHealthCheck in place; it may read no other Lease, nor change a medik8s
+/// check but its status. Without the value, nothing of medik8s' is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_serve_medik8s_the_charts_role_serves_medik8s_checks_and_nothing_more() -> Result<()> {
+    let plain = render(&[]).await?;
+    let rules = |docs: &[Value]| -> Result<String> { Ok(one(docs, "ClusterRole")?["rules"].to_string()) };
+    let granted = |docs: &[Value]| -> Result<bool> {
+        let rules = rules(docs)?;
+        Ok(rules.contains("\"remediation.medik8s.io\"") || rules.contains("e1f13584"))
+    };
+    assert!(!granted(&plain)?, "{}", rules(&plain)?);
+    let docs = render(&["serveMedik8s=true"]).await?;
+    let args = one(&docs, "Deployment")?.pointer("/spec/template/spec/containers/0/args").cloned().unwrap_or_default();
+    assert!(args.as_array().is_some_and(|a| a.contains(&json!("--serve-medik8s"))), "{args}");
+    assert!(granted(&docs)?);
+
+    let env = TestEnv::start().await?;
+    env.install_upstream_crds().await?;
+    env.install_crds(&[vigil_testenv::medik8s_nhc_crd()?]).await?;
+    apply_all(&env, &docs, json!({})).await?;
+    let token = deploy::service_account_token(&env, SA).await?;
+    let client = env.client_with_token(&token, NAMESPACE).await?;
+    let lease = vigil_controller::medik8s::OPERATOR_LEASE;
+    for (verb, group, resource, ns, name, allowed) in [
+        ("list", "coordination.k8s.io", "leases", "openshift-workload-availability", lease, true),
+        ("watch", "coordination.k8s.io", "leases", "", lease, true),
+        ("list", "coordination.k8s.io", "leases", "kube-node-lease", "", false),
+        ("get", "coordination.k8s.io", "leases", "kube-node-lease", "n1", false),
+        ("list", "remediation.medik8s.io", "nodehealthchecks", "", "", true),
+        ("patch", "remediation.medik8s.io", "nodehealthchecks/status", "", "workers", true),
+        ("patch", "remediation.medik8s.io", "nodehealthchecks", "", "workers", false),
+        ("delete", "remediation.medik8s.io", "nodehealthchecks", "", "workers", false),
+    ] {
+        assert_eq!(
+            may_named(&client, verb, group, resource, ns, name).await?,
+            allowed,
+            "ServiceAccount {NAMESPACE}/{SA}: {verb} {resource}.{group} {name:?} in {ns:?}"
+        );
+    }
+    vigil_controller::medik8s::refuse_to_start(&client).await.map_err(anyhow::Error::msg)?;
+
+    workers(&env, 2).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    env.apply(json!({"apiVersion": "remediation.medik8s.io/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
+        "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1, "remediationTemplate": reboot_ref("reboot"),
+                 "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "2s"}]}}))
+        .await?;
+    let controller = Controller::start_with(client, Options { workers: 2, serve_medik8s: true, ..Default::default() });
+    set_ready(&env, "w1", "False", &secs_ago(60)).await?;
+    let objects = wait_for("a SelfNodeRemediation for w1 from the medik8s check", WAIT, || async {
+        let all = list_snr(&env, MEDIK8S).await?;
+        Ok((!for_node(&all, "w1").is_empty()).then_some(all))
+    })
+    .await?;
+    assert_eq!(
+        for_node(&objects, "w1")[0]["metadata"]["ownerReferences"][0]["apiVersion"],
+        "remediation.medik8s.io/v1alpha1"
+    );
+    wait_for("the medik8s check's status", WAIT, || async {
+        let s = env.get_json("remediation.medik8s.io/v1alpha1", "NodeHealthCheck", None, "workers").await?;
+        Ok(s.filter(|s| s.pointer("/status/phase") == Some(&json!("Remediating"))).map(|_| ()))
     })
     .await?;
     controller.stop().await;

@@ -36,10 +36,7 @@ fn options(metrics: SocketAddr) -> Options {
         metrics_addr: Some(metrics),
         probe_period: Duration::from_millis(500),
         ready_grace: Duration::from_secs(2),
-        leader: None,
-        dry_run: false,
-        shards: 1,
-        ..Options::default()
+        ..Default::default()
     }
 }
 

@@ -681,6 +681,45 @@ fn rule7_owner_uid_is_left_out_when_unknown() {
     );
 }
 
+/// A medik8s NodeHealthCheck served in place (`vigil run --serve-medik8s`): its objects are owned
+/// as the operator owns them (its `apiVersion`), and one the operator made is the check's own.
+#[test]
+fn rule7_a_medik8s_check_served_in_place_owns_objects_as_the_operator_does() {
+    let w = world(spec(json!({})), vec![sick("n1"), sick("n2"), healthy("n3"), healthy("n4"), healthy("n5")]);
+    let policy = vigil_api::validate::medik8s_node_health_check(&w.check).expect("valid spec");
+    let mut theirs = snr("n2", at(0));
+    theirs["metadata"]["ownerReferences"][0]["apiVersion"] = json!("remediation.medik8s.io/v1alpha1");
+    let objects = [view(theirs)];
+    let nodes: Vec<&NodeView> = w.nodes.iter().collect();
+    let templates: Vec<Option<&TemplateView>> = w.templates.iter().map(Option::as_ref).collect();
+    let remediations: Vec<&RemediationView> = objects.iter().collect();
+    let input = NhcInput {
+        check: &w.check,
+        policy: &policy,
+        nodes: &nodes,
+        templates: &templates,
+        remediations: &remediations,
+        around: Default::default(),
+    };
+    let plan = decide(&input, at(301));
+    let creates: Vec<&Value> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateRemediation { object, .. } => Some(object),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(creates.len(), 1, "n1 only: n2 has the operator's object {:?}", plan.actions);
+    assert_eq!(
+        creates[0]["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "remediation.medik8s.io/v1alpha1", "kind": "NodeHealthCheck", "name": "nhc",
+                "uid": "nhc-uid", "controller": false, "blockOwnerDeletion": false}])
+    );
+    let n2 = plan.status.unhealthy_nodes.iter().find(|u| u.name == "n2").expect("n2 listed");
+    assert_eq!(n2.remediations[0].resource.uid.as_deref(), Some("uid-n2"), "the operator's object is the check's own");
+}
+
 #[test]
 fn rule7_multiple_templates_support_uses_generate_name_until_the_object_is_seen() {
     let mut w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);

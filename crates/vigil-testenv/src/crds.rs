@@ -130,6 +130,13 @@ fn parsed_upstream() -> Result<&'static [(String, Value)]> {
         .map_err(|e| anyhow!("{e}"))
 }
 
+/// medik8s' NodeHealthCheck CRD (`remediation.medik8s.io/v1alpha1`, node-healthcheck-operator
+/// v0.12.0, committed under [`medik8s_crds_dir`]), for the tests of `vigil run --serve-medik8s`;
+/// installed only by them, so the other suites' API servers serve no medik8s check.
+pub fn medik8s_nhc_crd() -> Result<Value> {
+    read_crd_file(&medik8s_crds_dir().join("remediation.medik8s.io_nodehealthchecks.yaml"))
+}
+
 /// Reads a YAML file holding exactly one CustomResourceDefinition document.
 fn read_crd_file(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| {

@@ -59,7 +59,7 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{OnceCell, Semaphore};
 
-pub use crds::{CapiVersion, capi_crds_dir, medik8s_crds_dir, reduce_to_version, upstream_crds};
+pub use crds::{CapiVersion, capi_crds_dir, medik8s_crds_dir, medik8s_nhc_crd, reduce_to_version, upstream_crds};
 
 use process::{LOG_TAIL_LINES, Proc};
 

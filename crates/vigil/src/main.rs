@@ -134,6 +134,11 @@ enum Command {
         /// events), never mark, create or delete anything.
         #[arg(long)]
         dry_run: bool,
+        /// Also decide medik8s' own NodeHealthChecks (remediation.medik8s.io/v1alpha1) in place,
+        /// status and events in the operator's terms; refused while the NodeHealthCheck operator
+        /// runs (its leader Lease held), and stopped if it starts (docs/MIGRATING-FROM-MEDIK8S.md).
+        #[arg(long)]
+        serve_medik8s: bool,
         #[command(flatten)]
         election: run_cmd::Election,
         #[command(flatten)]
@@ -270,8 +275,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()).map(code),
-        Command::Run { kubeconfig, workers, metrics_addr, dry_run, election, node_leases } => {
-            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, dry_run, election, node_leases).map(code)
+        Command::Run { kubeconfig, workers, metrics_addr, dry_run, serve_medik8s, election, node_leases } => {
+            let flags = (dry_run, serve_medik8s);
+            run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, flags, election, node_leases).map(code)
         }
         Command::Crd { out_dir } => {
             let files = vigil_api::crd::files().context("cannot render the CustomResourceDefinitions")?;

@@ -80,16 +80,23 @@ fn identity() -> String {
 }
 
 /// Connects (kubeconfig file, `KUBECONFIG`, `~/.kube/config`, or in-cluster) and runs the
-/// controller until SIGINT/SIGTERM.
+/// controller until SIGINT/SIGTERM. `modes`: `--dry-run`, `--serve-medik8s`.
 pub fn run(
     kubeconfig: Option<PathBuf>,
     workers: usize,
     metrics_addr: Option<SocketAddr>,
-    dry_run: bool,
+    (dry_run, serve_medik8s): (bool, bool),
     election: Election,
     node_leases: NodeLeases,
 ) -> Result<bool> {
     // Bad flags are refused before anything connects, naming the flag and its value.
+    if dry_run && serve_medik8s {
+        return Err(anyhow!(
+            "--serve-medik8s cannot be combined with --dry-run: medik8s' NodeHealthCheck status has no field for \
+             what Vigil would remediate (to watch before trusting, convert the checks with `vigil convert` and \
+             apply them with spec.dryRun: true while the operator still runs)"
+        ));
+    }
     let lease_namespace = match node_leases.node_lease_namespace {
         Some(ns) => ns,
         None => {
@@ -131,6 +138,9 @@ pub fn run(
             .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
             .unwrap_or_else(|| config.default_namespace.clone());
         let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
+        if serve_medik8s {
+            vigil_controller::medik8s::refuse_to_start(&client).await.map_err(|e| anyhow!(e))?;
+        }
         let leader = if election.leader_elect {
             let options = vigil_controller::leader::LeaderOptions {
                 lease_name: election.lease_name.clone(),
@@ -151,6 +161,7 @@ pub fn run(
             leader,
             dry_run,
             shards: election.shards,
+            serve_medik8s,
             lease_namespace,
             ..Default::default()
         };

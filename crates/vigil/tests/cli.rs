@@ -271,6 +271,18 @@ fn bad_leader_election_flags_are_refused_naming_the_flag_before_connecting() {
 }
 
 #[test]
+fn serve_medik8s_is_offered_and_refused_with_dry_run_before_connecting() {
+    let help = vigil(&["run", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("--serve-medik8s") && text.contains("remediation.medik8s.io/v1alpha1"), "{text}");
+    let out = vigil(&["run", "--kubeconfig", "/nonexistent", "--serve-medik8s", "--dry-run"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--serve-medik8s cannot be combined with --dry-run"), "{stderr}");
+    assert!(!stderr.contains("/nonexistent"), "refused before reading the kubeconfig: {stderr}");
+}
+
+#[test]
 fn a_bad_shard_count_is_refused_naming_the_flag_and_value_before_connecting() {
     for bad in ["0", "1025", "-3", "many"] {
         let out = vigil(&["run", "--kubeconfig", "/nonexistent", "--shards", bad]);

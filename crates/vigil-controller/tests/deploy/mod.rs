@@ -138,8 +138,22 @@ pub async fn service_account_token(env: &TestEnv, name: &str) -> Result<String> 
 
 /// Whether the identity of `client` may do `verb` on `resource` (SelfSubjectAccessReview).
 pub async fn may(client: &kube::Client, verb: &str, group: &str, resource: &str, namespace: &str) -> Result<bool> {
+    may_named(client, verb, group, resource, namespace, "").await
+}
+
+/// [`may`] for the object `name` (`""`: any), so a rule limited to names can be shown to be.
+pub async fn may_named(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<bool> {
+    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
     let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource, "namespace": namespace}}});
+        "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                        "subresource": subresource, "namespace": namespace, "name": name}}});
     let req = http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
         .header("content-type", "application/json")
         .body(serde_json::to_vec(&review)?)?;

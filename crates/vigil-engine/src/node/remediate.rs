@@ -307,7 +307,7 @@ impl<'a> Pass<'a> {
         }
         metadata.insert("annotations".into(), annotations);
         let mut owner = Map::new();
-        owner.insert("apiVersion".into(), Value::String(vigil_api::API_VERSION.into()));
+        owner.insert("apiVersion".into(), Value::String(self.policy.api.api_version().into()));
         owner.insert("kind".into(), Value::String(OWNER_KIND.into()));
         owner.insert("name".into(), Value::String(self.check_name.to_string()));
         if let Some(uid) = self.check_uid {
