@@ -34,6 +34,12 @@ echo "== helm for the chart tests (built once, cached)"
 VIGIL_HELM="$(scripts/helm.sh)"
 export VIGIL_HELM
 
+echo "== olm-validate for the OLM bundle test (operator-framework/api's validators, built once, cached)"
+# Loads deploy/olm as OLM does and runs the default, OperatorHub and good-practices validators
+# (crates/vigil-controller/tests/olm.rs reads the variable).
+VIGIL_OLM_VALIDATE="$(scripts/olm-validate.sh)"
+export VIGIL_OLM_VALIDATE
+
 echo "== promql-check for the dashboard test (Prometheus' own PromQL parser, built once, cached)"
 # Parses the chart's dashboard and rule files; the chart test compares the metrics they name
 # with a live controller's /metrics (crates/vigil-controller/tests/chart.rs reads the variable).
