@@ -118,7 +118,12 @@ impl NhcSetup {
     /// the API server `kubeconfig_yaml` names (e.g. [`TestEnv::audited_kubeconfig_yaml`], so its
     /// requests are audited).
     pub async fn prepare(kubeconfig_yaml: &str) -> Result<NhcSetup> {
-        let bin = nhc_operator_dir().await?.join("nhc-manager");
+        NhcSetup::prepare_in(&nhc_operator_dir().await?, kubeconfig_yaml).await
+    }
+
+    /// As [`NhcSetup::prepare`] with the operator taken from `dir` (holding `nhc-manager`).
+    pub async fn prepare_in(bin_dir: &Path, kubeconfig_yaml: &str) -> Result<NhcSetup> {
+        let bin = bin_dir.join("nhc-manager");
         let lock = tokio::task::spawn_blocking(|| -> Result<std::fs::File> {
             let f = std::fs::OpenOptions::new()
                 .create(true)
