@@ -46,6 +46,12 @@ echo "== promql-check for the dashboard test (Prometheus' own PromQL parser, bui
 VIGIL_PROMQL_CHECK="$(scripts/promql-check.sh)"
 export VIGIL_PROMQL_CHECK
 
+echo "== the book under docs/ (mdBook from crates.io, installed once, cached)"
+# The link check (crates/vigil/tests/book.rs) builds it again and reads the variable.
+VIGIL_MDBOOK="$(scripts/mdbook.sh)"
+export VIGIL_MDBOOK
+"$VIGIL_MDBOOK" build docs
+
 echo "== podman and the Vigil image for the image test (installed and built once, cached)"
 # podman.sh exits 3 only when apt-get cannot install podman: the image test then says it skipped.
 if podman_env="$(scripts/podman.sh)"; then

@@ -2,7 +2,7 @@
 //! Cluster API Machines under many health checks, a simulated kubelet (heartbeats, then a
 //! failure wave), and `vigil run` as a separate process measured from outside: detection
 //! latency through a watch, CPU and memory from /proc, requests from the API server's audit log.
-//! Prints one JSON summary (see the README's performance section).
+//! Prints one JSON summary (see docs/benchmarks.md).
 
 mod audit;
 mod clusters;

@@ -1,4 +1,4 @@
-//! The JSON summary a run prints (fields documented in the README's performance section).
+//! The JSON summary a run prints (fields documented in docs/benchmarks.md).
 
 use serde::{Deserialize, Serialize};
 

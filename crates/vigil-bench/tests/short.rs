@@ -30,7 +30,7 @@ fn short_run_prints_a_sane_summary() {
     let s = printed;
     eprintln!("{s:#}");
 
-    // Shape: the fields the README documents.
+    // Shape: the fields docs/benchmarks.md documents.
     for (section, fields) in [
         ("detect_ms", &["min", "p50", "p99", "max"][..]),
         ("cpu_s", &["cold_start", "steady", "wave"][..]),

@@ -173,18 +173,18 @@ async fn rendered_chart_is_accepted_and_its_pods_meet_restricted_pod_security() 
     Ok(())
 }
 
-/// The README's RBAC table is what the chart grants (default values).
+/// The book's RBAC table (docs/rbac.md) is what the chart grants (default values).
 #[tokio::test]
-async fn readme_rbac_section_matches_the_chart() -> Result<()> {
+async fn documented_rbac_table_matches_the_chart() -> Result<()> {
     let docs = render(&[]).await?;
     let expected = rbac_table(&docs)?;
-    let readme = std::fs::read_to_string(repo_root().join("README.md"))?;
+    let page = std::fs::read_to_string(repo_root().join("docs/rbac.md"))?;
     let (_, rest) =
-        readme.split_once("<!-- rbac:begin -->\n").context("README.md has no <!-- rbac:begin --> marker")?;
-    let (table, _) = rest.split_once("<!-- rbac:end -->").context("README.md has no <!-- rbac:end --> marker")?;
+        page.split_once("<!-- rbac:begin -->\n").context("docs/rbac.md has no <!-- rbac:begin --> marker")?;
+    let (table, _) = rest.split_once("<!-- rbac:end -->").context("docs/rbac.md has no <!-- rbac:end --> marker")?;
     assert!(
         table == expected,
-        "README.md's RBAC table differs from the chart; put this between the markers:\n{expected}"
+        "docs/rbac.md's RBAC table differs from the chart; put this between the markers:\n{expected}"
     );
     Ok(())
 }
@@ -420,7 +420,7 @@ async fn controller_with_the_charts_service_account_does_its_work_and_nothing_mo
     Ok(())
 }
 
-/// The alert rules file is a Prometheus rule file with the alerts the README names, each with a
+/// The alert rules file is a Prometheus rule file with the alerts docs/metrics.md names, each with a
 /// severity and a summary (that their `vigil_*` metrics are served is checked above, against
 /// the running controller).
 #[test]
@@ -455,7 +455,7 @@ fn alert_rules_cover_what_the_readme_promises() -> Result<()> {
     Ok(())
 }
 
-/// The README's install, upgrade and uninstall commands work against the real API server:
+/// The install, upgrade and uninstall commands of docs/install.md work against the real API server:
 /// helm installs the CRDs and every object, an upgrade changes the Deployment, an uninstall
 /// removes the release's objects and leaves the CRDs (so no check is lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! Read access to objects by name, so the engine takes the caller's own indexes (reflector
 //! stores, simulator maps) without copying them. The hash maps may use any hasher: the caller
 //! picks it (a fast one such as `foldhash` makes a 100 000-target decision measurably faster
-//! than the default SipHash, see docs/PERFORMANCE.md).
+//! than the default SipHash, see docs/performance-history.md).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;

@@ -84,7 +84,7 @@ fn max_json(max: IntOrPercent) -> Value {
     }
 }
 
-/// The limit, as the README states it: a count as written; a percentage of the targets rounded
+/// The limit, as docs/features.md states it: a count as written; a percentage of the targets rounded
 /// down, at least 1.
 fn limit(max: IntOrPercent, targets: usize) -> usize {
     match max {

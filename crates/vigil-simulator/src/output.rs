@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 pub struct Event {
     /// Seconds since the scenario's start (millisecond precision).
     pub t: f64,
-    /// What happened (`Unhealthy`, `RemediationCreated`, … — README "Output").
+    /// What happened (`Unhealthy`, `RemediationCreated`, … — docs/scenario.md "Output").
     pub event: String,
     /// `MachineHealthCheck/<ns>/<name>` or `NodeHealthCheck/<name>`; null for scenario and model
     /// events.

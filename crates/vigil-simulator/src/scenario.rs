@@ -1,6 +1,6 @@
 //! The scenario file, format v1: objects present at the start, a timeline of changes on a virtual
 //! clock, and optional stand-ins for the controllers around Vigil. The shape is a public contract
-//! (README "Scenario format"); it only grows by optional fields.
+//! (docs/scenario.md); it only grows by optional fields.
 
 use jiff::{SignedDuration, Timestamp};
 use serde::Deserialize;

@@ -51,7 +51,7 @@ timeline:
     let r = run(text);
     let at = |name: &str| events(&r, name).iter().map(|e| (e.t, e.target.clone())).collect::<Vec<_>>();
     assert_eq!(at("Paused"), [(0.0, None)]);
-    assert_eq!(at("Resumed"), [(600.0, None)], "the README promises a Resumed event");
+    assert_eq!(at("Resumed"), [(600.0, None)], "docs/scenario.md promises a Resumed event");
     assert_eq!(at("Unhealthy"), [(360.0, Some("n1".to_string()))], "no second Unhealthy for the same Node");
     assert_eq!(at("RemediationCreated"), [(600.0, Some("n1".to_string()))]);
 }

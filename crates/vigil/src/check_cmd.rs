@@ -79,7 +79,7 @@ pub struct QueuedOut {
 /// One thing Vigil does, now or later.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct EventOut {
-    /// The simulator's event name (`RemediationRequested`, `Unhealthy`, …; README "Output").
+    /// The simulator's event name (`RemediationRequested`, `Unhealthy`, …; docs/scenario.md "Output").
     pub event: String,
     /// Machine `namespace/name` or Node name, if the event is about one target.
     pub target: Option<String>,

@@ -51,7 +51,7 @@ enum Command {
     /// Run the decision engine against a scenario on a virtual clock (no cluster needed).
     #[command(after_help = "Example:\n  vigil simulate examples/zone-outage.yaml --plot zone-outage.svg")]
     Simulate {
-        /// Scenario file (format v1, see README); without it, a built-in single-node-failure scenario.
+        /// Scenario file (format v1, see docs/scenario.md); without it, a built-in single-node-failure scenario.
         file: Option<PathBuf>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The scenario as written, fields in the order of the README.
+/// The scenario as written, fields in the order of docs/scenario.md.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Out<'a> {
