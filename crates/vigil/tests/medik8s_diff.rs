@@ -25,7 +25,6 @@ type Result<T> = std::result::Result<T, vigil_testenv::Error>;
 const VIGIL_SERVES: Served = Served::VigilDev;
 
 /// The NodeHealthCheck resource a run's checks are.
-#[allow(dead_code)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Served {
     /// Vigil's `vigil.dev/v1alpha1` NodeHealthCheck: the upstream manifests with their apiVersion
