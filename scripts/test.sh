@@ -25,9 +25,20 @@ echo "== Cluster API's own controllers for the real-Cluster-API tests (sigs.k8s.
 VIGIL_CAPI_MANAGERS_DIR="$(scripts/capi-managers.sh)"
 export VIGIL_CAPI_MANAGERS_DIR
 
+echo "== medik8s' NodeHealthCheck operator for the differential test and its start-up test (v0.12.0, built once, cached)"
+# Its published manager, run by vigil-testenv's medik8s module; vigil-testenv reads the variable.
+VIGIL_MEDIK8S_NHC_DIR="$(scripts/medik8s-nhc.sh)"
+export VIGIL_MEDIK8S_NHC_DIR
+
 echo "== helm for the chart tests (built once, cached)"
 VIGIL_HELM="$(scripts/helm.sh)"
 export VIGIL_HELM
+
+echo "== olm-validate for the OLM bundle test (operator-framework/api's validators, built once, cached)"
+# Loads deploy/olm as OLM does and runs the default, OperatorHub and good-practices validators
+# (crates/vigil-controller/tests/olm.rs reads the variable).
+VIGIL_OLM_VALIDATE="$(scripts/olm-validate.sh)"
+export VIGIL_OLM_VALIDATE
 
 echo "== promql-check for the dashboard test (Prometheus' own PromQL parser, built once, cached)"
 # Parses the chart's dashboard and rule files; the chart test compares the metrics they name

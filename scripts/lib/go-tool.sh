@@ -1,5 +1,5 @@
 # Shared by the scripts that build a pinned Go tool once and cache it (capi-mhc.sh,
-# capi-managers.sh, promql-check.sh): the module pin check, the cache key, the lock, the staging
+# capi-managers.sh, promql-check.sh, medik8s-nhc.sh): the module pin check, the cache key, the lock, the staging
 # directory, the atomic move and the pruning of older builds are written here once.
 #
 # A script sets TOOL (its log prefix and cache name), VERSION, SRC (its Go main's directory) and

@@ -63,7 +63,7 @@ pub enum Fleet {
     /// Every target under MachineHealthChecks (what `--against capi` compares).
     Mhc,
     /// Every target under NodeHealthChecks (one of 20%, then checks of 50), the layout medik8s'
-    /// NodeHealthCheck operator was measured on in issue 11.
+    /// NodeHealthCheck operator was measured on in issue 11 (what `--against medik8s` compares).
     Nhc,
 }
 
@@ -85,6 +85,15 @@ pub enum Checks {
     Vigil,
     /// Cluster API's own `cluster.x-k8s.io/v1beta2` MachineHealthChecks, equivalent to Vigil's.
     Capi,
+}
+
+/// Whose NodeHealthCheck resources the fleet carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeChecks {
+    /// Vigil's `vigil.dev/v1alpha1` checks.
+    Vigil,
+    /// medik8s' own `remediation.medik8s.io/v1alpha1` NodeHealthChecks: the same spec, another group.
+    Medik8s,
 }
 
 /// Splits `n` targets into checks (see the module doc).
@@ -298,7 +307,8 @@ pub async fn install_capi_mhc_crd(env: &TestEnv) -> Result<()> {
 }
 
 /// Creates the Cluster, its kubeconfig Secret (the audited identity), the remediation template,
-/// every Node and Machine, and then the checks (`checks` says whose MachineHealthChecks);
+/// every Node and Machine, and then the checks (`checks` and `node_checks` say whose
+/// MachineHealthChecks and NodeHealthChecks);
 /// returns once all exist. Every condition has been true `since` (the same instant the kubelets
 /// keep reporting, so a heartbeat changes no transition time).
 pub async fn create(
@@ -307,6 +317,7 @@ pub async fn create(
     groups: &[Group],
     timeout_secs: u64,
     checks: Checks,
+    node_checks: NodeChecks,
     since: &str,
 ) -> Result<()> {
     let since = since.to_string();
@@ -358,21 +369,29 @@ pub async fn create(
         .try_collect::<()>()
         .await?;
 
-    let timeout = json!(format!("{timeout_secs}s"));
     for g in groups {
-        let selector = json!({"matchLabels": {GROUP_LABEL: g.name}});
         let manifest = match g.kind {
             Kind::Machine => machine_health_check(g, checks, timeout_secs),
-            Kind::Node => json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
-                "metadata": {"name": g.name},
-                "spec": {"selector": selector, "minHealthy": "51%",
-                         "unhealthyConditions": unhealthy_conditions("duration", timeout.clone()),
-                         "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
-                                                 "kind": "SelfNodeRemediationTemplate", "name": TEMPLATE, "namespace": NS}}}),
+            Kind::Node => node_health_check(g, node_checks, timeout_secs),
         };
         env.apply(manifest).await?;
     }
     Ok(())
+}
+
+/// The NodeHealthCheck of group `g`: Vigil's or medik8s' (field names are the same; only the
+/// group differs).
+pub fn node_health_check(g: &Group, checks: NodeChecks, timeout_secs: u64) -> Value {
+    let api_version = match checks {
+        NodeChecks::Vigil => "vigil.dev/v1alpha1",
+        NodeChecks::Medik8s => "remediation.medik8s.io/v1alpha1",
+    };
+    json!({"apiVersion": api_version, "kind": "NodeHealthCheck",
+        "metadata": {"name": g.name},
+        "spec": {"selector": {"matchLabels": {GROUP_LABEL: g.name}}, "minHealthy": "51%",
+                 "unhealthyConditions": unhealthy_conditions("duration", json!(format!("{timeout_secs}s"))),
+                 "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
+                                         "kind": "SelfNodeRemediationTemplate", "name": TEMPLATE, "namespace": NS}}})
 }
 
 #[cfg(test)]
@@ -414,6 +433,17 @@ mod tests {
         assert_eq!(nhc.len(), 161, "the 161 NodeHealthChecks issue 11 measured medik8s on");
         assert!(nhc.iter().all(|g| g.kind == Kind::Node));
         assert_eq!(nhc.iter().map(Group::size).sum::<usize>(), 10_000);
+    }
+
+    #[test]
+    fn medik8s_node_health_checks_are_vigils_in_their_group() {
+        let g = Group { name: "nhc-small-003".into(), kind: Kind::Node, start: 0, end: 50 };
+        let vigil = node_health_check(&g, NodeChecks::Vigil, 5);
+        let medik8s = node_health_check(&g, NodeChecks::Medik8s, 5);
+        assert_eq!(vigil["apiVersion"], "vigil.dev/v1alpha1");
+        assert_eq!(medik8s["apiVersion"], "remediation.medik8s.io/v1alpha1");
+        assert_eq!((&medik8s["metadata"], &medik8s["spec"]), (&vigil["metadata"], &vigil["spec"]));
+        assert_eq!(vigil["spec"]["unhealthyConditions"][0]["duration"], "5s");
     }
 
     #[test]

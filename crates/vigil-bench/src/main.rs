@@ -51,6 +51,10 @@ struct Args {
     /// The failures are spread over this many seconds [default: 10; --short: 3].
     #[arg(long)]
     wave_secs: Option<f64>,
+    /// How long the wave waits for every remediation, from its first failure, in seconds
+    /// [default: the timeout + 60]. A target not remediated by then counts as not detected.
+    #[arg(long)]
+    wave_limit_secs: Option<u64>,
     /// The checks' Ready=Unknown/False timeout in seconds [default: 5; --short: 3].
     #[arg(long)]
     timeout_secs: Option<u64>,
@@ -60,16 +64,21 @@ struct Args {
     /// Which checks cover the fleet: `mixed` (60% of the targets under MachineHealthChecks,
     /// 40% under NodeHealthChecks), `mhc` (all under MachineHealthChecks) or `nhc` (all under
     /// NodeHealthChecks)
-    /// [default: mixed; with --against capi: mhc].
+    /// [default: mixed; with --against capi: mhc; with --against medik8s: nhc].
     #[arg(long, value_enum)]
     fleet: Option<fleet::Fleet>,
     /// Run Vigil, then another controller on a fresh API server with the same fleet, and print
-    /// both summaries and their ratios: `capi` is Cluster API's MachineHealthCheck controller.
+    /// both summaries and their ratios: `capi` is Cluster API's MachineHealthCheck controller,
+    /// `medik8s` medik8s' NodeHealthCheck operator.
     #[arg(long, value_enum, conflicts_with = "snapshot")]
     against: Option<Against>,
     /// Cluster API's MachineHealthCheck controller binary [default: built by scripts/capi-mhc.sh].
     #[arg(long)]
     capi_mhc: Option<PathBuf>,
+    /// The directory holding medik8s' NodeHealthCheck operator (`nhc-manager`) [default:
+    /// `VIGIL_MEDIK8S_NHC_DIR`, else built by scripts/medik8s-nhc.sh].
+    #[arg(long)]
+    medik8s_nhc: Option<PathBuf>,
     /// The `vigil` binary [default: built with this benchmark's profile, next to it].
     #[arg(long)]
     vigil: Option<PathBuf>,
@@ -114,6 +123,26 @@ struct Args {
 enum Against {
     /// Cluster API's MachineHealthCheck reconciler and cluster cache (bench/capi-mhc).
     Capi,
+    /// medik8s' NodeHealthCheck operator as published (bench/medik8s-nhc).
+    Medik8s,
+}
+
+impl Against {
+    /// The fleet the comparison runs on: the contender's kind of check only.
+    fn fleet(self) -> fleet::Fleet {
+        match self {
+            Against::Capi => fleet::Fleet::Mhc,
+            Against::Medik8s => fleet::Fleet::Nhc,
+        }
+    }
+
+    /// The flag value.
+    fn as_str(self) -> &'static str {
+        match self {
+            Against::Capi => "capi",
+            Against::Medik8s => "medik8s",
+        }
+    }
 }
 
 /// The run's parameters once defaults are applied and checked.
@@ -125,6 +154,8 @@ struct Plan {
     steady: Duration,
     wave: Duration,
     timeout_secs: u64,
+    /// How long the wave waits for every remediation.
+    wave_limit: Duration,
     workers: usize,
 }
 
@@ -132,6 +163,10 @@ impl Args {
     /// The many-cluster run's plan (`None` without --clusters), every value checked.
     fn clusters_plan(&self, plan: &Plan) -> Result<Option<clusters::Plan>> {
         let Some(n) = self.clusters else { return Ok(None) };
+        ensure!(
+            self.against != Some(Against::Medik8s),
+            "--clusters runs MachineHealthChecks in workload clusters: --against medik8s has none to compare"
+        );
         ensure!((1..=2000).contains(&n), "--clusters must be in 1..=2000, got {n}");
         ensure!(
             (1..=20).contains(&self.workers_per_cluster),
@@ -166,14 +201,23 @@ impl Args {
         let heartbeat = secs(self.heartbeat_secs, 60.0, 5.0, "heartbeat-secs")?;
         let plan = Plan {
             nodes: if short { 500 } else { self.nodes },
-            fleet: self.fleet.unwrap_or(if self.against.is_some() { fleet::Fleet::Mhc } else { fleet::Fleet::Mixed }),
+            fleet: self.fleet.unwrap_or(self.against.map_or(fleet::Fleet::Mixed, Against::fleet)),
             failed_percent: self.failed_percent,
             heartbeat,
             steady: secs(self.steady_secs, heartbeat.as_secs_f64(), 10.0, "steady-secs")?,
             wave: secs(self.wave_secs, 10.0, 3.0, "wave-secs")?,
             timeout_secs: self.timeout_secs.unwrap_or(if short { 3 } else { 5 }),
+            wave_limit: Duration::ZERO,
             workers: self.workers,
         };
+        let mut plan = plan;
+        let wave_limit = self.wave_limit_secs.unwrap_or(plan.timeout_secs + 60);
+        ensure!(
+            (plan.timeout_secs..=7200).contains(&wave_limit),
+            "--wave-limit-secs must be in {}..=7200 (at least the timeout), got {wave_limit}",
+            plan.timeout_secs
+        );
+        plan.wave_limit = Duration::from_secs(wave_limit);
         ensure!((100..=100_000).contains(&plan.nodes), "--nodes must be in 100..=100000, got {}", plan.nodes);
         ensure!(
             plan.failed_percent > 0.0 && plan.failed_percent <= 30.0,
@@ -186,11 +230,16 @@ impl Args {
             plan.timeout_secs
         );
         ensure!((1..=64).contains(&plan.workers), "--workers must be in 1..=64, got {}", plan.workers);
-        ensure!(
-            self.against.is_none() || plan.fleet == fleet::Fleet::Mhc,
-            "--against capi compares MachineHealthChecks only: --fleet must be mhc, got {}",
-            plan.fleet.as_str()
-        );
+        if let Some(against) = self.against {
+            ensure!(
+                plan.fleet == against.fleet(),
+                "--against {} compares {} only: --fleet must be {}, got {}",
+                against.as_str(),
+                if against == Against::Capi { "MachineHealthChecks" } else { "NodeHealthChecks" },
+                against.fleet().as_str(),
+                plan.fleet.as_str()
+            );
+        }
         Ok(plan)
     }
 }
@@ -214,16 +263,25 @@ fn main() -> Result<()> {
                 let capi = runtime.block_on(clusters::run(&cplan, &theirs, dir.path()))?;
                 serde_json::json!({"vigil": vigil, "capi": capi})
             }
+            Some(Against::Medik8s) => bail!("--clusters with --against medik8s is refused by the plan"),
             None => serde_json::json!({"vigil": vigil}),
         };
         serde_json::to_string_pretty(&out)?
     } else if args.snapshot {
         serde_json::to_string_pretty(&runtime.block_on(snapshot::run(plan.nodes, plan.failed_percent, &vigil))?)?
-    } else if let Some(Against::Capi) = args.against {
-        let theirs = Contender::Capi { bin: capi_mhc(&args)? };
+    } else if let Some(against) = args.against {
+        let theirs = match against {
+            Against::Capi => Contender::Capi { bin: capi_mhc(&args)? },
+            Against::Medik8s => Contender::Medik8s { dir: runtime.block_on(medik8s_nhc(&args))? },
+        };
         let vigil = runtime.block_on(run(&plan, &ours, &args))?;
-        let capi = runtime.block_on(run(&plan, &theirs, &args))?;
-        serde_json::to_string_pretty(&Comparison { ratios: Ratios::of(&vigil, &capi), vigil, capi })?
+        let summary = runtime.block_on(run(&plan, &theirs, &args))?;
+        let ratios = Ratios::of(&vigil, &summary, against.as_str());
+        let comparison = match against {
+            Against::Capi => Comparison { vigil, capi: Some(summary), medik8s: None, ratios },
+            Against::Medik8s => Comparison { vigil, capi: None, medik8s: Some(summary), ratios },
+        };
+        serde_json::to_string_pretty(&comparison)?
     } else {
         serde_json::to_string_pretty(&runtime.block_on(run(&plan, &ours, &args))?)?
     };
@@ -284,12 +342,32 @@ fn capi_mhc(args: &Args) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The version of medik8s' NodeHealthCheck operator (bench/medik8s-nhc/go.mod).
+const MEDIK8S_VERSION: &str = vigil_testenv::medik8s::NHC_VERSION;
+/// The NodeHealthCheck operator's reconciler concurrency: controller-runtime's default (it sets
+/// no `MaxConcurrentReconciles`).
+const MEDIK8S_CONCURRENCY: usize = 1;
+
+/// medik8s' NodeHealthCheck operator: `--medik8s-nhc`, else `VIGIL_MEDIK8S_NHC_DIR`, else built
+/// (once, cached) by scripts/medik8s-nhc.sh before anything is measured.
+async fn medik8s_nhc(args: &Args) -> Result<PathBuf> {
+    if let Some(dir) = &args.medik8s_nhc {
+        ensure!(dir.join("nhc-manager").is_file(), "{} holds no nhc-manager (--medik8s-nhc)", dir.display());
+        return Ok(dir.clone());
+    }
+    eprintln!("vigil-bench: building medik8s' NodeHealthCheck operator {MEDIK8S_VERSION} (cached)");
+    vigil_testenv::medik8s::nhc_operator_dir().await
+}
+
 /// The controller a run measures.
 enum Contender {
     /// `vigil run` with `workers`.
     Vigil { bin: PathBuf, workers: usize },
     /// Cluster API's MachineHealthCheck reconciler with its cluster cache (bench/capi-mhc).
     Capi { bin: PathBuf },
+    /// medik8s' NodeHealthCheck operator, as vigil-testenv's medik8s module runs it (its
+    /// directory, `nhc-manager`).
+    Medik8s { dir: PathBuf },
 }
 
 impl Contender {
@@ -298,14 +376,24 @@ impl Contender {
         match self {
             Contender::Vigil { .. } => "vigil".into(),
             Contender::Capi { .. } => format!("cluster-api {CAPI_VERSION} MachineHealthCheck"),
+            Contender::Medik8s { .. } => format!("medik8s node-healthcheck-operator {MEDIK8S_VERSION}"),
         }
     }
 
-    /// Whose MachineHealthChecks the fleet carries for it.
+    /// Whose MachineHealthChecks the fleet carries for it (medik8s' runs have none: Vigil's
+    /// resource, never created).
     fn checks(&self) -> fleet::Checks {
         match self {
-            Contender::Vigil { .. } => fleet::Checks::Vigil,
+            Contender::Vigil { .. } | Contender::Medik8s { .. } => fleet::Checks::Vigil,
             Contender::Capi { .. } => fleet::Checks::Capi,
+        }
+    }
+
+    /// Whose NodeHealthChecks the fleet carries for it (Cluster API's runs have none).
+    fn node_checks(&self) -> fleet::NodeChecks {
+        match self {
+            Contender::Vigil { .. } | Contender::Capi { .. } => fleet::NodeChecks::Vigil,
+            Contender::Medik8s { .. } => fleet::NodeChecks::Medik8s,
         }
     }
 
@@ -314,20 +402,22 @@ impl Contender {
         match self {
             Contender::Vigil { workers, .. } => *workers,
             Contender::Capi { .. } => CAPI_MHC_CONCURRENCY,
+            Contender::Medik8s { .. } => MEDIK8S_CONCURRENCY,
         }
     }
 
-    /// `path` for Vigil, `path.capi` for Cluster API (`--controller-log`, `--samples`).
+    /// `path` for Vigil, `path.capi` for Cluster API, `path.medik8s` for medik8s
+    /// (`--controller-log`, `--samples`).
     fn file(&self, path: Option<&Path>) -> Option<PathBuf> {
         let path = path?;
-        Some(match self {
-            Contender::Vigil { .. } => path.to_path_buf(),
-            Contender::Capi { .. } => {
-                let mut name = path.as_os_str().to_owned();
-                name.push(".capi");
-                PathBuf::from(name)
-            }
-        })
+        let suffix = match self {
+            Contender::Vigil { .. } => return Some(path.to_path_buf()),
+            Contender::Capi { .. } => ".capi",
+            Contender::Medik8s { .. } => ".medik8s",
+        };
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        Some(PathBuf::from(name))
     }
 
     fn command(&self, kubeconfig: &Path) -> tokio::process::Command {
@@ -346,6 +436,8 @@ impl Contender {
                 cmd.arg(format!("--machinehealthcheck-concurrency={CAPI_MHC_CONCURRENCY}"));
                 cmd
             }
+            // Spawned from its vigil_testenv::medik8s::NhcSetup (see `Controller::start`).
+            Contender::Medik8s { dir } => tokio::process::Command::new(dir.join("nhc-manager")),
         }
     }
 }
@@ -385,11 +477,27 @@ struct Controller {
     pid: u32,
     log: PathBuf,
     name: String,
+    /// medik8s' operator's run (its host lock, kubeconfig and webhook certificate), kept while
+    /// it runs.
+    _medik8s: Option<vigil_testenv::medik8s::NhcSetup>,
 }
 
 impl Controller {
     fn spawn(contender: &Contender, kubeconfig: &Path, log: PathBuf) -> Result<Controller> {
         Controller::spawn_command(contender.command(kubeconfig), contender.name(), log)
+    }
+
+    /// As [`Controller::spawn`]; medik8s' operator is started as vigil-testenv's medik8s module
+    /// starts it (flags, environment, webhook certificate, the host lock on its fixed port),
+    /// with the audited identity of `env`.
+    async fn start(contender: &Contender, env: &TestEnv, kubeconfig: &Path, log: PathBuf) -> Result<Controller> {
+        let Contender::Medik8s { dir } = contender else {
+            return Controller::spawn(contender, kubeconfig, log);
+        };
+        let setup = vigil_testenv::medik8s::NhcSetup::prepare_in(dir, &env.audited_kubeconfig_yaml()).await?;
+        let mut controller = Controller::spawn_command(setup.command()?, contender.name(), log)?;
+        controller._medik8s = Some(setup);
+        Ok(controller)
     }
 
     /// Starts `command` as the measured controller `name`, its stderr in `log`.
@@ -403,7 +511,7 @@ impl Controller {
             .spawn()
             .with_context(|| format!("cannot start {name}"))?;
         let pid = child.id().with_context(|| format!("{name} exited at once"))?;
-        Ok(Controller { child, pid, log, name })
+        Ok(Controller { child, pid, log, name, _medik8s: None })
     }
 
     /// Fails when the controller has exited, with the end of its log.
@@ -446,11 +554,13 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     eprintln!("vigil-bench: starting etcd + kube-apiserver");
     let env = TestEnv::start().await?;
     env.install_upstream_crds().await?;
-    // Both runs get the same CRDs: Vigil's and Cluster API's MachineHealthCheck.
+    // Every run gets the same CRDs: Vigil's, Cluster API's MachineHealthCheck and medik8s'
+    // NodeHealthCheck.
     fleet::install_capi_mhc_crd(&env).await?;
     env.install_crds(&[
         serde_json::to_value(MachineHealthCheck::crd())?,
         serde_json::to_value(NodeHealthCheck::crd())?,
+        vigil_testenv::medik8s::nhc_crd()?,
     ])
     .await?;
     let apiserver_ms = t0.elapsed().as_secs_f64() * 1000.0;
@@ -461,7 +571,7 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     // One instant for the fleet and the kubelets: if the heartbeats carried another
     // `lastTransitionTime`, the first heartbeat of each Node would be a real condition change.
     let since = fleet::time(Timestamp::now() - SignedDuration::from_hours(24));
-    fleet::create(&env, n, &groups, plan.timeout_secs, contender.checks(), &since).await?;
+    fleet::create(&env, n, &groups, plan.timeout_secs, contender.checks(), contender.node_checks(), &since).await?;
     let fleet_ms = t1.elapsed().as_secs_f64() * 1000.0;
 
     let nodes: Api<Node> = Api::all(env.client());
@@ -478,7 +588,7 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
 
     eprintln!("vigil-bench: starting {}", contender.name());
     let log = contender.file(args.controller_log.as_deref()).unwrap_or_else(|| dir.path().join("controller.log"));
-    let mut controller = Controller::spawn(contender, &kubeconfig, log)?;
+    let mut controller = Controller::start(contender, &env, &kubeconfig, log).await?;
     let pid = controller.pid;
     let start = mark(pid)?;
     let rss = procstat::RssSamples::default();
@@ -491,7 +601,7 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     });
 
     // Cold start: every check's first status, every selected Machine's first verdict.
-    let checks = CheckApis::new(env.client(), contender.checks());
+    let checks = CheckApis::new(env.client(), contender.checks(), contender.node_checks());
     // Cluster API's controller took 581 s at 10 000 Machines (its client rate limit and 1-minute
     // reconcile timeout make the first passes of the large checks fail): room for that.
     let cold_deadline = Instant::now() + Duration::from_secs(COLD_START_LIMIT_SECS);
@@ -528,7 +638,7 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
         fleet::Kind::Machine => fleet::machine_name(i),
         fleet::Kind::Node => fleet::node_name(i),
     };
-    let deadline = Instant::now() + Duration::from_secs(plan.timeout_secs + 60);
+    let deadline = Instant::now() + plan.wave_limit;
     loop {
         controller.check_running()?;
         // Only the wave's own targets (the cold wave's are remediated already).
@@ -669,6 +779,7 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
             steady_secs: plan.steady.as_secs_f64(),
             wave_secs: plan.wave.as_secs_f64(),
             timeout_secs: plan.timeout_secs,
+            wave_limit_secs: plan.wave_limit.as_secs(),
             failed_percent: plan.failed_percent,
             workers: contender.concurrency(),
             profile: profile().to_string(),
@@ -682,15 +793,20 @@ struct CheckApis {
     /// Cluster API's MachineHealthChecks, when the run is Cluster API's.
     capi_mhcs: Option<Api<DynamicObject>>,
     nhcs: Api<NodeHealthCheck>,
+    /// medik8s' NodeHealthChecks, when the run is medik8s'.
+    medik8s_nhcs: Option<Api<DynamicObject>>,
 }
 
 impl CheckApis {
-    fn new(client: kube::Client, checks: fleet::Checks) -> CheckApis {
+    fn new(client: kube::Client, checks: fleet::Checks, node_checks: fleet::NodeChecks) -> CheckApis {
         let capi = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachineHealthCheck"));
+        let medik8s =
+            ApiResource::from_gvk(&GroupVersionKind::gvk("remediation.medik8s.io", "v1alpha1", "NodeHealthCheck"));
         CheckApis {
             vigil_mhcs: Api::namespaced(client.clone(), fleet::NS),
             capi_mhcs: (checks == fleet::Checks::Capi).then(|| Api::namespaced_with(client.clone(), fleet::NS, &capi)),
-            nhcs: Api::all(client),
+            nhcs: Api::all(client.clone()),
+            medik8s_nhcs: (node_checks == fleet::NodeChecks::Medik8s).then(|| Api::all_with(client, &medik8s)),
         }
     }
 
@@ -710,9 +826,18 @@ impl CheckApis {
                 expected.push((c.metadata.name.unwrap_or_default(), count));
             }
         }
-        for c in self.nhcs.list(&ListParams::default()).await? {
-            let observed = c.status.as_ref().map(|s| s.observed_nodes as usize);
-            expected.push((c.metadata.name.unwrap_or_default(), observed));
+        if let Some(medik8s) = &self.medik8s_nhcs {
+            // `status.observedNodes` of medik8s' checks: written on each reconcile of an
+            // enabled check.
+            for c in medik8s.list(&ListParams::default()).await? {
+                let observed = c.data.pointer("/status/observedNodes").and_then(serde_json::Value::as_u64);
+                expected.push((c.metadata.name.unwrap_or_default(), observed.map(|c| c as usize)));
+            }
+        } else {
+            for c in self.nhcs.list(&ListParams::default()).await? {
+                let observed = c.status.as_ref().map(|s| s.observed_nodes as usize);
+                expected.push((c.metadata.name.unwrap_or_default(), observed));
+            }
         }
         Ok(expected.iter().all(|(name, count)| *count == size(name)))
     }
@@ -737,6 +862,7 @@ mod tests {
             (&["--wave-secs=-1"][..], "--wave-secs must be in (0, 3600] seconds, got -1"),
             (&["--timeout-secs", "0"][..], "--timeout-secs must be in 1..=3600, got 0"),
             (&["--workers", "0"][..], "--workers must be in 1..=64, got 0"),
+            (&["--wave-limit-secs", "2"][..], "--wave-limit-secs must be in 5..=7200 (at least the timeout), got 2"),
         ] {
             let err = plan_of(args).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(err.contains(message), "{args:?}: {err}");
@@ -747,6 +873,13 @@ mod tests {
         let err = plan_of(&["--against", "capi", "--fleet", "mixed"]).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("--fleet must be mhc, got mixed"), "{err}");
         assert_eq!(plan_of(&["--against", "capi"]).expect("valid").fleet, fleet::Fleet::Mhc);
+        let err = plan_of(&["--against", "medik8s", "--fleet", "mhc"]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            err.contains("--against medik8s compares NodeHealthChecks only: --fleet must be nhc, got mhc"),
+            "{err}"
+        );
+        assert_eq!(plan_of(&["--against", "medik8s"]).expect("valid").fleet, fleet::Fleet::Nhc);
+        assert!(plan_of(&["--against", "medik8s", "--snapshot"]).is_err());
         assert_eq!(plan_of(&[]).expect("valid").fleet, fleet::Fleet::Mixed, "the default fleet stays mixed");
         assert!(plan_of(&["--against", "capi", "--snapshot"]).is_err());
         let big = plan_of(&["--nodes", "10000"]).expect("valid");
@@ -779,6 +912,8 @@ mod tests {
             assert!(err.contains(message), "{args:?}: {err}");
         }
         assert!(clusters_of(&["--shards", "4"]).is_err(), "--shards needs --replicas");
+        let err = clusters_of(&["--clusters", "5", "--against", "medik8s"]).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains("--against medik8s has none to compare"));
         assert!(clusters_of(&[]).expect("valid").is_none(), "no --clusters, no many-cluster run");
         let three = clusters_of(&["--clusters", "200", "--replicas", "3"]).expect("valid").expect("a plan");
         assert_eq!((three.clusters, three.replicas, three.shards), (200, 3, 12), "4 shards per replica by default");

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 /// One benchmark run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
-    /// The controller measured: `vigil`, or `cluster-api v1.14.2 MachineHealthCheck`.
+    /// The controller measured: `vigil`, `cluster-api v1.14.2 MachineHealthCheck` or
+    /// `medik8s node-healthcheck-operator v0.12.0`.
     pub controller: String,
     /// Nodes in the fleet.
     pub nodes: usize,
@@ -195,7 +196,8 @@ pub struct Setup {
 /// The run's parameters.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Config {
-    /// `mixed` (MachineHealthChecks and NodeHealthChecks) or `mhc` (MachineHealthChecks only).
+    /// `mixed` (MachineHealthChecks and NodeHealthChecks), `mhc` (MachineHealthChecks only) or
+    /// `nhc` (NodeHealthChecks only).
     pub fleet: String,
     /// Every Node heartbeats once per this many seconds.
     pub heartbeat_secs: f64,
@@ -205,27 +207,35 @@ pub struct Config {
     pub wave_secs: f64,
     /// The checks' condition timeout.
     pub timeout_secs: u64,
+    /// How long the wave waited at most for every remediation (`--wave-limit-secs`).
+    #[serde(default)]
+    pub wave_limit_secs: u64,
     /// Share of the targets that fail.
     pub failed_percent: f64,
-    /// The controller's concurrency: `vigil run --workers`, or Cluster API's
-    /// `--machinehealthcheck-concurrency`.
+    /// The controller's concurrency: `vigil run --workers`, Cluster API's
+    /// `--machinehealthcheck-concurrency`, or medik8s' reconciler concurrency (1, as shipped).
     pub workers: usize,
     /// Cargo profile the controller was built with.
     pub profile: String,
 }
 
-/// `--against capi`: both runs on the same fleet, one after the other, and how they compare.
+/// `--against capi|medik8s`: both runs on the same fleet, one after the other, and how they
+/// compare.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Comparison {
     /// Vigil's run.
     pub vigil: Summary,
-    /// Cluster API's MachineHealthCheck controller's run.
-    pub capi: Summary,
-    /// capi / vigil per headline figure.
+    /// Cluster API's MachineHealthCheck controller's run (`--against capi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capi: Option<Summary>,
+    /// medik8s' NodeHealthCheck operator's run (`--against medik8s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub medik8s: Option<Summary>,
+    /// theirs / vigil per headline figure.
     pub ratios: Ratios,
 }
 
-/// capi / vigil for each headline figure. Every figure is a cost (lower is better), so a ratio
+/// theirs / vigil for each headline figure. Every figure is a cost (lower is better), so a ratio
 /// above 1 means Vigil needed less; `null` where Vigil's figure is 0 (no ratio exists).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Ratios {
@@ -271,17 +281,19 @@ impl WaveWrites {
     }
 }
 
-/// `capi / vigil` to three decimals; `None` when Vigil's figure is not positive.
-fn ratio(capi: f64, vigil: f64) -> Option<f64> {
-    (vigil > 0.0 && capi.is_finite()).then(|| (capi / vigil * 1000.0).round() / 1000.0)
+/// `theirs / vigil` to three decimals; `None` when Vigil's figure is not positive.
+fn ratio(theirs: f64, vigil: f64) -> Option<f64> {
+    (vigil > 0.0 && theirs.is_finite()).then(|| (theirs / vigil * 1000.0).round() / 1000.0)
 }
 
 impl Ratios {
-    /// The ratios of two runs of the same fleet.
-    pub fn of(vigil: &Summary, capi: &Summary) -> Ratios {
-        let r = |f: fn(&Summary) -> f64| ratio(f(capi), f(vigil));
+    /// The ratios of two runs of the same fleet; `name` is the other controller's (`capi`).
+    pub fn of(vigil: &Summary, theirs: &Summary, name: &str) -> Ratios {
+        let r = |f: fn(&Summary) -> f64| ratio(f(theirs), f(vigil));
         Ratios {
-            meaning: "capi / vigil; every figure is a cost, lower is better: above 1 means Vigil needed less".into(),
+            meaning: format!(
+                "{name} / vigil; every figure is a cost, lower is better: above 1 means Vigil needed less"
+            ),
             detect_p50: r(|s| s.detect_ms.p50),
             detect_p99: r(|s| s.detect_ms.p99),
             detect_max: r(|s| s.detect_ms.max),
@@ -332,6 +344,7 @@ mod tests {
                 steady_secs: 60.0,
                 wave_secs: 10.0,
                 timeout_secs: 5,
+                wave_limit_secs: 65,
                 failed_percent: 5.0,
                 workers: 16,
                 profile: "release".into(),
@@ -344,7 +357,8 @@ mod tests {
         let vigil = summary(1.0);
         let mut capi = summary(3.0);
         capi.requests.get += 10;
-        let r = Ratios::of(&vigil, &capi);
+        let r = Ratios::of(&vigil, &capi, "capi");
+        assert!(r.meaning.starts_with("capi / vigil;"), "{}", r.meaning);
         assert_eq!((r.detect_p50, r.detect_p99, r.detect_max), (Some(3.0), Some(3.0), Some(3.0)));
         assert_eq!((r.cpu_cold_start, r.cpu_steady, r.cpu_wave), (Some(3.0), Some(3.0), Some(3.0)));
         assert_eq!((r.rss_peak, r.rss_steady, r.cold_start_ms), (Some(3.0), Some(3.0), Some(3.0)));
@@ -353,7 +367,7 @@ mod tests {
         assert_eq!(r.writes_wave, Some(1.0), "8 wave writes each");
         let mut idle = summary(1.0);
         idle.cpu_s.steady = 0.0;
-        assert_eq!(Ratios::of(&idle, &capi).cpu_steady, None, "no ratio to zero");
+        assert_eq!(Ratios::of(&idle, &capi, "capi").cpu_steady, None, "no ratio to zero");
         assert_eq!(ratio(2.0, 3.0), Some(0.667));
     }
 

@@ -22,6 +22,8 @@
 //! Environment variables:
 //! - `VIGIL_KUBE_BIN_DIR`: where `etcd` and `kube-apiserver` are (else the script is run);
 //! - `VIGIL_CAPI_CRD_DIR`: where the Cluster API CRDs are (else `scripts/capi-crds.sh` is run);
+//! - `VIGIL_MEDIK8S_NHC_DIR`: where medik8s' NodeHealthCheck operator is (else
+//!   `scripts/medik8s-nhc.sh` is run; see [`medik8s`]);
 //! - `VIGIL_TESTENV_KEEP=1`: keep the temp dir (logs, etcd data) for a post-mortem;
 //! - `VIGIL_TESTENV_PARALLEL_STARTS=N`: let N envs start at once (default: one per two cores;
 //!   waiting for a turn does not count against the readiness limits);
@@ -33,6 +35,7 @@
 pub mod capi;
 mod crds;
 mod framing;
+pub mod medik8s;
 mod process;
 mod proxy;
 
