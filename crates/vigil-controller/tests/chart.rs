@@ -66,7 +66,9 @@ async fn chart_refuses_several_replicas_without_leader_election() -> Result<()> 
     let docs = render(&["leaderElection.enabled=false", "replicas=1"]).await?;
     let args = one(&docs, "Deployment")?.pointer("/spec/template/spec/containers/0/args").cloned().unwrap_or_default();
     assert!(args.as_array().is_some_and(|a| a.contains(&json!("--leader-elect=false"))), "{args}");
-    assert!(docs.iter().all(|d| kind_of(d) != "Role"), "no Lease permission without leader election");
+    let roles: Vec<&str> =
+        docs.iter().filter(|d| kind_of(d) == "Role").filter_map(|d| d["metadata"]["name"].as_str()).collect();
+    assert_eq!(roles, ["vigil-node-leases"], "no leader-election Lease permission without leader election");
     Ok(())
 }
 
@@ -193,8 +195,17 @@ async fn documented_rbac_table_matches_the_chart() -> Result<()> {
 /// The rules of the chart's ClusterRole and Role as a Markdown table.
 fn rbac_table(docs: &[Value]) -> Result<String> {
     let mut out = String::from("| scope | API group | resources | verbs |\n| --- | --- | --- | --- |\n");
-    for (kind, scope) in [("ClusterRole", "cluster"), ("Role", "release namespace")] {
-        let role = one(docs, kind)?;
+    let role_of = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| kind_of(d) == kind && d["metadata"]["name"] == name)
+            .with_context(|| format!("no {kind} {name}"))
+    };
+    for (kind, name, scope) in [
+        ("ClusterRole", "vigil", "cluster".to_string()),
+        ("Role", "vigil-leader-election", "release namespace".to_string()),
+        ("Role", "vigil-node-leases", "`medik8s-leases` namespace (node Leases)".to_string()),
+    ] {
+        let role = role_of(kind, name)?;
         for rule in role["rules"].as_array().context("rules")? {
             let list = |key: &str| -> Vec<String> {
                 rule[key]
@@ -302,6 +313,13 @@ async fn controller_with_the_charts_service_account_does_its_work_and_nothing_mo
         ("update", "vigil.dev", "machinehealthchecks", "default", false),
         ("create", "coordination.k8s.io", "leases", NAMESPACE, true),
         ("create", "coordination.k8s.io", "leases", "default", false),
+        // medik8s node Leases: in their namespace only (never the kubelets' heartbeats).
+        ("create", "coordination.k8s.io", "leases", "medik8s-leases", true),
+        ("delete", "coordination.k8s.io", "leases", "medik8s-leases", true),
+        ("delete", "coordination.k8s.io", "leases", "kube-node-lease", false),
+        ("list", "nodemaintenance.medik8s.io", "nodemaintenances", "", true),
+        ("create", "nodemaintenance.medik8s.io", "nodemaintenances", "", false),
+        ("list", "config.openshift.io", "clusterversions", "", true),
         ("create", "", "pods", NAMESPACE, false),
     ] {
         assert_eq!(

@@ -207,8 +207,13 @@ fn from_chart(docs: &[Value], app_version: &str) -> Result<FromChart> {
         if role.get("aggregationRule").is_some() {
             continue;
         }
+        // A Role of another namespace (the medik8s node Leases') has no place of its own in a
+        // CSV, whose permissions hold in the operator's namespace only: its rules become cluster
+        // permissions, as the NodeHealthCheck operator's own bundle grants Leases.
+        let elsewhere = binding.pointer("/metadata/namespace").and_then(Value::as_str).is_some_and(|n| n != NAMESPACE);
         let into = match (binding_kind, kind_of(role)) {
             ("ClusterRoleBinding", "ClusterRole") => &mut cluster_rules,
+            ("RoleBinding", "Role") if elsewhere => &mut cluster_rules,
             ("RoleBinding", "Role") => &mut rules,
             (b, r) => bail!("{b} {} binds a {r}: the bundle has no place for it", name_of(binding)),
         };
@@ -218,7 +223,9 @@ fn from_chart(docs: &[Value], app_version: &str) -> Result<FromChart> {
     }
     for doc in docs {
         let key = (kind_of(doc).to_string(), name_of(doc).to_string());
-        let skip = matches!(kind_of(doc), "CustomResourceDefinition" | "ServiceAccount" | "Deployment");
+        // The lease namespace the chart makes when missing: OLM installs no Namespace (Vigil
+        // creates it at start, as medik8s' operators do).
+        let skip = matches!(kind_of(doc), "CustomResourceDefinition" | "ServiceAccount" | "Deployment" | "Namespace");
         if !skip && !consumed.contains(&key) {
             let doc = for_olm(doc.clone());
             objects.insert(file_name(&doc), doc);
