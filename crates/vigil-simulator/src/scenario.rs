@@ -8,6 +8,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::duration::parse_go_duration;
+use vigil_api::well_known::DEFAULT_LEASE_NAMESPACE;
 
 /// Where the virtual clock starts when a scenario does not say.
 pub const DEFAULT_START: &str = "2030-01-01T00:00:00Z";
@@ -24,6 +25,8 @@ struct RawScenario {
     objects: Vec<Value>,
     #[serde(default)]
     workload_clusters: BTreeMap<String, Vec<Value>>,
+    #[serde(default)]
+    lease_namespace: Option<String>,
     #[serde(default)]
     timeline: Vec<RawStep>,
     #[serde(default)]
@@ -143,6 +146,8 @@ pub struct Scenario {
     pub objects: Vec<Value>,
     /// Nodes of workload clusters, keyed `namespace/clusterName`.
     pub workload_clusters: BTreeMap<String, Vec<Value>>,
+    /// Where the medik8s node Leases are (`medik8s-leases` unless the scenario says).
+    pub lease_namespace: String,
     /// Changes, in time order (stable for equal times).
     pub timeline: Vec<Step>,
     /// Stand-ins for other controllers.
@@ -400,6 +405,7 @@ impl Scenario {
             duration: duration_value,
             objects: raw.objects,
             workload_clusters: raw.workload_clusters,
+            lease_namespace: raw.lease_namespace.unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_string()),
             timeline,
             models,
         })
@@ -449,7 +455,7 @@ fn heartbeat_model(
 const DEFAULT_NAMESPACE: &str = "default";
 
 /// Kinds that have no namespace (the others the simulator meets are namespaced).
-const CLUSTER_SCOPED_KINDS: [&str; 3] = ["Node", "NodeHealthCheck", "Namespace"];
+const CLUSTER_SCOPED_KINDS: [&str; 5] = ["Node", "NodeHealthCheck", "Namespace", "NodeMaintenance", "ClusterVersion"];
 
 fn is_namespaced(kind: &str) -> bool {
     !CLUSTER_SCOPED_KINDS.contains(&kind)

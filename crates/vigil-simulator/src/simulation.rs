@@ -18,8 +18,8 @@ use vigil_api::views::{
     TemplateView,
 };
 use vigil_api::well_known::{
-    CLUSTER_NAME_LABEL, DEFAULT_LEASE_NAMESPACE, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED,
-    PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION,
+    CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, PAUSED_ANNOTATION,
+    REMEDIATE_MACHINE_ANNOTATION,
 };
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource};
@@ -682,7 +682,7 @@ impl Sim<'_> {
             self.store.list(LOCAL_CLUSTER, group, kind, namespace).map(|(_, v)| v.clone()).collect()
         };
         let leases: Vec<LeaseView> =
-            of(LEASE_GROUP, "Lease", Some(DEFAULT_LEASE_NAMESPACE)).iter().filter_map(LeaseView::read).collect();
+            of(LEASE_GROUP, "Lease", Some(&self.scenario.lease_namespace)).iter().filter_map(LeaseView::read).collect();
         let maintenances: Vec<MaintenanceView> =
             of(MAINTENANCE_GROUP, "NodeMaintenance", None).iter().filter_map(MaintenanceView::read).collect();
         let versions: Vec<ClusterVersionView> =
@@ -701,7 +701,7 @@ impl Sim<'_> {
             // The scenario's objects are all there is: a kind with none counts as not served.
             around: vigil_engine::node::Around {
                 leases: &lease_refs,
-                lease_namespace: DEFAULT_LEASE_NAMESPACE,
+                lease_namespace: &self.scenario.lease_namespace,
                 maintenances: Observed::Known(&maintenance_refs),
                 cluster_versions: Observed::Known(&version_refs),
             },
@@ -1021,7 +1021,7 @@ impl Sim<'_> {
                     if gone {
                         let mut d = object_details(&key);
                         d.insert("message".into(), json!("the remediator finished and let go of its object"));
-                        self.emit("RemediationFinished", None, None, d);
+                        self.emit("RemediationFinished", None, Some(key.object_name()), d);
                     }
                     self.changed(&key, Some(&before));
                 }

@@ -119,6 +119,34 @@ fn nhc_escalates_from_reboot_to_fencing() {
 }
 
 #[test]
+fn nothing_is_remediated_under_maintenance_another_holders_lease_or_an_upgrade() {
+    let r = run("upgrade-and-maintenance");
+    let created: Vec<_> = events(&r, "RemediationCreated").iter().map(|e| at(e)).collect();
+    // w-1 broke; w-3 once the maintenance operator released its Lease; w-5 once the upgrade ended.
+    assert_eq!(created, [(360.0, Some("w-1")), (900.0, Some("w-3")), (2700.0, Some("w-5"))]);
+    let postponed: Vec<_> = events(&r, "RemediationPostponed")
+        .iter()
+        .map(|e| (e.t, e.target.as_deref(), e.details["reason"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        postponed,
+        [
+            (480.0, Some("w-2"), "NodeUnderMaintenance"),
+            (1200.0, Some("w-2"), "MaintenanceGrace"),
+            (1800.0, None, "ClusterUpgrading")
+        ]
+    );
+    let skipped = events(&r, "RemediationSkipped");
+    assert_eq!(skipped.iter().map(|e| at(e)).collect::<Vec<_>>(), [(600.0, Some("w-3"))]);
+    assert!(skipped[0].details["message"].as_str().is_some_and(|m| m.contains("held by node-maintenance")));
+    // w-1 counted as remediated until its remediator let go of its object, a minute after the delete.
+    let healthy: Vec<_> = events(&r, "Healthy").iter().map(|e| at(e)).collect();
+    assert!(healthy.contains(&(600.0, Some("w-1"))), "{healthy:?}");
+    assert_eq!(events(&r, "RemediationResumed").iter().map(|e| e.t).collect::<Vec<_>>(), [2700.0]);
+    snapshot("upgrade-and-maintenance", &r);
+}
+
+#[test]
 fn the_same_scenario_gives_the_same_output() {
     let a = run("zone-outage");
     let b = run("zone-outage");

@@ -62,6 +62,10 @@ pub struct TargetOut {
     /// With remediation per condition: the rule that started the incident and the remediation
     /// it chose (`status.chosenRemediations`).
     pub chosen: Option<String>,
+    /// NodeHealthCheck: what its remediation waits for (`unhealthyNodes[].waiting`: another
+    /// holder's Lease, planned maintenance, a remediator finishing), as `reason: message`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// A target waiting for a remediation slot (`spec.maxInFlight`).
@@ -123,6 +127,9 @@ pub struct CheckOut {
     pub unhealthy_targets: Vec<TargetOut>,
     /// The `RemediationQueued` condition (`spec.maxInFlight`), when the check has one.
     pub remediation_queued: Option<ConditionOut>,
+    /// NodeHealthCheck: the `RemediationPostponed` condition (a cluster upgrade), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remediation_postponed: Option<ConditionOut>,
     /// How many targets wait for a remediation slot.
     pub queued_count: i64,
     /// The first of them (at most 100), next first.
@@ -260,6 +267,10 @@ pub fn evaluate(
         duration,
         objects: fleet.objects.clone(),
         workload_clusters: fleet.workload_clusters.clone(),
+        lease_namespace: match fleet.lease_namespace.as_str() {
+            "" => vigil_api::well_known::DEFAULT_LEASE_NAMESPACE.to_string(),
+            ns => ns.to_string(),
+        },
         timeline: Vec::new(),
         models: Models::default(),
     };
@@ -278,6 +289,7 @@ pub fn evaluate(
             remediation_allowed: None,
             unhealthy_targets: Vec::new(),
             remediation_queued: None,
+            remediation_postponed: None,
             queued_count: 0,
             queued: Vec::new(),
             now: Vec::new(),
@@ -344,6 +356,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
         remediation_allowed: condition_out(status, "RemediationAllowed"),
         unhealthy_targets: Vec::new(),
         remediation_queued: condition_out(status, vigil_engine::pacing::CONDITION),
+        remediation_postponed: condition_out(status, vigil_api::well_known::REMEDIATION_POSTPONED),
         queued_count: int("queuedCount"),
         queued: Vec::new(),
         now: now_events.iter().filter(|e| e.event != "Invalid").map(|e| event_out(e)).collect(),
@@ -391,6 +404,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 since: since.or(verdict.last_transition_time).map(|t| t.to_string()),
                 remediation,
                 chosen: chosen_of(status, name),
+                waiting: None,
             });
         }
     } else {
@@ -473,6 +487,9 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
                 message,
                 since,
                 remediation: (!remediations.is_empty()).then(|| remediations.join(", ")),
+                waiting: entry.get("waiting").map(|w| {
+                    format!("{}: {}", w["reason"].as_str().unwrap_or(""), w["message"].as_str().unwrap_or(""))
+                }),
             });
         }
     }
@@ -558,11 +575,22 @@ pub fn text(report: &CheckReport) -> String {
             let detail = if ra.message.is_empty() { String::new() } else { format!(": {}", ra.message) };
             out.push_str(&format!("  RemediationAllowed={} {}{detail}\n", ra.status, ra.reason));
         }
+        if let Some(p) = c.remediation_postponed.as_ref().filter(|p| p.status == "True") {
+            let what = match p.reason.as_str() {
+                "ClusterUpgrading" => "cluster upgrading",
+                "UpgradeStateUnknown" => "upgrade state unknown",
+                other => other,
+            };
+            out.push_str(&format!("  postponed: {what}: {}\n", p.message));
+        }
         for t in &c.unhealthy_targets {
             let since = t.since.as_deref().map(|s| format!(" since {}", hms(s))).unwrap_or_default();
             out.push_str(&format!("  unhealthy {}{since}: {}: {}\n", t.target, t.reason, t.message));
             if let Some(c) = &t.chosen {
                 out.push_str(&format!("    {c}\n"));
+            }
+            if let Some(w) = &t.waiting {
+                out.push_str(&format!("    waiting: {w}\n"));
             }
             if let Some(r) = &t.remediation {
                 out.push_str(&format!("    remediation: {r}\n"));
@@ -666,6 +694,7 @@ mod tests {
             workload_clusters: BTreeMap::new(),
             unreachable: BTreeMap::new(),
             notes: Vec::new(),
+            lease_namespace: String::new(),
         };
         let report = evaluate(fleet, Vec::new(), &[], now).expect("evaluates");
         let target = &report.checks[0].unhealthy_targets[0];
@@ -686,6 +715,55 @@ mod tests {
             out.contains("remediation: Replace ops/w-1 since"),
             "the rule's own remediation is what is created: {out}"
         );
+    }
+
+    /// `vigil check` says who else holds a Node (its medik8s Lease, naming the holder) and that
+    /// nothing new starts while the cluster upgrades, naming the signal; it asks for nothing.
+    #[test]
+    fn check_names_the_lease_holder_and_the_upgrade_that_postpones() -> Result<()> {
+        let now: Timestamp = "2030-01-01T01:00:00Z".parse()?;
+        let node = |name: &str, ready: &str| {
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"role": "worker"}},
+                "status": {"conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": "2030-01-01T00:00:00Z"}]}})
+        };
+        let mut objects = vec![
+            json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
+                "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1,
+                    "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate", "name": "snr", "namespace": "ops"}}}),
+            json!({"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate",
+                "metadata": {"name": "snr", "namespace": "ops"}, "spec": {"template": {"spec": {}}}}),
+            node("w-1", "False"),
+            node("w-2", "True"),
+            node("w-3", "True"),
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "node-w-1", "namespace": "medik8s-leases"},
+                "spec": {"holderIdentity": "node-maintenance", "leaseDurationSeconds": 3600,
+                         "acquireTime": "2030-01-01T00:30:00.000000Z", "renewTime": "2030-01-01T00:30:00.000000Z"}}),
+        ];
+        let fleet = crate::live::Fleet { objects: objects.clone(), ..Default::default() };
+        let report = evaluate(fleet, Vec::new(), &[], now)?;
+        let c = &report.checks[0];
+        assert!(!c.remediating, "nothing is remediated under another holder's Lease");
+        let waiting = c.unhealthy_targets[0].waiting.as_deref().unwrap_or_default();
+        assert!(
+            waiting.starts_with("NodeLeaseHeld: ")
+                && waiting.contains("held by node-maintenance until 2030-01-01T01:30:00Z"),
+            "{waiting}"
+        );
+        assert!(text(&report).contains("    waiting: NodeLeaseHeld: "), "{}", text(&report));
+        // The Lease is gone, but the cluster upgrades.
+        objects.pop();
+        objects.push(json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
+            "status": {"desired": {"version": "4.19.1"}, "conditions": [
+                {"type": "Progressing", "status": "True", "lastTransitionTime": "2030-01-01T00:50:00Z", "message": "Working towards 4.19.1"}]}}));
+        let report = evaluate(crate::live::Fleet { objects, ..Default::default() }, Vec::new(), &[], now)?;
+        let c = &report.checks[0];
+        assert!(!c.remediating);
+        let out = text(&report);
+        assert!(
+            out.contains("  postponed: cluster upgrading: Postponing potential remediations because of ongoing cluster upgrade: ClusterVersion version is Progressing=True to 4.19.1"),
+            "{out}"
+        );
+        Ok(())
     }
 
     /// A fleet of four workers whose Nodes went `Ready=Unknown` at the given instants (`None`:

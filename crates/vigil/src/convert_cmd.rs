@@ -11,7 +11,9 @@
 use crate::documents::each_health_check;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use vigil_api::manifest::{self, CAPI_MHC_API_VERSION, CAPI_MHC_V1BETA2_API_VERSION, HealthCheck};
+use vigil_api::manifest::{
+    self, CAPI_MHC_API_VERSION, CAPI_MHC_V1BETA2_API_VERSION, HealthCheck, MEDIK8S_NHC_API_VERSION,
+};
 
 /// Converts every health check of every file; returns whether all of them converted.
 pub fn run(paths: &[PathBuf], out: &mut impl Write, problems: &mut impl Write) -> anyhow::Result<bool> {
@@ -96,6 +98,14 @@ fn notes(document: &serde_json::Value, check: &mut HealthCheck) -> Vec<String> {
                     .into(),
             );
         }
+    }
+    if source == MEDIK8S_NHC_API_VERSION && document.pointer("/spec/plannedMaintenance").is_none() {
+        notes.push(
+            "plannedMaintenance.enabled: false keeps medik8s' behaviour (only the node Lease holds a Node \
+             under maintenance back); remove it to also leave Nodes in a NodeMaintenance or cordoned by a \
+             maintenance drain alone: docs/beside-medik8s.md"
+                .into(),
+        );
     }
     if document.get("status").is_some() {
         notes.push("status is not carried over: Vigil writes its own".into());

@@ -33,6 +33,8 @@ pub struct Fleet {
     pub unreachable: BTreeMap<String, String>,
     /// Things left out, for stderr (a kind not served, a template not found…).
     pub notes: Vec<String>,
+    /// Where the medik8s node Leases were read (`LEASE_NAMESPACE`, else `medik8s-leases`).
+    pub lease_namespace: String,
 }
 
 /// A client from a kubeconfig file, or `KUBECONFIG`, `~/.kube/config`, or in-cluster.
@@ -218,8 +220,36 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
         }
     }
 
-    fleet.objects = [mhcs, nhcs, clusters, machines, nodes, template_objects, remediations].concat();
+    let around = read_around(client, &mut fleet).await?;
+    fleet.objects = [mhcs, nhcs, clusters, machines, nodes, template_objects, remediations, around].concat();
     Ok(fleet)
+}
+
+/// What NodeHealthChecks read around their Nodes: the medik8s node Leases, and where served,
+/// NodeMaintenances and OpenShift ClusterVersions. A Lease list that fails is said (what
+/// `vigil check` tells would then ignore who else holds a Node).
+async fn read_around(client: &Client, fleet: &mut Fleet) -> Result<Vec<Value>> {
+    fleet.lease_namespace = vigil_controller::surroundings::default_lease_namespace();
+    let leases = resource("coordination.k8s.io", "v1", "Lease", "leases");
+    let mut out = match list(client, &leases, Some(&fleet.lease_namespace)).await {
+        Ok(list) => list,
+        Err(e) => {
+            fleet.notes.push(format!(
+                "cannot list the node Leases in {} ({e}): what is said below ignores who else holds a Node",
+                fleet.lease_namespace
+            ));
+            Vec::new()
+        }
+    };
+    for (group, version, kind) in
+        [("nodemaintenance.medik8s.io", "v1beta1", "NodeMaintenance"), ("config.openshift.io", "v1", "ClusterVersion")]
+    {
+        // Not served: there are none (the engine reads it so).
+        if let Ok((ar, _)) = discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
+            out.extend(list(client, &ar, None).await.with_context(|| format!("cannot list {kind}s"))?);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

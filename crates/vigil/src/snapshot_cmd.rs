@@ -17,6 +17,8 @@ struct Out<'a> {
     objects: &'a [Value],
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     workload_clusters: &'a BTreeMap<String, Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_namespace: Option<&'a str>,
     timeline: [Value; 0],
 }
 
@@ -29,11 +31,13 @@ pub fn scenario_yaml(fleet: &Fleet, now: Timestamp, duration: &str) -> Result<St
         duration,
         objects: &fleet.objects,
         workload_clusters: &fleet.workload_clusters,
+        lease_namespace: Some(fleet.lease_namespace.as_str())
+            .filter(|ns| *ns != vigil_api::well_known::DEFAULT_LEASE_NAMESPACE && !ns.is_empty()),
         timeline: [],
     };
     let header = format!(
         "# Written by `vigil snapshot` at {start}: the live health checks, Clusters, Machines, Nodes,\n\
-         # templates and remediation objects (Secrets left out). Add timeline entries, e.g.\n\
+         # templates, remediation objects, node Leases, maintenance and cluster versions (Secrets left out). Add timeline entries, e.g.\n\
          #   - at: 5m\n\
          #     setNodeCondition: {{nodeSelector: {{topology.kubernetes.io/zone: b}}, type: Ready, status: Unknown}}\n\
          # then run `vigil simulate` on this file.\n"

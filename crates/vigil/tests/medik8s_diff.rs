@@ -7,9 +7,9 @@
 //! to fix: a new difference fails, and so does a fixed one still listed. On a mismatch the test
 //! prints the table to put there (reasons carried over by object and field).
 //!
-//! Vigil serves the checks as `vigil.dev` NodeHealthChecks converted from the upstream
-//! manifests ([`VIGIL_SERVES`]); once `vigil run --serve-medik8s` serves
-//! `remediation.medik8s.io/v1alpha1` itself, switching is that one constant.
+//! Vigil serves the very same `remediation.medik8s.io/v1alpha1` manifests in place (`vigil run
+//! --serve-medik8s`, [`VIGIL_SERVES`]); `Served::VigilDev` runs it on the converted `vigil.dev`
+//! checks instead.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ use vigil_testenv::medik8s::{LEASE_NAMESPACE, NhcOperator, nhc_crd};
 type Result<T> = std::result::Result<T, vigil_testenv::Error>;
 
 /// What Vigil serves in its run.
-const VIGIL_SERVES: Served = Served::VigilDev;
+const VIGIL_SERVES: Served = Served::Medik8s;
 
 /// The NodeHealthCheck resource a run's checks are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
