@@ -8,8 +8,7 @@
 //! prints the table to put there (reasons carried over by object and field).
 //!
 //! Vigil serves the very same `remediation.medik8s.io/v1alpha1` manifests in place (`vigil run
-//! --serve-medik8s`, [`VIGIL_SERVES`]); `Served::VigilDev` runs it on the converted `vigil.dev`
-//! checks instead.
+//! --serve-medik8s`, [`VIGIL_SERVES`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -27,9 +26,6 @@ const VIGIL_SERVES: Served = Served::Medik8s;
 /// The NodeHealthCheck resource a run's checks are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Served {
-    /// Vigil's `vigil.dev/v1alpha1` NodeHealthCheck: the upstream manifests with their apiVersion
-    /// changed (the same spec fields).
-    VigilDev,
     /// medik8s' `remediation.medik8s.io/v1alpha1` itself (`vigil run --serve-medik8s`).
     Medik8s,
 }
@@ -37,7 +33,6 @@ enum Served {
 impl Served {
     fn api_version(self) -> &'static str {
         match self {
-            Served::VigilDev => "vigil.dev/v1alpha1",
             Served::Medik8s => "remediation.medik8s.io/v1alpha1",
         }
     }
@@ -45,7 +40,6 @@ impl Served {
     /// The `vigil run` arguments that make it serve this resource.
     fn args(self) -> &'static [&'static str] {
         match self {
-            Served::VigilDev => &[],
             Served::Medik8s => &["--serve-medik8s"],
         }
     }
