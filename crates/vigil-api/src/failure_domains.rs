@@ -6,10 +6,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The key that names a Machine's own `spec.failureDomain` (MachineHealthCheck only) instead of
-/// a label of its Node.
-pub const MACHINE_FAILURE_DOMAIN_KEY: &str = "spec.failureDomain";
-
 /// Most entries of `status.failureDomains`: paused domains first, then the most unhealthy, so
 /// a status never grows with the number of domains.
 pub const STATUS_MAX_DOMAINS: usize = 100;
@@ -21,16 +17,16 @@ pub struct FailureDomains {
     /// The Node label whose value names a target's domain, e.g. `topology.kubernetes.io/zone`;
     /// on a MachineHealthCheck also `spec.failureDomain` (the Machine's own field). Targets
     /// without it are in no domain and governed by the check-wide budget only.
-    #[schemars(transform = crate::crd::failure_domain_key)]
+    #[schemars(transform = crate::schema::failure_domain_key)]
     pub key: String,
     /// Remediation stops in a domain with more than this many (or this percentage of its)
     /// targets not healthy; rounded as the check's own `maxUnhealthy`.
-    #[schemars(transform = crate::crd::threshold)]
+    #[schemars(transform = crate::schema::threshold)]
     pub max_unhealthy: IntOrString,
     /// A domain may always have this many unhealthy targets remediated, whatever the
     /// percentage says (small domains: one dead Node in a 2-Node zone is not an outage).
     /// Default 1.
-    #[schemars(transform = crate::crd::min_allowed)]
+    #[schemars(transform = crate::schema::min_allowed)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_allowed: Option<i32>,
 }

@@ -5,6 +5,7 @@
 //! upstream manifest works after changing its `apiVersion`; [`validate`] turns a spec into a typed
 //! policy, and only a policy reaches the engine, so an invalid spec can never cause remediation.
 
+pub mod admission;
 pub mod conditions;
 pub mod crd;
 pub mod duration;
@@ -15,7 +16,9 @@ pub mod manifest;
 pub mod node_health_check;
 pub mod node_view;
 pub mod reason;
+pub mod schema;
 pub mod selector;
+pub mod shared;
 pub mod threshold;
 pub mod validate;
 pub mod views;

@@ -10,16 +10,9 @@
 use crate::machine_health_check::MachineHealthCheck;
 use crate::node_health_check::NodeHealthCheck;
 use crate::validate::object_id;
+use crate::well_known::{CAPI_MHC_API_VERSION, CAPI_MHC_V1BETA2_API_VERSION, MEDIK8S_NHC_API_VERSION};
 use serde_json::Value;
 use std::fmt;
-
-/// `apiVersion` of Cluster API's MachineHealthCheck, read as Vigil's own.
-pub const CAPI_MHC_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
-/// `apiVersion` of Cluster API's current MachineHealthCheck (`spec.checks`, `spec.remediation`),
-/// read by moving its fields to Vigil's names ([`v1beta2_as_vigil`]).
-pub const CAPI_MHC_V1BETA2_API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
-/// `apiVersion` of medik8s' NodeHealthCheck, read as Vigil's own.
-pub const MEDIK8S_NHC_API_VERSION: &str = "remediation.medik8s.io/v1alpha1";
 
 /// Every (`apiVersion`, `kind`) pair [`health_check_from_value`] reads, so errors can list them.
 pub const ACCEPTED: [(&str, &str); 5] = [

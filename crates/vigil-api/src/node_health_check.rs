@@ -1,7 +1,7 @@
 //! NodeHealthCheck: medik8s' health check for plain Nodes, with the
 //! `remediation.medik8s.io/v1alpha1` field names so upstream manifests carry over.
 
-use crate::machine_health_check::{FeatureStatus, RemediationBackoff, TemplateReference};
+use crate::shared::{FeatureSpec, FeatureStatus, RemediationBackoff, TemplateReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -22,45 +22,45 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[schemars(transform = crate::crd::nhc_spec)]
+#[schemars(transform = crate::schema::nhc_spec)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeHealthCheckSpec {
     /// Nodes to check; must not be empty.
-    #[schemars(transform = crate::crd::label_selector)]
+    #[schemars(transform = crate::schema::label_selector)]
     pub selector: LabelSelector,
     /// Node conditions that make a Node unhealthy once held for their duration (ORed).
-    #[schemars(transform = crate::crd::nhc_condition_list)]
+    #[schemars(transform = crate::schema::nhc_condition_list)]
     #[serde(default = "default_unhealthy_conditions")]
     pub unhealthy_conditions: Vec<NodeUnhealthyCondition>,
     /// Remediation is allowed only while at least this many (or this percentage of) Nodes are
     /// healthy. Exactly one of `minHealthy` / `maxUnhealthy`.
-    #[schemars(transform = crate::crd::threshold)]
+    #[schemars(transform = crate::schema::threshold)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_healthy: Option<IntOrString>,
     /// Remediation is allowed only while at most this many (or this percentage of) Nodes are
     /// not healthy. Exactly one of `minHealthy` / `maxUnhealthy`.
-    #[schemars(transform = crate::crd::threshold)]
+    #[schemars(transform = crate::schema::threshold)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unhealthy: Option<IntOrString>,
     /// The one remediator to use. Exactly one of this / `escalatingRemediations`.
-    #[schemars(transform = crate::crd::nhc_template)]
+    #[schemars(transform = crate::schema::nhc_template)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation_template: Option<TemplateReference>,
     /// Remediators to try in `order`, each for at most `timeout`.
-    #[schemars(transform = crate::crd::escalating_remediations)]
+    #[schemars(transform = crate::schema::escalating_remediations)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escalating_remediations: Vec<EscalatingRemediation>,
     /// While non-empty, no new remediation starts (ongoing ones go on).
-    #[schemars(transform = crate::crd::pause_requests)]
+    #[schemars(transform = crate::schema::pause_requests)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pause_requests: Vec<String>,
     /// How long a Node must stay healthy before its remediation objects are removed; negative
     /// waits for the `remediation.medik8s.io/manually-confirmed-healthy` Node annotation.
-    #[schemars(transform = crate::crd::go_duration)]
+    #[schemars(transform = crate::schema::go_duration)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy_delay: Option<String>,
     /// How long remediation stays blocked after the healthy count recovers from a storm.
-    #[schemars(transform = crate::crd::non_negative_duration)]
+    #[schemars(transform = crate::schema::non_negative_duration)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storm_cooldown_duration: Option<String>,
     /// Shadow mode: evaluate and report what would be remediated (`status.wouldRemediate`,
@@ -71,20 +71,20 @@ pub struct NodeHealthCheckSpec {
     /// Remediation back-off: stops remediating a pool (the Nodes sharing the value of
     /// `poolLabel`) once `maxRemediations` were started in it within `window`, since more
     /// remediation will not fix a bad image or config. Off by default.
-    #[schemars(transform = crate::crd::nhc_backoff)]
+    #[schemars(transform = crate::schema::nhc_backoff)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<RemediationBackoff>,
     /// Failure-domain budgets: a separate unhealthy budget per domain (a zone, a rack), so an
     /// outage in one domain pauses remediation there only. Off when absent (upstream has no
     /// such field). The key must be a Node label.
-    #[schemars(transform = crate::crd::nhc_failure_domains)]
+    #[schemars(transform = crate::schema::nhc_failure_domains)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_domains: Option<crate::failure_domains::FailureDomains>,
     /// Pacing: at most this many remediations in flight at once (a count, or `N%` of the
     /// selected Nodes, rounded down, at least 1); the other unhealthy Nodes wait in
     /// `status.queued`, the longest-unhealthy first, so a wave or a lifted short-circuit does not
     /// remediate every Node in the same second. Off when absent (upstream has no such field).
-    #[schemars(transform = crate::crd::max_in_flight)]
+    #[schemars(transform = crate::schema::max_in_flight)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<IntOrString>,
     /// Planned maintenance: a Node under maintenance (a `NodeMaintenance` names it, or it is
@@ -106,7 +106,7 @@ pub struct PlannedMaintenance {
     pub enabled: Option<bool>,
     /// How long after the maintenance ends the Node is still left alone, to come back (Go
     /// duration, `0s` to `24h`; default `10m`).
-    #[schemars(transform = crate::crd::maintenance_grace)]
+    #[schemars(transform = crate::schema::maintenance_grace)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace: Option<String>,
 }
@@ -131,36 +131,36 @@ pub fn default_unhealthy_conditions() -> Vec<NodeUnhealthyCondition> {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 pub struct NodeUnhealthyCondition {
     /// Condition type, e.g. `Ready`.
-    #[schemars(transform = crate::crd::condition_type)]
+    #[schemars(transform = crate::schema::condition_type)]
     #[serde(rename = "type")]
     pub type_: String,
     /// Condition status: `True`, `False` or `Unknown`.
-    #[schemars(transform = crate::crd::condition_status)]
+    #[schemars(transform = crate::schema::condition_status)]
     pub status: String,
     /// Go duration, e.g. `300s`.
-    #[schemars(transform = crate::crd::non_negative_duration)]
+    #[schemars(transform = crate::schema::non_negative_duration)]
     pub duration: String,
     /// Stale-signal guard (not on `Ready`): a matching condition whose `lastHeartbeatTime` is
     /// older than this (Go duration, at least `1m`) is set aside as stale, so a dead detector's
     /// last word never remediates. Off when absent (upstream has no such field).
-    #[schemars(transform = crate::crd::max_condition_age)]
+    #[schemars(transform = crate::schema::max_condition_age)]
     #[serde(default, rename = "maxConditionAge", skip_serializing_if = "Option::is_none")]
     pub max_condition_age: Option<String>,
     /// Reason-aware rule: the condition matches only when its `reason` is one of these (so a
     /// detector's "disk failing" is told from its "disk full"). Absent: any reason; an empty list
     /// is refused. Off when absent (upstream has no such field).
-    #[schemars(transform = crate::crd::condition_reasons)]
+    #[schemars(transform = crate::schema::condition_reasons)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasons: Option<Vec<String>>,
     /// Remediation per condition: the one remediator for the Nodes this rule made unhealthy,
     /// instead of the check's. At most one of this / `escalatingRemediations`; neither: the
     /// check's own. Off when absent (upstream has no such field).
-    #[schemars(transform = crate::crd::nhc_template)]
+    #[schemars(transform = crate::schema::nhc_template)]
     #[serde(default, rename = "remediationTemplate", skip_serializing_if = "Option::is_none")]
     pub remediation_template: Option<TemplateReference>,
     /// Remediation per condition: remediators to try in `order` for the Nodes this rule made
     /// unhealthy, instead of the check's (the same rules as the check's own).
-    #[schemars(transform = crate::crd::escalating_remediations)]
+    #[schemars(transform = crate::schema::escalating_remediations)]
     #[serde(default, rename = "escalatingRemediations", skip_serializing_if = "Vec::is_empty")]
     pub escalating_remediations: Vec<EscalatingRemediation>,
 }
@@ -170,13 +170,13 @@ pub struct NodeUnhealthyCondition {
 #[serde(rename_all = "camelCase")]
 pub struct EscalatingRemediation {
     /// The remediator of this step.
-    #[schemars(transform = crate::crd::nhc_template)]
+    #[schemars(transform = crate::schema::nhc_template)]
     pub remediation_template: TemplateReference,
     /// Position in the escalation; unique, lowest first.
-    #[schemars(transform = crate::crd::escalation_order)]
+    #[schemars(transform = crate::schema::escalation_order)]
     pub order: i32,
     /// How long this step may take before the next one starts (at least 1m).
-    #[schemars(transform = crate::crd::escalation_timeout)]
+    #[schemars(transform = crate::schema::escalation_timeout)]
     pub timeout: String,
 }
 
@@ -200,7 +200,7 @@ pub struct NodeHealthCheckStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// `Disabled`, `RemediationAllowed`.
-    #[schemars(transform = crate::crd::status_conditions)]
+    #[schemars(transform = crate::schema::status_conditions)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// When the status last changed.
@@ -287,4 +287,16 @@ pub struct RemediationReference {
     /// UID of the object, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+}
+
+impl NodeHealthCheckSpec {
+    /// Vigil's own feature fields, for the validator both kinds share.
+    pub fn features(&self) -> FeatureSpec<'_> {
+        FeatureSpec {
+            dry_run: self.dry_run,
+            backoff: self.backoff.as_ref(),
+            failure_domains: self.failure_domains.as_ref(),
+            max_in_flight: self.max_in_flight.as_ref(),
+        }
+    }
 }

@@ -2,15 +2,15 @@
 //! policy; only policies reach the engine, so an invalid spec can never cause remediation.
 //! `vigil validate`, the simulator and the controller all call these functions.
 
+use crate::admission::*;
 use crate::duration::{format_go_duration, parse_go_duration};
-use crate::failure_domains::{FailureDomains, MACHINE_FAILURE_DOMAIN_KEY};
-use crate::machine_health_check::{
-    MachineHealthCheck, MachineHealthCheckSpec, RemediationBackoff, TemplateReference, UnhealthyCondition,
-};
+use crate::failure_domains::FailureDomains;
+use crate::machine_health_check::{MachineHealthCheck, MachineHealthCheckSpec, UnhealthyCondition};
 use crate::node_health_check::{EscalatingRemediation, NodeHealthCheck, NodeHealthCheckSpec, NodeUnhealthyCondition};
 use crate::selector::{Selector, check_label_key};
+use crate::shared::{FeatureSpec, RemediationBackoff, TemplateReference};
 use crate::threshold::{IntOrPercent, UnhealthyRange};
-use crate::well_known::CLUSTER_NAME_LABEL;
+use crate::well_known::{CLUSTER_NAME_LABEL, MACHINE_FAILURE_DOMAIN_KEY};
 use jiff::SignedDuration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -276,9 +276,6 @@ pub struct BackoffPolicy {
     pub pool_label: Option<String>,
 }
 
-/// Largest `backoff.maxRemediations`: the history keeps that many records per pool.
-pub const MAX_BACKOFF_REMEDIATIONS: i32 = 100;
-
 /// The threshold of a NodeHealthCheck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NhcThreshold {
@@ -324,7 +321,7 @@ impl NhcApi {
     pub fn api_version(self) -> &'static str {
         match self {
             NhcApi::Vigil => crate::API_VERSION,
-            NhcApi::Medik8s => crate::manifest::MEDIK8S_NHC_API_VERSION,
+            NhcApi::Medik8s => crate::well_known::MEDIK8S_NHC_API_VERSION,
         }
     }
 }
@@ -363,11 +360,6 @@ pub struct NhcPolicy {
     /// does not leave Nodes under maintenance alone (`plannedMaintenance.enabled: false`).
     pub maintenance_grace: Option<SignedDuration>,
 }
-
-/// How long a Node is still left alone after its maintenance ends, unless the check says.
-pub const DEFAULT_MAINTENANCE_GRACE: SignedDuration = SignedDuration::from_mins(10);
-/// The longest `plannedMaintenance.grace`: a longer one would hide a Node that did not come back.
-pub const MAX_MAINTENANCE_GRACE: SignedDuration = SignedDuration::from_hours(24);
 
 impl NhcPolicy {
     /// Whether some rule names its own remediation (remediation per condition is on).
@@ -415,50 +407,6 @@ impl Ladder<'_> {
         describe_remediation(&self.field, self.steps)
     }
 }
-
-/// Machine conditions an `unhealthyMachineConditions` rule may not name (Cluster API's CRD rule):
-/// summaries of the Machine, or conditions the health check itself writes, whose use would feed
-/// a check's verdict back into itself.
-pub const RESERVED_MACHINE_CONDITIONS: [&str; 5] =
-    ["Ready", "Available", "HealthCheckSucceeded", "OwnerRemediated", "ExternallyRemediated"];
-
-/// Template kind of medik8s' MachineDeletionRemediation, which upstream forbids with `maxUnhealthy`.
-pub const MACHINE_DELETION_REMEDIATION_TEMPLATE: &str = "MachineDeletionRemediationTemplate";
-
-/// Smallest non-zero `nodeStartupTimeout` upstream accepts.
-pub const MIN_NODE_STARTUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
-/// Default `nodeStartupTimeout`.
-pub const DEFAULT_NODE_STARTUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(600);
-/// Smallest escalation step timeout medik8s accepts.
-pub const MIN_ESCALATION_TIMEOUT: SignedDuration = SignedDuration::from_secs(60);
-/// Smallest `maxConditionAge`: reporters heartbeat at intervals (a detector every few minutes,
-/// the kubelet rewrites unchanged conditions every 5m), so a shorter age would call live
-/// reporters stale between two heartbeats.
-pub const MIN_MAX_CONDITION_AGE: SignedDuration = SignedDuration::from_secs(60);
-/// Why `maxConditionAge` may not guard a `Ready` rule.
-pub const MAX_CONDITION_AGE_ON_READY: &str = "must not be set on a Ready rule: the node lifecycle controller already turns a Ready whose kubelet stopped reporting into Unknown; a stale Ready is exactly the dead-kubelet signal";
-/// Why `maxConditionAge` may not be set on a Machine condition rule.
-pub const MAX_CONDITION_AGE_ON_MACHINE: &str =
-    "must not be set on a Machine condition rule: Machine conditions carry no heartbeat";
-/// Why an empty `reasons` list is refused.
-pub const EMPTY_REASONS: &str =
-    "must not be empty: leave reasons out to match the condition whatever its reason, or list at least one";
-/// Most entries a rule's `reasons` may list (the CRD's `maxItems`); a detector has a handful
-/// per condition.
-pub const REASONS_MAX_ITEMS: usize = 32;
-/// Longest reason a rule's `reasons` may list (the CRD's `maxLength`), in characters (condition
-/// reasons are CamelCase words).
-pub const REASON_MAX_LENGTH: usize = 256;
-/// Why a `reasons` entry that repeats an earlier one is refused.
-pub const DUPLICATE_REASON: &str = "must be unique: the same reason is listed twice";
-/// Why a rule may not set both its own `remediationTemplate` and `escalatingRemediations`.
-pub const RULE_REMEDIATION_BOTH: &str =
-    "only one of remediationTemplate and escalatingRemediations may be set on a rule (neither: the check's own)";
-/// Why a `maxInFlight` of `0` or `0%` is refused.
-pub const MAX_IN_FLIGHT_ZERO: &str = "must be at least 1 (or 1%): 0 would never remediate anything; to stop remediation use maxUnhealthy or pause the check";
-/// Why a `maxConditionAge` below [`MIN_MAX_CONDITION_AGE`] is refused.
-pub const MAX_CONDITION_AGE_TOO_SHORT: &str =
-    "must be at least 1m: reporters heartbeat at intervals, so a shorter age calls a live reporter stale";
 
 #[derive(Default)]
 struct Collector {
@@ -724,7 +672,7 @@ fn backoff(c: &mut Collector, b: Option<&RemediationBackoff>, kind: Kind) -> Opt
     }
     match (kind, b.pool_label.as_deref()) {
         (Kind::Node, None) => {
-            c.push("spec.backoff.poolLabel", "", crate::crd::NHC_POOL_LABEL_MESSAGE);
+            c.push("spec.backoff.poolLabel", "", crate::admission::NHC_POOL_LABEL_MESSAGE);
             ok = false;
         }
         (Kind::Node, Some(key)) => {
@@ -734,7 +682,7 @@ fn backoff(c: &mut Collector, b: Option<&RemediationBackoff>, kind: Kind) -> Opt
             }
         }
         (Kind::Machine, Some(key)) => {
-            c.push("spec.backoff.poolLabel", key, crate::crd::MHC_POOL_LABEL_MESSAGE);
+            c.push("spec.backoff.poolLabel", key, crate::admission::MHC_POOL_LABEL_MESSAGE);
             ok = false;
         }
         (Kind::Machine, None) => {}
@@ -845,17 +793,9 @@ struct Features {
     max_in_flight: Option<IntOrPercent>,
 }
 
-/// The spec fields of Vigil's own features, as either kind writes them.
-struct FeatureFields<'a> {
-    dry_run: bool,
-    backoff: Option<&'a RemediationBackoff>,
-    failure_domains: Option<&'a FailureDomains>,
-    max_in_flight: Option<&'a IntOrString>,
-}
-
 /// `dryRun`, `backoff`, `failureDomains` and `maxInFlight`: one rule set for both kinds, so the
 /// two cannot drift apart. `None` when any of them is refused.
-fn features(c: &mut Collector, kind: Kind, fields: FeatureFields<'_>) -> Option<Features> {
+fn features(c: &mut Collector, kind: Kind, fields: FeatureSpec<'_>) -> Option<Features> {
     let backoff = backoff(c, fields.backoff, kind);
     let failure_domains = match fields.failure_domains {
         None => Some(None),
@@ -1075,16 +1015,7 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         None => Some(None),
         Some(t) => c.template("spec.remediationTemplate", t, Some(namespace)).map(Some),
     };
-    let features = features(
-        &mut c,
-        Kind::Machine,
-        FeatureFields {
-            dry_run: spec.dry_run,
-            backoff: spec.backoff.as_ref(),
-            failure_domains: spec.failure_domains.as_ref(),
-            max_in_flight: spec.max_in_flight.as_ref(),
-        },
-    );
+    let features = features(&mut c, Kind::Machine, spec.features());
 
     let policy = (|| {
         let Features { dry_run, backoff, failure_domains, max_in_flight } = features?;
@@ -1317,16 +1248,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     pause_requests(&mut c, &spec.pause_requests);
     let (healthy_delay, storm_cooldown) = recovery_delays(&mut c, spec);
     let maintenance_grace = maintenance_grace(&mut c, spec);
-    let features = features(
-        &mut c,
-        Kind::Node,
-        FeatureFields {
-            dry_run: spec.dry_run,
-            backoff: spec.backoff.as_ref(),
-            failure_domains: spec.failure_domains.as_ref(),
-            max_in_flight: spec.max_in_flight.as_ref(),
-        },
-    );
+    let features = features(&mut c, Kind::Node, spec.features());
 
     let policy = (|| {
         let Features { dry_run, backoff, failure_domains, max_in_flight } = features?;

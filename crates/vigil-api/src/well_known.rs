@@ -74,3 +74,13 @@ pub const DESIRED_MACHINE_CONFIG_ANNOTATION: &str = "machineconfiguration.opensh
 pub const CLUSTER_VERSION_PROGRESSING: &str = "Progressing";
 /// NodeHealthCheck condition: new remediations wait for the whole cluster (an upgrade).
 pub const REMEDIATION_POSTPONED: &str = "RemediationPostponed";
+/// The key that names a Machine's own `spec.failureDomain` (MachineHealthCheck only) instead of
+/// a label of its Node.
+pub const MACHINE_FAILURE_DOMAIN_KEY: &str = "spec.failureDomain";
+/// `apiVersion` of Cluster API's MachineHealthCheck, read as Vigil's own.
+pub const CAPI_MHC_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
+/// `apiVersion` of Cluster API's current MachineHealthCheck (`spec.checks`, `spec.remediation`),
+/// read by moving its fields to Vigil's names ([`crate::manifest::v1beta2_as_vigil`]).
+pub const CAPI_MHC_V1BETA2_API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
+/// `apiVersion` of medik8s' NodeHealthCheck, read as Vigil's own.
+pub const MEDIK8S_NHC_API_VERSION: &str = "remediation.medik8s.io/v1alpha1";

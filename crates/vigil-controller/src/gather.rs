@@ -621,10 +621,10 @@ mod tests {
     #[test]
     fn a_status_field_that_goes_away_is_sent_as_null() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-        use vigil_api::machine_health_check::WouldRemediate;
+        use vigil_api::shared::WouldRemediate;
         let before = NodeHealthCheckStatus {
             observed_nodes: 3,
-            features: vigil_api::machine_health_check::FeatureStatus {
+            features: vigil_api::shared::FeatureStatus {
                 would_remediate: vec![WouldRemediate {
                     name: "w1".into(),
                     action: "create SelfNodeRemediation".into(),

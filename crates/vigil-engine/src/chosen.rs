@@ -18,8 +18,8 @@
 use crate::plan::{Notice, NoticeKind};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use vigil_api::machine_health_check::ChosenRemediation;
 use vigil_api::reason::Reason;
+use vigil_api::shared::ChosenRemediation;
 use vigil_api::validate::ConditionRule;
 
 pub use vigil_api::well_known::RULE_ANNOTATION;

@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
-use vigil_api::machine_health_check::WouldRemediate;
 use vigil_api::reason::Reason;
+use vigil_api::shared::WouldRemediate;
 use vigil_api::well_known::OWNER_REMEDIATED;
 use vigil_api::{MachineHealthCheckStatus, NodeHealthCheckStatus};
 

@@ -1,15 +1,13 @@
 //! The status block of Vigil's own features (dry-run, back-off, failure domains, the stale-signal
 //! guard, pacing, remediation per condition), built once for both kinds: each decision hands over what the features found
 //! and gets
-//! the block its status carries (`vigil_api::machine_health_check::FeatureStatus`, flattened into
+//! the block its status carries (`vigil_api::shared::FeatureStatus`, flattened into
 //! both statuses). Dry-run's list is filled afterwards by [`crate::dry_run`], which needs the
 //! finished plan.
 
 use crate::stale::Stale;
 use vigil_api::failure_domains::FailureDomainStatus;
-use vigil_api::machine_health_check::{
-    BackedOffPool, ChosenRemediation, FeatureStatus, QueuedTarget, RemediationRecord,
-};
+use vigil_api::shared::{BackedOffPool, ChosenRemediation, FeatureStatus, QueuedTarget, RemediationRecord};
 
 /// What the features found in one decision.
 pub(crate) struct Found<'a> {

@@ -18,8 +18,8 @@ use crate::plan::{Notice, NoticeKind};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use vigil_api::conditions::{DesiredCondition, get_condition};
-use vigil_api::machine_health_check::QueuedTarget;
 use vigil_api::reason::Reason;
+use vigil_api::shared::QueuedTarget;
 use vigil_api::threshold::{IntOrPercent, Rounding};
 
 /// Type of the check condition that says who waits for a remediation slot.

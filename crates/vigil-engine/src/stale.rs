@@ -12,8 +12,8 @@ use crate::plan::{Notice, NoticeKind};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::duration::format_go_duration;
-use vigil_api::machine_health_check::StaleTarget;
 use vigil_api::reason::Reason;
+use vigil_api::shared::StaleTarget;
 use vigil_api::validate::ConditionRule;
 use vigil_api::views::NodeConditionView;
 

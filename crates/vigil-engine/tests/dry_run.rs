@@ -15,7 +15,7 @@ use vigil_engine::node::{self, NhcInput};
 use vigil_engine::plan::{NoticeKind, Plan};
 
 /// `(name, action, since)` of a status list.
-fn listed(list: &[vigil_api::machine_health_check::WouldRemediate]) -> Vec<(String, String, Timestamp)> {
+fn listed(list: &[vigil_api::shared::WouldRemediate]) -> Vec<(String, String, Timestamp)> {
     list.iter().map(|w| (w.name.clone(), w.action.clone(), w.since.0)).collect()
 }
 

@@ -11,9 +11,8 @@
 use crate::documents::each_health_check;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use vigil_api::manifest::{
-    self, CAPI_MHC_API_VERSION, CAPI_MHC_V1BETA2_API_VERSION, HealthCheck, MEDIK8S_NHC_API_VERSION,
-};
+use vigil_api::manifest::{self, HealthCheck};
+use vigil_api::well_known::{CAPI_MHC_API_VERSION, CAPI_MHC_V1BETA2_API_VERSION, MEDIK8S_NHC_API_VERSION};
 
 /// Converts every health check of every file; returns whether all of them converted.
 pub fn run(paths: &[PathBuf], out: &mut impl Write, problems: &mut impl Write) -> anyhow::Result<bool> {

@@ -18,8 +18,9 @@ use vigil_api::MachineHealthCheck;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self, DesiredCondition, ObservedCondition, get_condition, set_condition};
 use vigil_api::failure_domains::FailureDomainStatus;
-use vigil_api::machine_health_check::{BackedOffPool, MachineHealthCheckStatus, QueuedTarget, RemediationRecord};
+use vigil_api::machine_health_check::MachineHealthCheckStatus;
 use vigil_api::reason::Reason;
+use vigil_api::shared::{BackedOffPool, QueuedTarget, RemediationRecord};
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::MachineView;
 use vigil_api::views::NodeView;
@@ -55,7 +56,7 @@ impl<'a> Builder<'a> {
             .map(|p| MachineHealthCheckStatus {
                 targets: Vec::new(),
                 conditions: p.conditions.clone(),
-                features: vigil_api::machine_health_check::FeatureStatus {
+                features: vigil_api::shared::FeatureStatus {
                     remediation_history: p.features.remediation_history.clone(),
                     backed_off_pools: p.features.backed_off_pools.clone(),
                     ..Default::default()

@@ -21,9 +21,9 @@ use serde_json::{Map, Value, json};
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::{self};
 use vigil_api::duration::format_go_duration;
-use vigil_api::machine_health_check::ChosenRemediation;
 use vigil_api::node_health_check::{NodeRemediation, NodeWait, RemediationReference, UnhealthyNode};
 use vigil_api::reason::Reason;
+use vigil_api::shared::ChosenRemediation;
 use vigil_api::validate::{ConditionRule, HealthyDelay, Ladder, NhcPolicy, RemediationStep};
 use vigil_api::views::NodeView;
 use vigil_api::views::RemediationView;
@@ -80,7 +80,7 @@ pub(super) struct Pass<'a> {
     /// The back-off history of this decision (`spec.backoff`).
     pub(super) ledger: Ledger<'a>,
     /// The previous `status.wouldRemediate`: in dry-run, a Node listed there was already counted.
-    pub(super) would_before: &'a [vigil_api::machine_health_check::WouldRemediate],
+    pub(super) would_before: &'a [vigil_api::shared::WouldRemediate],
     /// Failure-domain budgets (a Node of a paused domain is not started) and their label.
     pub(super) domains: Option<(&'a Budgets, &'a str)>,
     /// With remediation per condition: the previous and the new `status.chosenRemediations`.

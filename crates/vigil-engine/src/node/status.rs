@@ -13,9 +13,9 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use vigil_api::NodeHealthCheck;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition, get_condition, set_condition};
-use vigil_api::machine_health_check::{BackedOffPool, ChosenRemediation, RemediationRecord};
 use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
 use vigil_api::reason::Reason;
+use vigil_api::shared::{BackedOffPool, ChosenRemediation, RemediationRecord};
 use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED, REMEDIATION_POSTPONED};
 
 /// What the phases found, for the status.

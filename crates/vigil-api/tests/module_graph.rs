@@ -1,0 +1,49 @@
+//! The API crate reads in one order: words and bounds at the bottom (`well_known`, `admission`,
+//! `duration`, `threshold`, `selector`), the schema rules above them, the resource types above
+//! those, then the validator and the manifest reader, and the CRD generation on top. This test
+//! fails on any import cycle between its modules, naming it, and on a function longer than a
+//! screen.
+
+use std::path::Path;
+
+fn src() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn the_api_modules_import_downwards_only() {
+    let graph = vigil_module_graph::graph(&src()).expect("read src/");
+    assert!(graph.len() > 10, "found the API's modules: {:?}", graph.keys().collect::<Vec<_>>());
+    let cycles = vigil_module_graph::all_cycles(&graph);
+    let shown: Vec<String> = cycles.iter().map(|c| c.join(" -> ")).collect();
+    assert!(cycles.is_empty(), "import cycles between API modules:\n{}", shown.join("\n"));
+}
+
+#[test]
+fn the_bottom_imports_nothing_above_it() {
+    let graph = vigil_module_graph::graph(&src()).expect("read src/");
+    for bottom in ["well_known", "admission", "duration", "intern"] {
+        let reached: Vec<&String> = graph.get(bottom).into_iter().flatten().collect();
+        assert!(reached.is_empty(), "{bottom} imports {reached:?}: the vocabulary must stand on its own");
+    }
+    for types in ["machine_health_check", "node_health_check", "shared"] {
+        let up: Vec<&String> = graph
+            .get(types)
+            .into_iter()
+            .flatten()
+            .filter(|m| ["validate", "manifest", "crd"].contains(&m.as_str()))
+            .collect();
+        assert!(up.is_empty(), "{types} imports {up:?}: the types sit below the validator and the CRDs");
+    }
+}
+
+#[test]
+fn no_function_is_longer_than_a_screen() {
+    let long: Vec<String> = vigil_module_graph::functions(&src())
+        .expect("read src/")
+        .into_iter()
+        .filter(|f| f.lines > 80)
+        .map(|f| format!("{} lines: {}", f.lines, f.place))
+        .collect();
+    assert!(long.is_empty(), "functions over 80 lines (split them into named phases):\n{}", long.join("\n"));
+}

@@ -1,0 +1,312 @@
+//! The shape of a crate's source, read from `src/` as text: which module imports which, and how
+//! long each function is. Tests of the engine, the API types and the controller use it to keep
+//! each crate in one reading order (modules import downwards only) and its functions short.
+//!
+//! References are `crate::a::b` paths, `super::` paths and a folder module's `child::` paths in
+//! code (comments and doc links are not imports). Functions are counted from their `fn` line to
+//! their closing brace; code under `#[cfg(test)]` is not counted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Module name → the modules it refers to; the crate root (`""`) is left out, since it declares
+/// every module and is nobody's dependency.
+pub type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// `src/a/b.rs` and `src/a/b/mod.rs` are module `a::b`; `src/lib.rs` and `src/main.rs` are the
+/// crate root, `""`.
+pub fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap_or(file);
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.trim_end_matches(".rs");
+    if !matches!(stem, "mod" | "lib" | "main") {
+        parts.push(stem.to_string());
+    }
+    parts.join("::")
+}
+
+/// Every `.rs` file under `dir`, in a stable order.
+pub fn rust_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    collect(dir, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The code of a file without line comments (doc comments included).
+pub fn code(text: &str) -> String {
+    text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+}
+
+/// The longest module in `modules` that `segments` starts with.
+fn resolve(modules: &BTreeSet<String>, segments: &[&str]) -> Option<String> {
+    (1..=segments.len()).rev().map(|n| segments[..n].join("::")).find(|m| modules.contains(m))
+}
+
+/// Every path after `prefix` in `code`, as its segments; a `{a, b}` group gives one per item.
+fn paths_after<'c>(code: &'c str, prefix: &str) -> Vec<Vec<&'c str>> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find(prefix) {
+        let before = rest[..i].chars().next_back();
+        let tail = &rest[i + prefix.len()..];
+        rest = tail;
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(group) = tail.strip_prefix('{') {
+            let group = group.split('}').next().unwrap_or("");
+            for item in group.split(',') {
+                let segs: Vec<&str> = item.trim().split("::").map(str::trim).filter(|s| !s.is_empty()).collect();
+                if !segs.is_empty() {
+                    out.push(segs);
+                }
+            }
+            continue;
+        }
+        let segments: Vec<&str> = tail
+            .split("::")
+            .map(|s| s.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or(""))
+            .take_while(|s| !s.is_empty())
+            .collect();
+        if !segments.is_empty() {
+            out.push(segments);
+        }
+    }
+    out
+}
+
+/// The import graph of the crate whose sources are under `src`.
+pub fn graph(src: &Path) -> io::Result<Graph> {
+    let files = rust_files(src)?;
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(src, f)).collect();
+    let mut edges = Graph::new();
+    for file in &files {
+        let me = module_of(src, file);
+        let text = code(&std::fs::read_to_string(file)?);
+        let targets = references(&modules, &me, &text);
+        edges.entry(me).or_default().extend(targets);
+    }
+    edges.remove("");
+    for targets in edges.values_mut() {
+        targets.remove("");
+    }
+    Ok(edges)
+}
+
+/// The modules that module `me`, whose code is `text`, refers to.
+fn references(modules: &BTreeSet<String>, me: &str, text: &str) -> BTreeSet<String> {
+    let parent: Vec<&str> = if me.is_empty() { Vec::new() } else { me.split("::").collect() };
+    let up = &parent[..parent.len().saturating_sub(1)];
+    let mut targets = BTreeSet::new();
+    for segs in paths_after(text, "crate::") {
+        targets.extend(resolve(modules, &segs));
+    }
+    for segs in paths_after(text, "super::") {
+        let mut base: Vec<&str> = up.to_vec();
+        base.extend(segs);
+        targets.insert(resolve(modules, &base).unwrap_or_else(|| up.join("::")));
+    }
+    // A module's own children, named relatively (`judge::Verdict`, `use judge::…`).
+    let children =
+        modules.iter().filter(|m| m.rsplit_once("::").map_or(me.is_empty() && !m.is_empty(), |(p, _)| p == me));
+    for child in children {
+        let name = child.rsplit("::").next().unwrap_or(child);
+        if !paths_after(text, &format!("{name}::")).is_empty() {
+            targets.insert(child.clone());
+        }
+    }
+    targets.remove(me);
+    targets
+}
+
+/// A cycle in `edges`, as the modules along it (first = last), if there is one.
+pub fn find_cycle(edges: &Graph) -> Option<Vec<String>> {
+    let mut done = BTreeSet::new();
+    for node in edges.keys() {
+        let mut stack = Vec::new();
+        if let Some(cycle) = visit(node, edges, &mut done, &mut stack) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+fn visit(node: &str, edges: &Graph, done: &mut BTreeSet<String>, stack: &mut Vec<String>) -> Option<Vec<String>> {
+    if done.contains(node) {
+        return None;
+    }
+    if let Some(from) = stack.iter().position(|n| n == node) {
+        let mut cycle = stack[from..].to_vec();
+        cycle.push(node.to_string());
+        return Some(cycle);
+    }
+    stack.push(node.to_string());
+    for next in edges.get(node).into_iter().flatten() {
+        if let Some(cycle) = visit(next, edges, done, stack) {
+            return Some(cycle);
+        }
+    }
+    stack.pop();
+    done.insert(node.to_string());
+    None
+}
+
+/// Every cycle `find_cycle` can find after breaking each found one at its last edge: a list a
+/// failing test can print whole, rather than one cycle per run.
+pub fn all_cycles(edges: &Graph) -> Vec<Vec<String>> {
+    let mut edges = edges.clone();
+    let mut out = Vec::new();
+    while let Some(cycle) = find_cycle(&edges) {
+        let (from, to) = (&cycle[cycle.len() - 2], &cycle[cycle.len() - 1]);
+        if let Some(targets) = edges.get_mut(from) {
+            targets.remove(to);
+        }
+        out.push(cycle);
+    }
+    out
+}
+
+/// One function and its length in lines, `fn` line to closing brace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    /// `path/to/file.rs:line name`, where a reader finds it.
+    pub place: String,
+    /// Lines from the `fn` line to the closing brace, both included.
+    pub lines: usize,
+}
+
+/// Every function with a body under `src`, outside `#[cfg(test)]` items, longest first.
+pub fn functions(src: &Path) -> io::Result<Vec<Function>> {
+    let mut out = Vec::new();
+    for file in rust_files(src)? {
+        let text = code(&std::fs::read_to_string(&file)?);
+        let shown = file.strip_prefix(src).unwrap_or(&file).display().to_string();
+        out.extend(
+            functions_in(&text)
+                .into_iter()
+                .map(|(line, name, lines)| Function { place: format!("{shown}:{line} {name}"), lines }),
+        );
+    }
+    out.sort_by(|a, b| b.lines.cmp(&a.lines).then_with(|| a.place.cmp(&b.place)));
+    Ok(out)
+}
+
+/// `(first line, name, length)` of every function with a body in `code`, skipping items under
+/// `#[cfg(test)]`. Braces in string and char literals are not told apart from code: the
+/// sources this reads keep such literals balanced or rare enough not to matter for lengths.
+fn functions_in(code: &str) -> Vec<(usize, String, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let trimmed = lines[i].trim_start();
+        if trimmed.starts_with("#[cfg(test)]") {
+            i = end_of_item(&lines, i + 1) + 1;
+            continue;
+        }
+        if let Some(name) = fn_name(trimmed) {
+            let end = end_of_item(&lines, i);
+            if has_body(&lines[i..=end.min(lines.len() - 1)]) {
+                out.push((i + 1, name, end + 1 - i));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The name of the function a line declares, if it does.
+fn fn_name(line: &str) -> Option<String> {
+    let at = line.find("fn ")?;
+    let head = &line[..at];
+    let words_ok = head.split_whitespace().all(|w| {
+        matches!(w, "pub" | "async" | "const" | "unsafe" | "extern" | "default")
+            || w.starts_with("pub(")
+            || w.starts_with('"')
+    });
+    if !words_ok {
+        return None;
+    }
+    let name: String = line[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The line where the item starting at `start` ends: its braces balance again, or a `;` ends a
+/// declaration without a body.
+fn end_of_item(lines: &[&str], start: usize) -> usize {
+    let mut depth = 0i64;
+    let mut opened = false;
+    for (n, line) in lines.iter().enumerate().skip(start) {
+        for c in line.chars() {
+            match c {
+                '{' => {
+                    depth += 1;
+                    opened = true;
+                }
+                '}' => depth -= 1,
+                ';' if !opened && depth == 0 => return n,
+                _ => {}
+            }
+        }
+        if opened && depth <= 0 {
+            return n;
+        }
+    }
+    lines.len().saturating_sub(1)
+}
+
+fn has_body(lines: &[&str]) -> bool {
+    lines.iter().any(|l| l.contains('{'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cycle_is_found_and_named() {
+        let mut edges = Graph::new();
+        edges.entry("holders".into()).or_default().insert("peers".into());
+        edges.entry("peers".into()).or_default().insert("machine".into());
+        edges.entry("machine".into()).or_default().insert("holders".into());
+        edges.entry("plan".into()).or_default();
+        let cycle = find_cycle(&edges).expect("a cycle");
+        assert_eq!(cycle.first(), cycle.last());
+        assert_eq!(cycle.len(), 4, "{cycle:?}");
+        assert_eq!(all_cycles(&edges).len(), 1);
+        edges.get_mut("machine").expect("machine").clear();
+        assert_eq!(find_cycle(&edges), None);
+    }
+
+    #[test]
+    fn references_follow_crate_super_and_children() {
+        let modules: BTreeSet<String> = ["a", "a::b", "a::c", "d"].into_iter().map(String::from).collect();
+        let text = code("use super::c::X; // crate::d is a comment\nfn f() { crate::d::g(); }");
+        let r = references(&modules, "a::b", &text);
+        assert_eq!(r, ["a::c", "d"].into_iter().map(String::from).collect());
+        let r = references(&modules, "a", "use b::Y; use crate::{d, a::c};");
+        assert_eq!(r, ["a::b", "a::c", "d"].into_iter().map(String::from).collect());
+    }
+
+    #[test]
+    fn function_lengths_skip_tests_and_declarations() {
+        let text = "pub fn one() {\n    x();\n}\n\nfn decl();\n\n#[cfg(test)]\nmod tests {\n    fn long() {\n\n\n\n    }\n}\nasync fn two(a: u8)\n    -> u8 {\n    a\n}\n";
+        let found = functions_in(text);
+        assert_eq!(found, vec![(1, "one".to_string(), 3), (15, "two".to_string(), 4)]);
+    }
+}
