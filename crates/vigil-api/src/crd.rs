@@ -50,8 +50,8 @@ mod tests {
     use super::*;
     use crate::duration::{DurationError, parse_go_duration};
     use crate::schema::{GO_DURATION_PATTERN, UNHEALTHY_RANGE_PATTERN, is_duration};
-    use serde_json::{Value, json};
     use crate::threshold::{RangeError, UnhealthyRange};
+    use serde_json::{Value, json};
 
     /// The `openAPIV3Schema` of each CRD, as JSON: `[MachineHealthCheck, NodeHealthCheck]`.
     fn schemas() -> Vec<Value> {

@@ -121,43 +121,6 @@ fn is_code(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
-/// The Event reason for a notice: Cluster API's and medik8s' where they have one.
-pub fn event_reason(key: &CheckRef, kind: NoticeKind) -> &'static str {
-    let machine = matches!(key, CheckRef::Machine { .. });
-    match kind {
-        NoticeKind::Unhealthy if machine => "MachineMarkedUnhealthy",
-        NoticeKind::Unhealthy => "DetectedUnhealthy",
-        NoticeKind::RemediationRequested => "RemediationRequested",
-        NoticeKind::RemediationCreated => "RemediationCreated",
-        NoticeKind::RemediationDeleted => "RemediationRemoved",
-        NoticeKind::RemediationTimedOut => "RemediationTimedOut",
-        NoticeKind::NoTemplateLeft => "NoTemplateLeft",
-        NoticeKind::RemediationSkipped => "RemediationSkipped",
-        NoticeKind::RemediationBlocked => "RemediationRestricted",
-        NoticeKind::RemediationAllowed => "RemediationAllowed",
-        NoticeKind::Healthy if machine => "MachineHealthy",
-        NoticeKind::Healthy => "NodeHealthy",
-        NoticeKind::Paused => "Paused",
-        NoticeKind::Resumed => "Resumed",
-        NoticeKind::NoDecision => "NoDecision",
-        NoticeKind::WouldRemediate => "WouldRemediate",
-        NoticeKind::StaleCondition => "StaleCondition",
-        NoticeKind::MachinesSelectedByAnotherCheck => "MachinesSelectedByAnotherCheck",
-        NoticeKind::RemediationFailed => "RemediationFailed",
-        NoticeKind::OtherCheckWaiting => "OtherCheckWaiting",
-        NoticeKind::RemediationBackoff => "RemediationBackoff",
-        NoticeKind::RemediationBackoffEnded => "RemediationBackoffEnded",
-        NoticeKind::FailureDomainShortCircuit => "FailureDomainShortCircuit",
-        NoticeKind::FailureDomainResumed => "FailureDomainResumed",
-        NoticeKind::RemediationChosen => "RemediationChosen",
-        NoticeKind::RemediationQueued => "RemediationQueued",
-        NoticeKind::RemediationDequeued => "RemediationDequeued",
-        // medik8s tells an upgrade's postponement as a skipped remediation.
-        NoticeKind::RemediationPostponed => "RemediationSkipped",
-        NoticeKind::RemediationResumed => "RemediationResumed",
-    }
-}
-
 fn check_reference(key: &CheckRef, uid: Option<&str>) -> ObjectReference {
     let (namespace, name, kind) = match key {
         CheckRef::Machine { namespace: ns, name: n } => (Some(ns.clone()), n.clone(), "MachineHealthCheck"),
@@ -462,7 +425,7 @@ impl Context {
         };
         let event = Event {
             type_: if notice.kind.is_warning() { EventType::Warning } else { EventType::Normal },
-            reason: event_reason(key, notice.kind).into(),
+            reason: notice.kind.event_reason(key).into(),
             note: Some(note.chars().take(1000).collect()),
             action: format!("{:?}", notice.kind),
             secondary: related(key, notice.target.as_deref()),

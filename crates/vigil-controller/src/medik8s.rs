@@ -836,7 +836,7 @@ pub fn event(notice: &Notice, storm: bool) -> (EventType, &'static str) {
     let key = CheckRef::Node { name: String::new() };
     let own = || {
         let kind = if notice.kind.is_warning() { Warning } else { Normal };
-        (kind, crate::apply::event_reason(&key, notice.kind))
+        (kind, notice.kind.event_reason(&key))
     };
     match notice.kind {
         NoticeKind::Unhealthy => (Normal, "DetectedUnhealthy"),

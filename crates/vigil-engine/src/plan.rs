@@ -230,6 +230,77 @@ pub enum NoticeKind {
 }
 
 impl NoticeKind {
+    /// Every kind, for tests that must cover them all (a new kind fails to compile in
+    /// [`NoticeKind::event_reason`] until it has a reason, and in this module's test of the list).
+    pub const ALL: [NoticeKind; 27] = [
+        NoticeKind::Unhealthy,
+        NoticeKind::RemediationRequested,
+        NoticeKind::RemediationCreated,
+        NoticeKind::RemediationDeleted,
+        NoticeKind::RemediationFailed,
+        NoticeKind::OtherCheckWaiting,
+        NoticeKind::RemediationTimedOut,
+        NoticeKind::NoTemplateLeft,
+        NoticeKind::RemediationSkipped,
+        NoticeKind::RemediationBlocked,
+        NoticeKind::RemediationAllowed,
+        NoticeKind::Healthy,
+        NoticeKind::Paused,
+        NoticeKind::Resumed,
+        NoticeKind::NoDecision,
+        NoticeKind::WouldRemediate,
+        NoticeKind::StaleCondition,
+        NoticeKind::MachinesSelectedByAnotherCheck,
+        NoticeKind::RemediationBackoff,
+        NoticeKind::RemediationBackoffEnded,
+        NoticeKind::FailureDomainShortCircuit,
+        NoticeKind::FailureDomainResumed,
+        NoticeKind::RemediationChosen,
+        NoticeKind::RemediationQueued,
+        NoticeKind::RemediationDequeued,
+        NoticeKind::RemediationPostponed,
+        NoticeKind::RemediationResumed,
+    ];
+
+    /// The reason an operator reads, in the controller's Events and in the simulator's output
+    /// alike: Cluster API's and medik8s' own reasons where they have one, so alerts and
+    /// dashboards written for upstream keep working.
+    pub fn event_reason(self, check: &CheckRef) -> &'static str {
+        let machine = matches!(check, CheckRef::Machine { .. });
+        match self {
+            NoticeKind::Unhealthy if machine => "MachineMarkedUnhealthy",
+            NoticeKind::Unhealthy => "DetectedUnhealthy",
+            NoticeKind::RemediationRequested => "RemediationRequested",
+            NoticeKind::RemediationCreated => "RemediationCreated",
+            NoticeKind::RemediationDeleted => "RemediationRemoved",
+            NoticeKind::RemediationTimedOut => "RemediationTimedOut",
+            NoticeKind::NoTemplateLeft => "NoTemplateLeft",
+            NoticeKind::RemediationSkipped => "RemediationSkipped",
+            NoticeKind::RemediationBlocked => "RemediationRestricted",
+            NoticeKind::RemediationAllowed => "RemediationAllowed",
+            NoticeKind::Healthy if machine => "MachineHealthy",
+            NoticeKind::Healthy => "NodeHealthy",
+            NoticeKind::Paused => "Paused",
+            NoticeKind::Resumed => "Resumed",
+            NoticeKind::NoDecision => "NoDecision",
+            NoticeKind::WouldRemediate => "WouldRemediate",
+            NoticeKind::StaleCondition => "StaleCondition",
+            NoticeKind::MachinesSelectedByAnotherCheck => "MachinesSelectedByAnotherCheck",
+            NoticeKind::RemediationFailed => "RemediationFailed",
+            NoticeKind::OtherCheckWaiting => "OtherCheckWaiting",
+            NoticeKind::RemediationBackoff => "RemediationBackoff",
+            NoticeKind::RemediationBackoffEnded => "RemediationBackoffEnded",
+            NoticeKind::FailureDomainShortCircuit => "FailureDomainShortCircuit",
+            NoticeKind::FailureDomainResumed => "FailureDomainResumed",
+            NoticeKind::RemediationChosen => "RemediationChosen",
+            NoticeKind::RemediationQueued => "RemediationQueued",
+            NoticeKind::RemediationDequeued => "RemediationDequeued",
+            // medik8s tells an upgrade's postponement as a skipped remediation.
+            NoticeKind::RemediationPostponed => "RemediationSkipped",
+            NoticeKind::RemediationResumed => "RemediationResumed",
+        }
+    }
+
     /// Whether this calls for an operator's attention (a Warning event).
     pub fn is_warning(self) -> bool {
         matches!(
@@ -319,4 +390,60 @@ pub struct HeldElsewhere {
     pub reason: Reason,
     /// For a person: which target, held by whom, who waits.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exhaustive: a new kind does not compile here until it is named, and then fails until
+    /// it is in [`NoticeKind::ALL`].
+    fn in_all(kind: NoticeKind) -> bool {
+        match kind {
+            NoticeKind::Unhealthy
+            | NoticeKind::RemediationRequested
+            | NoticeKind::RemediationCreated
+            | NoticeKind::RemediationDeleted
+            | NoticeKind::RemediationFailed
+            | NoticeKind::OtherCheckWaiting
+            | NoticeKind::RemediationTimedOut
+            | NoticeKind::NoTemplateLeft
+            | NoticeKind::RemediationSkipped
+            | NoticeKind::RemediationBlocked
+            | NoticeKind::RemediationAllowed
+            | NoticeKind::Healthy
+            | NoticeKind::Paused
+            | NoticeKind::Resumed
+            | NoticeKind::NoDecision
+            | NoticeKind::WouldRemediate
+            | NoticeKind::StaleCondition
+            | NoticeKind::MachinesSelectedByAnotherCheck
+            | NoticeKind::RemediationBackoff
+            | NoticeKind::RemediationBackoffEnded
+            | NoticeKind::FailureDomainShortCircuit
+            | NoticeKind::FailureDomainResumed
+            | NoticeKind::RemediationChosen
+            | NoticeKind::RemediationQueued
+            | NoticeKind::RemediationDequeued
+            | NoticeKind::RemediationPostponed
+            | NoticeKind::RemediationResumed => NoticeKind::ALL.contains(&kind),
+        }
+    }
+
+    #[test]
+    fn every_kind_is_listed_once_and_has_a_reason_per_check_kind() {
+        let machine = CheckRef::Machine { namespace: "ns".into(), name: "m".into() };
+        let node = CheckRef::Node { name: "n".into() };
+        let mut seen = std::collections::BTreeSet::new();
+        for kind in NoticeKind::ALL {
+            assert!(in_all(kind) && seen.insert(kind), "{kind:?} listed twice");
+            for check in [&machine, &node] {
+                let reason = kind.event_reason(check);
+                assert!(!reason.is_empty() && reason.chars().all(char::is_alphanumeric), "{kind:?}: {reason:?}");
+            }
+        }
+        assert_eq!(NoticeKind::Unhealthy.event_reason(&machine), "MachineMarkedUnhealthy");
+        assert_eq!(NoticeKind::Unhealthy.event_reason(&node), "DetectedUnhealthy");
+        assert_eq!(NoticeKind::RemediationBlocked.event_reason(&node), "RemediationRestricted");
+    }
 }

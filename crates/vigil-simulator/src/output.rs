@@ -57,8 +57,9 @@ pub fn text(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Valu
 /// green for recoveries, none for the rest.
 fn colour_of(event: &str) -> Option<&'static str> {
     match event {
-        "Unhealthy"
-        | "RemediationBlocked"
+        "MachineMarkedUnhealthy"
+        | "DetectedUnhealthy"
+        | "RemediationRestricted"
         | "NoTemplateLeft"
         | "RemediationSkipped"
         | "RemediationTimedOut"
@@ -68,10 +69,14 @@ fn colour_of(event: &str) -> Option<&'static str> {
         | "FailureDomainShortCircuit"
         | "WriteFailed"
         | "StaleCondition" => Some("31"),
-        "RemediationRequested" | "RemediationCreated" | "RemediationDeleted" | "MachineReplaced" => Some("33"),
-        "Healthy" | "RemediationAllowed" | "NodeRecovered" | "NodeJoined" | "Resumed" | "FailureDomainResumed" => {
-            Some("32")
-        }
+        "RemediationRequested" | "RemediationCreated" | "RemediationRemoved" | "MachineReplaced" => Some("33"),
+        "MachineHealthy"
+        | "NodeHealthy"
+        | "RemediationAllowed"
+        | "NodeRecovered"
+        | "NodeJoined"
+        | "Resumed"
+        | "FailureDomainResumed" => Some("32"),
         _ => None,
     }
 }
@@ -93,10 +98,10 @@ fn summary(events: &[Event], final_statuses: &BTreeMap<String, Value>) -> String
         };
         out.push_str(&format!(
             "  {check}: {} unhealthy, {} remediations, {} short-circuits, {} healthy again\n",
-            count(&["Unhealthy"]),
+            count(&["MachineMarkedUnhealthy", "DetectedUnhealthy"]),
             count(&["RemediationRequested", "RemediationCreated"]),
-            count(&["RemediationBlocked"]),
-            count(&["Healthy"]),
+            count(&["RemediationRestricted"]),
+            count(&["MachineHealthy", "NodeHealthy"]),
         ));
     }
     out
@@ -108,7 +113,7 @@ pub fn text_styled(name: &str, events: &[Event], final_statuses: &BTreeMap<Strin
     for e in events {
         let detail = |k: &str| e.details.get(k).and_then(Value::as_str).unwrap_or("");
         let what = match e.event.as_str() {
-            "RemediationCreated" | "RemediationDeleted" | "Applied" | "Deleted" | "RemediationFailed" => {
+            "RemediationCreated" | "RemediationRemoved" | "Applied" | "Deleted" | "RemediationFailed" => {
                 let ns = detail("namespace");
                 let obj = if ns.is_empty() { detail("name").to_string() } else { format!("{ns}/{}", detail("name")) };
                 format!("{} {obj}", detail("kind"))
@@ -238,14 +243,14 @@ mod tests {
         let events = vec![
             Event {
                 t: 1.0,
-                event: "Unhealthy".into(),
+                event: "DetectedUnhealthy".into(),
                 check: Some("c".into()),
                 target: Some("n1".into()),
                 details: Map::new(),
             },
             Event {
                 t: 2.0,
-                event: "Healthy".into(),
+                event: "NodeHealthy".into(),
                 check: Some("c".into()),
                 target: Some("n1".into()),
                 details: Map::new(),
@@ -254,8 +259,8 @@ mod tests {
         ];
         let statuses = BTreeMap::from([("c".to_string(), json!({}))]);
         let coloured = text_styled("s", &events, &statuses, true);
-        assert!(coloured.contains("\x1b[31mUnhealthy"), "{coloured}");
-        assert!(coloured.contains("\x1b[32mHealthy"), "{coloured}");
+        assert!(coloured.contains("\x1b[31mDetectedUnhealthy"), "{coloured}");
+        assert!(coloured.contains("\x1b[32mNodeHealthy"), "{coloured}");
         assert!(!coloured.contains("\x1b[0m  Applied") && coloured.contains("  Applied "), "{coloured}");
         assert!(!text_styled("s", &events, &statuses, false).contains('\x1b'));
         assert!(coloured.ends_with("summary:\n  c: 1 unhealthy, 0 remediations, 0 short-circuits, 1 healthy again\n"));

@@ -30,7 +30,7 @@ use vigil_engine::machine::{MhcInput, NodeSource};
 use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::node::NhcInput;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
-use vigil_engine::{Action, Notice, Plan};
+use vigil_engine::{Action, Notice, NoticeKind, Plan};
 
 /// How many decisions one check may take in one instant before the run is declared unsettled (a
 /// plan that keeps changing what it looks at would otherwise loop forever).
@@ -846,7 +846,12 @@ impl Sim<'_> {
             let mut d = Map::new();
             d.insert("reason".into(), json!(held.reason));
             d.insert("message".into(), json!(held.message));
-            self.emit("OtherCheckWaiting", Some(held.holder.to_string()), Some(held.target.clone()), d);
+            self.emit(
+                NoticeKind::OtherCheckWaiting.event_reason(&held.holder),
+                Some(held.holder.to_string()),
+                Some(held.target.clone()),
+                d,
+            );
         }
         for action in plan.actions {
             self.act(id, action);
@@ -861,9 +866,8 @@ impl Sim<'_> {
         let mut d = Map::new();
         d.insert("reason".into(), json!(notice.reason));
         d.insert("message".into(), json!(notice.message));
-        let event =
-            serde_json::to_value(notice.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        self.emit(&event, Some(id.to_string()), notice.target.clone(), d);
+        let event = notice.kind.event_reason(id);
+        self.emit(event, Some(id.to_string()), notice.target.clone(), d);
     }
 
     fn act(&mut self, id: &CheckRef, action: Action) {
@@ -907,7 +911,12 @@ impl Sim<'_> {
                     object["metadata"]["finalizers"] = json!([SIMULATED_FINALIZER]);
                 }
                 if let Ok(key) = self.store.create(LOCAL_CLUSTER, object, self.now) {
-                    self.emit("RemediationCreated", Some(id.to_string()), Some(target), object_details(&key));
+                    self.emit(
+                        NoticeKind::RemediationCreated.event_reason(id),
+                        Some(id.to_string()),
+                        Some(target),
+                        object_details(&key),
+                    );
                     if let Some(model) = self.scenario.models.remediators.iter().find(|r| r.kind == key.kind) {
                         let (delay, outcome) = match model.outcome {
                             RemediatorOutcome::Recovers(d) | RemediatorOutcome::Fails(d) => (d, model.outcome),
@@ -930,7 +939,12 @@ impl Sim<'_> {
                     return;
                 }
                 if let Some((before, gone)) = self.store.request_delete(&key, self.now) {
-                    self.emit("RemediationDeleted", Some(id.to_string()), Some(target), object_details(&key));
+                    self.emit(
+                        NoticeKind::RemediationDeleted.event_reason(id),
+                        Some(id.to_string()),
+                        Some(target),
+                        object_details(&key),
+                    );
                     let held = self
                         .scenario
                         .models

@@ -32,12 +32,15 @@ fn snapshot(name: &str, r: &Report) {
 fn single_node_failure_is_remediated_by_the_owner() {
     let r = run("single-node-failure");
     // Ready=Unknown at 1m + 5m timeout: unhealthy at 6m, not a moment earlier.
-    assert_eq!(events(&r, "Unhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(), [(360.0, Some("default/workers-b"))]);
+    assert_eq!(
+        events(&r, "MachineMarkedUnhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(360.0, Some("default/workers-b"))]
+    );
     assert_eq!(
         events(&r, "RemediationRequested").iter().map(|e| at(e)).collect::<Vec<_>>(),
         [(360.0, Some("default/workers-b"))]
     );
-    assert!(events(&r, "RemediationBlocked").is_empty());
+    assert!(events(&r, "RemediationRestricted").is_empty());
     let s = status(&r, "MachineHealthCheck/default/workers");
     assert_eq!((s["expectedMachines"].as_i64(), s["currentHealthy"].as_i64()), (Some(3), Some(3)));
     snapshot("single-node-failure", &r);
@@ -46,7 +49,7 @@ fn single_node_failure_is_remediated_by_the_owner() {
 #[test]
 fn zone_outage_short_circuits_until_the_zone_returns() {
     let r = run("zone-outage");
-    let blocked = events(&r, "RemediationBlocked");
+    let blocked = events(&r, "RemediationRestricted");
     assert_eq!(blocked.len(), 1);
     assert_eq!(blocked[0].t, 120.0);
     assert!(
@@ -56,7 +59,7 @@ fn zone_outage_short_circuits_until_the_zone_returns() {
             .contains("exceeds maxUnhealthy (total: 5, unhealthy: 3, maxUnhealthy: 40%)")
     );
     // Health verdicts are still written while blocked, but nothing is requested until 20m.
-    assert_eq!(events(&r, "Unhealthy").len(), 3);
+    assert_eq!(events(&r, "MachineMarkedUnhealthy").len(), 3);
     let requested = events(&r, "RemediationRequested");
     assert_eq!(requested.iter().map(|e| at(e)).collect::<Vec<_>>(), [(1200.0, Some("default/w-a3"))]);
     assert_eq!(events(&r, "RemediationAllowed")[0].t, 1200.0);
@@ -74,7 +77,7 @@ fn external_remediation_object_is_created_and_removed() {
         (created[0].t, created[0].details["kind"].as_str(), created[0].details["name"].as_str()),
         (180.0, Some("Metal3Remediation"), Some("metal-1"))
     );
-    let deleted = events(&r, "RemediationDeleted");
+    let deleted = events(&r, "RemediationRemoved");
     assert_eq!(deleted.iter().map(|e| e.t).collect::<Vec<_>>(), [420.0]);
     assert!(events(&r, "RemediationRequested").is_empty(), "a template replaces the owner request");
     // The object made from the template: spec copied, owned by the Machine, labelled.
@@ -91,7 +94,7 @@ fn paused_cluster_does_nothing_until_resumed() {
     let first_action = r
         .events
         .iter()
-        .find(|e| matches!(e.event.as_str(), "Unhealthy" | "RemediationRequested"))
+        .find(|e| matches!(e.event.as_str(), "MachineMarkedUnhealthy" | "RemediationRequested"))
         .expect("acts after resume");
     assert_eq!(first_action.t, 900.0);
     snapshot("paused-cluster", &r);
@@ -107,7 +110,7 @@ fn nhc_escalates_from_reboot_to_fencing() {
     assert_eq!(events(&r, "RemediationTimedOut").iter().map(|e| at(e)).collect::<Vec<_>>(), [(480.0, Some("w-2"))]);
     // Fencing brings the node back at 11m; after the 1m healthyDelay both objects go.
     let deleted: Vec<_> =
-        events(&r, "RemediationDeleted").iter().map(|e| (e.t, e.details["kind"].as_str().unwrap_or(""))).collect();
+        events(&r, "RemediationRemoved").iter().map(|e| (e.t, e.details["kind"].as_str().unwrap_or(""))).collect();
     assert_eq!(deleted.len(), 2);
     assert!(deleted.iter().all(|(t, _)| *t == 720.0), "{deleted:?}");
     let s = status(&r, "NodeHealthCheck/workers");
@@ -124,23 +127,25 @@ fn nothing_is_remediated_under_maintenance_another_holders_lease_or_an_upgrade()
     let created: Vec<_> = events(&r, "RemediationCreated").iter().map(|e| at(e)).collect();
     // w-1 broke; w-3 once the maintenance operator released its Lease; w-5 once the upgrade ended.
     assert_eq!(created, [(360.0, Some("w-1")), (900.0, Some("w-3")), (2700.0, Some("w-5"))]);
-    let postponed: Vec<_> = events(&r, "RemediationPostponed")
+    // Postponements and a Lease held elsewhere are both `RemediationSkipped`, as medik8s tells them.
+    let skipped: Vec<_> = events(&r, "RemediationSkipped")
         .iter()
         .map(|e| (e.t, e.target.as_deref(), e.details["reason"].as_str().unwrap_or("")))
         .collect();
     assert_eq!(
-        postponed,
+        skipped,
         [
             (480.0, Some("w-2"), "NodeUnderMaintenance"),
+            (600.0, Some("w-3"), "NodeLeaseHeld"),
             (1200.0, Some("w-2"), "MaintenanceGrace"),
             (1800.0, None, "ClusterUpgrading")
         ]
     );
-    let skipped = events(&r, "RemediationSkipped");
-    assert_eq!(skipped.iter().map(|e| at(e)).collect::<Vec<_>>(), [(600.0, Some("w-3"))]);
-    assert!(skipped[0].details["message"].as_str().is_some_and(|m| m.contains("held by node-maintenance")));
+    let held =
+        events(&r, "RemediationSkipped").into_iter().find(|e| e.details["reason"] == "NodeLeaseHeld").expect("held");
+    assert!(held.details["message"].as_str().is_some_and(|m| m.contains("held by node-maintenance")));
     // w-1 counted as remediated until its remediator let go of its object, a minute after the delete.
-    let healthy: Vec<_> = events(&r, "Healthy").iter().map(|e| at(e)).collect();
+    let healthy: Vec<_> = events(&r, "NodeHealthy").iter().map(|e| at(e)).collect();
     assert!(healthy.contains(&(600.0, Some("w-1"))), "{healthy:?}");
     assert_eq!(events(&r, "RemediationResumed").iter().map(|e| e.t).collect::<Vec<_>>(), [2700.0]);
     snapshot("upgrade-and-maintenance", &r);
@@ -222,9 +227,9 @@ fn dry_run_reports_what_it_would_remediate_and_does_nothing() {
         ]
     );
     // The budget is evaluated in dry-run too: three not healthy of five stops even the shadow.
-    assert_eq!(events(&r, "RemediationBlocked").iter().map(|e| e.t).collect::<Vec<_>>(), [600.0]);
+    assert_eq!(events(&r, "RemediationRestricted").iter().map(|e| e.t).collect::<Vec<_>>(), [600.0]);
     // Nothing was marked, created or deleted, so no model ever acted.
-    for none in ["RemediationRequested", "RemediationCreated", "RemediationDeleted", "MachineReplaced", "NodeRecovered"]
+    for none in ["RemediationRequested", "RemediationCreated", "RemediationRemoved", "MachineReplaced", "NodeRecovered"]
     {
         assert!(events(&r, none).is_empty(), "{none} in dry-run");
     }
@@ -306,11 +311,13 @@ fn overlapping_mhcs_settle_with_one_condition_writer() {
             .map(|e| (e.t, e.target.clone()))
             .collect()
     };
-    assert_eq!(by("Unhealthy", owner), [(360.0, Some("default/workers-b".to_string()))]);
+    assert_eq!(by("MachineMarkedUnhealthy", owner), [(360.0, Some("default/workers-b".to_string()))]);
     assert_eq!(by("RemediationRequested", owner), [(360.0, Some("default/workers-b".to_string()))]);
     // The other check never writes the Machine nor remediates it, even past its own 10m timeout,
     // and is told once, at its first decision, which check writes which Machines.
-    for event in ["Unhealthy", "Healthy", "RemediationRequested", "RemediationSkipped", "TargetHeldTwice"] {
+    for event in
+        ["MachineMarkedUnhealthy", "MachineHealthy", "RemediationRequested", "RemediationSkipped", "TargetHeldTwice"]
+    {
         assert!(by(event, other).is_empty(), "{event} on {other}: {:?}", by(event, other));
     }
     let told = by("MachinesSelectedByAnotherCheck", other);
@@ -354,7 +361,7 @@ fn zone_budget_pauses_the_failing_zone_only() {
     assert_eq!(resumed.iter().map(|e| e.t).collect::<Vec<_>>(), [1200.0]);
     assert!(resumed[0].details["message"].as_str().unwrap_or("").contains("zone-a: 1 of 5 unhealthy, 1 allowed"));
     // The check-wide budget never tripped.
-    assert!(events(&r, "RemediationBlocked").is_empty());
+    assert!(events(&r, "RemediationRestricted").is_empty());
     let s = status(&r, check);
     let domains: Vec<(&str, i64, i64, bool)> = s["failureDomains"]
         .as_array()
@@ -379,7 +386,7 @@ fn stale_signal_a_dead_detector_remediates_nothing_and_blocks_nothing() {
         "nothing but n1 is ever remediated"
     );
     assert_eq!(
-        events(&r, "Unhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        events(&r, "DetectedUnhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(),
         [(720.0, Some("n1")), (1800.0, Some("n1"))],
         "n2..n5 never count as unhealthy: stale at 23m, before their 10m ran out at 30m"
     );
@@ -395,7 +402,7 @@ fn stale_signal_a_dead_detector_remediates_nothing_and_blocks_nothing() {
     }
     // While the four fresh conditions were still pending (20m..23m), they were not healthy; from
     // 23m they count as healthy again, so the budget lets n1's remediation through.
-    assert_eq!(events(&r, "RemediationBlocked").iter().map(|e| e.t).collect::<Vec<_>>(), [1200.0]);
+    assert_eq!(events(&r, "RemediationRestricted").iter().map(|e| e.t).collect::<Vec<_>>(), [1200.0]);
     assert_eq!(events(&r, "RemediationAllowed").iter().map(|e| e.t).collect::<Vec<_>>(), [1380.0]);
     let s = status(&r, "NodeHealthCheck/workers");
     assert_eq!((s["observedNodes"].as_i64(), s["healthyNodes"].as_i64()), (Some(5), Some(5)));
@@ -422,7 +429,7 @@ fn reason_aware_rules_remediate_a_failing_disk_but_not_a_full_one() {
     // w-2 fails at 2m: 5m later. w-1 was full from 1m (never matched), re-read as failing at 10m
     // with its transition time kept at 1m: at once.
     assert_eq!(created, [(420.0, Some("w-2")), (600.0, Some("w-1"))]);
-    assert_eq!(events(&r, "Unhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(), created);
+    assert_eq!(events(&r, "DetectedUnhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(), created);
     // While w-1's disk was only full it counted as healthy: at 7m only w-2 is listed.
     let at_7m = r
         .history
@@ -438,7 +445,7 @@ fn reason_aware_rules_remediate_a_failing_disk_but_not_a_full_one() {
         .expect("a status at 7m");
     assert_eq!(at_7m, (Some(4), serde_json::json!("w-2"), Some(1)), "a full disk matches no rule");
     assert_eq!(
-        events(&r, "RemediationDeleted").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        events(&r, "RemediationRemoved").iter().map(|e| at(e)).collect::<Vec<_>>(),
         [(720.0, Some("w-2")), (900.0, Some("w-1"))]
     );
     let s = status(&r, "NodeHealthCheck/workers");
@@ -488,7 +495,7 @@ fn remediation_per_condition_reboots_a_deadlock_and_replaces_a_failing_disk() {
     assert_eq!(at_11m[0]["rule"], "spec.unhealthyConditions[2] DiskProblem=True", "{at_11m}");
     assert_eq!(at_11m[0]["since"], "2030-01-01T00:04:00Z", "{at_11m}");
     assert_eq!(
-        events(&r, "RemediationDeleted").into_iter().filter(nhc).map(|e| at(e)).collect::<Vec<_>>(),
+        events(&r, "RemediationRemoved").into_iter().filter(nhc).map(|e| at(e)).collect::<Vec<_>>(),
         [(300.0, Some("w-1")), (720.0, Some("w-2"))]
     );
     let s = status(&r, "NodeHealthCheck/workers");

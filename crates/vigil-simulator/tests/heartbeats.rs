@@ -52,6 +52,6 @@ fn a_detector_that_comes_back_revives_its_condition_at_once() {
     assert_eq!(times(&r, "HeartbeatsStopped"), [300.0]);
     // ...and the first heartbeat of the returned detector (15m) revives it: deadlocked since 1m,
     // past its 10m, so it is remediated at that very instant, not at the next wake-up.
-    assert_eq!(times(&r, "Unhealthy"), [900.0]);
+    assert_eq!(times(&r, "DetectedUnhealthy"), [900.0]);
     assert_eq!(times(&r, "RemediationCreated"), [900.0]);
 }

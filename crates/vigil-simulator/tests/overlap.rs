@@ -73,7 +73,7 @@ fn a_target_two_checks_already_hold_is_reported_once_and_nothing_is_deleted() {
         "node w-1 is being remediated by NodeHealthCheck/a and also by NodeHealthCheck/b; nothing is deleted to resolve it, and no other check starts on it"
     );
     // Both objects stay until the Node recovers at 5m; neither check waits for the other.
-    let deleted: Vec<_> = r.events.iter().filter(|e| e.event == "RemediationDeleted").map(|e| e.t).collect();
+    let deleted: Vec<_> = r.events.iter().filter(|e| e.event == "RemediationRemoved").map(|e| e.t).collect();
     assert_eq!(deleted, [300.0, 300.0]);
     assert!(r.events.iter().all(|e| e.event != "RemediationSkipped" && e.event != "RemediationCreated"));
 }

@@ -52,7 +52,11 @@ timeline:
     let at = |name: &str| events(&r, name).iter().map(|e| (e.t, e.target.clone())).collect::<Vec<_>>();
     assert_eq!(at("Paused"), [(0.0, None)]);
     assert_eq!(at("Resumed"), [(600.0, None)], "docs/scenario.md promises a Resumed event");
-    assert_eq!(at("Unhealthy"), [(360.0, Some("n1".to_string()))], "no second Unhealthy for the same Node");
+    assert_eq!(
+        at("DetectedUnhealthy"),
+        [(360.0, Some("n1".to_string()))],
+        "no second DetectedUnhealthy for the same Node"
+    );
     assert_eq!(at("RemediationCreated"), [(600.0, Some("n1".to_string()))]);
 }
 
@@ -82,7 +86,7 @@ timeline:
     let r = run(text);
     let status = r.final_statuses.get("MachineHealthCheck/default/workers").expect("the check runs in default");
     assert_eq!(status["expectedMachines"], 0, "m1 was found, then deleted from default");
-    let unhealthy = events(&r, "Unhealthy");
+    let unhealthy = events(&r, "MachineMarkedUnhealthy");
     assert_eq!(unhealthy.len(), 1, "{:?}", r.events);
     assert_eq!((unhealthy[0].t, unhealthy[0].target.as_deref()), (120.0, Some("default/m1")));
     assert_eq!(events(&r, "Deleted")[0].target.as_deref(), Some("default/m1"));

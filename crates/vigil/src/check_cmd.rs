@@ -310,7 +310,7 @@ fn is_check(o: &Value) -> bool {
 fn event_out(e: &Event) -> EventOut {
     let detail = |k: &str| e.details.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let message = match e.event.as_str() {
-        "RemediationCreated" | "RemediationDeleted" => {
+        "RemediationCreated" | "RemediationRemoved" => {
             format!("{} {}/{}", detail("kind"), detail("namespace"), detail("name"))
         }
         _ => detail("message"),
@@ -640,7 +640,7 @@ fn describe(e: &EventOut, at: Option<&str>) -> String {
         ("RemediationRequested" | "RemediationCreated", Some(at)) => {
             format!("{target} will be remediated at {at} unless it recovers ({}: {})", e.event, e.message)
         }
-        ("Unhealthy", Some(at)) => {
+        ("MachineMarkedUnhealthy" | "DetectedUnhealthy", Some(at)) => {
             format!("{target} will be marked unhealthy at {at} unless it recovers: {}", e.message)
         }
         // Looking ahead nothing changes, heartbeats included: say what a heartbeat prevents.

@@ -118,7 +118,7 @@ fn series(report: &Report) -> Vec<Series> {
             let t = minutes(e.t);
             let mine = e.check.as_deref() == Some(label.as_str());
             match (mine, e.event.as_str()) {
-                (true, "RemediationBlocked") => {
+                (true, "RemediationRestricted") => {
                     blocked_since.get_or_insert(t);
                 }
                 (true, "RemediationAllowed") => {
@@ -130,12 +130,12 @@ fn series(report: &Report) -> Vec<Series> {
             }
             let Some(target) = &e.target else { continue };
             let state = match (mine, e.event.as_str()) {
-                (true, "Unhealthy") => State::Unhealthy,
+                (true, "MachineMarkedUnhealthy" | "DetectedUnhealthy") => State::Unhealthy,
                 (true, "RemediationRequested" | "RemediationCreated") => {
                     requests.push(t);
                     State::Remediating
                 }
-                (true, "Healthy") => State::Healthy,
+                (true, "MachineHealthy" | "NodeHealthy") => State::Healthy,
                 (false, "MachineReplaced") if lane_names.contains(target) => State::Gone,
                 _ => continue,
             };

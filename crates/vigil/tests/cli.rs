@@ -35,7 +35,7 @@ fn simulate_json_lines_have_the_documented_shape() {
     let status = &last["checks"]["MachineHealthCheck/default/workers"];
     assert_eq!(status["expectedMachines"], 5);
     assert!(status["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "RemediationAllowed")));
-    let blocked = lines.iter().find(|l| l["event"] == "RemediationBlocked").expect("short-circuit reported");
+    let blocked = lines.iter().find(|l| l["event"] == "RemediationRestricted").expect("short-circuit reported");
     assert_eq!(blocked["check"], "MachineHealthCheck/default/workers");
     assert_eq!(blocked["reason"], "TooManyUnhealthy");
 }
