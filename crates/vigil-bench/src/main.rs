@@ -125,13 +125,16 @@ enum Against {
     Capi,
     /// medik8s' NodeHealthCheck operator as published (bench/medik8s-nhc).
     Medik8s,
+    /// The floor: the least a correct MachineHealthCheck controller does (`vigil-floor`, built
+    /// with this benchmark), so Vigil's distance from the machine's limit shows.
+    Floor,
 }
 
 impl Against {
     /// The fleet the comparison runs on: the contender's kind of check only.
     fn fleet(self) -> fleet::Fleet {
         match self {
-            Against::Capi => fleet::Fleet::Mhc,
+            Against::Capi | Against::Floor => fleet::Fleet::Mhc,
             Against::Medik8s => fleet::Fleet::Nhc,
         }
     }
@@ -141,6 +144,7 @@ impl Against {
         match self {
             Against::Capi => "capi",
             Against::Medik8s => "medik8s",
+            Against::Floor => "floor",
         }
     }
 }
@@ -235,7 +239,7 @@ impl Args {
                 plan.fleet == against.fleet(),
                 "--against {} compares {} only: --fleet must be {}, got {}",
                 against.as_str(),
-                if against == Against::Capi { "MachineHealthChecks" } else { "NodeHealthChecks" },
+                if against == Against::Medik8s { "NodeHealthChecks" } else { "MachineHealthChecks" },
                 against.fleet().as_str(),
                 plan.fleet.as_str()
             );
@@ -264,6 +268,7 @@ fn main() -> Result<()> {
                 serde_json::json!({"vigil": vigil, "capi": capi})
             }
             Some(Against::Medik8s) => bail!("--clusters with --against medik8s is refused by the plan"),
+            Some(Against::Floor) => bail!("--clusters with --against floor is refused by the plan"),
             None => serde_json::json!({"vigil": vigil}),
         };
         serde_json::to_string_pretty(&out)?
@@ -273,13 +278,32 @@ fn main() -> Result<()> {
         let theirs = match against {
             Against::Capi => Contender::Capi { bin: capi_mhc(&args)? },
             Against::Medik8s => Contender::Medik8s { dir: runtime.block_on(medik8s_nhc(&args))? },
+            Against::Floor => Contender::Floor { bin: floor_bin(&vigil)?, timeout_secs: plan.timeout_secs },
         };
         let vigil = runtime.block_on(run(&plan, &ours, &args))?;
         let summary = runtime.block_on(run(&plan, &theirs, &args))?;
-        let ratios = Ratios::of(&vigil, &summary, against.as_str());
         let comparison = match against {
-            Against::Capi => Comparison { vigil, capi: Some(summary), medik8s: None, ratios },
-            Against::Medik8s => Comparison { vigil, capi: None, medik8s: Some(summary), ratios },
+            Against::Capi => Comparison {
+                ratios: Ratios::of(&vigil, &summary, "capi"),
+                vigil,
+                capi: Some(summary),
+                medik8s: None,
+                floor: None,
+            },
+            Against::Medik8s => Comparison {
+                ratios: Ratios::of(&vigil, &summary, "medik8s"),
+                vigil,
+                capi: None,
+                medik8s: Some(summary),
+                floor: None,
+            },
+            Against::Floor => Comparison {
+                ratios: Ratios::over_floor(&vigil, &summary),
+                vigil,
+                capi: None,
+                medik8s: None,
+                floor: Some(summary),
+            },
         };
         serde_json::to_string_pretty(&comparison)?
     } else {
@@ -359,6 +383,16 @@ async fn medik8s_nhc(args: &Args) -> Result<PathBuf> {
     vigil_testenv::medik8s::nhc_operator_dir().await
 }
 
+/// Writes `vigil-floor` keeps in flight at once: a connection bound, not a rate limit.
+const FLOOR_IN_FLIGHT: usize = 64;
+
+/// `vigil-floor`, built with this benchmark next to it (or next to `--vigil`'s binary).
+fn floor_bin(vigil: &Path) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let candidates = [exe.with_file_name("vigil-floor"), vigil.with_file_name("vigil-floor")];
+    candidates.into_iter().find(|p| p.is_file()).context("vigil-floor is not built: cargo build -p vigil-bench")
+}
+
 /// The controller a run measures.
 enum Contender {
     /// `vigil run` with `workers`.
@@ -368,6 +402,8 @@ enum Contender {
     /// medik8s' NodeHealthCheck operator, as vigil-testenv's medik8s module runs it (its
     /// directory, `nhc-manager`).
     Medik8s { dir: PathBuf },
+    /// `vigil-floor` with the fleet's timeout.
+    Floor { bin: PathBuf, timeout_secs: u64 },
 }
 
 impl Contender {
@@ -377,6 +413,7 @@ impl Contender {
             Contender::Vigil { .. } => "vigil".into(),
             Contender::Capi { .. } => format!("cluster-api {CAPI_VERSION} MachineHealthCheck"),
             Contender::Medik8s { .. } => format!("medik8s node-healthcheck-operator {MEDIK8S_VERSION}"),
+            Contender::Floor { .. } => "floor".into(),
         }
     }
 
@@ -384,7 +421,7 @@ impl Contender {
     /// resource, never created).
     fn checks(&self) -> fleet::Checks {
         match self {
-            Contender::Vigil { .. } | Contender::Medik8s { .. } => fleet::Checks::Vigil,
+            Contender::Vigil { .. } | Contender::Medik8s { .. } | Contender::Floor { .. } => fleet::Checks::Vigil,
             Contender::Capi { .. } => fleet::Checks::Capi,
         }
     }
@@ -392,7 +429,7 @@ impl Contender {
     /// Whose NodeHealthChecks the fleet carries for it (Cluster API's runs have none).
     fn node_checks(&self) -> fleet::NodeChecks {
         match self {
-            Contender::Vigil { .. } | Contender::Capi { .. } => fleet::NodeChecks::Vigil,
+            Contender::Vigil { .. } | Contender::Capi { .. } | Contender::Floor { .. } => fleet::NodeChecks::Vigil,
             Contender::Medik8s { .. } => fleet::NodeChecks::Medik8s,
         }
     }
@@ -403,6 +440,7 @@ impl Contender {
             Contender::Vigil { workers, .. } => *workers,
             Contender::Capi { .. } => CAPI_MHC_CONCURRENCY,
             Contender::Medik8s { .. } => MEDIK8S_CONCURRENCY,
+            Contender::Floor { .. } => FLOOR_IN_FLIGHT,
         }
     }
 
@@ -414,6 +452,7 @@ impl Contender {
             Contender::Vigil { .. } => return Some(path.to_path_buf()),
             Contender::Capi { .. } => ".capi",
             Contender::Medik8s { .. } => ".medik8s",
+            Contender::Floor { .. } => ".floor",
         };
         let mut name = path.as_os_str().to_owned();
         name.push(suffix);
@@ -438,6 +477,12 @@ impl Contender {
             }
             // Spawned from its vigil_testenv::medik8s::NhcSetup (see `Controller::start`).
             Contender::Medik8s { dir } => tokio::process::Command::new(dir.join("nhc-manager")),
+            Contender::Floor { bin, timeout_secs } => {
+                let mut cmd = tokio::process::Command::new(bin);
+                cmd.arg("--kubeconfig").arg(kubeconfig).arg("--timeout-secs").arg(timeout_secs.to_string());
+                cmd.arg("--in-flight").arg(FLOOR_IN_FLIGHT.to_string());
+                cmd
+            }
         }
     }
 }
@@ -608,7 +653,12 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     loop {
         controller.check_running()?;
         let verdicts = observer.lock().verdicts.len();
-        if verdicts == mhc_targets && checks.all_evaluated(&groups).await? {
+        // The floor writes no healthy verdict and no status: its cold start ends with its lists.
+        let ready = match contender {
+            Contender::Floor { .. } => std::fs::read_to_string(&controller.log)?.contains("vigil-floor: synced"),
+            _ => verdicts == mhc_targets && checks.all_evaluated(&groups).await?,
+        };
+        if ready {
             break;
         }
         ensure!(

@@ -231,6 +231,9 @@ pub struct Comparison {
     /// medik8s' NodeHealthCheck operator's run (`--against medik8s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub medik8s: Option<Summary>,
+    /// The floor contender's run (`--against floor`); the ratios are then vigil / floor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<Summary>,
     /// theirs / vigil per headline figure.
     pub ratios: Ratios,
 }
@@ -306,6 +309,17 @@ impl Ratios {
             requests: r(|s| s.requests.total() as f64),
             writes_cold_start: r(|s| s.writes.cold_start as f64),
             writes_wave: r(|s| s.writes.wave.total() as f64),
+        }
+    }
+
+    /// vigil / floor per figure: how far Vigil is from the least a controller must do (1 is
+    /// the floor itself; the detection target is at most 1.5).
+    pub fn over_floor(vigil: &Summary, floor: &Summary) -> Ratios {
+        Ratios {
+            meaning: "vigil / floor; every figure is a cost: 1 means Vigil does what the floor does, above 1 how \
+                      many times more it needs"
+                .into(),
+            ..Ratios::of(floor, vigil, "vigil")
         }
     }
 }

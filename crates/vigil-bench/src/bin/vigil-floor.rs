@@ -1,0 +1,242 @@
+//! The floor of the benchmark: the least a correct MachineHealthCheck controller must do, so a
+//! run can tell "the cores are the limit" from "Vigil does too much". One list and watch of
+//! Nodes and of Machines, one exact timer per unhealthy Node, and at expiry one write: the two
+//! remediation conditions on the Machine (`HealthCheckSucceeded=False`, `OwnerRemediated=False`).
+//! Nothing else: no confirming read, no check status, no Event, no rate limit, no short-circuit,
+//! no Leases. It is not a controller anyone should run: it trusts its watch cache blindly.
+//!
+//! Its policy is the bench fleet's: a Node whose `Ready` is `False` or `Unknown` for
+//! `--timeout-secs` makes its Machine unhealthy. It prints `vigil-floor: synced` on stderr once
+//! both lists are read, which the benchmark takes as the end of its cold start.
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use futures::StreamExt as _;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+use serde_json::{Value, json};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "vigil-floor", about = "The least a MachineHealthCheck controller must do (a benchmark contender)")]
+struct Args {
+    /// The API server to act on.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The namespace of the Machines.
+    #[arg(long, default_value = "bench")]
+    namespace: String,
+    /// The Machines to check (a label selector).
+    #[arg(long, default_value = "cluster.x-k8s.io/cluster-name=fleet")]
+    selector: String,
+    /// How long a Node's Ready may be False or Unknown before its Machine is remediated.
+    #[arg(long)]
+    timeout_secs: u64,
+    /// Most writes in flight at once (a connection bound, not a rate limit).
+    #[arg(long, default_value_t = 64)]
+    in_flight: usize,
+}
+
+/// What the two watches have shown, and the timers they set.
+#[derive(Default)]
+struct World {
+    /// Node name → since when its Ready is False or Unknown.
+    unhealthy_since: HashMap<String, Timestamp>,
+    /// Node name → its Machine's name.
+    machine_of: HashMap<String, String>,
+    /// Machines already asked to be remediated (seen with `OwnerRemediated`, or written).
+    remediated: HashSet<String>,
+    /// Pending expiries, soonest first, and each Machine's own.
+    timers: BTreeSet<(Timestamp, String)>,
+    timer_of: HashMap<String, Timestamp>,
+    /// `--timeout-secs`.
+    timeout: SignedDuration,
+}
+
+impl World {
+    fn node(&mut self, node: &Node) {
+        let Some(name) = node.metadata.name.clone() else { return };
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+        let since = ready
+            .filter(|c| c.status != "True")
+            .map(|c| c.last_transition_time.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0));
+        match since {
+            Some(since) => self.unhealthy_since.insert(name.clone(), since),
+            None => self.unhealthy_since.remove(&name),
+        };
+        if let Some(machine) = self.machine_of.get(&name).cloned() {
+            self.schedule(&machine, Some(&name));
+        }
+    }
+
+    fn machine(&mut self, machine: &DynamicObject) {
+        let Some(name) = machine.metadata.name.clone() else { return };
+        let conditions = machine.data.pointer("/status/conditions").and_then(Value::as_array);
+        if conditions.is_some_and(|c| c.iter().any(|c| c["type"] == "OwnerRemediated")) {
+            self.remediated.insert(name.clone());
+        }
+        let node = machine.data.pointer("/status/nodeRef/name").and_then(Value::as_str).map(str::to_string);
+        if let Some(node) = &node {
+            self.machine_of.insert(node.clone(), name.clone());
+        }
+        self.schedule(&name, node.as_deref());
+    }
+
+    /// Sets the Machine's one timer from its Node's state (none when healthy or done).
+    fn schedule(&mut self, machine: &str, node: Option<&str>) {
+        if let Some(old) = self.timer_of.remove(machine) {
+            self.timers.remove(&(old, machine.to_string()));
+        }
+        let since = node.and_then(|n| self.unhealthy_since.get(n));
+        if let (Some(since), false) = (since, self.remediated.contains(machine)) {
+            let at = *since + self.timeout;
+            self.timers.insert((at, machine.to_string()));
+            self.timer_of.insert(machine.to_string(), at);
+        }
+    }
+
+    /// The Machines whose timer ran out by `now`, marked remediated.
+    fn expired(&mut self, now: Timestamp) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some((at, machine)) = self.timers.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            self.timer_of.remove(&machine);
+            if self.remediated.insert(machine.clone()) {
+                out.push(machine);
+            }
+        }
+        out
+    }
+}
+
+/// The one write: both conditions appended to the Machine's `status.conditions`.
+fn remediation_patch(now: Timestamp) -> Patch<Value> {
+    let condition = |type_: &str, reason: &str| {
+        json!({"op": "add", "path": "/status/conditions/-", "value": {
+            "type": type_, "status": "False", "reason": reason, "message": "", "lastTransitionTime": now.to_string()}})
+    };
+    let ops = json!([
+        condition("HealthCheckSucceeded", "UnhealthyNode"),
+        condition("OwnerRemediated", "WaitingForRemediation")
+    ]);
+    Patch::Json(serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&args.kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .with_context(|| format!("cannot read {}", args.kubeconfig.display()))?;
+    let client = kube::Client::try_from(config)?;
+    let machines_ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine"));
+    let machines: Api<DynamicObject> = Api::namespaced_with(client.clone(), &args.namespace, &machines_ar);
+    let node_stream =
+        watcher::watcher(Api::<Node>::all(client), watcher::Config::default().page_size(500)).default_backoff();
+    let machine_stream =
+        watcher::watcher(machines.clone(), watcher::Config::default().labels(&args.selector).page_size(500))
+            .default_backoff();
+    let (mut node_stream, mut machine_stream) = (std::pin::pin!(node_stream), std::pin::pin!(machine_stream));
+    let timeout = SignedDuration::from_secs(i64::try_from(args.timeout_secs).context("--timeout-secs is too large")?);
+    let mut world = World { timeout, ..World::default() };
+    let permits = Arc::new(tokio::sync::Semaphore::new(args.in_flight.max(1)));
+    let (mut nodes_synced, mut machines_synced, mut said) = (false, false, false);
+    loop {
+        let synced = nodes_synced && machines_synced;
+        if synced && !said {
+            eprintln!("vigil-floor: synced");
+            said = true;
+        }
+        let next = world.timers.first().map(|(at, _)| *at).filter(|_| synced);
+        let sleep = next.map_or(std::time::Duration::from_secs(3600), |at| {
+            at.duration_since(Timestamp::now()).unsigned_abs().min(std::time::Duration::from_secs(3600))
+        });
+        tokio::select! {
+            event = node_stream.next() => match event {
+                Some(Ok(Event::Apply(n) | Event::InitApply(n))) => world.node(&n),
+                Some(Ok(Event::InitDone)) => nodes_synced = true,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => eprintln!("vigil-floor: node watch: {e}"),
+                None => anyhow::bail!("the node watch ended"),
+            },
+            event = machine_stream.next() => match event {
+                Some(Ok(Event::Apply(m) | Event::InitApply(m))) => world.machine(&m),
+                Some(Ok(Event::InitDone)) => machines_synced = true,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => eprintln!("vigil-floor: machine watch: {e}"),
+                None => anyhow::bail!("the machine watch ended"),
+            },
+            () = tokio::time::sleep(sleep), if next.is_some() => {
+                let now = Timestamp::now();
+                for machine in world.expired(now) {
+                    let (api, permits) = (machines.clone(), permits.clone());
+                    tokio::spawn(async move {
+                        let _permit = permits.acquire_owned().await;
+                        let written = api.patch_status(&machine, &PatchParams::default(), &remediation_patch(now)).await;
+                        if let Err(e) = written {
+                            eprintln!("vigil-floor: {machine}: {e}");
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, status: &str, since: &str) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": name}, "status": {"conditions": [
+            {"type": "Ready", "status": status, "lastTransitionTime": since}]}}))
+        .expect("a Node")
+    }
+
+    fn machine(name: &str, node: &str, remediated: bool) -> DynamicObject {
+        let mut conditions = vec![json!({"type": "Ready", "status": "True"})];
+        if remediated {
+            conditions.push(json!({"type": "OwnerRemediated", "status": "False"}));
+        }
+        serde_json::from_value(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name}, "status": {"nodeRef": {"name": node}, "conditions": conditions}}))
+        .expect("a Machine")
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("a time")
+    }
+
+    #[test]
+    fn a_machine_expires_once_at_its_nodes_time_plus_the_timeout_and_not_when_healthy_again() {
+        let mut w = World { timeout: SignedDuration::from_secs(60), ..World::default() };
+        w.machine(&machine("m1", "n1", false));
+        w.machine(&machine("m2", "n2", false));
+        w.machine(&machine("m3", "n3", true));
+        w.node(&node("n1", "False", "2030-01-01T00:00:00Z"));
+        w.node(&node("n2", "Unknown", "2030-01-01T00:00:30Z"));
+        w.node(&node("n3", "False", "2030-01-01T00:00:00Z"));
+        assert!(w.expired(at("2030-01-01T00:00:59Z")).is_empty(), "never before the timeout");
+        assert_eq!(w.expired(at("2030-01-01T00:01:00Z")), ["m1"]);
+        w.node(&node("n2", "True", "2030-01-01T00:01:00Z"));
+        assert!(w.expired(at("2030-01-01T00:10:00Z")).is_empty(), "m2 recovered, m3 was remediated already");
+        w.node(&node("n1", "False", "2030-01-01T00:02:00Z"));
+        assert!(w.expired(at("2030-01-01T00:10:00Z")).is_empty(), "m1 is written once");
+    }
+}
