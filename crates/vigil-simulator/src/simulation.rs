@@ -128,21 +128,7 @@ struct Sim<'s> {
 
 /// Runs a scenario to its end.
 pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
-    let mut sim = Sim {
-        scenario,
-        store: Store::default(),
-        now: scenario.start,
-        dirty: BTreeSet::new(),
-        wakeups: BTreeMap::new(),
-        tasks: BTreeMap::new(),
-        task_seq: 0,
-        scheduled_replacements: BTreeSet::new(),
-        events: Vec::new(),
-        history: Vec::new(),
-        invalid_reported: BTreeMap::new(),
-        ties_reported: BTreeSet::new(),
-        loading: true,
-    };
+    let mut sim = Sim::new(scenario);
     for (i, object) in scenario.objects.iter().enumerate() {
         sim.put(LOCAL_CLUSTER, object.clone(), &format!("objects[{i}]"))?;
     }
@@ -182,6 +168,27 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
 
 fn text<'v>(v: &'v Value, pointer: &str) -> &'v str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+impl<'s> Sim<'s> {
+    /// A simulation at the scenario's start, with nothing loaded yet.
+    fn new(scenario: &'s Scenario) -> Sim<'s> {
+        Sim {
+            scenario,
+            store: Store::default(),
+            now: scenario.start,
+            dirty: BTreeSet::new(),
+            wakeups: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            task_seq: 0,
+            scheduled_replacements: BTreeSet::new(),
+            events: Vec::new(),
+            history: Vec::new(),
+            invalid_reported: BTreeMap::new(),
+            ties_reported: BTreeSet::new(),
+            loading: true,
+        }
+    }
 }
 
 impl Sim<'_> {
@@ -1277,4 +1284,28 @@ fn object_details(key: &Key) -> Map<String, Value> {
 /// The engine's view of per-template remediation maps: one lookup each.
 fn lookups(maps: &[HashMap<String, RemediationView>]) -> Vec<&dyn vigil_engine::Lookup<RemediationView>> {
     maps.iter().map(|m| m as &dyn vigil_engine::Lookup<RemediationView>).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vigil_api::reason::Reason;
+
+    /// The simulator names every notice as the controller's Event for it is named, so a scenario
+    /// shows what `kubectl get events` will.
+    #[test]
+    fn every_notice_is_named_by_its_event_reason() {
+        let scenario = Scenario::parse("name: names\nduration: 1m\n").expect("a scenario");
+        let mut sim = Sim::new(&scenario);
+        let checks =
+            [CheckRef::Machine { namespace: "ns".into(), name: "m".into() }, CheckRef::Node { name: "n".into() }];
+        for kind in NoticeKind::ALL {
+            for check in &checks {
+                let notice = Notice { kind, target: None, reason: Reason::NodeHealthy, message: String::new() };
+                sim.notice(check, &notice);
+                let named = sim.events.last().map(|e| e.event.clone()).unwrap_or_default();
+                assert_eq!(named, kind.event_reason(check), "{kind:?} on {check}");
+            }
+        }
+    }
 }
