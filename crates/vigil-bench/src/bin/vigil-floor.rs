@@ -164,8 +164,9 @@ async fn main() -> Result<()> {
             said = true;
         }
         let next = world.timers.first().map(|(at, _)| *at).filter(|_| synced);
+        // A deadline already past sleeps for nothing.
         let sleep = next.map_or(std::time::Duration::from_secs(3600), |at| {
-            at.duration_since(Timestamp::now()).unsigned_abs().min(std::time::Duration::from_secs(3600))
+            std::time::Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or_default()
         });
         tokio::select! {
             event = node_stream.next() => match event {
