@@ -430,3 +430,68 @@ async fn nothing_new_is_remediated_while_the_cluster_upgrades() -> Result<()> {
     controller.stop().await;
     Ok(())
 }
+
+/// A ValidatingAdmissionPolicy refusing the `nhc-timed-out` annotation on FenceAgentsRemediations.
+fn refuse_timed_out_annotation() -> [Value; 2] {
+    [
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "no-timed-out"},
+            "spec": {"failurePolicy": "Fail",
+                     "matchConstraints": {"resourceRules": [{"apiGroups": ["fence-agents-remediation.medik8s.io"],
+                         "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["fenceagentsremediations"]}]},
+                     "validations": [{"expression": "!has(object.metadata.annotations) || !('remediation.medik8s.io/nhc-timed-out' in object.metadata.annotations)",
+                                      "message": "the test refuses nhc-timed-out"}]}}),
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "no-timed-out"},
+            "spec": {"policyName": "no-timed-out", "validationActions": ["Deny"]}}),
+    ]
+}
+
+/// The fence agent fails, but the API server refuses the fencing object's `nhc-timed-out`
+/// annotation: the reboot object is not made (two steps would be live at once) for as long as
+/// the annotation cannot be written, and is made once it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_step_waits_while_the_previous_ones_annotation_is_refused() -> Result<()> {
+    let env = standin_env().await?;
+    workers(&env, 3).await?;
+    env.apply(template(FAR_API, "FenceAgentsRemediationTemplate", "fence", MEDIK8S, json!({"agent": "fence_ipmilan"})))
+        .await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    nhc(
+        &env,
+        "workers",
+        json!({"minHealthy": 2, "escalatingRemediations": [
+            step(FAR_API, "FenceAgentsRemediationTemplate", "fence", 1, "10m"),
+            step(reboot::API_VERSION, "SelfNodeRemediationTemplate", "reboot", 2, "10m")]}),
+    )
+    .await?;
+    let [policy, binding] = refuse_timed_out_annotation();
+    env.apply(policy).await?;
+    env.apply(binding).await?;
+    let settings = fence::FenceSettings { agent: fence::Agent::Fails, retries: 0, ..Default::default() };
+    let fence = fence::start(&env.client(), settings);
+    let controller = Controller::start(&env);
+    set_ready(&env, "w1", "False", &secs_ago(60)).await?;
+    wait_for("the fencing object failed", WAIT, || async { Ok(fence.failed_at(&format!("{MEDIK8S}/w1")).map(|_| ())) })
+        .await?;
+    // The policy takes a moment to be enforced: the annotation must not have made it.
+    let fenced = object_for(&env, FAR_API, "FenceAgentsRemediation", "w1").await?.context("the fencing object")?;
+    if fenced["metadata"]["annotations"].get("remediation.medik8s.io/nhc-timed-out").is_some() {
+        anyhow::bail!("the admission policy was not enforced yet; the test cannot tell anything");
+    }
+    stays("the reboot object made while the fencing object is not annotated", Duration::from_secs(4), || async {
+        Ok(object_for(&env, reboot::API_VERSION, "SelfNodeRemediation", "w1").await?.is_some())
+    })
+    .await?;
+    env.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", None, "no-timed-out").await?;
+    wait_for("the reboot object once the annotation is written", WAIT, || async {
+        let fenced = object_for(&env, FAR_API, "FenceAgentsRemediation", "w1").await?;
+        let annotated =
+            fenced.is_some_and(|f| f["metadata"]["annotations"].get("remediation.medik8s.io/nhc-timed-out").is_some());
+        let next = object_for(&env, reboot::API_VERSION, "SelfNodeRemediation", "w1").await?;
+        Ok((annotated && next.is_some()).then_some(()))
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}
