@@ -240,9 +240,20 @@ impl Context {
         if !failed.is_empty() {
             job.leave_out(&failed);
         }
-        // The plan's own notices (less the requests that failed) come before what the writes told.
-        let notices: Vec<(Notice, Option<ObjectRef>)> =
-            std::mem::take(&mut job.plan.notices).into_iter().map(|n| (n, None)).chain(notices).collect();
+        // The plan's own notices (less the requests that failed) come before what the writes told;
+        // a step given up is told about its object.
+        let given_up = self.given_up(&job);
+        let notices: Vec<(Notice, Option<ObjectRef>)> = std::mem::take(&mut job.plan.notices)
+            .into_iter()
+            .map(|n| {
+                let about = (n.kind == NoticeKind::RemediationTimedOut)
+                    .then(|| given_up.iter().find(|(node, _)| n.target.as_deref() == Some(node.as_str())))
+                    .flatten()
+                    .map(|(_, o)| o.clone());
+                (n, about)
+            })
+            .chain(notices)
+            .collect();
         let status = match early_status {
             Some(status) => status,
             None => self.bounded_status(&job).await,
@@ -300,26 +311,40 @@ impl Context {
         results
     }
 
-    /// The Nodes whose remediation object's annotation failed, read from the index
-    /// (`remediation.medik8s.io/node-name`); `None` for an object the index does not know, whose
-    /// Node is then unknown (every create waits).
+    /// The Nodes whose remediation object's annotation failed (`None` for an object the index
+    /// does not know, whose Node is then unknown: every create waits).
     fn unconfirmed_nodes(&self, results: &[(Action, Result<Option<ObjectRef>, WriteError>)]) -> Vec<Option<String>> {
-        let idx = self.read_index();
         results
             .iter()
             .filter_map(|(a, r)| match (a, r) {
-                (Action::AnnotateRemediation { object, .. }, Err(_)) => Some(object),
+                (Action::AnnotateRemediation { object, .. }, Err(_)) => Some(self.node_of(object)),
                 _ => None,
             })
-            .map(|object| {
-                let gk = group_kind(&object.api_version, &object.kind);
-                idx.objects
-                    .get(&gk)
-                    .and_then(|c| c.remediations.get(&object.namespace))
-                    .and_then(|m| m.get(&object.name))
-                    .and_then(|o| o.meta.annotations.get(vigil_api::well_known::NODE_NAME_ANNOTATION).cloned())
+            .collect()
+    }
+
+    /// The objects the plan annotates as given up, with their Nodes.
+    fn given_up(&self, job: &crate::gather::Job) -> Vec<(String, ObjectRef)> {
+        job.plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::AnnotateRemediation { object, .. } => Some((self.node_of(object)?, object.clone())),
+                _ => None,
             })
             .collect()
+    }
+
+    /// The Node a remediation object is for, read from the index
+    /// (`remediation.medik8s.io/node-name`).
+    fn node_of(&self, object: &ObjectRef) -> Option<String> {
+        let gk = group_kind(&object.api_version, &object.kind);
+        let idx = self.read_index();
+        idx.objects
+            .get(&gk)
+            .and_then(|c| c.remediations.get(&object.namespace))
+            .and_then(|m| m.get(&object.name))
+            .and_then(|o| o.meta.annotations.get(vigil_api::well_known::NODE_NAME_ANNOTATION).cloned())
     }
 
     /// Sends `actions` of the plan, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.

@@ -250,6 +250,14 @@ async fn escalation_moves_on_within_a_second_of_succeeded_false() -> Result<()> 
             "no RemediationCreated event about the {kind}: {created_about:?}"
         );
     }
+    // The step given up is told about its object too.
+    wait_for("a RemediationTimedOut event about the fencing object", WAIT, || async {
+        Ok(events(&env).await?.into_iter().find(|e| {
+            e.reason.as_deref() == Some("RemediationTimedOut")
+                && e.related.as_ref().and_then(|r| r.kind.as_deref()) == Some("FenceAgentsRemediation")
+        }))
+    })
+    .await?;
     controller.stop().await;
     Ok(())
 }
