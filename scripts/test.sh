@@ -19,6 +19,12 @@ echo "== Cluster API CRDs for integration tests (sigs.k8s.io/cluster-api module,
 VIGIL_CAPI_CRD_DIR="$(scripts/capi-crds.sh)"
 export VIGIL_CAPI_CRD_DIR
 
+echo "== OpenShift ClusterVersion and Machine CRDs for integration tests (github.com/openshift/api module, cached)"
+# The upgrade pause and the Machine owner of remediation objects (crates/vigil-controller/tests/standins_e2e.rs);
+# vigil-testenv reads the variable.
+VIGIL_OPENSHIFT_CRD_DIR="$(scripts/openshift-crds.sh)"
+export VIGIL_OPENSHIFT_CRD_DIR
+
 echo "== Cluster API's own controllers for the real-Cluster-API tests (sigs.k8s.io/cluster-api v1.14.2, built once, cached)"
 # Core reconcilers without its MachineHealthCheck, and the in-memory infrastructure provider
 # (crates/vigil-controller/tests/capi_e2e.rs); vigil-testenv reads the variable.

@@ -9,7 +9,7 @@ use crate::intern::intern;
 use crate::selector::Selector;
 use crate::well_known::{
     CURRENT_MACHINE_CONFIG_ANNOTATION, DESIRED_MACHINE_CONFIG_ANNOTATION, KURED_REBOOT_IN_PROGRESS_ANNOTATION,
-    MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MEDIK8S_DRAIN_TAINT,
+    MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MEDIK8S_DRAIN_TAINT, OPENSHIFT_MACHINE_ANNOTATION,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
@@ -17,11 +17,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The Node annotations a rule reads; the others are not kept.
-pub const NODE_ANNOTATIONS_READ: [&str; 4] = [
+pub const NODE_ANNOTATIONS_READ: [&str; 5] = [
     MANUALLY_CONFIRMED_HEALTHY_ANNOTATION,
     KURED_REBOOT_IN_PROGRESS_ANNOTATION,
     CURRENT_MACHINE_CONFIG_ANNOTATION,
     DESIRED_MACHINE_CONFIG_ANNOTATION,
+    OPENSHIFT_MACHINE_ANNOTATION,
 ];
 
 /// The Node taints (by key) a rule reads; the others are not kept.

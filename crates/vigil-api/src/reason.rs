@@ -114,6 +114,9 @@ reasons! {
     RemediatorFinishing = "RemediatorFinishing",
     /// The Node's Lease was held past three step timeouts: the step is given up.
     NodeLeaseOverdue = "NodeLeaseOverdue",
+    /// The Node's OpenShift Machine, which owns its remediation objects, cannot be read (not
+    /// listed yet, or not found): no object is made without its owner.
+    NodeMachineUnknown = "NodeMachineUnknown",
     // Features of both kinds.
     /// A pool is backed off.
     RemediationBackoff = "RemediationBackoff",

@@ -400,6 +400,21 @@ impl ClusterVersionView {
     }
 }
 
+/// An OpenShift Machine API `Machine` (`machine.openshift.io/v1beta1`): a NodeHealthCheck makes
+/// the Node's Machine an owner of its remediation objects, as medik8s does, so they go with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenShiftMachineView {
+    /// Metadata (namespace, name and uid are what an owner reference needs).
+    pub meta: Meta,
+}
+
+impl OpenShiftMachineView {
+    /// Reads a Machine; `None` only when the object has no name.
+    pub fn read(v: &Value) -> Option<OpenShiftMachineView> {
+        Some(OpenShiftMachineView { meta: Meta::read(v, &mut Vec::new())? })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

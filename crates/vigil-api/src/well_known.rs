@@ -84,3 +84,16 @@ pub const CAPI_MHC_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
 pub const CAPI_MHC_V1BETA2_API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
 /// `apiVersion` of medik8s' NodeHealthCheck, read as Vigil's own.
 pub const MEDIK8S_NHC_API_VERSION: &str = "remediation.medik8s.io/v1alpha1";
+/// Label medik8s puts on every remediation object a health check creates, naming the component
+/// that made it (remediators and tools select them by it).
+pub const PART_OF_LABEL: &str = "app.kubernetes.io/part-of";
+/// The value of [`PART_OF_LABEL`] on remediation objects: the NodeHealthCheck operator's name,
+/// kept so that what a remediator sees does not change when Vigil makes the object.
+pub const PART_OF_NODE_HEALTHCHECK: &str = "node-healthcheck-controller";
+/// Label (empty value) on the remediation objects of control-plane Nodes: medik8s counts them,
+/// whoever owns them, to remediate one control-plane Node at a time.
+pub const CONTROL_PLANE_NODE_OBJECT_LABEL: &str = "remediation.medik8s.io/isControlPlaneNode";
+/// Node annotation naming the Node's OpenShift Machine API Machine, as `namespace/name`.
+pub const OPENSHIFT_MACHINE_ANNOTATION: &str = "machine.openshift.io/machine";
+/// API version of OpenShift Machine API Machines (owners of a Node's remediation objects).
+pub const OPENSHIFT_MACHINE_API_VERSION: &str = "machine.openshift.io/v1beta1";

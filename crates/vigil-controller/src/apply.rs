@@ -23,8 +23,9 @@ use vigil_engine::{Action, Notice, NoticeKind, ObjectRef};
 struct Outcome {
     /// Actions that failed, to leave out of the plan.
     failed: Vec<Action>,
-    /// What the writes tell (created, deleted, failed), after the plan's own notices.
-    notices: Vec<Notice>,
+    /// What the writes tell (created, deleted, failed), after the plan's own notices, each with
+    /// the remediation object it is about, if any.
+    notices: Vec<(Notice, Option<ObjectRef>)>,
     /// The first error, which the whole apply reports.
     first_error: Option<WriteError>,
 }
@@ -63,13 +64,17 @@ pub enum WriteError {
     /// This replica does not lead (or its right to write ran out): nothing was sent.
     #[error("{0}: not sent, this replica does not hold the lease")]
     NotLeader(String),
+    /// Not sent: the Node's previous remediation step is not confirmed given up (its
+    /// `nhc-timed-out` annotation failed), and two steps must never be live at once.
+    #[error("{0}: not sent, the previous step's timed-out annotation is not confirmed")]
+    Unconfirmed(String),
 }
 
 impl WriteError {
     /// Every [`WriteError::category`], so the metrics can serve each at 0 before its first error
     /// (a counter that appears at 1 loses that first error in `rate()`).
-    pub const CATEGORIES: [&'static str; 7] =
-        ["conflict", "forbidden", "refused", "unreachable", "discovery", "timeout", "not_leader"];
+    pub const CATEGORIES: [&'static str; 8] =
+        ["conflict", "forbidden", "refused", "unreachable", "discovery", "timeout", "not_leader", "unconfirmed"];
 
     /// A stable category for metrics and events.
     pub fn category(&self) -> &'static str {
@@ -81,6 +86,7 @@ impl WriteError {
             WriteError::Discovery(_) => "discovery",
             WriteError::Timeout(_) => "timeout",
             WriteError::NotLeader(_) => "not_leader",
+            WriteError::Unconfirmed(_) => "unconfirmed",
         }
     }
 
@@ -90,7 +96,7 @@ impl WriteError {
         match self {
             WriteError::Api { source: kube::Error::Api(s), .. } => s.code >= 500,
             WriteError::Api { .. } | WriteError::Timeout(_) => true,
-            WriteError::Discovery(_) | WriteError::NotLeader(_) => false,
+            WriteError::Discovery(_) | WriteError::NotLeader(_) | WriteError::Unconfirmed(_) => false,
         }
     }
 }
@@ -197,8 +203,20 @@ impl Context {
         if !failed.is_empty() {
             job.leave_out(&failed);
         }
-        // The plan's own notices (less the requests that failed) come before what the writes told.
-        let notices: Vec<Notice> = std::mem::take(&mut job.plan.notices).into_iter().chain(notices).collect();
+        // The plan's own notices (less the requests that failed) come before what the writes told;
+        // a step given up is told about its object.
+        let given_up = self.given_up(&job);
+        let notices: Vec<(Notice, Option<ObjectRef>)> = std::mem::take(&mut job.plan.notices)
+            .into_iter()
+            .map(|n| {
+                let about = (n.kind == NoticeKind::RemediationTimedOut)
+                    .then(|| given_up.iter().find(|(node, _)| n.target.as_deref() == Some(node.as_str())))
+                    .flatten()
+                    .map(|(_, o)| o.clone());
+                (n, about)
+            })
+            .chain(notices)
+            .collect();
         let status = match early_status {
             Some(status) => status,
             None => self.bounded_status(&job).await,
@@ -215,8 +233,8 @@ impl Context {
             let this = self.clone();
             let uid = job.uid.clone();
             tokio::spawn(async move {
-                for notice in notices {
-                    this.publish(&key, uid.as_deref(), &notice).await;
+                for (notice, about) in notices {
+                    this.publish_about(&key, uid.as_deref(), &notice, about.as_ref()).await;
                 }
             });
         }
@@ -226,12 +244,79 @@ impl Context {
         }
     }
 
-    /// Sends the plan's actions, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.
+    /// Sends the plan's actions: first the `nhc-timed-out` annotations of remediation steps given
+    /// up, then the rest, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded. A Node's next
+    /// step is created only once the API server has answered its previous step's annotation
+    /// (confirmed, and in the index), so that its remediator stops before the next one starts and
+    /// two steps are never live at once; when that annotation fails, the next step is not sent.
     async fn write_actions(
         self: &Arc<Self>,
         job: &crate::gather::Job,
     ) -> Vec<(Action, Result<Option<ObjectRef>, WriteError>)> {
-        futures::stream::iter(job.plan.actions.clone())
+        let (annotations, rest): (Vec<Action>, Vec<Action>) =
+            job.plan.actions.iter().cloned().partition(|a| matches!(a, Action::AnnotateRemediation { .. }));
+        if annotations.is_empty() {
+            return self.send_actions(job, rest).await;
+        }
+        let mut results = self.send_actions(job, annotations).await;
+        let unconfirmed = self.unconfirmed_nodes(&results);
+        let (held, rest): (Vec<Action>, Vec<Action>) = rest.into_iter().partition(|a| match a {
+            Action::CreateRemediation { target, .. } => {
+                unconfirmed.iter().any(|n| n.as_deref().is_none_or(|n| n == target))
+            }
+            _ => false,
+        });
+        results.extend(self.send_actions(job, rest).await);
+        results.extend(held.into_iter().map(|a| {
+            let what = format!("{a:?}").chars().take(200).collect::<String>();
+            (a, Err(WriteError::Unconfirmed(what)))
+        }));
+        results
+    }
+
+    /// The Nodes whose remediation object's annotation failed (`None` for an object the index
+    /// does not know, whose Node is then unknown: every create waits).
+    fn unconfirmed_nodes(&self, results: &[(Action, Result<Option<ObjectRef>, WriteError>)]) -> Vec<Option<String>> {
+        results
+            .iter()
+            .filter_map(|(a, r)| match (a, r) {
+                (Action::AnnotateRemediation { object, .. }, Err(_)) => Some(self.node_of(object)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The objects the plan annotates as given up, with their Nodes.
+    fn given_up(&self, job: &crate::gather::Job) -> Vec<(String, ObjectRef)> {
+        job.plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::AnnotateRemediation { object, .. } => Some((self.node_of(object)?, object.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The Node a remediation object is for, read from the index
+    /// (`remediation.medik8s.io/node-name`).
+    fn node_of(&self, object: &ObjectRef) -> Option<String> {
+        let gk = group_kind(&object.api_version, &object.kind);
+        let idx = self.read_index();
+        idx.objects
+            .get(&gk)
+            .and_then(|c| c.remediations.get(&object.namespace))
+            .and_then(|m| m.get(&object.name))
+            .and_then(|o| o.meta.annotations.get(vigil_api::well_known::NODE_NAME_ANNOTATION).cloned())
+    }
+
+    /// Sends `actions` of the plan, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.
+    async fn send_actions(
+        self: &Arc<Self>,
+        job: &crate::gather::Job,
+        actions: Vec<Action>,
+    ) -> Vec<(Action, Result<Option<ObjectRef>, WriteError>)> {
+        futures::stream::iter(actions)
             .map(|action| {
                 let this = self.clone();
                 let cached = match &action {
@@ -277,20 +362,22 @@ impl Context {
                     if let Some(at) = job.expiries.get(target) {
                         self.metrics.detected(seconds_since(*at, self.clock.now()));
                     }
-                    out.notices.push(Notice {
+                    let notice = Notice {
                         kind: NoticeKind::RemediationCreated,
                         target: Some(target.clone()),
                         reason: vigil_api::reason::Reason::RemediationCreated,
                         message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
-                    });
+                    };
+                    out.notices.push((notice, Some(created)));
                 }
                 (Action::DeleteRemediation { target, object }, Ok(Some(_))) => {
-                    out.notices.push(Notice {
+                    let notice = Notice {
                         kind: NoticeKind::RemediationDeleted,
                         target: Some(target.clone()),
                         reason: vigil_api::reason::Reason::RemediationRemoved,
                         message: format!("Deleted {object} for {target}: it is healthy again or gone"),
-                    });
+                    };
+                    out.notices.push((notice, Some(object.clone())));
                 }
                 (Action::SetMachineConditions { machine, .. }, Ok(_)) if remediating => {
                     self.metrics.remediation(key, "Machine", "marked");
@@ -313,12 +400,13 @@ impl Context {
         if let Action::CreateRemediation { target, object, .. } = &action {
             let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
             self.metrics.remediation(key, kind, "failed");
-            out.notices.push(Notice {
+            let notice = Notice {
                 kind: NoticeKind::RemediationFailed,
                 target: Some(target.clone()),
                 reason: vigil_api::reason::Reason::RemediationFailed,
                 message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
-            });
+            };
+            out.notices.push((notice, None));
             if e.outcome_unknown() {
                 self.resync_after_unknown_create(object).await;
             }
@@ -409,13 +497,20 @@ impl Context {
     /// Publishes one notice as an event on the check `key` (only while leading, checked again
     /// when its turn on the event lane comes).
     pub async fn publish(&self, key: &CheckRef, uid: Option<&str>, notice: &Notice) {
+        self.publish_about(key, uid, notice, None).await;
+    }
+
+    /// [`Self::publish`] for a notice about one remediation object (`about`): the event's
+    /// related object is that object, not its target, so that the events of a Node's successive
+    /// remediation objects are not folded into one series (which keeps the first note).
+    pub async fn publish_about(&self, key: &CheckRef, uid: Option<&str>, notice: &Notice, about: Option<&ObjectRef>) {
         if !self.right(key).is_leader() {
             return;
         }
         if let CheckRef::Node { name } = key
             && self.route(key, uid) != crate::medik8s::Route::Vigil
         {
-            return crate::medik8s::publish_served(self, name, uid, notice).await;
+            return crate::medik8s::publish_served(self, name, uid, notice, about).await;
         }
         let note = match &notice.target {
             Some(t) if !notice.message.contains(t.rsplit('/').next().unwrap_or(t)) => {
@@ -428,7 +523,10 @@ impl Context {
             reason: notice.kind.event_reason(key).into(),
             note: Some(note.chars().take(1000).collect()),
             action: format!("{:?}", notice.kind),
-            secondary: related(key, notice.target.as_deref()),
+            secondary: match about {
+                Some(object) => Some(object_reference(object)),
+                None => related(key, notice.target.as_deref()),
+            },
         };
         self.send_event(&event, &check_reference(key, uid), Some(key)).await;
     }
@@ -772,6 +870,17 @@ fn related(key: &CheckRef, target: Option<&str>) -> Option<ObjectReference> {
             ..Default::default()
         },
     })
+}
+
+/// An object reference to a remediation object, for an event's related object.
+pub(crate) fn object_reference(object: &ObjectRef) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(object.api_version.clone()),
+        kind: Some(object.kind.clone()),
+        namespace: Some(object.namespace.clone()).filter(|n| !n.is_empty()),
+        name: Some(object.name.clone()),
+        ..Default::default()
+    }
 }
 
 /// The index key of a kind: (group, kind).

@@ -528,9 +528,13 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     let listed = check.status.iter().flat_map(|s| s.unhealthy_nodes.iter().map(|u| u.name.as_str()));
     let nodes: Vec<&vigil_api::views::NodeView> = idx.nhc_decision_nodes(name, named.chain(listed));
     let around = &idx.around;
-    let (leases, maintenances, versions) =
-        (around.leases.refs(), around.maintenances.refs(), around.cluster_versions.refs());
-    let (mut maintenance_why, mut version_why) = (String::new(), String::new());
+    let (leases, maintenances, versions, machines) = (
+        around.leases.refs(),
+        around.maintenances.refs(),
+        around.cluster_versions.refs(),
+        around.openshift_machines.refs(),
+    );
+    let (mut maintenance_why, mut version_why, mut machine_why) = (String::new(), String::new(), String::new());
     let input = NhcInput {
         check,
         policy: &policy,
@@ -542,6 +546,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
             lease_namespace: &around.lease_namespace,
             maintenances: around.maintenances.observed("NodeMaintenances", &maintenances, &mut maintenance_why),
             cluster_versions: around.cluster_versions.observed("ClusterVersions", &versions, &mut version_why),
+            machines: around.openshift_machines.observed("OpenShift Machines", &machines, &mut machine_why),
         },
     };
     let holders = holders_for(idx, &key, fresh);

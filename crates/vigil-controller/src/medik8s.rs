@@ -47,7 +47,7 @@ use vigil_api::reason::Reason;
 use vigil_api::validate::NhcApi;
 use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED};
 use vigil_engine::target::CheckRef;
-use vigil_engine::{Notice, NoticeKind};
+use vigil_engine::{Notice, NoticeKind, ObjectRef};
 
 /// API group of medik8s' NodeHealthCheck.
 pub const GROUP: &str = "remediation.medik8s.io";
@@ -749,7 +749,7 @@ async fn tell_refusals(ctx: Arc<Context>, wake: Arc<tokio::sync::Notify>) {
                     warn!(check = %key, reason = %plan.status.reason.clone().unwrap_or_default(), "medik8s NodeHealthCheck not decided");
                     told.insert(r.name.clone(), (r.check.metadata.uid.clone(), r.message.clone()));
                     for notice in &plan.notices {
-                        publish(&ctx, &r.name, r.check.metadata.uid.as_deref(), notice, false).await;
+                        publish(&ctx, &r.name, r.check.metadata.uid.as_deref(), (notice, None), false).await;
                     }
                 }
                 Ok(Err(e)) => {
@@ -869,7 +869,13 @@ fn reference(name: &str, uid: Option<&str>) -> ObjectReference {
 
 /// Publishes `notice` as an event on the medik8s NodeHealthCheck `name`, with the operator's
 /// type and reason ([`event`]).
-pub(crate) async fn publish(ctx: &Context, name: &str, uid: Option<&str>, notice: &Notice, storm: bool) {
+pub(crate) async fn publish(
+    ctx: &Context,
+    name: &str,
+    uid: Option<&str>,
+    (notice, about): (&Notice, Option<&ObjectRef>),
+    storm: bool,
+) {
     let (type_, reason) = event(notice, storm);
     let note = match &notice.target {
         Some(t) if !notice.message.contains(t.as_str()) => format!("{t}: {}", notice.message),
@@ -878,9 +884,12 @@ pub(crate) async fn publish(ctx: &Context, name: &str, uid: Option<&str>, notice
     // The event recorder folds events of one key (object, reason, action, related) into one
     // series that keeps the first note: a check-wide notice's reason is its action, so that
     // "disabled because the operator runs" is not folded into "disabled while caches sync".
-    let action = match &notice.target {
-        Some(_) => format!("{:?}", notice.kind),
-        None => notice.reason.as_str().chars().take(128).collect(),
+    // A notice about one remediation object names it, so that a Node's successive objects
+    // are not folded into one series either.
+    let action = match (&notice.target, about) {
+        (_, Some(object)) => format!("{:?} {object}", notice.kind).chars().take(128).collect(),
+        (Some(_), None) => format!("{:?}", notice.kind),
+        (None, None) => notice.reason.as_str().chars().take(128).collect(),
     };
     send(ctx, name, uid, (type_, reason, note), notice.target.as_deref(), &action).await;
 }
@@ -915,9 +924,15 @@ async fn send(
 }
 
 /// [`publish`] for a check decided as a medik8s one, with its storm setting read from the index.
-pub(crate) async fn publish_served(ctx: &Context, name: &str, uid: Option<&str>, notice: &Notice) {
+pub(crate) async fn publish_served(
+    ctx: &Context,
+    name: &str,
+    uid: Option<&str>,
+    notice: &Notice,
+    about: Option<&ObjectRef>,
+) {
     let storm = storm_configured(ctx, name);
-    publish(ctx, name, uid, notice, storm).await;
+    publish(ctx, name, uid, (notice, about), storm).await;
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! What NodeHealthCheck decisions read beyond Nodes and remediation objects: the node Leases of
 //! the lease namespace (medik8s' `node-<name>`, taken before a Node is remediated), medik8s
-//! `NodeMaintenance`s and OpenShift `ClusterVersion`s. The last two are read only where the API
-//! server serves them: discovery is asked again every [`DISCOVERY_PERIOD`], so a kind installed
+//! `NodeMaintenance`s, OpenShift `ClusterVersion`s and OpenShift Machine API `Machine`s (the owners
+//! of their Nodes' remediation objects). The last three are read only where the API server
+//! serves them: discovery is asked again every [`DISCOVERY_PERIOD`], so a kind installed
 //! (or removed) later is noticed, and a kind not served counts as "none", a fact, while a served
 //! kind not listed yet counts as unknown (the engine then starts nothing new).
 
@@ -17,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
-use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView};
+use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView, OpenShiftMachineView};
 use vigil_api::well_known::{DEFAULT_LEASE_NAMESPACE, LEASE_NAMESPACE_ENV};
 use vigil_engine::lookup::Observed;
 use vigil_engine::target::CheckRef;
@@ -94,6 +95,8 @@ pub struct Around {
     pub maintenances: Kept<MaintenanceView>,
     /// `ClusterVersion`s.
     pub cluster_versions: Kept<ClusterVersionView>,
+    /// OpenShift Machine API `Machine`s (by `namespace/name`).
+    pub openshift_machines: Kept<OpenShiftMachineView>,
 }
 
 impl Default for Around {
@@ -103,6 +106,7 @@ impl Default for Around {
             leases: Kept { served: Some(true), ..Kept::default() },
             maintenances: Kept::default(),
             cluster_versions: Kept::default(),
+            openshift_machines: Kept::default(),
         }
     }
 }
@@ -162,6 +166,11 @@ pub async fn start(ctx: &Arc<Context>) {
         what: "ClusterVersions",
     };
     tokio::spawn(optional(ctx.clone(), versions, |idx| &mut idx.around.cluster_versions, ClusterVersionView::read));
+    let machines = OptionalKind {
+        gvk: GroupVersionKind::gvk("machine.openshift.io", "v1beta1", "Machine"),
+        what: "OpenShift Machines",
+    };
+    tokio::spawn(optional(ctx.clone(), machines, |idx| &mut idx.around.openshift_machines, OpenShiftMachineView::read));
 }
 
 /// The NodeHealthChecks a Lease change concerns (`vigil_engine::concerns`): its holder's, and

@@ -320,6 +320,8 @@ async fn controller_with_the_charts_service_account_does_its_work_and_nothing_mo
         ("list", "nodemaintenance.medik8s.io", "nodemaintenances", "", true),
         ("create", "nodemaintenance.medik8s.io", "nodemaintenances", "", false),
         ("list", "config.openshift.io", "clusterversions", "", true),
+        ("list", "machine.openshift.io", "machines", "openshift-machine-api", true),
+        ("delete", "machine.openshift.io", "machines", "openshift-machine-api", false),
         ("create", "", "pods", NAMESPACE, false),
     ] {
         assert_eq!(

@@ -110,7 +110,7 @@ proptest! {
         let input = NhcInput {
             check: &check, policy: &policy, nodes: &refs, templates: &templates, remediations: &[],
             around: Around { leases: &lease_refs, lease_namespace: "medik8s-leases",
-                             maintenances: Observed::Known(&no_maintenances), cluster_versions: Observed::Known(&versions) },
+                             maintenances: Observed::Known(&no_maintenances), cluster_versions: Observed::Known(&versions), machines: Observed::NotServed },
         };
         let plan = decide(&input, now);
         for a in &plan.actions {

@@ -154,6 +154,7 @@ impl World {
                     Some(_) => Observed::Known(&version_refs),
                     None => Observed::NotServed,
                 },
+                machines: Observed::NotServed,
             },
         };
         decide(&input, now)

@@ -626,6 +626,7 @@ fn rule7_the_manifest_and_status_record() {
                         "remediation.medik8s.io/node-name": "n1",
                         "remediation.medik8s.io/template-name": "snr",
                     },
+                    "labels": {"app.kubernetes.io/part-of": "node-healthcheck-controller"},
                     "ownerReferences": [{
                         "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "name": "nhc", "uid": "nhc-uid",
                         "controller": false, "blockOwnerDeletion": false,

@@ -14,8 +14,8 @@ use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::reason::Reason;
 use vigil_api::views::{
-    ClusterVersionView, ClusterView, LeaseView, MachineView, MaintenanceView, Meta, NodeView, RemediationView,
-    TemplateView,
+    ClusterVersionView, ClusterView, LeaseView, MachineView, MaintenanceView, Meta, NodeView, OpenShiftMachineView,
+    RemediationView, TemplateView,
 };
 use vigil_api::well_known::{
     CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, PAUSED_ANNOTATION,
@@ -66,6 +66,8 @@ const LEASE_GROUP: &str = "coordination.k8s.io";
 const MAINTENANCE_GROUP: &str = "nodemaintenance.medik8s.io";
 /// API group of OpenShift's `ClusterVersion`.
 const CLUSTER_VERSION_GROUP: &str = "config.openshift.io";
+/// API group of OpenShift's Machine API `Machine` (owner of its Node's remediation objects).
+const OPENSHIFT_MACHINE_GROUP: &str = "machine.openshift.io";
 
 /// The kinds of objects around the Nodes that NodeHealthCheck decisions read.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +75,8 @@ enum Around {
     Lease,
     Maintenance,
     Version,
+    /// An OpenShift Machine.
+    Machine,
 }
 
 #[derive(Debug, Clone)]
@@ -399,6 +403,7 @@ impl Sim<'_> {
             (LEASE_GROUP, "Lease") => Some(Around::Lease),
             (MAINTENANCE_GROUP, "NodeMaintenance") => Some(Around::Maintenance),
             (CLUSTER_VERSION_GROUP, "ClusterVersion") => Some(Around::Version),
+            (OPENSHIFT_MACHINE_GROUP, "Machine") => Some(Around::Machine),
             _ => None,
         };
         if let Some(kind) = around {
@@ -412,7 +417,7 @@ impl Sim<'_> {
                     Around::Maintenance => {
                         MaintenanceView::read(v).is_some_and(|m| concerns::nhc_concerns_maintenance(&check, &m))
                     }
-                    Around::Version => true,
+                    Around::Version | Around::Machine => true,
                 });
                 if hit {
                     self.dirty.insert(id);
@@ -694,11 +699,19 @@ impl Sim<'_> {
             of(MAINTENANCE_GROUP, "NodeMaintenance", None).iter().filter_map(MaintenanceView::read).collect();
         let versions: Vec<ClusterVersionView> =
             of(CLUSTER_VERSION_GROUP, "ClusterVersion", None).iter().filter_map(ClusterVersionView::read).collect();
-        let (lease_refs, maintenance_refs, version_refs): (
+        let machines: Vec<OpenShiftMachineView> =
+            of(OPENSHIFT_MACHINE_GROUP, "Machine", None).iter().filter_map(OpenShiftMachineView::read).collect();
+        let (lease_refs, maintenance_refs, version_refs, machine_refs): (
             Vec<&LeaseView>,
             Vec<&MaintenanceView>,
             Vec<&ClusterVersionView>,
-        ) = (leases.iter().collect(), maintenances.iter().collect(), versions.iter().collect());
+            Vec<&OpenShiftMachineView>,
+        ) = (
+            leases.iter().collect(),
+            maintenances.iter().collect(),
+            versions.iter().collect(),
+            machines.iter().collect(),
+        );
         let input = NhcInput {
             check: &check,
             policy: &policy,
@@ -711,6 +724,11 @@ impl Sim<'_> {
                 lease_namespace: &self.scenario.lease_namespace,
                 maintenances: Observed::Known(&maintenance_refs),
                 cluster_versions: Observed::Known(&version_refs),
+                // A scenario with no OpenShift Machine has no Machine API.
+                machines: match machine_refs.is_empty() {
+                    true => Observed::NotServed,
+                    false => Observed::Known(&machine_refs),
+                },
             },
         };
         let holders = self.holders_reporting_ties();

@@ -1,7 +1,10 @@
 //! The real upstream CRDs, reduced to the one Cluster API version a test wants (upstream serves
 //! two and converts between them with a webhook a bare API server lacks). Cluster API's come from
 //! its published Go module at a pinned version (`scripts/capi-crds.sh`, cached); medik8s' are
-//! committed under `crates/vigil-testenv/upstream-crds/medik8s` (version and licence noted there).
+//! committed under `crates/vigil-testenv/upstream-crds/medik8s` (version and licence noted there);
+//! OpenShift's ClusterVersion and Machine come from the `github.com/openshift/api` module
+//! (`scripts/openshift-crds.sh`, cached); the stand-in remediators' CRDs, written for the tests,
+//! are under `crates/vigil-testenv/standin-crds`.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -42,6 +45,19 @@ const MEDIK8S_FILES: [&str; 2] = [
     "self-node-remediation.medik8s.io_selfnoderemediationtemplates.yaml",
 ];
 
+/// OpenShift CRD files (in [`openshift_crds_dir`]): ClusterVersion and Machine API Machine.
+const OPENSHIFT_FILES: [&str; 2] = ["config.openshift.io_clusterversions.yaml", "machine.openshift.io_machines.yaml"];
+
+/// Stand-in CRD files (in [`standin_crds_dir`]): the remediation kinds of the fence-like and
+/// deletion-like stand-ins with their templates, and NodeMaintenance.
+const STANDIN_FILES: [&str; 5] = [
+    "fence-agents-remediation.medik8s.io_fenceagentsremediations.yaml",
+    "fence-agents-remediation.medik8s.io_fenceagentsremediationtemplates.yaml",
+    "machine-deletion-remediation.medik8s.io_machinedeletionremediations.yaml",
+    "machine-deletion-remediation.medik8s.io_machinedeletionremediationtemplates.yaml",
+    "nodemaintenance.medik8s.io_nodemaintenances.yaml",
+];
+
 /// Time limit for `scripts/capi-crds.sh` (one module download; cached afterwards).
 const FETCH_LIMIT: Duration = Duration::from_secs(10 * 60);
 
@@ -57,15 +73,49 @@ pub fn capi_crds_dir() -> Result<PathBuf> {
     static DIR: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     DIR.get_or_init(|| match std::env::var_os("VIGIL_CAPI_CRD_DIR") {
         Some(dir) => Ok(PathBuf::from(dir)),
-        None => run_capi_crds_script().map_err(|e| format!("{e:#}")),
+        None => run_crds_script("capi-crds.sh").map_err(|e| format!("{e:#}")),
     })
     .clone()
     .map_err(|e| anyhow!("{e}"))
 }
 
-/// Runs `scripts/capi-crds.sh` and returns the directory it prints on its last line.
-fn run_capi_crds_script() -> Result<PathBuf> {
-    let script = crate::workspace_root().join("scripts").join("capi-crds.sh");
+/// The OpenShift CRDs of the pinned `github.com/openshift/api` module: `VIGIL_OPENSHIFT_CRD_DIR`
+/// when set (`scripts/test.sh` sets it), else the directory `scripts/openshift-crds.sh` prints (it
+/// downloads the module once and caches the CRDs).
+pub fn openshift_crds_dir() -> Result<PathBuf> {
+    static DIR: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| match std::env::var_os("VIGIL_OPENSHIFT_CRD_DIR") {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => run_crds_script("openshift-crds.sh").map_err(|e| format!("{e:#}")),
+    })
+    .clone()
+    .map_err(|e| anyhow!("{e}"))
+}
+
+/// OpenShift's `config.openshift.io/v1` ClusterVersion and `machine.openshift.io/v1beta1` Machine
+/// CRDs as the module publishes them (their Default feature set), parsed, for
+/// [`crate::TestEnv::install_crds`]: the upgrade pause reads the first, remediation objects are
+/// owned by the second.
+pub fn openshift_crds() -> Result<Vec<Value>> {
+    let dir = openshift_crds_dir()?;
+    OPENSHIFT_FILES.iter().map(|f| read_crd_file(&dir.join(f))).collect()
+}
+
+/// The stand-in CRDs, inside the project (`crates/vigil-testenv/standin-crds`).
+pub fn standin_crds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("standin-crds")
+}
+
+/// The stand-in remediators' CRDs (fence agents and machine deletion remediation with their
+/// templates, NodeMaintenance), parsed, for [`crate::TestEnv::install_crds`].
+pub fn standin_crds() -> Result<Vec<Value>> {
+    let dir = standin_crds_dir();
+    STANDIN_FILES.iter().map(|f| read_crd_file(&dir.join(f))).collect()
+}
+
+/// Runs `scripts/<name>` and returns the directory it prints on its last line.
+fn run_crds_script(name: &str) -> Result<PathBuf> {
+    let script = crate::workspace_root().join("scripts").join(name);
     let mut child = std::process::Command::new("bash")
         .arg(&script)
         .stdin(std::process::Stdio::null())

@@ -22,6 +22,8 @@
 //! Environment variables:
 //! - `VIGIL_KUBE_BIN_DIR`: where `etcd` and `kube-apiserver` are (else the script is run);
 //! - `VIGIL_CAPI_CRD_DIR`: where the Cluster API CRDs are (else `scripts/capi-crds.sh` is run);
+//! - `VIGIL_OPENSHIFT_CRD_DIR`: where OpenShift's ClusterVersion and Machine CRDs are (else
+//!   `scripts/openshift-crds.sh` is run);
 //! - `VIGIL_MEDIK8S_NHC_DIR`: where medik8s' NodeHealthCheck operator is (else
 //!   `scripts/medik8s-nhc.sh` is run; see [`medik8s`]);
 //! - `VIGIL_TESTENV_KEEP=1`: keep the temp dir (logs, etcd data) for a post-mortem;
@@ -38,6 +40,7 @@ mod framing;
 pub mod medik8s;
 mod process;
 mod proxy;
+pub mod standins;
 
 pub use framing::WatchFramingProxy;
 pub use proxy::{FaultProxy, Mode};
@@ -62,7 +65,10 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{OnceCell, Semaphore};
 
-pub use crds::{CapiVersion, capi_crds_dir, medik8s_crds_dir, medik8s_nhc_crd, reduce_to_version, upstream_crds};
+pub use crds::{
+    CapiVersion, capi_crds_dir, medik8s_crds_dir, medik8s_nhc_crd, openshift_crds, openshift_crds_dir,
+    reduce_to_version, standin_crds, standin_crds_dir, upstream_crds,
+};
 
 use process::{LOG_TAIL_LINES, Proc};
 
@@ -418,6 +424,18 @@ impl TestEnv {
     /// `v1beta2`, and medik8s SelfNodeRemediation(+Template): what the e2e tests act on.
     pub async fn install_upstream_crds(&self) -> Result<()> {
         self.install_crds(&upstream_crds(CapiVersion::V1Beta2)?).await
+    }
+
+    /// Installs OpenShift's ClusterVersion (`config.openshift.io/v1`) and Machine API Machine
+    /// (`machine.openshift.io/v1beta1`) CRDs from the `github.com/openshift/api` module.
+    pub async fn install_openshift_crds(&self) -> Result<()> {
+        self.install_crds(&openshift_crds()?).await
+    }
+
+    /// Installs the stand-in remediators' CRDs ([`standins`]): FenceAgentsRemediation,
+    /// MachineDeletionRemediation (with their templates) and NodeMaintenance.
+    pub async fn install_standin_crds(&self) -> Result<()> {
+        self.install_crds(&standin_crds()?).await
     }
 
     /// As [`TestEnv::install_upstream_crds`] but with Cluster API reduced to `v1beta1`, to

@@ -226,7 +226,8 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
 }
 
 /// What NodeHealthChecks read around their Nodes: the medik8s node Leases, and where served,
-/// NodeMaintenances and OpenShift ClusterVersions. A Lease list that fails is said (what
+/// NodeMaintenances, OpenShift ClusterVersions and OpenShift Machines (their Nodes' remediation
+/// objects' owners). A Lease list that fails is said (what
 /// `vigil check` tells would then ignore who else holds a Node).
 async fn read_around(client: &Client, fleet: &mut Fleet) -> Result<Vec<Value>> {
     fleet.lease_namespace = vigil_controller::surroundings::default_lease_namespace();
@@ -241,9 +242,11 @@ async fn read_around(client: &Client, fleet: &mut Fleet) -> Result<Vec<Value>> {
             Vec::new()
         }
     };
-    for (group, version, kind) in
-        [("nodemaintenance.medik8s.io", "v1beta1", "NodeMaintenance"), ("config.openshift.io", "v1", "ClusterVersion")]
-    {
+    for (group, version, kind) in [
+        ("nodemaintenance.medik8s.io", "v1beta1", "NodeMaintenance"),
+        ("config.openshift.io", "v1", "ClusterVersion"),
+        ("machine.openshift.io", "v1beta1", "Machine"),
+    ] {
         // Not served: there are none (the engine reads it so).
         if let Ok((ar, _)) = discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
             out.extend(list(client, &ar, None).await.with_context(|| format!("cannot list {kind}s"))?);

@@ -11,10 +11,12 @@ use crate::plan::{Action, Earliest, LeaseWrite, ObjectRef};
 use crate::upgrade::Postponement;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use vigil_api::node_health_check::NodeWait;
 use vigil_api::reason::Reason;
-use vigil_api::views::{LeaseView, MaintenanceView, NodeView};
+use vigil_api::views::{LeaseView, MaintenanceView, NodeView, OpenShiftMachineView};
+use vigil_api::well_known::{OPENSHIFT_MACHINE_ANNOTATION, OPENSHIFT_MACHINE_API_VERSION};
 
 /// The smallest step of time: a Lease due at `t` has run out at `t + 1ns`.
 const ONE_NS: SignedDuration = SignedDuration::from_nanos(1);
@@ -30,6 +32,8 @@ pub(super) struct Gates<'a> {
     namespace: &'a str,
     /// The lease namespace's Leases by name.
     leases: BTreeMap<&'a str, &'a LeaseView>,
+    /// OpenShift Machines, the owners of their Nodes' remediation objects.
+    machines: Observed<'a, &'a [&'a OpenShiftMachineView]>,
     now: Timestamp,
 }
 
@@ -59,7 +63,50 @@ impl<'a> Gates<'a> {
             me: node_lease::holder_of(check_name),
             namespace: around.lease_namespace,
             leases: around.leases.iter().map(|l| (l.meta.name.as_str(), *l)).collect(),
+            machines: around.machines,
             now,
+        }
+    }
+
+    /// The owner reference of `node`'s OpenShift Machine for an object made in `namespace`, as
+    /// medik8s adds it: only where the Machine API is served, the Node names its Machine
+    /// (`machine.openshift.io/machine: <namespace>/<name>`) and the Machine is in the object's
+    /// namespace (an owner must be). `Err` when that Machine cannot be read (not listed yet, or
+    /// not there): medik8s makes no object then, and neither does Vigil.
+    pub(super) fn machine_owner(&self, node: &NodeView, namespace: &str) -> Result<Option<Value>, Wait> {
+        let machines = match self.machines {
+            Observed::NotServed => return Ok(None),
+            served => served,
+        };
+        let Some((ns, name)) = node.annotation(OPENSHIFT_MACHINE_ANNOTATION).and_then(|m| m.split_once('/')) else {
+            return Ok(None);
+        };
+        if ns.is_empty() || ns != namespace {
+            return Ok(None);
+        }
+        let unknown = |why: String| Wait {
+            reason: Reason::NodeMachineUnknown,
+            message: format!(
+                "Not remediating node {}: its Machine {ns}/{name} (annotation {OPENSHIFT_MACHINE_ANNOTATION}), the owner of its remediation object, {why}",
+                node.name
+            ),
+            until: None,
+        };
+        let list = match machines {
+            Observed::Known(list) => list,
+            Observed::Unknown(why) => return Err(unknown(format!("cannot be read: {why}"))),
+            Observed::NotServed => return Ok(None),
+        };
+        let found = list.iter().find(|m| m.meta.namespace == ns && m.meta.name == name);
+        match found.and_then(|m| m.meta.uid.as_deref()) {
+            Some(uid) => Ok(Some(json!({
+                "apiVersion": OPENSHIFT_MACHINE_API_VERSION,
+                "kind": "Machine",
+                "name": name,
+                "uid": uid,
+                "controller": false,
+            }))),
+            None => Err(unknown("does not exist".into())),
         }
     }
 

@@ -5,7 +5,7 @@ use crate::lookup::Observed;
 use crate::target::is_control_plane;
 use vigil_api::NodeHealthCheck;
 use vigil_api::validate::NhcPolicy;
-use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView, NodeView};
+use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView, NodeView, OpenShiftMachineView};
 use vigil_api::views::{RemediationView, TemplateView};
 use vigil_api::well_known::DEFAULT_LEASE_NAMESPACE;
 
@@ -43,6 +43,9 @@ pub struct Around<'a> {
     pub maintenances: Observed<'a, &'a [&'a MaintenanceView]>,
     /// OpenShift `ClusterVersion`s ([`crate::upgrade`]).
     pub cluster_versions: Observed<'a, &'a [&'a ClusterVersionView]>,
+    /// OpenShift Machine API `Machine`s: a Node's Machine (its `machine.openshift.io/machine`
+    /// annotation) owns the Node's remediation objects in its namespace, as medik8s makes them.
+    pub machines: Observed<'a, &'a [&'a OpenShiftMachineView]>,
 }
 
 impl Default for Around<'_> {
@@ -52,6 +55,7 @@ impl Default for Around<'_> {
             lease_namespace: DEFAULT_LEASE_NAMESPACE,
             maintenances: Observed::NotServed,
             cluster_versions: Observed::NotServed,
+            machines: Observed::NotServed,
         }
     }
 }

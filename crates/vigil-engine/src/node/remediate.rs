@@ -28,9 +28,9 @@ use vigil_api::validate::{ConditionRule, HealthyDelay, Ladder, NhcPolicy, Remedi
 use vigil_api::views::NodeView;
 use vigil_api::views::RemediationView;
 use vigil_api::well_known::{
-    EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION,
-    NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, PERMANENT_NODE_DELETION_EXPECTED, RULE_ANNOTATION, SUCCEEDED,
-    TEMPLATE_NAME_ANNOTATION,
+    CONTROL_PLANE_NODE_OBJECT_LABEL, EXCLUDE_FROM_REMEDIATION_LABEL, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION,
+    MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, PART_OF_LABEL,
+    PART_OF_NODE_HEALTHCHECK, PERMANENT_NODE_DELETION_EXPECTED, RULE_ANNOTATION, SUCCEEDED, TEMPLATE_NAME_ANNOTATION,
 };
 
 /// Why a remediation step is given up.
@@ -51,6 +51,9 @@ pub(super) enum Requested {
     Done,
     /// The template cannot be used: reason and why.
     Skipped(Reason, String),
+    /// The object cannot be made yet (its owner Machine cannot be read): the Node's wait says
+    /// why.
+    Held,
 }
 
 /// Shared state of the second pass.
@@ -205,12 +208,13 @@ impl<'a> Pass<'a> {
     /// checked every other rule).
     pub(super) fn request(
         &mut self,
-        name: &str,
+        node: &NodeView,
         s: usize,
         book: &mut Book<'_>,
         incident: &Incident<'_>,
         lease: Option<LeaseWrite>,
     ) -> Requested {
+        let name = node.name.as_str();
         let Some(step) = incident.ladder.steps.get(s) else {
             return Requested::Skipped(Reason::RemediationTemplateNotFound, format!("no remediation step {s}"));
         };
@@ -247,7 +251,16 @@ impl<'a> Pass<'a> {
         if !generate && let Some(skipped) = self.taken_by_another(name, step) {
             return skipped;
         }
-        let object = self.manifest(name, step, spec, generate, incident.rule.as_deref());
+        let machine = match self.gates.machine_owner(node, &step.template.namespace) {
+            Ok(machine) => machine,
+            Err(wait) => {
+                // Kept, to be made once the owner can be read.
+                book.records.extend(earlier.cloned());
+                self.hold(name, wait, NoticeKind::RemediationSkipped);
+                return Requested::Held;
+            }
+        };
+        let object = self.manifest(node, step, spec, generate, (incident.rule.as_deref(), machine));
         let started = earlier.map_or(self.now, |r| r.started.0);
         self.offer_step_timeout(step, started);
         book.records.push(NodeRemediation {
@@ -288,11 +301,22 @@ impl<'a> Pass<'a> {
         ))
     }
 
-    /// The remediation object for Node `name` from `step`'s template: named after the Node (or
-    /// `generateName` with multiple-template support), annotated with the Node and template (and
-    /// with remediation per condition the incident's `rule`), owned by the check (an owner
-    /// reference that is neither controller nor blocks deletion).
-    fn manifest(&self, name: &str, step: &RemediationStep, spec: &Value, generate: bool, rule: Option<&str>) -> Value {
+    /// The remediation object for `node` from `step`'s template, as medik8s makes it: named after
+    /// the Node (or `generateName` with multiple-template support), annotated with the Node and
+    /// template (and with remediation per condition the incident's `rule`), labelled
+    /// `app.kubernetes.io/part-of: node-healthcheck-controller` (and
+    /// `remediation.medik8s.io/isControlPlaneNode` for a control-plane Node), owned by the check
+    /// (an owner reference that is neither controller nor blocks deletion) and by the Node's
+    /// OpenShift `machine` when there is one ([`Gates::machine_owner`]).
+    fn manifest(
+        &self,
+        node: &NodeView,
+        step: &RemediationStep,
+        spec: &Value,
+        generate: bool,
+        (rule, machine): (Option<&str>, Option<Value>),
+    ) -> Value {
+        let name = node.name.as_str();
         let kind = step.template.remediation_kind();
         let mut metadata = Map::new();
         metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
@@ -306,6 +330,11 @@ impl<'a> Pass<'a> {
             annotations[RULE_ANNOTATION] = Value::String(rule.to_string());
         }
         metadata.insert("annotations".into(), annotations);
+        let mut labels = json!({ PART_OF_LABEL: PART_OF_NODE_HEALTHCHECK });
+        if is_control_plane(node) {
+            labels[CONTROL_PLANE_NODE_OBJECT_LABEL] = Value::String(String::new());
+        }
+        metadata.insert("labels".into(), labels);
         let mut owner = Map::new();
         owner.insert("apiVersion".into(), Value::String(self.policy.api.api_version().into()));
         owner.insert("kind".into(), Value::String(OWNER_KIND.into()));
@@ -315,7 +344,8 @@ impl<'a> Pass<'a> {
         }
         owner.insert("controller".into(), Value::Bool(false));
         owner.insert("blockOwnerDeletion".into(), Value::Bool(false));
-        metadata.insert("ownerReferences".into(), Value::Array(vec![Value::Object(owner)]));
+        let owners = std::iter::once(Value::Object(owner)).chain(machine).collect();
+        metadata.insert("ownerReferences".into(), Value::Array(owners));
         let object = json!({
             "apiVersion": step.template.api_version,
             "kind": kind,
@@ -354,7 +384,7 @@ impl<'a> Pass<'a> {
             // Completing an earlier plan's request is not a new remediation, but its object is
             // made only while the Node's Lease can be held.
             let Some(lease) = self.lease_for(name, node, &incident.ladder, 0) else { return };
-            if let Requested::Skipped(reason, message) = self.request(name, 0, book, incident, lease)
+            if let Requested::Skipped(reason, message) = self.request(node, 0, book, incident, lease)
                 && (self.disabled_changed || reason == Reason::RemediationObjectExists)
             {
                 // (the request's record is dropped with an existing foreign object: said once)
@@ -378,7 +408,7 @@ impl<'a> Pass<'a> {
         if let Usable::Missing | Usable::Invalid(_) =
             self.templates.get(incident.ladder.offset).copied().unwrap_or(Usable::Missing)
         {
-            if let Requested::Skipped(reason, message) = self.request(name, 0, book, incident, None)
+            if let Requested::Skipped(reason, message) = self.request(node, 0, book, incident, None)
                 && (news || self.disabled_changed)
             {
                 self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
@@ -402,7 +432,7 @@ impl<'a> Pass<'a> {
         if gate == Backoff::Wait || !self.pacer.gate(name, since) {
             return;
         }
-        match self.request(name, 0, book, incident, lease) {
+        match self.request(node, 0, book, incident, lease) {
             Requested::Done => {
                 if gate == Backoff::Start {
                     self.ledger.record(&pool, name);
@@ -417,6 +447,7 @@ impl<'a> Pass<'a> {
                     self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
                 }
             }
+            Requested::Held => {}
         }
     }
 
@@ -468,60 +499,31 @@ impl<'a> Pass<'a> {
         else {
             return; // the latest step's objects are being deleted: wait until they are gone
         };
-        let Some(step) = steps.get(latest) else {
-            return;
-        };
         let view = objs[k].view;
         let annotated = entry(&view.meta.annotations, NHC_TIMED_OUT_ANNOTATION).is_some();
+        let next = latest + 1;
         let mut gave_up_now = false;
         if !annotated {
             if let Some(Time(at)) = book.records[k].timed_out.clone() {
-                // An earlier plan gave up but the annotation did not make it: write it again.
-                self.actions.push(Action::AnnotateRemediation {
-                    object: object_ref(view),
-                    key: NHC_TIMED_OUT_ANNOTATION.into(),
-                    value: at.to_string(),
-                });
-            } else {
-                let failed =
-                    conditions::find(&view.conditions, SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
-                let deadline = step.timeout.and_then(|d| after(book.records[k].started.0, d));
-                let timed_out = deadline.is_some_and(|d| d < self.now);
-                // The Node's Lease, while the step runs: renewed, or given up as overdue.
-                let (current, previous) = node_lease::step_durations(&incident.ladder, latest);
-                let tend = match failed || timed_out {
-                    true => Tend::Nothing,
-                    false => self.gates.tend(Some(node), name, current, previous, &mut self.wake),
-                };
-                let why = match (failed, timed_out, tend) {
-                    (true, _, _) => Some(GaveUp::Failed),
-                    (_, true, _) => Some(GaveUp::TimedOut),
-                    (_, _, Tend::Overdue(release)) => {
-                        self.actions.push(release);
-                        Some(GaveUp::LeaseOverdue(current.checked_mul(3).unwrap_or(current) + previous))
-                    }
-                    (_, _, Tend::Renew(lease)) => {
-                        self.actions.push(Action::WriteLease(lease));
-                        None
-                    }
-                    (_, _, Tend::Nothing) => None,
-                };
-                match why {
-                    Some(why) => {
-                        gave_up_now = true;
-                        book.records[k].timed_out = Some(Time(self.now));
-                        self.give_up(name, view, latest, why, &incident.ladder);
-                    }
-                    None => {
-                        if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
-                            self.wake.offer(t);
-                        }
-                        return;
-                    }
+                // An earlier plan gave up but the annotation did not make it: written again
+                // (never on an object that reports Succeeded=True, as when giving up).
+                if !conditions::is_true(&view.conditions, SUCCEEDED) {
+                    self.actions.push(Action::AnnotateRemediation {
+                        object: object_ref(view),
+                        key: NHC_TIMED_OUT_ANNOTATION.into(),
+                        value: at.to_string(),
+                    });
                 }
+            } else {
+                let started = book.records[k].started.0;
+                let Some(why) = self.judge_step(name, node, (view, started), latest, &incident.ladder) else {
+                    return;
+                };
+                gave_up_now = true;
+                book.records[k].timed_out = Some(Time(self.now));
+                self.give_up(name, view, latest, why, &incident.ladder);
             }
         }
-        let next = latest + 1;
         if next >= steps.len() {
             if gave_up_now || !book.prev_timed_out.get(k) {
                 self.notices.push(notice(
@@ -542,7 +544,7 @@ impl<'a> Pass<'a> {
             return;
         }
         let Some(lease) = self.lease_for(name, node, &incident.ladder, next) else { return };
-        if let Requested::Skipped(reason, message) = self.request(name, next, book, incident, lease)
+        if let Requested::Skipped(reason, message) = self.request(node, next, book, incident, lease)
             && (gave_up_now || self.disabled_changed)
         {
             self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
@@ -563,6 +565,47 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// Whether step `latest` of `node`'s remediation, whose object `view` was requested at
+    /// `started`, is given up now: `Succeeded=False` at once, its timeout passed, or the Node's
+    /// Lease held past its overdue instant (released). Otherwise the Lease is renewed when due and
+    /// the decision wakes at the step's timeout.
+    fn judge_step(
+        &mut self,
+        name: &str,
+        node: &NodeView,
+        (view, started): (&RemediationView, Timestamp),
+        latest: usize,
+        ladder: &Ladder<'_>,
+    ) -> Option<GaveUp> {
+        let step = ladder.steps.get(latest)?;
+        let failed = conditions::find(&view.conditions, SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
+        let deadline = step.timeout.and_then(|d| after(started, d));
+        let timed_out = deadline.is_some_and(|d| d < self.now);
+        // The Node's Lease, while the step runs: renewed, or given up as overdue.
+        let (current, previous) = node_lease::step_durations(ladder, latest);
+        let tend = match failed || timed_out {
+            true => Tend::Nothing,
+            false => self.gates.tend(Some(node), name, current, previous, &mut self.wake),
+        };
+        match (failed, timed_out, tend) {
+            (true, _, _) => Some(GaveUp::Failed),
+            (_, true, _) => Some(GaveUp::TimedOut),
+            (_, _, Tend::Overdue(release)) => {
+                self.actions.push(release);
+                Some(GaveUp::LeaseOverdue(current.checked_mul(3).unwrap_or(current) + previous))
+            }
+            (_, _, tend) => {
+                if let Tend::Renew(lease) = tend {
+                    self.actions.push(Action::WriteLease(lease));
+                }
+                if let Some(t) = deadline.and_then(|d| after(d, ONE_NS)) {
+                    self.wake.offer(t);
+                }
+                None
+            }
+        }
+    }
+
     /// Records what the subject `name` waits for, telling it (as `kind`) when it is news.
     pub(super) fn hold(&mut self, name: &str, wait: Wait, kind: NoticeKind) {
         if self.prev_wait.is_none_or(|w| w.reason != wait.reason) {
@@ -577,11 +620,14 @@ impl<'a> Pass<'a> {
         let Some(step) = ladder.steps.get(latest) else {
             return;
         };
-        self.actions.push(Action::AnnotateRemediation {
-            object: object_ref(view),
-            key: NHC_TIMED_OUT_ANNOTATION.into(),
-            value: self.now.to_string(),
-        });
+        // An object that reports Succeeded=True is never annotated as timed out (medik8s).
+        if !conditions::is_true(&view.conditions, SUCCEEDED) {
+            self.actions.push(Action::AnnotateRemediation {
+                object: object_ref(view),
+                key: NHC_TIMED_OUT_ANNOTATION.into(),
+                value: self.now.to_string(),
+            });
+        }
         let what = match why {
             GaveUp::Failed => "reported Succeeded=False".to_string(),
             GaveUp::TimedOut => {
