@@ -35,11 +35,13 @@
 pub mod capi;
 mod crds;
 mod framing;
+mod hold;
 pub mod medik8s;
 mod process;
 mod proxy;
 
 pub use framing::WatchFramingProxy;
+pub use hold::{Delivered, WriteHold};
 pub use proxy::{FaultProxy, Mode};
 
 use std::collections::HashMap;
