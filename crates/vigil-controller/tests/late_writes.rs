@@ -34,7 +34,8 @@ fn election(identity: &str) -> LeaderOptions {
 
 fn replica(identity: &str, shards: u32) -> Options {
     Options {
-        workers: 2,
+        // One per check: each decision waits for its held writes until its right runs out.
+        workers: 4,
         leader: Some(election(identity)),
         shards,
         lease_namespace: NODE_LEASE_NS.into(),
@@ -130,7 +131,8 @@ async fn late_writes_change_nothing(env: &TestEnv, shards: u32, standby_first: b
         let machine = kept.iter().any(|(m, p)| m == "PATCH" && p.contains("/machines/m1/status"));
         Ok((creates == 2 && machine).then_some(kept))
     })
-    .await?;
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; held: {:?}", hold.kept()))?;
     eprintln!("LATE held: {kept:?}");
     let t = match t_early {
         Some(t) => t,
