@@ -6,6 +6,7 @@ pub mod apply;
 pub mod claims;
 pub mod clock;
 pub mod confirm;
+pub mod fenced;
 pub mod gather;
 pub mod http;
 pub mod index;
