@@ -396,7 +396,9 @@ impl Context {
             Err(e) => {
                 if is_code(&e, 409) {
                     // Read what is there now, so the next decision is made on it.
-                    if let Ok(Ok(fresh)) = tokio::time::timeout(WRITE_TIMEOUT, self.dynamic(&ar, namespace).get(name)).await {
+                    if let Ok(Ok(fresh)) =
+                        tokio::time::timeout(WRITE_TIMEOUT, self.dynamic(&ar, namespace).get(name)).await
+                    {
                         self.put_check(&job.key, &fresh);
                     }
                 }
@@ -518,9 +520,15 @@ impl Context {
         };
         let refused = api_error(format!("conditions of {machine}"));
         let status = Some("status");
-        let written: Result<DynamicObject, _> =
-            crate::fenced::patch(&self.client, requests, &machine.name, status, &patch_params(), &Patch::<()>::Json(patch))
-                .await;
+        let written: Result<DynamicObject, _> = crate::fenced::patch(
+            &self.client,
+            requests,
+            &machine.name,
+            status,
+            &patch_params(),
+            &Patch::<()>::Json(patch),
+        )
+        .await;
         match written {
             Ok(written) => {
                 self.metrics.writes("machine_conditions");
@@ -697,7 +705,13 @@ impl Context {
     /// Sets one annotation on a remediation object, only while it is still at the version
     /// `seen` (a late one finds it changed and is refused; the object is then read again and
     /// the check decided again).
-    async fn annotate_remediation(&self, object: &ObjectRef, key: &str, value: &str, seen: &Seen) -> Result<(), WriteError> {
+    async fn annotate_remediation(
+        &self,
+        object: &ObjectRef,
+        key: &str,
+        value: &str,
+        seen: &Seen,
+    ) -> Result<(), WriteError> {
         let ar = self.resource(&object.api_version, &object.kind).await?;
         let patch = at_version(json!({"metadata": {"annotations": {key: value}}}), seen.resource_version.as_deref());
         let requests = crate::fenced::requests::<DynamicObject>(&ar, &object.namespace);

@@ -142,7 +142,10 @@ mod tests {
     async fn a_write_asks_the_api_server_for_what_is_left_of_its_limit() {
         assert_eq!(server_timeout(), None, "outside a write");
         let inside = within(Duration::from_millis(800), async { server_timeout() }).await.flatten();
-        assert!(inside.is_some_and(|t| t <= Duration::from_millis(800) && t > Duration::from_millis(500)), "{inside:?}");
+        assert!(
+            inside.is_some_and(|t| t <= Duration::from_millis(800) && t > Duration::from_millis(500)),
+            "{inside:?}"
+        );
         let long = within(Duration::from_secs(600), async { server_timeout() }).await.flatten();
         assert_eq!(long, Some(SERVER_TIMEOUT_MAX));
         let late = within(Duration::from_millis(10), tokio::time::sleep(Duration::from_millis(200))).await;

@@ -296,7 +296,14 @@ impl<'a> Pass<'a> {
     /// server-generated name: see [`several_per_node_name`]), annotated with the Node and
     /// template (and with remediation per condition the incident's `rule`), owned by the check
     /// (an owner reference that is neither controller nor blocks deletion).
-    fn manifest(&self, name: &str, object_name: &str, step: &RemediationStep, spec: &Value, rule: Option<&str>) -> Value {
+    fn manifest(
+        &self,
+        name: &str,
+        object_name: &str,
+        step: &RemediationStep,
+        spec: &Value,
+        rule: Option<&str>,
+    ) -> Value {
         let kind = step.template.remediation_kind();
         let mut metadata = Map::new();
         metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
@@ -964,8 +971,7 @@ mod tests {
         let long = format!("{}.example.com", "a".repeat(60));
         let cut_at_dot = format!("{}.b", "a".repeat(51));
         let cut_at_dash = format!("{}-b", "a".repeat(51));
-        for node in ["w1", "node-1.zone-a.example.com", long.as_str(), cut_at_dot.as_str(), cut_at_dash.as_str(), "-"]
-        {
+        for node in ["w1", "node-1.zone-a.example.com", long.as_str(), cut_at_dot.as_str(), cut_at_dash.as_str(), "-"] {
             let name = several_per_node_name(node, "workers", &template("reboot"), 2);
             assert!(valid(&name), "{node}: {name}");
         }
