@@ -47,6 +47,9 @@ pub struct Meta {
     pub name: String,
     /// UID, when the object came from an API server.
     pub uid: Option<String>,
+    /// `resourceVersion`, when the object came from an API server: a write decided on this
+    /// object carries it, so the API server refuses the write once the object changed.
+    pub resource_version: Option<String>,
     /// Labels (keys shared, [`crate::intern`]).
     pub labels: Labels,
     /// Annotations.
@@ -119,6 +122,7 @@ impl Meta {
             namespace: text(v, "/metadata/namespace").unwrap_or_default(),
             name,
             uid: text(v, "/metadata/uid"),
+            resource_version: text(v, "/metadata/resourceVersion"),
             labels: Labels::of(Some(&str_map(v.pointer("/metadata/labels")))),
             annotations: str_map(v.pointer("/metadata/annotations")),
             created,

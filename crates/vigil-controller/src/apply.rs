@@ -1,7 +1,10 @@
 //! Applying a plan: the check's status (merge patch on the status subresource, only when it
-//! changed), Machine conditions (a merge patch carrying `resourceVersion`; on a conflict the patch
-//! is recomputed on the fresh Machine), remediation objects, and Events with upstream reasons.
-//! Writes of one plan run concurrently; every write is idempotent.
+//! changed, carrying the `resourceVersion` decided on), Machine conditions (a merge patch carrying
+//! `resourceVersion`; on a conflict the patch is recomputed on the fresh Machine), remediation
+//! objects, and Events with upstream reasons. Writes of one plan run concurrently; every write is
+//! idempotent, and harmless if it lands late (after the right to make it moved to another
+//! replica): each carries a guard the API server checks (docs/DECISIONS.md, "Writes that land
+//! late"), and is bounded by what is left of the right ([`crate::fenced`]).
 
 use crate::Context;
 use futures::StreamExt;
@@ -17,7 +20,7 @@ use tracing::warn;
 use vigil_api::views::MachineView;
 use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::target::CheckRef;
-use vigil_engine::{Action, Notice, NoticeKind, ObjectRef};
+use vigil_engine::{Action, Notice, NoticeKind, ObjectRef, Seen};
 
 /// What a plan's writes came to.
 struct Outcome {
@@ -89,32 +92,24 @@ impl WriteError {
             WriteError::Unconfirmed(_) => "unconfirmed",
         }
     }
-
-    /// Whether the write may have been made although it failed (no answer, or a server error
-    /// that can come after the store committed it).
-    pub fn outcome_unknown(&self) -> bool {
-        match self {
-            WriteError::Api { source: kube::Error::Api(s), .. } => s.code >= 500,
-            WriteError::Api { .. } | WriteError::Timeout(_) => true,
-            WriteError::Discovery(_) | WriteError::NotLeader(_) | WriteError::Unconfirmed(_) => false,
-        }
-    }
 }
 
-/// How long one write may take before it counts as failed.
+/// How long one write may take before it counts as failed, when the right to write lasts longer
+/// (or always: no election).
 pub const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Runs a write if this replica may write, with no more time than its right to write has left
-/// (fencing) and at most [`WRITE_TIMEOUT`].
+/// (fencing) and at most [`WRITE_TIMEOUT`]: the client gives up then, and every request of the
+/// write asks the API server to give up by then too ([`crate::fenced::within`]).
 async fn bounded<T>(
     leadership: &crate::leader::Leadership,
     what: impl FnOnce() -> String,
     fut: impl std::future::Future<Output = Result<T, WriteError>>,
 ) -> Result<T, WriteError> {
     let Some(left) = leadership.remaining() else { return Err(WriteError::NotLeader(what())) };
-    match tokio::time::timeout(WRITE_TIMEOUT.min(left), fut).await {
-        Ok(r) => r,
-        Err(_) => Err(WriteError::Timeout(what())),
+    match crate::fenced::within(WRITE_TIMEOUT.min(left), fut).await {
+        Some(r) => r,
+        None => Err(WriteError::Timeout(what())),
     }
 }
 
@@ -370,7 +365,7 @@ impl Context {
                     };
                     out.notices.push((notice, Some(created)));
                 }
-                (Action::DeleteRemediation { target, object }, Ok(Some(_))) => {
+                (Action::DeleteRemediation { target, object, .. }, Ok(Some(_))) => {
                     let notice = Notice {
                         kind: NoticeKind::RemediationDeleted,
                         target: Some(target.clone()),
@@ -407,9 +402,8 @@ impl Context {
                 message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
             };
             out.notices.push((notice, None));
-            if e.outcome_unknown() {
-                self.resync_after_unknown_create(object).await;
-            }
+            // Whether or not it was made, the retry is safe: it has the same name (a 409 if the
+            // first one was made after all).
         }
         out.failed.push(action);
         out.first_error.get_or_insert(e);
@@ -429,69 +423,48 @@ impl Context {
             crate::medik8s::Route::Drop => return Ok(()),
         }
         let Some(status) = job.status_patch() else { return Ok(()) };
-        let patch = Patch::Merge(json!({ "status": status }));
-        let params = patch_params();
+        // The version decided on: a status written over since (another replica's, a late one
+        // of ours) refuses it, and the check is decided again on what is there now.
+        let patch = Patch::Merge(at_version(json!({ "status": status }), job.resource_version.as_deref()));
         // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and
         // the answer is read as leniently as the watch reads it.
-        let (api, name) = match &job.key {
-            CheckRef::Machine { namespace: ns, name: n } => (
-                Api::<DynamicObject>::namespaced_with(
-                    self.client.clone(),
-                    ns,
-                    &ApiResource::erase::<vigil_api::MachineHealthCheck>(&()),
-                ),
-                n,
-            ),
-            CheckRef::Node { name: n } => (
-                Api::<DynamicObject>::all_with(
-                    self.client.clone(),
-                    &ApiResource::erase::<vigil_api::NodeHealthCheck>(&()),
-                ),
-                n,
-            ),
+        let (ar, namespace, name) = match &job.key {
+            CheckRef::Machine { namespace: ns, name: n } => {
+                (ApiResource::erase::<vigil_api::MachineHealthCheck>(&()), ns.as_str(), n)
+            }
+            CheckRef::Node { name: n } => (ApiResource::erase::<vigil_api::NodeHealthCheck>(&()), "", n),
         };
-        match api.patch_status(name, &params, &patch).await {
+        let requests = crate::fenced::requests::<DynamicObject>(&ar, namespace);
+        let written: Result<DynamicObject, _> =
+            crate::fenced::patch(&self.client, &requests, name, Some("status"), &patch_params(), &patch).await;
+        match written {
             Ok(written) => {
                 self.metrics.writes("status");
-                let mut idx = self.write_index();
-                match &job.key {
-                    CheckRef::Machine { .. } => idx.put_mhc(Some(crate::watch::read_mhc(&written).0), None),
-                    CheckRef::Node { .. } => idx.put_nhc(Some(crate::watch::read_nhc(&written).0), None),
-                };
+                self.put_check(&job.key, &written);
                 Ok(())
             }
             Err(e) if is_code(&e, 404) => Ok(()),
-            Err(e) => Err(api_error(format!("status of {}", job.key))(e)),
+            Err(e) => {
+                if is_code(&e, 409) {
+                    // Read what is there now, so the next decision is made on it.
+                    if let Ok(Ok(fresh)) =
+                        tokio::time::timeout(WRITE_TIMEOUT, self.dynamic(&ar, namespace).get(name)).await
+                    {
+                        self.put_check(&job.key, &fresh);
+                    }
+                }
+                Err(api_error(format!("status of {}", job.key))(e))
+            }
         }
     }
 
-    /// After a create whose outcome is unknown, reads the objects of its kind in its namespace
-    /// (a quorum list) into the index, so that a retry does not make a second object when the
-    /// first was made after all (`generateName` gives each try a new name). When even that read
-    /// fails, every watch lists again before anything is decided from them.
-    async fn resync_after_unknown_create(&self, object: &Value) {
-        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-        let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-        let listed = async {
-            let ar = self.resource(api_version, kind).await?;
-            self.dynamic(&ar, namespace)
-                .list(&kube::api::ListParams::default())
-                .await
-                .map_err(api_error(format!("list {kind} in {namespace}")))
+    /// Puts a check as the API server answered with it into the index.
+    fn put_check(&self, key: &CheckRef, answer: &DynamicObject) {
+        let mut idx = self.write_index();
+        match key {
+            CheckRef::Machine { .. } => idx.put_mhc(Some(crate::watch::read_mhc(answer).0), None),
+            CheckRef::Node { .. } => idx.put_nhc(Some(crate::watch::read_nhc(answer).0), None),
         };
-        match tokio::time::timeout(WRITE_TIMEOUT, listed).await {
-            Ok(Ok(list)) => {
-                let gk = group_kind(api_version, kind);
-                for o in list.items {
-                    self.remember(&o, |idx, v| idx.put_object(&gk, false, Some(v), None));
-                }
-            }
-            _ => {
-                warn!(%kind, %namespace, "cannot tell whether a remediation object was created; every watch lists again");
-                self.relist_all();
-            }
-        }
     }
 
     /// Publishes one notice as an event on the check `key` (only while leading, checked again
@@ -553,9 +526,9 @@ impl Context {
             Action::DeleteLease { lease, uid, resource_version, .. } => {
                 self.delete_lease(lease, uid.as_deref(), resource_version.as_deref()).await.map(|()| None)
             }
-            Action::DeleteRemediation { object, .. } => self.delete_remediation(object).await,
-            Action::AnnotateRemediation { object, key, value } => {
-                self.annotate_remediation(object, key, value).await.map(|()| None)
+            Action::DeleteRemediation { object, seen, .. } => self.delete_remediation(object, seen).await,
+            Action::AnnotateRemediation { object, key, value, seen } => {
+                self.annotate_remediation(object, key, value, seen).await.map(|()| None)
             }
         }
     }
@@ -582,7 +555,8 @@ impl Context {
     ) -> Result<(), WriteError> {
         let ar = self.resource(&machine.api_version, "Machine").await?;
         let api = self.dynamic(&ar, &machine.namespace);
-        let write = ConditionWrite { api: &api, machine, version, conditions, remediating };
+        let requests = crate::fenced::requests::<DynamicObject>(&ar, &machine.namespace);
+        let write = ConditionWrite { api: &api, requests: &requests, machine, version, conditions, remediating };
         let current = match self.patch_from_basis(&write, cached).await? {
             FirstWrite::Done => return Ok(()),
             FirstWrite::Retry(current) => current,
@@ -597,7 +571,7 @@ impl Context {
         write: &ConditionWrite<'_>,
         cached: Option<crate::index::MachineEntry>,
     ) -> Result<FirstWrite, WriteError> {
-        let ConditionWrite { api, machine, version, conditions, remediating } = *write;
+        let ConditionWrite { api, requests, machine, version, conditions, remediating } = *write;
         let json_patch = cached.as_ref().and_then(|e| {
             let ops = e.basis.json_patch(version, e.resource_version.as_deref(), conditions)?;
             serde_json::from_value::<json_patch::Patch>(ops).ok().map(|p| (p, e.resource_version.clone()))
@@ -606,7 +580,17 @@ impl Context {
             return read_machine(api, machine).await;
         };
         let refused = api_error(format!("conditions of {machine}"));
-        match api.patch_status(&machine.name, &patch_params(), &Patch::<()>::Json(patch)).await {
+        let status = Some("status");
+        let written: Result<DynamicObject, _> = crate::fenced::patch(
+            &self.client,
+            requests,
+            &machine.name,
+            status,
+            &patch_params(),
+            &Patch::<()>::Json(patch),
+        )
+        .await;
+        match written {
             Ok(written) => {
                 self.metrics.writes("machine_conditions");
                 self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
@@ -632,11 +616,20 @@ impl Context {
     /// The merge patches of [`Context::set_machine_conditions`] after its first attempt, each
     /// on the Machine as just read (`current`).
     async fn merge_patch_conditions(&self, write: &ConditionWrite<'_>, mut current: Value) -> Result<(), WriteError> {
-        let ConditionWrite { api, machine, version, conditions, remediating } = *write;
+        let ConditionWrite { api, requests, machine, version, conditions, remediating } = *write;
         for attempt in 0..=CONFLICT_RETRIES {
             let conditions = recomputed(conditions, &current);
             let patch = machine_status_patch(&current, version, &conditions);
-            match api.patch_status(&machine.name, &patch_params(), &Patch::Merge(&patch)).await {
+            let written: Result<DynamicObject, _> = crate::fenced::patch(
+                &self.client,
+                requests,
+                &machine.name,
+                Some("status"),
+                &patch_params(),
+                &Patch::Merge(&patch),
+            )
+            .await;
+            match written {
                 Ok(written) => {
                     self.metrics.writes("machine_conditions");
                     self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
@@ -665,11 +658,9 @@ impl Context {
         let ar = self.resource(api_version, kind).await?;
         let dynamic: DynamicObject = serde_json::from_value(object.clone())
             .map_err(|e| WriteError::Discovery(format!("remediation object: {e}")))?;
-        match self
-            .dynamic(&ar, namespace)
-            .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &dynamic)
-            .await
-        {
+        let requests = crate::fenced::requests::<DynamicObject>(&ar, namespace);
+        let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        match crate::fenced::create(&self.client, &requests, &pp, &dynamic).await {
             Ok(created) => {
                 self.metrics.writes("remediation_create");
                 let gk = group_kind(api_version, kind);
@@ -692,9 +683,15 @@ impl Context {
     /// fencing included: the API server then answers with the object, which stays in the index
     /// and keeps counting (its Node unhealthy, in every budget) until the watch says it is gone.
     /// Only an answer without finalizers means the object no longer exists.
-    async fn delete_remediation(&self, object: &ObjectRef) -> Result<Option<ObjectRef>, WriteError> {
+    ///
+    /// Only the object `seen`, at that version, is deleted (preconditions): a late delete finds
+    /// another object under the same name (a new incident's) or this one changed, and is
+    /// refused; the object is then read again and the check decided again.
+    async fn delete_remediation(&self, object: &ObjectRef, seen: &Seen) -> Result<Option<ObjectRef>, WriteError> {
         let ar = self.resource(&object.api_version, &object.kind).await?;
-        match self.dynamic(&ar, &object.namespace).delete(&object.name, &DeleteParams::background()).await {
+        let requests = crate::fenced::requests::<DynamicObject>(&ar, &object.namespace);
+        let dp = DeleteParams { preconditions: preconditions(seen), ..DeleteParams::background() };
+        match crate::fenced::delete::<DynamicObject>(&self.client, &requests, &object.name, &dp).await {
             Ok(answer) => {
                 self.metrics.writes("remediation_delete");
                 let gk = group_kind(&object.api_version, &object.kind);
@@ -710,7 +707,12 @@ impl Context {
                 Ok(Some(object.clone()))
             }
             Err(e) if is_code(&e, 404) => Ok(None),
-            Err(e) => Err(api_error(format!("delete {object}"))(e)),
+            Err(e) => {
+                if is_code(&e, 409) {
+                    self.refresh_object(&ar, object).await;
+                }
+                Err(api_error(format!("delete {object}"))(e))
+            }
         }
     }
 
@@ -718,14 +720,14 @@ impl Context {
     /// the version decided on (refused when anyone changed it since), so two holders never both
     /// take it. The answer goes into the index at once.
     async fn write_lease(&self, lease: &vigil_engine::plan::LeaseWrite) -> Result<(), WriteError> {
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &lease.namespace);
         let what = || format!("Lease {}/{} of Node {}", lease.namespace, lease.name, lease.node);
         let object: Lease =
             serde_json::from_value(lease.manifest()).map_err(|e| WriteError::Discovery(format!("{}: {e}", what())))?;
         let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let requests = crate::fenced::requests::<Lease>(&(), &lease.namespace);
         let written = match &lease.resource_version {
-            None => api.create(&pp, &object).await,
-            Some(_) => api.replace(&lease.name, &pp, &object).await,
+            None => crate::fenced::create(&self.client, &requests, &pp, &object).await,
+            Some(_) => crate::fenced::replace(&self.client, &requests, &lease.name, &pp, &object).await,
         }
         .map_err(api_error(what()))?;
         self.metrics.writes("lease");
@@ -742,7 +744,6 @@ impl Context {
         uid: Option<&str>,
         resource_version: Option<&str>,
     ) -> Result<(), WriteError> {
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &lease.namespace);
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: uid.map(str::to_string),
@@ -750,7 +751,8 @@ impl Context {
             }),
             ..Default::default()
         };
-        match api.delete(&lease.name, &dp).await {
+        let requests = crate::fenced::requests::<Lease>(&(), &lease.namespace);
+        match crate::fenced::delete::<Lease>(&self.client, &requests, &lease.name, &dp).await {
             Ok(_) => {
                 self.metrics.writes("lease");
                 self.write_index().around.put_lease(&lease.name, None);
@@ -761,11 +763,23 @@ impl Context {
         }
     }
 
-    /// Sets one annotation on a remediation object.
-    async fn annotate_remediation(&self, object: &ObjectRef, key: &str, value: &str) -> Result<(), WriteError> {
+    /// Sets one annotation on a remediation object, only while it is still at the version
+    /// `seen` (a late one finds it changed and is refused; the object is then read again and
+    /// the check decided again).
+    async fn annotate_remediation(
+        &self,
+        object: &ObjectRef,
+        key: &str,
+        value: &str,
+        seen: &Seen,
+    ) -> Result<(), WriteError> {
         let ar = self.resource(&object.api_version, &object.kind).await?;
-        let patch = json!({"metadata": {"annotations": {key: value}}});
-        match self.dynamic(&ar, &object.namespace).patch(&object.name, &patch_params(), &Patch::Merge(&patch)).await {
+        let patch = at_version(json!({"metadata": {"annotations": {key: value}}}), seen.resource_version.as_deref());
+        let requests = crate::fenced::requests::<DynamicObject>(&ar, &object.namespace);
+        let written: Result<DynamicObject, _> =
+            crate::fenced::patch(&self.client, &requests, &object.name, None, &patch_params(), &Patch::Merge(&patch))
+                .await;
+        match written {
             Ok(annotated) => {
                 self.metrics.writes("remediation_annotate");
                 let gk = group_kind(&object.api_version, &object.kind);
@@ -773,7 +787,26 @@ impl Context {
                 Ok(())
             }
             Err(e) if is_code(&e, 404) => Ok(()),
-            Err(e) => Err(api_error(format!("annotate {object}"))(e)),
+            Err(e) => {
+                if is_code(&e, 409) {
+                    self.refresh_object(&ar, object).await;
+                }
+                Err(api_error(format!("annotate {object}"))(e))
+            }
+        }
+    }
+
+    /// Reads a remediation object again into the index (after a write about it was refused
+    /// because it changed), so the next decision is made on what is there now.
+    async fn refresh_object(&self, ar: &ApiResource, object: &ObjectRef) {
+        let gk = group_kind(&object.api_version, &object.kind);
+        match tokio::time::timeout(WRITE_TIMEOUT, self.dynamic(ar, &object.namespace).get_opt(&object.name)).await {
+            Ok(Ok(Some(fresh))) => self.remember(&fresh, |idx, v| idx.put_object(&gk, false, Some(v), None)),
+            Ok(Ok(None)) => {
+                let key = (object.namespace.clone(), object.name.clone());
+                self.write_index().put_object(&gk, false, None, Some(key));
+            }
+            _ => {}
         }
     }
 }
@@ -790,6 +823,7 @@ enum FirstWrite {
 #[derive(Clone, Copy)]
 struct ConditionWrite<'a> {
     api: &'a Api<DynamicObject>,
+    requests: &'a kube::core::Request,
     machine: &'a ObjectRef,
     version: vigil_api::views::CapiVersion,
     conditions: &'a [(vigil_api::conditions::DesiredCondition, Timestamp)],
@@ -800,6 +834,21 @@ struct ConditionWrite<'a> {
 /// remove them (an object deleted at once comes back without any).
 fn still_finalizing(o: &DynamicObject) -> bool {
     o.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty())
+}
+
+/// A merge patch that the API server carries out only while the object is at `resource_version`
+/// (none: unconditionally, for an object that did not come from an API server).
+pub(crate) fn at_version(mut patch: Value, resource_version: Option<&str>) -> Value {
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    patch
+}
+
+/// The preconditions of a delete decided on the object `seen`.
+fn preconditions(seen: &Seen) -> Option<Preconditions> {
+    (seen.uid.is_some() || seen.resource_version.is_some())
+        .then(|| Preconditions { uid: seen.uid.clone(), resource_version: seen.resource_version.clone() })
 }
 
 /// Every patch Vigil sends names its field manager.
@@ -932,7 +981,7 @@ mod tests {
         };
         assert!(holds_a_verdict_permit(&verdict, false));
         assert!(!holds_a_verdict_permit(&verdict, true), "a remediating write is never held back");
-        let delete = Action::DeleteRemediation { target: "ns/m1".into(), object: machine };
+        let delete = Action::DeleteRemediation { target: "ns/m1".into(), object: machine, seen: Default::default() };
         assert!(!holds_a_verdict_permit(&delete, false));
     }
 
@@ -947,6 +996,19 @@ mod tests {
         let r = related(&CheckRef::Node { name: "w".into() }, Some("n1")).expect("related");
         assert_eq!((r.kind.as_deref(), r.name.as_deref(), r.namespace), (Some("Node"), Some("n1"), None));
         assert!(related(&mhc, None).is_none(), "a check-wide notice is about the check alone");
+    }
+
+    #[test]
+    fn a_guarded_write_names_the_version_decided_on() {
+        let patch = at_version(json!({"status": {"phase": "Enabled"}}), Some("42"));
+        assert_eq!(patch, json!({"status": {"phase": "Enabled"}, "metadata": {"resourceVersion": "42"}}));
+        let patch = at_version(json!({"metadata": {"annotations": {"a": "b"}}}), Some("7"));
+        assert_eq!(patch, json!({"metadata": {"annotations": {"a": "b"}, "resourceVersion": "7"}}));
+        assert_eq!(at_version(json!({"status": {}}), None), json!({"status": {}}));
+        let seen = Seen { uid: Some("u".into()), resource_version: Some("9".into()) };
+        let p = preconditions(&seen).expect("preconditions");
+        assert_eq!((p.uid.as_deref(), p.resource_version.as_deref()), (Some("u"), Some("9")));
+        assert!(preconditions(&Seen::default()).is_none());
     }
 
     #[test]

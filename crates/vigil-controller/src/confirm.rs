@@ -372,6 +372,7 @@ mod tests {
             machines: HashMap::new(),
             needs: BTreeSet::new(),
             uid: None,
+            resource_version: None,
             expiries: HashMap::new(),
             again: false,
         }

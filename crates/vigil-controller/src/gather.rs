@@ -79,6 +79,9 @@ pub struct Job {
     pub needs: BTreeSet<Need>,
     /// UID of the check, for events.
     pub uid: Option<String>,
+    /// The check's `resourceVersion` when it was decided: the status write carries it, so a
+    /// status written since (by another replica, or a late write) refuses it.
+    pub resource_version: Option<String>,
     /// For each target the plan writes to, when its unhealthy condition's timeout ran out (for
     /// the detection-latency metric), by Node name or Machine `namespace/name`.
     pub expiries: HashMap<String, Timestamp>,
@@ -107,6 +110,7 @@ impl Job {
             machines: HashMap::new(),
             needs: BTreeSet::new(),
             uid: None,
+            resource_version: None,
             expiries: HashMap::new(),
             again: false,
         }
@@ -232,12 +236,20 @@ pub(crate) fn merge_diff(current: &Value, new: &Value) -> Option<Value> {
 
 /// A MachineHealthCheck's job from its plan.
 fn mhc_job(check: &MachineHealthCheck, key: &CheckRef, plan: Plan<MachineHealthCheckStatus>) -> Job {
-    Job { uid: check.metadata.uid.clone(), ..Job::new(key.clone(), plan, check.status.as_ref(), CheckStatus::Machine) }
+    Job {
+        uid: check.metadata.uid.clone(),
+        resource_version: check.metadata.resource_version.clone(),
+        ..Job::new(key.clone(), plan, check.status.as_ref(), CheckStatus::Machine)
+    }
 }
 
 /// A NodeHealthCheck's job from its plan.
 fn nhc_job(check: &NodeHealthCheck, key: &CheckRef, plan: Plan<NodeHealthCheckStatus>) -> Job {
-    Job { uid: check.metadata.uid.clone(), ..Job::new(key.clone(), plan, check.status.as_ref(), CheckStatus::Node) }
+    Job {
+        uid: check.metadata.uid.clone(),
+        resource_version: check.metadata.resource_version.clone(),
+        ..Job::new(key.clone(), plan, check.status.as_ref(), CheckStatus::Node)
+    }
 }
 
 /// What a MachineHealthCheck's decision reads besides the Machines: its template and remediation

@@ -411,6 +411,28 @@ impl Index {
         m.chain(n)
     }
 
+    /// The NodeHealthChecks but `except` that select one of the local `nodes` or list it in
+    /// their status.
+    pub fn nhcs_deciding_on(&self, nodes: &[String], except: &CheckRef) -> Vec<CheckRef> {
+        let cache = self.nodes.get(LOCAL_CLUSTER);
+        self.nhcs
+            .iter()
+            .filter(|(name, _)| !matches!(except, CheckRef::Node { name: n } if n == *name))
+            .filter(|(name, check)| {
+                let listed =
+                    check.status.as_ref().is_some_and(|s| s.unhealthy_nodes.iter().any(|u| nodes.contains(&u.name)));
+                let selected = match (self.nhc_policy(name), cache) {
+                    (Some(Ok(policy)), Some(cache)) => nodes.iter().any(|n| {
+                        cache.nodes.get(n.as_str()).is_some_and(|node| node.labels.selected_by(&policy.selector))
+                    }),
+                    _ => false,
+                };
+                listed || selected
+            })
+            .map(|(name, _)| CheckRef::Node { name: name.clone() })
+            .collect()
+    }
+
     /// Every NodeHealthCheck.
     pub fn all_nhcs(&self) -> Vec<CheckRef> {
         self.nhcs.keys().map(|n| CheckRef::Node { name: n.clone() }).collect()

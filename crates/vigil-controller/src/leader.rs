@@ -198,6 +198,15 @@ pub async fn run(
         let started = Instant::now();
         let round =
             tokio::time::timeout(options.retry_period, round(&api, &options, &mut observed, started, true)).await;
+        // Another replica holds it: look again as soon as its Lease expires (if before the next
+        // retry period), so a standby takes over one lease duration after it first saw the last
+        // renewal, not up to a retry period later.
+        let expiry = match &round {
+            Ok(Ok(Round::Held(holder))) if !holder.is_empty() => {
+                observed.as_ref().map(|(_, at)| *at + options.lease_duration)
+            }
+            _ => None,
+        };
         match round {
             Ok(Ok(Round::Holding(at))) => {
                 if leadership.set(Some(at + options.renew_deadline)) {
@@ -228,9 +237,11 @@ pub async fn run(
             warn!("renew deadline passed without a renewal; writing stopped");
         }
         metrics.leader(leadership.is_leader());
-        let wait = options.retry_period.saturating_sub(started.elapsed());
+        let observation =
+            Observation { members: Vec::new(), shards: expiry.map(|e| (String::new(), e)).into_iter().collect() };
+        let wake = next_wake(Some(&observation), started, started + options.retry_period);
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(wake.into()) => {}
             _ = stop.changed() => {}
         }
     }
@@ -498,9 +509,7 @@ pub async fn run_shards(
             Some(j) => j + options.retry_period,
             None => started + options.retry_period,
         };
-        let wake = observation
-            .and_then(|o| o.next_expiry(Instant::now()))
-            .map_or(next_round, |e| next_round.min(e + EXPIRY_MARGIN));
+        let wake = next_wake(observation.as_ref(), started, next_round);
         tokio::select! {
             _ = tokio::time::sleep_until(wake.into()) => {}
             _ = stop.changed() => {}
@@ -513,6 +522,15 @@ pub async fn run_shards(
     }
     metrics.leader(false);
     release(&api, &member).await;
+}
+
+/// When the next round starts: at `next_round`, or just after the first Lease of another replica
+/// that expires after this round `started` if sooner — including one that expired while this
+/// round ran (after its shard was looked at): that round starts at once instead of a retry
+/// period later, which put takeovers up to a retry period past one lease duration plus one
+/// retry period after the dead holder's last renewal.
+fn next_wake(observation: Option<&Observation>, started: Instant, next_round: Instant) -> Instant {
+    observation.and_then(|o| o.next_expiry(started)).map_or(next_round, |e| next_round.min(e + EXPIRY_MARGIN))
 }
 
 /// What one list of the Leases told this replica, judged on its own clock.
@@ -667,6 +685,24 @@ mod tests {
         assert_eq!(o.next_expiry(now), Some(at(300)), "the earliest expiry still ahead");
         assert_eq!(o.next_expiry(at(301)), Some(at(700)), "an expired Lease does not wake again");
         assert_eq!(Observation::default().next_expiry(now), None);
+    }
+
+    #[test]
+    fn a_lease_that_expires_while_a_round_runs_starts_the_next_round_at_once() {
+        let started = Instant::now();
+        let at = |ms: u64| started + Duration::from_millis(ms);
+        let next_round = at(1000);
+        // b's shard expires 150 ms into the round, after the round looked at it (the round took
+        // 300 ms): the next round comes just after the expiry, not a retry period later.
+        let o = Observation { members: vec![("b".into(), at(9000))], shards: vec![("b".into(), at(150))] };
+        assert_eq!(next_wake(Some(&o), started, next_round), at(150) + EXPIRY_MARGIN);
+        // Expired before the round started: this round saw it expired; no extra round.
+        let o = Observation { members: Vec::new(), shards: vec![("b".into(), started - Duration::from_millis(1))] };
+        assert_eq!(next_wake(Some(&o), started, next_round), next_round);
+        // Later than a retry period: the retry period comes first; no list: the retry period.
+        let o = Observation { members: Vec::new(), shards: vec![("b".into(), at(5000))] };
+        assert_eq!(next_wake(Some(&o), started, next_round), next_round);
+        assert_eq!(next_wake(None, started, next_round), next_round);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod apply;
 pub mod claims;
 pub mod clock;
 pub mod confirm;
+pub mod fenced;
 pub mod gather;
 pub mod http;
 pub mod index;
@@ -364,15 +365,7 @@ impl Context {
         let result = self.apply(job).await;
         // What this check now remediates, for the others' decisions; updated before the
         // confirmation locks are released, so a check waiting on one sees it when it decides again.
-        {
-            let mut idx = self.write_index();
-            let claims = claims::claims_of(&idx, key);
-            if claims.is_empty() {
-                idx.claims.remove(key);
-            } else {
-                idx.claims.insert(key.clone(), claims);
-            }
-        }
+        self.cache_claims(key);
         self.unlock_targets(key, &locked);
         self.tell_holders(held_elsewhere);
         if again {
@@ -411,6 +404,41 @@ impl Context {
             elapsed_us = started.elapsed().as_micros() as u64,
             "decided"
         );
+    }
+
+    /// Caches what `key` now remediates, for the others' decisions, and has the other
+    /// NodeHealthChecks deciding on a Node it newly holds decide again: one that decided while
+    /// this check was writing saw the Node's Lease (taken first) but not yet this claim, and
+    /// said it waits for the Lease rather than for this check.
+    fn cache_claims(&self, key: &CheckRef) {
+        let newly_held: Vec<String> = {
+            let mut idx = self.write_index();
+            let claims = claims::claims_of(&idx, key);
+            let before: std::collections::BTreeSet<&vigil_engine::target::Target> =
+                idx.claims.get(key).into_iter().flatten().map(|c| &c.target).collect();
+            let new = claims
+                .iter()
+                .filter(|c| !before.contains(&c.target))
+                .filter_map(|c| match &c.target {
+                    vigil_engine::target::Target::Node { cluster, name }
+                        if cluster == vigil_engine::target::LOCAL_CLUSTER =>
+                    {
+                        Some(name.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            if claims.is_empty() {
+                idx.claims.remove(key);
+            } else {
+                idx.claims.insert(key.clone(), claims);
+            }
+            new
+        };
+        if !newly_held.is_empty() {
+            let deciding = self.read_index().nhcs_deciding_on(&newly_held, key);
+            self.scheduler.mark(deciding);
+        }
     }
 
     /// Tells each holding check, with an event, that another check waits for its target.

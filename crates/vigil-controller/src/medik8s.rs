@@ -739,12 +739,11 @@ async fn tell_refusals(ctx: Arc<Context>, wake: Arc<tokio::sync::Notify>) {
         };
         for r in refused {
             let key = CheckRef::Node { name: r.name.clone() };
-            if !ctx.right(&key).is_leader() {
-                continue;
-            }
+            let Some(left) = ctx.right(&key).remaining() else { continue };
             let plan = vigil_engine::node::refuse(&r.check, r.reason, &r.message, ctx.clock.now());
-            let write = patch_status(&ctx, &r.name, &plan.status, &r.stored, false);
-            match tokio::time::timeout(crate::apply::WRITE_TIMEOUT, write).await {
+            let version = r.check.metadata.resource_version.as_deref();
+            let write = patch_status(&ctx, &r.name, &plan.status, &r.stored, false, version);
+            match crate::fenced::within(crate::apply::WRITE_TIMEOUT.min(left), write).await.ok_or(()) {
                 Ok(Ok(_)) => {
                     warn!(check = %key, reason = %plan.status.reason.clone().unwrap_or_default(), "medik8s NodeHealthCheck not decided");
                     told.insert(r.name.clone(), (r.check.metadata.uid.clone(), r.message.clone()));
@@ -777,7 +776,7 @@ pub(crate) async fn write_status(ctx: &Arc<Context>, job: &Job) -> Result<(), Wr
     };
     let Some(stored) = stored else { return Ok(()) };
     let storm = storm_configured(ctx, name);
-    if patch_status(ctx, name, status, &stored, storm).await?
+    if patch_status(ctx, name, status, &stored, storm, job.resource_version.as_deref()).await?
         && let Some(event) = disabled_change(&stored, status)
     {
         let (ctx, name, uid) = (ctx.clone(), name.clone(), job.uid.clone());
@@ -786,28 +785,44 @@ pub(crate) async fn write_status(ctx: &Arc<Context>, job: &Job) -> Result<(), Wr
     Ok(())
 }
 
-/// Sends `status` as a merge patch against `stored` (medik8s' schema) when they differ; the
-/// answer goes into the index at once. `Ok(true)` when a patch was sent and taken.
+/// Sends `status` as a merge patch against `stored` (medik8s' schema) when they differ, only
+/// while the check is still at `resource_version` (the version decided on: a status written
+/// since refuses it, and the check is read again and decided again); the answer goes into the
+/// index at once. `Ok(true)` when a patch was sent and taken.
 async fn patch_status(
     ctx: &Context,
     name: &str,
     status: &NodeHealthCheckStatus,
     stored: &Value,
     storm: bool,
+    resource_version: Option<&str>,
 ) -> Result<bool, WriteError> {
     let new = status_to_upstream(status, stored, storm);
     let Some(diff) = merge_diff(stored, &new) else { return Ok(false) };
-    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &api_resource());
-    match api.patch_status(name, &patch_params(), &Patch::Merge(json!({ "status": diff }))).await {
+    let requests = crate::fenced::requests::<DynamicObject>(&api_resource(), "");
+    let patch = Patch::Merge(crate::apply::at_version(json!({ "status": diff }), resource_version));
+    let written: Result<DynamicObject, _> =
+        crate::fenced::patch(&ctx.client, &requests, name, Some("status"), &patch_params(), &patch).await;
+    let put_answer = |answer: &DynamicObject| {
+        let entry = read(&serde_json::to_value(answer).unwrap_or(Value::Null));
+        put(&mut ctx.write_index(), entry);
+    };
+    match written {
         Ok(written) => {
             ctx.metrics.writes("status");
-            let entry = read(&serde_json::to_value(&written).unwrap_or(Value::Null));
-            let mut idx = ctx.write_index();
-            put(&mut idx, entry);
+            put_answer(&written);
             Ok(true)
         }
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(api_error(format!("status of {KIND}.{GROUP}/{name}"))(e)),
+        Err(e) => {
+            if matches!(&e, kube::Error::Api(s) if s.code == 409) {
+                let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &api_resource());
+                if let Ok(Ok(fresh)) = tokio::time::timeout(crate::apply::WRITE_TIMEOUT, api.get(name)).await {
+                    put_answer(&fresh);
+                }
+            }
+            Err(api_error(format!("status of {KIND}.{GROUP}/{name}"))(e))
+        }
     }
 }
 

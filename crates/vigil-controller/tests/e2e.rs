@@ -1689,6 +1689,7 @@ async fn a_write_from_a_stale_cache_entry_is_a_conflict_not_a_loss() -> Result<(
             machines: [(format!("{NS}/m1"), stale.clone())].into_iter().collect(),
             needs: Default::default(),
             uid: None,
+            resource_version: None,
             expiries: Default::default(),
             again: false,
         }

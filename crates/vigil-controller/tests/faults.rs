@@ -491,6 +491,7 @@ fn role(can_create: bool) -> Value {
             {"apiGroups": ["", "vigil.dev", "cluster.x-k8s.io", "events.k8s.io"], "resources": ["*"], "verbs": ["*"]},
             {"apiGroups": ["self-node-remediation.medik8s.io"], "resources": ["selfnoderemediationtemplates"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["self-node-remediation.medik8s.io"], "resources": ["selfnoderemediations"], "verbs": snr_verbs},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]},
             {"nonResourceURLs": ["*"], "verbs": ["get"]}]})
 }
 
@@ -498,7 +499,8 @@ fn role(can_create: bool) -> Value {
 async fn a_refused_create_is_retried_and_status_never_reports_it() -> Result<()> {
     let env = env().await?;
     fleet(&env, 2, env.server_url(), "2s").await?;
-    // generateName objects: a lost request cannot be told apart by name.
+    // Several objects per Node (upstream: generateName; here a computed name): a retry must not
+    // make a second one.
     env.apply(snr_template("reboot", MEDIK8S, true)).await?;
     env.apply(role(false)).await?;
     env.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -31,4 +31,4 @@ pub mod target;
 pub mod upgrade;
 
 pub use lookup::Lookup;
-pub use plan::{Action, Notice, NoticeKind, ObjectRef, Plan};
+pub use plan::{Action, Notice, NoticeKind, ObjectRef, Plan, Seen};

@@ -33,6 +33,25 @@ impl std::fmt::Display for ObjectRef {
     }
 }
 
+/// The object a write is about as its decision saw it: the write is carried out only while the
+/// object is still that one, at that version (delete preconditions, a `resourceVersion` in the
+/// patch), so it changes nothing when it lands after the object changed (docs/DECISIONS.md,
+/// "Writes that land late").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// `metadata.uid` (none: the object did not come from an API server).
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+impl Seen {
+    /// What the decision saw of the object `meta` describes.
+    pub fn of(meta: &vigil_api::views::Meta) -> Seen {
+        Seen { uid: meta.uid.clone(), resource_version: meta.resource_version.clone() }
+    }
+}
+
 /// A node Lease as a write makes it ([`crate::node_lease`]): created when `resource_version` is
 /// `None` (refused by the API server if it exists), else an update of that version (refused if
 /// anyone changed it since), so two writers never both believe they took it.
@@ -116,12 +135,14 @@ pub enum Action {
         /// created (a NodeHealthCheck's; see [`crate::node_lease`]).
         lease: Option<LeaseWrite>,
     },
-    /// Delete a remediation object.
+    /// Delete a remediation object (only if it is still the one seen, at that version).
     DeleteRemediation {
         /// The object.
         object: ObjectRef,
         /// The target it remediated.
         target: String,
+        /// What the decision saw of it: the delete's preconditions.
+        seen: Seen,
     },
     /// Renew a Node's Lease this check holds while its remediation runs (see
     /// [`crate::node_lease`]).
@@ -145,6 +166,8 @@ pub enum Action {
         key: String,
         /// Annotation value.
         value: String,
+        /// What the decision saw of it: the patch is refused once the object changed.
+        seen: Seen,
     },
 }
 

@@ -218,7 +218,7 @@ impl World {
                         finalizers
                     });
                 }
-                Action::AnnotateRemediation { object, key, value } => {
+                Action::AnnotateRemediation { object, key, value, .. } => {
                     for x in self.objects.iter_mut().filter(|x| x["metadata"]["name"] == object.name.as_str()) {
                         x["metadata"]["annotations"][key] = json!(value);
                     }

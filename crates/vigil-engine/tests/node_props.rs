@@ -161,7 +161,6 @@ struct World {
     nodes: Vec<NodeView>,
     templates: Vec<Option<TemplateView>>,
     objects: Vec<RemediationView>,
-    seq: u32,
 }
 
 fn remediation(node: &str, o: &Obj, index: usize) -> RemediationView {
@@ -272,7 +271,7 @@ fn build(m: &Model) -> World {
     for (k, o) in m.vanished.iter().enumerate() {
         objects.push(remediation("gone", o, k));
     }
-    World { check, nodes, templates, objects, seq: 0 }
+    World { check, nodes, templates, objects }
 }
 
 impl World {
@@ -305,11 +304,12 @@ impl World {
             match a {
                 Action::CreateRemediation { object, .. } => {
                     let mut o = object.clone();
-                    if o["metadata"]["name"].is_null() {
-                        self.seq += 1;
-                        let prefix = o["metadata"]["generateName"].as_str().expect("generateName").to_string();
-                        o["metadata"]["name"] = json!(format!("{prefix}{:05}", self.seq));
-                    }
+                    // Whatever the template: never a server-generated name (a late create of the
+                    // same step must meet the object it would duplicate).
+                    assert!(
+                        o["metadata"].get("generateName").is_none() && o["metadata"]["name"].is_string(),
+                        "a create without a name of its own: {o}"
+                    );
                     let n = o["metadata"]["name"].as_str().expect("name").to_string();
                     o["metadata"]["uid"] = json!(format!("uid-new-{n}"));
                     o["metadata"]["creationTimestamp"] = json!(now.to_string());
@@ -321,7 +321,7 @@ impl World {
                 Action::DeleteRemediation { object, .. } => self.objects.retain(|x| {
                     !(x.meta.kind == object.kind && x.meta.namespace == object.namespace && x.meta.name == object.name)
                 }),
-                Action::AnnotateRemediation { object, key, value } => {
+                Action::AnnotateRemediation { object, key, value, .. } => {
                     for x in self.objects.iter_mut().filter(|x| {
                         x.meta.kind == object.kind && x.meta.namespace == object.namespace && x.meta.name == object.name
                     }) {

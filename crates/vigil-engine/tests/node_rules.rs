@@ -135,7 +135,6 @@ struct World {
     nodes: Vec<NodeView>,
     templates: Vec<Option<TemplateView>>,
     objects: Vec<RemediationView>,
-    seq: u32,
 }
 
 fn world(spec: Value, nodes: Vec<NodeView>) -> World {
@@ -150,7 +149,7 @@ fn world(spec: Value, nodes: Vec<NodeView>) -> World {
         .all_steps()
         .map(|s| Some(template_view(&s.template.api_version, &s.template.kind, &s.template.name)))
         .collect();
-    World { check, nodes, templates, objects: Vec::new(), seq: 0 }
+    World { check, nodes, templates, objects: Vec::new() }
 }
 
 impl World {
@@ -184,12 +183,7 @@ impl World {
             match a {
                 Action::CreateRemediation { object, .. } => {
                     let mut o = object.clone();
-                    if o["metadata"]["name"].is_null() {
-                        self.seq += 1;
-                        let name =
-                            format!("{}{:05}", o["metadata"]["generateName"].as_str().expect("generateName"), self.seq);
-                        o["metadata"]["name"] = json!(name);
-                    }
+                    assert!(o["metadata"].get("generateName").is_none(), "never a server-generated name: {o}");
                     let name = o["metadata"]["name"].as_str().expect("name").to_string();
                     o["metadata"]["uid"] = json!(format!("uid-{name}"));
                     o["metadata"]["creationTimestamp"] = json!(now.to_string());
@@ -204,7 +198,7 @@ impl World {
                     }
                 }
                 Action::DeleteRemediation { object, .. } => self.objects.retain(|x| !same(x, object)),
-                Action::AnnotateRemediation { object, key, value } => {
+                Action::AnnotateRemediation { object, key, value, .. } => {
                     for x in self.objects.iter_mut().filter(|x| same(x, object)) {
                         x.meta.annotations.insert(key.clone(), value.clone());
                     }
@@ -296,7 +290,7 @@ fn annotated(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String, String)
     plan.actions
         .iter()
         .filter_map(|a| match a {
-            Action::AnnotateRemediation { object, key, value } => {
+            Action::AnnotateRemediation { object, key, value, .. } => {
                 Some((object.to_string(), key.clone(), value.clone()))
             }
             _ => None,
@@ -721,9 +715,9 @@ fn rule7_a_medik8s_check_served_in_place_owns_objects_as_the_operator_does() {
     assert_eq!(n2.remediations[0].resource.uid.as_deref(), Some("uid-n2"), "the operator's object is the check's own");
 }
 
-#[test]
-fn rule7_multiple_templates_support_uses_generate_name_until_the_object_is_seen() {
-    let mut w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+/// The template of `w` with `multiple-templates-support` (upstream: objects named by the API
+/// server, `generateName`).
+fn several_per_node(w: &mut World) {
     w.templates[0] = Some(
         TemplateView::read(&json!({
             "apiVersion": SNR_API, "kind": "SelfNodeRemediationTemplate",
@@ -733,53 +727,80 @@ fn rule7_multiple_templates_support_uses_generate_name_until_the_object_is_seen(
         }))
         .expect("template"),
     );
+}
+
+fn snr_template_ref() -> vigil_api::validate::TemplateRef {
+    vigil_api::validate::TemplateRef {
+        api_version: SNR_API.into(),
+        kind: "SelfNodeRemediationTemplate".into(),
+        namespace: NS.into(),
+        name: "snr".into(),
+    }
+}
+
+// Deliberately unlike upstream (which uses `generateName`): the object's name is computed, so a
+// create repeated or landing late is refused while the object exists.
+#[test]
+fn rule7_multiple_templates_support_names_each_object_so_a_repeat_is_refused() {
+    let mut w = world(spec(json!({})), vec![sick("n1"), healthy("n2"), healthy("n3")]);
+    several_per_node(&mut w);
     let p1 = w.decide(at(301));
     let Some(Action::CreateRemediation { object, .. }) = p1.actions.first() else { panic!("a create") };
-    assert_eq!(object["metadata"]["generateName"], json!("n1-"));
-    assert!(object["metadata"].get("name").is_none());
-    assert_eq!(p1.status.unhealthy_nodes[0].remediations[0].resource.name, "");
+    let name = vigil_engine::node::several_per_node_name("n1", "nhc", &snr_template_ref(), 0);
+    assert_eq!(object["metadata"]["name"], json!(name));
+    assert!(name.starts_with("n1-") && name != "n1", "{name}");
+    assert!(object["metadata"].get("generateName").is_none(), "never a server-generated name");
+    assert_eq!(object["metadata"]["annotations"]["remediation.medik8s.io/node-name"], json!("n1"));
+    assert_eq!(p1.status.unhealthy_nodes[0].remediations[0].resource.name, name);
 
-    // the object is not visible yet: the request is not repeated (it would make a second one)
+    // Not visible yet: the same object is asked for again (a second create of it is a 409).
     w.check.status = Some(p1.status.clone());
     let p2 = w.decide(at(302));
-    assert_eq!(p2.actions, vec![]);
-    assert_eq!(p2.status.unhealthy_nodes, p1.status.unhealthy_nodes);
+    assert_eq!(created_names(&p2), vec![name.clone()]);
+    assert_eq!(p2.status.unhealthy_nodes, p1.status.unhealthy_nodes, "its start is kept");
     assert_eq!(p2.notices, vec![]);
 
-    // once seen, the record gets its name and uid, and keeps its start
+    // Once seen, the record gets its uid, and keeps its start.
     w.apply(&p1, at(303));
     let p3 = w.decide(at(304));
     let r = &p3.status.unhealthy_nodes[0].remediations[0];
-    assert_eq!(r.resource.name, "n1-00001");
-    assert_eq!(r.resource.uid.as_deref(), Some("uid-n1-00001"));
+    assert_eq!(r.resource.name, name);
+    assert_eq!(r.resource.uid.as_deref(), Some(format!("uid-{name}").as_str()));
     assert_eq!(r.started, Time(at(301)));
     assert_eq!(p3.actions, vec![]);
 }
 
+fn created_names(plan: &Plan<NodeHealthCheckStatus>) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateRemediation { object, .. } => object["metadata"]["name"].as_str().map(str::to_string),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
-fn rule7_a_generate_name_request_lost_for_a_whole_step_timeout_is_repeated() {
+fn rule7_a_generate_name_request_recorded_by_an_earlier_version_is_awaited_until_its_step_timeout() {
     let mut w = world(escalating(), vec![sick("n1"), healthy("n2"), healthy("n3")]);
-    w.templates[0] = Some(
-        TemplateView::read(&json!({
-            "apiVersion": SNR_API, "kind": "SelfNodeRemediationTemplate",
-            "metadata": {"name": "snr", "namespace": NS,
-                         "annotations": {"remediation.medik8s.io/multiple-templates-support": "true"}},
-            "spec": {"template": {"spec": {}}}
-        }))
-        .expect("template"),
-    );
+    several_per_node(&mut w);
     let p1 = w.decide(at(301));
     assert_eq!(created_targets(&p1), strs(&["n1"]));
-    w.check.status = Some(p1.status.clone()); // the create never happened
+    // A status an earlier version wrote: the request had no name (`generateName`), and its
+    // object may still come.
+    let mut status = p1.status.clone();
+    status.unhealthy_nodes[0].remediations[0].resource.name = String::new();
+    w.check.status = Some(status);
     let p2 = w.decide(at(601));
     assert_eq!(p2.actions, vec![], "within the step timeout the request is awaited");
     assert_eq!(p2.next_wake, Some(ns1(at(601))));
     w.check.status = Some(p2.status.clone());
     let t = ns1(at(601));
     let p3 = w.decide(t);
-    assert_eq!(created_targets(&p3), strs(&["n1"]), "lost: asked again");
+    let name = vigil_engine::node::several_per_node_name("n1", "nhc", &snr_template_ref(), 0);
+    assert_eq!(created_names(&p3), vec![name.clone()], "lost: asked again, by name");
     let r = &p3.status.unhealthy_nodes[0].remediations;
-    assert_eq!((r.len(), r[0].started.clone(), r[0].resource.name.as_str()), (1, Time(t), ""));
+    assert_eq!((r.len(), r[0].started.clone(), r[0].resource.name.as_str()), (1, Time(t), name.as_str()));
     assert_eq!(p3.notices, vec![]);
 }
 

@@ -536,7 +536,7 @@ impl Nhc {
                 vigil_engine::Action::DeleteRemediation { object, .. } => {
                     self.objects.retain(|x| !(x.meta.name == object.name && x.meta.kind == object.kind))
                 }
-                vigil_engine::Action::AnnotateRemediation { object, key, value } => {
+                vigil_engine::Action::AnnotateRemediation { object, key, value, .. } => {
                     for x in
                         self.objects.iter_mut().filter(|x| x.meta.name == object.name && x.meta.kind == object.kind)
                     {

@@ -269,7 +269,7 @@ impl NhcSim {
                 Action::DeleteRemediation { object, .. } => {
                     self.objects.retain(|x| !(x.meta.name == object.name && x.meta.kind == object.kind))
                 }
-                Action::AnnotateRemediation { object, key, value } => {
+                Action::AnnotateRemediation { object, key, value, .. } => {
                     for x in
                         self.objects.iter_mut().filter(|x| x.meta.name == object.name && x.meta.kind == object.kind)
                     {

@@ -139,7 +139,7 @@ impl World {
                     self.objects
                         .retain(|x| x["metadata"]["name"] != object.name.as_str() || x["kind"] != object.kind.as_str());
                 }
-                Action::AnnotateRemediation { object, key, value } => {
+                Action::AnnotateRemediation { object, key, value, .. } => {
                     for x in self
                         .objects
                         .iter_mut()

@@ -191,7 +191,7 @@ impl NhcWorld {
                 Action::DeleteRemediation { object, .. } => {
                     self.objects.retain(|x| !(x.meta.kind == object.kind && x.meta.name == object.name))
                 }
-                Action::AnnotateRemediation { object, key, value } => {
+                Action::AnnotateRemediation { object, key, value, .. } => {
                     for x in
                         self.objects.iter_mut().filter(|x| x.meta.kind == object.kind && x.meta.name == object.name)
                     {

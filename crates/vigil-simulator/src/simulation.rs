@@ -951,7 +951,7 @@ impl Sim<'_> {
                     self.changed(&key, None);
                 }
             }
-            Action::DeleteRemediation { object, target } => {
+            Action::DeleteRemediation { object, target, .. } => {
                 let key = Key {
                     cluster: LOCAL_CLUSTER.into(),
                     group: group_of(&object.api_version).into(),
@@ -1003,7 +1003,7 @@ impl Sim<'_> {
                     self.changed(&key, Some(&before));
                 }
             }
-            Action::AnnotateRemediation { object, key: annotation, value } => {
+            Action::AnnotateRemediation { object, key: annotation, value, .. } => {
                 let key = Key {
                     cluster: LOCAL_CLUSTER.into(),
                     group: group_of(&object.api_version).into(),

@@ -1,6 +1,7 @@
 //! The simulator's object store: what an API server keeps, reduced to what the scenario needs —
-//! objects by cluster, group, kind, namespace and name, with uids, resource versions, generations
-//! and `generateName`, all deterministic so a run is reproducible.
+//! objects by cluster, group, kind, namespace and name, with uids, resource versions and
+//! generations, all deterministic so a run is reproducible. (No `generateName`: nothing Vigil
+//! makes has a server-generated name.)
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -88,14 +89,8 @@ impl Store {
         key
     }
 
-    /// Creates an object; `metadata.generateName` gets a deterministic suffix.
-    pub fn create(&mut self, cluster: &str, mut object: Value, now: Timestamp) -> Result<Key, AlreadyExists> {
-        if object.pointer("/metadata/name").and_then(Value::as_str).is_none_or(str::is_empty)
-            && let Some(prefix) = object.pointer("/metadata/generateName").and_then(Value::as_str).map(str::to_string)
-        {
-            let n = self.next();
-            object["metadata"]["name"] = json!(format!("{prefix}{n:05x}"));
-        }
+    /// Creates an object, refused when one of that name exists (as the API server answers 409).
+    pub fn create(&mut self, cluster: &str, object: Value, now: Timestamp) -> Result<Key, AlreadyExists> {
         let key = Key::of(cluster, &object);
         if self.objects.contains_key(&key) {
             return Err(AlreadyExists(key));
@@ -281,14 +276,11 @@ mod tests {
     }
 
     #[test]
-    fn create_refuses_duplicates_and_fills_generate_name() {
+    fn create_refuses_duplicates() {
         let mut s = Store::default();
         let o = json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"name": "a", "namespace": "ns"}});
         assert!(s.create(LOCAL_CLUSTER, o.clone(), now()).is_ok());
         assert!(s.create(LOCAL_CLUSTER, o, now()).is_err());
-        let g = json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"generateName": "n1-", "namespace": "ns"}});
-        let k = s.create(LOCAL_CLUSTER, g, now()).expect("created");
-        assert!(k.name.starts_with("n1-") && k.name.len() > 3);
     }
 
     #[test]

@@ -37,12 +37,14 @@
 pub mod capi;
 mod crds;
 mod framing;
+mod hold;
 pub mod medik8s;
 mod process;
 mod proxy;
 pub mod standins;
 
 pub use framing::WatchFramingProxy;
+pub use hold::{Delivered, WriteHold};
 pub use proxy::{FaultProxy, Mode};
 
 use std::collections::HashMap;

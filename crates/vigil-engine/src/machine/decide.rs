@@ -16,7 +16,7 @@ use crate::holders::{Holders, Waits};
 use crate::lookup::Lookup;
 use crate::pacing::Pacer;
 use crate::peers::MhcPeers;
-use crate::plan::{Action, Earliest, NoticeKind, ObjectRef, Plan};
+use crate::plan::{Action, Earliest, NoticeKind, ObjectRef, Plan, Seen};
 use crate::target::is_target;
 use crate::target::{CheckRef, LOCAL_CLUSTER, made_for};
 use jiff::Timestamp;
@@ -466,6 +466,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
                         name: object.meta.name.clone(),
                     },
                     target: machine.meta.key(),
+                    seen: Seen::of(&object.meta),
                 });
             }
         }

@@ -15,10 +15,13 @@
 //! Deliberate choices beyond medik8s (each also explained where it is made):
 //! - counts stay true while paused;
 //! - a status record without a `uid` for an object that is not seen yet is a creation requested
-//!   by an earlier plan ("in flight"): it is completed (fixed names are created again, idempotent)
-//!   whatever the threshold, pause or control-plane rule says now, because the decision was
-//!   already taken; an in-flight `generateName` request is not repeated (a repeat could create a
-//!   second remediation for the same Node) until its step's timeout passed with no object seen;
+//!   by an earlier plan ("in flight"): it is completed (created again under the same name,
+//!   idempotent) whatever the threshold, pause or control-plane rule says now, because the
+//!   decision was already taken;
+//! - no object gets a server-generated name: where upstream uses `generateName`
+//!   (`multiple-templates-support`), the name is computed ([`several_per_node_name`]), so a create
+//!   that is repeated or lands late is refused while the object exists (a `generateName` request
+//!   recorded by an earlier version is still awaited until its step's timeout passed);
 //! - the check is `Disabled` while any step's template is missing or invalid, so the operator
 //!   learns it before a Node needs it, but steps whose templates are usable keep working;
 //! - `NoDecision` for a Node whose matching condition has no `lastTransitionTime` is told when
@@ -44,4 +47,5 @@ pub use budget::threshold_met;
 pub use decide::{decide, decide_among};
 pub use input::{Around, NhcInput, needs_node};
 pub use judge::unhealthy_because;
+pub use remediate::several_per_node_name;
 pub use status::refuse;

@@ -13,7 +13,7 @@ use crate::domains::Budgets;
 use crate::holders::{Holders, Waits, nhc_held};
 use crate::node_lease;
 use crate::pacing::{Pacer, visit_order};
-use crate::plan::{Action, Earliest, LeaseWrite, Notice, NoticeKind};
+use crate::plan::{Action, Earliest, LeaseWrite, Notice, NoticeKind, Seen};
 use crate::target::{Target, is_control_plane};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -24,7 +24,7 @@ use vigil_api::duration::format_go_duration;
 use vigil_api::node_health_check::{NodeRemediation, NodeWait, RemediationReference, UnhealthyNode};
 use vigil_api::reason::Reason;
 use vigil_api::shared::ChosenRemediation;
-use vigil_api::validate::{ConditionRule, HealthyDelay, Ladder, NhcPolicy, RemediationStep};
+use vigil_api::validate::{ConditionRule, HealthyDelay, Ladder, NhcPolicy, RemediationStep, TemplateRef};
 use vigil_api::views::NodeView;
 use vigil_api::views::RemediationView;
 use vigil_api::well_known::{
@@ -47,7 +47,7 @@ pub(super) enum GaveUp {
 
 /// What happened to a request for a remediation object.
 pub(super) enum Requested {
-    /// A create action was added (or an in-flight `generateName` request is awaited).
+    /// A create action was added (or an earlier `generateName` request is awaited).
     Done,
     /// The template cannot be used: reason and why.
     Skipped(Reason, String),
@@ -235,9 +235,10 @@ impl<'a> Pass<'a> {
         };
         let mut earlier = book.take_in_flight(step);
         if let Some(r) = earlier.filter(|r| r.resource.name.is_empty()) {
-            // An earlier generateName request not seen yet: repeating it could make a second
-            // object, so it is awaited, unless its step's timeout passed without any object
-            // showing up (the request was lost; a single template has no timeout and waits).
+            // A request with a server-generated name (`generateName`), recorded by a version
+            // that made them, not seen yet: repeating it could make a second object, so it is
+            // awaited, unless its step's timeout passed without any object showing up (the
+            // request was lost; a single template has no timeout and waits).
             let lost = step.timeout.and_then(|d| after(r.started.0, d)).is_some_and(|end| end < self.now);
             if !lost {
                 book.records.push(r.clone());
@@ -246,9 +247,13 @@ impl<'a> Pass<'a> {
             }
             earlier = None;
         }
-        let generate = view.meta.annotations.get(MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION).is_some_and(|v| v == "true");
+        let several = view.meta.annotations.get(MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION).is_some_and(|v| v == "true");
+        let object_name = match several {
+            true => several_per_node_name(name, self.check_name, &step.template, s),
+            false => name.to_string(),
+        };
         let kind = step.template.remediation_kind();
-        if !generate && let Some(skipped) = self.taken_by_another(name, step) {
+        if let Some(skipped) = self.taken_by_another(name, &object_name, step) {
             return skipped;
         }
         let machine = match self.gates.machine_owner(node, &step.template.namespace) {
@@ -260,7 +265,7 @@ impl<'a> Pass<'a> {
                 return Requested::Held;
             }
         };
-        let object = self.manifest(node, step, spec, generate, (incident.rule.as_deref(), machine));
+        let object = self.manifest(node, &object_name, step, spec, (incident.rule.as_deref(), machine));
         let started = earlier.map_or(self.now, |r| r.started.0);
         self.offer_step_timeout(step, started);
         book.records.push(NodeRemediation {
@@ -268,7 +273,7 @@ impl<'a> Pass<'a> {
                 api_version: step.template.api_version.clone(),
                 kind: kind.to_string(),
                 namespace: step.template.namespace.clone(),
-                name: if generate { String::new() } else { name.to_string() },
+                name: object_name,
                 uid: None,
             },
             started: Time(started),
@@ -279,14 +284,13 @@ impl<'a> Pass<'a> {
         Requested::Done
     }
 
-    /// The object this check would make for `name` exists and is not ours: leave it alone, and
-    /// do not list it in the status as a remediation this check started.
-    fn taken_by_another(&self, name: &str, step: &RemediationStep) -> Option<Requested> {
+    /// The object `object_name` this check would make for Node `name` exists and is not ours:
+    /// leave it alone, and do not list it in the status as a remediation this check started.
+    fn taken_by_another(&self, name: &str, object_name: &str, step: &RemediationStep) -> Option<Requested> {
         let kind = step.template.remediation_kind();
-        let other = self
-            .foreign
-            .iter()
-            .find(|r| r.meta.kind == kind && r.meta.namespace == step.template.namespace && r.meta.name == name)?;
+        let other = self.foreign.iter().find(|r| {
+            r.meta.kind == kind && r.meta.namespace == step.template.namespace && r.meta.name == object_name
+        })?;
         let owner = other
             .meta
             .owners
@@ -295,36 +299,32 @@ impl<'a> Pass<'a> {
         Some(Requested::Skipped(
             Reason::RemediationObjectExists,
             format!(
-                "Cannot remediate node {name}: {kind} {}/{name} already exists and belongs to another check ({owner})",
+                "Cannot remediate node {name}: {kind} {}/{object_name} already exists and belongs to another check ({owner})",
                 step.template.namespace
             ),
         ))
     }
 
-    /// The remediation object for `node` from `step`'s template, as medik8s makes it: named after
-    /// the Node (or `generateName` with multiple-template support), annotated with the Node and
-    /// template (and with remediation per condition the incident's `rule`), labelled
-    /// `app.kubernetes.io/part-of: node-healthcheck-controller` (and
+    /// The remediation object `object_name` for `node` from `step`'s template, as medik8s makes
+    /// it but never with a server-generated name (see [`several_per_node_name`]): annotated with
+    /// the Node and template (and with remediation per condition the incident's `rule`),
+    /// labelled `app.kubernetes.io/part-of: node-healthcheck-controller` (and
     /// `remediation.medik8s.io/isControlPlaneNode` for a control-plane Node), owned by the check
     /// (an owner reference that is neither controller nor blocks deletion) and by the Node's
     /// OpenShift `machine` when there is one ([`Gates::machine_owner`]).
     fn manifest(
         &self,
         node: &NodeView,
+        object_name: &str,
         step: &RemediationStep,
         spec: &Value,
-        generate: bool,
         (rule, machine): (Option<&str>, Option<Value>),
     ) -> Value {
         let name = node.name.as_str();
         let kind = step.template.remediation_kind();
         let mut metadata = Map::new();
         metadata.insert("namespace".into(), Value::String(step.template.namespace.clone()));
-        if generate {
-            metadata.insert("generateName".into(), Value::String(format!("{name}-")));
-        } else {
-            metadata.insert("name".into(), Value::String(name.to_string()));
-        }
+        metadata.insert("name".into(), Value::String(object_name.to_string()));
         let mut annotations = json!({ NODE_NAME_ANNOTATION: name, TEMPLATE_NAME_ANNOTATION: step.template.name });
         if let Some(rule) = rule {
             annotations[RULE_ANNOTATION] = Value::String(rule.to_string());
@@ -512,6 +512,7 @@ impl<'a> Pass<'a> {
                         object: object_ref(view),
                         key: NHC_TIMED_OUT_ANNOTATION.into(),
                         value: at.to_string(),
+                        seen: Seen::of(&view.meta),
                     });
                 }
             } else {
@@ -626,6 +627,7 @@ impl<'a> Pass<'a> {
                 object: object_ref(view),
                 key: NHC_TIMED_OUT_ANNOTATION.into(),
                 value: self.now.to_string(),
+                seen: Seen::of(&view.meta),
             });
         }
         let what = match why {
@@ -698,9 +700,45 @@ impl<'a> Pass<'a> {
             {
                 continue;
             }
-            self.actions.push(Action::DeleteRemediation { object: object_ref(o.view), target: o.node.to_string() });
+            self.actions.push(Action::DeleteRemediation {
+                object: object_ref(o.view),
+                target: o.node.to_string(),
+                seen: Seen::of(&o.view.meta),
+            });
         }
     }
+}
+
+/// The longest name [`several_per_node_name`] gives: what upstream's `generateName` gave (the
+/// API server keeps a generated name within 63 characters), so no remediator meets a longer one.
+const SEVERAL_PER_NODE_NAME_MAX: usize = 63;
+
+/// The name of the object of step `step` (made from `template`) of check `check` for Node `node`,
+/// when the template supports several objects per Node (`multiple-templates-support`, where
+/// upstream lets the API server generate a name): `<node>-<suffix>`, the suffix a hash of the
+/// check, the template, the Node and the step, the Node's name cut (at a character that may end
+/// a name) so the whole stays within [`SEVERAL_PER_NODE_NAME_MAX`].
+///
+/// Every decider computes the same name for the same step of the same Node, so a create repeated
+/// — a retry, or a deposed replica's request landing after another replica made the object — is
+/// refused (409) while the object exists: at most one object per check, Node and step at a time.
+/// The incident's start is deliberately not part of it: two deciders need not observe the same
+/// start (each decides at its own instant, and a Node's condition can change its transition time
+/// within one incident), and a name that differs between them is a second object. Incidents
+/// are told apart by deletion instead: an incident's objects are deleted when it ends, and a new
+/// one waits while one is still being deleted. Remediators that support several objects per
+/// Node find the Node through the `remediation.medik8s.io/node-name` annotation, not the name.
+pub fn several_per_node_name(node: &str, check: &str, template: &TemplateRef, step: usize) -> String {
+    let key = format!(
+        "{check}\0{}\0{}\0{}\0{}\0{node}\0{step}",
+        template.api_version, template.kind, template.namespace, template.name
+    );
+    // The top 40 bits, as 10 hexadecimal digits.
+    let suffix = format!("{:010x}", crate::shard::fnv1a(key.as_bytes()) >> 24);
+    let room = SEVERAL_PER_NODE_NAME_MAX - suffix.len() - 1;
+    let cut = node.char_indices().nth(room).map_or(node, |(i, _)| &node[..i]);
+    let prefix = cut.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    if prefix.is_empty() { suffix } else { format!("{prefix}-{suffix}") }
 }
 
 /// Control-plane Nodes already being remediated (by anyone) or with a request in flight.
@@ -923,4 +961,63 @@ fn unhealthy_notice(node: &NodeView, rule: &ConditionRule, name: &str) -> Notice
             format_go_duration(rule.timeout)
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(name: &str) -> TemplateRef {
+        TemplateRef {
+            api_version: "self-node-remediation.medik8s.io/v1alpha1".into(),
+            kind: "SelfNodeRemediationTemplate".into(),
+            namespace: "medik8s".into(),
+            name: name.into(),
+        }
+    }
+
+    /// A DNS-1123 subdomain name of at most 63 characters.
+    fn valid(name: &str) -> bool {
+        name.len() <= SEVERAL_PER_NODE_NAME_MAX
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            })
+    }
+
+    #[test]
+    fn several_per_node_names_are_the_same_for_every_decider_and_differ_per_step_check_and_template() {
+        let name = several_per_node_name("w1", "workers", &template("reboot"), 0);
+        assert_eq!(name, several_per_node_name("w1", "workers", &template("reboot"), 0), "deterministic");
+        assert!(name.starts_with("w1-") && name.len() == "w1-".len() + 10, "{name}");
+        let others = [
+            several_per_node_name("w1", "workers", &template("reboot"), 1),
+            several_per_node_name("w1", "other", &template("reboot"), 0),
+            several_per_node_name("w1", "workers", &template("fence"), 0),
+            several_per_node_name("w2", "workers", &template("reboot"), 0),
+        ];
+        for other in &others {
+            assert_ne!(&name, other);
+        }
+        // Pinned: a change would give an object made before it another name (a second object).
+        assert_eq!(name, "w1-e5b7c699b4");
+    }
+
+    #[test]
+    fn several_per_node_names_stay_valid_and_within_what_generate_name_gave() {
+        let long = format!("{}.example.com", "a".repeat(60));
+        let cut_at_dot = format!("{}.b", "a".repeat(51));
+        let cut_at_dash = format!("{}-b", "a".repeat(51));
+        for node in ["w1", "node-1.zone-a.example.com", long.as_str(), cut_at_dot.as_str(), cut_at_dash.as_str(), "-"] {
+            let name = several_per_node_name(node, "workers", &template("reboot"), 2);
+            assert!(valid(&name), "{node}: {name}");
+        }
+        // Two long names sharing their first 52 characters still differ (the hash has the whole name).
+        let a = several_per_node_name(&format!("{}-x", "a".repeat(60)), "c", &template("t"), 0);
+        let b = several_per_node_name(&format!("{}-y", "a".repeat(60)), "c", &template("t"), 0);
+        assert_ne!(a, b);
+        assert_eq!(a.len(), SEVERAL_PER_NODE_NAME_MAX);
+    }
 }
