@@ -961,6 +961,7 @@ mod tests {
             WriteError::Discovery("d".into()),
             WriteError::Timeout("t".into()),
             WriteError::NotLeader("n".into()),
+            WriteError::Unconfirmed("u".into()),
         ];
         let categories: Vec<&str> = errors.iter().map(WriteError::category).collect();
         assert_eq!(categories, WriteError::CATEGORIES);

@@ -334,6 +334,11 @@ mod scoped_claims {
     fn two_nhcs() -> Index {
         let mut idx = Index::default();
         idx.nhc_state = SourceState::Synced;
+        // The surroundings read: no node Lease held, no maintenance, upgrade or Machine API kind served.
+        idx.around.leases.state = SourceState::Synced;
+        idx.around.maintenances.served = Some(false);
+        idx.around.cluster_versions.served = Some(false);
+        idx.around.openshift_machines.served = Some(false);
         idx.put_nhc(Some(nhc("reboot", SNR, "SelfNodeRemediationTemplate")), None);
         idx.put_nhc(Some(nhc("fence", FAR, "FenceAgentsRemediationTemplate")), None);
         for (n, ready) in [("w-1", "True"), ("w-2", "False"), ("w-3", "True")] {
