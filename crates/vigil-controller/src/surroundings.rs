@@ -128,7 +128,7 @@ struct OptionalKind {
 /// as medik8s' lease manager does) and the discovery loops of the optional kinds.
 pub async fn start(ctx: &Arc<Context>) {
     let namespace = ctx.read_index().around.lease_namespace.clone();
-    ensure_namespace(ctx, &namespace).await;
+    tokio::spawn(keep_namespace(ctx.clone(), namespace.clone()));
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &namespace);
     let stream = crate::sources::relisting(api, kube::runtime::watcher::Config::default(), ctx.epoch());
     tokio::spawn(feed(
@@ -185,26 +185,44 @@ fn lease_concerns(idx: &Index, old: Option<&LeaseView>, new: Option<&LeaseView>)
         .collect()
 }
 
-/// Creates the lease namespace when it does not exist. When it cannot (no right to), the Lease
-/// writes fail and no remediation starts: the log says why once.
-async fn ensure_namespace(ctx: &Context, namespace: &str) {
+/// Makes sure the lease namespace exists, asking again (1 s, doubling up to a minute) until it
+/// does: started while the API server cannot be reached, the controller would otherwise never
+/// create it, and no Node Lease (so no NodeHealthCheck remediation) could ever be taken.
+async fn keep_namespace(ctx: Arc<Context>, namespace: String) {
+    let mut pause = Duration::from_secs(1);
+    while !ensure_namespace(&ctx, &namespace).await {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(60));
+    }
+}
+
+/// Creates the lease namespace when it does not exist; whether it exists now. When it cannot
+/// be created (no right to), the Lease writes fail and no remediation starts: the log says why.
+async fn ensure_namespace(ctx: &Context, namespace: &str) -> bool {
     let api: Api<Namespace> = Api::all(ctx.client.clone());
     match api.get_opt(namespace).await {
-        Ok(Some(_)) => {}
+        Ok(Some(_)) => true,
         Ok(None) => {
             let ns: Namespace = match serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}})) {
                 Ok(ns) => ns,
-                Err(_) => return,
+                Err(_) => return false,
             };
             match api.create(&PostParams::default(), &ns).await {
-                Ok(_) => info!(%namespace, "created the lease namespace"),
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Ok(_) => {
+                    info!(%namespace, "created the lease namespace");
+                    true
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => true,
                 Err(e) => {
-                    warn!(%namespace, error = %e, "cannot create the lease namespace; no Node Lease can be taken, so no NodeHealthCheck remediation starts")
+                    warn!(%namespace, error = %e, "cannot create the lease namespace; no Node Lease can be taken, so no NodeHealthCheck remediation starts");
+                    false
                 }
             }
         }
-        Err(e) => warn!(%namespace, error = %e, "cannot read the lease namespace"),
+        Err(e) => {
+            warn!(%namespace, error = %e, "cannot read the lease namespace; asked again");
+            false
+        }
     }
 }
 
@@ -228,6 +246,9 @@ async fn optional<V: Send + Sync + 'static>(
     read: fn(&Value) -> Option<V>,
 ) {
     let mut watching: Option<tokio::task::JoinHandle<()>> = None;
+    // While discovery cannot answer, the NodeHealthChecks wait on it: asked again soon (1 s,
+    // doubling up to the period), not a whole period later.
+    let mut unanswered = Duration::from_secs(1);
     loop {
         let answer = served(&ctx.client, &kind.gvk).await;
         let changed = {
@@ -284,7 +305,18 @@ async fn optional<V: Send + Sync + 'static>(
             let dirty = ctx.read_index().all_nhcs();
             ctx.scheduler.mark(dirty);
         }
-        tokio::time::sleep(DISCOVERY_PERIOD).await;
+        let pause = match answer {
+            Some(_) => {
+                unanswered = Duration::from_secs(1);
+                DISCOVERY_PERIOD
+            }
+            None => {
+                let pause = unanswered;
+                unanswered = (unanswered * 2).min(DISCOVERY_PERIOD);
+                pause
+            }
+        };
+        tokio::time::sleep(pause).await;
     }
 }
 
