@@ -48,7 +48,8 @@ pub fn nhc_concerns_node(check: &NodeHealthCheck, policy: &NhcPolicy, node: &Nod
 /// A template concerns the NHCs that use it (as their own or a rule's). A remediation object concerns the NHC that owns
 /// it, and, when it is for a control-plane Node (or a Node not known, `node` = `None`), every
 /// NHC using its kind: it may hold the one-control-plane-node lock. Another check's object for
-/// a worker Node changes nothing here.
+/// a worker Node concerns only the NHCs that list that Node in their status (one that waits on
+/// the other check's node Lease learns that the other check holds the Node, and says so).
 pub fn nhc_concerns_remediation_object(
     check: &NodeHealthCheck,
     policy: &NhcPolicy,
@@ -58,13 +59,14 @@ pub fn nhc_concerns_remediation_object(
     let name = check.metadata.name.as_deref().unwrap_or("");
     let owned = object.owners.iter().any(|o| o.kind == "NodeHealthCheck" && o.name == name);
     let may_lock = node.is_none_or(is_control_plane);
+    let listed = node.is_some_and(|n| lists(check, &n.name));
     policy.all_steps().any(|s| {
         let t = &s.template;
         group_of(&object.api_version) == group_of(&t.api_version)
             && object.namespace == t.namespace
             && ((object.kind == t.remediation_kind() && (owned || may_lock))
                 || (object.kind == t.kind && object.name == t.name))
-    })
+    }) || (listed && !owned)
 }
 
 /// The Node a medik8s node Lease is for: its owner Node, else its name without `node-`.

@@ -49,8 +49,12 @@ fn a_remediation_object_wakes_its_owner_and_only_lock_holders_wake_the_others() 
     let snr = object("SelfNodeRemediation", "w1", "a", None);
     let cp_snr = object("SelfNodeRemediation", "x-1", "a", Some("cp1"));
     assert_eq!(remediation_node_name(&cp_snr), "cp1", "the annotation names the Node");
+    // b lists w1 in its status (it waits on it, e.g. on a's node Lease).
+    let mut b_listing = b.clone();
+    b_listing.status = Some(serde_json::from_value(json!({"unhealthyNodes": [{"name": "w1"}]})).expect("status"));
     let cases = [
         ("owner, worker Node", &a, &pa, &snr, Some(&worker), true),
+        ("other check, worker Node the check lists", &b_listing, &pb, &snr, Some(&worker), true),
         ("other check, worker Node", &b, &pb, &snr, Some(&worker), false),
         ("other check, control-plane Node", &b, &pb, &cp_snr, Some(&cp), true),
         ("other check, unknown Node", &b, &pb, &snr, None, true),
