@@ -71,4 +71,5 @@ else
 fi
 
 echo "== cargo test"
-cargo test --workspace --locked
+# Every test binary runs even after one fails, so a red run names every failure at once.
+cargo test --workspace --locked --no-fail-fast
