@@ -63,7 +63,9 @@ fn short_run_prints_a_sane_summary() {
     assert_eq!(num("/writes/per_remediation"), 1.0, "writes per remediation");
     assert!(num("/writes/wave/status") <= 3.0 * num("/failed"), "status write storm");
     assert!(num("/writes/wave/event") <= 3.0 * num("/failed"), "event storm");
-    assert_eq!(num("/writes/wave/other"), 0.0);
+    // The only other writes: the node Lease a NodeHealthCheck takes (medik8s' `node-<name>`)
+    // before each remediation, at most one per failed target.
+    assert!(num("/writes/wave/other") <= num("/failed"), "other writes: {}", num("/writes/wave/other"));
 
     // The controller listed and watched, and did not poll.
     assert!(num("/requests/watch") >= 6.0 && num("/requests/list") >= 6.0);
