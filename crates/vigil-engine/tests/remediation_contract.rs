@@ -5,6 +5,8 @@
 //! previous one's `nhc-timed-out` annotation is seen, and `PermanentNodeDeletionExpected=True`
 //! keeps a deleted Node's object until it succeeds.
 
+mod support;
+
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
@@ -177,16 +179,6 @@ fn condition(type_: &str, status: &str, reason: &str) -> Value {
     json!({"type": type_, "status": status, "reason": reason, "message": "", "lastTransitionTime": at(0).to_string()})
 }
 
-fn created(plan: &Plan<NodeHealthCheckStatus>) -> Vec<&Value> {
-    plan.actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::CreateRemediation { object, .. } => Some(object),
-            _ => None,
-        })
-        .collect()
-}
-
 fn annotated(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String)> {
     plan.actions
         .iter()
@@ -308,7 +300,7 @@ fn the_object_carries_medik8s_contract_field_by_field() {
         let mut w = world(single(), nodes);
         w.machines = case.machines;
         let plan = w.decide(at(301));
-        let made = created(&plan);
+        let made = support::creates(&plan);
         match case.expect {
             Ok((labels, owners)) => {
                 assert_eq!(made.len(), 1, "{}: {:?}", case.what, plan.actions);
@@ -351,10 +343,10 @@ fn a_machine_listed_later_lets_the_object_be_made_with_its_owner() {
     let sick = node("n1", "False", json!({}), json!({"machine.openshift.io/machine": "medik8s/m1"}));
     let mut w = world(single(), vec![sick, worker("n2", "True"), worker("n3", "True")]);
     w.machines = Some(None);
-    assert!(created(&w.step(at(301))).is_empty());
+    assert!(support::creates(&w.step(at(301))).is_empty());
     w.machines = Some(Some(vec![machine(NS, "m1")]));
     let plan = w.step(at(302));
-    let made = created(&plan);
+    let made = support::creates(&plan);
     assert_eq!(made.len(), 1, "{:?}", plan.actions);
     assert_eq!(made[0]["metadata"]["ownerReferences"], json!([check_owner(), machine_owner("m1")]));
 }
@@ -430,7 +422,7 @@ fn a_step_given_up_is_annotated_before_the_next_steps_object() {
     for case in cases {
         let mut w = world(escalating(), vec![worker("n1", "False"), worker("n2", "True"), worker("n3", "True")]);
         let first = w.step(at(301));
-        assert_eq!(created(&first).len(), 1, "{}", case.what);
+        assert_eq!(support::creates(&first).len(), 1, "{}", case.what);
         w.report("SelfNodeRemediation", case.reports.clone());
         let plan = w.step(at(case.now));
         let want: Vec<String> = match (case.gives_up, case.annotates) {
@@ -489,7 +481,7 @@ fn the_last_step_given_up_says_no_template_is_left_in_the_same_decision() {
     assert!(told.contains(&NoticeKind::RemediationTimedOut), "{told:?}");
     let again = w.step(at(311));
     assert!(!again.notices.iter().any(|n| n.kind == NoticeKind::NoTemplateLeft), "told once");
-    assert!(created(&again).is_empty() && annotated(&again).is_empty(), "{:?}", again.actions);
+    assert!(support::creates(&again).is_empty() && annotated(&again).is_empty(), "{:?}", again.actions);
 }
 
 /// A deleted Node's object: `(PermanentNodeDeletionExpected, Succeeded)` → kept?
