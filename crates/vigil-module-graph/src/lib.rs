@@ -3,7 +3,8 @@
 //! each crate in one reading order (modules import downwards only) and its functions short.
 //!
 //! References are `crate::a::b` paths, `super::` paths and a folder module's `child::` paths in
-//! code (comments and doc links are not imports). Functions are counted from their `fn` line to
+//! code (comments and doc links are not imports; nor is code under `#[cfg(test)]`, whose tests may
+//! drive a module through the ones above it). Functions are counted from their `fn` line to
 //! their closing brace; code under `#[cfg(test)]` is not counted.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,7 +98,7 @@ pub fn graph(src: &Path) -> io::Result<Graph> {
     let mut edges = Graph::new();
     for file in &files {
         let me = module_of(src, file);
-        let text = code(&std::fs::read_to_string(file)?);
+        let text = production(&code(&std::fs::read_to_string(file)?));
         let targets = references(&modules, &me, &text);
         edges.entry(me).or_default().extend(targets);
     }
@@ -106,6 +107,23 @@ pub fn graph(src: &Path) -> io::Result<Graph> {
         targets.remove("");
     }
     Ok(edges)
+}
+
+/// `code` without the items under `#[cfg(test)]`: a unit test may drive its module through the
+/// modules above it (a claim seen through a whole decision), which is no import of the module.
+fn production(code: &str) -> String {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut kept = Vec::with_capacity(lines.len());
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim_start().starts_with("#[cfg(test)]") {
+            i = end_of_item(&lines, i + 1) + 1;
+            continue;
+        }
+        kept.push(lines[i]);
+        i += 1;
+    }
+    kept.join("\n")
 }
 
 /// The modules that module `me`, whose code is `text`, refers to.
@@ -301,6 +319,13 @@ mod tests {
         assert_eq!(r, ["a::c", "d"].into_iter().map(String::from).collect());
         let r = references(&modules, "a", "use b::Y; use crate::{d, a::c};");
         assert_eq!(r, ["a::b", "a::c", "d"].into_iter().map(String::from).collect());
+    }
+
+    #[test]
+    fn a_test_module_imports_nothing_for_its_module() {
+        let modules: BTreeSet<String> = ["a", "d"].into_iter().map(String::from).collect();
+        let text = production("use crate::d::X;\n#[cfg(test)]\nmod tests {\n    use crate::a::Y;\n}\nfn f() {}");
+        assert_eq!(references(&modules, "b", &text), ["d"].into_iter().map(String::from).collect());
     }
 
     #[test]
