@@ -183,6 +183,23 @@ async fn a_failed_node_gets_the_whole_contract_and_the_reboot_like_stand_in_reme
     Ok(())
 }
 
+/// Three workers under the check `workers`, which fences first (10 minutes), then reboots.
+async fn fence_then_reboot(env: &TestEnv) -> Result<()> {
+    workers(env, 3).await?;
+    env.apply(template(FAR_API, "FenceAgentsRemediationTemplate", "fence", MEDIK8S, json!({"agent": "fence_ipmilan"})))
+        .await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    nhc(
+        env,
+        "workers",
+        json!({"minHealthy": 2, "escalatingRemediations": [
+            step(FAR_API, "FenceAgentsRemediationTemplate", "fence", 1, "10m"),
+            step(reboot::API_VERSION, "SelfNodeRemediationTemplate", "reboot", 2, "10m")]}),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Fencing first, then a reboot: the fence agent fails, the stand-in reports `Succeeded=False`
 /// and Vigil moves on within a second (not at the step's 10-minute timeout); the fencing object
 /// keeps `nhc-timed-out`, written before the reboot object was made, and each object has its own
@@ -190,18 +207,7 @@ async fn a_failed_node_gets_the_whole_contract_and_the_reboot_like_stand_in_reme
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escalation_moves_on_within_a_second_of_succeeded_false() -> Result<()> {
     let env = standin_env().await?;
-    workers(&env, 3).await?;
-    env.apply(template(FAR_API, "FenceAgentsRemediationTemplate", "fence", MEDIK8S, json!({"agent": "fence_ipmilan"})))
-        .await?;
-    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
-    nhc(
-        &env,
-        "workers",
-        json!({"minHealthy": 2, "escalatingRemediations": [
-            step(FAR_API, "FenceAgentsRemediationTemplate", "fence", 1, "10m"),
-            step(reboot::API_VERSION, "SelfNodeRemediationTemplate", "reboot", 2, "10m")]}),
-    )
-    .await?;
+    fence_then_reboot(&env).await?;
     let settings = fence::FenceSettings { agent: fence::Agent::Fails, retries: 1, ..Default::default() };
     let fence = fence::start(&env.client(), settings);
     let controller = Controller::start(&env);
@@ -461,18 +467,7 @@ fn refuse_timed_out_annotation() -> [Value; 2] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_step_waits_while_the_previous_ones_annotation_is_refused() -> Result<()> {
     let env = standin_env().await?;
-    workers(&env, 3).await?;
-    env.apply(template(FAR_API, "FenceAgentsRemediationTemplate", "fence", MEDIK8S, json!({"agent": "fence_ipmilan"})))
-        .await?;
-    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
-    nhc(
-        &env,
-        "workers",
-        json!({"minHealthy": 2, "escalatingRemediations": [
-            step(FAR_API, "FenceAgentsRemediationTemplate", "fence", 1, "10m"),
-            step(reboot::API_VERSION, "SelfNodeRemediationTemplate", "reboot", 2, "10m")]}),
-    )
-    .await?;
+    fence_then_reboot(&env).await?;
     let [policy, binding] = refuse_timed_out_annotation();
     env.apply(policy).await?;
     env.apply(binding).await?;
