@@ -370,39 +370,14 @@ impl<'a> Pass<'a> {
             return;
         };
         let news = !listed_before || self.newly_open;
-        // One check remediates a Node at a time: a Node another check holds waits here, even
-        // for a request of an earlier plan (the other check started first).
-        let holders = self.holders;
-        let target = Target::local_node(name);
-        if let Some(holder) = holders.other_than(&target, self.waits.me()) {
-            if let Some(n) = self.waits.wait(name, &target, holder, holders.is_left_to_holder(&target)) {
-                self.notices.push(n);
-            }
+        if self.held_by_another_check(name) {
             return;
         }
         if book.has_in_flight(first) {
-            // Completing an earlier plan's request is not a new remediation, but its object is
-            // made only while the Node's Lease can be held.
-            let Some(lease) = self.lease_for(name, node, &incident.ladder, 0) else { return };
-            if let Requested::Skipped(reason, message) = self.request(node, 0, book, incident, lease)
-                && (self.disabled_changed || reason == Reason::RemediationObjectExists)
-            {
-                // (the request's record is dropped with an existing foreign object: said once)
-                self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
-            }
+            self.complete_request(name, node, book, incident);
             return;
         }
-        if self.paused || !self.allowed {
-            return;
-        }
-        // The cluster upgrading, or the Node under planned maintenance: nothing new starts.
-        if self.gates.upgrade.is_some() || self.wait.is_some() {
-            return;
-        }
-        // A paused failure domain starts nothing new, as the check-wide short-circuit.
-        if let Some((budgets, key)) = self.domains
-            && budgets.is_paused(node_domain(node, key))
-        {
+        if self.starts_nothing_new(node) {
             return;
         }
         if let Usable::Missing | Usable::Invalid(_) =
@@ -415,11 +390,58 @@ impl<'a> Pass<'a> {
             }
             return;
         }
+        self.start_new(name, node, news, book, incident, since);
+    }
+
+    /// One check remediates a Node at a time: a Node another check holds waits (said when the
+    /// wait is news), even for a request of an earlier plan (the other check started first).
+    fn held_by_another_check(&mut self, name: &str) -> bool {
+        let holders = self.holders;
+        let target = Target::local_node(name);
+        let Some(holder) = holders.other_than(&target, self.waits.me()) else { return false };
+        if let Some(n) = self.waits.wait(name, &target, holder, holders.is_left_to_holder(&target)) {
+            self.notices.push(n);
+        }
+        true
+    }
+
+    /// Completes an earlier plan's request for the first step. Not a new remediation, but its
+    /// object is made only while the Node's Lease can be held.
+    fn complete_request(&mut self, name: &str, node: &NodeView, book: &mut Book<'_>, incident: &Incident<'_>) {
+        let Some(lease) = self.lease_for(name, node, &incident.ladder, 0) else { return };
+        if let Requested::Skipped(reason, message) = self.request(node, 0, book, incident, lease)
+            && (self.disabled_changed || reason == Reason::RemediationObjectExists)
+        {
+            // (the request's record is dropped with an existing foreign object: said once)
+            self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+        }
+    }
+
+    /// Whether no new remediation may start on `node` now: the check paused or short-circuited,
+    /// the cluster upgrading, the Node under planned maintenance, or its failure domain paused.
+    fn starts_nothing_new(&self, node: &NodeView) -> bool {
+        if self.paused || !self.allowed || self.gates.upgrade.is_some() || self.wait.is_some() {
+            return true;
+        }
+        self.domains.is_some_and(|(budgets, key)| budgets.is_paused(node_domain(node, key)))
+    }
+
+    /// Starts a new remediation of `name` through its last gates: one control-plane Node at a
+    /// time, the Node's Lease (another holder's, the node maintenance operator's, keeps it
+    /// waiting), the pool's back-off, then a free pacing slot (else it joins the queue).
+    fn start_new(
+        &mut self,
+        name: &str,
+        node: &NodeView,
+        news: bool,
+        book: &mut Book<'_>,
+        incident: &Incident<'_>,
+        since: Timestamp,
+    ) {
         let cp = is_control_plane(node);
         if cp && self.control_plane_busy(name, news) {
             return;
         }
-        // The Node's Lease: another holder's (the node maintenance operator's) keeps it waiting.
         let Some(lease) = self.lease_for(name, node, &incident.ladder, 0) else { return };
         let pool = self
             .policy
@@ -428,7 +450,6 @@ impl<'a> Pass<'a> {
             .map_or_else(String::new, |b| backoff::node_pool(node, b.pool_label.as_deref().unwrap_or_default()));
         let repeat = self.policy.dry_run && self.would_before.iter().any(|w| w.name == name);
         let gate = self.ledger.gate(&pool, name, repeat);
-        // The last gates: the pool's back-off, then a free pacing slot (else it joins the queue).
         if gate == Backoff::Wait || !self.pacer.gate(name, since) {
             return;
         }
