@@ -5,6 +5,7 @@ pub mod output;
 pub mod scenario;
 pub mod simulation;
 pub mod store;
+mod views;
 
 pub use scenario::{Scenario, ScenarioError};
 pub use simulation::{Report, simulate};

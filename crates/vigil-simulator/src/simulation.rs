@@ -6,10 +6,12 @@
 use crate::output::{Event, seconds};
 use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
 use crate::store::{Key, Store};
+use crate::views::{CAPI_GROUP, Views};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::reason::Reason;
@@ -35,7 +37,6 @@ use vigil_engine::{Action, Notice, NoticeKind, Plan};
 /// How many decisions one check may take in one instant before the run is declared unsettled (a
 /// plan that keeps changing what it looks at would otherwise loop forever).
 const MAX_ROUNDS_PER_INSTANT: usize = 50;
-const CAPI_GROUP: &str = "cluster.x-k8s.io";
 
 /// Where a health check is stored.
 fn check_key(id: &CheckRef) -> Key {
@@ -128,6 +129,8 @@ struct Sim<'s> {
     /// working out which checks each object concerns is skipped (it made loading a 10 000-Node
     /// snapshot quadratic).
     loading: bool,
+    /// What is read from the store again and again, kept while it is unchanged.
+    views: Views,
 }
 
 /// Runs a scenario to its end.
@@ -191,6 +194,7 @@ impl<'s> Sim<'s> {
             invalid_reported: BTreeMap::new(),
             ties_reported: BTreeSet::new(),
             loading: true,
+            views: Views::default(),
         }
     }
 }
@@ -454,47 +458,42 @@ impl Sim<'_> {
         }
         // The namespaces with a Machine of this Node, found once for every check.
         let node_machine_namespaces: BTreeSet<String> = if key.kind == "Node" && key.group.is_empty() {
-            self.store
-                .list(LOCAL_CLUSTER, CAPI_GROUP, "Machine", None)
-                .filter(|(_, m)| text(m, "/status/nodeRef/name") == key.name)
-                .map(|(k, _)| k.namespace.clone())
-                .collect()
+            self.views.machine_namespaces(&self.store, &key.name)
         } else {
             BTreeSet::new()
         };
         for id in self.checks() {
-            let Some(object) = self.store.get(&check_key(&id)) else { continue };
             let hit = match &id {
                 CheckRef::Machine { namespace, .. } => {
-                    let Ok(check) = serde_json::from_value::<MachineHealthCheck>(object.clone()) else { continue };
-                    let Ok(policy) = validate::machine_health_check(&check) else { continue };
+                    let Some(parsed) = self.views.mhc(&self.store, &check_key(&id)) else { continue };
+                    let (check, policy) = (&parsed.0, &parsed.1);
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
                         || versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
                             (CAPI_GROUP, "Machine") if key.cluster == LOCAL_CLUSTER => MachineView::read(v)
-                                .is_some_and(|m| concerns::mhc_concerns_machine(&check, &policy, &m)),
+                                .is_some_and(|m| concerns::mhc_concerns_machine(check, policy, &m)),
                             (CAPI_GROUP, "Cluster") if key.cluster == LOCAL_CLUSTER => Meta::read(v, &mut Vec::new())
-                                .is_some_and(|m| concerns::mhc_concerns_cluster(&check, &policy, &m)),
+                                .is_some_and(|m| concerns::mhc_concerns_cluster(check, policy, &m)),
                             ("", "Node") => {
                                 key.cluster == self.node_cluster(namespace, &policy.cluster_name)
                                     && node_machine_namespaces.contains(namespace.as_str())
                             }
                             _ if key.cluster == LOCAL_CLUSTER => Meta::read(v, &mut Vec::new())
-                                .is_some_and(|m| concerns::mhc_concerns_remediation_object(&check, &policy, &m)),
+                                .is_some_and(|m| concerns::mhc_concerns_remediation_object(check, policy, &m)),
                             _ => false,
                         })
                 }
                 CheckRef::Node { .. } => {
-                    let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
-                    let Ok(policy) = validate::node_health_check(&check) else { continue };
+                    let Some(parsed) = self.views.nhc(&self.store, &check_key(&id)) else { continue };
+                    let (check, policy) = (&parsed.0, &parsed.1);
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
                         || key.cluster == LOCAL_CLUSTER
                             && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
                                 ("", "Node") => {
-                                    NodeView::read(v).is_some_and(|n| concerns::nhc_concerns_node(&check, &policy, &n))
+                                    NodeView::read(v).is_some_and(|n| concerns::nhc_concerns_node(check, policy, &n))
                                 }
                                 _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| {
                                     let node = self.management_node(vigil_engine::target::remediation_node_name(&m));
-                                    concerns::nhc_concerns_remediation_object(&check, &policy, &m, node.as_ref())
+                                    concerns::nhc_concerns_remediation_object(check, policy, &m, node.as_ref())
                                 }),
                             })
                 }
@@ -507,23 +506,18 @@ impl Sim<'_> {
 
     /// Every valid check's `maxConditionAge`s, what a heartbeat is measured against (the
     /// controller keeps the same, built when its checks change).
-    fn guarded_ages(&self) -> concerns::GuardedAges {
+    fn guarded_ages(&mut self) -> concerns::GuardedAges {
         let mut rules = Vec::new();
         for id in self.checks() {
-            let Some(object) = self.store.get(&check_key(&id)) else { continue };
             match id {
                 CheckRef::Machine { .. } => {
-                    if let Ok(c) = serde_json::from_value::<MachineHealthCheck>(object.clone())
-                        && let Ok(p) = validate::machine_health_check(&c)
-                    {
-                        rules.extend(p.node_conditions);
+                    if let Some(parsed) = self.views.mhc(&self.store, &check_key(&id)) {
+                        rules.extend(parsed.1.node_conditions.iter().cloned());
                     }
                 }
                 CheckRef::Node { .. } => {
-                    if let Ok(c) = serde_json::from_value::<NodeHealthCheck>(object.clone())
-                        && let Ok(p) = validate::node_health_check(&c)
-                    {
-                        rules.extend(p.conditions);
+                    if let Some(parsed) = self.views.nhc(&self.store, &check_key(&id)) {
+                        rules.extend(parsed.1.conditions.iter().cloned());
                     }
                 }
             }
@@ -616,7 +610,7 @@ impl Sim<'_> {
                 name: policy.cluster_name.clone(),
             })
             .and_then(ClusterView::read);
-        let machines = self.machines(namespace);
+        let machines = self.views.machines(&self.store, namespace);
         let machine_refs: Vec<&MachineView> = machines.iter().collect();
         let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
         // Only the Nodes of the check's targets: the engine looks up no other (reading
@@ -667,8 +661,7 @@ impl Sim<'_> {
             Ok(p) => p,
             Err(e) => return self.invalid(id, e.to_string()),
         };
-        let nodes: Vec<NodeView> =
-            self.store.list(LOCAL_CLUSTER, "", "Node", None).filter_map(|(_, v)| NodeView::read(v)).collect();
+        let nodes = self.views.nodes(&self.store);
         let node_refs: Vec<&NodeView> = nodes.iter().collect();
         // The check's own steps and every rule's, in `NhcPolicy::all_steps` order (the engine's).
         let templates: Vec<Option<TemplateView>> = policy.all_steps().map(|s| self.template(&s.template)).collect();
@@ -736,14 +729,6 @@ impl Sim<'_> {
         self.apply(id, plan);
     }
 
-    /// Machines of a namespace of the management cluster.
-    fn machines(&self, namespace: &str) -> Vec<MachineView> {
-        self.store
-            .list(LOCAL_CLUSTER, CAPI_GROUP, "Machine", Some(namespace))
-            .filter_map(|(_, v)| MachineView::read(v))
-            .collect()
-    }
-
     /// The valid MachineHealthChecks of a namespace, with their policies (who may own a Machine's
     /// conditions: [`vigil_engine::peers`]).
     fn mhc_peers(&self, namespace: &str) -> Vec<(MachineHealthCheck, validate::MhcPolicy)> {
@@ -770,49 +755,61 @@ impl Sim<'_> {
     }
 
     /// Who holds which target, from every check's claims (the engine's derivation, as the
-    /// controller computes it).
-    fn holders(&self) -> Holders {
-        let objects: Vec<RemediationView> = self
-            .store
-            .all()
-            .filter(|(k, _)| {
-                k.cluster == LOCAL_CLUSTER && !k.group.is_empty() && k.group != GROUP && k.group != CAPI_GROUP
-            })
-            .filter_map(|(_, v)| RemediationView::read(v))
-            .collect();
-        let object_refs: Vec<&RemediationView> = objects.iter().collect();
+    /// controller computes it). A check's claims are computed again only when what they are read
+    /// from changed: an MHC's, its namespace; an NHC's, the NodeHealthChecks or the remediation
+    /// objects.
+    fn holders(&mut self) -> Holders {
+        let remediations_at = self.store.version_of(|c, g, _, _| crate::views::may_remediate(c, g));
+        let nhcs_at = self.store.list_version(LOCAL_CLUSTER, GROUP, "NodeHealthCheck", None);
         let mut claims = Vec::new();
-        let mut peer_checks: BTreeMap<String, Vec<(MachineHealthCheck, validate::MhcPolicy)>> = BTreeMap::new();
         for id in self.checks() {
-            let Some(object) = self.store.get(&check_key(&id)) else { continue };
-            match &id {
+            let version = match &id {
                 CheckRef::Machine { namespace, .. } => {
-                    let Ok(check) = serde_json::from_value::<MachineHealthCheck>(object.clone()) else { continue };
-                    let Ok(policy) = validate::machine_health_check(&check) else { continue };
-                    let machines = self.machines(namespace);
-                    let machine_refs: Vec<&MachineView> = machines.iter().collect();
-                    let remediations = self.mhc_remediations(namespace, &policy);
-                    let remediation_refs = lookups(&remediations);
-                    let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                    let peers = assemble::peers_of(
-                        peer_checks.entry(namespace.clone()).or_insert_with(|| self.mhc_peers(namespace)),
-                    );
-                    claims.extend(assemble::claims(ClaimSource::Machine {
-                        check: &check,
-                        policy: &policy,
-                        peers: &peers,
-                        node_cluster: &node_cluster,
-                        machines: &machine_refs,
-                        remediations: &remediation_refs,
-                    }));
+                    (self.store.version_of(|c, _, _, n| c == LOCAL_CLUSTER && n == namespace), 0)
                 }
-                CheckRef::Node { .. } => {
-                    let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
-                    claims.extend(assemble::claims(ClaimSource::Node { check: &check, remediations: &object_refs }));
-                }
+                CheckRef::Node { .. } => (remediations_at, nhcs_at),
+            };
+            if let Some(kept) = self.views.claims(&id, version) {
+                claims.extend(kept.iter().cloned());
+                continue;
             }
+            let Some(found) = self.claims_of(&id) else { continue };
+            let found = Rc::new(found);
+            claims.extend(found.iter().cloned());
+            self.views.keep_claims(id, version, found);
         }
         assemble::holders(None, claims, std::iter::empty(), None)
+    }
+
+    /// What one check claims, read from the store (`None`: it is gone or invalid).
+    fn claims_of(&mut self, id: &CheckRef) -> Option<Vec<vigil_engine::holders::Claim>> {
+        match id {
+            CheckRef::Machine { namespace, .. } => {
+                let parsed = self.views.mhc(&self.store, &check_key(id))?;
+                let (check, policy) = parsed.as_ref();
+                let machines = self.views.machines(&self.store, namespace);
+                let machine_refs: Vec<&MachineView> = machines.iter().collect();
+                let remediations = self.mhc_remediations(namespace, policy);
+                let remediation_refs = lookups(&remediations);
+                let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
+                let peer_checks = self.mhc_peers(namespace);
+                let peers = assemble::peers_of(&peer_checks);
+                Some(assemble::claims(ClaimSource::Machine {
+                    check,
+                    policy,
+                    peers: &peers,
+                    node_cluster: &node_cluster,
+                    machines: &machine_refs,
+                    remediations: &remediation_refs,
+                }))
+            }
+            CheckRef::Node { .. } => {
+                let check = serde_json::from_value::<NodeHealthCheck>(self.store.get(&check_key(id))?.clone()).ok()?;
+                let objects = self.views.remediation_objects(&self.store);
+                let object_refs: Vec<&RemediationView> = objects.iter().collect();
+                Some(assemble::claims(ClaimSource::Node { check: &check, remediations: &object_refs }))
+            }
+        }
     }
 
     /// [`Sim::holders`], telling once about each target more than one check holds (from before

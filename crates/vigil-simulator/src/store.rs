@@ -5,7 +5,7 @@
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use vigil_engine::concerns::group_of;
 use vigil_engine::machine_write::apply_merge_patch;
 use vigil_engine::target::LOCAL_CLUSTER as LOCAL_CLUSTER_KEY;
@@ -49,6 +49,11 @@ impl Key {
 pub struct Store {
     objects: BTreeMap<Key, Value>,
     counter: u64,
+    /// Changes so far, counted apart from resource versions (a delete is a change too).
+    changes: u64,
+    /// The last change to each (cluster, group, kind, namespace): what the simulator's views
+    /// read from the store are kept against ([`Store::version_of`]).
+    changed_at: HashMap<(String, String, String, String), u64>,
 }
 
 /// A create that found the name taken.
@@ -59,6 +64,25 @@ impl Store {
     fn next(&mut self) -> u64 {
         self.counter += 1;
         self.counter
+    }
+
+    /// Records a change to the object under `key`.
+    fn touch(&mut self, key: &Key) {
+        self.changes += 1;
+        let scope = (key.cluster.clone(), key.group.clone(), key.kind.clone(), key.namespace.clone());
+        self.changed_at.insert(scope, self.changes);
+    }
+
+    /// A number that changes whenever an object of a (cluster, group, kind, namespace) that
+    /// `scope` accepts changes (0: none ever did): a view read from those objects is still
+    /// current while it is the same.
+    pub fn version_of(&self, scope: impl Fn(&str, &str, &str, &str) -> bool) -> u64 {
+        self.changed_at.iter().filter(|((c, g, k, n), _)| scope(c, g, k, n)).map(|(_, v)| *v).max().unwrap_or(0)
+    }
+
+    /// [`Store::version_of`] the objects [`Store::list`] gives for the same arguments.
+    pub fn list_version(&self, cluster: &str, group: &str, kind: &str, namespace: Option<&str>) -> u64 {
+        self.version_of(|c, g, k, n| c == cluster && g == group && k == kind && namespace.is_none_or(|ns| ns == n))
     }
 
     /// Creates or replaces an object whole, as `kubectl apply` of a full manifest would; keeps the
@@ -86,6 +110,7 @@ impl Store {
         object["metadata"]["generation"] = generation;
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.objects.insert(key.clone(), object);
+        self.touch(&key);
         key
     }
 
@@ -100,7 +125,11 @@ impl Store {
 
     /// Removes an object.
     pub fn delete(&mut self, key: &Key) -> Option<Value> {
-        self.objects.remove(key)
+        let gone = self.objects.remove(key);
+        if gone.is_some() {
+            self.touch(key);
+        }
+        gone
     }
 
     /// Deletes an object as the API server does: one with finalizers stays, with
@@ -111,6 +140,7 @@ impl Store {
         let held = before.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
         if !held {
             self.objects.remove(key);
+            self.touch(key);
             return Some((before, true));
         }
         if before.pointer("/metadata/deletionTimestamp").is_none() {
@@ -119,6 +149,7 @@ impl Store {
                 object["metadata"]["deletionTimestamp"] = json!(now.to_string());
                 object["metadata"]["resourceVersion"] = json!(rv.to_string());
             }
+            self.touch(key);
         }
         Some((before, false))
     }
@@ -137,9 +168,9 @@ impl Store {
         let deleting = object.pointer("/metadata/deletionTimestamp").is_some();
         if deleting && !left {
             self.objects.remove(key);
-            return Some((before, true));
         }
-        Some((before, false))
+        self.touch(key);
+        Some((before, deleting && !left))
     }
 
     /// Replaces an object only if it is still at `resource_version` (an update's precondition).
@@ -171,6 +202,7 @@ impl Store {
         }
         apply_merge_patch(object, patch);
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        self.touch(key);
         Ok(())
     }
 
@@ -180,6 +212,7 @@ impl Store {
         if let Some(object) = self.objects.get_mut(key) {
             object["status"] = status;
             object["metadata"]["resourceVersion"] = json!(rv.to_string());
+            self.touch(key);
         }
     }
 
