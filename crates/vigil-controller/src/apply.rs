@@ -6,12 +6,13 @@
 //! replica): each carries a guard the API server checks (docs/DECISIONS.md, "Writes that land
 //! late"), and is bounded by what is left of the right ([`crate::fenced`]).
 
-use crate::Context;
+use crate::context::Context;
+use crate::writes::{FIELD_MANAGER, WRITE_TIMEOUT, WriteError, api_error, at_version, is_code, patch_params};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PostParams, Preconditions};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
@@ -33,71 +34,10 @@ struct Outcome {
     first_error: Option<WriteError>,
 }
 
-/// Field manager of every write.
-pub const FIELD_MANAGER: &str = "vigil";
 /// How often a conflicting Machine write is recomputed and retried.
 const CONFLICT_RETRIES: usize = 5;
 /// How many writes of one plan run at once.
 const WRITE_CONCURRENCY: usize = 32;
-/// How many verdict-only Machine writes run at once across every check. Each write in flight
-/// holds an HTTP/1.1 connection, and the client keeps every connection it opened (buffers,
-/// TLS state): 16 workers each writing 32 verdicts at once opened ~540 connections during a
-/// 10 000-Machine cold start and kept them (issue 18). The API server absorbs ~250 writes/s
-/// there, which 64 in flight already keep it busy with. Remediating writes never wait for one.
-pub const VERDICT_WRITES_IN_FLIGHT: usize = 64;
-
-/// Why a write failed.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteError {
-    /// The API server refused or could not be reached.
-    #[error("{what}: {source}")]
-    Api {
-        /// The write.
-        what: String,
-        /// The error.
-        #[source]
-        source: kube::Error,
-    },
-    /// The kind of an object could not be resolved.
-    #[error("{0}")]
-    Discovery(String),
-    /// No answer in time (the write may or may not have been made).
-    #[error("{0}: no answer in time")]
-    Timeout(String),
-    /// This replica does not lead (or its right to write ran out): nothing was sent.
-    #[error("{0}: not sent, this replica does not hold the lease")]
-    NotLeader(String),
-    /// Not sent: the Node's previous remediation step is not confirmed given up (its
-    /// `nhc-timed-out` annotation failed), and two steps must never be live at once.
-    #[error("{0}: not sent, the previous step's timed-out annotation is not confirmed")]
-    Unconfirmed(String),
-}
-
-impl WriteError {
-    /// Every [`WriteError::category`], so the metrics can serve each at 0 before its first error
-    /// (a counter that appears at 1 loses that first error in `rate()`).
-    pub const CATEGORIES: [&'static str; 8] =
-        ["conflict", "forbidden", "refused", "unreachable", "discovery", "timeout", "not_leader", "unconfirmed"];
-
-    /// A stable category for metrics and events.
-    pub fn category(&self) -> &'static str {
-        match self {
-            WriteError::Api { source: kube::Error::Api(s), .. } if s.code == 409 => "conflict",
-            WriteError::Api { source: kube::Error::Api(s), .. } if s.code == 403 => "forbidden",
-            WriteError::Api { source: kube::Error::Api(_), .. } => "refused",
-            WriteError::Api { .. } => "unreachable",
-            WriteError::Discovery(_) => "discovery",
-            WriteError::Timeout(_) => "timeout",
-            WriteError::NotLeader(_) => "not_leader",
-            WriteError::Unconfirmed(_) => "unconfirmed",
-        }
-    }
-}
-
-/// How long one write may take before it counts as failed, when the right to write lasts longer
-/// (or always: no election).
-pub const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
-
 /// Runs a write if this replica may write, with no more time than its right to write has left
 /// (fencing) and at most [`WRITE_TIMEOUT`]: the client gives up then, and every request of the
 /// write asks the API server to give up by then too ([`crate::fenced::within`]).
@@ -111,15 +51,6 @@ async fn bounded<T>(
         Some(r) => r,
         None => Err(WriteError::Timeout(what())),
     }
-}
-
-pub(crate) fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> WriteError {
-    let what = what.into();
-    move |source| WriteError::Api { what, source }
-}
-
-fn is_code(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
 fn check_reference(key: &CheckRef, uid: Option<&str>) -> ObjectReference {
@@ -462,8 +393,8 @@ impl Context {
     fn put_check(&self, key: &CheckRef, answer: &DynamicObject) {
         let mut idx = self.write_index();
         match key {
-            CheckRef::Machine { .. } => idx.put_mhc(Some(crate::watch::read_mhc(answer).0), None),
-            CheckRef::Node { .. } => idx.put_nhc(Some(crate::watch::read_nhc(answer).0), None),
+            CheckRef::Machine { .. } => idx.put_mhc(Some(crate::wire::read_mhc(answer).0), None),
+            CheckRef::Node { .. } => idx.put_nhc(Some(crate::wire::read_nhc(answer).0), None),
         };
     }
 
@@ -836,24 +767,10 @@ fn still_finalizing(o: &DynamicObject) -> bool {
     o.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty())
 }
 
-/// A merge patch that the API server carries out only while the object is at `resource_version`
-/// (none: unconditionally, for an object that did not come from an API server).
-pub(crate) fn at_version(mut patch: Value, resource_version: Option<&str>) -> Value {
-    if let Some(rv) = resource_version {
-        patch["metadata"]["resourceVersion"] = json!(rv);
-    }
-    patch
-}
-
 /// The preconditions of a delete decided on the object `seen`.
 fn preconditions(seen: &Seen) -> Option<Preconditions> {
     (seen.uid.is_some() || seen.resource_version.is_some())
         .then(|| Preconditions { uid: seen.uid.clone(), resource_version: seen.resource_version.clone() })
-}
-
-/// Every patch Vigil sends names its field manager.
-pub(crate) fn patch_params() -> PatchParams {
-    PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
 }
 
 /// Reads a Machine for a merge patch; [`FirstWrite::Done`] when it is gone.

@@ -4,18 +4,50 @@
 //! ([`vigil_engine::assemble`]); this module only finds the objects, scoped to the confirmed
 //! targets while confirming (see [`crate::confirm`]).
 
-use crate::gather::{as_lookups, mhc_remediation_indexes};
 use crate::index::Index;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use vigil_api::validate::MhcPolicy;
 use vigil_api::views::{MachineView, RemediationView};
 use vigil_api::{MachineHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource, Fresh};
 use vigil_engine::concerns::group_of;
 use vigil_engine::cross_shard;
 use vigil_engine::holders::{Claim, Holders};
+use vigil_engine::lookup::Lookup;
 use vigil_engine::peers::MhcPeers;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
+
+/// Reads a template's remediation objects of one namespace by name, from the index.
+pub(crate) struct RemediationIndex<'a>(pub(crate) Option<&'a BTreeMap<String, Arc<RemediationView>>>);
+
+/// For each of a MachineHealthCheck's templates ([`MhcPolicy::templates`], its own and its
+/// rules'), its remediation kind's objects in `namespace`, by name (empty while not watched).
+pub(crate) fn mhc_remediation_indexes<'i>(
+    idx: &'i Index,
+    namespace: &str,
+    policy: &MhcPolicy,
+) -> Vec<RemediationIndex<'i>> {
+    policy
+        .templates()
+        .into_iter()
+        .map(|t| {
+            let objects = idx.objects.get(&(group_of(&t.api_version).to_string(), t.remediation_kind().to_string()));
+            RemediationIndex(objects.and_then(|c| c.remediations.get(namespace)))
+        })
+        .collect()
+}
+
+/// The engine's view of remediation indexes: one lookup each.
+pub(crate) fn as_lookups<'a>(indexes: &'a [RemediationIndex<'a>]) -> Vec<&'a dyn Lookup<RemediationView>> {
+    indexes.iter().map(|r| r as &dyn Lookup<RemediationView>).collect()
+}
+
+impl Lookup<RemediationView> for RemediationIndex<'_> {
+    fn lookup(&self, key: &str) -> Option<&RemediationView> {
+        self.0.and_then(|m| m.get(key)).map(|a| a.as_ref())
+    }
+}
 
 /// The valid MachineHealthChecks of a namespace with their policies (who may own a Machine's
 /// conditions: [`vigil_engine::peers`]), as validated when the index stored them.
@@ -276,7 +308,7 @@ mod scoped_claims {
     use super::*;
     use crate::confirm::{self, keep_confirmed};
     use crate::gather::{Job, job, job_with_fresh_holders, split_api_version};
-    use crate::index::SourceState;
+    use crate::sources::SourceState;
     use jiff::Timestamp;
     use k8s_openapi::api::core::v1::Node;
     use serde_json::Value;

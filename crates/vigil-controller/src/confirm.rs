@@ -18,7 +18,7 @@
 //! Remediation is rare; one read per remediated target is cheap. Cluster API's and medik8s'
 //! controllers write what they decided from their caches (see docs/DECISIONS.md).
 
-use crate::Context;
+use crate::context::Context;
 use crate::gather::{self, Job};
 use crate::index::machine_cluster;
 use crate::wire::WireNode;

@@ -3,13 +3,15 @@
 //! plan leaves out is the engine's [`vigil_engine::partial::leave_out`]). Everything here runs
 //! under the index read lock, without I/O. Who holds which target is [`crate::claims`].
 
-use crate::claims::{holders_for, mhc_peers, node_cluster};
-use crate::index::{Index, SourceState};
+use crate::claims::{RemediationIndex, as_lookups, holders_for, mhc_peers, node_cluster};
+use crate::index::Index;
 use crate::metrics::Gauges;
+use crate::sources::Need;
+use crate::sources::SourceState;
 use jiff::Timestamp;
 use serde_json::Value;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use vigil_api::reason::Reason;
 use vigil_api::validate::{self, MhcPolicy, NhcPolicy};
@@ -18,30 +20,11 @@ use vigil_api::{MachineHealthCheck, MachineHealthCheckStatus, NodeHealthCheck, N
 use vigil_engine::assemble;
 use vigil_engine::concerns::group_of;
 use vigil_engine::expiry::expiry;
-use vigil_engine::lookup::Lookup;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
 use vigil_engine::node::{self, NhcInput};
 use vigil_engine::partial::{self, Requests};
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
 use vigil_engine::{Action, Plan};
-
-/// Something a check needs watched before it can be decided.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Need {
-    /// Objects of a kind (group, version, kind), e.g. a template kind.
-    Kind {
-        /// API group.
-        group: String,
-        /// API version.
-        version: String,
-        /// Kind.
-        kind: String,
-        /// Whether objects of this kind are templates (keep `spec.template`).
-        template: bool,
-    },
-    /// The Nodes of a workload cluster (`namespace`, `clusterName`).
-    WorkloadCluster(String, String),
-}
 
 /// A check's status as a plan says it should be, of either kind, so one [`Job`] carries either
 /// plan typed (serialized as the status itself).
@@ -133,37 +116,6 @@ impl Job {
             CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited, self.plan.remediating),
             CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited, self.plan.remediating),
         }
-    }
-}
-
-/// Reads a template's remediation objects of one namespace by name, from the index.
-pub(crate) struct RemediationIndex<'a>(pub(crate) Option<&'a BTreeMap<String, Arc<RemediationView>>>);
-
-/// For each of a MachineHealthCheck's templates ([`MhcPolicy::templates`], its own and its
-/// rules'), its remediation kind's objects in `namespace`, by name (empty while not watched).
-pub(crate) fn mhc_remediation_indexes<'i>(
-    idx: &'i Index,
-    namespace: &str,
-    policy: &MhcPolicy,
-) -> Vec<RemediationIndex<'i>> {
-    policy
-        .templates()
-        .into_iter()
-        .map(|t| {
-            let objects = idx.objects.get(&(group_of(&t.api_version).to_string(), t.remediation_kind().to_string()));
-            RemediationIndex(objects.and_then(|c| c.remediations.get(namespace)))
-        })
-        .collect()
-}
-
-/// The engine's view of remediation indexes: one lookup each.
-pub(crate) fn as_lookups<'a>(indexes: &'a [RemediationIndex<'a>]) -> Vec<&'a dyn Lookup<RemediationView>> {
-    indexes.iter().map(|r| r as &dyn Lookup<RemediationView>).collect()
-}
-
-impl Lookup<RemediationView> for RemediationIndex<'_> {
-    fn lookup(&self, key: &str) -> Option<&RemediationView> {
-        self.0.and_then(|m| m.get(key)).map(|a| a.as_ref())
     }
 }
 
@@ -466,7 +418,7 @@ fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
             .flatten()
             .collect();
     // With medik8s' checks served, a Node one of them holds is known only once they are listed.
-    unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::medik8s::SOURCE)));
+    unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::medik8s::upstream::SOURCE)));
     match idx.nodes.get(LOCAL_CLUSTER) {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
         None => unsure.push("waiting for the first complete list of Nodes".into()),

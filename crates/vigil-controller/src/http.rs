@@ -5,7 +5,7 @@
 //! for longer than its grace period ([`crate::sources::READY_GRACE`] by default): the controller is then doing nothing, on
 //! purpose, and an operator's probe should see it.
 
-use crate::Context;
+use crate::context::Context;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -3,6 +3,9 @@
 //! by workload cluster and name; Machines by the Node they reference). Watch handlers update
 //! them and return the checks the change concerns; decisions read them under a short lock.
 
+use crate::medik8s::upstream::{Entry, Upstream};
+use crate::sources::SourceState;
+use crate::surroundings::around::Around;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -17,18 +20,6 @@ use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// Where Nodes come from: [`LOCAL_CLUSTER`] or a workload cluster's `namespace/clusterName`.
 pub type ClusterKey = String;
-
-/// Whether a watched source can be trusted right now.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum SourceState {
-    /// Not listed completely yet.
-    #[default]
-    Syncing,
-    /// Listed and watching.
-    Synced,
-    /// The watch failed; the cache may be stale (why, for the operator).
-    Failed(String),
-}
 
 /// Nodes of one cluster.
 #[derive(Debug, Default)]
@@ -46,7 +37,7 @@ pub struct MachineEntry {
     pub view: Arc<MachineView>,
     /// Where the Machine's condition lists stood (`WriteBasis::json_patch`): a verdict-only
     /// write is not preceded by a read, and this, with `resource_version`, is what it is built
-    /// from. It replaces the ~1 KiB of JSON text the entry kept before (issue 18).
+    /// from. It replaces the ~1 KiB of JSON text the entry kept before.
     pub basis: WriteBasis,
     /// `metadata.resourceVersion`.
     pub resource_version: Option<String>,
@@ -84,7 +75,7 @@ pub struct Index {
     pub nhcs: BTreeMap<String, Arc<NodeHealthCheck>>,
     /// `vigil run --serve-medik8s`: medik8s' NodeHealthChecks as read, and which of them `nhcs`
     /// holds (`None`: the mode is off).
-    pub medik8s: Option<crate::medik8s::Upstream>,
+    pub medik8s: Option<Upstream>,
     /// Machines by namespace, then name (sorted, as the engine prefers).
     pub machines: BTreeMap<String, BTreeMap<String, MachineEntry>>,
     /// Clusters by (namespace, name).
@@ -93,7 +84,7 @@ pub struct Index {
     pub nodes: BTreeMap<ClusterKey, NodeCache>,
     /// Machines (namespace, name) by (cluster, Node name) from their nodeRef, sorted and
     /// without duplicates. Nearly every Node has one Machine: a `Vec` of one is 48 bytes where
-    /// a `BTreeSet`'s first leaf is 540 (5 MiB at 10 000 Machines, issue 18).
+    /// a `BTreeSet`'s first leaf is 540 (5 MiB at 10 000 Machines).
     pub machines_by_node: HashMap<(ClusterKey, String), Vec<(String, String)>>,
     /// The clusters of `machines_by_node`'s keys, each with how many keys it has: a lookup of a
     /// Node name in every cluster visits these, not every Machine.
@@ -163,7 +154,7 @@ pub struct Index {
     /// claim derivation of the namespace reads the same list.
     mhc_peer_lists: HashMap<String, Vec<MhcPeerEntry>>,
     /// Node Leases, planned maintenance and cluster versions (NodeHealthCheck decisions).
-    pub around: crate::surroundings::Around,
+    pub around: Around,
 }
 
 /// What the index keeps for one NodeHealthCheck's decisions.
@@ -894,7 +885,7 @@ impl Index {
         if check.is_some() {
             // The medik8s check leaves first, so the two are never taken for versions of one object.
             up.vigil.insert(name.clone());
-            let mut dirty = crate::medik8s::sync(self, &name);
+            let mut dirty = self.sync_medik8s(&name);
             dirty.extend(self.store_nhc(check, removed, NhcApi::Vigil));
             return dirty;
         }
@@ -903,7 +894,7 @@ impl Index {
             return BTreeSet::new();
         }
         let mut dirty = self.store_nhc(None, removed, NhcApi::Vigil);
-        dirty.extend(crate::medik8s::sync(self, &name));
+        dirty.extend(self.sync_medik8s(&name));
         dirty
     }
 
@@ -949,6 +940,69 @@ impl Index {
         };
         self.guarded_ages = None;
         if changed || status_moved { BTreeSet::from([CheckRef::Node { name: key }]) } else { BTreeSet::new() }
+    }
+}
+
+/// medik8s' own NodeHealthChecks (`vigil run --serve-medik8s`): which of them `Index::nhcs`
+/// holds, served when it exists, no `vigil.dev` check has its name and the operator is not running.
+impl Index {
+    /// Puts medik8s' check `name` into `Index::nhcs`, or takes it out, as [`Upstream`] now says:
+    /// served when it exists, no `vigil.dev` check has its name and the operator is not running.
+    /// Returns the checks that must be decided again.
+    pub fn sync_medik8s(&mut self, name: &str) -> BTreeSet<CheckRef> {
+        let Some(up) = self.medik8s.as_mut() else { return BTreeSet::new() };
+        let serve = up.checks.get(name).filter(|_| up.serves(name)).cloned();
+        match serve {
+            Some(entry) => {
+                up.served.insert(name.to_string());
+                match entry.error {
+                    Some(e) => self.nhc_errors.insert(name.to_string(), e),
+                    None => self.nhc_errors.remove(name),
+                };
+                self.store_nhc(Some(entry.check), None, NhcApi::Medik8s)
+            }
+            None if up.served.remove(name) => {
+                // A vigil.dev check taking the name has its own error recorded already.
+                if !up.vigil.contains(name) {
+                    self.nhc_errors.remove(name);
+                }
+                self.store_nhc(None, Some(name.to_string()), NhcApi::Medik8s)
+            }
+            None => BTreeSet::new(),
+        }
+    }
+
+    /// [`Index::sync_medik8s`] for every medik8s check.
+    pub fn sync_all_medik8s(&mut self) -> BTreeSet<CheckRef> {
+        let Some(up) = self.medik8s.as_ref() else { return BTreeSet::new() };
+        let names: BTreeSet<String> = up.checks.keys().chain(up.served.iter()).cloned().collect();
+        names.iter().flat_map(|n| self.sync_medik8s(n)).collect()
+    }
+
+    /// Stores one medik8s check as read (unless the index holds a newer version of it).
+    pub fn put_medik8s(&mut self, entry: Entry) -> BTreeSet<CheckRef> {
+        let Some(up) = self.medik8s.as_mut() else { return BTreeSet::new() };
+        let name = entry.check.metadata.name.clone().unwrap_or_default();
+        let held = up.checks.get(&name).and_then(|e| e.check.metadata.resource_version.as_deref());
+        if not_newer(entry.check.metadata.resource_version.as_deref(), held) {
+            return BTreeSet::new();
+        }
+        up.checks.insert(name.clone(), entry);
+        self.sync_medik8s(&name)
+    }
+
+    /// Forgets one medik8s check.
+    pub fn remove_medik8s(&mut self, name: &str) -> BTreeSet<CheckRef> {
+        let Some(up) = self.medik8s.as_mut() else { return BTreeSet::new() };
+        up.checks.remove(name);
+        self.sync_medik8s(name)
+    }
+
+    /// Replaces every medik8s check (a complete list).
+    pub fn replace_medik8s(&mut self, list: Vec<Entry>) -> BTreeSet<CheckRef> {
+        let Some(up) = self.medik8s.as_mut() else { return BTreeSet::new() };
+        up.checks = list.into_iter().map(|e| (e.check.metadata.name.clone().unwrap_or_default(), e)).collect();
+        self.sync_all_medik8s()
     }
 }
 

@@ -409,119 +409,180 @@ pub async fn run_shards(
     on_gained: impl Fn(u32) + Send,
     on_lost: impl Fn(u32) + Send,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, &options.namespace);
     let count = rights.count();
     let member =
         LeaderOptions { lease_name: member_lease_name(&options.lease_name, &options.identity), ..options.clone() };
-    let shard_options =
-        |s: u32| LeaderOptions { lease_name: shard_lease_name(&options.lease_name, s), ..options.clone() };
-    let mut observed: Vec<Option<(String, Instant)>> = vec![None; count as usize];
-    let mut member_observed = None;
-    let mut members: HashMap<String, Option<(String, Instant)>> = HashMap::new();
-    let mut releasing: BTreeMap<u32, Instant> = BTreeMap::new();
-    // When this replica's membership Lease was first written (renewed or created).
-    let mut joined: Option<Instant> = None;
+    let mut shards = Sharding {
+        api: Api::namespaced(client, &options.namespace),
+        member,
+        observed: vec![None; count as usize],
+        member_observed: None,
+        members: HashMap::new(),
+        releasing: BTreeMap::new(),
+        joined: None,
+        options,
+        rights,
+        metrics,
+        on_gained,
+        on_lost,
+    };
     loop {
         if *stop.borrow() {
             break;
         }
         let started = Instant::now();
-        // Phase 1: membership, and how many replicas are alive.
-        match tokio::time::timeout(options.retry_period, round(&api, &member, &mut member_observed, started, true))
-            .await
-        {
-            Ok(Ok(Round::Holding(_))) => {
-                joined.get_or_insert_with(Instant::now);
-            }
-            Ok(Ok(Round::Held(_))) => {}
-            Ok(Err(_)) | Err(_) => metrics.lease_error(),
-        }
-        let observation = observe_leases(&api, &options, &member.lease_name, &mut members, &mut observed).await;
+        let observation = shards.join(started).await;
         let live = observation.as_ref().map(|o| o.live(Instant::now()));
-        // Phase 2: give back the excess, fenced.
-        let held = rights.held();
-        let balance = vigil_engine::shard::balance(count, live.unwrap_or(1), &held);
+        let balance = vigil_engine::shard::balance(count, live.unwrap_or(1), &shards.rights.held());
         if live.is_some() {
-            for s in &balance.give_back {
-                let right = rights.right(Some(*s));
-                let until = right.until().unwrap_or_else(Instant::now);
-                right.set(None);
-                on_lost(*s);
-                releasing.insert(*s, until);
-                info!(shard = s, live = ?live, "giving back a shard beyond the fair share");
-            }
+            shards.give_back(&balance.give_back, live);
         }
-        // Phase 3: renew held shards, take free ones up to the fair share (none before a retry
-        // period after this replica's membership Lease was first written, none while
-        // membership is unknown).
-        let mut may_take = if live.is_none() {
-            0
-        } else {
-            vigil_engine::shard::may_take(&balance, joined.map(|j| j.elapsed()), options.retry_period)
+        // Free shards are taken up to the fair share (none before a retry period after this
+        // replica's membership Lease was first written, none while membership is unknown).
+        let may_take = match live {
+            None => 0,
+            Some(_) => {
+                vigil_engine::shard::may_take(&balance, shards.joined.map(|j| j.elapsed()), shards.options.retry_period)
+            }
         };
-        for s in 0..count {
-            let right = rights.right(Some(s));
-            if let Some(until) = releasing.get(&s).copied() {
-                if Instant::now() >= until {
-                    release(&api, &shard_options(s)).await;
-                    releasing.remove(&s);
-                }
-                continue;
-            }
-            let holding = right.is_leader();
-            let at = Instant::now();
-            let seen = &mut observed[s as usize];
-            let result = tokio::time::timeout(
-                options.retry_period,
-                round(&api, &shard_options(s), seen, at, holding || may_take > 0),
-            )
-            .await;
-            match result {
-                Ok(Ok(Round::Holding(at))) => {
-                    if !holding {
-                        may_take = may_take.saturating_sub(1);
-                    }
-                    if right.set(Some(at + options.renew_deadline)) {
-                        info!(shard = s, identity = %options.identity, "took a shard");
-                        metrics.elected();
-                        on_gained(s);
-                    }
-                }
-                Ok(Ok(Round::Held(holder))) => {
-                    if right.set(None) {
-                        warn!(shard = s, holder = %holder, "lost a shard; its writes stop");
-                        on_lost(s);
-                    }
-                }
-                Ok(Err(_)) | Err(_) => metrics.lease_error(),
-            }
-            if right.expire_if_due() {
-                warn!(shard = s, "renew deadline passed without a renewal; writing for the shard stopped");
-                on_lost(s);
-            }
-        }
-        metrics.leader(!rights.held().is_empty());
-        // The next round comes a retry period after this one started, or just after another
-        // replica's Lease expires if that is sooner (a Lease is free once strictly older).
-        // Until it may take shards, the round that may is a retry period after joining (a single
-        // replica's cold start waits the membership write's latency more than before, no more).
-        let next_round = match joined.filter(|j| j.elapsed() < options.retry_period) {
-            Some(j) => j + options.retry_period,
-            None => started + options.retry_period,
-        };
-        let wake = next_wake(observation.as_ref(), started, next_round);
+        shards.renew_and_take(may_take).await;
+        shards.metrics.leader(!shards.rights.held().is_empty());
+        let wake = next_wake(observation.as_ref(), started, shards.next_round(started));
         tokio::select! {
             _ = tokio::time::sleep_until(wake.into()) => {}
             _ = stop.changed() => {}
         }
     }
-    for s in rights.held() {
-        rights.right(Some(s)).set(None);
-        on_lost(s);
-        release(&api, &shard_options(s)).await;
+    shards.release_all().await;
+}
+
+/// One replica's part in sharding: its Leases, what it last saw of everyone's, and what it does
+/// when a shard is won or lost. Each round is [`Sharding::join`], [`Sharding::give_back`], then
+/// [`Sharding::renew_and_take`].
+struct Sharding<'m, G, L> {
+    api: Api<Lease>,
+    options: LeaderOptions,
+    /// This replica's membership Lease.
+    member: LeaderOptions,
+    rights: std::sync::Arc<ShardRights>,
+    metrics: &'m crate::metrics::Metrics,
+    /// Each shard Lease's last version seen, and when it changed.
+    observed: Vec<Option<(String, Instant)>>,
+    member_observed: Option<(String, Instant)>,
+    members: HashMap<String, Option<(String, Instant)>>,
+    /// Shards given back, by when their right to write ends (released after that, not before).
+    releasing: BTreeMap<u32, Instant>,
+    /// When this replica's membership Lease was first written (renewed or created).
+    joined: Option<Instant>,
+    on_gained: G,
+    on_lost: L,
+}
+
+impl<G: Fn(u32) + Send, L: Fn(u32) + Send> Sharding<'_, G, L> {
+    fn shard_options(&self, s: u32) -> LeaderOptions {
+        LeaderOptions { lease_name: shard_lease_name(&self.options.lease_name, s), ..self.options.clone() }
     }
-    metrics.leader(false);
-    release(&api, &member).await;
+
+    /// Renews the membership Lease and lists everyone's: how many replicas are alive.
+    async fn join(&mut self, started: Instant) -> Option<Observation> {
+        let renewal = round(&self.api, &self.member, &mut self.member_observed, started, true);
+        match tokio::time::timeout(self.options.retry_period, renewal).await {
+            Ok(Ok(Round::Holding(_))) => {
+                self.joined.get_or_insert_with(Instant::now);
+            }
+            Ok(Ok(Round::Held(_))) => {}
+            Ok(Err(_)) | Err(_) => self.metrics.lease_error(),
+        }
+        let member = self.member.lease_name.clone();
+        observe_leases(&self.api, &self.options, &member, &mut self.members, &mut self.observed).await
+    }
+
+    /// Gives back the shards beyond the fair share, fenced: each stops writing now and its Lease
+    /// is released once its right to write has run out.
+    fn give_back(&mut self, shards: &[u32], live: Option<usize>) {
+        for s in shards {
+            let right = self.rights.right(Some(*s));
+            let until = right.until().unwrap_or_else(Instant::now);
+            right.set(None);
+            (self.on_lost)(*s);
+            self.releasing.insert(*s, until);
+            info!(shard = s, live = ?live, "giving back a shard beyond the fair share");
+        }
+    }
+
+    /// Renews the held shards and takes up to `may_take` free ones; releases the given-back
+    /// shards whose right has run out.
+    async fn renew_and_take(&mut self, mut may_take: usize) {
+        for s in 0..self.rights.count() {
+            if let Some(until) = self.releasing.get(&s).copied() {
+                if Instant::now() >= until {
+                    release(&self.api, &self.shard_options(s)).await;
+                    self.releasing.remove(&s);
+                }
+                continue;
+            }
+            let holding = self.rights.right(Some(s)).is_leader();
+            let took = self.round_on(s, holding || may_take > 0).await;
+            if took && !holding {
+                may_take = may_take.saturating_sub(1);
+            }
+        }
+    }
+
+    /// One round of the leader algorithm on shard `s`; whether this replica holds it after.
+    async fn round_on(&mut self, s: u32, may_hold: bool) -> bool {
+        let options = self.shard_options(s);
+        let at = Instant::now();
+        let seen = &mut self.observed[s as usize];
+        let result =
+            tokio::time::timeout(self.options.retry_period, round(&self.api, &options, seen, at, may_hold)).await;
+        let right = self.rights.right(Some(s));
+        let mut held = false;
+        match result {
+            Ok(Ok(Round::Holding(at))) => {
+                held = true;
+                if right.set(Some(at + self.options.renew_deadline)) {
+                    info!(shard = s, identity = %self.options.identity, "took a shard");
+                    self.metrics.elected();
+                    (self.on_gained)(s);
+                }
+            }
+            Ok(Ok(Round::Held(holder))) => {
+                if right.set(None) {
+                    warn!(shard = s, holder = %holder, "lost a shard; its writes stop");
+                    (self.on_lost)(s);
+                }
+            }
+            Ok(Err(_)) | Err(_) => self.metrics.lease_error(),
+        }
+        if right.expire_if_due() {
+            warn!(shard = s, "renew deadline passed without a renewal; writing for the shard stopped");
+            (self.on_lost)(s);
+        }
+        held
+    }
+
+    /// The next round comes a retry period after this one started, or (see [`next_wake`]) just
+    /// after another replica's Lease expires if that is sooner. Until it may take shards, the
+    /// round that may is a retry period after joining (a single replica's cold start waits the
+    /// membership write's latency more than before, no more).
+    fn next_round(&self, started: Instant) -> Instant {
+        match self.joined.filter(|j| j.elapsed() < self.options.retry_period) {
+            Some(j) => j + self.options.retry_period,
+            None => started + self.options.retry_period,
+        }
+    }
+
+    /// On stop: every held shard stops writing and its Lease is released, then the membership.
+    async fn release_all(&mut self) {
+        for s in self.rights.held() {
+            self.rights.right(Some(s)).set(None);
+            (self.on_lost)(s);
+            release(&self.api, &self.shard_options(s)).await;
+        }
+        self.metrics.leader(false);
+        release(&self.api, &self.member).await;
+    }
 }
 
 /// When the next round starts: at `next_round`, or just after the first Lease of another replica

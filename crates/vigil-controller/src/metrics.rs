@@ -161,7 +161,7 @@ impl Default for Metrics {
         let write_errors = Family::<KindLabel, Counter>::default();
         let watch_events = Counter::default();
         // Served at 0 from the start, so the first error of each category shows in rate().
-        for category in crate::apply::WriteError::CATEGORIES {
+        for category in crate::writes::WriteError::CATEGORIES {
             let _ = write_errors.get_or_create(&KindLabel { kind: category.into() });
         }
         registry.register("decisions", "Health-check decisions made", decisions.clone());
@@ -552,7 +552,7 @@ mod tests {
         m.source_synced("Nodes", false);
         let text = m.render();
         assert!(has(&text, "vigil_watch_restarts_total{source=\"Nodes\"} 0"), "{text}");
-        for category in crate::apply::WriteError::CATEGORIES {
+        for category in crate::writes::WriteError::CATEGORIES {
             assert!(has(&text, &format!("vigil_write_errors_total{{kind=\"{category}\"}} 0")), "{text}");
         }
         m.write_error("timeout");

@@ -2,11 +2,11 @@
 //! and the next watch error; while it is not, the checks that read it make no decision and say so.
 //! Every watch lists again after an error ([`crate::sources::relisting`]).
 
-use crate::Context;
-use crate::gather::Need;
-use crate::index::{Index, SourceState};
+use crate::context::Context;
+use crate::index::Index;
 use crate::sources;
-use crate::wire::{WireNode, WireObject};
+use crate::sources::SourceState;
+use crate::wire::{WireNode, WireObject, read_mhc, read_nhc};
 use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
-use vigil_api::{MachineHealthCheck, MachineHealthCheckSpec, NodeHealthCheck, NodeHealthCheckSpec};
+use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// What one watch event does to the indexes. Objects arrive already reduced (`R`) to what the
@@ -125,64 +125,6 @@ fn key_of<K: kube::Resource>(o: &K) -> (String, String) {
     (o.meta().namespace.clone().unwrap_or_default(), o.meta().name.clone().unwrap_or_default())
 }
 
-/// Reads a health check leniently: a spec that does not parse still yields an object (with an
-/// empty spec) and the error, so its status can say what is wrong.
-pub(crate) fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>) {
-    let value = serde_json::to_value(o).unwrap_or(Value::Null);
-    match serde_json::from_value::<MachineHealthCheck>(value.clone()) {
-        Ok(c) => (c, None),
-        Err(e) => {
-            let spec = MachineHealthCheckSpec {
-                cluster_name: String::new(),
-                selector: Default::default(),
-                unhealthy_conditions: Vec::new(),
-                unhealthy_machine_conditions: Vec::new(),
-                node_startup_timeout: None,
-                max_unhealthy: None,
-                unhealthy_range: None,
-                remediation_template: None,
-                dry_run: false,
-                backoff: None,
-                failure_domains: None,
-                max_in_flight: None,
-            };
-            let mut c = MachineHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
-            c.metadata = o.metadata.clone();
-            c.status = value.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());
-            (c, Some(format!("spec cannot be read: {e}")))
-        }
-    }
-}
-
-pub(crate) fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
-    let value = serde_json::to_value(o).unwrap_or(Value::Null);
-    match serde_json::from_value::<NodeHealthCheck>(value.clone()) {
-        Ok(c) => (c, None),
-        Err(e) => {
-            let spec = NodeHealthCheckSpec {
-                selector: Default::default(),
-                unhealthy_conditions: Vec::new(),
-                min_healthy: None,
-                max_unhealthy: None,
-                remediation_template: None,
-                escalating_remediations: Vec::new(),
-                pause_requests: Vec::new(),
-                healthy_delay: None,
-                storm_cooldown_duration: None,
-                dry_run: false,
-                backoff: None,
-                failure_domains: None,
-                max_in_flight: None,
-                planned_maintenance: None,
-            };
-            let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
-            c.metadata = o.metadata.clone();
-            c.status = value.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());
-            (c, Some(format!("spec cannot be read: {e}")))
-        }
-    }
-}
-
 /// A watch of `api` that lists again after any error or lost contact with the API server.
 fn watch<K>(ctx: &Context, api: Api<K>) -> impl Stream<Item = sources::Item<K>> + Send + use<K>
 where
@@ -259,7 +201,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                     idx.put_nhc(Some(check), None);
                 }
                 // A medik8s check whose vigil.dev namesake went while the watch was down is served again.
-                crate::medik8s::sync_all(idx);
+                idx.sync_all_medik8s();
                 BTreeSet::new()
             }
         },
@@ -442,25 +384,10 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
     ))
 }
 
-/// Starts what a check needs, once. A kind that discovery cannot resolve is tried again with a
-/// growing delay (its objects count as missing meanwhile, so nothing is created from it).
-pub async fn ensure(ctx: &Arc<Context>, need: Need) {
-    if !ctx.started.lock().await.insert(need.clone()) {
-        return;
-    }
-    match need {
-        Need::Kind { group, version, kind, template } => {
-            let ctx = ctx.clone();
-            tokio::spawn(async move { watch_kind(ctx, group, version, kind, template).await });
-        }
-        Need::WorkloadCluster(namespace, cluster) => {
-            let ctx = ctx.clone();
-            tokio::spawn(async move { crate::workload::keep_connected(ctx, namespace, cluster).await });
-        }
-    }
-}
-
-async fn watch_kind(ctx: Arc<Context>, group: String, version: String, kind: String, template: bool) {
+/// Watches the objects of a kind a check needs (a template or remediation kind). A kind that
+/// discovery cannot resolve is tried again with a growing delay (its objects count as missing
+/// meanwhile, so nothing is created from it).
+pub async fn watch_kind(ctx: Arc<Context>, group: String, version: String, kind: String, template: bool) {
     let gvk = GroupVersionKind::gvk(&group, &version, &kind);
     let gk = (group.clone(), kind.clone());
     let mut attempt = 0u32;

@@ -9,6 +9,7 @@
 use k8s_openapi::ClusterResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
+use kube::api::DynamicObject;
 use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -16,6 +17,7 @@ use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use vigil_api::views::{NodeConditionView, NodeView};
+use vigil_api::{MachineHealthCheck, MachineHealthCheckSpec, NodeHealthCheck, NodeHealthCheckSpec};
 
 /// A Node reduced while it is decoded (spec, images, addresses, managed fields are skipped
 /// without being built).
@@ -302,6 +304,65 @@ pub fn slim(node: &WireNode) -> (NodeView, Vec<Unreadable>) {
         NodeView::new(name, m.labels.as_ref(), m.annotations.as_ref(), m.deletion_timestamp.is_some(), conditions)
             .with_spec(m.uid.as_deref(), node.unschedulable, node.taint_keys.iter().map(String::as_str));
     (slim, problems)
+}
+
+/// Reads a health check leniently: a spec that does not parse still yields an object (with an
+/// empty spec) and the error, so its status can say what is wrong.
+pub fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>) {
+    let value = serde_json::to_value(o).unwrap_or(Value::Null);
+    match serde_json::from_value::<MachineHealthCheck>(value.clone()) {
+        Ok(c) => (c, None),
+        Err(e) => {
+            let spec = MachineHealthCheckSpec {
+                cluster_name: String::new(),
+                selector: Default::default(),
+                unhealthy_conditions: Vec::new(),
+                unhealthy_machine_conditions: Vec::new(),
+                node_startup_timeout: None,
+                max_unhealthy: None,
+                unhealthy_range: None,
+                remediation_template: None,
+                dry_run: false,
+                backoff: None,
+                failure_domains: None,
+                max_in_flight: None,
+            };
+            let mut c = MachineHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
+            c.metadata = o.metadata.clone();
+            c.status = value.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());
+            (c, Some(format!("spec cannot be read: {e}")))
+        }
+    }
+}
+
+/// [`read_mhc`] for a NodeHealthCheck.
+pub fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
+    let value = serde_json::to_value(o).unwrap_or(Value::Null);
+    match serde_json::from_value::<NodeHealthCheck>(value.clone()) {
+        Ok(c) => (c, None),
+        Err(e) => {
+            let spec = NodeHealthCheckSpec {
+                selector: Default::default(),
+                unhealthy_conditions: Vec::new(),
+                min_healthy: None,
+                max_unhealthy: None,
+                remediation_template: None,
+                escalating_remediations: Vec::new(),
+                pause_requests: Vec::new(),
+                healthy_delay: None,
+                storm_cooldown_duration: None,
+                dry_run: false,
+                backoff: None,
+                failure_domains: None,
+                max_in_flight: None,
+                planned_maintenance: None,
+            };
+            let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
+            c.metadata = o.metadata.clone();
+            c.status = value.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());
+            (c, Some(format!("spec cannot be read: {e}")))
+        }
+    }
 }
 
 #[cfg(test)]

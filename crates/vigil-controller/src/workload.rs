@@ -8,8 +8,8 @@
 //! `client-key`, `certificate-authority`) is refused before anything else is done, and so is a
 //! proxy. The Secret is read only while the Cluster it belongs to exists in the check's namespace.
 
-use crate::Context;
-use crate::index::SourceState;
+use crate::context::Context;
+use crate::sources::SourceState;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::config::{AuthInfo, Cluster, Context as KubeContext, KubeConfigOptions, Kubeconfig, NamedAuthInfo};
@@ -296,7 +296,7 @@ async fn let_go(ctx: &Context, namespace: &str, cluster: &str) {
     ctx.sources.remove(&source);
     ctx.metrics.forget_source(&source);
     ctx.metrics.workload_connected(&key, false);
-    ctx.started.lock().await.remove(&crate::gather::Need::WorkloadCluster(namespace.to_string(), cluster.to_string()));
+    ctx.started.lock().await.remove(&crate::sources::Need::WorkloadCluster(namespace.to_string(), cluster.to_string()));
     info!(cluster = %key, "workload cluster let go: its shard is not held here");
     ctx.scheduler.mark(dirty);
 }

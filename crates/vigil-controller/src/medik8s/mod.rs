@@ -19,42 +19,39 @@
 //!   start while it is held and renewed, and a watch of it stops every medik8s check while it is
 //!   ([`Stop`]), saying so once in each check's status and an event.
 
-use crate::Context;
-use crate::apply::{WriteError, api_error, patch_params};
+pub mod upstream;
+
+pub use upstream::{
+    Entry, GROUP, KIND, SOURCE, Stop, Upstream, VERSION, api_resource, read, status_from_upstream, status_to_upstream,
+};
+
+use crate::context::Context;
 use crate::gather::{CheckStatus, Job, merge_diff};
-use crate::index::{Index, SourceState};
+use crate::index::Index;
 use crate::sources;
 use crate::watch::{Op, feed};
+use crate::writes::{WriteError, api_error, at_version, patch_params};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersionKind;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher;
-use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 use vigil_api::conditions::get_condition;
-use vigil_api::manifest::{self, HealthCheck, ManifestError};
-use vigil_api::node_health_check::{NodeHealthCheck, NodeHealthCheckSpec, NodeHealthCheckStatus};
+use vigil_api::node_health_check::{NodeHealthCheck, NodeHealthCheckStatus};
 use vigil_api::reason::Reason;
-use vigil_api::validate::NhcApi;
-use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED};
+use vigil_api::well_known::DISABLED;
 use vigil_engine::target::CheckRef;
 use vigil_engine::{Notice, NoticeKind, ObjectRef};
 
-/// API group of medik8s' NodeHealthCheck.
-pub const GROUP: &str = "remediation.medik8s.io";
-/// Its version.
-pub const VERSION: &str = "v1alpha1";
-/// Its kind.
-pub const KIND: &str = "NodeHealthCheck";
 /// The NodeHealthCheck operator's leader-election Lease (`LeaderElectionID` in its
 /// `cmd/main.go`, v0.12.0); it lives in the namespace the operator runs in.
 pub const OPERATOR_LEASE: &str = "e1f13584.medik8s.io";
@@ -66,354 +63,10 @@ const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 /// How long [`refuse_to_start`] watches a held Lease that looks expired for a renewal: the
 /// operator renews every 2 s (controller-runtime's retry period).
 pub const RENEWAL_WATCH: Duration = Duration::from_secs(5);
-/// The name under which the medik8s NodeHealthCheck watch is registered (`/readyz`, metrics).
-pub const SOURCE: &str = "medik8s NodeHealthChecks";
 /// The name under which the watch of the operator's Lease is registered.
 pub const LEASE_SOURCE: &str = "NodeHealthCheck operator Lease";
 /// How often refusals not yet told are looked for again (a failed status write is retried).
 const TELL_PERIOD: Duration = Duration::from_secs(10);
-
-/// medik8s' condition types and reasons (api/v1alpha1/nodehealthcheck_types.go, v0.12.0).
-const STORM_ACTIVE: &str = "StormActive";
-const STORM_COOLDOWN_ACTIVE: &str = "StormCooldownActive";
-const STORM_REASON: &str = "HealthyNodeThresholdChange";
-const ENABLED_REASON: &str = "NodeHealthCheckEnabled";
-/// The fields of medik8s' `NodeHealthCheckStatus` that Vigil's status has too (same names, same
-/// shapes); medik8s' other field, the deprecated `inFlightRemediations`, is cleared as the
-/// operator itself clears it.
-const SHARED_FIELDS: [&str; 7] =
-    ["observedNodes", "healthyNodes", "unhealthyNodes", "conditions", "phase", "reason", "lastUpdateTime"];
-
-/// The API resource of medik8s' NodeHealthCheck.
-pub fn api_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), "nodehealthchecks")
-}
-
-/// Why no medik8s check is decided now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    /// The operator's Lease has not been listed yet: nothing is decided, nothing is told.
-    Starting,
-    /// Whether the operator runs cannot be told (the watch of its Lease failed).
-    Unsure(String),
-    /// The operator runs (what its Lease says).
-    Operator(String),
-}
-
-impl Stop {
-    /// The reason and message a refused check's status and event carry (`None`: not told).
-    fn told(&self) -> Option<(Reason, String)> {
-        match self {
-            Stop::Starting => None,
-            Stop::Unsure(why) => Some((Reason::WaitingForCaches, why.clone())),
-            Stop::Operator(what) => Some((
-                Reason::OperatorRunning,
-                format!(
-                    "the NodeHealthCheck operator runs ({what}): Vigil does not decide this check while it does, so \
-                     that two controllers never remediate the same Nodes"
-                ),
-            )),
-        }
-    }
-
-    fn same_kind(&self, other: &Stop) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
-    }
-}
-
-/// What the index keeps of medik8s' NodeHealthChecks (`Index::medik8s`).
-#[derive(Debug)]
-pub struct Upstream {
-    /// Every medik8s NodeHealthCheck as read, by name, served or not.
-    pub checks: BTreeMap<String, Entry>,
-    /// Whether the watch of them can be trusted.
-    pub state: SourceState,
-    /// Names of Vigil's own NodeHealthChecks (such a check wins over a medik8s one of its name).
-    pub vigil: BTreeSet<String>,
-    /// Names whose entry in `Index::nhcs` is the medik8s check.
-    pub served: BTreeSet<String>,
-    /// Why no medik8s check is decided now, if so.
-    pub stop: Option<Stop>,
-}
-
-impl Default for Upstream {
-    fn default() -> Self {
-        Upstream {
-            checks: BTreeMap::new(),
-            state: SourceState::Syncing,
-            vigil: BTreeSet::new(),
-            served: BTreeSet::new(),
-            stop: Some(Stop::Starting),
-        }
-    }
-}
-
-impl Upstream {
-    /// Whether the medik8s check `name` is decided now: it exists, no `vigil.dev` check has its
-    /// name, and the operator is known not to run.
-    fn serves(&self, name: &str) -> bool {
-        self.checks.contains_key(name) && !self.vigil.contains(name) && self.stop.is_none()
-    }
-
-    /// Why the medik8s check `name` is not decided, as its status and event tell it (`None`: it
-    /// is decided, there is none, or nothing is told yet).
-    fn refusal(&self, name: &str) -> Option<(Reason, String)> {
-        if !self.checks.contains_key(name) || self.serves(name) {
-            return None;
-        }
-        if self.vigil.contains(name) {
-            return Some((
-                Reason::NameTakenByVigilCheck,
-                format!(
-                    "the vigil.dev/v1alpha1 NodeHealthCheck {name} is served instead of this one (one name, one \
-                     check); delete one of the two"
-                ),
-            ));
-        }
-        self.stop.as_ref().and_then(Stop::told)
-    }
-}
-
-/// One medik8s NodeHealthCheck as read.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// The check as the engine reads it: the spec converted, the status read from medik8s'
-    /// schema (an empty spec when it cannot be read).
-    pub check: NodeHealthCheck,
-    /// Why its spec cannot be read, if so.
-    pub error: Option<String>,
-    /// Its `status` as stored, in medik8s' schema: what a status write is a patch against.
-    pub status: Value,
-}
-
-/// Reads a medik8s NodeHealthCheck leniently: a spec that cannot be read still gives an entry
-/// (with the error, which its status then says), never a panic.
-pub fn read(raw: &Value) -> Entry {
-    let status = raw.get("status").cloned().unwrap_or(Value::Null);
-    let metadata = raw.get("metadata").and_then(|m| serde_json::from_value(m.clone()).ok()).unwrap_or_default();
-    let (mut check, error) = match manifest::health_check_from_value(raw) {
-        Ok(HealthCheck::Node(check)) => (check, None),
-        Ok(HealthCheck::Machine(_)) => (empty_check(), Some("not a NodeHealthCheck".to_string())),
-        Err(ManifestError::Shape { path, message, .. }) if !path.is_empty() => {
-            (empty_check(), Some(format!("{path}: {message}")))
-        }
-        Err(e) => (empty_check(), Some(e.to_string())),
-    };
-    check.metadata = metadata;
-    check.status = status_from_upstream(&status);
-    Entry { check, error: error.map(|e| format!("spec cannot be read: {e}")), status }
-}
-
-fn empty_check() -> NodeHealthCheck {
-    NodeHealthCheck::new(
-        "",
-        NodeHealthCheckSpec {
-            selector: Default::default(),
-            unhealthy_conditions: Vec::new(),
-            min_healthy: None,
-            max_unhealthy: None,
-            remediation_template: None,
-            escalating_remediations: Vec::new(),
-            pause_requests: Vec::new(),
-            healthy_delay: None,
-            storm_cooldown_duration: None,
-            dry_run: false,
-            backoff: None,
-            failure_domains: None,
-            max_in_flight: None,
-            planned_maintenance: None,
-        },
-    )
-}
-
-/// A stored medik8s status as the engine's previous status: the shared fields, the reasons
-/// translated back, the storm cool-down's start from `StormCooldownActive`, and a storm the
-/// operator was in (`StormActive=True`) as the engine says it (`RemediationAllowed=False`,
-/// `TooFewHealthy`), so a swap in the middle of a storm keeps its cool-down. `None` when it
-/// cannot be read (as for a Vigil check: the engine starts from no status).
-pub fn status_from_upstream(stored: &Value) -> Option<NodeHealthCheckStatus> {
-    let stored = stored.as_object()?;
-    let mut shared: Map<String, Value> =
-        SHARED_FIELDS.iter().filter_map(|k| Some((k.to_string(), stored.get(*k)?.clone()))).collect();
-    // An ObjectReference's fields are all optional in medik8s' schema (a cluster-scoped
-    // remediation kind has no namespace); Vigil's reference spells them out.
-    let resources = shared
-        .get_mut("unhealthyNodes")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-        .filter_map(|n| n.get_mut("remediations").and_then(Value::as_array_mut))
-        .flatten()
-        .filter_map(|r| r.get_mut("resource").and_then(Value::as_object_mut));
-    for resource in resources {
-        for field in ["apiVersion", "kind", "namespace", "name"] {
-            resource.entry(field).or_insert_with(|| Value::String(String::new()));
-        }
-    }
-    let mut status: NodeHealthCheckStatus = serde_json::from_value(Value::Object(shared)).ok()?;
-    for c in status.conditions.iter_mut().filter(|c| c.type_ == DISABLED && c.reason == ENABLED_REASON) {
-        c.reason = Reason::Enabled.as_str().to_string();
-    }
-    let cooldown = get_condition(&status.conditions, STORM_COOLDOWN_ACTIVE).filter(|c| c.status == "True");
-    status.storm_recovery_start_time = cooldown.map(|c| c.last_transition_time.clone());
-    let storm = get_condition(&status.conditions, STORM_ACTIVE).filter(|c| c.status == "True").cloned();
-    if let Some(storm) = storm
-        && cooldown.is_none()
-        && get_condition(&status.conditions, REMEDIATION_ALLOWED).is_none()
-    {
-        status.conditions.push(Condition {
-            type_: REMEDIATION_ALLOWED.into(),
-            status: "False".into(),
-            reason: Reason::TooFewHealthy.as_str().into(),
-            message: storm.message.clone(),
-            last_transition_time: storm.last_transition_time.clone(),
-            observed_generation: storm.observed_generation,
-        });
-        status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-    }
-    status.observed_generation = get_condition(&status.conditions, DISABLED).and_then(|c| c.observed_generation);
-    Some(status)
-}
-
-/// A status as medik8s' schema holds it: the shared fields, medik8s' reason for an enabled
-/// check, and the storm conditions medik8s keeps (`StormCooldownActive` always, since it is
-/// the cool-down's durable start; `StormActive` when `storm`, the check having a
-/// `stormCooldownDuration`, or when it is there already). The rest of Vigil's status is left
-/// out (the API server would prune it). `stored` is the status as stored now.
-pub fn status_to_upstream(status: &NodeHealthCheckStatus, stored: &Value, storm: bool) -> Value {
-    let full = serde_json::to_value(status).unwrap_or(Value::Null);
-    let mut out: Map<String, Value> =
-        SHARED_FIELDS.iter().filter_map(|k| Some((k.to_string(), full.get(*k)?.clone()))).collect();
-    let mut conditions = status.conditions.clone();
-    for c in conditions.iter_mut().filter(|c| c.type_ == DISABLED && c.reason == Reason::Enabled.as_str()) {
-        c.reason = ENABLED_REASON.to_string();
-    }
-    let at = status
-        .last_update_time
-        .clone()
-        .or_else(|| stored.get("lastUpdateTime").and_then(|t| serde_json::from_value::<Time>(t.clone()).ok()));
-    // StormCooldownActive: True from the cool-down's start while it lasts, False once it ended.
-    match (&status.storm_recovery_start_time, get_condition(&conditions, STORM_COOLDOWN_ACTIVE)) {
-        (Some(start), current) => {
-            if current.is_none_or(|c| c.status != "True" || c.last_transition_time != *start) {
-                let message = "Storm cooldown delay started - waiting before resuming remediation";
-                set_storm_condition(&mut conditions, STORM_COOLDOWN_ACTIVE, "True", start.clone(), message);
-            }
-        }
-        (None, Some(c)) if c.status != "False" => {
-            if let Some(at) = at.clone() {
-                set_storm_condition(&mut conditions, STORM_COOLDOWN_ACTIVE, "False", at, "Storm cooldown completed");
-            }
-        }
-        (None, _) => {}
-    }
-    // StormActive: True while the threshold is not met or the cool-down lasts (a check with a
-    // stormCooldownDuration), False once that ended.
-    let allowed = get_condition(&conditions, REMEDIATION_ALLOWED);
-    let stormy = allowed.filter(|c| {
-        c.status == "False"
-            && (c.reason == Reason::TooFewHealthy.as_str() || c.reason == Reason::StormCooldown.as_str())
-    });
-    let active = get_condition(&conditions, STORM_ACTIVE).map(|c| c.status == "True");
-    match (stormy.map(|c| c.last_transition_time.clone()), active) {
-        (Some(since), None | Some(false)) if storm => {
-            let message = "Storm mode is active: no new remediation until the storm is over and its cooldown passed";
-            set_storm_condition(&mut conditions, STORM_ACTIVE, "True", since, message);
-        }
-        (None, Some(true)) => {
-            if let Some(at) = at {
-                set_storm_condition(&mut conditions, STORM_ACTIVE, "False", at, "Storm mode is not active");
-            }
-        }
-        _ => {}
-    }
-    if !conditions.is_empty() {
-        out.insert("conditions".into(), serde_json::to_value(&conditions).unwrap_or(Value::Null));
-    }
-    Value::Object(out)
-}
-
-/// Sets one of medik8s' storm conditions (reason `HealthyNodeThresholdChange`, as medik8s).
-fn set_storm_condition(conditions: &mut Vec<Condition>, type_: &str, state: &str, since: Time, message: &str) {
-    let condition = Condition {
-        type_: type_.into(),
-        status: state.into(),
-        reason: STORM_REASON.into(),
-        message: message.into(),
-        last_transition_time: since,
-        observed_generation: None,
-    };
-    match conditions.iter().position(|c| c.type_ == type_) {
-        Some(i) => conditions[i] = condition,
-        None => {
-            conditions.push(condition);
-            conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-        }
-    }
-}
-
-// ------------------------------------------------------------------------------------------
-// The index: which medik8s checks `Index::nhcs` holds
-// ------------------------------------------------------------------------------------------
-
-/// Puts medik8s' check `name` into `Index::nhcs`, or takes it out, as [`Upstream`] now says:
-/// served when it exists, no `vigil.dev` check has its name and the operator is not running.
-/// Returns the checks that must be decided again.
-pub(crate) fn sync(idx: &mut Index, name: &str) -> BTreeSet<CheckRef> {
-    let Some(up) = idx.medik8s.as_mut() else { return BTreeSet::new() };
-    let serve = up.checks.get(name).filter(|_| up.serves(name)).cloned();
-    match serve {
-        Some(entry) => {
-            up.served.insert(name.to_string());
-            match entry.error {
-                Some(e) => idx.nhc_errors.insert(name.to_string(), e),
-                None => idx.nhc_errors.remove(name),
-            };
-            idx.store_nhc(Some(entry.check), None, NhcApi::Medik8s)
-        }
-        None if up.served.remove(name) => {
-            // A vigil.dev check taking the name has its own error recorded already.
-            if !up.vigil.contains(name) {
-                idx.nhc_errors.remove(name);
-            }
-            idx.store_nhc(None, Some(name.to_string()), NhcApi::Medik8s)
-        }
-        None => BTreeSet::new(),
-    }
-}
-
-/// [`sync`] for every medik8s check.
-pub(crate) fn sync_all(idx: &mut Index) -> BTreeSet<CheckRef> {
-    let Some(up) = idx.medik8s.as_ref() else { return BTreeSet::new() };
-    let names: BTreeSet<String> = up.checks.keys().chain(up.served.iter()).cloned().collect();
-    names.iter().flat_map(|n| sync(idx, n)).collect()
-}
-
-/// Stores one medik8s check as read (unless the index holds a newer version of it).
-pub(crate) fn put(idx: &mut Index, entry: Entry) -> BTreeSet<CheckRef> {
-    let Some(up) = idx.medik8s.as_mut() else { return BTreeSet::new() };
-    let name = entry.check.metadata.name.clone().unwrap_or_default();
-    let held = up.checks.get(&name).and_then(|e| e.check.metadata.resource_version.as_deref());
-    if crate::index::not_newer(entry.check.metadata.resource_version.as_deref(), held) {
-        return BTreeSet::new();
-    }
-    up.checks.insert(name.clone(), entry);
-    sync(idx, &name)
-}
-
-/// Forgets one medik8s check.
-pub(crate) fn remove(idx: &mut Index, name: &str) -> BTreeSet<CheckRef> {
-    let Some(up) = idx.medik8s.as_mut() else { return BTreeSet::new() };
-    up.checks.remove(name);
-    sync(idx, name)
-}
-
-/// Replaces every medik8s check (a complete list).
-fn replace(idx: &mut Index, list: Vec<Entry>) -> BTreeSet<CheckRef> {
-    let Some(up) = idx.medik8s.as_mut() else { return BTreeSet::new() };
-    up.checks = list.into_iter().map(|e| (e.check.metadata.name.clone().unwrap_or_default(), e)).collect();
-    sync_all(idx)
-}
 
 // ------------------------------------------------------------------------------------------
 // The operator's Lease
@@ -625,7 +278,7 @@ fn set_stop(ctx: &Arc<Context>, stop: Option<Stop>, told: &tokio::sync::Notify) 
             None => info!("the NodeHealthCheck operator does not run: medik8s NodeHealthChecks are decided"),
         }
         up.stop = stop;
-        sync_all(&mut idx)
+        idx.sync_all_medik8s()
     };
     ctx.scheduler.mark(dirty);
     told.notify_one();
@@ -652,9 +305,9 @@ pub fn start(ctx: &Arc<Context>) {
         move |idx, op| {
             on_update.notify_one();
             match op {
-                Op::Upsert(entry) => put(idx, entry),
-                Op::Remove(o) => remove(idx, o.metadata.name.as_deref().unwrap_or("")),
-                Op::Replace(list) => replace(idx, list),
+                Op::Upsert(entry) => idx.put_medik8s(entry),
+                Op::Remove(o) => idx.remove_medik8s(o.metadata.name.as_deref().unwrap_or("")),
+                Op::Replace(list) => idx.replace_medik8s(list),
             }
         },
         move |idx| {
@@ -743,7 +396,7 @@ async fn tell_refusals(ctx: Arc<Context>, wake: Arc<tokio::sync::Notify>) {
             let plan = vigil_engine::node::refuse(&r.check, r.reason, &r.message, ctx.clock.now());
             let version = r.check.metadata.resource_version.as_deref();
             let write = patch_status(&ctx, &r.name, &plan.status, &r.stored, false, version);
-            match crate::fenced::within(crate::apply::WRITE_TIMEOUT.min(left), write).await.ok_or(()) {
+            match crate::fenced::within(crate::writes::WRITE_TIMEOUT.min(left), write).await.ok_or(()) {
                 Ok(Ok(_)) => {
                     warn!(check = %key, reason = %plan.status.reason.clone().unwrap_or_default(), "medik8s NodeHealthCheck not decided");
                     told.insert(r.name.clone(), (r.check.metadata.uid.clone(), r.message.clone()));
@@ -800,12 +453,12 @@ async fn patch_status(
     let new = status_to_upstream(status, stored, storm);
     let Some(diff) = merge_diff(stored, &new) else { return Ok(false) };
     let requests = crate::fenced::requests::<DynamicObject>(&api_resource(), "");
-    let patch = Patch::Merge(crate::apply::at_version(json!({ "status": diff }), resource_version));
+    let patch = Patch::Merge(at_version(json!({ "status": diff }), resource_version));
     let written: Result<DynamicObject, _> =
         crate::fenced::patch(&ctx.client, &requests, name, Some("status"), &patch_params(), &patch).await;
     let put_answer = |answer: &DynamicObject| {
         let entry = read(&serde_json::to_value(answer).unwrap_or(Value::Null));
-        put(&mut ctx.write_index(), entry);
+        ctx.write_index().put_medik8s(entry);
     };
     match written {
         Ok(written) => {
@@ -817,7 +470,7 @@ async fn patch_status(
         Err(e) => {
             if matches!(&e, kube::Error::Api(s) if s.code == 409) {
                 let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &api_resource());
-                if let Ok(Ok(fresh)) = tokio::time::timeout(crate::apply::WRITE_TIMEOUT, api.get(name)).await {
+                if let Ok(Ok(fresh)) = tokio::time::timeout(crate::writes::WRITE_TIMEOUT, api.get(name)).await {
                     put_answer(&fresh);
                 }
             }
@@ -952,7 +605,11 @@ pub(crate) async fn publish_served(
 
 #[cfg(test)]
 mod tests {
+    use super::upstream::{SHARED_FIELDS, STORM_ACTIVE, STORM_COOLDOWN_ACTIVE};
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use std::collections::BTreeSet;
+    use vigil_api::well_known::REMEDIATION_ALLOWED;
 
     fn t(s: &str) -> Time {
         Time(s.parse().expect("timestamp"))
@@ -1188,12 +845,12 @@ mod tests {
         let mut idx = Index::default();
         idx.medik8s = Some(Upstream::default());
         let key = CheckRef::Node { name: "workers".into() };
-        assert!(put(&mut idx, entry("workers", "10")).is_empty(), "nothing before the operator's Lease is known");
+        assert!(idx.put_medik8s(entry("workers", "10")).is_empty(), "nothing before the operator's Lease is known");
         assert_eq!(served(&idx, "workers"), None);
         if let Some(up) = idx.medik8s.as_mut() {
             up.stop = None;
         }
-        assert_eq!(sync_all(&mut idx), BTreeSet::from([key.clone()]));
+        assert_eq!(idx.sync_all_medik8s(), BTreeSet::from([key.clone()]));
         let medik8s = Some(("medik8s-workers".to_string(), "remediation.medik8s.io/v1alpha1"));
         assert_eq!(served(&idx, "workers"), medik8s);
 
@@ -1202,7 +859,7 @@ mod tests {
         assert_eq!(served(&idx, "workers"), Some(("vigil-workers".to_string(), "vigil.dev/v1alpha1")));
         let up = idx.medik8s.as_ref().expect("mode on");
         assert!(up.refusal("workers").is_some_and(|(r, _)| r == Reason::NameTakenByVigilCheck));
-        assert!(put(&mut idx, entry("workers", "11")).is_empty(), "still the vigil.dev one");
+        assert!(idx.put_medik8s(entry("workers", "11")).is_empty(), "still the vigil.dev one");
         idx.put_nhc(None, Some("workers".into()));
         assert_eq!(served(&idx, "workers"), medik8s);
 
@@ -1214,11 +871,11 @@ mod tests {
         if let Some(up) = idx.medik8s.as_mut() {
             up.stop = Some(Stop::Operator("Lease medik8s/e1f13584.medik8s.io held".into()));
         }
-        assert!(sync_all(&mut idx).contains(&key));
+        assert!(idx.sync_all_medik8s().contains(&key));
         assert_eq!(served(&idx, "workers"), None);
         let up = idx.medik8s.as_ref().expect("mode on");
         assert!(up.refusal("workers").is_some_and(|(r, m)| r == Reason::OperatorRunning && m.contains("held")));
-        assert!(remove(&mut idx, "workers").is_empty());
+        assert!(idx.remove_medik8s("workers").is_empty());
         assert_eq!(idx.medik8s.as_ref().and_then(|u| u.refusal("workers")), None);
     }
 }

@@ -1,0 +1,268 @@
+//! What every task of the controller shares: the client, the indexes, the scheduler, the clock,
+//! the metrics, the right to write, and the small locks that keep two decisions of the same
+//! target apart. It holds state and answers questions about it; it decides and writes nothing
+//! (the run loop is the crate root, the writes are [`crate::apply`] and [`crate::medik8s`]).
+
+use crate::index::Index;
+use crate::{clock, leader, metrics, scheduler, sources, wire, writes};
+use kube::Client;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::events::{Recorder, Reporter};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use tracing::{debug, warn};
+use vigil_engine::target::CheckRef;
+
+/// How many events are sent at once. Events are the largest share of a failure wave's requests
+/// (two per remediation: the target found unhealthy, its remediation requested); sent one after
+/// another on a narrow lane they reach the API server after the remediations, not among them
+/// (docs/DECISIONS.md, "Events on their own lane").
+pub const EVENT_LANE: usize = 2;
+
+/// What every task of the controller shares.
+pub struct Context {
+    /// Client of the cluster Vigil runs in.
+    pub client: Client,
+    /// The indexes (short, non-async critical sections only).
+    pub index: RwLock<Index>,
+    /// Which check to decide next, and when.
+    pub scheduler: scheduler::Scheduler,
+    /// The time decisions are made at (see [`clock`]; the system clock but in tests).
+    pub clock: Arc<dyn clock::Clock>,
+    /// Event publisher.
+    pub recorder: Recorder,
+    /// The event lane: at most [`EVENT_LANE`] events are sent at once, so a wave's events queue
+    /// behind each other instead of competing with its remediations at the API server.
+    pub(crate) events: tokio::sync::Semaphore,
+    /// Discovered API resources.
+    pub resources: tokio::sync::Mutex<HashMap<GroupVersionKind, ApiResource>>,
+    /// Watches already started for checks' needs.
+    pub started: tokio::sync::Mutex<BTreeSet<sources::Need>>,
+    /// Metrics.
+    pub metrics: metrics::Metrics,
+    /// Whether each watched source can be trusted (for `/readyz`).
+    pub sources: sources::Registry,
+    /// How long a source may be not live before `/readyz` fails.
+    pub ready_grace: std::sync::atomic::AtomicU64,
+    /// Whether this replica may write now (fencing: checked before every write).
+    pub leadership: Arc<leader::Leadership>,
+    /// Sharded mode: the right to write per shard (none: one shard, fenced by `leadership`).
+    pub shards: Option<Arc<leader::ShardRights>>,
+    /// Bumped when the API server was unreachable: every watch lists again.
+    pub(crate) epoch: tokio::sync::watch::Sender<u64>,
+    /// Bumped when the Machine and Cluster watches must list again without distrusting what
+    /// they hold (sharded mode: a shard taken, a local Node added).
+    pub(crate) capi_relist: tokio::sync::watch::Sender<u64>,
+    /// Clients of connected workload clusters by `namespace/clusterName`, for confirming reads.
+    pub(crate) workload_clients: std::sync::Mutex<HashMap<String, Client>>,
+    /// Targets whose remediation is being confirmed and written, with the check doing it: a
+    /// second check deciding on the same target at the same moment waits for the first.
+    pub(crate) confirming: std::sync::Mutex<HashMap<String, CheckRef>>,
+    /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
+    pub(crate) reported: std::sync::Mutex<HashSet<(String, String, String)>>,
+    /// Failed applies in a row per check (the retry delay grows with them).
+    pub(crate) failures: std::sync::Mutex<HashMap<CheckRef, u32>>,
+    /// Permits for verdict-only Machine writes ([`writes::VERDICT_WRITES_IN_FLIGHT`]).
+    pub(crate) verdict_writes: tokio::sync::Semaphore,
+}
+
+impl Context {
+    /// A new context for `client`.
+    pub fn new(client: Client) -> Arc<Self> {
+        Self::with_leadership(client, leader::Leadership::always())
+    }
+
+    /// A new context whose writes are fenced by `leadership`.
+    pub fn with_leadership(client: Client, leadership: leader::Leadership) -> Arc<Self> {
+        Self::with_clock(client, leadership, Arc::new(clock::SystemClock))
+    }
+
+    /// A new context that reads the time from `clock` (a test steps it).
+    pub fn with_clock(client: Client, leadership: leader::Leadership, clock: Arc<dyn clock::Clock>) -> Arc<Self> {
+        Self::build(client, leadership, clock, None)
+    }
+
+    /// A new context of a sharded replica: each check's writes are fenced by its shard's right.
+    pub fn sharded(client: Client, shards: Arc<leader::ShardRights>) -> Arc<Self> {
+        Self::build(client, leader::Leadership::always(), Arc::new(clock::SystemClock), Some(shards))
+    }
+
+    fn build(
+        client: Client,
+        leadership: leader::Leadership,
+        clock: Arc<dyn clock::Clock>,
+        shards: Option<Arc<leader::ShardRights>>,
+    ) -> Arc<Self> {
+        let reporter = Reporter { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            events: tokio::sync::Semaphore::new(EVENT_LANE),
+            client,
+            index: RwLock::new(Index::with_shards(shards.as_ref().map_or(1, |s| s.count()), shards.is_some())),
+            scheduler: scheduler::Scheduler::with_clock(clock.clone()),
+            clock,
+            resources: tokio::sync::Mutex::new(HashMap::new()),
+            started: tokio::sync::Mutex::new(BTreeSet::new()),
+            metrics: metrics::Metrics::default(),
+            sources: sources::Registry::default(),
+            ready_grace: std::sync::atomic::AtomicU64::new(sources::READY_GRACE.as_millis() as u64),
+            leadership: Arc::new(leadership),
+            shards,
+            epoch: tokio::sync::watch::Sender::new(0),
+            capi_relist: tokio::sync::watch::Sender::new(0),
+            workload_clients: std::sync::Mutex::new(HashMap::new()),
+            confirming: std::sync::Mutex::new(HashMap::new()),
+            reported: std::sync::Mutex::new(HashSet::new()),
+            failures: std::sync::Mutex::new(HashMap::new()),
+            verdict_writes: tokio::sync::Semaphore::new(writes::VERDICT_WRITES_IN_FLIGHT),
+        })
+    }
+
+    /// The shard of a check (a MachineHealthCheck by its workload cluster, a NodeHealthCheck by
+    /// its name); `None` in sharded mode when the check is not known (nothing is written for it).
+    pub fn shard_of(&self, key: &CheckRef) -> Option<u32> {
+        self.read_index().shard_of(key)
+    }
+
+    /// The right to write for `key`: its shard's right in sharded mode, the leader's otherwise.
+    /// Checked before every write of the check (fencing per shard).
+    pub fn right(&self, key: &CheckRef) -> &leader::Leadership {
+        match &self.shards {
+            Some(shards) => shards.right(self.shard_of(key)),
+            None => &self.leadership,
+        }
+    }
+
+    /// A receiver of the relist epoch, for a new watch.
+    pub fn epoch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+
+    /// A receiver of the quiet relists of the Machine and Cluster watches.
+    pub fn capi_relists(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.capi_relist.subscribe()
+    }
+
+    /// Makes the Machine and Cluster watches list again (what they hold stays trusted meanwhile).
+    pub fn relist_capi(&self) {
+        self.capi_relist.send_modify(|e| *e = e.wrapping_add(1));
+    }
+
+    /// Makes every watch list again (the API server could not be reached: what the watches
+    /// hold may be stale, and a connection held open through a partition would not tell).
+    pub fn relist_all(&self) {
+        self.epoch.send_modify(|e| *e = e.wrapping_add(1));
+    }
+
+    /// Connected workload clusters' clients.
+    pub fn lock_workload_clients(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+        self.workload_clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_confirming(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckRef>> {
+        self.confirming.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Locks `targets` for `key`'s confirmation (a confirmation lock, not a holder's claim: it
+    /// lasts from the confirming read to the write); returns the ones another check's
+    /// confirmation has locked right now (left out).
+    pub fn lock_targets(&self, key: &CheckRef, targets: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut locks = self.lock_confirming();
+        let mut refused = BTreeSet::new();
+        for t in targets {
+            match locks.get(t) {
+                Some(holder) if holder != key => {
+                    refused.insert(t.clone());
+                }
+                _ => {
+                    locks.insert(t.clone(), key.clone());
+                }
+            }
+        }
+        refused
+    }
+
+    /// Unlocks what `key`'s confirmation locked.
+    pub fn unlock_targets(&self, key: &CheckRef, targets: &BTreeSet<String>) {
+        let mut locks = self.lock_confirming();
+        for t in targets {
+            if locks.get(t) == Some(key) {
+                locks.remove(t);
+            }
+        }
+    }
+
+    /// Reports a Node field no rule can read: once in the log and once as an event on the Node.
+    pub fn report_unreadable(self: &Arc<Self>, cluster: &str, problem: wire::Unreadable) {
+        let first = self.reported.lock().unwrap_or_else(|p| p.into_inner()).insert((
+            cluster.to_string(),
+            problem.node.clone(),
+            problem.field.clone(),
+        ));
+        if !first {
+            return;
+        }
+        warn!(cluster = %cluster, "{problem}");
+        self.metrics.unreadable_object();
+        if !cluster.is_empty() {
+            // An event in the management cluster about a workload cluster's Node would name an
+            // object that is not there; the log and the check's status say it.
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let event = kube::runtime::events::Event {
+                type_: kube::runtime::events::EventType::Warning,
+                reason: vigil_api::reason::Reason::UnreadableCondition.as_str().into(),
+                note: Some(problem.to_string().chars().take(1000).collect()),
+                action: "Read".into(),
+                secondary: None,
+            };
+            let node = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(problem.node.clone()),
+                ..Default::default()
+            };
+            this.send_event(&event, &node, None).await;
+        });
+    }
+
+    /// Sends one event through the event lane (waiting for a place on it); a failure is logged
+    /// only: an event is a report, never a condition for a decision.
+    /// With `fenced_by`, the event is sent only if that check's right to write still holds when
+    /// its turn comes.
+    pub async fn send_event(
+        &self,
+        event: &kube::runtime::events::Event,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        fenced_by: Option<&CheckRef>,
+    ) {
+        // The semaphore is never closed; were it, the event goes unqueued rather than lost.
+        self.metrics.events_waiting(1);
+        let _place = self.events.acquire().await.ok();
+        self.metrics.events_waiting(-1);
+        if fenced_by.is_some_and(|key| !self.right(key).is_leader()) {
+            return;
+        }
+        match self.recorder.publish(event, reference).await {
+            Ok(()) => self.metrics.writes("event"),
+            Err(e) => debug!(error = %e, "event not published"),
+        }
+    }
+
+    /// The indexes, for reading.
+    pub fn read_index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The indexes, for writing.
+    pub fn write_index(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Failed applies in a row per check, for the retry delay.
+    pub(crate) fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<CheckRef, u32>> {
+        self.failures.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

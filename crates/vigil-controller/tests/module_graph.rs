@@ -1,0 +1,83 @@
+//! The controller reads in one order, like the engine (docs/ARCHITECTURE.md, "The controller's
+//! floors"): the write vocabulary, wire types, sources and metrics at the bottom; the index,
+//! what it keeps and who holds which target above them; the shared context; the watches that fill the index; then
+//! gather → confirm → apply; the run loop, leadership and shards on top (the crate root). This
+//! test fails on any import cycle between its modules, naming it, on a floor that reaches above
+//! itself, and on a function longer than a screen.
+
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn graph() -> vigil_module_graph::Graph {
+    vigil_module_graph::graph(&src()).expect("read src/")
+}
+
+#[test]
+fn the_controller_modules_import_downwards_only() {
+    let edges = graph();
+    assert!(edges.len() > 15, "found the controller's modules: {:?}", edges.keys().collect::<Vec<_>>());
+    let cycles: Vec<String> = vigil_module_graph::all_cycles(&edges).iter().map(|c| c.join(" -> ")).collect();
+    assert!(cycles.is_empty(), "import cycles between controller modules:\n{}", cycles.join("\n"));
+}
+
+/// Each floor and the modules it may import (besides its own floor's and the ones below).
+const FLOORS: [(&str, &[&str]); 5] = [
+    (
+        "bottom",
+        &["wire", "writes", "fenced", "clock", "sources", "metrics", "medik8s::upstream", "surroundings::around"],
+    ),
+    ("state", &["scheduler", "leader", "index", "claims"]),
+    ("context", &["context", "http"]),
+    ("feeds", &["watch", "surroundings", "workload"]),
+    ("decide and write", &["gather", "confirm", "medik8s", "apply"]),
+];
+
+fn floor_of(module: &str) -> Option<usize> {
+    FLOORS.iter().position(|(_, modules)| modules.contains(&module))
+}
+
+#[test]
+fn every_module_sits_on_a_floor_and_imports_nothing_above_it() {
+    let edges = graph();
+    for module in edges.keys() {
+        assert!(floor_of(module).is_some(), "{module} is on no floor: place it in FLOORS and in docs/ARCHITECTURE.md");
+    }
+    let mut up = Vec::new();
+    for (module, imports) in &edges {
+        let Some(floor) = floor_of(module) else { continue };
+        for import in imports {
+            if let Some(above) = floor_of(import).filter(|f| *f > floor) {
+                up.push(format!("{module} ({}) imports {import} ({})", FLOORS[floor].0, FLOORS[above].0));
+            }
+        }
+    }
+    assert!(up.is_empty(), "imports that run up a floor:\n{}", up.join("\n"));
+}
+
+#[test]
+fn the_bottom_imports_nothing_of_the_controller_but_the_bottom() {
+    let edges = graph();
+    for bottom in ["wire", "writes", "fenced", "clock"] {
+        let reached: Vec<&String> = edges.get(bottom).into_iter().flatten().collect();
+        assert!(reached.is_empty(), "{bottom} imports {reached:?}: the vocabulary must stand on its own");
+    }
+}
+
+/// The one function allowed past a screen: the flat list of every metric's registration, one
+/// statement per metric, which reads best as one list.
+const LONG_BY_DESIGN: [&str; 1] = ["metrics.rs"];
+
+#[test]
+fn no_function_is_longer_than_a_screen() {
+    let long: Vec<String> = vigil_module_graph::functions(&src())
+        .expect("read src/")
+        .into_iter()
+        .filter(|f| f.lines > 80)
+        .filter(|f| !LONG_BY_DESIGN.iter().any(|file| f.place.starts_with(file) && f.place.ends_with(" default")))
+        .map(|f| format!("{} lines: {}", f.lines, f.place))
+        .collect();
+    assert!(long.is_empty(), "functions over 80 lines (split them into named phases):\n{}", long.join("\n"));
+}
