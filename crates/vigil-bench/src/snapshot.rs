@@ -8,6 +8,7 @@ use kube::CustomResourceExt as _;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
@@ -19,27 +20,72 @@ pub struct SnapshotSummary {
     nodes: usize,
     machines: usize,
     checks: usize,
-    /// `vigil snapshot` wall time and output size.
+    /// `vigil snapshot` wall time, peak resident memory and output size.
     snapshot_ms: f64,
+    snapshot_peak_mib: f64,
     snapshot_bytes: usize,
     /// Requests `vigil snapshot` and `vigil check` made, by verb (audit log).
     requests: BTreeMap<String, usize>,
     /// Nodes set `Ready=Unknown` at 5m in the simulated outage.
     failed: usize,
-    /// `vigil simulate` wall time on the snapshot with the outage (1h, JSON output).
+    /// `vigil simulate` wall time and peak resident memory on the snapshot with the outage (1h,
+    /// JSON output).
     simulate_ms: f64,
+    simulate_peak_mib: f64,
     /// Events of the simulation by kind.
     simulate_events: BTreeMap<String, usize>,
-    /// `vigil check` wall time and exit code.
+    /// `vigil check` wall time, peak resident memory and exit code.
     check_ms: f64,
+    check_peak_mib: f64,
     check_exit: Option<i32>,
 }
 
-fn timed(vigil: &Path, args: &[&str]) -> Result<(std::process::Output, f64)> {
+/// One command's output, wall time (ms) and peak resident memory (MiB).
+struct Run {
+    out: std::process::Output,
+    ms: f64,
+    peak_mib: f64,
+}
+
+/// Runs `vigil args`, timed from outside; its memory's high-water mark (`VmHWM`) is read every
+/// 10 ms while it runs (it only grows, so the last reading is the peak but for what a final
+/// 10 ms adds).
+fn timed(vigil: &Path, args: &[&str]) -> Result<Run> {
     let t = Instant::now();
-    let out =
-        std::process::Command::new(vigil).args(args).output().with_context(|| format!("cannot run vigil {args:?}"))?;
-    Ok((out, t.elapsed().as_secs_f64() * 1000.0))
+    let mut child = std::process::Command::new(vigil)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run vigil {args:?}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let mut peak_kib = 0;
+    let status = loop {
+        if let Ok(kib) = crate::procstat::status_kib(child.id(), "VmHWM") {
+            peak_kib = peak_kib.max(kib);
+        }
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    let out = std::process::Output {
+        status,
+        stdout: stdout.join().map_err(|_| anyhow::anyhow!("reading stdout panicked"))?,
+        stderr: stderr.join().map_err(|_| anyhow::anyhow!("reading stderr panicked"))?,
+    };
+    Ok(Run { out, ms, peak_mib: peak_kib as f64 / 1024.0 })
 }
 
 /// Creates the fleet of `n` Nodes, then measures the three commands.
@@ -63,7 +109,8 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
     let kc = kubeconfig.to_str().context("utf-8 path")?;
 
     eprintln!("vigil-bench: vigil snapshot");
-    let (out, snapshot_ms) = timed(vigil, &["snapshot", "--kubeconfig", kc, "--duration", "1h"])?;
+    let snapshot = timed(vigil, &["snapshot", "--kubeconfig", kc, "--duration", "1h"])?;
+    let out = snapshot.out;
     ensure!(out.status.success(), "vigil snapshot failed: {}", String::from_utf8_lossy(&out.stderr));
     let yaml = String::from_utf8(out.stdout).context("snapshot is not UTF-8")?;
 
@@ -87,7 +134,8 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
     std::fs::write(&file, &outage)?;
 
     eprintln!("vigil-bench: vigil simulate");
-    let (out, simulate_ms) = timed(vigil, &["simulate", file.to_str().context("utf-8 path")?, "--output", "json"])?;
+    let simulate = timed(vigil, &["simulate", file.to_str().context("utf-8 path")?, "--output", "json"])?;
+    let out = simulate.out;
     ensure!(out.status.success(), "vigil simulate failed: {}", String::from_utf8_lossy(&out.stderr));
     let mut simulate_events = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -96,7 +144,8 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
     }
 
     eprintln!("vigil-bench: vigil check");
-    let (out, check_ms) = timed(vigil, &["check", "--kubeconfig", kc, "--output", "json"])?;
+    let check = timed(vigil, &["check", "--kubeconfig", kc, "--output", "json"])?;
+    let out = check.out;
     ensure!(out.status.code().is_some_and(|c| c != 1), "vigil check failed: {}", String::from_utf8_lossy(&out.stderr));
 
     let mut requests = BTreeMap::new();
@@ -109,13 +158,16 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
         nodes: n,
         machines: n,
         checks: groups.len(),
-        snapshot_ms,
+        snapshot_ms: snapshot.ms,
+        snapshot_peak_mib: snapshot.peak_mib,
         snapshot_bytes: yaml.len(),
         requests,
         failed: failed.len(),
-        simulate_ms,
+        simulate_ms: simulate.ms,
+        simulate_peak_mib: simulate.peak_mib,
         simulate_events,
-        check_ms,
+        check_ms: check.ms,
+        check_peak_mib: check.peak_mib,
         check_exit: out.status.code(),
     })
 }

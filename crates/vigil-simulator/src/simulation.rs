@@ -469,8 +469,9 @@ impl Sim<'_> {
                     let (check, policy) = (&parsed.0, &parsed.1);
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
                         || versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
-                            (CAPI_GROUP, "Machine") if key.cluster == LOCAL_CLUSTER => MachineView::read(v)
-                                .is_some_and(|m| concerns::mhc_concerns_machine(check, policy, &m)),
+                            (CAPI_GROUP, "Machine") if key.cluster == LOCAL_CLUSTER => {
+                                MachineView::read(v).is_some_and(|m| concerns::mhc_concerns_machine(check, policy, &m))
+                            }
                             (CAPI_GROUP, "Cluster") if key.cluster == LOCAL_CLUSTER => Meta::read(v, &mut Vec::new())
                                 .is_some_and(|m| concerns::mhc_concerns_cluster(check, policy, &m)),
                             ("", "Node") => {
