@@ -177,8 +177,12 @@ async fn a_failed_node_gets_the_whole_contract_and_the_reboot_like_stand_in_reme
         eprintln!("{}", dump(&env).await);
     }
     cleaned?;
-    let s = check_status(&env, "NodeHealthCheck", "workers").await?;
-    assert_eq!(s["unhealthyNodes"].as_array().map_or(0, Vec::len), 0, "{s}");
+    // The check's next decision, after the object's removal, lists the Node no more.
+    wait_for("w1 off the check's status", WAIT, || async {
+        let s = check_status(&env, "NodeHealthCheck", "workers").await?;
+        Ok((s["unhealthyNodes"].as_array().map_or(0, Vec::len) == 0).then_some(()))
+    })
+    .await?;
     controller.stop().await;
     Ok(())
 }
