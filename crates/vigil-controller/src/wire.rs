@@ -335,28 +335,34 @@ pub fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>) {
     }
 }
 
+/// The spec a NodeHealthCheck whose own spec cannot be read stands on: it selects nothing, so
+/// its status can say what is wrong while nothing is decided from it.
+pub fn empty_nhc_spec() -> NodeHealthCheckSpec {
+    NodeHealthCheckSpec {
+        selector: Default::default(),
+        unhealthy_conditions: Vec::new(),
+        min_healthy: None,
+        max_unhealthy: None,
+        remediation_template: None,
+        escalating_remediations: Vec::new(),
+        pause_requests: Vec::new(),
+        healthy_delay: None,
+        storm_cooldown_duration: None,
+        dry_run: false,
+        backoff: None,
+        failure_domains: None,
+        max_in_flight: None,
+        planned_maintenance: None,
+    }
+}
+
 /// [`read_mhc`] for a NodeHealthCheck.
 pub fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
     let value = serde_json::to_value(o).unwrap_or(Value::Null);
     match serde_json::from_value::<NodeHealthCheck>(value.clone()) {
         Ok(c) => (c, None),
         Err(e) => {
-            let spec = NodeHealthCheckSpec {
-                selector: Default::default(),
-                unhealthy_conditions: Vec::new(),
-                min_healthy: None,
-                max_unhealthy: None,
-                remediation_template: None,
-                escalating_remediations: Vec::new(),
-                pause_requests: Vec::new(),
-                healthy_delay: None,
-                storm_cooldown_duration: None,
-                dry_run: false,
-                backoff: None,
-                failure_domains: None,
-                max_in_flight: None,
-                planned_maintenance: None,
-            };
+            let spec = empty_nhc_spec();
             let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
             c.metadata = o.metadata.clone();
             c.status = value.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());

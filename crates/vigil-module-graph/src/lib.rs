@@ -224,6 +224,16 @@ pub fn functions(src: &Path) -> io::Result<Vec<Function>> {
     Ok(out)
 }
 
+/// The functions under `src` longer than `limit` lines, as "N lines: place", longest first,
+/// leaving out those `allowed` accepts: what the shape tests of every crate report.
+pub fn longer_than(src: &Path, limit: usize, allowed: impl Fn(&Function) -> bool) -> io::Result<Vec<String>> {
+    Ok(functions(src)?
+        .into_iter()
+        .filter(|f| f.lines > limit && !allowed(f))
+        .map(|f| format!("{} lines: {}", f.lines, f.place))
+        .collect())
+}
+
 /// `(first line, name, length)` of every function with a body in `code`, skipping items under
 /// `#[cfg(test)]`. Braces in string and char literals are not told apart from code: the
 /// sources this reads keep such literals balanced or rare enough not to matter for lengths.

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::conditions::get_condition;
 use vigil_api::manifest::{self, HealthCheck, ManifestError};
-use vigil_api::node_health_check::{NodeHealthCheck, NodeHealthCheckSpec, NodeHealthCheckStatus};
+use vigil_api::node_health_check::{NodeHealthCheck, NodeHealthCheckStatus};
 use vigil_api::reason::Reason;
 use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED};
 
@@ -159,25 +159,7 @@ pub fn read(raw: &Value) -> Entry {
 }
 
 fn empty_check() -> NodeHealthCheck {
-    NodeHealthCheck::new(
-        "",
-        NodeHealthCheckSpec {
-            selector: Default::default(),
-            unhealthy_conditions: Vec::new(),
-            min_healthy: None,
-            max_unhealthy: None,
-            remediation_template: None,
-            escalating_remediations: Vec::new(),
-            pause_requests: Vec::new(),
-            healthy_delay: None,
-            storm_cooldown_duration: None,
-            dry_run: false,
-            backoff: None,
-            failure_domains: None,
-            max_in_flight: None,
-            planned_maintenance: None,
-        },
-    )
+    NodeHealthCheck::new("", crate::wire::empty_nhc_spec())
 }
 
 /// A stored medik8s status as the engine's previous status: the shared fields, the reasons
