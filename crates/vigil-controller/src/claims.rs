@@ -84,7 +84,10 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
 pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
     let mut memo = PeersMemo::default();
     let own = claims_within(idx, key, None, &mut memo).unwrap_or_default();
-    let cached = idx.claims.iter().map(|(k, c)| (k, c.as_slice()));
+    let selections = if idx.shards > 1 { selections(idx, key) } else { BTreeMap::new() };
+    let elsewhere = other_shards_claims(idx, key, &selections, &mut memo);
+    let cached =
+        idx.claims.iter().map(|(k, c)| (k, c.as_slice())).chain(elsewhere.iter().map(|(k, c)| (k, c.as_slice())));
     let holders = match fresh {
         None => assemble::holders(Some(key), own, cached, None),
         Some(about) => {
@@ -101,7 +104,37 @@ pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<T
     if idx.shards <= 1 {
         return holders;
     }
-    cross_shard::leave_to_first(holders, idx.shards, &selections(idx, key))
+    cross_shard::leave_to_first(holders, idx.shards, &selections)
+}
+
+/// With shards: the claims of the checks of other shards about the targets they select with
+/// `key`, derived now. A check's claims are cached only by the replica that decides it, so
+/// without these a replica would learn that another shard's check holds a shared target only
+/// while confirming a remediation of it, and a decision that stops before (at the Node's Lease
+/// that check took) would say it waits for the Lease, never for the check, and would not be
+/// told when that check lets go.
+fn other_shards_claims<'i>(
+    idx: &'i Index,
+    key: &CheckRef,
+    selections: &BTreeMap<Target, cross_shard::Selecting>,
+    memo: &mut PeersMemo<'i>,
+) -> Vec<(CheckRef, Vec<Claim>)> {
+    let mine = idx.shard_of(key);
+    let mut shared = BTreeSet::new();
+    let mut others = BTreeSet::new();
+    for (target, selecting) in selections {
+        for (check, shard) in selecting {
+            if check != key && Some(*shard) != mine {
+                shared.insert(target.clone());
+                others.insert(check);
+            }
+        }
+    }
+    if shared.is_empty() {
+        return Vec::new();
+    }
+    let scope = Scope::of(idx, &shared);
+    others.into_iter().filter_map(|o| Some((o.clone(), claims_within(idx, o, Some(&scope), memo)?))).collect()
 }
 
 /// The targets check `key` selects, each with every check selecting it and that check's shard
@@ -590,6 +623,23 @@ mod scoped_claims {
             let told: Vec<&CheckRef> = plan.plan.held_elsewhere.iter().map(|h| &h.holder).collect();
             assert_eq!(told.is_empty(), reboot_starts, "{what}: {told:?}");
         }
+    }
+
+    /// With shards, the first decision of a check finds that a check of another shard holds a
+    /// target both select, not only a confirming read: this replica never decides that check,
+    /// so it has no cached claims of it.
+    #[test]
+    fn a_check_of_another_shard_holding_a_shared_target_is_found_without_cached_claims() {
+        let mut idx = two_nhcs();
+        // First in order, so the cross-shard rule alone would leave w-2 to it.
+        idx.put_nhc(Some(nhc("a-reboot", SNR, "SelfNodeRemediationTemplate")), None);
+        idx.claims.clear();
+        idx.shards = shards_where("a-reboot", "fence", true);
+        let now = at("2030-01-01T00:00:10Z");
+        let plan = job(&idx, &CheckRef::Node { name: "a-reboot".into() }, now).expect("decided");
+        assert_eq!(creates_for(&plan), Vec::<String>::new(), "fence's object holds w-2");
+        let told: Vec<&CheckRef> = plan.plan.held_elsewhere.iter().map(|h| &h.holder).collect();
+        assert_eq!(told, [&CheckRef::Node { name: "fence".into() }]);
     }
 
     #[test]

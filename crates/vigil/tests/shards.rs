@@ -510,6 +510,7 @@ async fn replicas_joining_stopping_and_dying_move_shards_without_two_writers_or_
 async fn two_replicas_and_two_check_names(
     env: &TestEnv,
     dir: &std::path::Path,
+    (first_prefix, second_prefix): (&str, &str),
 ) -> Result<(Replica, Replica, String, String, Vec<Option<String>>)> {
     install_basics(env).await?;
     for i in 1..=6 {
@@ -521,14 +522,16 @@ async fn two_replicas_and_two_check_names(
     let a = Replica::start(env, "a", Identity::Audited, env.server_url(), dir, SHARD_ARGS).await?;
     let b = Replica::start(env, "b", Identity::Audited, env.server_url(), dir, SHARD_ARGS).await?;
     let holders = spread(env, &["a", "b"], 3, WAIT).await?;
-    let name_held_by = |who: &str| {
-        (0..100).map(|i| format!("overlap-{i}")).find(|n| {
+    let name_held_by = |who: &str, prefix: &str| {
+        (0..100).map(|i| format!("{prefix}-{i}")).find(|n| {
             let shard = vigil_engine::shard::shard_of(n, SHARDS) as usize;
             holders.get(shard).and_then(|h| h.as_deref()) == Some(who)
         })
     };
-    let first = name_held_by("a").ok_or_else(|| anyhow_msg(format!("no name in a's shards {holders:?}")))?;
-    let second = name_held_by("b").ok_or_else(|| anyhow_msg(format!("no name in b's shards {holders:?}")))?;
+    let first =
+        name_held_by("a", first_prefix).ok_or_else(|| anyhow_msg(format!("no name in a's shards {holders:?}")))?;
+    let second =
+        name_held_by("b", second_prefix).ok_or_else(|| anyhow_msg(format!("no name in b's shards {holders:?}")))?;
     let (s1, s2) = (vigil_engine::shard::shard_of(&first, SHARDS), vigil_engine::shard::shard_of(&second, SHARDS));
     eprintln!("SHARDS overlap: {first} in shard {s1} (a), {second} in shard {s2} (b): {holders:?}");
     assert_ne!(s1, s2, "the premise: different shards");
@@ -540,7 +543,7 @@ async fn two_replicas_and_two_check_names(
 async fn two_checks_in_shards_of_different_replicas_remediate_nodes_failing_at_once_once() -> Result<()> {
     let env = TestEnv::start().await?;
     let dir = tempfile_dir("vigil-shards-overlap")?;
-    let (a, b, first, second, holders) = two_replicas_and_two_check_names(&env, &dir).await?;
+    let (a, b, first, second, holders) = two_replicas_and_two_check_names(&env, &dir, ("overlap", "overlap")).await?;
     env.apply(node_check(&first, "role", "worker")).await?;
     env.apply(node_check(&second, "role", "worker")).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -573,7 +576,9 @@ async fn two_checks_in_shards_of_different_replicas_remediate_nodes_failing_at_o
 async fn a_check_in_another_replicas_shard_waits_for_the_remediation_a_first_check_started() -> Result<()> {
     let env = TestEnv::start().await?;
     let dir = tempfile_dir("vigil-shards-overlap-later")?;
-    let (a, b, first, second, holders) = two_replicas_and_two_check_names(&env, &dir).await?;
+    // The second check comes first in the cross-shard order, so that rule alone would leave the
+    // Nodes to it: it must learn from the first check's objects that they are held.
+    let (a, b, first, second, holders) = two_replicas_and_two_check_names(&env, &dir, ("z-first", "a-second")).await?;
     // The first check (replica a) remediates two Nodes.
     env.apply(node_check(&first, "role", "worker")).await?;
     set_ready(&env, "w1", "False").await?;
@@ -592,6 +597,13 @@ async fn a_check_in_another_replicas_shard_waits_for_the_remediation_a_first_che
         Ok(condition)
     })
     .await;
+    if waiting.is_err() {
+        let status = env.get_json("vigil.dev/v1alpha1", "NodeHealthCheck", None, &second).await?;
+        eprintln!(
+            "SHARDS overlap, later check's status at the time limit: {}",
+            status.map(|c| c["status"].clone()).unwrap_or_default()
+        );
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let got = counts(&env, &["w1", "w2"], &["w3", "w4", "w5", "w6"]).await?;
     assert_eq!(got, (0, 0, 0), "missed, duplicated, wrongful");
