@@ -313,7 +313,7 @@ pub fn machine_job(
         return None;
     }
     let refuse = |message: &str| mhc_job(check, &key, machine::refuse(check, REASON_INVALID, message, now));
-    if let Some(error) = idx.mhc_errors.get(&(namespace.to_string(), name.to_string())) {
+    if let Some(error) = idx.mhcs.read_error(&(namespace.to_string(), name.to_string())) {
         return Some(refuse(error));
     }
     // Validated when the index stored the check; `vigil run --dry-run` shadows every policy.
@@ -469,7 +469,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
         return None;
     }
     let refuse = |message: &str| nhc_job(check, &key, node::refuse(check, REASON_INVALID, message, now));
-    if let Some(error) = idx.nhc_errors.get(name) {
+    if let Some(error) = idx.nhcs.read_error(name) {
         return Some(refuse(error));
     }
     let validated = stored_or(idx.nhc_policy(name), || validate::node_health_check(check));

@@ -146,26 +146,14 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         "MachineHealthChecks".into(),
         true,
         mhcs,
-        |o| (key_of(&o), read_mhc(&o)),
+        |o| read_mhc(&o),
         |idx, op| match op {
-            Op::Upsert((key, (check, error))) => {
-                match error {
-                    Some(e) => idx.mhc_errors.insert(key, e),
-                    None => idx.mhc_errors.remove(&key),
-                };
-                idx.put_mhc(Some(check), None)
-            }
-            Op::Remove(o) => {
-                idx.mhc_errors.remove(&key_of(&o));
-                idx.put_mhc(None, Some(key_of(&o)))
-            }
+            Op::Upsert(read) => idx.put_mhc_read(Some(read), None),
+            Op::Remove(o) => idx.put_mhc(None, Some(key_of(&o))),
             Op::Replace(list) => {
                 idx.clear_mhcs();
-                for (key, (check, error)) in list {
-                    if let Some(e) = error {
-                        idx.mhc_errors.insert(key, e);
-                    }
-                    idx.put_mhc(Some(check), None);
+                for read in list {
+                    idx.put_mhc_read(Some(read), None);
                 }
                 BTreeSet::new()
             }
@@ -179,26 +167,14 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         "NodeHealthChecks".into(),
         true,
         nhcs,
-        |o| (key_of(&o).1, read_nhc(&o)),
+        |o| read_nhc(&o),
         |idx, op| match op {
-            Op::Upsert((name, (check, error))) => {
-                match error {
-                    Some(e) => idx.nhc_errors.insert(name, e),
-                    None => idx.nhc_errors.remove(&name),
-                };
-                idx.put_nhc(Some(check), None)
-            }
-            Op::Remove(o) => {
-                idx.nhc_errors.remove(&key_of(&o).1);
-                idx.put_nhc(None, Some(key_of(&o).1))
-            }
+            Op::Upsert(read) => idx.put_nhc_read(Some(read), None),
+            Op::Remove(o) => idx.put_nhc(None, Some(key_of(&o).1)),
             Op::Replace(list) => {
                 idx.clear_nhcs();
-                for (name, (check, error)) in list {
-                    if let Some(e) = error {
-                        idx.nhc_errors.insert(name, e);
-                    }
-                    idx.put_nhc(Some(check), None);
+                for read in list {
+                    idx.put_nhc_read(Some(read), None);
                 }
                 // A medik8s check whose vigil.dev namesake went while the watch was down is served again.
                 idx.sync_all_medik8s();

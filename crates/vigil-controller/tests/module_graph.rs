@@ -29,7 +29,7 @@ const FLOORS: [(&str, &[&str]); 5] = [
         "bottom",
         &["wire", "writes", "fenced", "clock", "sources", "metrics", "medik8s::upstream", "surroundings::around"],
     ),
-    ("state", &["scheduler", "leader", "index", "claims"]),
+    ("state", &["scheduler", "leader", "index::checks", "index", "claims"]),
     ("context", &["context", "http"]),
     ("feeds", &["watch", "surroundings", "workload"]),
     ("decide and write", &["gather", "confirm", "medik8s", "apply"]),

@@ -3,10 +3,13 @@
 //! by workload cluster and name; Machines by the Node they reference). Watch handlers update
 //! them and return the checks the change concerns; decisions read them under a short lock.
 
+mod checks;
+
+pub use checks::{CheckEntry, CheckObject, Checks, Stored, not_newer};
+
 use crate::medik8s::upstream::{Entry, Upstream};
 use crate::sources::SourceState;
 use crate::surroundings::around::Around;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -60,6 +63,15 @@ pub type MhcPeerEntry = (Arc<MachineHealthCheck>, Arc<MhcPolicy>);
 /// Group and kind of a dynamic kind.
 pub type GroupKind = (String, String);
 
+/// MachineHealthChecks by (namespace, name), each with its target Machines by name (those
+/// `vigil_engine::target::is_target` selects, kept as Machines change: a decision reads its own
+/// Machines instead of matching its selector against every Machine of the namespace; none while
+/// its spec is invalid).
+pub type MhcChecks = Checks<(String, String), MachineHealthCheck, MhcPolicy, BTreeSet<String>>;
+
+/// NodeHealthChecks by name, each with the management cluster's Nodes its decisions need.
+pub type NhcChecks = Checks<String, NodeHealthCheck, NhcPolicy, NhcNodes>;
+
 /// Every index.
 #[derive(Debug, Default)]
 pub struct Index {
@@ -68,11 +80,15 @@ pub struct Index {
     /// `vigil run --shards N` (0 and 1: one shard): with more, a target selected by checks of
     /// different shards is left to the first of them (`vigil_engine::cross_shard`).
     pub shards: u32,
-    /// MachineHealthChecks by (namespace, name).
-    pub mhcs: BTreeMap<(String, String), Arc<MachineHealthCheck>>,
+    /// MachineHealthChecks by (namespace, name), each validated when stored (decisions and
+    /// claims read the policy instead of validating every check of the namespace again: the
+    /// 10 000-Machine wave spent 44% of its CPU doing that). Written through
+    /// [`Index::put_mhc`] only.
+    pub mhcs: MhcChecks,
     /// NodeHealthChecks by name: Vigil's, and with `--serve-medik8s` the medik8s ones served
-    /// in place (one name, one check: see [`crate::medik8s`]).
-    pub nhcs: BTreeMap<String, Arc<NodeHealthCheck>>,
+    /// in place (one name, one check: see [`crate::medik8s`]). Written through
+    /// [`Index::put_nhc`] and the medik8s synchronisation only.
+    pub nhcs: NhcChecks,
     /// `vigil run --serve-medik8s`: medik8s' NodeHealthChecks as read, and which of them `nhcs`
     /// holds (`None`: the mode is off).
     pub medik8s: Option<Upstream>,
@@ -91,17 +107,6 @@ pub struct Index {
     pub machine_node_clusters: BTreeMap<ClusterKey, usize>,
     /// Templates and remediation objects by group and kind.
     pub objects: BTreeMap<GroupKind, ObjectCache>,
-    /// MachineHealthChecks whose spec could not be read, with the error (they are still in `mhcs`
-    /// with an empty spec, so their status can say why).
-    pub mhc_errors: BTreeMap<(String, String), String>,
-    /// NodeHealthChecks whose spec could not be read, with the error.
-    pub nhc_errors: BTreeMap<String, String>,
-    /// Each MachineHealthCheck's spec validated when it was stored (the policy, or the error a
-    /// decision reports): decisions and claims read it instead of validating every check of the
-    /// namespace again (the 10 000-Machine wave spent 44% of its CPU doing that).
-    mhc_policies: HashMap<(String, String), Result<Arc<MhcPolicy>, String>>,
-    /// Each NodeHealthCheck's spec validated when it was stored.
-    nhc_policies: HashMap<String, Result<Arc<NhcPolicy>, String>>,
     /// State of the fixed sources.
     pub mhc_state: SourceState,
     /// State of the NodeHealthCheck watch.
@@ -140,15 +145,6 @@ pub struct Index {
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
     /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
     guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
-    /// For each NodeHealthCheck, its validated policy and the management cluster's Nodes its
-    /// decision needs (`vigil_engine::node::needs_node`), kept as Nodes and checks change: a
-    /// decision then reads a few dozen Nodes instead of walking (and sorting) every Node.
-    nhc_nodes: HashMap<String, NhcNodes>,
-    /// Each valid MachineHealthCheck's targets (`vigil_engine::target::is_target`) by Machine
-    /// name, kept as Machines and checks change: a decision then reads its own Machines instead
-    /// of matching its selector against every Machine of the namespace (the 10 000-Machine
-    /// wave spent half its CPU doing that).
-    mhc_targets: HashMap<(String, String), BTreeSet<String>>,
     /// Each namespace's valid MachineHealthChecks with their policies (who may own a Machine's
     /// conditions: `vigil_engine::peers`), kept as checks change: every decision and every
     /// claim derivation of the namespace reads the same list.
@@ -157,11 +153,11 @@ pub struct Index {
     pub around: Around,
 }
 
-/// What the index keeps for one NodeHealthCheck's decisions.
+/// The management cluster's Nodes one valid NodeHealthCheck's decisions need
+/// (`vigil_engine::node::needs_node`), kept as Nodes and the check change: a decision then reads
+/// a few dozen Nodes instead of walking (and sorting) every Node.
 #[derive(Debug, Default)]
-struct NhcNodes {
-    /// The spec validated (`None` when invalid: every Node is then handed over).
-    policy: Option<NhcPolicy>,
+pub struct NhcNodes {
     /// The Nodes `needs_node` keeps, by name.
     names: BTreeSet<String>,
 }
@@ -182,36 +178,18 @@ pub fn machine_entry(raw: &Value) -> Option<MachineEntry> {
     })
 }
 
-/// Whether `incoming` is a version of an object that the index already holds (`stored`) or
-/// one older than it. The controller puts the API server's answer to its own writes into the
-/// index at once (so the next decision does not repeat them); the watch then delivers the
-/// same version, or, after a conflict retry, versions older than the one already held. An
-/// etcd-backed API server numbers versions with its store's increasing revision; when either
-/// version is not a number, the incoming object is taken as is.
-pub fn not_newer(incoming: Option<&str>, stored: Option<&str>) -> bool {
-    match (incoming.and_then(|v| v.parse::<u64>().ok()), stored.and_then(|v| v.parse::<u64>().ok())) {
-        (Some(i), Some(s)) => i <= s,
-        _ => false,
-    }
-}
-
-fn parsed_nhc(check: &NodeHealthCheck) -> Option<NhcPolicy> {
-    validate::node_health_check(check).ok()
-}
-
 impl NhcNodes {
-    /// The entry of a check with `policy`, over the Nodes of `cache`.
-    fn of(policy: Option<NhcPolicy>, cache: Option<&NodeCache>) -> NhcNodes {
-        let mut entry = NhcNodes { policy, names: BTreeSet::new() };
+    /// The Nodes a check with `policy` needs among those of `cache`.
+    fn of(policy: &NhcPolicy, cache: Option<&NodeCache>) -> NhcNodes {
+        let mut entry = NhcNodes::default();
         for (name, node) in cache.into_iter().flat_map(|c| &c.nodes) {
-            entry.place(name, Some(node));
+            entry.place(policy, name, Some(node));
         }
         entry
     }
 
     /// Puts Node `name` (now `node`, `None` when gone) in or out of the set.
-    fn place(&mut self, name: &str, node: Option<&NodeView>) {
-        let Some(policy) = &self.policy else { return };
+    fn place(&mut self, policy: &NhcPolicy, name: &str, node: Option<&NodeView>) {
         if node.is_some_and(|n| vigil_engine::node::needs_node(policy, n)) {
             if !self.names.contains(name) {
                 self.names.insert(name.to_string());
@@ -232,7 +210,7 @@ impl Index {
         named: impl IntoIterator<Item = &'a str>,
     ) -> Vec<&'a NodeView> {
         let Some(cache) = self.nodes.get(LOCAL_CLUSTER) else { return Vec::new() };
-        let Some(names) = self.nhc_nodes.get(check).filter(|e| e.policy.is_some()).map(|e| &e.names) else {
+        let Some(names) = self.nhcs.entry(check).filter(|e| e.policy.is_ok()).map(|e| &e.derived.names) else {
             let mut all: Vec<&NodeView> = cache.nodes.values().map(|n| n.as_ref()).collect();
             all.sort_by(|a, b| a.name.cmp(&b.name));
             return all;
@@ -250,18 +228,8 @@ impl Index {
             u.served.clone()
         });
         match kept {
-            None => {
-                self.nhcs.clear();
-                self.nhc_policies.clear();
-                self.nhc_nodes.clear();
-                self.nhc_errors.clear();
-            }
-            Some(kept) => {
-                self.nhcs.retain(|n, _| kept.contains(n));
-                self.nhc_policies.retain(|n, _| kept.contains(n));
-                self.nhc_nodes.retain(|n, _| kept.contains(n));
-                self.nhc_errors.retain(|n, _| kept.contains(n));
-            }
+            None => self.nhcs.clear(),
+            Some(kept) => self.nhcs.retain(|n| kept.contains(n)),
         }
         self.guarded_ages = None;
     }
@@ -270,9 +238,8 @@ impl Index {
     /// management cluster's Nodes replaced the cache).
     pub fn renew_nhc_nodes(&mut self) {
         let cache = self.nodes.get(LOCAL_CLUSTER);
-        for entry in self.nhc_nodes.values_mut() {
-            let policy = entry.policy.take();
-            *entry = NhcNodes::of(policy, cache);
+        for (_, policy, nodes) in self.nhcs.derived_mut() {
+            *nodes = NhcNodes::of(policy, cache);
         }
     }
 
@@ -503,11 +470,10 @@ impl Index {
 
     fn mhcs_concerned_by_machine(&self, view: &MachineView) -> Vec<CheckRef> {
         self.mhcs
-            .range((view.meta.namespace.clone(), String::new())..)
-            .take_while(|((ns, _), _)| *ns == view.meta.namespace)
-            .filter(|(key, check)| match self.mhc_policies.get(*key) {
-                Some(Ok(p)) => concerns::mhc_concerns_machine(check, p, view),
-                _ => true,
+            .in_namespace(&view.meta.namespace)
+            .filter(|(_, e)| match &e.policy {
+                Ok(p) => concerns::mhc_concerns_machine(&e.object, p, view),
+                Err(_) => true,
             })
             .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
@@ -517,11 +483,9 @@ impl Index {
     /// in its namespace.
     fn place_machine(&mut self, key: &(String, String), view: Option<&MachineView>) {
         let (namespace, machine) = key;
-        let checks = self.mhcs.range((namespace.clone(), String::new())..).take_while(|((ns, _), _)| ns == namespace);
-        for (check, _) in checks {
-            let Some(targets) = self.mhc_targets.get_mut(check) else { continue };
-            let selected = match (self.mhc_policies.get(check), view) {
-                (Some(Ok(policy)), Some(view)) => vigil_engine::target::is_target(policy, view),
+        for (policy, targets) in self.mhcs.derived_in_namespace_mut(namespace) {
+            let selected = match (policy, view) {
+                (Some(policy), Some(view)) => vigil_engine::target::is_target(policy, view),
                 _ => false,
             };
             if selected {
@@ -537,29 +501,29 @@ impl Index {
     /// Works out check `key`'s targets again over its namespace's Machines (after its spec
     /// changed); a check without a valid policy has none.
     fn renew_mhc_targets(&mut self, key: &(String, String)) {
-        let Some(Ok(policy)) = self.mhc_policies.get(key) else {
-            self.mhc_targets.remove(key);
-            return;
+        let targets = match self.mhcs.policy(key) {
+            Some(Ok(policy)) => self
+                .machines
+                .get(&key.0)
+                .into_iter()
+                .flat_map(|ms| ms.iter())
+                .filter(|(_, e)| vigil_engine::target::is_target(policy, &e.view))
+                .map(|(name, _)| name.clone())
+                .collect(),
+            _ => BTreeSet::new(),
         };
-        let targets = self
-            .machines
-            .get(&key.0)
-            .into_iter()
-            .flat_map(|ms| ms.iter())
-            .filter(|(_, e)| vigil_engine::target::is_target(policy, &e.view))
-            .map(|(name, _)| name.clone())
-            .collect();
-        self.mhc_targets.insert(key.clone(), targets);
+        if let Some((_, kept)) = self.mhcs.derived_of(key) {
+            *kept = targets;
+        }
     }
 
     /// Works out `namespace`'s peer list again (after one of its checks changed).
     fn renew_mhc_peer_list(&mut self, namespace: &str) {
         let peers: Vec<_> = self
             .mhcs
-            .range((namespace.to_string(), String::new())..)
-            .take_while(|((ns, _), _)| ns == namespace)
-            .filter(|(k, c)| c.metadata.deletion_timestamp.is_none() && !self.mhc_errors.contains_key(*k))
-            .filter_map(|(k, c)| Some((Arc::clone(c), Arc::clone(self.mhc_policies.get(k)?.as_ref().ok()?))))
+            .in_namespace(namespace)
+            .filter(|(_, e)| e.object.metadata.deletion_timestamp.is_none() && e.read_error.is_none())
+            .filter_map(|(_, e)| Some((Arc::clone(&e.object), Arc::clone(e.policy.as_ref().ok()?))))
             .collect();
         if peers.is_empty() {
             self.mhc_peer_lists.remove(namespace);
@@ -584,7 +548,7 @@ impl Index {
         self.machines.clear();
         self.machines_by_node.clear();
         self.machine_node_clusters.clear();
-        for targets in self.mhc_targets.values_mut() {
+        for (_, _, targets) in self.mhcs.derived_mut() {
             targets.clear();
         }
     }
@@ -593,11 +557,12 @@ impl Index {
     /// invalid or it is not stored): exactly the Machines `vigil_engine::target::is_target`
     /// selects among the namespace's.
     pub fn mhc_machines(&self, namespace: &str, name: &str) -> Vec<&MachineView> {
-        let (Some(targets), Some(all)) =
-            (self.mhc_targets.get(&(namespace.to_string(), name.to_string())), self.machines.get(namespace))
+        let (Some(entry), Some(all)) =
+            (self.mhcs.entry(&(namespace.to_string(), name.to_string())), self.machines.get(namespace))
         else {
             return Vec::new();
         };
+        let targets = &entry.derived;
         targets.iter().filter_map(|m| all.get(m)).map(|e| e.view.as_ref()).collect()
     }
 
@@ -617,10 +582,10 @@ impl Index {
         };
         let meta = Meta { namespace: key.0.clone(), name: key.1.clone(), ..Default::default() };
         self.mhcs
-            .iter()
-            .filter(|(key, check)| match self.mhc_policies.get(*key) {
-                Some(Ok(p)) => concerns::mhc_concerns_cluster(check, p, &meta),
-                _ => true,
+            .entries()
+            .filter(|(_, e)| match &e.policy {
+                Ok(p) => concerns::mhc_concerns_cluster(&e.object, p, &meta),
+                Err(_) => true,
             })
             .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
@@ -663,8 +628,8 @@ impl Index {
             }
         };
         if cluster == LOCAL_CLUSTER {
-            for entry in self.nhc_nodes.values_mut() {
-                entry.place(&name, stored.as_deref());
+            for (_, policy, nodes) in self.nhcs.derived_mut() {
+                nodes.place(policy, &name, stored.as_deref());
             }
         }
         self.checks_for_node(cluster, &name)
@@ -672,12 +637,15 @@ impl Index {
 
     /// Every valid check's `maxConditionAge`s (rebuilt after the checks changed).
     fn guarded_ages(&mut self) -> &vigil_engine::concerns::GuardedAges {
-        let (mhc_policies, nhc_nodes) = (&self.mhc_policies, &self.nhc_nodes);
+        let (mhcs, nhcs) = (&self.mhcs, &self.nhcs);
         self.guarded_ages.get_or_insert_with(|| {
             // Both kinds: the policies validated when they were stored.
-            let mhc =
-                mhc_policies.values().filter_map(|p| p.as_ref().ok()).flat_map(|p| p.node_conditions.iter().cloned());
-            let nhc = nhc_nodes.values().filter_map(|e| e.policy.as_ref()).flat_map(|p| p.conditions.iter().cloned());
+            let mhc = mhcs
+                .entries()
+                .filter_map(|(_, e)| e.policy.as_ref().ok())
+                .flat_map(|p| p.node_conditions.iter().cloned());
+            let nhc =
+                nhcs.entries().filter_map(|(_, e)| e.policy.as_ref().ok()).flat_map(|p| p.conditions.iter().cloned());
             let rules: Vec<vigil_api::validate::ConditionRule> = mhc.chain(nhc).collect();
             vigil_engine::concerns::GuardedAges::of(&rules)
         })
@@ -709,8 +677,9 @@ impl Index {
         }
         if cluster == LOCAL_CLUSTER {
             let node = self.nodes.get(LOCAL_CLUSTER).and_then(|c| c.nodes.get(name));
-            for (n, check) in &self.nhcs {
-                let hit = match (self.nhc_nodes.get(n).and_then(|e| e.policy.as_ref()), node) {
+            for (n, entry) in self.nhcs.entries() {
+                let check = &entry.object;
+                let hit = match (entry.policy.as_ref().ok(), node) {
                     (Some(p), Some(node)) => concerns::nhc_concerns_node(check, p, node),
                     // A deleted Node: the checks that listed it, or every check if unknown.
                     (Some(_), None) => {
@@ -768,10 +737,10 @@ impl Index {
     /// The checks a template or remediation object concerns.
     pub fn checks_for_object(&self, meta: &Meta) -> BTreeSet<CheckRef> {
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
-        for (key @ (ns, n), check) in &self.mhcs {
-            let concerned = match self.mhc_policies.get(key) {
-                Some(Ok(p)) => concerns::mhc_concerns_remediation_object(check, p, meta),
-                _ => true,
+        for ((ns, n), e) in self.mhcs.entries() {
+            let concerned = match &e.policy {
+                Ok(p) => concerns::mhc_concerns_remediation_object(&e.object, p, meta),
+                Err(_) => true,
             };
             if concerned {
                 out.insert(CheckRef::Machine { namespace: ns.clone(), name: n.clone() });
@@ -782,8 +751,12 @@ impl Index {
             .get(LOCAL_CLUSTER)
             .and_then(|c| c.nodes.get(vigil_engine::target::remediation_node_name(meta)))
             .map(|n| n.as_ref());
-        for (n, check) in &self.nhcs {
-            if parsed_nhc(check).is_none_or(|p| concerns::nhc_concerns_remediation_object(check, &p, meta, node)) {
+        for (n, e) in self.nhcs.entries() {
+            let concerned = match &e.policy {
+                Ok(p) => concerns::nhc_concerns_remediation_object(&e.object, p, meta, node),
+                Err(_) => true,
+            };
+            if concerned {
                 out.insert(CheckRef::Node { name: n.clone() });
             }
         }
@@ -792,26 +765,23 @@ impl Index {
 
     /// A MachineHealthCheck's spec as validated when it was stored: its policy, or the error.
     pub fn mhc_policy(&self, namespace: &str, name: &str) -> Option<&Result<Arc<MhcPolicy>, String>> {
-        self.mhc_policies.get(&(namespace.to_string(), name.to_string()))
+        self.mhcs.policy(&(namespace.to_string(), name.to_string()))
     }
 
     /// [`Index::mhc_policy`] by the check's key as the index holds it (no key is built).
     pub fn mhc_policy_of(&self, key: &(String, String)) -> Option<&Result<Arc<MhcPolicy>, String>> {
-        self.mhc_policies.get(key)
+        self.mhcs.policy(key)
     }
 
     /// A NodeHealthCheck's spec as validated when it was stored: its policy, or the error.
     pub fn nhc_policy(&self, name: &str) -> Option<&Result<Arc<NhcPolicy>, String>> {
-        self.nhc_policies.get(name)
+        self.nhcs.policy(name)
     }
 
     /// Forgets every MachineHealthCheck (before a complete list replaces them).
     pub fn clear_mhcs(&mut self) {
         self.mhcs.clear();
-        self.mhc_policies.clear();
-        self.mhc_targets.clear();
         self.mhc_peer_lists.clear();
-        self.mhc_errors.clear();
         self.guarded_ages = None;
     }
 
@@ -821,37 +791,36 @@ impl Index {
         check: Option<MachineHealthCheck>,
         removed: Option<(String, String)>,
     ) -> BTreeSet<CheckRef> {
-        let key = match (&check, removed) {
-            (Some(c), _) => {
+        self.put_mhc_read(check.map(|c| (c, None)), removed)
+    }
+
+    /// [`Index::put_mhc`] of a check as read from the API server, with why its spec could not be
+    /// read when it could not (it is stored with an empty spec, and its status says why).
+    pub fn put_mhc_read(
+        &mut self,
+        read: Option<(MachineHealthCheck, Option<String>)>,
+        removed: Option<(String, String)>,
+    ) -> BTreeSet<CheckRef> {
+        let key = match (&read, removed) {
+            (Some((c, _)), _) => {
                 (c.metadata.namespace.clone().unwrap_or_default(), c.metadata.name.clone().unwrap_or_default())
             }
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
-        let held = self.mhcs.get(&key).map(|c| &c.metadata);
-        if let (Some(new), Some(held)) = (check.as_ref().map(|c| &c.metadata), held)
-            && not_newer(new.resource_version.as_deref(), held.resource_version.as_deref())
-        {
-            return BTreeSet::new();
-        }
-        let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
-        let held_status = self.mhcs.get(&key).map(|c| &c.status);
-        let status_moved = !changed && held_status.is_some_and(|s| check.as_ref().is_some_and(|c| &c.status != s));
-        match check {
-            Some(c) => {
-                let policy = validate::machine_health_check(&c).map(Arc::new).map_err(|e| e.to_string());
-                self.mhc_policies.insert(key.clone(), policy);
-                self.mhcs.insert(key.clone(), Arc::new(c));
-                if changed || !self.mhc_targets.contains_key(&key) {
-                    self.renew_mhc_targets(&key);
-                }
-            }
+        let stored = match read {
+            Some((check, error)) => self
+                .mhcs
+                .put(key.clone(), check, error, |c| validate::machine_health_check(c).map_err(|e| e.to_string())),
             None => {
-                self.mhc_policies.remove(&key);
-                self.mhc_targets.remove(&key);
                 self.mhcs.remove(&key);
+                Stored::Kept { changed: true, status_moved: false, renew: false }
             }
         };
+        let Stored::Kept { changed, status_moved, renew } = stored else { return BTreeSet::new() };
+        if renew {
+            self.renew_mhc_targets(&key);
+        }
         self.guarded_ages = None;
         self.renew_mhc_peer_list(&key.0);
         if status_moved {
@@ -864,8 +833,7 @@ impl Index {
         // (vigil_engine::peers): every check of the namespace decides again.
         let mut out: BTreeSet<CheckRef> = self
             .mhcs
-            .range((key.0.clone(), String::new())..)
-            .take_while(|((ns, _), _)| *ns == key.0)
+            .in_namespace(&key.0)
             .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect();
         out.insert(CheckRef::Machine { namespace: key.0, name: key.1 });
@@ -876,17 +844,27 @@ impl Index {
     /// concerns it. With `--serve-medik8s`, it takes the place of a medik8s check of its name,
     /// and gives it back when it goes.
     pub fn put_nhc(&mut self, check: Option<NodeHealthCheck>, removed: Option<String>) -> BTreeSet<CheckRef> {
-        let Some(up) = self.medik8s.as_mut() else { return self.store_nhc(check, removed, NhcApi::Vigil) };
-        let name = match (&check, &removed) {
-            (Some(c), _) => c.metadata.name.clone().unwrap_or_default(),
+        self.put_nhc_read(check.map(|c| (c, None)), removed)
+    }
+
+    /// [`Index::put_nhc`] of a check as read from the API server, with why its spec could not be
+    /// read when it could not (it is stored with an empty spec, and its status says why).
+    pub fn put_nhc_read(
+        &mut self,
+        read: Option<(NodeHealthCheck, Option<String>)>,
+        removed: Option<String>,
+    ) -> BTreeSet<CheckRef> {
+        let Some(up) = self.medik8s.as_mut() else { return self.store_nhc(read, removed, NhcApi::Vigil) };
+        let name = match (&read, &removed) {
+            (Some((c, _)), _) => c.metadata.name.clone().unwrap_or_default(),
             (None, Some(k)) => k.clone(),
             (None, None) => return BTreeSet::new(),
         };
-        if check.is_some() {
+        if read.is_some() {
             // The medik8s check leaves first, so the two are never taken for versions of one object.
             up.vigil.insert(name.clone());
             let mut dirty = self.sync_medik8s(&name);
-            dirty.extend(self.store_nhc(check, removed, NhcApi::Vigil));
+            dirty.extend(self.store_nhc(read, removed, NhcApi::Vigil));
             return dirty;
         }
         if !up.vigil.remove(&name) {
@@ -898,46 +876,35 @@ impl Index {
         dirty
     }
 
-    /// Stores (or removes) a NodeHealthCheck served from `api`; a change of anything but its
-    /// status concerns it.
+    /// Stores (or removes) a NodeHealthCheck served from `api` (with why its spec could not be
+    /// read, if it could not); a change of anything but its status concerns it.
     pub(crate) fn store_nhc(
         &mut self,
-        check: Option<NodeHealthCheck>,
+        read: Option<(NodeHealthCheck, Option<String>)>,
         removed: Option<String>,
         api: NhcApi,
     ) -> BTreeSet<CheckRef> {
-        let key = match (&check, removed) {
-            (Some(c), _) => c.metadata.name.clone().unwrap_or_default(),
+        let key = match (&read, removed) {
+            (Some((c, _)), _) => c.metadata.name.clone().unwrap_or_default(),
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
-        let held = self.nhcs.get(&key).map(|c| &c.metadata);
-        if let (Some(new), Some(held)) = (check.as_ref().map(|c| &c.metadata), held)
-            && not_newer(new.resource_version.as_deref(), held.resource_version.as_deref())
-        {
-            return BTreeSet::new();
-        }
-        let changed = needs_decision(check.as_ref().map(|c| &c.metadata), held);
-        let held_status = self.nhcs.get(&key).map(|c| &c.status);
-        let status_moved = !changed && held_status.is_some_and(|s| check.as_ref().is_some_and(|c| &c.status != s));
-        match check {
-            Some(c) => {
-                let policy = validate::node_health_check(&c)
-                    .map(|p| Arc::new(NhcPolicy { api, ..p }))
-                    .map_err(|e| e.to_string());
-                self.nhc_policies.insert(key.clone(), policy);
-                if changed || !self.nhc_nodes.contains_key(&key) {
-                    let entry = NhcNodes::of(parsed_nhc(&c), self.nodes.get(LOCAL_CLUSTER));
-                    self.nhc_nodes.insert(key.clone(), entry);
-                }
-                self.nhcs.insert(key.clone(), Arc::new(c))
-            }
+        let stored = match read {
+            Some((check, error)) => self.nhcs.put(key.clone(), check, error, |c| {
+                validate::node_health_check(c).map(|p| NhcPolicy { api, ..p }).map_err(|e| e.to_string())
+            }),
             None => {
-                self.nhc_policies.remove(&key);
-                self.nhc_nodes.remove(&key);
-                self.nhcs.remove(&key)
+                self.nhcs.remove(&key);
+                Stored::Kept { changed: true, status_moved: false, renew: false }
             }
         };
+        let Stored::Kept { changed, status_moved, renew } = stored else { return BTreeSet::new() };
+        if renew {
+            let cache = self.nodes.get(LOCAL_CLUSTER);
+            if let Some((policy, nodes)) = self.nhcs.derived_of(&key) {
+                *nodes = policy.map(|p| NhcNodes::of(p, cache)).unwrap_or_default();
+            }
+        }
         self.guarded_ages = None;
         if changed || status_moved { BTreeSet::from([CheckRef::Node { name: key }]) } else { BTreeSet::new() }
     }
@@ -955,19 +922,9 @@ impl Index {
         match serve {
             Some(entry) => {
                 up.served.insert(name.to_string());
-                match entry.error {
-                    Some(e) => self.nhc_errors.insert(name.to_string(), e),
-                    None => self.nhc_errors.remove(name),
-                };
-                self.store_nhc(Some(entry.check), None, NhcApi::Medik8s)
+                self.store_nhc(Some((entry.check, entry.error)), None, NhcApi::Medik8s)
             }
-            None if up.served.remove(name) => {
-                // A vigil.dev check taking the name has its own error recorded already.
-                if !up.vigil.contains(name) {
-                    self.nhc_errors.remove(name);
-                }
-                self.store_nhc(None, Some(name.to_string()), NhcApi::Medik8s)
-            }
+            None if up.served.remove(name) => self.store_nhc(None, Some(name.to_string()), NhcApi::Medik8s),
             None => BTreeSet::new(),
         }
     }
@@ -1008,23 +965,6 @@ impl Index {
 
 fn resource_version(raw: &Value) -> Option<&str> {
     raw.pointer("/metadata/resourceVersion").and_then(Value::as_str)
-}
-
-/// Whether a health check's update can change its decision: anything but its status. A status
-/// that moved still gets a decision of that check alone (`put_mhc`, `put_nhc`): the answer to our
-/// own write is stored when it is made, so its echo is "not newer" and never gets here, and a
-/// status that does get here is one the controller did not last write — another writer's, or one
-/// of ours that a relist (from before the write) had replaced with an older version. Without that
-/// decision the stored status would stay wrong until something else changed.
-fn needs_decision(new: Option<&ObjectMeta>, old: Option<&ObjectMeta>) -> bool {
-    match (new, old) {
-        (Some(new), Some(old)) => {
-            new.generation != old.generation
-                || new.annotations != old.annotations
-                || new.deletion_timestamp != old.deletion_timestamp
-        }
-        _ => true,
-    }
 }
 
 #[cfg(test)]
