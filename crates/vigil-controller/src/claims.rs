@@ -84,7 +84,7 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
 pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
     let mut memo = PeersMemo::default();
     let own = claims_within(idx, key, None, &mut memo).unwrap_or_default();
-    let selections = if idx.shards > 1 { selections(idx, key) } else { BTreeMap::new() };
+    let selections = if idx.sharding.count > 1 { selections(idx, key) } else { BTreeMap::new() };
     let elsewhere = other_shards_claims(idx, key, &selections, &mut memo);
     let cached =
         idx.claims.iter().map(|(k, c)| (k, c.as_slice())).chain(elsewhere.iter().map(|(k, c)| (k, c.as_slice())));
@@ -101,10 +101,10 @@ pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<T
             assemble::holders(Some(key), own, cached, Some(&rederived))
         }
     };
-    if idx.shards <= 1 {
+    if idx.sharding.count <= 1 {
         return holders;
     }
-    cross_shard::leave_to_first(holders, idx.shards, &selections)
+    cross_shard::leave_to_first(holders, idx.sharding.count, &selections)
 }
 
 /// With shards: the claims of the checks of other shards about the targets they select with
@@ -398,7 +398,7 @@ mod scoped_claims {
     /// while the cached claims, from before that object was seen, say nobody holds anything.
     fn two_nhcs() -> Index {
         let mut idx = Index::default();
-        idx.nhc_state = SourceState::Synced;
+        idx.sources.nhcs = SourceState::Synced;
         // The surroundings read: no node Lease held, no maintenance, upgrade or Machine API kind served.
         idx.around.leases.state = SourceState::Synced;
         idx.around.maintenances.served = Some(false);
@@ -615,7 +615,7 @@ mod scoped_claims {
             ("one shard", 1, true),
         ];
         for (what, shards, reboot_starts) in cases {
-            idx.shards = shards;
+            idx.sharding.count = shards;
             assert_eq!(creates_for(&job(&idx, &fence, now).expect("decided")), ["w-2"], "{what}");
             let plan = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
             let want: &[&str] = if reboot_starts { &["w-2"] } else { &[] };
@@ -634,7 +634,7 @@ mod scoped_claims {
         // First in order, so the cross-shard rule alone would leave w-2 to it.
         idx.put_nhc(Some(nhc("a-reboot", SNR, "SelfNodeRemediationTemplate")), None);
         idx.claims.clear();
-        idx.shards = shards_where("a-reboot", "fence", true);
+        idx.sharding.count = shards_where("a-reboot", "fence", true);
         let now = at("2030-01-01T00:00:10Z");
         let plan = job(&idx, &CheckRef::Node { name: "a-reboot".into() }, now).expect("decided");
         assert_eq!(creates_for(&plan), Vec::<String>::new(), "fence's object holds w-2");
@@ -645,7 +645,7 @@ mod scoped_claims {
     #[test]
     fn the_checks_selecting_a_target_are_read_from_specs_and_labels() {
         let mut idx = self_hosted();
-        idx.shards = 6;
+        idx.sharding.count = 6;
         let reboot = CheckRef::Node { name: "reboot".into() };
         let workers = CheckRef::Machine { namespace: "default".into(), name: "workers".into() };
         let fence = CheckRef::Node { name: "fence".into() };
@@ -671,7 +671,7 @@ mod scoped_claims {
     #[test]
     fn a_workload_cluster_this_replica_did_not_connect_to_counts_as_self_hosted_for_the_cross_shard_rule() {
         let mut idx = self_hosted();
-        idx.shards = 6;
+        idx.sharding.count = 6;
         let reboot = CheckRef::Node { name: "reboot".into() };
         let workers = CheckRef::Machine { namespace: "default".into(), name: "workers".into() };
         let selecting_w2 = |idx: &Index| -> bool {

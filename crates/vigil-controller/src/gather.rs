@@ -224,9 +224,9 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
         needs.insert(Need::WorkloadCluster(namespace.to_string(), policy.cluster_name.clone()));
     }
     let unsure = [
-        waiting(&idx.mhc_state, "MachineHealthChecks"),
-        waiting(&idx.machine_state, "Cluster API Machines"),
-        waiting(&idx.cluster_state, "Cluster API Clusters"),
+        waiting(&idx.sources.mhcs, "MachineHealthChecks"),
+        waiting(&idx.sources.machines, "Cluster API Machines"),
+        waiting(&idx.sources.clusters, "Cluster API Clusters"),
         idx.capi_unlisted(&vigil_engine::shard::machine_check_key(namespace, &policy.cluster_name)),
         idx.rule_unlisted(),
     ]
@@ -412,11 +412,14 @@ struct NhcSources<'i> {
 
 fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
     let leases = format!("Leases in {}", idx.around.lease_namespace);
-    let mut unsure: Vec<String> =
-        [waiting(&idx.nhc_state, "NodeHealthChecks"), idx.rule_unlisted(), waiting(&idx.around.leases.state, &leases)]
-            .into_iter()
-            .flatten()
-            .collect();
+    let mut unsure: Vec<String> = [
+        waiting(&idx.sources.nhcs, "NodeHealthChecks"),
+        idx.rule_unlisted(),
+        waiting(&idx.around.leases.state, &leases),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     // With medik8s' checks served, a Node one of them holds is known only once they are listed.
     unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::medik8s::upstream::SOURCE)));
     match idx.nodes.get(LOCAL_CLUSTER) {

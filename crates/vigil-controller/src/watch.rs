@@ -158,7 +158,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                 BTreeSet::new()
             }
         },
-        |idx| &mut idx.mhc_state,
+        |idx| &mut idx.sources.mhcs,
         Index::all_mhcs,
     ));
     let nhcs = watch(ctx, Api::<DynamicObject>::all_with(client.clone(), &nhc_ar));
@@ -181,7 +181,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                 BTreeSet::new()
             }
         },
-        |idx| &mut idx.nhc_state,
+        |idx| &mut idx.sources.nhcs,
         Index::all_nhcs,
     ));
     start_nodes(ctx, LOCAL_CLUSTER.to_string(), client.clone());
@@ -201,9 +201,9 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                 attempt = attempt.saturating_add(1);
                 let first = {
                     let mut idx = ctx.write_index();
-                    let first = idx.machine_state != SourceState::Failed(why.clone());
-                    idx.machine_state = SourceState::Failed(why.clone());
-                    idx.cluster_state = SourceState::Failed(why.clone());
+                    let first = idx.sources.machines != SourceState::Failed(why.clone());
+                    idx.sources.machines = SourceState::Failed(why.clone());
+                    idx.sources.clusters = SourceState::Failed(why.clone());
                     first.then(|| idx.all_mhcs())
                 };
                 if let Some(dirty) = first {
@@ -238,7 +238,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                     counted.metrics.cached_machines(idx.machine_count());
                     dirty
                 },
-                |idx| &mut idx.machine_state,
+                |idx| &mut idx.sources.machines,
                 // NodeHealthChecks too: in sharded mode they may wait for a Machine list.
                 Index::all_checks,
             ));
@@ -257,11 +257,11 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                         for v in list {
                             idx.put_cluster(Some(&v), None);
                         }
-                        idx.clusters_listed = idx.held.clone().unwrap_or_default();
+                        idx.sharding.clusters_listed = idx.sharding.held.clone().unwrap_or_default();
                         BTreeSet::new()
                     }
                 },
-                |idx| &mut idx.cluster_state,
+                |idx| &mut idx.sources.clusters,
                 Index::all_mhcs,
             ));
         }
@@ -281,8 +281,8 @@ fn update_machines(idx: &mut Index, op: Op<WireObject, Option<crate::index::Mach
             }
             // Every held shard's Machines, and every other one referencing a local Node, are in
             // the cache now.
-            idx.machines_listed = idx.held.clone().unwrap_or_default();
-            idx.rule_machines_pending = false;
+            idx.sharding.machines_listed = idx.sharding.held.clone().unwrap_or_default();
+            idx.sharding.rule_machines_pending = false;
             BTreeSet::new()
         }
     }
@@ -341,16 +341,16 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
                         .collect();
                     if cluster == LOCAL_CLUSTER {
                         idx.renew_nhc_nodes();
-                        if idx.held.is_some() {
+                        if idx.sharding.held.is_some() {
                             // Other shards' Machines are kept by the local Nodes they reference.
-                            idx.rule_machines_pending = true;
-                            idx.capi_relist_asked = true;
+                            idx.sharding.rule_machines_pending = true;
+                            idx.sharding.capi_relist_asked = true;
                         }
                     }
                     BTreeSet::new()
                 }
             };
-            if std::mem::take(&mut idx.capi_relist_asked) {
+            if std::mem::take(&mut idx.sharding.capi_relist_asked) {
                 relister.relist_capi();
             }
             dirty

@@ -241,7 +241,7 @@ fn share_local_nodes(ctx: &Context, key: &str) {
 /// Whether the Cluster `namespace/name` exists (`None` while Clusters are not listed).
 fn cluster_exists(ctx: &Context, namespace: &str, name: &str) -> Option<bool> {
     let idx = ctx.read_index();
-    (idx.cluster_state == SourceState::Synced)
+    (idx.sources.clusters == SourceState::Synced)
         .then(|| idx.clusters.contains_key(&(namespace.to_string(), name.to_string())))
 }
 

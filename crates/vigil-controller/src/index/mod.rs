@@ -72,14 +72,53 @@ pub type MhcChecks = Checks<(String, String), MachineHealthCheck, MhcPolicy, BTr
 /// NodeHealthChecks by name, each with the management cluster's Nodes its decisions need.
 pub type NhcChecks = Checks<String, NodeHealthCheck, NhcPolicy, NhcNodes>;
 
+/// Sharded mode (`vigil run --shards N`): the shard count, which shards this replica holds and
+/// what its caches wait for.
+#[derive(Debug, Default)]
+pub struct Sharding {
+    /// `vigil run --shards N` (0 and 1: one shard): with more, a target selected by checks of
+    /// different shards is left to the first of them (`vigil_engine::cross_shard`).
+    pub count: u32,
+    /// The shards whose Machines and Clusters the caches keep (`None`: every
+    /// shard). A Machine of another shard is kept only when it references a Node of the local
+    /// cluster: the cross-shard rule reads which checks select a local Node
+    /// (`claims::selections`), and another shard's MachineHealthCheck selects one through it.
+    pub held: Option<BTreeSet<u32>>,
+    /// Held shards whose Machines were in the last complete list (a shard taken
+    /// since waits for the next list: its checks decide nothing until then).
+    pub machines_listed: BTreeSet<u32>,
+    /// Held shards whose Clusters were in the last complete list.
+    pub clusters_listed: BTreeSet<u32>,
+    /// A Machine list was asked for because the local Nodes changed (a Machine of
+    /// another shard referencing a new local Node may have been left out); until it arrives,
+    /// NodeHealthChecks decide nothing (the cross-shard rule would miss that Machine).
+    pub rule_machines_pending: bool,
+    /// A new Machine list is to be asked for (taken by the Node watch).
+    pub capi_relist_asked: bool,
+}
+
+/// Whether each source every decision reads can be trusted.
+#[derive(Debug, Default)]
+pub struct FixedSources {
+    /// The MachineHealthCheck watch.
+    pub mhcs: SourceState,
+    /// The NodeHealthCheck watch.
+    pub nhcs: SourceState,
+    /// The Machine watch (Failed when Cluster API is not installed).
+    pub machines: SourceState,
+    /// The Cluster watch.
+    pub clusters: SourceState,
+}
+
 /// Every index.
 #[derive(Debug, Default)]
 pub struct Index {
     /// `vigil run --dry-run`: every check is decided in dry-run, whatever its spec says.
     pub dry_run: bool,
-    /// `vigil run --shards N` (0 and 1: one shard): with more, a target selected by checks of
-    /// different shards is left to the first of them (`vigil_engine::cross_shard`).
-    pub shards: u32,
+    /// `vigil run --shards N`: the shards and what the caches wait for.
+    pub sharding: Sharding,
+    /// Whether each fixed source can be trusted.
+    pub sources: FixedSources,
     /// MachineHealthChecks by (namespace, name), each validated when stored (decisions and
     /// claims read the policy instead of validating every check of the namespace again: the
     /// 10 000-Machine wave spent 44% of its CPU doing that). Written through
@@ -107,34 +146,10 @@ pub struct Index {
     pub machine_node_clusters: BTreeMap<ClusterKey, usize>,
     /// Templates and remediation objects by group and kind.
     pub objects: BTreeMap<GroupKind, ObjectCache>,
-    /// State of the fixed sources.
-    pub mhc_state: SourceState,
-    /// State of the NodeHealthCheck watch.
-    pub nhc_state: SourceState,
-    /// State of the Machine watch (Failed when Cluster API is not installed).
-    pub machine_state: SourceState,
-    /// State of the Cluster watch.
-    pub cluster_state: SourceState,
     /// Each check's claims on targets as of its last decision (who remediates what).
     pub claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
     /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
     pub self_hosted: BTreeSet<String>,
-    /// Sharded mode: the shards whose Machines and Clusters the caches keep (`None`: every
-    /// shard). A Machine of another shard is kept only when it references a Node of the local
-    /// cluster: the cross-shard rule reads which checks select a local Node
-    /// (`claims::selections`), and another shard's MachineHealthCheck selects one through it.
-    pub held: Option<BTreeSet<u32>>,
-    /// Sharded mode: held shards whose Machines were in the last complete list (a shard taken
-    /// since waits for the next list: its checks decide nothing until then).
-    pub machines_listed: BTreeSet<u32>,
-    /// Sharded mode: held shards whose Clusters were in the last complete list.
-    pub clusters_listed: BTreeSet<u32>,
-    /// Sharded mode: a Machine list was asked for because the local Nodes changed (a Machine of
-    /// another shard referencing a new local Node may have been left out); until it arrives,
-    /// NodeHealthChecks decide nothing (the cross-shard rule would miss that Machine).
-    pub rule_machines_pending: bool,
-    /// Sharded mode: a new Machine list is to be asked for (taken by the Node watch).
-    pub capi_relist_asked: bool,
     /// Workload clusters whose connection told whether they are self-hosted (in
     /// [`Index::self_hosted`] or not); with `--shards`, a replica connects only to its shards'
     /// clusters, and the cross-shard rule counts any other cluster as possibly self-hosted.
@@ -244,12 +259,15 @@ impl Index {
     }
 
     /// An empty index for a controller running `shards` shards; `sharded`: it keeps the Cluster
-    /// API objects of the shards it holds only ([`Index::held`]).
+    /// API objects of the shards it holds only ([`Sharding::held`]).
     pub fn with_shards(shards: u32, sharded: bool) -> Self {
-        Index { shards, held: sharded.then(BTreeSet::new), ..Index::default() }
+        Index {
+            sharding: Sharding { count: shards, held: sharded.then(BTreeSet::new), ..Sharding::default() },
+            ..Index::default()
+        }
     }
 
-    /// The shard of a check among [`Index::shards`] (a MachineHealthCheck by its workload
+    /// The shard of a check among [`Sharding::count`] (a MachineHealthCheck by its workload
     /// cluster, a NodeHealthCheck by its name); `None` for a MachineHealthCheck not stored.
     pub fn shard_of(&self, key: &CheckRef) -> Option<u32> {
         let shard_key = match key {
@@ -259,13 +277,13 @@ impl Index {
             }
             CheckRef::Node { name } => name.clone(),
         };
-        Some(vigil_engine::shard::shard_of(&shard_key, self.shards))
+        Some(vigil_engine::shard::shard_of(&shard_key, self.sharding.count))
     }
 
     /// Whether the caches keep the Cluster API objects of workload cluster `key`
     /// (`namespace/clusterName`): always with one shard, else when its shard is held.
     pub fn keeps_cluster(&self, key: &str) -> bool {
-        self.held.as_ref().is_none_or(|h| h.contains(&vigil_engine::shard::shard_of(key, self.shards)))
+        self.sharding.held.as_ref().is_none_or(|h| h.contains(&vigil_engine::shard::shard_of(key, self.sharding.count)))
     }
 
     /// Whether the caches keep Machine `view`: its cluster's shard is held, or it references a
@@ -283,13 +301,13 @@ impl Index {
     /// local Nodes changed since the last list (`None`: it may; also when Cluster API cannot be
     /// watched, as there are then no Machines to read).
     pub fn rule_unlisted(&self) -> Option<String> {
-        self.held.as_ref()?;
-        match self.machine_state {
+        self.sharding.held.as_ref()?;
+        match self.sources.machines {
             SourceState::Syncing => Some(
                 "waiting for the first complete list of Machines: the rule for checks in different shards reads them"
                     .to_string(),
             ),
-            SourceState::Synced if self.rule_machines_pending => Some(
+            SourceState::Synced if self.sharding.rule_machines_pending => Some(
                 "waiting for a complete list of Machines: a Node of this cluster appeared, and the Machines of other \
                  shards referencing it are read by the rule for checks in different shards"
                     .to_string(),
@@ -301,28 +319,32 @@ impl Index {
     /// Why the Machines and Clusters of workload cluster `key` cannot be trusted yet (its shard
     /// was taken since the last complete lists); `None`: they can.
     pub fn capi_unlisted(&self, key: &str) -> Option<String> {
-        self.held.as_ref()?;
-        let shard = vigil_engine::shard::shard_of(key, self.shards);
-        (!self.machines_listed.contains(&shard) || !self.clusters_listed.contains(&shard)).then(|| {
-            format!("waiting for a complete list of the Machines and Clusters of shard {shard}, taken by this replica")
-        })
+        self.sharding.held.as_ref()?;
+        let shard = vigil_engine::shard::shard_of(key, self.sharding.count);
+        (!self.sharding.machines_listed.contains(&shard) || !self.sharding.clusters_listed.contains(&shard)).then(
+            || {
+                format!(
+                    "waiting for a complete list of the Machines and Clusters of shard {shard}, taken by this replica"
+                )
+            },
+        )
     }
 
     /// Shard `shard` is held from now on: its Machines and Clusters are kept from the next
     /// complete lists on (the caller asks for them).
     pub fn take_shard(&mut self, shard: u32) {
-        self.held.get_or_insert_with(BTreeSet::new).insert(shard);
-        self.machines_listed.remove(&shard);
-        self.clusters_listed.remove(&shard);
+        self.sharding.held.get_or_insert_with(BTreeSet::new).insert(shard);
+        self.sharding.machines_listed.remove(&shard);
+        self.sharding.clusters_listed.remove(&shard);
     }
 
     /// Shard `shard` is no longer held: its Machines (but those referencing a local Node) and
     /// Clusters are forgotten.
     pub fn let_go_shard(&mut self, shard: u32) {
-        let Some(held) = self.held.as_mut() else { return };
+        let Some(held) = self.sharding.held.as_mut() else { return };
         held.remove(&shard);
-        self.machines_listed.remove(&shard);
-        self.clusters_listed.remove(&shard);
+        self.sharding.machines_listed.remove(&shard);
+        self.sharding.clusters_listed.remove(&shard);
         let gone: Vec<(String, String)> = self
             .machines
             .values()
@@ -333,8 +355,8 @@ impl Index {
         for key in gone {
             self.put_machine_entry(None, Some(key));
         }
-        let shards = self.shards;
-        if let Some(held) = &self.held {
+        let shards = self.sharding.count;
+        if let Some(held) = &self.sharding.held {
             self.clusters.retain(|(ns, name), _| {
                 held.contains(&vigil_engine::shard::shard_of(&vigil_engine::shard::machine_check_key(ns, name), shards))
             });
@@ -609,10 +631,10 @@ impl Index {
             Some(n) => {
                 let new = Arc::new(n);
                 let old = cache.nodes.insert(name.clone(), new.clone());
-                if old.is_none() && cluster == LOCAL_CLUSTER && self.held.is_some() {
+                if old.is_none() && cluster == LOCAL_CLUSTER && self.sharding.held.is_some() {
                     // Another shard's Machine referencing this Node was not kept until now.
-                    self.rule_machines_pending = true;
-                    self.capi_relist_asked = true;
+                    self.sharding.rule_machines_pending = true;
+                    self.sharding.capi_relist_asked = true;
                 }
                 if let Some(old) = old
                     && !concerns::node_change_matters(&old, &new)
@@ -1041,9 +1063,9 @@ mod tests {
         idx.put_cluster(Some(&cluster(&other)), None);
         assert_eq!(idx.clusters.keys().map(|(_, n)| n.as_str()).collect::<Vec<_>>(), [mine]);
         // The lists arrive (what the watches' Replace sets).
-        idx.machines_listed = idx.held.clone().unwrap_or_default();
-        idx.clusters_listed = idx.held.clone().unwrap_or_default();
-        idx.rule_machines_pending = false;
+        idx.sharding.machines_listed = idx.sharding.held.clone().unwrap_or_default();
+        idx.sharding.clusters_listed = idx.sharding.held.clone().unwrap_or_default();
+        idx.sharding.rule_machines_pending = false;
         assert_eq!(idx.capi_unlisted("ns/c0"), None);
         assert!(idx.capi_unlisted(&format!("ns/{other}")).is_some(), "not held");
         // A Machine that stops referencing a local Node is forgotten.
@@ -1064,10 +1086,10 @@ mod tests {
         assert!(idx.capi_unlisted("ns/c0").is_some());
         // Machines never listed: no decision; a new local Node: none until they are listed again.
         assert!(idx.rule_unlisted().is_some(), "Machines not listed yet");
-        idx.machine_state = SourceState::Synced;
+        idx.sources.machines = SourceState::Synced;
         assert_eq!(idx.rule_unlisted(), None);
         idx.put_node(LOCAL_CLUSTER, Some(node("local-2", json!({}))), None, now);
-        assert!(idx.rule_unlisted().is_some() && idx.capi_relist_asked);
+        assert!(idx.rule_unlisted().is_some() && idx.sharding.capi_relist_asked);
         // One shard: everything is kept, nothing waits.
         let mut one = Index::with_shards(1, false);
         one.put_machine(Some(&machine_of("m-other", &other, "x2")), None);
