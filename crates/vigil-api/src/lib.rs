@@ -6,6 +6,7 @@
 //! policy, and only a policy reaches the engine, so an invalid spec can never cause remediation.
 
 pub mod admission;
+pub mod api_version;
 pub mod conditions;
 pub mod crd;
 pub mod duration;

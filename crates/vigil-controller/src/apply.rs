@@ -18,9 +18,10 @@ use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tracing::warn;
+use vigil_api::api_version::{ApiVersion, group_of};
 use vigil_api::views::MachineView;
 use vigil_engine::machine_write::machine_status_patch;
-use vigil_engine::target::CheckRef;
+use vigil_engine::target::{CheckRef, Target};
 use vigil_engine::{Action, Notice, NoticeKind, ObjectRef, Seen};
 
 /// What a plan's writes came to.
@@ -71,7 +72,7 @@ fn check_reference(key: &CheckRef, uid: Option<&str>) -> ObjectReference {
 impl Context {
     /// The API resource of an object kind, from discovery (cached).
     pub async fn resource(&self, api_version: &str, kind: &str) -> Result<ApiResource, WriteError> {
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let ApiVersion { group, version } = ApiVersion::parse(api_version);
         let gvk = GroupVersionKind::gvk(group, version, kind);
         // Held across the lookup: the writes of a plan that all miss the cache at once make one
         // discovery request, not one each.
@@ -136,7 +137,7 @@ impl Context {
             .into_iter()
             .map(|n| {
                 let about = (n.kind == NoticeKind::RemediationTimedOut)
-                    .then(|| given_up.iter().find(|(node, _)| n.target.as_deref() == Some(node.as_str())))
+                    .then(|| given_up.iter().find(|(node, _)| n.target.as_ref() == Some(node)))
                     .flatten()
                     .map(|(_, o)| o.clone());
                 (n, about)
@@ -188,7 +189,7 @@ impl Context {
         let unconfirmed = self.unconfirmed_nodes(&results);
         let (held, rest): (Vec<Action>, Vec<Action>) = rest.into_iter().partition(|a| match a {
             Action::CreateRemediation { target, .. } => {
-                unconfirmed.iter().any(|n| n.as_deref().is_none_or(|n| n == target))
+                unconfirmed.iter().any(|n| n.as_ref().is_none_or(|n| n == target))
             }
             _ => false,
         });
@@ -202,7 +203,7 @@ impl Context {
 
     /// The Nodes whose remediation object's annotation failed (`None` for an object the index
     /// does not know, whose Node is then unknown: every create waits).
-    fn unconfirmed_nodes(&self, results: &[(Action, Result<Option<ObjectRef>, WriteError>)]) -> Vec<Option<String>> {
+    fn unconfirmed_nodes(&self, results: &[(Action, Result<Option<ObjectRef>, WriteError>)]) -> Vec<Option<Target>> {
         results
             .iter()
             .filter_map(|(a, r)| match (a, r) {
@@ -213,7 +214,7 @@ impl Context {
     }
 
     /// The objects the plan annotates as given up, with their Nodes.
-    fn given_up(&self, job: &crate::gather::Job) -> Vec<(String, ObjectRef)> {
+    fn given_up(&self, job: &crate::gather::Job) -> Vec<(Target, ObjectRef)> {
         job.plan
             .actions
             .iter()
@@ -225,15 +226,16 @@ impl Context {
     }
 
     /// The Node a remediation object is for, read from the index
-    /// (`remediation.medik8s.io/node-name`).
-    fn node_of(&self, object: &ObjectRef) -> Option<String> {
+    /// (`remediation.medik8s.io/node-name`), as the target its plan names.
+    fn node_of(&self, object: &ObjectRef) -> Option<Target> {
         let gk = group_kind(&object.api_version, &object.kind);
         let idx = self.read_index();
         idx.objects
             .get(&gk)
             .and_then(|c| c.remediations.get(&object.namespace))
             .and_then(|m| m.get(&object.name))
-            .and_then(|o| o.meta.annotations.get(vigil_api::well_known::NODE_NAME_ANNOTATION).cloned())
+            .and_then(|o| o.meta.annotations.get(vigil_api::well_known::NODE_NAME_ANNOTATION))
+            .map(|node| Target::local_node(node))
     }
 
     /// Sends `actions` of the plan, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.
@@ -247,11 +249,11 @@ impl Context {
                 let this = self.clone();
                 let cached = match &action {
                     Action::SetMachineConditions { machine, .. } => {
-                        job.machines.get(&format!("{}/{}", machine.namespace, machine.name)).cloned()
+                        job.machines.get(&machine.machine_target()).cloned()
                     }
                     _ => None,
                 };
-                let remediating = crate::confirm::remediating_target(&job.key, &action, job).is_some();
+                let remediating = action.remediates().is_some();
                 let job_key = job.key.clone();
                 async move {
                     // Taken before the write's time bound starts: waiting for a permit is not
@@ -280,7 +282,7 @@ impl Context {
         let key = &job.key;
         let mut out = Outcome { failed: Vec::new(), notices: Vec::new(), first_error: None };
         for (action, result) in results {
-            let remediating = crate::confirm::remediating_target(key, &action, job).is_some();
+            let remediating = action.remediates().is_some();
             match (&action, result) {
                 (Action::CreateRemediation { target, object, .. }, Ok(Some(created))) => {
                     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
@@ -292,7 +294,7 @@ impl Context {
                         kind: NoticeKind::RemediationCreated,
                         target: Some(target.clone()),
                         reason: vigil_api::reason::Reason::RemediationCreated,
-                        message: format!("Created {kind} {}/{} for {target}", created.namespace, created.name),
+                        message: format!("Created {kind} {}/{} for {}", created.namespace, created.name, target.key()),
                     };
                     out.notices.push((notice, Some(created)));
                 }
@@ -301,13 +303,13 @@ impl Context {
                         kind: NoticeKind::RemediationDeleted,
                         target: Some(target.clone()),
                         reason: vigil_api::reason::Reason::RemediationRemoved,
-                        message: format!("Deleted {object} for {target}: it is healthy again or gone"),
+                        message: format!("Deleted {object} for {}: it is healthy again or gone", target.key()),
                     };
                     out.notices.push((notice, Some(object.clone())));
                 }
                 (Action::SetMachineConditions { machine, .. }, Ok(_)) if remediating => {
                     self.metrics.remediation(key, "Machine", "marked");
-                    if let Some(at) = job.expiries.get(&format!("{}/{}", machine.namespace, machine.name)) {
+                    if let Some(at) = job.expiries.get(&machine.machine_target()) {
                         self.metrics.detected(seconds_since(*at, self.clock.now()));
                     }
                 }
@@ -330,7 +332,7 @@ impl Context {
                 kind: NoticeKind::RemediationFailed,
                 target: Some(target.clone()),
                 reason: vigil_api::reason::Reason::RemediationFailed,
-                message: format!("Could not create {kind} for {target} ({e}); retried with back-off"),
+                message: format!("Could not create {kind} for {} ({e}); retried with back-off", target.key()),
             };
             out.notices.push((notice, None));
             // Whether or not it was made, the retry is safe: it has the same name (a 409 if the
@@ -417,9 +419,7 @@ impl Context {
             return crate::medik8s::publish_served(self, name, uid, notice, about).await;
         }
         let note = match &notice.target {
-            Some(t) if !notice.message.contains(t.rsplit('/').next().unwrap_or(t)) => {
-                format!("{t}: {}", notice.message)
-            }
+            Some(t) if !notice.message.contains(t.name()) => format!("{}: {}", t.key(), notice.message),
             _ => notice.message.clone(),
         };
         let event = Event {
@@ -429,7 +429,7 @@ impl Context {
             action: format!("{:?}", notice.kind),
             secondary: match about {
                 Some(object) => Some(object_reference(object)),
-                None => related(key, notice.target.as_deref()),
+                None => notice.target.as_ref().map(related),
             },
         };
         self.send_event(&event, &check_reference(key, uid), Some(key)).await;
@@ -817,25 +817,21 @@ fn recomputed(
 /// The Machine or Node an event is about (its `related` object). Events about different
 /// targets of one check must not share a key: the event recorder folds events with the same
 /// key into one series and keeps only the first note.
-fn related(key: &CheckRef, target: Option<&str>) -> Option<ObjectReference> {
-    let target = target?;
-    Some(match key {
-        CheckRef::Machine { namespace: check_ns, .. } => {
-            let (namespace, name) = target.split_once('/').unwrap_or((check_ns, target));
-            ObjectReference {
-                kind: Some("Machine".into()),
-                namespace: Some(namespace.into()),
-                name: Some(name.into()),
-                ..Default::default()
-            }
-        }
-        CheckRef::Node { .. } => ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(target.into()),
+fn related(target: &Target) -> ObjectReference {
+    match target {
+        Target::Machine { namespace, name } => ObjectReference {
+            kind: Some("Machine".into()),
+            namespace: Some(namespace.clone()),
+            name: Some(name.clone()),
             ..Default::default()
         },
-    })
+        Target::Node { name, .. } => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+    }
 }
 
 /// An object reference to a remediation object, for an event's related object.
@@ -851,8 +847,7 @@ pub(crate) fn object_reference(object: &ObjectRef) -> ObjectReference {
 
 /// The index key of a kind: (group, kind).
 fn group_kind(api_version: &str, kind: &str) -> crate::index::GroupKind {
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    (group.to_string(), kind.to_string())
+    (group_of(api_version).to_string(), kind.to_string())
 }
 
 /// Seconds from `deadline` to `now`, for the detection-delay metric.
@@ -899,21 +894,22 @@ mod tests {
         };
         assert!(holds_a_verdict_permit(&verdict, false));
         assert!(!holds_a_verdict_permit(&verdict, true), "a remediating write is never held back");
-        let delete = Action::DeleteRemediation { target: "ns/m1".into(), object: machine, seen: Default::default() };
+        let target = Target::Machine { namespace: "ns".into(), name: "m1".into() };
+        let delete = Action::DeleteRemediation { target, object: machine, seen: Default::default() };
         assert!(!holds_a_verdict_permit(&delete, false));
     }
 
     #[test]
     fn events_name_the_target_they_are_about() {
-        let mhc = CheckRef::Machine { namespace: "ns".into(), name: "workers".into() };
-        let r = related(&mhc, Some("ns/m1")).expect("related");
+        let r = related(&Target::Machine { namespace: "ns".into(), name: "m1".into() });
         assert_eq!(
             (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
             (Some("Machine"), Some("ns"), Some("m1"))
         );
-        let r = related(&CheckRef::Node { name: "w".into() }, Some("n1")).expect("related");
+        let r = related(&Target::local_node("n1"));
         assert_eq!((r.kind.as_deref(), r.name.as_deref(), r.namespace), (Some("Node"), Some("n1"), None));
-        assert!(related(&mhc, None).is_none(), "a check-wide notice is about the check alone");
+        let check_wide: Option<&Target> = None;
+        assert!(check_wide.map(related).is_none(), "a check-wide notice is about the check alone");
     }
 
     #[test]

@@ -339,8 +339,8 @@ fn nhc_claims_within(idx: &Index, n: &str, scope: Option<&Scope<'_>>) -> Option<
 #[cfg(test)]
 mod scoped_claims {
     use super::*;
-    use crate::confirm::{self, keep_confirmed};
-    use crate::gather::{Job, job, job_with_fresh_holders, split_api_version};
+    use crate::confirm::keep_confirmed;
+    use crate::gather::{Job, job, job_with_fresh_holders};
     use crate::sources::SourceState;
     use jiff::Timestamp;
     use k8s_openapi::api::core::v1::Node;
@@ -381,9 +381,9 @@ mod scoped_claims {
     }
 
     fn synced_kind(idx: &mut Index, api_version: &str, kind: &str) {
-        let (group, _) = split_api_version(api_version);
+        let group = group_of(api_version);
         for (k, is_template) in [(format!("{kind}Template"), true), (kind.to_string(), false)] {
-            let gk = (group.clone(), k.clone());
+            let gk = (group.to_string(), k.clone());
             if is_template {
                 let t = json!({"apiVersion": api_version, "kind": k, "metadata": {"name": "t", "namespace": "medik8s"},
                                "spec": {"template": {"spec": {}}}});
@@ -481,7 +481,7 @@ mod scoped_claims {
             .actions
             .iter()
             .filter_map(|a| match a {
-                Action::CreateRemediation { target, .. } => Some(target.clone()),
+                Action::CreateRemediation { target, .. } => Some(target.key()),
                 _ => None,
             })
             .collect()
@@ -500,7 +500,7 @@ mod scoped_claims {
         assert_eq!(creates_for(&cached), ["w-2"], "the cached claims say nobody holds w-2");
         let fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-2"])).expect("decided");
         assert_eq!(creates_for(&fresh), Vec::<String>::new(), "fence's object holds w-2");
-        assert!(fresh.plan.held_elsewhere.iter().any(|h| h.target == "w-2"), "{:?}", fresh.plan.held_elsewhere);
+        assert!(fresh.plan.held_elsewhere.iter().any(|h| h.target.key() == "w-2"), "{:?}", fresh.plan.held_elsewhere);
     }
 
     #[test]
@@ -511,7 +511,7 @@ mod scoped_claims {
         // Confirmed about w-1 only: w-2 is decided on cached claims, which miss fence's hold.
         let mut fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-1"])).expect("decided");
         assert_eq!(creates_for(&fresh), ["w-2"]);
-        keep_confirmed(&mut fresh, &[confirm::Target::Node("w-1".into())].into());
+        keep_confirmed(&mut fresh, &[Target::local_node("w-1")].into());
         assert_eq!(creates_for(&fresh), Vec::<String>::new());
         assert!(fresh.again, "the check is decided again");
     }

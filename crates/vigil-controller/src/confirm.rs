@@ -28,73 +28,25 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
-use vigil_api::conditions::ConditionStatus;
 use vigil_api::views::MachineView;
-use vigil_api::well_known::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use vigil_engine::Action;
-use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
+use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
 
 /// How long the confirming reads of one plan may take together.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many confirming reads of one plan run at once (a wave may put hundreds in one plan).
 pub const CONFIRM_READS: usize = 16;
 
-/// What a remediating action needs read again.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Target {
-    /// A Machine (namespace, name, apiVersion) and the Node it references.
-    Machine(String, String, String),
-    /// A Node of the management cluster.
-    Node(String),
-}
-
-impl Target {
-    /// The key under which the target is locked: the engine's [`vigil_engine::target::Target`], so that a
-    /// MachineHealthCheck and a NodeHealthCheck on one self-hosted Node lock the same key.
-    pub fn lock_key(&self, idx: &crate::index::Index) -> String {
-        self.lock_target(idx).to_string()
-    }
-
-    /// The engine's target this stands for in the indexes as they are now (a Machine's Node may
-    /// change with a fresh read).
-    pub fn lock_target(&self, idx: &crate::index::Index) -> vigil_engine::target::Target {
-        match self {
-            Target::Node(n) => vigil_engine::target::Target::local_node(n),
-            Target::Machine(ns, n, _) => {
-                let Some(entry) = idx.machines.get(ns).and_then(|m| m.get(n)) else {
-                    return vigil_engine::target::Target::Machine { namespace: ns.clone(), name: n.clone() };
-                };
-                let workload = machine_cluster(&entry.view);
-                let node_cluster =
-                    if idx.self_hosted.contains(&workload) { LOCAL_CLUSTER.to_string() } else { workload };
-                vigil_engine::target::Target::of_machine(&node_cluster, &entry.view)
-            }
-        }
-    }
-}
-
-/// Whether an action remediates (asks for a target to be repaired), and its target if so.
-pub fn remediating_target(key: &CheckRef, action: &Action, job: &Job) -> Option<Target> {
-    match (key, action) {
-        (CheckRef::Machine { .. }, Action::SetMachineConditions { machine, conditions, .. }) => {
-            let remediates = conditions.iter().any(|(c, _)| {
-                c.status == ConditionStatus::False && (c.type_ == HEALTH_CHECK_SUCCEEDED || c.type_ == OWNER_REMEDIATED)
-            });
-            remediates
-                .then(|| Target::Machine(machine.namespace.clone(), machine.name.clone(), machine.api_version.clone()))
-        }
-        (CheckRef::Machine { namespace: ns, .. }, Action::CreateRemediation { target, .. }) => {
-            let (namespace, name) = target.split_once('/').unwrap_or((ns.as_str(), target.as_str()));
-            let api_version = job
-                .machines
-                .get(&format!("{namespace}/{name}"))
-                .map(|e| e.view.meta.api_version.clone())
-                .unwrap_or_default();
-            Some(Target::Machine(namespace.to_string(), name.to_string(), api_version))
-        }
-        (CheckRef::Node { .. }, Action::CreateRemediation { target, .. }) => Some(Target::Node(target.clone())),
-        _ => None,
-    }
+/// The key under which a target the plan remediates ([`Action::remediates`]) is locked: the
+/// target as the indexes stand for it now (a Machine is its Node when it references one, and a
+/// fresh read may change which), so that a MachineHealthCheck and a NodeHealthCheck on one
+/// self-hosted Node lock the same key.
+pub fn lock_target(idx: &crate::index::Index, target: &Target) -> Target {
+    let Target::Machine { namespace, name } = target else { return target.clone() };
+    let Some(entry) = idx.machines.get(namespace).and_then(|m| m.get(name)) else { return target.clone() };
+    let workload = machine_cluster(&entry.view);
+    let node_cluster = if idx.self_hosted.contains(&workload) { LOCAL_CLUSTER.to_string() } else { workload };
+    Target::of_machine(&node_cluster, &entry.view)
 }
 
 /// How many Machine verdicts one decision of a check writes besides its remediations. A cold
@@ -112,7 +64,7 @@ pub fn pace_verdicts(job: &mut Job, limit: usize) {
     let mut rest = Vec::new();
     let mut verdicts = 0usize;
     for action in std::mem::take(&mut job.plan.actions) {
-        if remediating_target(&job.key, &action, job).is_some() {
+        if action.remediates().is_some() {
             first.push(action);
             continue;
         }
@@ -132,13 +84,13 @@ pub fn pace_verdicts(job: &mut Job, limit: usize) {
 /// The outcome of confirming a job.
 pub enum Confirmed {
     /// Apply this job (its remediating actions confirmed); unlock these targets afterwards.
-    Go(Box<Job>, BTreeSet<String>),
+    Go(Box<Job>, BTreeSet<Target>),
     /// The check no longer exists.
     Gone,
 }
 
 fn targets_of(job: &Job) -> BTreeSet<Target> {
-    job.plan.actions.iter().filter_map(|a| remediating_target(&job.key, a, job)).collect()
+    job.plan.actions.iter().filter_map(Action::remediates).collect()
 }
 
 /// Confirms `job`'s remediating actions (see the module documentation). Actions whose target
@@ -149,15 +101,14 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         return Confirmed::Go(Box::new(job), BTreeSet::new());
     }
     let key = job.key.clone();
-    let keyed: Vec<(Target, vigil_engine::target::Target)> = {
+    let keyed: Vec<(Target, Target)> = {
         let idx = ctx.read_index();
-        targets.iter().map(|t| (t.clone(), t.lock_target(&idx))).collect()
+        targets.iter().map(|t| (t.clone(), lock_target(&idx, t))).collect()
     };
-    let keys: BTreeSet<String> = keyed.iter().map(|(_, k)| k.to_string()).collect();
+    let keys: BTreeSet<Target> = keyed.iter().map(|(_, k)| k.clone()).collect();
     let locked_elsewhere = ctx.lock_targets(&key, &keys);
-    let locked: BTreeSet<String> = keys.difference(&locked_elsewhere).cloned().collect();
-    let to_read: Vec<&(Target, vigil_engine::target::Target)> =
-        keyed.iter().filter(|(_, k)| locked.contains(&k.to_string())).collect();
+    let locked: BTreeSet<Target> = keys.difference(&locked_elsewhere).cloned().collect();
+    let to_read: Vec<&(Target, Target)> = keyed.iter().filter(|(_, k)| locked.contains(k)).collect();
     let read_started = std::time::Instant::now();
     let confirmed = read_all(ctx, &key, &to_read).await;
     let read_took = read_started.elapsed();
@@ -198,7 +149,7 @@ pub fn keep_confirmed(job: &mut Job, confirmed: &BTreeSet<Target>) {
     let mut left_out: Vec<Action> = Vec::new();
     let mut kept = Vec::with_capacity(job.plan.actions.len());
     for action in std::mem::take(&mut job.plan.actions) {
-        match remediating_target(&job.key, &action, job) {
+        match action.remediates() {
             Some(t) if !confirmed.contains(&t) => left_out.push(action),
             _ => kept.push(action),
         }
@@ -212,11 +163,7 @@ pub fn keep_confirmed(job: &mut Job, confirmed: &BTreeSet<Target>) {
 
 /// Reads the targets again, [`CONFIRM_READS`] at a time, all within [`CONFIRM_TIMEOUT`] of the
 /// first; returns those read.
-async fn read_all(
-    ctx: &Arc<Context>,
-    key: &CheckRef,
-    targets: &[&(Target, vigil_engine::target::Target)],
-) -> BTreeSet<Target> {
+async fn read_all(ctx: &Arc<Context>, key: &CheckRef, targets: &[&(Target, Target)]) -> BTreeSet<Target> {
     let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
     // Collected first: a stream over a borrowing iterator is not `Send` for the worker task.
     let reads: Vec<_> = targets.iter().map(|(t, k)| async move {
@@ -237,36 +184,46 @@ async fn read_all(
 
 /// What the confirming decision derives other checks' claims about: the confirmed targets, as
 /// locked before the reads and as they stand after (a Machine's Node may have changed).
-fn about(
-    idx: &crate::index::Index,
-    keyed: &[(Target, vigil_engine::target::Target)],
-    confirmed: &BTreeSet<Target>,
-) -> BTreeSet<vigil_engine::target::Target> {
+fn about(idx: &crate::index::Index, keyed: &[(Target, Target)], confirmed: &BTreeSet<Target>) -> BTreeSet<Target> {
     keyed
         .iter()
         .filter(|(t, _)| confirmed.contains(t))
-        .flat_map(|(t, before)| [before.clone(), t.lock_target(idx)])
+        .flat_map(|(t, before)| [before.clone(), lock_target(idx, t)])
         .collect()
 }
 
 /// Reads a target again from the API server and puts what was read into the indexes.
 async fn refresh(ctx: &Arc<Context>, target: &Target) -> Result<(), String> {
     match target {
-        Target::Node(name) => {
-            let node = fetch_node(ctx.client.clone(), name).await?;
-            store_node(ctx, LOCAL_CLUSTER, name, node);
+        Target::Node { cluster, name } => {
+            let client = if cluster == LOCAL_CLUSTER {
+                ctx.client.clone()
+            } else {
+                let client = ctx.lock_workload_clients().get(cluster).cloned();
+                client.ok_or_else(|| format!("workload cluster {cluster} is not connected"))?
+            };
+            let node = fetch_node(client, name).await?;
+            store_node(ctx, cluster, name, node);
             Ok(())
         }
-        Target::Machine(namespace, name, api_version) => refresh_machine(ctx, namespace, name, api_version).await,
+        Target::Machine { namespace, name } => refresh_machine(ctx, namespace, name).await,
     }
+}
+
+/// The `apiVersion` to read a Machine in: the one its cached view was written in, else Cluster
+/// API's current one.
+fn cached_api_version(ctx: &Context, namespace: &str, name: &str) -> String {
+    let idx = ctx.read_index();
+    let cached = idx.machines.get(namespace).and_then(|m| m.get(name)).map(|e| e.view.meta.api_version.as_str());
+    cached.filter(|v| !v.is_empty()).unwrap_or("cluster.x-k8s.io/v1beta2").to_string()
 }
 
 /// Reads a Machine again and, at the same time, the Node its cached view names (one round trip,
 /// not two: a wave's confirmations wait on the API server, which is busiest then). When the fresh
 /// Machine names another Node or workload cluster, that Node is read after it.
-async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str, api_version: &str) -> Result<(), String> {
-    let api_version = if api_version.is_empty() { "cluster.x-k8s.io/v1beta2" } else { api_version };
-    let ar = ctx.resource(api_version, "Machine").await.map_err(|e| e.to_string())?;
+async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str) -> Result<(), String> {
+    let api_version = cached_api_version(ctx, namespace, name);
+    let ar = ctx.resource(&api_version, "Machine").await.map_err(|e| e.to_string())?;
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, &ar);
     let cached = node_of(ctx, namespace, name);
     let read_machine = async { api.get_opt(name).await.map_err(|e| format!("get Machine {namespace}/{name}: {e}")) };
@@ -335,6 +292,7 @@ mod tests {
     use vigil_api::conditions::DesiredCondition;
     use vigil_api::reason::Reason;
     use vigil_api::views::CapiVersion;
+    use vigil_api::well_known::HEALTH_CHECK_SUCCEEDED;
     use vigil_engine::plan::{ObjectRef, Plan};
 
     fn set(name: &str, healthy: bool) -> Action {

@@ -11,7 +11,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use tracing::{debug, warn};
-use vigil_engine::target::CheckRef;
+use vigil_engine::target::{CheckRef, Target};
 
 /// How many events are sent at once. Events are the largest share of a failure wave's requests
 /// (two per remediation: the target found unhealthy, its remediation requested); sent one after
@@ -57,7 +57,7 @@ pub struct Context {
     pub(crate) workload_clients: std::sync::Mutex<HashMap<String, Client>>,
     /// Targets whose remediation is being confirmed and written, with the check doing it: a
     /// second check deciding on the same target at the same moment waits for the first.
-    pub(crate) confirming: std::sync::Mutex<HashMap<String, CheckRef>>,
+    pub(crate) confirming: std::sync::Mutex<HashMap<Target, CheckRef>>,
     /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
     pub(crate) reported: std::sync::Mutex<HashSet<(String, String, String)>>,
     /// Failed applies in a row per check (the retry delay grows with them).
@@ -159,14 +159,14 @@ impl Context {
         self.workload_clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_confirming(&self) -> std::sync::MutexGuard<'_, HashMap<String, CheckRef>> {
+    fn lock_confirming(&self) -> std::sync::MutexGuard<'_, HashMap<Target, CheckRef>> {
         self.confirming.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Locks `targets` for `key`'s confirmation (a confirmation lock, not a holder's claim: it
     /// lasts from the confirming read to the write); returns the ones another check's
     /// confirmation has locked right now (left out).
-    pub fn lock_targets(&self, key: &CheckRef, targets: &BTreeSet<String>) -> BTreeSet<String> {
+    pub fn lock_targets(&self, key: &CheckRef, targets: &BTreeSet<Target>) -> BTreeSet<Target> {
         let mut locks = self.lock_confirming();
         let mut refused = BTreeSet::new();
         for t in targets {
@@ -183,7 +183,7 @@ impl Context {
     }
 
     /// Unlocks what `key`'s confirmation locked.
-    pub fn unlock_targets(&self, key: &CheckRef, targets: &BTreeSet<String>) {
+    pub fn unlock_targets(&self, key: &CheckRef, targets: &BTreeSet<Target>) {
         let mut locks = self.lock_confirming();
         for t in targets {
             if locks.get(t) == Some(key) {

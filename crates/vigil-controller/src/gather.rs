@@ -13,6 +13,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use vigil_api::api_version::ApiVersion;
 use vigil_api::reason::Reason;
 use vigil_api::validate::{self, MhcPolicy, NhcPolicy};
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
@@ -55,9 +56,10 @@ pub struct Job {
     pub plan: Plan<CheckStatus>,
     /// The check's status as stored when it was decided (JSON), to send only what changed.
     pub current: Option<Value>,
-    /// The cached entries of the Machines the actions patch, by `namespace/name`: what each
-    /// condition write is built from (`MachineEntry::basis`).
-    pub machines: HashMap<String, crate::index::MachineEntry>,
+    /// The cached entries of the Machines the actions patch, by their target
+    /// ([`vigil_engine::plan::ObjectRef::machine_target`]): what each condition write is built
+    /// from (`MachineEntry::basis`).
+    pub machines: HashMap<Target, crate::index::MachineEntry>,
     /// Watches the check needs.
     pub needs: BTreeSet<Need>,
     /// UID of the check, for events.
@@ -66,8 +68,8 @@ pub struct Job {
     /// status written since (by another replica, or a late write) refuses it.
     pub resource_version: Option<String>,
     /// For each target the plan writes to, when its unhealthy condition's timeout ran out (for
-    /// the detection-latency metric), by Node name or Machine `namespace/name`.
-    pub expiries: HashMap<String, Timestamp>,
+    /// the detection-latency metric), by the target the plan names (a Machine or a local Node).
+    pub expiries: HashMap<Target, Timestamp>,
     /// Whether the check must be decided again right after this job (some of its remediations
     /// were left out while confirming).
     pub again: bool,
@@ -119,16 +121,9 @@ impl Job {
     }
 }
 
-/// An `apiVersion`'s group and version (`v1` has the core group, `""`).
-pub(crate) fn split_api_version(api_version: &str) -> (String, String) {
-    match api_version.rsplit_once('/') {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), api_version.to_string()),
-    }
-}
-
 fn kind_needs(api_version: &str, template_kind: &str, remediation_kind: &str) -> [Need; 2] {
-    let (group, version) = split_api_version(api_version);
+    let ApiVersion { group, version } = ApiVersion::parse(api_version);
+    let (group, version) = (group.to_string(), version.to_string());
     [
         Need::Kind { group: group.clone(), version: version.clone(), kind: template_kind.to_string(), template: true },
         Need::Kind { group, version, kind: remediation_kind.to_string(), template: false },
@@ -265,7 +260,7 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
 /// The Nodes of a MachineHealthCheck's workload cluster `workload`, or why they cannot be read.
 fn workload_nodes<'i>(
     idx: &'i Index,
-    workload: &str,
+    (namespace, workload): (&str, &str),
     policy: &MhcPolicy,
     unreachable: &'i mut String,
 ) -> NodeSource<'i> {
@@ -276,7 +271,6 @@ fn workload_nodes<'i>(
             NodeSource::Unreachable(unreachable)
         }
         None => {
-            let namespace = workload.split_once('/').map_or("", |(ns, _)| ns);
             *unreachable = format!(
                 "no connection to workload cluster {workload} yet (Secret {namespace}/{}-kubeconfig)",
                 policy.cluster_name
@@ -330,7 +324,7 @@ pub fn machine_job(
     }
     let workload = format!("{namespace}/{}", policy.cluster_name);
     let mut unreachable = String::new();
-    let nodes = workload_nodes(idx, &workload, &policy, &mut unreachable);
+    let nodes = workload_nodes(idx, (namespace, &workload), &policy, &mut unreachable);
     // The check's own targets, kept by the index (the engine selects them again, cheaply).
     let machines: Vec<&MachineView> = idx.mhc_machines(namespace, name);
     let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
@@ -354,40 +348,38 @@ pub fn machine_job(
     Some(Job { needs: sources.needs, expiries, machines, ..mhc_job(check, &key, plan) })
 }
 
-/// When each Machine the actions write to had its Node's unhealthy condition run out, by
-/// Machine `namespace/name` (see [`expiry`]).
+/// When each Machine the actions write to had its Node's unhealthy condition run out, by the
+/// Machine's target (see [`expiry`]).
 fn mhc_expiries(
     idx: &Index,
     workload: &str,
     policy: &MhcPolicy,
     actions: &[Action],
     now: Timestamp,
-) -> HashMap<String, Timestamp> {
+) -> HashMap<Target, Timestamp> {
     let mut expiries = HashMap::new();
     for action in actions {
-        let machine = match action {
-            Action::SetMachineConditions { machine, .. } => Some((machine.namespace.clone(), machine.name.clone())),
-            Action::CreateRemediation { target, .. } => {
-                target.split_once('/').map(|(ns, n)| (ns.to_string(), n.to_string()))
-            }
-            _ => None,
+        let target = match action {
+            Action::SetMachineConditions { machine, .. } => machine.machine_target(),
+            Action::CreateRemediation { target, .. } => target.clone(),
+            _ => continue,
         };
-        let Some((ns, name)) = machine else { continue };
+        let Target::Machine { namespace, name } = &target else { continue };
         let node = idx
             .machines
-            .get(&ns)
-            .and_then(|ms| ms.get(&name))
+            .get(namespace)
+            .and_then(|ms| ms.get(name))
             .and_then(|e| e.view.node_name.clone())
             .and_then(|n| idx.nodes.get(idx.node_source(workload)).and_then(|c| c.nodes.get(&n)).cloned());
         if let Some(at) = node.and_then(|n| expiry(&policy.node_conditions, &n, now)) {
-            expiries.insert(format!("{ns}/{name}"), at);
+            expiries.insert(target, at);
         }
     }
     expiries
 }
 
-/// The cached entry of each Machine whose conditions the actions set, by `namespace/name`.
-fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, crate::index::MachineEntry> {
+/// The cached entry of each Machine whose conditions the actions set, by its target.
+fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<Target, crate::index::MachineEntry> {
     actions
         .iter()
         .filter_map(|a| match a {
@@ -395,7 +387,7 @@ fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<String, crate::i
                 .machines
                 .get(&machine.namespace)
                 .and_then(|ms| ms.get(&machine.name))
-                .map(|e| (format!("{}/{}", machine.namespace, machine.name), e.clone())),
+                .map(|e| (machine.machine_target(), e.clone())),
             _ => None,
         })
         .collect()
@@ -522,16 +514,20 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     Some(Job { needs, expiries, ..nhc_job(check, &key, plan) })
 }
 
-/// When each Node the actions remediate had its unhealthy condition run out, by Node name.
-fn nhc_expiries(idx: &Index, policy: &NhcPolicy, actions: &[Action], now: Timestamp) -> HashMap<String, Timestamp> {
+/// When each Node the actions remediate had its unhealthy condition run out, by its target.
+fn nhc_expiries(idx: &Index, policy: &NhcPolicy, actions: &[Action], now: Timestamp) -> HashMap<Target, Timestamp> {
     let local = idx.nodes.get(LOCAL_CLUSTER);
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { target, .. } => local
-                .and_then(|c| c.nodes.get(target))
-                .and_then(|n| expiry(&policy.conditions, n, now))
-                .map(|at| (target.clone(), at)),
+            Action::CreateRemediation { target: target @ Target::Node { cluster, name }, .. }
+                if cluster == LOCAL_CLUSTER =>
+            {
+                local
+                    .and_then(|c| c.nodes.get(name))
+                    .and_then(|n| expiry(&policy.conditions, n, now))
+                    .map(|at| (target.clone(), at))
+            }
             _ => None,
         })
         .collect()

@@ -1674,6 +1674,7 @@ async fn a_write_from_a_stale_cache_entry_is_a_conflict_not_a_loss() -> Result<(
             namespace: NS.into(),
             name: "m1".into(),
         };
+        let machines = [(machine.machine_target(), stale.clone())].into_iter().collect();
         Job {
             key: CheckRef::Machine { namespace: NS.into(), name: "workers".into() },
             plan: Plan {
@@ -1686,7 +1687,7 @@ async fn a_write_from_a_stale_cache_entry_is_a_conflict_not_a_loss() -> Result<(
                 remediating: 0,
             },
             current: None,
-            machines: [(format!("{NS}/m1"), stale.clone())].into_iter().collect(),
+            machines,
             needs: Default::default(),
             uid: None,
             resource_version: None,

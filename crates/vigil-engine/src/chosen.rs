@@ -16,6 +16,7 @@
 //! edited so that no rule has that place and condition any more, the rule is chosen anew.
 
 use crate::plan::{Notice, NoticeKind};
+use crate::target::Target;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::reason::Reason;
@@ -75,7 +76,7 @@ pub fn previous<'p>(list: &'p [ChosenRemediation], name: &str) -> Option<&'p Cho
 /// for a person, `target` as notices do).
 pub fn record(
     name: &str,
-    target: &str,
+    target: Target,
     what: &str,
     choice: &Choice,
     remediation: String,
@@ -85,7 +86,7 @@ pub fn record(
     let same = previous.filter(|p| p.rule == choice.label);
     let notice = same.is_none().then(|| Notice {
         kind: NoticeKind::RemediationChosen,
-        target: Some(target.to_string()),
+        target: Some(target),
         reason: Reason::RemediationChosen,
         message: format!(
             "{what}: rule {} started this incident; it is remediated by {remediation} until it is healthy again",
@@ -172,9 +173,10 @@ mod tests {
         let choice = Choice { rule: Some(1), label: "spec.unhealthyConditions[1] B=True".into() };
         let t0: Timestamp = "2030-01-01T00:00:00Z".parse().expect("time");
         let t1: Timestamp = "2030-01-01T00:05:00Z".parse().expect("time");
-        let (first, notice) = record("n1", "n1", "Node n1", &choice, "owner".into(), None, t0);
+        let (first, notice) = record("n1", Target::local_node("n1"), "Node n1", &choice, "owner".into(), None, t0);
         assert_eq!(notice.map(|n| n.kind), Some(NoticeKind::RemediationChosen));
-        let (again, notice) = record("n1", "n1", "Node n1", &choice, "owner".into(), Some(&first), t1);
+        let (again, notice) =
+            record("n1", Target::local_node("n1"), "Node n1", &choice, "owner".into(), Some(&first), t1);
         assert!(notice.is_none());
         assert_eq!(again.since, Time(t0));
     }

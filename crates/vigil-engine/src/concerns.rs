@@ -164,10 +164,7 @@ pub fn heartbeat_revives(old: &NodeView, new: &NodeView, ages: &GuardedAges, now
     })
 }
 
-/// The API group of an `apiVersion` (`""` for the core group).
-pub fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
-}
+pub use vigil_api::api_version::group_of;
 
 #[cfg(test)]
 mod tests {

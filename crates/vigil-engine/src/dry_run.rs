@@ -4,6 +4,7 @@
 //! engine so the simulator and the controller shadow the same way.
 
 use crate::plan::{Action, Notice, NoticeKind, Plan};
+use crate::target::Target;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
@@ -33,8 +34,7 @@ fn would(actions: &[Action]) -> BTreeMap<String, String> {
             }
             Action::CreateRemediation { object, target, .. } => {
                 let kind = object.get("kind").and_then(Value::as_str).unwrap_or("remediation object");
-                let name = target.rsplit('/').next().unwrap_or(target);
-                out.insert(name.to_string(), format!("create {kind}"));
+                out.insert(target.name().to_string(), format!("create {kind}"));
             }
             Action::DeleteRemediation { .. }
             | Action::AnnotateRemediation { .. }
@@ -61,7 +61,7 @@ fn merge(previous: &[WouldRemediate], now_list: BTreeMap<String, String>, now: T
 fn entered(
     previous: &[WouldRemediate],
     list: &[WouldRemediate],
-    key: impl Fn(&str) -> (String, String),
+    key: impl Fn(&str) -> (Target, String),
 ) -> Vec<Notice> {
     list.iter()
         .filter(|w| !previous.iter().any(|p| p.name == w.name))
@@ -90,9 +90,8 @@ pub(crate) fn mhc(
     plan.actions.clear();
     plan.notices.retain(|n| n.target.is_none() || !MACHINE_DERIVED.contains(&n.kind));
     plan.notices.extend(entered(prev, &list, |name| {
-        let key = format!("{namespace}/{name}");
-        let what = format!("Machine {key}");
-        (key, what)
+        let what = format!("Machine {namespace}/{name}");
+        (Target::Machine { namespace: namespace.to_string(), name: name.to_string() }, what)
     }));
     plan.status.features.would_remediate = list;
     plan
@@ -112,14 +111,14 @@ pub(crate) fn nhc(
         .actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { object, target, .. } => Some((target.as_str(), object)),
+            Action::CreateRemediation { object, target, .. } => Some((target.name(), object)),
             _ => None,
         })
         .collect();
     let mut status = plan.status.clone();
     crate::partial::forget_requests(&mut status, &unsent);
     plan.actions.clear();
-    plan.notices.extend(entered(prev, &list, |name| (name.to_string(), format!("Node {name}"))));
+    plan.notices.extend(entered(prev, &list, |name| (Target::local_node(name), format!("Node {name}"))));
     status.features.would_remediate = list;
     // The status changed only if it differs from the previous one apart from its update time.
     status.last_update_time = previous.and_then(|p| p.last_update_time.clone());

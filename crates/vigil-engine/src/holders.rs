@@ -292,7 +292,7 @@ impl Waits {
     /// `left_to`: the holder has not started, the cross-shard rule leaves the target to it.
     pub(crate) fn wait(
         &mut self,
-        notice_target: &str,
+        notice_target: Target,
         target: &Target,
         holder: &Holder,
         left_to: bool,
@@ -308,13 +308,13 @@ impl Waits {
             self.held_elsewhere.push(HeldElsewhere {
                 holder: holder.check.clone(),
                 waiter: self.me.clone(),
-                target: notice_target.to_string(),
+                target: notice_target.clone(),
                 reason: Reason::TargetHeldByAnotherCheck,
                 message: message.clone(),
             });
             Notice {
                 kind: NoticeKind::RemediationSkipped,
-                target: Some(notice_target.to_string()),
+                target: Some(notice_target),
                 reason: Reason::TargetHeldByAnotherCheck,
                 message,
             }

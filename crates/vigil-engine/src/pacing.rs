@@ -15,6 +15,7 @@
 //! target first.
 
 use crate::plan::{Notice, NoticeKind};
+use crate::target::Target;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use vigil_api::conditions::{DesiredCondition, get_condition};
@@ -111,7 +112,7 @@ impl Pacer {
         self,
         previous: &[QueuedTarget],
         previous_conditions: &[Condition],
-        key: impl Fn(&str) -> (String, String),
+        key: impl Fn(&str) -> (Target, String),
     ) -> Report {
         let count = i32::try_from(self.queue.len()).unwrap_or(i32::MAX);
         let queued: Vec<QueuedTarget> = self
@@ -132,7 +133,7 @@ impl Pacer {
 
     /// `RemediationQueued`: True naming the first waiting targets, False once nothing waits (if
     /// it was ever set); removed without `maxInFlight`.
-    fn condition(&self, previous_conditions: &[Condition], key: &impl Fn(&str) -> (String, String)) -> Change {
+    fn condition(&self, previous_conditions: &[Condition], key: &impl Fn(&str) -> (Target, String)) -> Change {
         let (Some(max), Some(limit)) = (self.max, self.limit) else { return Change::Remove };
         if self.queue.is_empty() {
             return match get_condition(previous_conditions, CONDITION) {
@@ -144,7 +145,7 @@ impl Pacer {
                 None => Change::Keep,
             };
         }
-        let next = self.queue.iter().map(|(name, since)| format!("{} (unhealthy since {since})", key(name).0));
+        let next = self.queue.iter().map(|(name, since)| format!("{} (unhealthy since {since})", key(name).0.key()));
         let mut busy: Vec<&String> = self.in_flight.iter().chain(&self.started).collect();
         busy.sort();
         Change::Set(DesiredCondition::true_(
@@ -154,7 +155,7 @@ impl Pacer {
                 "{} target(s) wait for a remediation slot: {} of {limit} in flight (maxInFlight {max}): {}; next: {}",
                 self.queue.len(),
                 self.busy(),
-                named(busy.into_iter().map(|name| key(name).0)),
+                named(busy.into_iter().map(|name| key(name).0.key())),
                 named(next)
             ),
         ))
@@ -166,7 +167,7 @@ impl Pacer {
         &self,
         previous: &[QueuedTarget],
         queued: &[QueuedTarget],
-        key: &impl Fn(&str) -> (String, String),
+        key: &impl Fn(&str) -> (Target, String),
     ) -> Vec<Notice> {
         let mut notices = Vec::new();
         let in_flight = self.busy();
@@ -294,7 +295,7 @@ mod tests {
         p.record("c");
         assert!(!p.gate("d", at(4)));
         assert!(!p.gate("e", at(5)));
-        let r = p.report(&[], &[], |n| (n.to_string(), format!("Node {n}")));
+        let r = p.report(&[], &[], |n| (Target::local_node(n), format!("Node {n}")));
         assert_eq!(r.count, 2);
         assert_eq!(r.queued.iter().map(|q| (q.name.as_str(), q.position)).collect::<Vec<_>>(), [("d", 1), ("e", 2)]);
         let Change::Set(c) = r.condition else { panic!("{:?}", r.condition) };
@@ -306,14 +307,14 @@ mod tests {
         // No pacing: every gate passes, nothing is reported and the condition goes.
         let mut off = Pacer::new(None, 10, vec!["z".into()]);
         assert!(off.gate("a", at(1)));
-        assert_eq!(off.report(&[], &[], |n| (n.into(), n.into())).condition, Change::Remove);
+        assert_eq!(off.report(&[], &[], |n| (Target::local_node(n), n.into())).condition, Change::Remove);
     }
 
     /// Joining and leaving are told once, from the previous list; the condition turns False once
     /// the queue empties and is not created on a check that never queued.
     #[test]
     fn notices_follow_the_previous_list() {
-        let key = |n: &str| (n.to_string(), format!("Node {n}"));
+        let key = |n: &str| (Target::local_node(n), format!("Node {n}"));
         let mut p = Pacer::new(Some(IntOrPercent::Count(1)), 4, Vec::new());
         assert!(p.gate("a", at(1)));
         p.record("a");
@@ -321,7 +322,7 @@ mod tests {
         let first = p.report(&[], &[], key);
         assert_eq!(first.notices.len(), 1);
         assert_eq!(
-            (first.notices[0].kind, first.notices[0].target.as_deref()),
+            (first.notices[0].kind, first.notices[0].target.as_ref().map(Target::key).as_deref()),
             (NoticeKind::RemediationQueued, Some("b"))
         );
         // Same again: nothing new.

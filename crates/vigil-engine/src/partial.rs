@@ -80,14 +80,13 @@ pub fn leave_out<S: Requests>(plan: &mut Plan<S>, left_out: &[Action]) {
     let unsent: Vec<(&str, &Value)> = left_out
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { object, target, .. } => Some((target.as_str(), object)),
+            Action::CreateRemediation { object, target, .. } => Some((target.name(), object)),
             _ => None,
         })
         .collect();
     let targets: BTreeSet<&str> = left_out.iter().map(Action::target_name).collect();
     plan.notices.retain(|n| {
-        !(n.kind == NoticeKind::RemediationRequested
-            && n.target.as_deref().is_some_and(|t| targets.contains(t.rsplit('/').next().unwrap_or(t))))
+        !(n.kind == NoticeKind::RemediationRequested && n.target.as_ref().is_some_and(|t| targets.contains(t.name())))
     });
     if !unsent.is_empty() {
         plan.status.forget(&unsent);

@@ -1,13 +1,14 @@
 //! What the engine asks for: the check's new status, the writes to make, the notices to tell the
 //! operator, and when to look again.
 
-use crate::target::CheckRef;
+use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
-use vigil_api::conditions::DesiredCondition;
+use vigil_api::conditions::{ConditionStatus, DesiredCondition};
 use vigil_api::reason::Reason;
 use vigil_api::views::CapiVersion;
+use vigil_api::well_known::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 
 /// Identifies an object the plan acts on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -21,6 +22,13 @@ pub struct ObjectRef {
     pub namespace: String,
     /// Name.
     pub name: String,
+}
+
+impl ObjectRef {
+    /// The target a Machine's reference stands for in plans: that Machine (see [`Target`]).
+    pub fn machine_target(&self) -> Target {
+        Target::Machine { namespace: self.namespace.clone(), name: self.name.clone() }
+    }
 }
 
 impl std::fmt::Display for ObjectRef {
@@ -129,8 +137,8 @@ pub enum Action {
     CreateRemediation {
         /// The manifest.
         object: Value,
-        /// The target (Machine `namespace/name` or Node name) it remediates.
-        target: String,
+        /// The target it remediates (a MachineHealthCheck's Machine, a NodeHealthCheck's Node).
+        target: Target,
         /// The Node's Lease to take (or renew) first; when that write fails the object is not
         /// created (a NodeHealthCheck's; see [`crate::node_lease`]).
         lease: Option<LeaseWrite>,
@@ -140,7 +148,7 @@ pub enum Action {
         /// The object.
         object: ObjectRef,
         /// The target it remediated.
-        target: String,
+        target: Target,
         /// What the decision saw of it: the delete's preconditions.
         seen: Seen,
     },
@@ -175,13 +183,32 @@ impl Action {
     /// The name of the target (Machine or Node) or object the action is about, without namespace.
     pub fn target_name(&self) -> &str {
         match self {
-            Action::CreateRemediation { target, .. } | Action::DeleteRemediation { target, .. } => {
-                target.rsplit('/').next().unwrap_or(target)
-            }
+            Action::CreateRemediation { target, .. } | Action::DeleteRemediation { target, .. } => target.name(),
             Action::SetMachineConditions { machine, .. } => machine.name.as_str(),
             Action::AnnotateRemediation { object, .. } => object.name.as_str(),
             Action::WriteLease(lease) => lease.node.as_str(),
             Action::DeleteLease { node, .. } => node.as_str(),
+        }
+    }
+
+    /// The target this action remediates (asks to be repaired), if it does: a Machine marked
+    /// unhealthy (`HealthCheckSucceeded=False`) or for its owner's remediation
+    /// (`OwnerRemediated=False`), or the target of a remediation object. Adapters confirm these
+    /// before they send them; no other action needs it.
+    pub fn remediates(&self) -> Option<Target> {
+        match self {
+            Action::SetMachineConditions { machine, conditions, .. } => conditions
+                .iter()
+                .any(|(c, _)| {
+                    c.status == ConditionStatus::False
+                        && (c.type_ == HEALTH_CHECK_SUCCEEDED || c.type_ == OWNER_REMEDIATED)
+                })
+                .then(|| machine.machine_target()),
+            Action::CreateRemediation { target, .. } => Some(target.clone()),
+            Action::DeleteRemediation { .. }
+            | Action::WriteLease(_)
+            | Action::DeleteLease { .. }
+            | Action::AnnotateRemediation { .. } => None,
         }
     }
 }
@@ -349,13 +376,21 @@ impl NoticeKind {
 pub struct Notice {
     /// What happened.
     pub kind: NoticeKind,
-    /// The target concerned (Machine `namespace/name` or Node name), if any.
+    /// The target concerned, if any (serialized as its [`Target::key`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
+    pub target: Option<Target>,
     /// Machine-readable reason (a condition reason where there is one).
     pub reason: Reason,
     /// What happened and why, for a person.
     pub message: String,
+}
+
+impl Notice {
+    /// The target as plans have always written it ([`Target::key`]): what the simulator's
+    /// output and the tests compare.
+    pub fn target_key(&self) -> Option<String> {
+        self.target.as_ref().map(Target::key)
+    }
 }
 
 /// The engine's answer for one check.
@@ -407,8 +442,8 @@ pub struct HeldElsewhere {
     pub holder: CheckRef,
     /// The waiting check.
     pub waiter: CheckRef,
-    /// The target (Machine `namespace/name` or Node name, as in notices).
-    pub target: String,
+    /// The target, as in notices.
+    pub target: Target,
     /// [`Reason::TargetHeldByAnotherCheck`].
     pub reason: Reason,
     /// For a person: which target, held by whom, who waits.

@@ -9,6 +9,7 @@
 //! so the simulator and the controller apply the same rule.
 
 use crate::plan::{Notice, NoticeKind};
+use crate::target::Target;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::duration::format_go_duration;
@@ -69,7 +70,7 @@ pub fn freshness(c: &NodeConditionView, rules: &[ConditionRule], now: Timestamp)
 }
 
 /// The `StaleCondition` notice for a target that has just turned stale.
-pub(crate) fn notice(check: &str, target: &str, what: &str, stale: &Stale, now: Timestamp) -> Notice {
+pub(crate) fn notice(check: &str, target: Target, what: &str, stale: &Stale, now: Timestamp) -> Notice {
     let age = match stale.heartbeat {
         Some(h) => format!(
             "its last heartbeat was at {h} ({} ago)",
@@ -79,7 +80,7 @@ pub(crate) fn notice(check: &str, target: &str, what: &str, stale: &Stale, now: 
     };
     Notice {
         kind: NoticeKind::StaleCondition,
-        target: Some(target.to_string()),
+        target: Some(target),
         reason: Reason::StaleCondition,
         message: format!(
             "{check}: condition {} on {what} is stale: {age}, older than maxConditionAge {}; it is treated as unknown (not unhealthy) until its reporter heartbeats again",
@@ -114,7 +115,7 @@ pub(crate) fn notices(
     check: &str,
     previous: &[StaleTarget],
     stale: &[(String, Stale)],
-    key: impl Fn(&str) -> (String, String),
+    key: impl Fn(&str) -> (Target, String),
     now: Timestamp,
 ) -> Vec<Notice> {
     stale
@@ -123,7 +124,7 @@ pub(crate) fn notices(
         .filter(|(name, s)| !was_listed(previous, name, s))
         .map(|(name, s)| {
             let (target, what) = key(name);
-            notice(check, &target, &what, s, now)
+            notice(check, target, &what, s, now)
         })
         .collect()
 }

@@ -57,7 +57,12 @@ impl std::fmt::Display for CheckRef {
 }
 
 /// What is remediated, as every check sees it: a Node of a cluster, or a Machine that has no
-/// Node yet (only MachineHealthChecks of its namespace can select it).
+/// Node yet (only MachineHealthChecks of its namespace can select it). Plans name the target of
+/// a MachineHealthCheck's writes and notices by its Machine ([`Target::machine`]) whether or not
+/// it has a Node: that Machine is what is written and read again.
+///
+/// It serializes as its [`Target::key`], the form plans and the simulator's output have always
+/// carried.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Target {
     /// A Node.
@@ -67,7 +72,7 @@ pub enum Target {
         /// The Node's name.
         name: String,
     },
-    /// A Machine without a Node reference.
+    /// A Machine without a Node reference (in plans: any Machine, see [`Target`]).
     Machine {
         /// Its namespace.
         namespace: String,
@@ -86,8 +91,40 @@ impl Target {
     pub fn of_machine(node_cluster: &str, machine: &MachineView) -> Self {
         match &machine.node_name {
             Some(node) => Target::Node { cluster: node_cluster.into(), name: node.clone() },
-            None => Target::Machine { namespace: machine.meta.namespace.clone(), name: machine.meta.name.clone() },
+            None => Target::machine(machine),
         }
+    }
+
+    /// The Machine itself, Node or not: what a MachineHealthCheck's plan names as the target of
+    /// its writes and notices.
+    pub fn machine(machine: &MachineView) -> Self {
+        Target::Machine { namespace: machine.meta.namespace.clone(), name: machine.meta.name.clone() }
+    }
+
+    /// The target's name without namespace or cluster (what a person looks for in a list).
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Node { name, .. } | Target::Machine { name, .. } => name,
+        }
+    }
+
+    /// The target as plans, notices and the simulator's output write it: `namespace/name` for a
+    /// Machine (as [`Meta::key`] writes it), the name for a Node of the local cluster,
+    /// `cluster/name` for a workload cluster's (which plans never name: a MachineHealthCheck
+    /// names its Machines).
+    pub fn key(&self) -> String {
+        match self {
+            Target::Machine { namespace, name } if !namespace.is_empty() => format!("{namespace}/{name}"),
+            Target::Machine { name, .. } => name.clone(),
+            Target::Node { cluster, name } if cluster.is_empty() => name.clone(),
+            Target::Node { cluster, name } => format!("{cluster}/{name}"),
+        }
+    }
+}
+
+impl Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.key())
     }
 }
 

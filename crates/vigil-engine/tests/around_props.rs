@@ -116,9 +116,9 @@ proptest! {
         for a in &plan.actions {
             let Action::CreateRemediation { target, lease: taken, .. } = a else { continue };
             prop_assert!(!upgrading, "created during an upgrade: {target}");
-            let i: usize = target.trim_start_matches('n').parse().expect("index");
+            let i: usize = target.name().trim_start_matches('n').parse().expect("index");
             prop_assert!(!(maintenance_rule && nodes[i].1), "created on a Node under maintenance: {target}");
-            let held = leases.iter().find(|l| l.meta.name == format!("node-{target}"));
+            let held = leases.iter().find(|l| l.meta.name == format!("node-{}", target.name()));
             if let Some(l) = held {
                 let holder = l.holder.as_deref().unwrap_or("");
                 let expiry = vigil_engine::node_lease::expiry(l);
@@ -178,7 +178,7 @@ proptest! {
             for a in &plan.actions {
                 match a {
                     Action::CreateRemediation { object, target, .. } => {
-                        let n: usize = target.trim_start_matches('n').parse().expect("index");
+                        let n: usize = target.name().trim_start_matches('n').parse().expect("index");
                         let mut o = object.clone();
                         o["metadata"]["uid"] = json!(format!("o{k}"));
                         o["metadata"]["creationTimestamp"] = json!(now.to_string());

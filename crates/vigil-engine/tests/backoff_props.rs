@@ -198,8 +198,9 @@ impl NhcSim {
                     o["metadata"]["uid"] = json!(format!("uid-{name}-{now}"));
                     o["metadata"]["creationTimestamp"] = json!(now.to_string());
                     self.objects.push(RemediationView::read(&o).expect("named"));
-                    let slot: usize = target[1..].parse().expect("slot");
-                    let pool = self.pools[slot].map_or_else(|| format!("Node/{target}"), |p| format!("{LABEL}=p{p}"));
+                    let slot: usize = target.name()[1..].parse().expect("slot");
+                    let pool =
+                        self.pools[slot].map_or_else(|| format!("Node/{}", target.name()), |p| format!("{LABEL}=p{p}"));
                     self.starts.push((pool, now));
                 }
                 Action::DeleteRemediation { object, .. } => self.objects.retain(|x| x.meta.name != object.name),

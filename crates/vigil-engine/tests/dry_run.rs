@@ -60,7 +60,7 @@ fn machine_health_check_in_dry_run_lists_what_it_would_remediate() {
         let allowed = check_condition(&plan.status.conditions, "RemediationAllowed").map(|c| c.status.as_str());
         assert_eq!(allowed, Some(row.allowed), "{}", row.what);
         let would_notices: Vec<Option<String>> =
-            plan.notices.iter().filter(|n| n.kind == NoticeKind::WouldRemediate).map(|n| n.target.clone()).collect();
+            plan.notices.iter().filter(|n| n.kind == NoticeKind::WouldRemediate).map(|n| n.target_key()).collect();
         assert_eq!(would_notices, row.would.iter().map(|(n, _)| Some(key(n))).collect::<Vec<_>>(), "{}", row.what);
     }
 }

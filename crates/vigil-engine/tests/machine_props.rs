@@ -276,7 +276,7 @@ fn requested(plan: &Plan<MachineHealthCheckStatus>) -> BTreeSet<String> {
             {
                 Some(key(&machine.name))
             }
-            Action::CreateRemediation { target, .. } => Some(target.clone()),
+            Action::CreateRemediation { target, .. } => Some(target.key()),
             _ => None,
         })
         .collect()

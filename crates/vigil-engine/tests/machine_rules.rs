@@ -406,7 +406,7 @@ fn rule2_unhealthy_messages_carry_the_condition_reason_as_upstream() {
         .notices
         .iter()
         .filter(|n| n.kind == NoticeKind::Unhealthy)
-        .map(|n| (n.target.clone(), n.message.clone()))
+        .map(|n| (n.target_key(), n.message.clone()))
         .collect();
     unhealthy.sort();
     let m1 = unhealthy[0].1.as_str();
@@ -934,7 +934,7 @@ fn rule4_the_remediation_object_is_built_from_the_template() {
             .actions
             .iter()
             .filter_map(|a| match a {
-                Action::CreateRemediation { object, target, .. } => Some((object.clone(), target.clone())),
+                Action::CreateRemediation { object, target, .. } => Some((object.clone(), target.key())),
                 _ => None,
             })
             .collect();

@@ -282,7 +282,7 @@ fn created(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String)> {
         .iter()
         .filter_map(|a| match a {
             Action::CreateRemediation { object, target, .. } => {
-                Some((object["kind"].as_str().unwrap_or("").into(), target.clone()))
+                Some((object["kind"].as_str().unwrap_or("").into(), target.key()))
             }
             _ => None,
         })
@@ -290,7 +290,7 @@ fn created(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String)> {
 }
 
 fn notices(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(NoticeKind, String, String)> {
-    plan.notices.iter().map(|n| (n.kind, n.target.clone().unwrap_or_default(), n.reason.as_str().to_string())).collect()
+    plan.notices.iter().map(|n| (n.kind, n.target_key().unwrap_or_default(), n.reason.as_str().to_string())).collect()
 }
 
 fn waiting(plan: &Plan<NodeHealthCheckStatus>, node: &str) -> Option<(String, String)> {
@@ -517,7 +517,7 @@ fn nothing_new_is_remediated_while_the_cluster_upgrades() {
     assert!(c.message.contains("ClusterVersion version is Progressing=True to 4.19.1"), "{}", c.message);
     assert!(notices(&plan).contains(&(NoticeKind::RemediationPostponed, String::new(), "ClusterUpgrading".into())));
     // What is in flight goes on: w2's object goes, w1's failed reboot is given up.
-    assert!(plan.actions.iter().any(|a| matches!(a, Action::DeleteRemediation { target, .. } if target == "w2")));
+    assert!(plan.actions.iter().any(|a| matches!(a, Action::DeleteRemediation { target, .. } if target.key() == "w2")));
     assert!(
         plan.actions.iter().any(|a| matches!(a, Action::AnnotateRemediation { object, .. } if object.name == "w1"))
     );
@@ -608,5 +608,5 @@ fn an_object_being_deleted_keeps_its_node_counted_until_it_is_gone() {
     let plan = w.step(at(404));
     assert_eq!(plan.status.healthy_nodes, 3);
     assert_eq!(created(&plan).len(), 2);
-    assert!(plan.notices.iter().any(|n| n.kind == NoticeKind::Healthy && n.target.as_deref() == Some("w1")));
+    assert!(plan.notices.iter().any(|n| n.kind == NoticeKind::Healthy && n.target_key().as_deref() == Some("w1")));
 }

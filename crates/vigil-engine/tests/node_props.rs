@@ -365,7 +365,7 @@ fn creates(plan: &Plan<NodeHealthCheckStatus>) -> Vec<&str> {
     plan.actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { target, .. } => Some(target.as_str()),
+            Action::CreateRemediation { target, .. } => Some(target.name()),
             _ => None,
         })
         .collect()

@@ -265,7 +265,7 @@ fn created(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String)> {
         .iter()
         .filter_map(|a| match a {
             Action::CreateRemediation { object, target, .. } => {
-                Some((object["kind"].as_str().unwrap_or("").to_string(), target.clone()))
+                Some((object["kind"].as_str().unwrap_or("").to_string(), target.key()))
             }
             _ => None,
         })
@@ -299,7 +299,7 @@ fn annotated(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(String, String, String)
 }
 
 fn notices(plan: &Plan<NodeHealthCheckStatus>) -> Vec<(NoticeKind, String)> {
-    plan.notices.iter().map(|n| (n.kind, n.target.clone().unwrap_or_default())).collect()
+    plan.notices.iter().map(|n| (n.kind, n.target_key().unwrap_or_default())).collect()
 }
 
 /// Notices about the whole check (no target), as (kind, reason).
@@ -385,7 +385,8 @@ fn rule2_condition_durations_decide_unhealthy_pending_or_healthy() {
         assert_eq!(listed(&plan), if is_unhealthy { strs(&["n"]) } else { vec![] }, "case {i}");
         assert_eq!(created_targets(&plan), if is_unhealthy { strs(&["n"]) } else { vec![] }, "case {i}");
         assert_eq!(plan.next_wake, wake, "case {i}");
-        let said = plan.notices.iter().any(|n| n.kind == NoticeKind::NoDecision && n.target.as_deref() == Some("n"));
+        let said =
+            plan.notices.iter().any(|n| n.kind == NoticeKind::NoDecision && n.target_key().as_deref() == Some("n"));
         assert_eq!(said, no_decision, "case {i}: {:?}", plan.notices);
         // the same input again tells nothing new
         assert_eq!(w.decide(now).notices, vec![], "case {i}");
@@ -628,7 +629,7 @@ fn rule7_the_manifest_and_status_record() {
                 },
                 "spec": {"from": "snr"},
             }),
-            target: "n1".into(),
+            target: vigil_engine::target::Target::local_node("n1"),
             // medik8s' node Lease, taken first: a step of the default 10m plus a minute.
             lease: Some(vigil_engine::plan::LeaseWrite {
                 namespace: "medik8s-leases".into(),
@@ -865,7 +866,7 @@ fn rule7_a_missing_or_invalid_template_disables_remediation() {
         assert_eq!((c.status.as_str(), c.reason.as_str(), c.message.as_str()), ("True", reason, problem));
         let skipped: Vec<_> = plan.notices.iter().filter(|n| n.kind == NoticeKind::RemediationSkipped).collect();
         assert_eq!(skipped.len(), 1, "{reason}");
-        assert_eq!(skipped[0].target.as_deref(), Some("n1"));
+        assert_eq!(skipped[0].target_key().as_deref(), Some("n1"));
         assert_eq!(skipped[0].reason, reason);
         assert_eq!(skipped[0].message, format!("Cannot remediate node n1: {problem}"));
         // said once
@@ -878,7 +879,7 @@ fn rule7_a_missing_or_invalid_template_disables_remediation() {
             .notices
             .iter()
             .filter(|n| n.kind == NoticeKind::RemediationSkipped)
-            .filter_map(|n| n.target.clone())
+            .filter_map(|n| n.target_key())
             .collect();
         assert_eq!(skipped, strs(&["n2"]), "{reason}");
     }
@@ -1004,7 +1005,7 @@ fn rule7_one_control_plane_node_at_a_time() {
     assert_eq!(created_targets(&plan), strs(&["cp-b", "w1"]), "the first control-plane node by name, and workers");
     let skipped: Vec<_> = plan.notices.iter().filter(|n| n.kind == NoticeKind::RemediationSkipped).collect();
     assert_eq!(skipped.len(), 1);
-    assert_eq!(skipped[0].target.as_deref(), Some("cp-c"));
+    assert_eq!(skipped[0].target_key().as_deref(), Some("cp-c"));
     assert_eq!(skipped[0].reason, "ControlPlaneRemediationInProgress");
     assert_eq!(listed(&plan), strs(&["cp-b", "cp-c", "w1"]));
 
@@ -1599,7 +1600,7 @@ fn a_rules_own_remediation_is_used_for_the_nodes_it_made_unhealthy_and_reported(
     assert!(disabled.message.contains("FenceAgentsRemediationTemplate medik8s/far not found"), "{}", disabled.message);
     assert!(
         plan.notices.iter().any(|n| n.kind == NoticeKind::RemediationSkipped
-            && n.target.as_deref() == Some("n1")
+            && n.target_key().as_deref() == Some("n1")
             && n.message.contains("far not found")),
         "{:?}",
         plan.notices

@@ -132,7 +132,7 @@ fn creates<S>(plan: &Plan<S>) -> Vec<String> {
     plan.actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { target, .. } => Some(target.clone()),
+            Action::CreateRemediation { target, .. } => Some(target.key()),
             _ => None,
         })
         .collect()
@@ -142,7 +142,7 @@ fn skips<S>(plan: &Plan<S>) -> Vec<(String, String, String)> {
     plan.notices
         .iter()
         .filter(|n| n.kind == NoticeKind::RemediationSkipped)
-        .map(|n| (n.target.clone().unwrap_or_default(), n.reason.to_string(), n.message.clone()))
+        .map(|n| (n.target_key().unwrap_or_default(), n.reason.to_string(), n.message.clone()))
         .collect()
 }
 

@@ -52,7 +52,7 @@ fn q(name: &str, since: Timestamp, position: i32) -> (String, Timestamp, i32) {
 
 /// Targets of a plan's notices of `kind`, in order.
 fn told<S>(plan: &Plan<S>, kind: NoticeKind) -> Vec<String> {
-    plan.notices.iter().filter(|n| n.kind == kind).filter_map(|n| n.target.clone()).collect()
+    plan.notices.iter().filter(|n| n.kind == kind).filter_map(|n| n.target_key()).collect()
 }
 
 fn queued_condition(

@@ -123,14 +123,14 @@ fn created_for(plan: &Plan<NodeHealthCheckStatus>) -> Vec<String> {
     plan.actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreateRemediation { target, .. } => Some(target.clone()),
+            Action::CreateRemediation { target, .. } => Some(target.key()),
             _ => None,
         })
         .collect()
 }
 
 fn stale_notices<S>(plan: &Plan<S>) -> Vec<String> {
-    plan.notices.iter().filter(|n| n.kind == NoticeKind::StaleCondition).filter_map(|n| n.target.clone()).collect()
+    plan.notices.iter().filter(|n| n.kind == NoticeKind::StaleCondition).filter_map(|n| n.target_key()).collect()
 }
 
 /// One hour in: the detector's condition has been True since t0 (so past its 5m).
@@ -235,7 +235,7 @@ fn a_remediation_in_progress_is_judged_as_if_the_stale_condition_were_gone() {
     // healthyDelay 0 (the default): the Node matches nothing, so its object goes, as on recovery.
     let plan = decide_nhc(&nhc_spec(json!(0), &[]), None, &stale, &[snr("n1")], now());
     assert!(
-        plan.actions.iter().any(|a| matches!(a, Action::DeleteRemediation { target, .. } if target == "n1")),
+        plan.actions.iter().any(|a| matches!(a, Action::DeleteRemediation { target, .. } if target.key() == "n1")),
         "{:?}",
         plan.actions
     );

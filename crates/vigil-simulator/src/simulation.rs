@@ -872,7 +872,7 @@ impl Sim<'_> {
             self.emit(
                 NoticeKind::OtherCheckWaiting.event_reason(&held.holder),
                 Some(held.holder.to_string()),
-                Some(held.target.clone()),
+                Some(held.target.key()),
                 d,
             );
         }
@@ -890,7 +890,7 @@ impl Sim<'_> {
         d.insert("reason".into(), json!(notice.reason));
         d.insert("message".into(), json!(notice.message));
         let event = notice.kind.event_reason(id);
-        self.emit(event, Some(id.to_string()), notice.target.clone(), d);
+        self.emit(event, Some(id.to_string()), notice.target.as_ref().map(Target::key), d);
     }
 
     fn act(&mut self, id: &CheckRef, action: Action) {
@@ -937,7 +937,7 @@ impl Sim<'_> {
                     self.emit(
                         NoticeKind::RemediationCreated.event_reason(id),
                         Some(id.to_string()),
-                        Some(target),
+                        Some(target.key()),
                         object_details(&key),
                     );
                     if let Some(model) = self.scenario.models.remediators.iter().find(|r| r.kind == key.kind) {
@@ -965,7 +965,7 @@ impl Sim<'_> {
                     self.emit(
                         NoticeKind::RemediationDeleted.event_reason(id),
                         Some(id.to_string()),
-                        Some(target),
+                        Some(target.key()),
                         object_details(&key),
                     );
                     let held = self

@@ -13,6 +13,7 @@ use kube::{Client, discovery};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use vigil_api::api_version::ApiVersion;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::validate::{self, TemplateRef};
 
@@ -174,7 +175,7 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
     let mut template_objects = Vec::new();
     let mut remediation_kinds: BTreeSet<(String, String, String)> = BTreeSet::new();
     for t in &templates {
-        let (group, version) = t.api_version.rsplit_once('/').unwrap_or(("", &t.api_version));
+        let ApiVersion { group, version } = ApiVersion::parse(&t.api_version);
         match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, &t.kind)).await {
             Ok((ar, _)) => {
                 let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &t.namespace, &ar);
@@ -194,7 +195,7 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
     }
     let mut remediations = Vec::new();
     for (api_version, kind, ns) in &remediation_kinds {
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let ApiVersion { group, version } = ApiVersion::parse(api_version);
         match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
             Ok((ar, _)) => remediations
                 .extend(list(client, &ar, Some(ns)).await.with_context(|| format!("cannot list {kind} in {ns}"))?),

@@ -545,7 +545,8 @@ pub(crate) async fn publish(
     storm: bool,
 ) {
     let (type_, reason) = event(notice, storm);
-    let note = match &notice.target {
+    let target = notice.target_key();
+    let note = match &target {
         Some(t) if !notice.message.contains(t.as_str()) => format!("{t}: {}", notice.message),
         _ => notice.message.clone(),
     };
@@ -559,7 +560,7 @@ pub(crate) async fn publish(
         (Some(_), None) => format!("{:?}", notice.kind),
         (None, None) => notice.reason.as_str().chars().take(128).collect(),
     };
-    send(ctx, name, uid, (type_, reason, note), notice.target.as_deref(), &action).await;
+    send(ctx, name, uid, (type_, reason, note), target.as_deref(), &action).await;
 }
 
 /// Sends one event on the medik8s NodeHealthCheck `name` (about Node `target`, if any), fenced
@@ -610,6 +611,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use std::collections::BTreeSet;
     use vigil_api::well_known::REMEDIATION_ALLOWED;
+    use vigil_engine::target::Target;
 
     fn t(s: &str) -> Time {
         Time(s.parse().expect("timestamp"))
@@ -775,7 +777,7 @@ mod tests {
     fn events_carry_the_operators_reasons() {
         let notice = |kind: NoticeKind, target: Option<&str>, reason: Reason| Notice {
             kind,
-            target: target.map(str::to_string),
+            target: target.map(Target::local_node),
             reason,
             message: String::new(),
         };

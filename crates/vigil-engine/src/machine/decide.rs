@@ -18,7 +18,7 @@ use crate::pacing::Pacer;
 use crate::peers::MhcPeers;
 use crate::plan::{Action, Earliest, NoticeKind, ObjectRef, Plan, Seen};
 use crate::target::is_target;
-use crate::target::{CheckRef, LOCAL_CLUSTER, made_for};
+use crate::target::{CheckRef, LOCAL_CLUSTER, Target, made_for};
 use jiff::Timestamp;
 use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
@@ -345,7 +345,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
         writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, reason.clone(), message), self.now);
         if !was_unhealthy {
-            b.notice(NoticeKind::Unhealthy, Some(key.clone()), reason.clone(), message);
+            b.notice(NoticeKind::Unhealthy, Some(Target::machine(machine)), reason.clone(), message);
         }
         let request = self.request(b, machine, &key, reason, rule);
         if let Some(place) = start {
@@ -393,7 +393,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         }
         let (entry, notice) = crate::chosen::record(
             &machine.meta.name,
-            key,
+            Target::machine(machine),
             &format!("Machine {key}"),
             &choice,
             remediation,
@@ -450,7 +450,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
                 let key = machine.meta.key();
                 b.notice(
                     NoticeKind::Healthy,
-                    Some(key.clone()),
+                    Some(Target::machine(machine)),
                     Reason::HealthCheckSucceeded,
                     format!("Machine {key} is healthy again"),
                 );
@@ -465,7 +465,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
                         namespace: object.meta.namespace.clone(),
                         name: object.meta.name.clone(),
                     },
-                    target: machine.meta.key(),
+                    target: Target::machine(machine),
                     seen: Seen::of(&object.meta),
                 });
             }

@@ -83,12 +83,14 @@ pub(super) struct Overlap<'h> {
 impl Overlap<'_> {
     /// Whether another check holds the Machine's target; if so, records the wait (with a skip
     /// notice when it is news).
-    pub(super) fn held_elsewhere(&mut self, b: &mut Builder<'_>, machine: &MachineView, key: &str) -> bool {
+    pub(super) fn held_elsewhere(&mut self, b: &mut Builder<'_>, machine: &MachineView) -> bool {
         let target = Target::of_machine(self.node_cluster, machine);
         let holders = self.holders;
         match holders.other_than(&target, self.waits.me()) {
             Some(holder) => {
-                if let Some(n) = self.waits.wait(key, &target, holder, holders.is_left_to_holder(&target)) {
+                if let Some(n) =
+                    self.waits.wait(Target::machine(machine), &target, holder, holders.is_left_to_holder(&target))
+                {
                     b.notices.push(n);
                 }
                 true
@@ -244,7 +246,7 @@ pub(super) fn remediate(
     }
     match request.template {
         None => ask_owner(b, started, writes, input, machine, key, now),
-        Some(template) => ask_remediator(b, started, writes, input, template, request, machine, key, now),
+        Some(template) => ask_remediator(b, started, writes, input, template, request, machine, now),
     }
 }
 
@@ -285,14 +287,14 @@ fn ask_owner(
     now: Timestamp,
 ) {
     let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == ConditionStatus::True);
-    if !needs_request || started.overlap.held_elsewhere(b, machine, key) || !started.may_start(input, machine) {
+    if !needs_request || started.overlap.held_elsewhere(b, machine) || !started.may_start(input, machine) {
         return;
     }
     let desired = DesiredCondition::false_(OWNER_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation");
     if writes.set(desired, now) {
         b.notice(
             NoticeKind::RemediationRequested,
-            Some(key.to_string()),
+            Some(Target::machine(machine)),
             Reason::WaitingForRemediation,
             format!("Asked the owner of Machine {key} to remediate it"),
         );
@@ -311,14 +313,13 @@ fn ask_remediator(
     (index, template_ref): (usize, &TemplateRef),
     request: &Request<'_>,
     machine: &MachineView,
-    key: &str,
     now: Timestamp,
 ) {
     let waiting =
         || DesiredCondition::false_(EXTERNALLY_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation");
     let mut refuse = |b: &mut Builder<'_>, reason: Reason, message: String| {
         if writes.set(DesiredCondition::false_(EXTERNALLY_REMEDIATED, reason.clone(), message.clone()), now) {
-            b.notice(NoticeKind::RemediationSkipped, Some(key.to_string()), reason, message);
+            b.notice(NoticeKind::RemediationSkipped, Some(Target::machine(machine)), reason, message);
         }
     };
     let Some(template) = input.templates.get(index).copied().flatten() else {
@@ -333,14 +334,14 @@ fn ask_remediator(
         writes.set(waiting(), now);
         return;
     }
-    if started.overlap.held_elsewhere(b, machine, key) {
+    if started.overlap.held_elsewhere(b, machine) {
         return;
     }
     match remediation_object(input.policy, template_ref, template, machine, request.rule.as_deref()) {
         Ok(_) if !started.may_start(input, machine) => {}
         Ok(object) => {
             writes.set(waiting(), now);
-            b.actions.push(Action::CreateRemediation { object, target: key.to_string(), lease: None });
+            b.actions.push(Action::CreateRemediation { object, target: Target::machine(machine), lease: None });
         }
         Err(why) => {
             refuse(b, Reason::RemediationRequestCreationFailed, format!("Cannot create a remediation request: {why}"))

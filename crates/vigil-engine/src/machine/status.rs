@@ -11,7 +11,7 @@ use crate::lookup::Lookup;
 use crate::pacing::Pacer;
 use crate::peers::{MhcPeers, NAMED_MACHINES, SELECTED_BY_ANOTHER_CHECK};
 use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
-use crate::target::CheckRef;
+use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use std::collections::BTreeMap;
 use vigil_api::MachineHealthCheck;
@@ -86,7 +86,7 @@ impl Builder<'_> {
     pub(super) fn notice(
         &mut self,
         kind: NoticeKind,
-        target: Option<String>,
+        target: Option<Target>,
         reason: Reason,
         message: impl Into<String>,
     ) {
@@ -232,9 +232,8 @@ pub(super) fn stale_targets(
         previous,
         &stale,
         |name| {
-            let key = format!("{namespace}/{name}");
-            let what = format!("the Node of Machine {key}");
-            (key, what)
+            let what = format!("the Node of Machine {namespace}/{name}");
+            (Target::Machine { namespace: namespace.to_string(), name: name.to_string() }, what)
         },
         b.now,
     );
@@ -315,9 +314,8 @@ pub(super) fn pacing_status(b: &mut Builder<'_>, input: &MhcInput<'_>, pacer: Pa
     let (previous, previous_conditions) =
         b.previous.map_or((&[][..], &[][..]), |p| (p.features.queued.as_slice(), p.conditions.as_slice()));
     let report = pacer.report(previous, previous_conditions, |name| {
-        let key = format!("{namespace}/{name}");
-        let what = format!("Machine {key}");
-        (key, what)
+        let what = format!("Machine {namespace}/{name}");
+        (Target::Machine { namespace: namespace.to_string(), name: name.to_string() }, what)
     });
     let paced = input.policy.max_in_flight.is_some();
     let condition = match report.condition {

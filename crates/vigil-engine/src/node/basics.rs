@@ -2,7 +2,7 @@
 //! read without allocating, flags, notices.
 
 use crate::plan::{Notice, NoticeKind};
-use crate::target::same_str;
+use crate::target::{Target, same_str};
 use jiff::{SignedDuration, Timestamp};
 use std::collections::BTreeMap;
 use vigil_api::reason::Reason;
@@ -72,7 +72,7 @@ pub(super) fn has_annotation(node: &NodeView, key: &str) -> bool {
 }
 
 pub(super) fn notice(kind: NoticeKind, target: &str, reason: Reason, message: String) -> Notice {
-    Notice { kind, target: Some(target.to_string()), reason, message }
+    Notice { kind, target: Some(Target::local_node(target)), reason, message }
 }
 
 pub(super) fn rule_text(rule: &ConditionRule) -> String {

@@ -15,7 +15,7 @@ use crate::domains::Budgets;
 use crate::holders::{Holders, Waits};
 use crate::pacing::Pacer;
 use crate::plan::Plan;
-use crate::target::CheckRef;
+use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition, get_condition};
 use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
@@ -76,7 +76,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         &format!("NodeHealthCheck/{check_name}"),
         &prev.features.stale_targets,
         &stale,
-        |name| (name.to_string(), format!("Node {name}")),
+        |name| (Target::local_node(name), format!("Node {name}")),
         now,
     ));
     let outcome = Outcome {
@@ -96,7 +96,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         pacing: std::mem::replace(&mut pass.pacer, Pacer::off()).report(
             &prev.features.queued,
             &prev.conditions,
-            |name| (name.to_string(), format!("Node {name}")),
+            |name| (Target::local_node(name), format!("Node {name}")),
         ),
     };
     let status = build_status(input, prev, outcome, budgets.as_ref(), now, &mut pass.notices);

@@ -166,8 +166,15 @@ impl<'a> Pass<'a> {
         let recorded = [annotated, before.map(|p| p.rule.as_str())];
         let choice = crate::chosen::choose(&recorded, policy.conditions.iter(), &[], Some(rule), "");
         let ladder = policy.ladder(choice.rule);
-        let (entry, notice) =
-            crate::chosen::record(name, name, &format!("Node {name}"), &choice, ladder.describe(), before, self.now);
+        let (entry, notice) = crate::chosen::record(
+            name,
+            Target::local_node(name),
+            &format!("Node {name}"),
+            &choice,
+            ladder.describe(),
+            before,
+            self.now,
+        );
         chosen.push(entry);
         self.notices.extend(notice);
         Incident { ladder, rule: Some(choice.label) }
@@ -280,7 +287,7 @@ impl<'a> Pass<'a> {
             timed_out: None,
             template_name: Some(step.template.name.clone()),
         });
-        self.actions.push(Action::CreateRemediation { object, target: name.to_string(), lease });
+        self.actions.push(Action::CreateRemediation { object, target: Target::local_node(name), lease });
         Requested::Done
     }
 
@@ -399,7 +406,7 @@ impl<'a> Pass<'a> {
         let holders = self.holders;
         let target = Target::local_node(name);
         let Some(holder) = holders.other_than(&target, self.waits.me()) else { return false };
-        if let Some(n) = self.waits.wait(name, &target, holder, holders.is_left_to_holder(&target)) {
+        if let Some(n) = self.waits.wait(target.clone(), &target, holder, holders.is_left_to_holder(&target)) {
             self.notices.push(n);
         }
         true
@@ -723,7 +730,7 @@ impl<'a> Pass<'a> {
             }
             self.actions.push(Action::DeleteRemediation {
                 object: object_ref(o.view),
-                target: o.node.to_string(),
+                target: Target::local_node(o.node),
                 seen: Seen::of(&o.view.meta),
             });
         }

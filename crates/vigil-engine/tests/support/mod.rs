@@ -872,7 +872,7 @@ pub fn deleted_names<S>(plan: &Plan<S>) -> Vec<String> {
 
 /// A plan's notices as `(kind, target, reason)`, in order.
 pub fn notices<S>(plan: &Plan<S>) -> Vec<(NoticeKind, Option<String>, String)> {
-    plan.notices.iter().map(|n| (n.kind, n.target.clone(), n.reason.to_string())).collect()
+    plan.notices.iter().map(|n| (n.kind, n.target_key(), n.reason.to_string())).collect()
 }
 
 /// The check condition of `type_` in a status's conditions.
