@@ -2,7 +2,7 @@
 //! operator, and when to look again.
 
 use crate::target::{CheckRef, Target};
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 use serde_json::Value;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition};
@@ -386,6 +386,11 @@ pub struct Notice {
 }
 
 impl Notice {
+    /// A notice about a Node of the cluster Vigil runs in (what a NodeHealthCheck's are about).
+    pub(crate) fn about_node(kind: NoticeKind, node: &str, reason: Reason, message: String) -> Notice {
+        Notice { kind, target: Some(Target::local_node(node)), reason, message }
+    }
+
     /// The target as plans have always written it ([`Target::key`]): what the simulator's
     /// output and the tests compare.
     pub fn target_key(&self) -> Option<String> {
@@ -419,6 +424,19 @@ pub struct Plan<S> {
     /// remediation objects. In dry-run only what was observed; 0 while the check is paused or
     /// decides nothing.
     pub remediating: usize,
+}
+
+/// The smallest step of time: a verdict due at `deadline` changes at `deadline + 1ns`.
+pub(crate) const ONE_NS: SignedDuration = SignedDuration::from_nanos(1);
+
+/// `t + d`, or `None` beyond the representable range (that instant never comes).
+pub(crate) fn after(t: Timestamp, d: SignedDuration) -> Option<Timestamp> {
+    t.checked_add(d).ok()
+}
+
+/// A count as the status' `int32` (a count past it reads as the largest).
+pub(crate) fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// Tracks the earliest of several wake-up times.

@@ -8,6 +8,7 @@
 //! detector that dies does not leave a fleet looking broken nor remediate it. Done in the engine
 //! so the simulator and the controller apply the same rule.
 
+use crate::plan::ONE_NS;
 use crate::plan::{Notice, NoticeKind};
 use crate::target::Target;
 use jiff::{SignedDuration, Timestamp};
@@ -20,9 +21,6 @@ use vigil_api::views::NodeConditionView;
 
 /// How many stale targets a status names (the count is always exact).
 pub const LISTED_STALE_TARGETS: usize = 50;
-
-/// The smallest step of time: a condition fresh until `deadline` is stale at `deadline + 1ns`.
-const ONE_NS: SignedDuration = SignedDuration::from_nanos(1);
 
 /// A matching condition set aside because its reporter went quiet.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -160,6 +160,11 @@ pub(crate) fn same_str(a: &str, b: &str) -> bool {
     a.len() == b.len() && a == b
 }
 
+/// `map[key]`, walking the entries with [`same_str`] (label and annotation maps are small).
+pub(crate) fn entry<'m>(map: &'m std::collections::BTreeMap<String, String>, key: &str) -> Option<&'m str> {
+    map.iter().find(|(k, _)| same_str(k, key)).map(|(_, v)| v.as_str())
+}
+
 /// Whether a Node carries a control-plane role label.
 pub fn is_control_plane(node: &NodeView) -> bool {
     // Walks the keys instead of searching the map: a search compares the bytes of every key it

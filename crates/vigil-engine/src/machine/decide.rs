@@ -16,6 +16,7 @@ use crate::holders::{Holders, Waits};
 use crate::lookup::Lookup;
 use crate::pacing::Pacer;
 use crate::peers::MhcPeers;
+use crate::plan::count;
 use crate::plan::{Action, Earliest, NoticeKind, ObjectRef, Plan, Seen};
 use crate::target::is_target;
 use crate::target::{CheckRef, LOCAL_CLUSTER, Target, made_for};
@@ -130,11 +131,6 @@ fn under_way(input: &MhcInput<'_>, machine: &MachineView) -> bool {
     owner_asked
         || ((input.policy.remediation_template.is_some() || input.policy.per_rule_remediation())
             && input.objects_named(machine).into_iter().any(|o| made_for(o, machine)))
-}
-
-/// A count as the status' `int32`.
-fn count(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// The check's targets: the Machines of its namespace it selects and that have not opted out,

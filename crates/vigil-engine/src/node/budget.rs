@@ -1,8 +1,8 @@
 //! The check-wide short-circuit: `minHealthy` / `maxUnhealthy` (a percentage rounds up, as
 //! medik8s) and the storm cool-down, as the `RemediationAllowed` condition.
 
-use super::basics::after;
 use crate::plan::Earliest;
+use crate::plan::after;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::conditions::ConditionStatus;

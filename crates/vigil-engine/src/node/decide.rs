@@ -1,14 +1,13 @@
 //! The NodeHealthCheck decision, in its phases: own objects, judge, budget, templates, busy
 //! control planes, remediate, status.
 
-use super::basics::PHASE_PAUSED;
 use super::budget::budget;
 use super::gates::Gates;
 use super::input::NhcInput;
 use super::judge::{Finding, Scan, domain_label, judge_nodes};
 use super::objects::{own_objects, owned_by_check};
 use super::remediate::{Pacing, Pass, busy_control_planes, pacing, remediate};
-use super::status::{Outcome, allowance_notice, build_status};
+use super::status::{Outcome, PHASE_PAUSED, allowance_notice, build_status};
 use super::templates::{Templates, template_state};
 use crate::backoff::Ledger;
 use crate::domains::Budgets;

@@ -7,6 +7,7 @@ use super::input::NhcInput;
 use crate::lookup::Observed;
 use crate::maintenance::{self, Standing as Maintenance};
 use crate::node_lease::{self, LeaseScope, Standing};
+use crate::plan::ONE_NS;
 use crate::plan::{Action, Earliest, LeaseWrite, ObjectRef};
 use crate::upgrade::Postponement;
 use jiff::{SignedDuration, Timestamp};
@@ -17,9 +18,6 @@ use vigil_api::node_health_check::NodeWait;
 use vigil_api::reason::Reason;
 use vigil_api::views::{LeaseView, MaintenanceView, NodeView, OpenShiftMachineView};
 use vigil_api::well_known::{OPENSHIFT_MACHINE_ANNOTATION, OPENSHIFT_MACHINE_API_VERSION};
-
-/// The smallest step of time: a Lease due at `t` has run out at `t + 1ns`.
-const ONE_NS: SignedDuration = SignedDuration::from_nanos(1);
 
 /// What the gates read for one decision.
 pub(super) struct Gates<'a> {

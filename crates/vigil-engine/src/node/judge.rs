@@ -1,11 +1,11 @@
 //! Judging the Nodes: each against the condition rules (with the stale-signal guard), the counts
 //! the budget reads, and the subjects a decision acts on (Nodes, and Nodes gone with objects left).
 
-use super::basics::{ONE_NS, after, node_name};
 use super::input::NhcInput;
 use super::objects::Owned;
 use crate::domains::Tally;
 use crate::plan::Earliest;
+use crate::plan::{ONE_NS, after};
 use crate::target::is_control_plane;
 use jiff::Timestamp;
 use std::ops::Range;
@@ -161,7 +161,7 @@ pub(super) fn scan_nodes<'a>(
     let mut b = 0usize;
     let mut last = "";
     for (i, &node) in all.iter().enumerate() {
-        let name = node_name(node);
+        let name = node.name.as_str();
         if name <= last {
             // out of order, a duplicate, or no name ("" sorts first)
             scan.sorted = false;
@@ -247,9 +247,14 @@ pub(super) fn judge_nodes<'a>(
     if scan.sorted {
         return (std::borrow::Cow::Borrowed(input.nodes), scan);
     }
-    let mut copy: Vec<&NodeView> = input.nodes.iter().copied().filter(|n| !node_name(n).is_empty()).collect();
-    copy.sort_by(|a, b| node_name(a).cmp(node_name(b)));
-    copy.dedup_by(|a, b| node_name(a) == node_name(b));
+    let mut copy: Vec<&NodeView> = input.nodes.iter().copied().filter(|n| !n.name.is_empty()).collect();
+    copy.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
+    copy.dedup_by(|a, b| a.name.as_str() == b.name.as_str());
     let scan = scan_nodes(&copy, owned, input.policy, now);
     (std::borrow::Cow::Owned(copy), scan)
+}
+
+/// A rule as people read it: `Ready=False`.
+pub(super) fn rule_text(rule: &ConditionRule) -> String {
+    format!("{}={}", rule.type_, rule.status)
 }

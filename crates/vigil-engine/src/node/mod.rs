@@ -31,7 +31,6 @@
 //! - objects of Nodes that still exist but are no longer selected are removed like those of
 //!   deleted Nodes: nothing else would ever clean them up.
 
-mod basics;
 mod budget;
 mod decide;
 mod gates;

@@ -1,15 +1,46 @@
 //! The check's own remediation objects (owned by it, one per Node and step) and the book of
 //! in-flight requests a decision keeps per Node.
 
-use super::basics::{Flags, OWNER_KIND, entry};
 use super::input::NhcInput;
 use crate::plan::ObjectRef;
+use crate::target::entry;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::node_health_check::{NodeRemediation, RemediationReference, UnhealthyNode};
 use vigil_api::validate::RemediationStep;
 use vigil_api::views::RemediationView;
 use vigil_api::well_known::{NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, TEMPLATE_NAME_ANNOTATION};
+
+/// Kind of the owner reference that marks the check's own remediation objects.
+pub(super) const OWNER_KIND: &str = "NodeHealthCheck";
+
+/// A handful of flags, without allocating for the usual few.
+#[derive(Default)]
+pub(super) struct Flags {
+    pub(super) small: u64,
+    pub(super) large: Vec<bool>,
+}
+
+impl Flags {
+    pub(super) fn get(&self, i: usize) -> bool {
+        match i.checked_sub(64) {
+            None => self.small >> i & 1 == 1,
+            Some(j) => self.large.get(j).copied().unwrap_or(false),
+        }
+    }
+
+    pub(super) fn set(&mut self, i: usize) {
+        match i.checked_sub(64) {
+            None => self.small |= 1 << i,
+            Some(j) => {
+                if self.large.len() <= j {
+                    self.large.resize(j + 1, false);
+                }
+                self.large[j] = true;
+            }
+        }
+    }
+}
 
 /// A remediation object owned by the check, with the Node it remediates and its step.
 pub(super) struct Owned<'a> {

@@ -2,11 +2,10 @@
 //! deleting objects of recovered Nodes, one control-plane Node at a time, at most `maxInFlight`
 //! at a time.
 
-use super::basics::{ONE_NS, OWNER_KIND, after, entry, has_annotation, has_label_value, node_name, notice, rule_text};
 use super::gates::{Gates, Tend, Wait, maintenance_wait};
 use super::input::NhcInput;
-use super::judge::{Finding, Subject, node_domain, unhealthy_since};
-use super::objects::{Book, Owned, object_ref, step_of};
+use super::judge::{Finding, Subject, node_domain, rule_text, unhealthy_since};
+use super::objects::{Book, OWNER_KIND, Owned, object_ref, step_of};
 use super::templates::Usable;
 use crate::backoff::{self, Gate as Backoff, Ledger};
 use crate::domains::Budgets;
@@ -14,6 +13,8 @@ use crate::holders::{Holders, Waits, nhc_held};
 use crate::node_lease;
 use crate::pacing::{Pacer, visit_order};
 use crate::plan::{Action, Earliest, LeaseWrite, Notice, NoticeKind, Seen};
+use crate::plan::{ONE_NS, after};
+use crate::target::entry;
 use crate::target::{Target, is_control_plane};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -32,6 +33,16 @@ use vigil_api::well_known::{
     MULTIPLE_TEMPLATES_SUPPORT_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, PART_OF_LABEL,
     PART_OF_NODE_HEALTHCHECK, PERMANENT_NODE_DELETION_EXPECTED, RULE_ANNOTATION, SUCCEEDED, TEMPLATE_NAME_ANNOTATION,
 };
+
+/// Whether `node` has label `key` set to `value`.
+fn node_has_label_value(node: &NodeView, key: &str, value: &str) -> bool {
+    node.labels.get(key).is_some_and(|v| v == value)
+}
+
+/// Whether `node` has annotation `key`.
+fn node_has_annotation(node: &NodeView, key: &str) -> bool {
+    node.has_annotation(key)
+}
 
 /// Why a remediation step is given up.
 #[derive(Debug, Clone, Copy)]
@@ -393,7 +404,7 @@ impl<'a> Pass<'a> {
             if let Requested::Skipped(reason, message) = self.request(node, 0, book, incident, None)
                 && (news || self.disabled_changed)
             {
-                self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+                self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
             }
             return;
         }
@@ -420,7 +431,7 @@ impl<'a> Pass<'a> {
             && (self.disabled_changed || reason == Reason::RemediationObjectExists)
         {
             // (the request's record is dropped with an existing foreign object: said once)
-            self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+            self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
         }
     }
 
@@ -472,7 +483,7 @@ impl<'a> Pass<'a> {
             }
             Requested::Skipped(reason, message) => {
                 if news {
-                    self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+                    self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
                 }
             }
             Requested::Held => {}
@@ -494,7 +505,7 @@ impl<'a> Pass<'a> {
                     format!("Not remediating control-plane node {name}: another control-plane node is being remediated")
                 }
             };
-            self.notices.push(notice(
+            self.notices.push(Notice::about_node(
                 NoticeKind::RemediationSkipped,
                 name,
                 Reason::ControlPlaneRemediationInProgress,
@@ -555,7 +566,7 @@ impl<'a> Pass<'a> {
         }
         if next >= steps.len() {
             if gave_up_now || !book.prev_timed_out.get(k) {
-                self.notices.push(notice(
+                self.notices.push(Notice::about_node(
                     NoticeKind::NoTemplateLeft,
                     name,
                     Reason::NoTemplateLeft,
@@ -576,7 +587,7 @@ impl<'a> Pass<'a> {
         if let Requested::Skipped(reason, message) = self.request(node, next, book, incident, lease)
             && (gave_up_now || self.disabled_changed)
         {
-            self.notices.push(notice(NoticeKind::RemediationSkipped, name, reason, message));
+            self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
         }
     }
 
@@ -638,7 +649,7 @@ impl<'a> Pass<'a> {
     /// Records what the subject `name` waits for, telling it (as `kind`) when it is news.
     pub(super) fn hold(&mut self, name: &str, wait: Wait, kind: NoticeKind) {
         if self.prev_wait.is_none_or(|w| w.reason != wait.reason) {
-            self.notices.push(notice(kind, name, wait.reason.clone(), wait.message.clone()));
+            self.notices.push(Notice::about_node(kind, name, wait.reason.clone(), wait.message.clone()));
         }
         self.wait = Some(wait);
     }
@@ -673,7 +684,7 @@ impl<'a> Pass<'a> {
         } else {
             "no remediation template left".to_string()
         };
-        self.notices.push(notice(
+        self.notices.push(Notice::about_node(
             NoticeKind::RemediationTimedOut,
             name,
             match why {
@@ -709,7 +720,7 @@ impl<'a> Pass<'a> {
                 }
                 None => false,
             },
-            HealthyDelay::UntilConfirmed => has_annotation(node, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION),
+            HealthyDelay::UntilConfirmed => node_has_annotation(node, MANUALLY_CONFIRMED_HEALTHY_ANNOTATION),
         };
         if release {
             self.delete_all(objs, false);
@@ -811,8 +822,8 @@ pub(super) fn remediate<'a>(
 ) -> (Vec<UnhealthyNode>, Vec<(&'a str, usize)>) {
     // A listed Node that is not a subject any more and is healthy now has recovered.
     let recovered = |name: &str| {
-        all.binary_search_by(|n| node_name(n).cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
-            notice(
+        all.binary_search_by(|n| n.name.as_str().cmp(name)).is_ok_and(|i| healthy_at[i]).then(|| {
+            Notice::about_node(
                 NoticeKind::Healthy,
                 name,
                 Reason::NodeHealthy,
@@ -908,7 +919,7 @@ impl<'a> Pass<'a> {
                 if let Some(wait) = maintenance_wait(s.name, &maintenance) {
                     self.hold(s.name, wait, NoticeKind::RemediationPostponed);
                 }
-                if !has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
+                if !node_has_label_value(node, EXCLUDE_FROM_REMEDIATION_LABEL, "true") {
                     if objs.is_empty() {
                         self.start(s.name, node, prev_entry.is_some(), &mut book, &incident, since);
                     } else {
@@ -979,7 +990,7 @@ fn unhealthy_notice(node: &NodeView, rule: &ConditionRule, name: &str) -> Notice
         .and_then(|c| c.reason.as_deref())
         .filter(|reason| !reason.is_empty())
         .map_or_else(String::new, |reason| format!(" with reason {reason}"));
-    notice(
+    Notice::about_node(
         NoticeKind::Unhealthy,
         name,
         Reason::Rule(rule_text(rule)),

@@ -2,12 +2,13 @@
 //! the status and the notices that only the whole decision can tell (allowed or blocked, paused
 //! or resumed, Nodes without a decision); and the status of a decision refused outright.
 
-use super::basics::{PHASE_DISABLED, PHASE_PAUSED, count, notice, rule_text};
 use super::input::NhcInput;
+use super::judge::rule_text;
 use crate::backoff;
 use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY};
 use crate::features::{self, Found};
 use crate::partial::remediation_phase;
+use crate::plan::count;
 use crate::plan::{Notice, NoticeKind, Plan};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -17,6 +18,12 @@ use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
 use vigil_api::reason::Reason;
 use vigil_api::shared::{BackedOffPool, ChosenRemediation, RemediationRecord};
 use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED, REMEDIATION_POSTPONED};
+
+/// Phase while a step's template is missing or invalid.
+const PHASE_DISABLED: &str = "Disabled";
+
+/// Phase while pause requests are present.
+pub(super) const PHASE_PAUSED: &str = "Paused";
 
 /// What the phases found, for the status.
 pub(super) struct Outcome<'a> {
@@ -212,7 +219,7 @@ pub(super) fn build_status(
         status.last_update_time = Some(Time(now));
         for (name, rule) in outcome.undecided {
             let what = input.policy.conditions.get(rule).map(rule_text).unwrap_or_default();
-            notices.push(notice(
+            notices.push(Notice::about_node(
                 NoticeKind::NoDecision,
                 name,
                 Reason::MissingLastTransitionTime,
