@@ -401,11 +401,9 @@ impl<'a> Pass<'a> {
         if let Usable::Missing | Usable::Invalid(_) =
             self.templates.get(incident.ladder.offset).copied().unwrap_or(Usable::Missing)
         {
-            if let Requested::Skipped(reason, message) = self.request(node, 0, book, incident, None)
-                && (news || self.disabled_changed)
-            {
-                self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
-            }
+            let requested = self.request(node, 0, book, incident, None);
+            let told = news || self.disabled_changed;
+            self.tell_skipped(name, requested, |_| told);
             return;
         }
         self.start_new(name, node, news, book, incident, since);
@@ -427,12 +425,10 @@ impl<'a> Pass<'a> {
     /// object is made only while the Node's Lease can be held.
     fn complete_request(&mut self, name: &str, node: &NodeView, book: &mut Book<'_>, incident: &Incident<'_>) {
         let Some(lease) = self.lease_for(name, node, &incident.ladder, 0) else { return };
-        if let Requested::Skipped(reason, message) = self.request(node, 0, book, incident, lease)
-            && (self.disabled_changed || reason == Reason::RemediationObjectExists)
-        {
-            // (the request's record is dropped with an existing foreign object: said once)
-            self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
-        }
+        let requested = self.request(node, 0, book, incident, lease);
+        let disabled_changed = self.disabled_changed;
+        // (the request's record is dropped with an existing foreign object: said once)
+        self.tell_skipped(name, requested, |reason| disabled_changed || *reason == Reason::RemediationObjectExists);
     }
 
     /// Whether no new remediation may start on `node` now: the check paused or short-circuited,
@@ -481,12 +477,19 @@ impl<'a> Pass<'a> {
                     self.cp_taken = true;
                 }
             }
-            Requested::Skipped(reason, message) => {
-                if news {
-                    self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
-                }
-            }
+            skipped @ Requested::Skipped(..) => self.tell_skipped(name, skipped, |_| news),
             Requested::Held => {}
+        }
+    }
+
+    /// Tells that a request for `name` was skipped (a [`NoticeKind::RemediationSkipped`] notice
+    /// with its reason) when `news` holds for that reason: a skip is said once, not at every
+    /// decision.
+    fn tell_skipped(&mut self, name: &str, requested: Requested, news: impl FnOnce(&Reason) -> bool) {
+        if let Requested::Skipped(reason, message) = requested
+            && news(&reason)
+        {
+            self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
         }
     }
 
@@ -584,11 +587,9 @@ impl<'a> Pass<'a> {
             return;
         }
         let Some(lease) = self.lease_for(name, node, &incident.ladder, next) else { return };
-        if let Requested::Skipped(reason, message) = self.request(node, next, book, incident, lease)
-            && (gave_up_now || self.disabled_changed)
-        {
-            self.notices.push(Notice::about_node(NoticeKind::RemediationSkipped, name, reason, message));
-        }
+        let requested = self.request(node, next, book, incident, lease);
+        let told = gave_up_now || self.disabled_changed;
+        self.tell_skipped(name, requested, |_| told);
     }
 
     /// The Lease write a new object for step `s` of `ladder` on `node` needs first (`Some(None)`:
