@@ -706,7 +706,7 @@ impl Sim<'_> {
             })
             .and_then(ClusterView::read);
         let machines = self.views.machines(&self.store, namespace);
-        let machine_refs: Vec<&MachineView> = machines.iter().collect();
+        let machine_refs: Vec<&MachineView> = machines.iter().map(Rc::as_ref).collect();
         let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
         // Only the Nodes of the check's targets: the engine looks up no other (reading
         // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
@@ -883,7 +883,7 @@ impl Sim<'_> {
                 let parsed = self.views.mhc(&self.store, &check_key(id))?;
                 let (check, policy) = parsed.as_ref();
                 let machines = self.views.machines(&self.store, namespace);
-                let machine_refs: Vec<&MachineView> = machines.iter().collect();
+                let machine_refs: Vec<&MachineView> = machines.iter().map(Rc::as_ref).collect();
                 let remediations = self.mhc_remediations(namespace, policy);
                 let remediation_refs = lookups(&remediations);
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
