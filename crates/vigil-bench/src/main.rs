@@ -116,6 +116,11 @@ struct Args {
     /// of that snapshot with --failed-percent of the Nodes going Unknown at 5m, and `vigil check`.
     #[arg(long)]
     snapshot: bool,
+    /// With --snapshot: keep the snapshot (`snapshot.yaml`), the scenario with the outage
+    /// (`outage.yaml`) and the outputs of `vigil simulate` and `vigil check` (`simulate.json`,
+    /// `check.json`) in this directory, to profile or compare the tools offline afterwards.
+    #[arg(long, requires = "snapshot")]
+    keep: Option<PathBuf>,
 }
 
 /// The controller `--against` compares Vigil with.
@@ -273,7 +278,12 @@ fn main() -> Result<()> {
         };
         serde_json::to_string_pretty(&out)?
     } else if args.snapshot {
-        serde_json::to_string_pretty(&runtime.block_on(snapshot::run(plan.nodes, plan.failed_percent, &vigil))?)?
+        serde_json::to_string_pretty(&runtime.block_on(snapshot::run(
+            plan.nodes,
+            plan.failed_percent,
+            &vigil,
+            args.keep.as_deref(),
+        ))?)?
     } else if let Some(against) = args.against {
         let theirs = match against {
             Against::Capi => Contender::Capi { bin: capi_mhc(&args)? },

@@ -88,8 +88,17 @@ fn timed(vigil: &Path, args: &[&str]) -> Result<Run> {
     Ok(Run { out, ms, peak_mib: peak_kib as f64 / 1024.0 })
 }
 
-/// Creates the fleet of `n` Nodes, then measures the three commands.
-pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<SnapshotSummary> {
+/// Writes `bytes` to `dir/name` when a directory to keep things in was given.
+fn kept(dir: Option<&Path>, name: &str, bytes: &[u8]) -> Result<()> {
+    let Some(dir) = dir else { return Ok(()) };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Creates the fleet of `n` Nodes, then measures the three commands; with `keep`, their inputs
+/// and outputs are left in that directory.
+pub async fn run(n: usize, failed_percent: f64, vigil: &Path, keep: Option<&Path>) -> Result<SnapshotSummary> {
     eprintln!("vigil-bench: starting etcd + kube-apiserver");
     let env = TestEnv::start().await?;
     env.install_upstream_crds().await?;
@@ -113,6 +122,7 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
     let out = snapshot.out;
     ensure!(out.status.success(), "vigil snapshot failed: {}", String::from_utf8_lossy(&out.stderr));
     let yaml = String::from_utf8(out.stdout).context("snapshot is not UTF-8")?;
+    kept(keep, "snapshot.yaml", yaml.as_bytes())?;
 
     // The outage: every `1/failed_percent`-th Node goes Unknown at 5m, seen in both clusters
     // the snapshot holds it in (management for the NodeHealthChecks, the workload cluster
@@ -132,11 +142,13 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
     let outage = yaml.replace("\ntimeline: []\n", &format!("\n{timeline}"));
     let file = dir.path().join("outage.yaml");
     std::fs::write(&file, &outage)?;
+    kept(keep, "outage.yaml", outage.as_bytes())?;
 
     eprintln!("vigil-bench: vigil simulate");
     let simulate = timed(vigil, &["simulate", file.to_str().context("utf-8 path")?, "--output", "json"])?;
     let out = simulate.out;
     ensure!(out.status.success(), "vigil simulate failed: {}", String::from_utf8_lossy(&out.stderr));
+    kept(keep, "simulate.json", &out.stdout)?;
     let mut simulate_events = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let event: Value = serde_json::from_str(line)?;
@@ -147,6 +159,7 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path) -> Result<Snapshot
     let check = timed(vigil, &["check", "--kubeconfig", kc, "--output", "json"])?;
     let out = check.out;
     ensure!(out.status.code().is_some_and(|c| c != 1), "vigil check failed: {}", String::from_utf8_lossy(&out.stderr));
+    kept(keep, "check.json", &out.stdout)?;
 
     let mut requests = BTreeMap::new();
     if let Some(log) = env.audit_log_path() {

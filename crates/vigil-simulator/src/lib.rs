@@ -8,4 +8,4 @@ pub mod store;
 mod views;
 
 pub use scenario::{Scenario, ScenarioError};
-pub use simulation::{Report, simulate};
+pub use simulation::{Report, Start, simulate, simulate_owned};

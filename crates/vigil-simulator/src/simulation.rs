@@ -58,6 +58,19 @@ fn check_key(id: &CheckRef) -> Key {
     }
 }
 
+/// An object's versions as the checks' concern predicates read them ([`Sim::read_versions`]).
+struct ReadVersions {
+    /// Whether there is a version at all (a change of nothing concerns no one).
+    any: bool,
+    /// As Machines (a Machine of the management cluster).
+    machines: Vec<MachineView>,
+    /// As Nodes (a Node of the management cluster).
+    nodes: Vec<NodeView>,
+    /// As objects (anything else of the management cluster), each with the management cluster's
+    /// Node it names as a remediation object's target, if there is one.
+    metas: Vec<(Meta, Option<NodeView>)>,
+}
+
 /// Work the models do later.
 /// The finalizer a remediator model puts on its objects (`holdsDeletion`).
 const SIMULATED_FINALIZER: &str = "simulator.vigil.dev/remediator";
@@ -131,17 +144,56 @@ struct Sim<'s> {
     loading: bool,
     /// What is read from the store again and again, kept while it is unchanged.
     views: Views,
+    /// The timeline's next step to run.
+    next_step: usize,
+}
+
+/// The run as it stands once its start instant settled: what a run of no duration ends with.
+pub struct Start<'r> {
+    /// Every object then.
+    pub store: &'r Store,
+    /// What happened at the start instant.
+    pub events: &'r [Event],
+    /// Each check's status then, keyed like `Event::check`.
+    pub statuses: BTreeMap<String, Value>,
 }
 
 /// Runs a scenario to its end.
 pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
+    let workload = scenario.workload_clusters.iter().map(|(cluster, nodes)| (cluster.clone(), nodes.clone()));
+    run_with(scenario, scenario.objects.iter().cloned(), workload.collect(), |_| ()).map(|(_, report)| report)
+}
+
+/// [`simulate`], taking the scenario's objects into the store instead of copying them (a caller
+/// done with the scenario holds a 10 000-Node fleet once, not twice); `at_start` is shown the run
+/// once its start instant settled, so `vigil check` learns "now" and "next" from one run.
+pub fn simulate_owned<T>(
+    mut scenario: Scenario,
+    at_start: impl FnOnce(Start<'_>) -> T,
+) -> Result<(T, Report), ScenarioError> {
+    let objects = std::mem::take(&mut scenario.objects);
+    // The clusters stay named (where a check's Nodes live is read from them); their Nodes move.
+    let workload =
+        scenario.workload_clusters.iter_mut().map(|(cluster, nodes)| (cluster.clone(), std::mem::take(nodes)));
+    let workload: Vec<(String, Vec<Value>)> = workload.collect();
+    run_with(&scenario, objects.into_iter(), workload, at_start)
+}
+
+/// Loads `objects` (management cluster) and each workload cluster's Nodes, then runs, showing
+/// `at_start` the start instant.
+fn run_with<T>(
+    scenario: &Scenario,
+    objects: impl Iterator<Item = Value>,
+    workload: Vec<(String, Vec<Value>)>,
+    at_start: impl FnOnce(Start<'_>) -> T,
+) -> Result<(T, Report), ScenarioError> {
     let mut sim = Sim::new(scenario);
-    for (i, object) in scenario.objects.iter().enumerate() {
-        sim.put(LOCAL_CLUSTER, object.clone(), &format!("objects[{i}]"))?;
+    for (i, object) in objects.enumerate() {
+        sim.put(LOCAL_CLUSTER, object, &format!("objects[{i}]"))?;
     }
-    for (cluster, nodes) in &scenario.workload_clusters {
-        for (i, node) in nodes.iter().enumerate() {
-            sim.put(cluster, node.clone(), &format!("workloadClusters[{cluster:?}][{i}]"))?;
+    for (cluster, nodes) in workload {
+        for (i, node) in nodes.into_iter().enumerate() {
+            sim.put(&cluster, node, &format!("workloadClusters[{cluster:?}][{i}]"))?;
         }
     }
     sim.loading = false;
@@ -154,23 +206,20 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
         }
     }
     sim.dirty = sim.checks().into_iter().collect();
-    sim.run()?;
-    let final_statuses = sim
-        .checks()
-        .into_iter()
-        .map(|id| {
-            let status = sim.store.get(&check_key(&id)).and_then(|o| o.get("status")).cloned().unwrap_or(json!({}));
-            (id.to_string(), status)
-        })
-        .collect();
-    Ok(Report {
+    let end = scenario.start.checked_add(scenario.duration).unwrap_or(Timestamp::MAX);
+    sim.run_until(scenario.start.min(end))?;
+    let seen = at_start(Start { store: &sim.store, events: &sim.events, statuses: sim.statuses() });
+    sim.run_until(end)?;
+    let final_statuses = sim.statuses();
+    let report = Report {
         name: scenario.name.clone(),
         events: sim.events,
         final_statuses,
         end_t: seconds(scenario.duration.as_nanos()),
         store: sim.store,
         history: sim.history,
-    })
+    };
+    Ok((seen, report))
 }
 
 fn text<'v>(v: &'v Value, pointer: &str) -> &'v str {
@@ -195,24 +244,27 @@ impl<'s> Sim<'s> {
             ties_reported: BTreeSet::new(),
             loading: true,
             views: Views::default(),
+            next_step: 0,
         }
     }
 }
 
 impl Sim<'_> {
-    fn run(&mut self) -> Result<(), ScenarioError> {
-        let end = self.scenario.start.checked_add(self.scenario.duration).unwrap_or(Timestamp::MAX);
-        let mut steps = self.scenario.timeline.iter().peekable();
+    /// Runs every instant up to `end`: the first call runs the start instant too, a later one
+    /// goes on where the last stopped (as one call to the later `end` would).
+    fn run_until(&mut self, end: Timestamp) -> Result<(), ScenarioError> {
+        let scenario = self.scenario;
         loop {
             self.settle()?;
-            let step_at = steps.peek().map(|s| self.at(s.at));
+            let step_at = scenario.timeline.get(self.next_step).map(|s| self.at(s.at));
             let candidates = [step_at, self.wakeups.values().min().copied(), self.tasks.keys().next().map(|(t, _)| *t)];
             let Some(next) = candidates.into_iter().flatten().min() else { break };
             if next > end {
                 break;
             }
             self.now = next;
-            while let Some(step) = steps.next_if(|s| self.at(s.at) == next) {
+            while let Some(step) = scenario.timeline.get(self.next_step).filter(|s| self.at(s.at) == next) {
+                self.next_step += 1;
                 self.step(step)?;
             }
             while let Some(entry) = self.tasks.first_entry() {
@@ -228,7 +280,6 @@ impl Sim<'_> {
                 self.dirty.insert(id);
             }
         }
-        self.now = end;
         Ok(())
     }
 
@@ -242,6 +293,17 @@ impl Sim<'_> {
 
     fn emit(&mut self, event: &str, check: Option<String>, target: Option<String>, details: Map<String, Value>) {
         self.events.push(Event { t: self.t(), event: event.into(), check, target, details });
+    }
+
+    /// Each check's status now, keyed like `Event::check`.
+    fn statuses(&self) -> BTreeMap<String, Value> {
+        self.checks()
+            .into_iter()
+            .map(|id| {
+                let status = self.store.get(&check_key(&id)).and_then(|o| o.get("status")).cloned();
+                (id.to_string(), status.unwrap_or(json!({})))
+            })
+            .collect()
     }
 
     fn checks(&self) -> Vec<CheckRef> {
@@ -462,41 +524,73 @@ impl Sim<'_> {
         } else {
             BTreeSet::new()
         };
+        let read = self.read_versions(key, &versions);
+        self.mark_concerned(key, &read, &node_machine_namespaces);
+    }
+
+    /// An object's versions (before and after a change) read once as the checks' predicates
+    /// look at them: read once per check, they dominated a 10 000-Node outage's run.
+    fn read_versions(&self, key: &Key, versions: &[&Value]) -> ReadVersions {
+        let local = key.cluster == LOCAL_CLUSTER;
+        let node = key.kind == "Node" && key.group.is_empty();
+        let machine = local && key.group == CAPI_GROUP && key.kind == "Machine";
+        ReadVersions {
+            any: !versions.is_empty(),
+            machines: versions.iter().filter(|_| machine).filter_map(|v| MachineView::read(v)).collect(),
+            nodes: versions.iter().filter(|_| local && node).filter_map(|v| NodeView::read(v)).collect(),
+            metas: versions
+                .iter()
+                .filter(|_| local && !node)
+                .filter_map(|v| Meta::read(v, &mut Vec::new()))
+                .map(|m| {
+                    let node = self.management_node(vigil_engine::target::remediation_node_name(&m));
+                    (m, node)
+                })
+                .collect(),
+        }
+    }
+
+    /// Marks the checks a change of the object under `key` concerns, given its versions `read`.
+    fn mark_concerned(&mut self, key: &Key, read: &ReadVersions, node_machine_namespaces: &BTreeSet<String>) {
+        let local = key.cluster == LOCAL_CLUSTER;
         for id in self.checks() {
             let hit = match &id {
                 CheckRef::Machine { namespace, .. } => {
                     let Some(parsed) = self.views.mhc(&self.store, &check_key(&id)) else { continue };
                     let (check, policy) = (&parsed.0, &parsed.1);
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
-                        || versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
-                            (CAPI_GROUP, "Machine") if key.cluster == LOCAL_CLUSTER => {
-                                MachineView::read(v).is_some_and(|m| concerns::mhc_concerns_machine(check, policy, &m))
+                        || match (key.group.as_str(), key.kind.as_str()) {
+                            (CAPI_GROUP, "Machine") if local => {
+                                read.machines.iter().any(|m| concerns::mhc_concerns_machine(check, policy, m))
                             }
-                            (CAPI_GROUP, "Cluster") if key.cluster == LOCAL_CLUSTER => Meta::read(v, &mut Vec::new())
-                                .is_some_and(|m| concerns::mhc_concerns_cluster(check, policy, &m)),
+                            (CAPI_GROUP, "Cluster") if local => {
+                                read.metas.iter().any(|(m, _)| concerns::mhc_concerns_cluster(check, policy, m))
+                            }
                             ("", "Node") => {
-                                key.cluster == self.node_cluster(namespace, &policy.cluster_name)
+                                read.any
+                                    && key.cluster == self.node_cluster(namespace, &policy.cluster_name)
                                     && node_machine_namespaces.contains(namespace.as_str())
                             }
-                            _ if key.cluster == LOCAL_CLUSTER => Meta::read(v, &mut Vec::new())
-                                .is_some_and(|m| concerns::mhc_concerns_remediation_object(check, policy, &m)),
+                            _ if local => read
+                                .metas
+                                .iter()
+                                .any(|(m, _)| concerns::mhc_concerns_remediation_object(check, policy, m)),
                             _ => false,
-                        })
+                        }
                 }
                 CheckRef::Node { .. } => {
                     let Some(parsed) = self.views.nhc(&self.store, &check_key(&id)) else { continue };
                     let (check, policy) = (&parsed.0, &parsed.1);
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
-                        || key.cluster == LOCAL_CLUSTER
-                            && versions.iter().any(|v| match (key.group.as_str(), key.kind.as_str()) {
+                        || local
+                            && match (key.group.as_str(), key.kind.as_str()) {
                                 ("", "Node") => {
-                                    NodeView::read(v).is_some_and(|n| concerns::nhc_concerns_node(check, policy, &n))
+                                    read.nodes.iter().any(|n| concerns::nhc_concerns_node(check, policy, n))
                                 }
-                                _ => Meta::read(v, &mut Vec::new()).is_some_and(|m| {
-                                    let node = self.management_node(vigil_engine::target::remediation_node_name(&m));
-                                    concerns::nhc_concerns_remediation_object(check, policy, &m, node.as_ref())
+                                _ => read.metas.iter().any(|(m, node)| {
+                                    concerns::nhc_concerns_remediation_object(check, policy, m, node.as_ref())
                                 }),
-                            })
+                            }
                 }
             };
             if hit {
@@ -612,7 +706,7 @@ impl Sim<'_> {
             })
             .and_then(ClusterView::read);
         let machines = self.views.machines(&self.store, namespace);
-        let machine_refs: Vec<&MachineView> = machines.iter().collect();
+        let machine_refs: Vec<&MachineView> = machines.iter().map(Rc::as_ref).collect();
         let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
         // Only the Nodes of the check's targets: the engine looks up no other (reading
         // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
@@ -789,7 +883,7 @@ impl Sim<'_> {
                 let parsed = self.views.mhc(&self.store, &check_key(id))?;
                 let (check, policy) = parsed.as_ref();
                 let machines = self.views.machines(&self.store, namespace);
-                let machine_refs: Vec<&MachineView> = machines.iter().collect();
+                let machine_refs: Vec<&MachineView> = machines.iter().map(Rc::as_ref).collect();
                 let remediations = self.mhc_remediations(namespace, policy);
                 let remediation_refs = lookups(&remediations);
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);

@@ -1,10 +1,11 @@
 //! `vigil check`: what Vigil would do to the live fleet right now, and what next.
 //!
 //! The cluster is read once ([`crate::live`], get and list only) into the objects of a scenario
-//! with an empty timeline; the simulator then runs the real engine on it twice: at this instant
-//! (what the checks look like and what Vigil would do now) and forward, with nothing changing
-//! and no other controller acting, up to a horizon (the next change, e.g. "w-3 will be
-//! remediated at 12:40:05 unless it recovers"). Nothing is written anywhere.
+//! with an empty timeline; the simulator then runs the real engine on it once, read twice: as it
+//! stands once this instant settled (what the checks look like and what Vigil would do now) and
+//! forward, with nothing changing and no other controller acting, up to a horizon (the next
+//! change, e.g. "w-3 will be remediated at 12:40:05 unless it recovers"). Nothing is written
+//! anywhere.
 
 use anyhow::{Context, Result};
 use jiff::{SignedDuration, Timestamp};
@@ -22,7 +23,7 @@ use vigil_engine::target::LOCAL_CLUSTER;
 use vigil_simulator::output::Event;
 use vigil_simulator::scenario::Models;
 use vigil_simulator::store::Key;
-use vigil_simulator::{Report, Scenario, simulate};
+use vigil_simulator::{Scenario, Start, simulate_owned};
 
 /// How far ahead `vigil check` looks for the next change.
 pub const HORIZON: SignedDuration = SignedDuration::from_hours(24);
@@ -261,12 +262,12 @@ pub fn evaluate(
             None => true,
         }
     });
-    let scenario = |duration| Scenario {
+    let scenario = Scenario {
         name: "vigil check".into(),
         start: now,
-        duration,
-        objects: fleet.objects.clone(),
-        workload_clusters: fleet.workload_clusters.clone(),
+        duration: HORIZON,
+        objects: fleet.objects,
+        workload_clusters: fleet.workload_clusters,
         lease_namespace: match fleet.lease_namespace.as_str() {
             "" => vigil_api::well_known::DEFAULT_LEASE_NAMESPACE.to_string(),
             ns => ns.to_string(),
@@ -274,10 +275,14 @@ pub fn evaluate(
         timeline: Vec::new(),
         models: Models::default(),
     };
-    let at_now = simulate(&scenario(SignedDuration::ZERO))?;
-    let ahead = simulate(&scenario(HORIZON))?;
-    let mut checks: Vec<CheckOut> =
-        at_now.final_statuses.iter().map(|(label, status)| check_out(label, status, &at_now, &ahead, now)).collect();
+    // One run: what it shows once this instant settled is "now", what follows is "next".
+    let (mut checks, ahead) = simulate_owned(scenario, |at_now| {
+        at_now.statuses.iter().map(|(label, status)| check_out(label, status, &at_now, now)).collect::<Vec<_>>()
+    })?;
+    for check in &mut checks {
+        check.next = next_out(&check.check, &ahead.events, now);
+    }
+    drop(ahead);
     for (label, problem) in problems {
         checks.push(CheckOut {
             check: label,
@@ -331,19 +336,25 @@ fn chosen_of(status: &Value, name: &str) -> Option<String> {
     Some(format!("rule {} chose {} (since {})", s("rule"), s("remediation"), s("since")))
 }
 
-fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: Timestamp) -> CheckOut {
-    let int = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
+/// The first change after this instant in `events` (a run looking ahead) for the check `label`.
+fn next_out(label: &str, events: &[Event], now: Timestamp) -> Option<NextOut> {
     let mine = |e: &&Event| e.check.as_deref() == Some(label);
-    let now_events: Vec<&Event> = at_now.events.iter().filter(mine).collect();
-    let problem = now_events.iter().find(|e| e.event == "Invalid").map(|e| event_out(e).message);
-    let next = ahead.events.iter().filter(mine).find(|e| e.t > 0.0).map(|first| {
+    events.iter().filter(mine).find(|e| e.t > 0.0).map(|first| {
         let at = now.checked_add(SignedDuration::from_secs_f64(first.t)).unwrap_or(now);
         NextOut {
             at: at.to_string(),
             in_: vigil_api::duration::format_go_duration(SignedDuration::from_secs(first.t.round() as i64)),
-            events: ahead.events.iter().filter(mine).filter(|e| e.t == first.t).map(event_out).collect(),
+            events: events.iter().filter(mine).filter(|e| e.t == first.t).map(event_out).collect(),
         }
-    });
+    })
+}
+
+/// The answer for one check as it stands at this instant (`next` is filled in from the run ahead).
+fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) -> CheckOut {
+    let int = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let mine = |e: &&Event| e.check.as_deref() == Some(label);
+    let now_events: Vec<&Event> = at_now.events.iter().filter(mine).collect();
+    let problem = now_events.iter().find(|e| e.event == "Invalid").map(|e| event_out(e).message);
     let requested_now =
         now_events.iter().any(|e| matches!(e.event.as_str(), "RemediationRequested" | "RemediationCreated"));
     let mut out = CheckOut {
@@ -360,7 +371,7 @@ fn check_out(label: &str, status: &Value, at_now: &Report, ahead: &Report, now: 
         queued_count: int("queuedCount"),
         queued: Vec::new(),
         now: now_events.iter().filter(|e| e.event != "Invalid").map(|e| event_out(e)).collect(),
-        next,
+        next: None,
         problem,
         remediating: requested_now,
     };
@@ -513,7 +524,7 @@ fn queued_out(status: &Value, name: impl Fn(&str) -> String) -> Vec<QueuedOut> {
 
 /// When the Node condition behind an `UnhealthyNode` verdict started: the earliest transition
 /// of a Node condition that one of the check's rules names with that status.
-fn node_condition_since(at_now: &Report, label: &str, machine: &MachineView) -> Option<Timestamp> {
+fn node_condition_since(at_now: &Start<'_>, label: &str, machine: &MachineView) -> Option<Timestamp> {
     let rest = label.strip_prefix("MachineHealthCheck/")?;
     let (namespace, name) = rest.split_once('/')?;
     let key = Key {

@@ -16,7 +16,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vigil_simulator::{Scenario, output, simulate};
+use vigil_simulator::{Scenario, output, simulate_owned};
 
 /// The scenario `vigil simulate` runs when given no file.
 const DEFAULT_SCENARIO: (&str, &str) =
@@ -217,7 +217,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 None => (DEFAULT_SCENARIO.0.to_string(), DEFAULT_SCENARIO.1.to_string()),
             };
             let scenario = Scenario::parse(&text).with_context(|| path.clone())?;
-            let report = simulate(&scenario).with_context(|| path.clone())?;
+            let (_, report) = simulate_owned(scenario, |_| ()).with_context(|| path.clone())?;
             let rendered = match format {
                 Format::Text => {
                     output::text_styled(&report.name, &report.events, &report.final_statuses, colour_stdout())
