@@ -161,20 +161,6 @@ impl<K: Ord + Clone, C: CheckObject, P, D: Default> Checks<K, C, P, D> {
         self.entries.iter_mut().filter_map(|(k, e)| Some((k, e.policy.as_deref().ok()?, &mut e.derived)))
     }
 
-    /// The derived state of the checks of one namespace, each with its policy when valid.
-    pub(crate) fn derived_in_namespace_mut<'a>(
-        &'a mut self,
-        namespace: &'a str,
-    ) -> impl Iterator<Item = (Option<&'a P>, &'a mut D)> + 'a
-    where
-        K: Borrow<(String, String)>,
-    {
-        self.entries
-            .iter_mut()
-            .filter(move |(k, _)| (*k).borrow().0 == namespace)
-            .map(|(_, e)| (e.policy.as_deref().ok(), &mut e.derived))
-    }
-
     /// One check's derived state, with its policy when valid.
     pub(crate) fn derived_of(&mut self, key: &K) -> Option<(Option<&P>, &mut D)> {
         self.entries.get_mut(key).map(|e| (e.policy.as_deref().ok(), &mut e.derived))
@@ -228,6 +214,17 @@ impl<C: CheckObject, P, D: Default> Checks<(String, String), C, P, D> {
         namespace: &'a str,
     ) -> impl Iterator<Item = (&'a (String, String), &'a CheckEntry<C, P, D>)> + 'a {
         self.entries.range((namespace.to_string(), String::new())..).take_while(move |((ns, _), _)| ns == namespace)
+    }
+
+    /// The derived state of the checks of one namespace, each with its policy when valid.
+    pub(crate) fn derived_in_namespace_mut<'a>(
+        &'a mut self,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = (Option<&'a P>, &'a mut D)> + 'a {
+        self.entries
+            .range_mut((namespace.to_string(), String::new())..)
+            .take_while(move |((ns, _), _)| ns == namespace)
+            .map(|(_, e)| (e.policy.as_deref().ok(), &mut e.derived))
     }
 }
 
