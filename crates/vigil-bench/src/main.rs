@@ -942,6 +942,8 @@ mod tests {
         assert!(plan_of(&["--against", "medik8s", "--snapshot"]).is_err());
         assert_eq!(plan_of(&[]).expect("valid").fleet, fleet::Fleet::Mixed, "the default fleet stays mixed");
         assert!(plan_of(&["--against", "capi", "--snapshot"]).is_err());
+        let keep = Args::try_parse_from(["vigil-bench", "--keep", "/tmp/x"]).err().map(|e| e.to_string());
+        assert!(keep.as_deref().is_some_and(|e| e.contains("--snapshot")), "--keep needs --snapshot: {keep:?}");
         let big = plan_of(&["--nodes", "10000"]).expect("valid");
         assert_eq!((big.nodes, big.heartbeat, big.steady), (10_000, Duration::from_secs(60), Duration::from_secs(60)));
     }

@@ -99,6 +99,10 @@ fn kept(dir: Option<&Path>, name: &str, bytes: &[u8]) -> Result<()> {
 /// Creates the fleet of `n` Nodes, then measures the three commands; with `keep`, their inputs
 /// and outputs are left in that directory.
 pub async fn run(n: usize, failed_percent: f64, vigil: &Path, keep: Option<&Path>) -> Result<SnapshotSummary> {
+    // A directory that cannot be made is said before the fleet's minutes of set-up, not after.
+    if let Some(dir) = keep {
+        std::fs::create_dir_all(dir).with_context(|| format!("--keep {}: cannot create it", dir.display()))?;
+    }
     eprintln!("vigil-bench: starting etcd + kube-apiserver");
     let env = TestEnv::start().await?;
     env.install_upstream_crds().await?;
