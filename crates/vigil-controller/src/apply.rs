@@ -1,26 +1,25 @@
-//! Applying a plan: the check's status (merge patch on the status subresource, only when it
-//! changed, carrying the `resourceVersion` decided on), Machine conditions (a merge patch carrying
-//! `resourceVersion`; on a conflict the patch is recomputed on the fresh Machine), remediation
-//! objects, and Events with upstream reasons. Writes of one plan run concurrently; every write is
-//! idempotent, and harmless if it lands late (after the right to make it moved to another
-//! replica): each carries a guard the API server checks (docs/DECISIONS.md, "Writes that land
-//! late"), and is bounded by what is left of the right ([`crate::fenced`]).
+//! Applying a plan: which writes it makes, in which order and how many at once, and what their
+//! answers change. The actions go first (Machine conditions, remediation objects and their node
+//! Leases), the check's status with or after them, the Events in the background; each write is
+//! a [`crate::writer::Writer`] method, fenced by the check's right to write and bounded by what
+//! is left of it, and its answer (the object written, gone, or refused and read again) is put
+//! into the index here at once. Writes of one plan run concurrently; every write is idempotent,
+//! and harmless if it lands late (after the right to make it moved to another replica): each
+//! carries a guard the API server checks (docs/DECISIONS.md, "Writes that land late").
 
 use crate::context::Context;
-use crate::writes::{FIELD_MANAGER, WRITE_TIMEOUT, WriteError, api_error, at_version, is_code, patch_params};
+use crate::writer::{ConditionsWrite, Deleted, bounded};
+use crate::writes::{WriteError, at_version};
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PostParams, Preconditions};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
 use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tracing::warn;
-use vigil_api::api_version::{ApiVersion, group_of};
-use vigil_api::views::MachineView;
-use vigil_engine::machine_write::machine_status_patch;
+use vigil_api::api_version::group_of;
 use vigil_engine::target::{CheckRef, Target};
 use vigil_engine::{Action, Notice, NoticeKind, ObjectRef, Seen};
 
@@ -35,25 +34,10 @@ struct Outcome {
     first_error: Option<WriteError>,
 }
 
-/// How often a conflicting Machine write is recomputed and retried.
-const CONFLICT_RETRIES: usize = 5;
 /// How many writes of one plan run at once.
 const WRITE_CONCURRENCY: usize = 32;
-/// Runs a write if this replica may write, with no more time than its right to write has left
-/// (fencing) and at most [`WRITE_TIMEOUT`]: the client gives up then, and every request of the
-/// write asks the API server to give up by then too ([`crate::fenced::within`]).
-async fn bounded<T>(
-    leadership: &crate::leader::Leadership,
-    what: impl FnOnce() -> String,
-    fut: impl std::future::Future<Output = Result<T, WriteError>>,
-) -> Result<T, WriteError> {
-    let Some(left) = leadership.remaining() else { return Err(WriteError::NotLeader(what())) };
-    match crate::fenced::within(WRITE_TIMEOUT.min(left), fut).await {
-        Some(r) => r,
-        None => Err(WriteError::Timeout(what())),
-    }
-}
 
+/// The check `key` as an event's object.
 fn check_reference(key: &CheckRef, uid: Option<&str>) -> ObjectReference {
     let (namespace, name, kind) = match key {
         CheckRef::Machine { namespace: ns, name: n } => (Some(ns.clone()), n.clone(), "MachineHealthCheck"),
@@ -70,23 +54,6 @@ fn check_reference(key: &CheckRef, uid: Option<&str>) -> ObjectReference {
 }
 
 impl Context {
-    /// The API resource of an object kind, from discovery (cached).
-    pub async fn resource(&self, api_version: &str, kind: &str) -> Result<ApiResource, WriteError> {
-        let ApiVersion { group, version } = ApiVersion::parse(api_version);
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        // Held across the lookup: the writes of a plan that all miss the cache at once make one
-        // discovery request, not one each.
-        let mut resources = self.resources.lock().await;
-        if let Some(ar) = resources.get(&gvk) {
-            return Ok(ar.clone());
-        }
-        let (ar, _) = kube::discovery::pinned_kind(&self.client, &gvk).await.map_err(|e| {
-            WriteError::Discovery(format!("{kind}.{group}/{version} is not served by the API server: {e}"))
-        })?;
-        resources.insert(gvk, ar.clone());
-        Ok(ar)
-    }
-
     /// Puts the API server's answer to one of our writes into the index at once, so the
     /// check's next decision sees it even before the watch delivers it (and does not write it
     /// again). The checks the change concerns are not woken: the decision that wrote it is
@@ -98,14 +65,6 @@ impl Context {
     ) {
         if let Ok(value) = serde_json::to_value(written) {
             put(&mut self.write_index(), &value);
-        }
-    }
-
-    fn dynamic(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
-        if namespace.is_empty() {
-            Api::all_with(self.client.clone(), ar)
-        } else {
-            Api::namespaced_with(self.client.clone(), namespace, ar)
         }
     }
 
@@ -259,7 +218,7 @@ impl Context {
                     // Taken before the write's time bound starts: waiting for a permit is not
                     // the API server being slow.
                     let _permit = match holds_a_verdict_permit(&action, remediating) {
-                        true => this.verdict_writes.acquire().await.ok(),
+                        true => this.writer.verdict_permit().await,
                         false => None,
                     };
                     let what = || format!("{action:?}").chars().take(200).collect::<String>();
@@ -358,7 +317,7 @@ impl Context {
         let Some(status) = job.status_patch() else { return Ok(()) };
         // The version decided on: a status written over since (another replica's, a late one
         // of ours) refuses it, and the check is decided again on what is there now.
-        let patch = Patch::Merge(at_version(json!({ "status": status }), job.resource_version.as_deref()));
+        let patch = at_version(json!({ "status": status }), job.resource_version.as_deref());
         // Untyped: a check whose spec does not parse still gets its status (InvalidSpec), and
         // the answer is read as leniently as the watch reads it.
         let (ar, namespace, name) = match &job.key {
@@ -367,26 +326,21 @@ impl Context {
             }
             CheckRef::Node { name: n } => (ApiResource::erase::<vigil_api::NodeHealthCheck>(&()), "", n),
         };
-        let requests = crate::fenced::requests::<DynamicObject>(&ar, namespace);
-        let written: Result<DynamicObject, _> =
-            crate::fenced::patch(&self.client, &requests, name, Some("status"), &patch_params(), &patch).await;
-        match written {
-            Ok(written) => {
-                self.metrics.writes("status");
+        let what = || format!("status of {}", job.key);
+        match self.writer.patch_status(&ar, namespace, name, &patch, what).await {
+            Ok(Some(written)) => {
                 self.put_check(&job.key, &written);
                 Ok(())
             }
-            Err(e) if is_code(&e, 404) => Ok(()),
+            Ok(None) => Ok(()),
             Err(e) => {
-                if is_code(&e, 409) {
+                if e.is_conflict() {
                     // Read what is there now, so the next decision is made on it.
-                    if let Ok(Ok(fresh)) =
-                        tokio::time::timeout(WRITE_TIMEOUT, self.dynamic(&ar, namespace).get(name)).await
-                    {
+                    if let Some(Some(fresh)) = self.writer.read_again(&ar, namespace, name).await {
                         self.put_check(&job.key, &fresh);
                     }
                 }
-                Err(api_error(format!("status of {}", job.key))(e))
+                Err(e)
             }
         }
     }
@@ -435,7 +389,8 @@ impl Context {
         self.send_event(&event, &check_reference(key, uid), Some(key)).await;
     }
 
-    /// One write; `Ok(Some(object))` when an object was created or deleted.
+    /// One write, through the writer, and its answer into the index; `Ok(Some(object))` when
+    /// an object was created or deleted.
     async fn act(
         &self,
         action: &Action,
@@ -444,7 +399,12 @@ impl Context {
     ) -> Result<Option<ObjectRef>, WriteError> {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
-                self.set_machine_conditions(machine, *version, conditions, cached, remediating).await.map(|()| None)
+                let basis = cached.as_ref().map(|e| (&e.basis, e.resource_version.as_deref()));
+                let write = ConditionsWrite { machine, version: *version, conditions, basis, remediating };
+                if let Some(written) = self.writer.set_machine_conditions(write).await? {
+                    self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
+                }
+                Ok(None)
             }
             Action::CreateRemediation { object, lease, .. } => {
                 // The Node's Lease first: when it cannot be taken, the object is not created.
@@ -455,7 +415,10 @@ impl Context {
             }
             Action::WriteLease(lease) => self.write_lease(lease).await.map(|()| None),
             Action::DeleteLease { lease, uid, resource_version, .. } => {
-                self.delete_lease(lease, uid.as_deref(), resource_version.as_deref()).await.map(|()| None)
+                if self.writer.delete_lease(lease, uid.as_deref(), resource_version.as_deref()).await? {
+                    self.write_index().around.put_lease(&lease.name, None);
+                }
+                Ok(None)
             }
             Action::DeleteRemediation { object, seen, .. } => self.delete_remediation(object, seen).await,
             Action::AnnotateRemediation { object, key, value, seen } => {
@@ -464,233 +427,43 @@ impl Context {
         }
     }
 
-    /// Patches a Machine's conditions; on a conflict (unless `remediating`) the patch is
-    /// recomputed on the fresh Machine and sent again.
-    ///
-    /// The first attempt is a JSON patch built from the `cached` entry's [`WriteBasis`]
-    /// (`vigil_engine::machine_write`): it tests the `resourceVersion` the decision read and
-    /// writes only Vigil's conditions at the positions recorded. When the Machine changed since,
-    /// the test fails the whole patch (the API server answers 422, not 409): that is a conflict,
-    /// told apart from a patch the server refuses for another reason by reading the Machine.
-    /// Without a basis the Machine is read first. A retry sends the merge patch of the whole
-    /// condition lists of the Machine just read, with its `resourceVersion`.
-    ///
-    /// [`WriteBasis`]: vigil_engine::machine_write::WriteBasis
-    async fn set_machine_conditions(
-        &self,
-        machine: &ObjectRef,
-        version: vigil_api::views::CapiVersion,
-        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
-        cached: Option<crate::index::MachineEntry>,
-        remediating: bool,
-    ) -> Result<(), WriteError> {
-        let ar = self.resource(&machine.api_version, "Machine").await?;
-        let api = self.dynamic(&ar, &machine.namespace);
-        let requests = crate::fenced::requests::<DynamicObject>(&ar, &machine.namespace);
-        let write = ConditionWrite { api: &api, requests: &requests, machine, version, conditions, remediating };
-        let current = match self.patch_from_basis(&write, cached).await? {
-            FirstWrite::Done => return Ok(()),
-            FirstWrite::Retry(current) => current,
-        };
-        self.merge_patch_conditions(&write, current).await
-    }
-
-    /// The first attempt of [`Context::set_machine_conditions`]: the JSON patch from the cached
-    /// basis, or (without one) a read of the Machine for the merge patch.
-    async fn patch_from_basis(
-        &self,
-        write: &ConditionWrite<'_>,
-        cached: Option<crate::index::MachineEntry>,
-    ) -> Result<FirstWrite, WriteError> {
-        let ConditionWrite { api, requests, machine, version, conditions, remediating } = *write;
-        let json_patch = cached.as_ref().and_then(|e| {
-            let ops = e.basis.json_patch(version, e.resource_version.as_deref(), conditions)?;
-            serde_json::from_value::<json_patch::Patch>(ops).ok().map(|p| (p, e.resource_version.clone()))
-        });
-        let Some((patch, tested)) = json_patch else {
-            return read_machine(api, machine).await;
-        };
-        let refused = api_error(format!("conditions of {machine}"));
-        let status = Some("status");
-        let written: Result<DynamicObject, _> = crate::fenced::patch(
-            &self.client,
-            requests,
-            &machine.name,
-            status,
-            &patch_params(),
-            &Patch::<()>::Json(patch),
-        )
-        .await;
-        match written {
-            Ok(written) => {
-                self.metrics.writes("machine_conditions");
-                self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
-                Ok(FirstWrite::Done)
-            }
-            Err(e) if is_code(&e, 404) => Ok(FirstWrite::Done),
-            // The resourceVersion test failed, or the server refused the patch: the Machine's
-            // version tells which.
-            Err(e) if is_code(&e, 422) => match read_machine(api, machine).await? {
-                FirstWrite::Retry(fresh)
-                    if fresh.pointer("/metadata/resourceVersion").and_then(Value::as_str) == tested.as_deref() =>
-                {
-                    Err(refused(e))
-                }
-                FirstWrite::Retry(_) if remediating => Err(refused(stale_version(machine, tested))),
-                other => Ok(other),
-            },
-            Err(e) if is_code(&e, 409) && !remediating => read_machine(api, machine).await,
-            Err(e) => Err(refused(e)),
-        }
-    }
-
-    /// The merge patches of [`Context::set_machine_conditions`] after its first attempt, each
-    /// on the Machine as just read (`current`).
-    async fn merge_patch_conditions(&self, write: &ConditionWrite<'_>, mut current: Value) -> Result<(), WriteError> {
-        let ConditionWrite { api, requests, machine, version, conditions, remediating } = *write;
-        for attempt in 0..=CONFLICT_RETRIES {
-            let conditions = recomputed(conditions, &current);
-            let patch = machine_status_patch(&current, version, &conditions);
-            let written: Result<DynamicObject, _> = crate::fenced::patch(
-                &self.client,
-                requests,
-                &machine.name,
-                Some("status"),
-                &patch_params(),
-                &Patch::Merge(&patch),
-            )
-            .await;
-            match written {
-                Ok(written) => {
-                    self.metrics.writes("machine_conditions");
-                    self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
-                    return Ok(());
-                }
-                // A remediating write that conflicts is decided (and confirmed) again:
-                // the Machine changed since it was read.
-                Err(e) if is_code(&e, 409) && attempt < CONFLICT_RETRIES && !remediating => {
-                    match read_machine(api, machine).await? {
-                        FirstWrite::Retry(fresh) => current = fresh,
-                        FirstWrite::Done => return Ok(()),
-                    }
-                }
-                Err(e) if is_code(&e, 404) => return Ok(()),
-                Err(e) => return Err(api_error(format!("conditions of {machine}"))(e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Creates a remediation object; `Ok(None)` when it exists already.
-    async fn create_remediation(&self, object: &Value) -> Result<Option<ObjectRef>, WriteError> {
-        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-        let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-        let ar = self.resource(api_version, kind).await?;
-        let dynamic: DynamicObject = serde_json::from_value(object.clone())
-            .map_err(|e| WriteError::Discovery(format!("remediation object: {e}")))?;
-        let requests = crate::fenced::requests::<DynamicObject>(&ar, namespace);
-        let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        match crate::fenced::create(&self.client, &requests, &pp, &dynamic).await {
-            Ok(created) => {
-                self.metrics.writes("remediation_create");
-                let gk = group_kind(api_version, kind);
-                self.remember(&created, |idx, v| idx.put_object(&gk, false, Some(v), None));
-                Ok(Some(ObjectRef {
-                    api_version: api_version.into(),
-                    kind: kind.into(),
-                    namespace: namespace.into(),
-                    name: created.metadata.name.unwrap_or_default(),
-                }))
-            }
-            Err(e) if is_code(&e, 409) => Ok(None),
-            Err(e) => Err(api_error(format!("create {kind} in {namespace}"))(e)),
-        }
-    }
-
-    /// Deletes a remediation object; `Ok(None)` when it is gone already.
-    ///
-    /// A remediator's finalizer keeps the object (with `deletionTimestamp`) while it finishes,
-    /// fencing included: the API server then answers with the object, which stays in the index
-    /// and keeps counting (its Node unhealthy, in every budget) until the watch says it is gone.
-    /// Only an answer without finalizers means the object no longer exists.
-    ///
-    /// Only the object `seen`, at that version, is deleted (preconditions): a late delete finds
-    /// another object under the same name (a new incident's) or this one changed, and is
-    /// refused; the object is then read again and the check decided again.
-    async fn delete_remediation(&self, object: &ObjectRef, seen: &Seen) -> Result<Option<ObjectRef>, WriteError> {
-        let ar = self.resource(&object.api_version, &object.kind).await?;
-        let requests = crate::fenced::requests::<DynamicObject>(&ar, &object.namespace);
-        let dp = DeleteParams { preconditions: preconditions(seen), ..DeleteParams::background() };
-        match crate::fenced::delete::<DynamicObject>(&self.client, &requests, &object.name, &dp).await {
-            Ok(answer) => {
-                self.metrics.writes("remediation_delete");
-                let gk = group_kind(&object.api_version, &object.kind);
-                match answer.left().filter(still_finalizing) {
-                    Some(terminating) => {
-                        self.remember(&terminating, |idx, v| idx.put_object(&gk, false, Some(v), None));
-                    }
-                    None => {
-                        let key = (object.namespace.clone(), object.name.clone());
-                        self.write_index().put_object(&gk, false, None, Some(key));
-                    }
-                }
-                Ok(Some(object.clone()))
-            }
-            Err(e) if is_code(&e, 404) => Ok(None),
-            Err(e) => {
-                if is_code(&e, 409) {
-                    self.refresh_object(&ar, object).await;
-                }
-                Err(api_error(format!("delete {object}"))(e))
-            }
-        }
-    }
-
-    /// Takes or renews a node Lease: a create (refused when the Lease exists) or an update of
-    /// the version decided on (refused when anyone changed it since), so two holders never both
-    /// take it. The answer goes into the index at once.
+    /// Takes or renews a node Lease; the answer goes into the index at once.
     async fn write_lease(&self, lease: &vigil_engine::plan::LeaseWrite) -> Result<(), WriteError> {
-        let what = || format!("Lease {}/{} of Node {}", lease.namespace, lease.name, lease.node);
-        let object: Lease =
-            serde_json::from_value(lease.manifest()).map_err(|e| WriteError::Discovery(format!("{}: {e}", what())))?;
-        let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        let requests = crate::fenced::requests::<Lease>(&(), &lease.namespace);
-        let written = match &lease.resource_version {
-            None => crate::fenced::create(&self.client, &requests, &pp, &object).await,
-            Some(_) => crate::fenced::replace(&self.client, &requests, &lease.name, &pp, &object).await,
-        }
-        .map_err(api_error(what()))?;
-        self.metrics.writes("lease");
+        let written = self.writer.write_lease(lease).await?;
         let value = serde_json::to_value(&written).ok();
         self.write_index().around.put_lease(&lease.name, value.as_ref());
         Ok(())
     }
 
-    /// Releases a node Lease this check holds: deleted only if it is still the version (and
-    /// object) decided on; one changed or gone since is left as it is.
-    async fn delete_lease(
-        &self,
-        lease: &ObjectRef,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) -> Result<(), WriteError> {
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: uid.map(str::to_string),
-                resource_version: resource_version.map(str::to_string),
-            }),
-            ..Default::default()
-        };
-        let requests = crate::fenced::requests::<Lease>(&(), &lease.namespace);
-        match crate::fenced::delete::<Lease>(&self.client, &requests, &lease.name, &dp).await {
-            Ok(_) => {
-                self.metrics.writes("lease");
-                self.write_index().around.put_lease(&lease.name, None);
-                Ok(())
+    /// Creates a remediation object and puts it into the index; `Ok(None)` when it exists
+    /// already.
+    async fn create_remediation(&self, object: &Value) -> Result<Option<ObjectRef>, WriteError> {
+        let Some((created, answer)) = self.writer.create_remediation(object).await? else { return Ok(None) };
+        let gk = group_kind(&created.api_version, &created.kind);
+        self.remember(&answer, |idx, v| idx.put_object(&gk, false, Some(v), None));
+        Ok(Some(created))
+    }
+
+    /// Deletes a remediation object; `Ok(None)` when it is gone already.
+    ///
+    /// An object its remediator's finalizer keeps stays in the index and keeps counting (its
+    /// Node unhealthy, in every budget) until the watch says it is gone. A delete refused
+    /// because the object changed (or another took its name) reads it again, and the check is
+    /// decided again.
+    async fn delete_remediation(&self, object: &ObjectRef, seen: &Seen) -> Result<Option<ObjectRef>, WriteError> {
+        let gk = group_kind(&object.api_version, &object.kind);
+        match self.writer.delete_remediation(object, seen).await {
+            Ok(Some(Deleted::Finalizing(terminating))) => {
+                self.remember(&terminating, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                Ok(Some(object.clone()))
             }
-            Err(e) if is_code(&e, 404) || is_code(&e, 409) => Ok(()),
-            Err(e) => Err(api_error(format!("delete {lease}"))(e)),
+            Ok(Some(Deleted::Gone)) => {
+                let key = (object.namespace.clone(), object.name.clone());
+                self.write_index().put_object(&gk, false, None, Some(key));
+                Ok(Some(object.clone()))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.refresh_if_conflict(object, e).await),
         }
     }
 
@@ -704,114 +477,41 @@ impl Context {
         value: &str,
         seen: &Seen,
     ) -> Result<(), WriteError> {
-        let ar = self.resource(&object.api_version, &object.kind).await?;
-        let patch = at_version(json!({"metadata": {"annotations": {key: value}}}), seen.resource_version.as_deref());
-        let requests = crate::fenced::requests::<DynamicObject>(&ar, &object.namespace);
-        let written: Result<DynamicObject, _> =
-            crate::fenced::patch(&self.client, &requests, &object.name, None, &patch_params(), &Patch::Merge(&patch))
-                .await;
-        match written {
-            Ok(annotated) => {
-                self.metrics.writes("remediation_annotate");
+        match self.writer.annotate_remediation(object, (key, value), seen).await {
+            Ok(Some(annotated)) => {
                 let gk = group_kind(&object.api_version, &object.kind);
                 self.remember(&annotated, |idx, v| idx.put_object(&gk, false, Some(v), None));
                 Ok(())
             }
-            Err(e) if is_code(&e, 404) => Ok(()),
-            Err(e) => {
-                if is_code(&e, 409) {
-                    self.refresh_object(&ar, object).await;
-                }
-                Err(api_error(format!("annotate {object}"))(e))
-            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(self.refresh_if_conflict(object, e).await),
         }
     }
 
-    /// Reads a remediation object again into the index (after a write about it was refused
-    /// because it changed), so the next decision is made on what is there now.
-    async fn refresh_object(&self, ar: &ApiResource, object: &ObjectRef) {
+    /// Reads a remediation object again into the index when a write about it was refused
+    /// because it changed (`e` a conflict), so the next decision is made on what is there now;
+    /// `e` back.
+    async fn refresh_if_conflict(&self, object: &ObjectRef, e: WriteError) -> WriteError {
+        if !e.is_conflict() {
+            return e;
+        }
         let gk = group_kind(&object.api_version, &object.kind);
-        match tokio::time::timeout(WRITE_TIMEOUT, self.dynamic(ar, &object.namespace).get_opt(&object.name)).await {
-            Ok(Ok(Some(fresh))) => self.remember(&fresh, |idx, v| idx.put_object(&gk, false, Some(v), None)),
-            Ok(Ok(None)) => {
+        match self.writer.read_object(object).await {
+            Some(Some(fresh)) => self.remember(&fresh, |idx, v| idx.put_object(&gk, false, Some(v), None)),
+            Some(None) => {
                 let key = (object.namespace.clone(), object.name.clone());
                 self.write_index().put_object(&gk, false, None, Some(key));
             }
-            _ => {}
+            None => {}
         }
+        e
     }
 }
 
-/// What the first attempt of a Machine condition write left to do.
-enum FirstWrite {
-    /// Written, or the Machine is gone.
-    Done,
-    /// A merge patch on this Machine (its JSON as just read).
-    Retry(Value),
-}
-
-/// One Machine conditions write, as both its phases ([`Context::set_machine_conditions`]) see it.
-#[derive(Clone, Copy)]
-struct ConditionWrite<'a> {
-    api: &'a Api<DynamicObject>,
-    requests: &'a kube::core::Request,
-    machine: &'a ObjectRef,
-    version: vigil_api::views::CapiVersion,
-    conditions: &'a [(vigil_api::conditions::DesiredCondition, Timestamp)],
-    remediating: bool,
-}
-
-/// Whether an object a DELETE answered with still exists: finalizers hold it until their owners
-/// remove them (an object deleted at once comes back without any).
-fn still_finalizing(o: &DynamicObject) -> bool {
-    o.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty())
-}
-
-/// The preconditions of a delete decided on the object `seen`.
-fn preconditions(seen: &Seen) -> Option<Preconditions> {
-    (seen.uid.is_some() || seen.resource_version.is_some())
-        .then(|| Preconditions { uid: seen.uid.clone(), resource_version: seen.resource_version.clone() })
-}
-
-/// Reads a Machine for a merge patch; [`FirstWrite::Done`] when it is gone.
-async fn read_machine(api: &Api<DynamicObject>, machine: &ObjectRef) -> Result<FirstWrite, WriteError> {
-    match api.get(&machine.name).await {
-        Ok(fresh) => Ok(FirstWrite::Retry(serde_json::to_value(&fresh).unwrap_or(Value::Null))),
-        Err(e) if is_code(&e, 404) => Ok(FirstWrite::Done),
-        Err(e) => Err(api_error(format!("get {machine}"))(e)),
-    }
-}
-
-/// Whether a write waits for one of the [`VERDICT_WRITES_IN_FLIGHT`] permits: a Machine's
+/// Whether a write waits for one of the [`crate::writes::VERDICT_WRITES_IN_FLIGHT`] permits: a Machine's
 /// conditions written without remediating it (a remediation is never held back).
 fn holds_a_verdict_permit(action: &Action, remediating: bool) -> bool {
     matches!(action, Action::SetMachineConditions { .. }) && !remediating
-}
-
-/// The conflict a JSON patch's failed `resourceVersion` test stands for: the Machine is no
-/// longer at the version `tested` (counted and handled as the 409 a merge patch would get).
-fn stale_version(machine: &ObjectRef, tested: Option<String>) -> kube::Error {
-    let message = format!(
-        "Operation cannot be fulfilled on {machine}: the object has been modified since resourceVersion {}",
-        tested.unwrap_or_default()
-    );
-    kube::Error::Api(kube::core::Status::failure(&message, "Conflict").with_code(409).boxed())
-}
-
-/// The desired conditions recomputed on a fresh Machine: a condition whose status did not
-/// change keeps its transition time.
-fn recomputed(
-    conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
-    current: &Value,
-) -> Vec<(vigil_api::conditions::DesiredCondition, Timestamp)> {
-    let view = MachineView::read(current);
-    conditions
-        .iter()
-        .map(|(d, at)| {
-            let cur = view.as_ref().and_then(|v| vigil_api::conditions::find(&v.conditions, &d.type_));
-            (d.clone(), if cur.is_some() { d.transition_time(cur, *at) } else { *at })
-        })
-        .collect()
 }
 
 /// The Machine or Node an event is about (its `related` object). Events about different
@@ -858,6 +558,7 @@ pub fn seconds_since(deadline: Timestamp, now: Timestamp) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::writer::preconditions;
 
     #[test]
     fn every_write_error_category_is_listed() {

@@ -223,7 +223,7 @@ fn cached_api_version(ctx: &Context, namespace: &str, name: &str) -> String {
 /// Machine names another Node or workload cluster, that Node is read after it.
 async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str) -> Result<(), String> {
     let api_version = cached_api_version(ctx, namespace, name);
-    let ar = ctx.resource(&api_version, "Machine").await.map_err(|e| e.to_string())?;
+    let ar = ctx.writer.resource(&api_version, "Machine").await.map_err(|e| e.to_string())?;
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, &ar);
     let cached = node_of(ctx, namespace, name);
     let read_machine = async { api.get_opt(name).await.map_err(|e| format!("get Machine {namespace}/{name}: {e}")) };

@@ -1,53 +1,41 @@
-//! What every task of the controller shares: the client, the indexes, the scheduler, the clock,
-//! the metrics, the right to write, and the small locks that keep two decisions of the same
-//! target apart. It holds state and answers questions about it; it decides and writes nothing
-//! (the run loop is the crate root, the writes are [`crate::apply`] and [`crate::medik8s`]).
+//! What every task of the controller shares: the client it reads with, the indexes, the
+//! scheduler, the clock, the metrics, the small locks that keep two decisions of the same target
+//! apart, and the [`Writer`]. It holds state and answers questions about it; it decides nothing
+//! and writes only through its writer (the run loop is the crate root; which writes a plan makes
+//! and what their answers change in the index are [`crate::apply`] and [`crate::medik8s`]; the
+//! writes themselves are [`crate::writer`]).
 
 use crate::index::Index;
-use crate::{clock, leader, metrics, scheduler, sources, wire, writes};
+use crate::writer::Writer;
+use crate::{clock, leader, metrics, scheduler, sources, wire};
 use kube::Client;
-use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::events::{Recorder, Reporter};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
-use tracing::{debug, warn};
+use tracing::warn;
 use vigil_engine::target::{CheckRef, Target};
 
-/// How many events are sent at once. Events are the largest share of a failure wave's requests
-/// (two per remediation: the target found unhealthy, its remediation requested); sent one after
-/// another on a narrow lane they reach the API server after the remediations, not among them
-/// (docs/DECISIONS.md, "Events on their own lane").
-pub const EVENT_LANE: usize = 2;
+pub use crate::writer::EVENT_LANE;
 
 /// What every task of the controller shares.
 pub struct Context {
-    /// Client of the cluster Vigil runs in.
+    /// Client of the cluster Vigil runs in, for reads (watches, confirming reads, probes).
     pub client: Client,
+    /// Every write goes through it: fenced, bounded, counted, its answer handed back.
+    pub writer: Writer,
     /// The indexes (short, non-async critical sections only).
     pub index: RwLock<Index>,
     /// Which check to decide next, and when.
     pub scheduler: scheduler::Scheduler,
     /// The time decisions are made at (see [`clock`]; the system clock but in tests).
     pub clock: Arc<dyn clock::Clock>,
-    /// Event publisher.
-    pub recorder: Recorder,
-    /// The event lane: at most [`EVENT_LANE`] events are sent at once, so a wave's events queue
-    /// behind each other instead of competing with its remediations at the API server.
-    pub(crate) events: tokio::sync::Semaphore,
-    /// Discovered API resources.
-    pub resources: tokio::sync::Mutex<HashMap<GroupVersionKind, ApiResource>>,
     /// Watches already started for checks' needs.
     pub started: tokio::sync::Mutex<BTreeSet<sources::Need>>,
-    /// Metrics.
-    pub metrics: metrics::Metrics,
+    /// Metrics (shared with the writer, which counts the writes).
+    pub metrics: Arc<metrics::Metrics>,
     /// Whether each watched source can be trusted (for `/readyz`).
     pub sources: sources::Registry,
     /// How long a source may be not live before `/readyz` fails.
     pub ready_grace: std::sync::atomic::AtomicU64,
-    /// Whether this replica may write now (fencing: checked before every write).
-    pub leadership: Arc<leader::Leadership>,
-    /// Sharded mode: the right to write per shard (none: one shard, fenced by `leadership`).
-    pub shards: Option<Arc<leader::ShardRights>>,
     /// Bumped when the API server was unreachable: every watch lists again.
     pub(crate) epoch: tokio::sync::watch::Sender<u64>,
     /// Bumped when the Machine and Cluster watches must list again without distrusting what
@@ -62,8 +50,6 @@ pub struct Context {
     pub(crate) reported: std::sync::Mutex<HashSet<(String, String, String)>>,
     /// Failed applies in a row per check (the retry delay grows with them).
     pub(crate) failures: std::sync::Mutex<HashMap<CheckRef, u32>>,
-    /// Permits for verdict-only Machine writes ([`writes::VERDICT_WRITES_IN_FLIGHT`]).
-    pub(crate) verdict_writes: tokio::sync::Semaphore,
 }
 
 impl Context {
@@ -93,28 +79,23 @@ impl Context {
         clock: Arc<dyn clock::Clock>,
         shards: Option<Arc<leader::ShardRights>>,
     ) -> Arc<Self> {
-        let reporter = Reporter { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
+        let metrics = Arc::new(metrics::Metrics::default());
         Arc::new(Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            events: tokio::sync::Semaphore::new(EVENT_LANE),
+            writer: Writer::new(client.clone(), leadership, shards.clone(), metrics.clone()),
             client,
             index: RwLock::new(Index::with_shards(shards.as_ref().map_or(1, |s| s.count()), shards.is_some())),
             scheduler: scheduler::Scheduler::with_clock(clock.clone()),
             clock,
-            resources: tokio::sync::Mutex::new(HashMap::new()),
             started: tokio::sync::Mutex::new(BTreeSet::new()),
-            metrics: metrics::Metrics::default(),
+            metrics,
             sources: sources::Registry::default(),
             ready_grace: std::sync::atomic::AtomicU64::new(sources::READY_GRACE.as_millis() as u64),
-            leadership: Arc::new(leadership),
-            shards,
             epoch: tokio::sync::watch::Sender::new(0),
             capi_relist: tokio::sync::watch::Sender::new(0),
             workload_clients: std::sync::Mutex::new(HashMap::new()),
             confirming: std::sync::Mutex::new(HashMap::new()),
             reported: std::sync::Mutex::new(HashSet::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
-            verdict_writes: tokio::sync::Semaphore::new(writes::VERDICT_WRITES_IN_FLIGHT),
         })
     }
 
@@ -127,9 +108,9 @@ impl Context {
     /// The right to write for `key`: its shard's right in sharded mode, the leader's otherwise.
     /// Checked before every write of the check (fencing per shard).
     pub fn right(&self, key: &CheckRef) -> &leader::Leadership {
-        match &self.shards {
-            Some(shards) => shards.right(self.shard_of(key)),
-            None => &self.leadership,
+        match self.writer.shards() {
+            Some(_) => self.writer.right(self.shard_of(key)),
+            None => self.writer.right(None),
         }
     }
 
@@ -228,27 +209,17 @@ impl Context {
         });
     }
 
-    /// Sends one event through the event lane (waiting for a place on it); a failure is logged
-    /// only: an event is a report, never a condition for a decision.
-    /// With `fenced_by`, the event is sent only if that check's right to write still holds when
-    /// its turn comes.
+    /// Sends one event through the writer's event lane ([`Writer::send_event`]). With
+    /// `fenced_by`, the event is sent only if that check's right to write still holds when its
+    /// turn comes (its shard looked up then).
     pub async fn send_event(
         &self,
         event: &kube::runtime::events::Event,
         reference: &k8s_openapi::api::core::v1::ObjectReference,
         fenced_by: Option<&CheckRef>,
     ) {
-        // The semaphore is never closed; were it, the event goes unqueued rather than lost.
-        self.metrics.events_waiting(1);
-        let _place = self.events.acquire().await.ok();
-        self.metrics.events_waiting(-1);
-        if fenced_by.is_some_and(|key| !self.right(key).is_leader()) {
-            return;
-        }
-        match self.recorder.publish(event, reference).await {
-            Ok(()) => self.metrics.writes("event"),
-            Err(e) => debug!(error = %e, "event not published"),
-        }
+        let may_send = || fenced_by.is_none_or(|key| self.right(key).is_leader());
+        self.writer.send_event(event, reference, may_send).await;
     }
 
     /// The indexes, for reading.

@@ -20,9 +20,11 @@ pub mod surroundings;
 pub mod watch;
 pub mod wire;
 pub mod workload;
+pub mod writer;
 pub mod writes;
 
 pub use context::{Context, EVENT_LANE};
+pub use writer::Writer;
 
 use jiff::SignedDuration;
 use kube::Client;
@@ -301,8 +303,8 @@ fn context_for(client: Client, options: &Options) -> Arc<Context> {
 
 /// Takes part in the election until `stop`: for the whole controller, or per shard.
 async fn elect(ctx: Arc<Context>, client: Client, lo: leader::LeaderOptions, stop: tokio::sync::watch::Receiver<bool>) {
-    let Some(rights) = ctx.shards.clone() else {
-        let leadership = ctx.leadership.clone();
+    let Some(rights) = ctx.writer.shards().cloned() else {
+        let leadership = ctx.writer.leadership().clone();
         let on_elected = {
             let ctx = ctx.clone();
             move || {
@@ -342,11 +344,11 @@ async fn work(ctx: Arc<Context>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let key = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             key = async {
-                ctx.leadership.wait_leading().await;
+                ctx.writer.leadership().wait_leading().await;
                 ctx.scheduler.next().await
             } => key,
         };
-        if !ctx.leadership.is_leader() || !ctx.right(&key).is_leader() {
+        if !ctx.writer.leadership().is_leader() || !ctx.right(&key).is_leader() {
             // Lost the lease while waiting, or the check's shard is not held here: the check is
             // decided by whoever holds its Lease.
             ctx.scheduler.done(&key);

@@ -248,7 +248,7 @@ fn cluster_exists(ctx: &Context, namespace: &str, name: &str) -> Option<bool> {
 /// The right to write the checks of workload cluster `namespace/cluster` in sharded mode (its
 /// shard's; `None`: one shard, the connection is kept whoever leads).
 fn shard_right<'c>(ctx: &'c Context, namespace: &str, cluster: &str) -> Option<&'c crate::leader::Leadership> {
-    let shards = ctx.shards.as_ref()?;
+    let shards = ctx.writer.shards()?;
     let key = vigil_engine::shard::machine_check_key(namespace, cluster);
     Some(shards.right(Some(vigil_engine::shard::shard_of(&key, shards.count()))))
 }

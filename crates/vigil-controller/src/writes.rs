@@ -62,6 +62,12 @@ impl WriteError {
             WriteError::Unconfirmed(_) => "unconfirmed",
         }
     }
+
+    /// Whether the API server refused the write because the object changed since it was read
+    /// (the object is then read again, and the check decided again on it).
+    pub fn is_conflict(&self) -> bool {
+        self.category() == "conflict"
+    }
 }
 
 /// How long one write may take before it counts as failed, when the right to write lasts longer

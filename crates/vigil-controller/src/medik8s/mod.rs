@@ -30,13 +30,14 @@ use crate::gather::{CheckStatus, Job, merge_diff};
 use crate::index::Index;
 use crate::sources;
 use crate::watch::{Op, feed};
-use crate::writes::{WriteError, api_error, at_version, patch_params};
+use crate::writer::bounded;
+use crate::writes::{WriteError, at_version};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::api::{Api, DynamicObject, ListParams, Patch};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher;
@@ -392,22 +393,24 @@ async fn tell_refusals(ctx: Arc<Context>, wake: Arc<tokio::sync::Notify>) {
         };
         for r in refused {
             let key = CheckRef::Node { name: r.name.clone() };
-            let Some(left) = ctx.right(&key).remaining() else { continue };
             let plan = vigil_engine::node::refuse(&r.check, r.reason, &r.message, ctx.clock.now());
             let version = r.check.metadata.resource_version.as_deref();
             let write = patch_status(&ctx, &r.name, &plan.status, &r.stored, false, version);
-            match crate::fenced::within(crate::writes::WRITE_TIMEOUT.min(left), write).await.ok_or(()) {
-                Ok(Ok(_)) => {
+            match bounded(ctx.right(&key), String::new, write).await {
+                Ok(_) => {
                     warn!(check = %key, reason = %plan.status.reason.clone().unwrap_or_default(), "medik8s NodeHealthCheck not decided");
                     told.insert(r.name.clone(), (r.check.metadata.uid.clone(), r.message.clone()));
                     for notice in &plan.notices {
                         publish(&ctx, &r.name, r.check.metadata.uid.as_deref(), (notice, None), false).await;
                     }
                 }
-                Ok(Err(e)) => {
+                Err(WriteError::NotLeader(_)) => {}
+                Err(WriteError::Timeout(_)) => {
+                    warn!(check = %key, "the status of a refused medik8s NodeHealthCheck not written in time")
+                }
+                Err(e) => {
                     warn!(check = %key, error = %e, "the status of a refused medik8s NodeHealthCheck not written")
                 }
-                Err(_) => warn!(check = %key, "the status of a refused medik8s NodeHealthCheck not written in time"),
             }
         }
     }
@@ -452,29 +455,26 @@ async fn patch_status(
 ) -> Result<bool, WriteError> {
     let new = status_to_upstream(status, stored, storm);
     let Some(diff) = merge_diff(stored, &new) else { return Ok(false) };
-    let requests = crate::fenced::requests::<DynamicObject>(&api_resource(), "");
-    let patch = Patch::Merge(at_version(json!({ "status": diff }), resource_version));
-    let written: Result<DynamicObject, _> =
-        crate::fenced::patch(&ctx.client, &requests, name, Some("status"), &patch_params(), &patch).await;
+    let ar = api_resource();
+    let patch = at_version(json!({ "status": diff }), resource_version);
     let put_answer = |answer: &DynamicObject| {
         let entry = read(&serde_json::to_value(answer).unwrap_or(Value::Null));
         ctx.write_index().put_medik8s(entry);
     };
-    match written {
-        Ok(written) => {
-            ctx.metrics.writes("status");
+    let what = || format!("status of {KIND}.{GROUP}/{name}");
+    match ctx.writer.patch_status(&ar, "", name, &patch, what).await {
+        Ok(Some(written)) => {
             put_answer(&written);
             Ok(true)
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Ok(None) => Ok(false),
         Err(e) => {
-            if matches!(&e, kube::Error::Api(s) if s.code == 409) {
-                let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &api_resource());
-                if let Ok(Ok(fresh)) = tokio::time::timeout(crate::writes::WRITE_TIMEOUT, api.get(name)).await {
-                    put_answer(&fresh);
-                }
+            if e.is_conflict()
+                && let Some(Some(fresh)) = ctx.writer.read_again(&ar, "", name).await
+            {
+                put_answer(&fresh);
             }
-            Err(api_error(format!("status of {KIND}.{GROUP}/{name}"))(e))
+            Err(e)
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::sources::SourceState;
 use crate::watch::{Op, feed};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -118,12 +118,12 @@ async fn ensure_namespace(ctx: &Context, namespace: &str) -> bool {
                 Ok(ns) => ns,
                 Err(_) => return false,
             };
-            match api.create(&PostParams::default(), &ns).await {
-                Ok(_) => {
+            match ctx.writer.create_namespace(&ns).await {
+                Ok(true) => {
                     info!(%namespace, "created the lease namespace");
                     true
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => true,
+                Ok(false) => true,
                 Err(e) => {
                     warn!(%namespace, error = %e, "cannot create the lease namespace; no Node Lease can be taken, so no NodeHealthCheck remediation starts");
                     false
