@@ -1,9 +1,10 @@
 //! The controller reads in one order, like the engine (docs/ARCHITECTURE.md, "The controller's
 //! floors"): the write vocabulary, wire types, sources and metrics at the bottom; the index,
-//! what it keeps and who holds which target above them; the shared context; the watches that fill the index; then
-//! gather → confirm → apply; the run loop, leadership and shards on top (the crate root). This
-//! test fails on any import cycle between its modules, naming it, on a floor that reaches above
-//! itself, and on a function longer than a screen.
+//! what it keeps and who holds which target above them; the writer, the one way out to the API
+//! server; the shared context; the watches that fill the index; then gather → confirm → apply;
+//! the run loop, leadership and shards on top (the crate root). This test fails on any import
+//! cycle between its modules, naming it, on a floor that reaches above itself, on a write sent
+//! from outside the writer, and on a function longer than a screen.
 
 use std::path::{Path, PathBuf};
 
@@ -24,12 +25,13 @@ fn the_controller_modules_import_downwards_only() {
 }
 
 /// Each floor and the modules it may import (besides its own floor's and the ones below).
-const FLOORS: [(&str, &[&str]); 5] = [
+const FLOORS: [(&str, &[&str]); 6] = [
     (
         "bottom",
         &["wire", "writes", "fenced", "clock", "sources", "metrics", "medik8s::upstream", "surroundings::around"],
     ),
     ("state", &["scheduler", "leader", "index::checks", "index", "claims"]),
+    ("write", &["writer"]),
     ("context", &["context", "http"]),
     ("feeds", &["watch", "surroundings", "workload"]),
     ("decide and write", &["gather", "confirm", "medik8s", "apply"]),
@@ -64,6 +66,30 @@ fn the_bottom_imports_nothing_of_the_controller_but_the_bottom() {
         let reached: Vec<&String> = edges.get(bottom).into_iter().flatten().collect();
         assert!(reached.is_empty(), "{bottom} imports {reached:?}: the vocabulary must stand on its own");
     }
+}
+
+/// The writer answers and keeps nothing of the cluster: it reaches the write vocabulary, the
+/// metrics and the rights to write, never the index nor anything that decides.
+#[test]
+fn the_writer_reaches_only_what_a_write_needs() {
+    let edges = graph();
+    let needs = ["writes", "fenced", "metrics", "leader"];
+    let reached: Vec<&String> =
+        edges.get("writer").into_iter().flatten().filter(|m| !needs.contains(&m.as_str())).collect();
+    assert!(reached.is_empty(), "writer imports {reached:?}: its callers put its answers into the index");
+}
+
+/// Every write is a `Writer` method: the requests that write (`fenced`) are the writer's alone.
+#[test]
+fn only_the_writer_sends_writes() {
+    let edges = graph();
+    assert!(edges.get("writer").is_some_and(|i| i.contains("fenced")), "the writer sends through fenced");
+    let senders: Vec<&String> = edges
+        .iter()
+        .filter(|(m, imports)| m.as_str() != "writer" && imports.contains("fenced"))
+        .map(|(m, _)| m)
+        .collect();
+    assert!(senders.is_empty(), "{senders:?} send writes themselves: make them Writer methods (src/writer.rs)");
 }
 
 /// The one function allowed past a screen: the flat list of every metric's registration, one
