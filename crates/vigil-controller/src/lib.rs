@@ -1,6 +1,8 @@
 //! `vigil run`: the controller. It gathers observed state from watches into in-memory indexes,
 //! calls the engine for each check that a change concerns or whose wake-up is due, and applies
-//! the plans. It decides nothing itself: every rule is in `vigil-engine`.
+//! the plans. It decides nothing itself: every rule is in `vigil-engine`. Every write goes out
+//! through the one [`Writer`] the [`Context`] holds ([`writer`]); [`apply`] and [`medik8s`] say
+//! which writes a plan makes and put their answers into the index.
 
 pub mod apply;
 pub mod claims;
