@@ -86,7 +86,7 @@ pub struct ConditionsWrite<'a> {
 /// Runs a write if `right` holds, with no more time than it has left (fencing) and at most
 /// [`WRITE_TIMEOUT`]: the client gives up then, and every request of the write asks the API
 /// server to give up by then too ([`crate::fenced::within`]).
-pub async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     right: &Leadership,
     what: impl FnOnce() -> String,
     fut: impl std::future::Future<Output = Result<T, WriteError>>,
