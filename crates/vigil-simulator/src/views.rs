@@ -50,6 +50,10 @@ struct PeerList {
 /// The valid MachineHealthChecks of a namespace and the version of their specs (see [`PeerList`]).
 pub(crate) type Peers = (Rc<Vec<Rc<(MachineHealthCheck, MhcPolicy)>>>, u64);
 
+/// What a check's targets were selected at: its namespace's spec version and its Machines'
+/// selection version.
+type SelectedAt = (u64, u64);
+
 /// The kept views.
 #[derive(Default)]
 pub(crate) struct Views {
@@ -60,7 +64,7 @@ pub(crate) struct Views {
     /// Moves whenever any namespace's Machines' selection changes ([`MachineList::selection_version`]).
     selection_changes: u64,
     /// Each MachineHealthCheck's targets by name, at the (spec, selection) versions selected at.
-    targets: HashMap<Key, ((u64, u64), Rc<Vec<String>>)>,
+    targets: HashMap<Key, (SelectedAt, Rc<Vec<String>>)>,
     nodes: Option<At<Vec<NodeView>>>,
     machine_namespaces: Option<At<HashMap<String, BTreeSet<String>>>>,
     remediation_objects: Option<At<Vec<RemediationView>>>,
