@@ -710,9 +710,10 @@ impl Sim<'_> {
         let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
         // Only the Nodes of the check's targets: the engine looks up no other (reading
         // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
-        let nodes: HashMap<String, NodeView> = machines
+        let nodes: HashMap<String, NodeView> = self
+            .views
+            .mhc_targets(&self.store, namespace, &check_key(id), &policy)
             .iter()
-            .filter(|m| vigil_engine::target::is_target(&policy, m))
             .filter_map(|m| m.node_name.as_deref())
             .filter_map(|name| {
                 let key = Key {
@@ -740,8 +741,10 @@ impl Sim<'_> {
             remediations: &remediation_refs,
         };
         let holders = self.holders_reporting_ties();
-        let peer_checks = self.mhc_peers(namespace);
-        let peers = assemble::peers_of(&peer_checks);
+        let (peer_checks, _) = self.mhc_peers(namespace);
+        let peer_pairs: Vec<(&MachineHealthCheck, &validate::MhcPolicy)> =
+            peer_checks.iter().map(|c| (&c.0, &c.1)).collect();
+        let peers = assemble::peers_of(&peer_pairs);
         let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
         self.apply(id, plan);
     }
@@ -825,13 +828,9 @@ impl Sim<'_> {
     }
 
     /// The valid MachineHealthChecks of a namespace, with their policies (who may own a Machine's
-    /// conditions: [`vigil_engine::peers`]).
-    fn mhc_peers(&self, namespace: &str) -> Vec<(MachineHealthCheck, validate::MhcPolicy)> {
-        self.store
-            .list(LOCAL_CLUSTER, GROUP, "MachineHealthCheck", Some(namespace))
-            .filter_map(|(_, v)| serde_json::from_value::<MachineHealthCheck>(v.clone()).ok())
-            .filter_map(|c| validate::machine_health_check(&c).ok().map(|p| (c, p)))
-            .collect()
+    /// conditions: [`vigil_engine::peers`]), and the version of their specs.
+    fn mhc_peers(&mut self, namespace: &str) -> crate::views::Peers {
+        self.views.mhc_peers(&self.store, namespace)
     }
 
     /// The remediation objects an MHC looks at: for each of its templates (its own and its rules',
@@ -859,9 +858,14 @@ impl Sim<'_> {
         let mut claims = Vec::new();
         for id in self.checks() {
             let version = match &id {
-                CheckRef::Machine { namespace, .. } => {
-                    (self.store.version_of(|c, _, _, n| c == LOCAL_CLUSTER && n == namespace), 0)
-                }
+                // An MHC's claims read its namespace's Machines, remediation objects and
+                // checks' specs: a check's status write (every decision) does not move them.
+                CheckRef::Machine { namespace, .. } => (
+                    self.store.version_of(|c, g, k, n| {
+                        c == LOCAL_CLUSTER && n == namespace && !(g == GROUP && k == "MachineHealthCheck")
+                    }),
+                    self.mhc_peers(namespace).1,
+                ),
                 CheckRef::Node { .. } => (remediations_at, nhcs_at),
             };
             if let Some(kept) = self.views.claims(&id, version) {
@@ -882,13 +886,16 @@ impl Sim<'_> {
             CheckRef::Machine { namespace, .. } => {
                 let parsed = self.views.mhc(&self.store, &check_key(id))?;
                 let (check, policy) = parsed.as_ref();
-                let machines = self.views.machines(&self.store, namespace);
+                // Only its targets can be claimed ([`holders::mhc_claims_among`] looks at no other).
+                let machines = self.views.mhc_targets(&self.store, namespace, &check_key(id), policy);
                 let machine_refs: Vec<&MachineView> = machines.iter().map(Rc::as_ref).collect();
                 let remediations = self.mhc_remediations(namespace, policy);
                 let remediation_refs = lookups(&remediations);
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                let peer_checks = self.mhc_peers(namespace);
-                let peers = assemble::peers_of(&peer_checks);
+                let (peer_checks, _) = self.mhc_peers(namespace);
+                let peer_pairs: Vec<(&MachineHealthCheck, &validate::MhcPolicy)> =
+                    peer_checks.iter().map(|c| (&c.0, &c.1)).collect();
+                let peers = assemble::peers_of(&peer_pairs);
                 Some(assemble::claims(ClaimSource::Machine {
                     check,
                     policy,

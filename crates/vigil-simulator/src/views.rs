@@ -33,18 +33,65 @@ struct MachineList {
     at: u64,
     views: Rc<Vec<Rc<MachineView>>>,
     by_name: HashMap<String, (String, Option<Rc<MachineView>>)>,
+    /// Moves when a Machine came, went, or changed its labels or annotations (what selects
+    /// a check's targets), not when only its status did.
+    selection_version: u64,
 }
+
+/// A namespace's valid MachineHealthChecks as last read: at which store version, the checks,
+/// and the version of what claims read of them (moved only when a check's metadata or spec
+/// changed, not by a status write: each decision writes its check's status).
+struct PeerList {
+    at: u64,
+    checks: Rc<Vec<Rc<(MachineHealthCheck, MhcPolicy)>>>,
+    spec_version: u64,
+}
+
+/// The valid MachineHealthChecks of a namespace and the version of their specs (see [`PeerList`]).
+pub(crate) type Peers = (Rc<Vec<Rc<(MachineHealthCheck, MhcPolicy)>>>, u64);
+
+/// What a check's targets were selected at: its namespace's spec version and its Machines'
+/// selection version.
+type SelectedAt = (u64, u64);
 
 /// The kept views.
 #[derive(Default)]
 pub(crate) struct Views {
     machines: HashMap<String, Option<MachineList>>,
+    peers: HashMap<String, PeerList>,
+    /// Moves whenever any namespace's checks' specs change ([`PeerList::spec_version`]).
+    spec_changes: u64,
+    /// Moves whenever any namespace's Machines' selection changes ([`MachineList::selection_version`]).
+    selection_changes: u64,
+    /// Each MachineHealthCheck's targets by name, at the (spec, selection) versions selected at.
+    targets: HashMap<Key, (SelectedAt, Rc<Vec<String>>)>,
     nodes: Option<At<Vec<NodeView>>>,
     machine_namespaces: Option<At<HashMap<String, BTreeSet<String>>>>,
     remediation_objects: Option<At<Vec<RemediationView>>>,
     mhcs: HashMap<Key, Parsed<MachineHealthCheck, MhcPolicy>>,
     nhcs: HashMap<Key, Parsed<NodeHealthCheck, NhcPolicy>>,
     claims: HashMap<CheckRef, (ClaimsAt, Rc<Vec<Claim>>)>,
+}
+
+/// Whether two readings of a check differ at most in status and in the metadata a write moves
+/// (resource version, managed fields).
+fn same_but_status(a: &MachineHealthCheck, b: &MachineHealthCheck) -> bool {
+    let bare = |c: &MachineHealthCheck| {
+        let mut meta = c.metadata.clone();
+        meta.resource_version = None;
+        meta.managed_fields = None;
+        meta
+    };
+    a.spec == b.spec && bare(a) == bare(b)
+}
+
+/// Whether a Machine read again is selected as before (labels and annotations unchanged).
+fn same_selection(before: Option<&MachineView>, after: Option<&MachineView>) -> bool {
+    match (before, after) {
+        (Some(a), Some(b)) => a.meta.labels == b.meta.labels && a.meta.annotations == b.meta.annotations,
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// `kept` if it was read at `version`, else `read()` kept at `version`.
@@ -60,7 +107,13 @@ fn current<T>(kept: &mut Option<At<T>>, version: u64, read: impl FnOnce() -> T) 
 }
 
 fn resource_version(store: &Store, key: &Key) -> Option<String> {
-    store.get(key)?.pointer("/metadata/resourceVersion")?.as_str().map(str::to_string)
+    Some(rv_of(store.get(key)?)?.to_string())
+}
+
+/// An object's `metadata.resourceVersion` (read field by field: a JSON pointer allocates each
+/// of its segments, and this is read for every Machine after each Machine write).
+fn rv_of(object: &serde_json::Value) -> Option<&str> {
+    object.get("metadata")?.get("resourceVersion")?.as_str()
 }
 
 /// Whether an object of the management cluster in `group` may be a remediation object (what
@@ -79,21 +132,66 @@ impl Views {
         if let Some(kept) = slot.as_ref().filter(|kept| kept.at == version) {
             return kept.views.clone();
         }
-        let previous = slot.take().map(|kept| kept.by_name).unwrap_or_default();
+        let (previous, selection_version) =
+            slot.take().map(|kept| (kept.by_name, Some(kept.selection_version))).unwrap_or_default();
         let mut by_name = HashMap::new();
         let mut views = Vec::new();
+        let mut reselect = selection_version.is_none();
         for (key, object) in store.list(LOCAL_CLUSTER, CAPI_GROUP, "Machine", Some(namespace)) {
-            let rv = object.pointer("/metadata/resourceVersion").and_then(serde_json::Value::as_str).unwrap_or("");
+            let rv = rv_of(object).unwrap_or("");
             let view = match previous.get(&key.name) {
                 Some((at, view)) if at == rv => view.clone(),
-                _ => MachineView::read(object).map(Rc::new),
+                Some((_, before)) => {
+                    let view = MachineView::read(object).map(Rc::new);
+                    reselect |= !same_selection(before.as_deref(), view.as_deref());
+                    view
+                }
+                None => {
+                    reselect = true;
+                    MachineView::read(object).map(Rc::new)
+                }
             };
             views.extend(view.clone());
             by_name.insert(key.name.clone(), (rv.to_string(), view));
         }
+        reselect |= by_name.len() != previous.len();
+        let selection_version = match selection_version {
+            Some(kept) if !reselect => kept,
+            _ => {
+                self.selection_changes += 1;
+                self.selection_changes
+            }
+        };
         let views = Rc::new(views);
-        *slot = Some(MachineList { at: version, views: views.clone(), by_name });
+        *self.machines.entry(namespace.to_string()).or_default() =
+            Some(MachineList { at: version, views: views.clone(), by_name, selection_version });
         views
+    }
+
+    /// The target Machines of the MachineHealthCheck under `check` (of `namespace`, with
+    /// `policy`), in key order: selected again only when a check's spec or a Machine's labels or
+    /// annotations changed, not on each Machine status write.
+    pub(crate) fn mhc_targets(
+        &mut self,
+        store: &Store,
+        namespace: &str,
+        check: &Key,
+        policy: &MhcPolicy,
+    ) -> Vec<Rc<MachineView>> {
+        let machines = self.machines(store, namespace);
+        let spec_version = self.mhc_peers(store, namespace).1;
+        let Some(Some(list)) = self.machines.get(namespace) else { return Vec::new() };
+        let version = (spec_version, list.selection_version);
+        if let Some((at, names)) = self.targets.get(check)
+            && *at == version
+        {
+            return names.iter().filter_map(|n| list.by_name.get(n).and_then(|(_, v)| v.clone())).collect();
+        }
+        let targets: Vec<Rc<MachineView>> =
+            machines.iter().filter(|m| vigil_engine::target::is_target(policy, m)).cloned().collect();
+        let names = targets.iter().map(|m| m.meta.name.clone()).collect();
+        self.targets.insert(check.clone(), (version, Rc::new(names)));
+        targets
     }
 
     /// The management cluster's Nodes.
@@ -145,6 +243,37 @@ impl Views {
         parsed
     }
 
+    /// The valid MachineHealthChecks of `namespace`, in key order, with the version of their
+    /// metadata and specs. Each is parsed again only when it changed; a status write moves the
+    /// list's store version but not its spec version, so what is derived from the specs alone
+    /// (the checks' claims) is kept across the decisions' status writes.
+    pub(crate) fn mhc_peers(&mut self, store: &Store, namespace: &str) -> Peers {
+        let version = store.list_version(LOCAL_CLUSTER, GROUP, "MachineHealthCheck", Some(namespace));
+        if let Some(kept) = self.peers.get(namespace).filter(|kept| kept.at == version) {
+            return (kept.checks.clone(), kept.spec_version);
+        }
+        let keys: Vec<Key> = store
+            .list(LOCAL_CLUSTER, GROUP, "MachineHealthCheck", Some(namespace))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let checks: Vec<Rc<(MachineHealthCheck, MhcPolicy)>> =
+            keys.iter().filter_map(|key| self.mhc(store, key)).collect();
+        let unchanged = self.peers.get(namespace).is_some_and(|kept| {
+            kept.checks.len() == checks.len()
+                && kept.checks.iter().zip(&checks).all(|(a, b)| same_but_status(&a.0, &b.0))
+        });
+        let spec_version = match self.peers.get(namespace) {
+            Some(kept) if unchanged => kept.spec_version,
+            _ => {
+                self.spec_changes += 1;
+                self.spec_changes
+            }
+        };
+        let checks = Rc::new(checks);
+        self.peers.insert(namespace.to_string(), PeerList { at: version, checks: checks.clone(), spec_version });
+        (checks, spec_version)
+    }
+
     /// The NodeHealthCheck under `key`, parsed and validated (`None`: gone or invalid).
     pub(crate) fn nhc(&mut self, store: &Store, key: &Key) -> Option<Rc<(NodeHealthCheck, NhcPolicy)>> {
         let rv = resource_version(store, key)?;
@@ -168,5 +297,71 @@ impl Views {
     /// Keeps a check's claims computed at `version`.
     pub(crate) fn keep_claims(&mut self, check: CheckRef, version: ClaimsAt, claims: Rc<Vec<Claim>>) {
         self.claims.insert(check, (version, claims));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> jiff::Timestamp {
+        "2030-01-01T00:00:00Z".parse().expect("a time")
+    }
+
+    fn machine(name: &str, pool: &str) -> serde_json::Value {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": "ns", "labels": {"pool": pool, "cluster.x-k8s.io/cluster-name": "prod"}},
+            "spec": {"clusterName": "prod"}, "status": {"nodeRef": {"name": name}}})
+    }
+
+    fn check(pool: &str) -> serde_json::Value {
+        json!({"apiVersion": format!("{GROUP}/v1alpha1"), "kind": "MachineHealthCheck",
+            "metadata": {"name": "workers", "namespace": "ns"},
+            "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": pool}},
+                "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "300s"}]}})
+    }
+
+    fn targets(views: &mut Views, store: &Store, key: &Key) -> Vec<String> {
+        let parsed = views.mhc(store, key).expect("a valid check");
+        views.mhc_targets(store, "ns", key, &parsed.1).iter().map(|m| m.meta.name.clone()).collect()
+    }
+
+    #[test]
+    fn a_check_status_write_keeps_the_spec_version_and_a_spec_change_moves_it() {
+        let mut store = Store::default();
+        let key = store.apply(LOCAL_CLUSTER, check("a"), now());
+        let mut views = Views::default();
+        let (_, first) = views.mhc_peers(&store, "ns");
+        store.set_status(&key, json!({"currentHealthy": 1}));
+        let (checks, after_status) = views.mhc_peers(&store, "ns");
+        assert_eq!(first, after_status, "a status write leaves what claims read unchanged");
+        assert_eq!(checks.len(), 1);
+        store.apply(LOCAL_CLUSTER, check("b"), now());
+        let (_, after_spec) = views.mhc_peers(&store, "ns");
+        assert_ne!(first, after_spec, "a changed selector is a change to what claims read");
+    }
+
+    #[test]
+    fn targets_follow_relabelled_added_and_removed_machines_but_not_status_writes() {
+        let mut store = Store::default();
+        let key = store.apply(LOCAL_CLUSTER, check("a"), now());
+        store.apply(LOCAL_CLUSTER, machine("m1", "a"), now());
+        let m2 = store.apply(LOCAL_CLUSTER, machine("m2", "b"), now());
+        let mut views = Views::default();
+        assert_eq!(targets(&mut views, &store, &key), ["m1"]);
+        store.apply(LOCAL_CLUSTER, machine("m2", "a"), now());
+        assert_eq!(targets(&mut views, &store, &key), ["m1", "m2"], "a relabelled Machine is selected");
+        store.apply(LOCAL_CLUSTER, machine("m3", "a"), now());
+        assert_eq!(targets(&mut views, &store, &key), ["m1", "m2", "m3"], "a new Machine is selected");
+        store.delete(&m2);
+        assert_eq!(targets(&mut views, &store, &key), ["m1", "m3"], "a deleted Machine is no target");
+        let m1 = Key::of(LOCAL_CLUSTER, &machine("m1", "a"));
+        store.set_status(&m1, json!({"nodeRef": {"name": "other"}}));
+        let read = views.mhc(&store, &key).expect("a valid check");
+        let now_read = views.mhc_targets(&store, "ns", &key, &read.1);
+        assert_eq!(now_read[0].node_name.as_deref(), Some("other"), "a target is the Machine as it is now");
+        store.apply(LOCAL_CLUSTER, check("b"), now());
+        assert_eq!(targets(&mut views, &store, &key), Vec::<String>::new(), "a changed selector selects again");
     }
 }
