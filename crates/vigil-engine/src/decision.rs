@@ -21,7 +21,7 @@
 use crate::backoff::{Gate, Ledger};
 use crate::domains::Budgets;
 use crate::holders::{Holders, Waits};
-use crate::pacing::Pacer;
+use crate::pacing::{Pacer, visit_order};
 use crate::plan::{Action, Earliest, HeldElsewhere, Notice, Plan};
 use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
@@ -218,6 +218,51 @@ impl<'a> Features<'a> {
     /// choices made (empty without remediation per condition).
     pub(crate) fn finish(self) -> (Ledger<'a>, Pacer, Vec<ChosenRemediation>) {
         (self.ledger, self.pacer, self.choices.map(|c| c.chosen).unwrap_or_default())
+    }
+}
+
+/// Pacing's view of a decision's targets (`spec.maxInFlight`, see [`crate::pacing`]), so both
+/// decisions visit them in queue order: the order, when each that may start became unhealthy
+/// (its place in the queue) and whether this check has it in flight already.
+pub(crate) struct Pacing {
+    /// Indexes into the targets in queue order when paced; `None`: name order.
+    order: Option<Vec<usize>>,
+    /// Per target (empty when not paced): when it became unhealthy; `None` for the others.
+    since: Vec<Option<Timestamp>>,
+    /// Per target (empty when not paced, or when nothing is known in flight per target).
+    in_flight: Vec<bool>,
+}
+
+impl Pacing {
+    /// A decision without `maxInFlight`: name order, no queue.
+    pub(crate) fn unpaced() -> Self {
+        Pacing { order: None, since: Vec::new(), in_flight: Vec::new() }
+    }
+
+    /// A paced decision over targets named `names` (in name order) that became unhealthy at
+    /// `since` and are `in_flight` (may be empty).
+    pub(crate) fn paced<'n>(
+        since: Vec<Option<Timestamp>>,
+        names: impl Iterator<Item = &'n str>,
+        in_flight: Vec<bool>,
+    ) -> Self {
+        let order = Some(visit_order(true, since.iter().copied().zip(names)));
+        Pacing { order, since, in_flight }
+    }
+
+    /// The index of the `k`-th target to visit.
+    pub(crate) fn nth(&self, k: usize) -> usize {
+        self.order.as_ref().map_or(k, |order| order[k])
+    }
+
+    /// When target `i` became unhealthy, for its place in the queue; `now` when unpaced.
+    pub(crate) fn since(&self, i: usize, now: Timestamp) -> Timestamp {
+        self.since.get(i).copied().flatten().unwrap_or(now)
+    }
+
+    /// Whether this check has target `i`'s remediation in flight already.
+    pub(crate) fn in_flight(&self, i: usize) -> bool {
+        self.in_flight.get(i).copied().unwrap_or(false)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::input::{MhcInput, NodeSource};
 use super::judge::{Verdict, counts_healthy, evaluate_with_node, machine_domain};
-use super::remediate::{Pacing, Place, Request, Started, pacing, remediate};
+use super::remediate::{Place, Request, Started, pacing, remediate};
 use super::status::{
     Builder, MachineWrites, backoff_status, pacing_status, report_domains, report_no_decision, report_pause,
     report_short_circuit, selected_elsewhere, stale_targets,
@@ -91,8 +91,7 @@ pub fn decide_among_peers(
     let stale = stale_targets(&mut b, input, &targets, nodes, peers, &me);
     let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
 
-    let mut pacing: Pacing = pacing(input, peers, &me, &targets, &judged.verdicts, now);
-    let pacer = std::mem::replace(&mut pacing.pacer, Pacer::off());
+    let (pacing, pacer) = pacing(input, peers, &me, &targets, &judged.verdicts, now);
     let features = Features::new(ledger(input, now), pacer, budgets.as_ref(), choices(input));
     let overlap = Overlap::new(holders, me.clone(), input.check.status.as_ref().map_or(&[][..], |p| &p.conditions));
     let mut writer =
@@ -102,7 +101,7 @@ pub fn decide_among_peers(
         let (machine, verdict) = (targets[i], &judged.verdicts[i]);
         // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
         let domain_open = !writer.features.domain_paused(judged.domain_of.get(i).copied().flatten());
-        let place = pacing.place(i, now);
+        let place = Place { since: pacing.since(i, now), in_flight: pacing.in_flight(i) };
         writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], place);
     }
     let remediating = writer.remediating;

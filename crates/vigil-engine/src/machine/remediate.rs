@@ -6,9 +6,9 @@ use super::input::MhcInput;
 use super::judge::Verdict;
 use super::status::{Builder, MachineWrites};
 use crate::backoff;
-use crate::decision::{Features, Overlap};
+use crate::decision::{Features, Overlap, Pacing};
 use crate::holders::mhc_request;
-use crate::pacing::{Pacer, visit_order};
+use crate::pacing::Pacer;
 use crate::peers::MhcPeers;
 use crate::plan::{Action, NoticeKind};
 use crate::target::made_for;
@@ -120,33 +120,6 @@ pub(super) struct Place {
     pub(super) in_flight: bool,
 }
 
-impl Pacing {
-    /// The index of the `k`-th target to visit.
-    pub(super) fn nth(&self, k: usize) -> usize {
-        self.order.as_ref().map_or(k, |order| order[k])
-    }
-
-    /// The place of target `i`; an unpaced decision has no queue (`now`, not in flight).
-    pub(super) fn place(&self, i: usize, now: Timestamp) -> Place {
-        Place {
-            since: self.since.get(i).copied().flatten().unwrap_or(now),
-            in_flight: self.in_flight.get(i).copied().unwrap_or(false),
-        }
-    }
-}
-
-/// Pacing's view of a decision's targets (`spec.maxInFlight`, see [`crate::pacing`]): the order
-/// to visit them in, when each unhealthy one became unhealthy, and the slots.
-pub(super) struct Pacing {
-    /// Indexes into the targets in queue order when paced; `None`: name order.
-    pub(super) order: Option<Vec<usize>>,
-    /// Per target (empty when not paced): when it became unhealthy, `None` when it is not.
-    pub(super) since: Vec<Option<Timestamp>>,
-    /// Per target (empty when not paced): whether this check has its remediation in flight.
-    pub(super) in_flight: Vec<bool>,
-    pub(super) pacer: Pacer,
-}
-
 /// Pacing for a MachineHealthCheck decision: the targets this check has in flight, counted from
 /// the Machines, and the queue order (see [`crate::pacing`]). Machines another MachineHealthCheck
 /// writes are its business, not this check's, so they are not counted.
@@ -157,9 +130,9 @@ pub(super) fn pacing(
     targets: &[&MachineView],
     verdicts: &[Verdict],
     now: Timestamp,
-) -> Pacing {
+) -> (Pacing, Pacer) {
     let Some(max) = input.policy.max_in_flight else {
-        return Pacing { order: None, since: Vec::new(), in_flight: Vec::new(), pacer: Pacer::off() };
+        return (Pacing::unpaced(), Pacer::off());
     };
     let since: Vec<Option<Timestamp>> = targets.iter().zip(verdicts).map(|(m, v)| unhealthy_since(m, v, now)).collect();
     let in_flight: Vec<bool> = targets
@@ -167,9 +140,9 @@ pub(super) fn pacing(
         .zip(verdicts)
         .map(|(m, v)| peers.owner_other_than(me, m).is_none() && in_flight(input, m, v))
         .collect();
-    let order = Some(visit_order(true, since.iter().copied().zip(targets.iter().map(|m| m.meta.name.as_str()))));
     let busy = targets.iter().zip(&in_flight).filter(|(_, f)| **f).map(|(m, _)| m.meta.name.clone()).collect();
-    Pacing { order, since, in_flight, pacer: Pacer::new(Some(max), targets.len(), busy) }
+    let pacing = Pacing::paced(since, targets.iter().map(|m| m.meta.name.as_str()), in_flight);
+    (pacing, Pacer::new(Some(max), targets.len(), busy))
 }
 
 /// When an unhealthy Machine became unhealthy, for the pacing queue: when its failure began (the

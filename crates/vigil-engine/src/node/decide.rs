@@ -6,13 +6,12 @@ use super::gates::Gates;
 use super::input::NhcInput;
 use super::judge::{Finding, Scan, judge_nodes};
 use super::objects::own_objects;
-use super::remediate::{Pacing, Pass, Setting, busy_control_planes, pacing};
+use super::remediate::{Pass, Setting, busy_control_planes, pacing};
 use super::status::{Outcome, allowance_notice, build_status};
 use super::templates::template_state;
 use crate::backoff::Ledger;
 use crate::decision::{Choices, Context, Features, Outputs, Overlap};
 use crate::holders::Holders;
-use crate::pacing::Pacer;
 use crate::plan::Plan;
 use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
@@ -55,7 +54,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let prev_entries = previous_entries(prev);
     let cp_busy = busy_control_planes(&cp_names, input.remediations, &prev_entries);
     let allowed = allowed_condition.status == ConditionStatus::True;
-    let mut pacing: Pacing = pacing(input, &subjects, observed, now);
+    let (pacing, pacer) = pacing(input, &subjects, observed, now);
     let to_remediate =
         subjects.iter().filter(|s| matches!(s.verdict, Some(Finding::Unhealthy(_)))).filter_map(|s| s.node);
     let upgrade = crate::upgrade::cluster_upgrade(input.around.cluster_versions, to_remediate);
@@ -64,7 +63,6 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let gates = Gates::new(input, check_name, upgrade, now);
     out.tell_all(allowance_notice(prev, &allowed_condition));
     let cx = Context { policy, now };
-    let pacer = std::mem::replace(&mut pacing.pacer, Pacer::off());
     let features = Features::new(
         Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.features.remediation_history, now),
         pacer,

@@ -15,10 +15,10 @@ use super::input::NhcInput;
 use super::judge::{Finding, Subject, unhealthy_since};
 use super::objects::{Owned, owned_by_check};
 use super::templates::{Templates, Usable};
-use crate::decision::{Context, Features, Outputs, Overlap};
+use crate::decision::{Context, Features, Outputs, Overlap, Pacing};
 use crate::holders::nhc_held;
 use crate::node_lease;
-use crate::pacing::{Pacer, visit_order};
+use crate::pacing::Pacer;
 use crate::plan::{LeaseWrite, Notice, NoticeKind};
 use crate::plan::{ONE_NS, after};
 use crate::target::Target;
@@ -167,24 +167,18 @@ pub(super) struct Incident<'p> {
     pub(super) rule: Option<String>,
 }
 
-/// Pacing's view of a decision's subjects (`spec.maxInFlight`, see [`crate::pacing`]): the order
-/// to visit them in, when each one that may start became unhealthy, and the slots.
-pub(super) struct Pacing {
-    /// Indexes into the subjects in queue order when paced; `None`: name order.
-    pub(super) order: Option<Vec<usize>>,
-    /// Per subject (empty when not paced): when it became unhealthy, for an unhealthy Node
-    /// without objects (one that may start); `None` for the others.
-    pub(super) since: Vec<Option<Timestamp>>,
-    pub(super) pacer: Pacer,
-}
-
 /// Pacing for a NodeHealthCheck decision among `observed` selected Nodes: the Nodes this check has
 /// in flight — those it holds (its own remediation objects not given up on, its requests not
 /// seen yet: the one reading of [`nhc_held`], as for the overlap rule) that are not healthy
 /// again (a Node gone counts until its objects are) — and the queue order.
-pub(super) fn pacing(input: &NhcInput<'_>, subjects: &[Subject<'_>], observed: usize, now: Timestamp) -> Pacing {
+pub(super) fn pacing(
+    input: &NhcInput<'_>,
+    subjects: &[Subject<'_>],
+    observed: usize,
+    now: Timestamp,
+) -> (Pacing, Pacer) {
     let Some(max) = input.policy.max_in_flight else {
-        return Pacing { order: None, since: Vec::new(), pacer: Pacer::off() };
+        return (Pacing::unpaced(), Pacer::off());
     };
     let since: Vec<Option<Timestamp>> = subjects
         .iter()
@@ -203,8 +197,8 @@ pub(super) fn pacing(input: &NhcInput<'_>, subjects: &[Subject<'_>], observed: u
         .filter(|s| s.verdict != Some(Finding::Clear) && held.binary_search(&s.name).is_ok())
         .map(|s| s.name.to_string())
         .collect();
-    let order = Some(visit_order(true, since.iter().copied().zip(subjects.iter().map(|s| s.name))));
-    Pacing { order, since, pacer: Pacer::new(Some(max), observed, in_flight) }
+    let pacing = Pacing::paced(since, subjects.iter().map(|s| s.name), Vec::new());
+    (pacing, Pacer::new(Some(max), observed, in_flight))
 }
 
 impl<'a> Pass<'a> {

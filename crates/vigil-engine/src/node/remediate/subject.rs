@@ -2,7 +2,8 @@
 //! matches no rule recovers, an unhealthy one is started or escalated, an undecided one is noted,
 //! a deleted or deselected one loses its objects; and the Nodes listed before that are gone.
 
-use super::{Pacing, Pass};
+use super::Pass;
+use crate::decision::Pacing;
 use crate::node::gates::{Wait, maintenance_wait};
 use crate::node::judge::{Finding, Subject, rule_text};
 use crate::node::objects::{Book, Owned};
@@ -44,12 +45,12 @@ impl<'a> Pass<'a> {
         let mut entries: Vec<Option<UnhealthyNode>> = (0..subjects.len()).map(|_| None).collect();
         let mut undecided: Vec<(&str, usize)> = Vec::new();
         for k in 0..subjects.len() {
-            let i = pacing.order.as_ref().map_or(k, |order| order[k]);
+            let i = pacing.nth(k);
             for e in &prev_entries[matched.gone_before[i].clone()] {
                 self.out.tell_all(recovered(&e.name));
             }
             let s = &subjects[i];
-            let since = pacing.since.get(i).copied().flatten().unwrap_or(self.cx.now);
+            let since = pacing.since(i, self.cx.now);
             entries[i] = self.subject(s, &owned[s.objs.clone()], matched.prev_of[i], &mut undecided, since);
         }
         for e in &prev_entries[matched.gone_before[subjects.len()].clone()] {
