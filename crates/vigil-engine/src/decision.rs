@@ -1,22 +1,25 @@
 //! The one shape of a decision, shared by [`crate::machine`] and [`crate::node`]: what it reads
 //! ([`Context`]), what it gives ([`Outputs`]), what decides whether a new remediation may start
-//! besides the check's own budget ([`Features`]: back-off, failure domains, pacing, with the
-//! remediation each incident chose) and what other checks hold ([`Overlap`]).
+//! besides the check's own budget and which one ([`Features`]: back-off, failure domains, pacing,
+//! the remediation each incident chose), the order its targets are visited in ([`Pacing`]) and
+//! what other checks hold ([`Overlap`]).
 //!
-//! Both decisions visit their targets one by one, each with these four at hand, and finish by
-//! handing the features' memory to their status and the outputs to a [`Plan`].
+//! Both decisions build these parts, visit their targets one by one with them at hand, and
+//! finish by handing the features' memory to their status and the outputs to a [`Plan`].
 //!
 //! What stays different, on purpose:
 //! - the status: a MachineHealthCheck decision sets the check's conditions as it goes, each
-//!   compared with the previous status (`machine::status::Builder`), and writes conditions on
-//!   every Machine (`MachineWrites`); a NodeHealthCheck decision rebuilds `unhealthyNodes` Node
-//!   by Node (`node::objects::Book`) and builds the whole status once at the end
-//!   (`node::status::Outcome`);
+//!   compared with the previous status (`machine::status::Builder`, which carries the
+//!   [`Outputs`]), and writes conditions on every Machine (`MachineWrites`); a NodeHealthCheck
+//!   decision rebuilds `unhealthyNodes` Node by Node (`node::objects::Book`) and builds the whole
+//!   status once at the end (`node::status::Outcome`);
 //! - the gates of one kind only: a Node's last gates (cluster upgrade, planned maintenance, its
-//!   Lease, one control-plane Node at a time) and the check's templates and steps; a Machine's
-//!   peers (another MachineHealthCheck selecting it) and its owner as a remediator;
-//! - a failure domain is found from a Node's label or from a Machine's failure domain, so each
-//!   decision asks [`Features::domain_paused`] with the domain it found.
+//!   Lease, one control-plane Node at a time) and the check's templates and steps
+//!   (`node::remediate::Setting`); a Machine's peers (another MachineHealthCheck selecting it)
+//!   and its owner as a remediator;
+//! - how a target is found in a failure domain (a Node's label, a Machine's failure domain) and
+//!   in the back-off's pools, and when it is in flight: each decision works these out and asks
+//!   [`Features`] with the answer.
 
 use crate::backoff::{Gate, Ledger};
 use crate::domains::Budgets;

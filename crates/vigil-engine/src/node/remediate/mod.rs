@@ -14,6 +14,7 @@ use super::gates::{Gates, Wait};
 use super::input::NhcInput;
 use super::judge::{Finding, Subject, unhealthy_since};
 use super::objects::{Owned, owned_by_check};
+use super::status::PHASE_PAUSED;
 use super::templates::{Templates, Usable};
 use crate::decision::{Context, Features, Outputs, Overlap, Pacing};
 use crate::holders::nhc_held;
@@ -31,8 +32,6 @@ use vigil_api::shared::WouldRemediate;
 use vigil_api::validate::{Ladder, NhcPolicy, RemediationStep};
 use vigil_api::views::{NodeView, RemediationView};
 use vigil_api::well_known::{NODE_NAME_ANNOTATION, REMEDIATION_ALLOWED, RULE_ANNOTATION};
-
-use super::status::PHASE_PAUSED;
 
 /// The second pass of a NodeHealthCheck decision: the one shape's parts, and what only a
 /// NodeHealthCheck has (its setting, its last gates, the control-plane rule, each Node's wait and
