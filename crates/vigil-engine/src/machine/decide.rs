@@ -92,7 +92,7 @@ pub fn decide_among_peers(
     let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
 
     let (pacing, pacer) = pacing(input, peers, &me, &targets, &judged.verdicts, now);
-    let features = Features::new(ledger(input, now), pacer, budgets.as_ref(), choices(input));
+    let features = features_of(input, pacer, budgets.as_ref(), now);
     let overlap = Overlap::new(holders, me.clone(), input.check.status.as_ref().map_or(&[][..], |p| &p.conditions));
     let mut writer =
         TargetWriter::new(Context { policy: input.policy, now }, input, peers, node_cluster, me, (features, overlap));
@@ -479,14 +479,13 @@ struct Written {
     chosen: Vec<ChosenRemediation>,
 }
 
-/// The back-off's ledger of a decision (`spec.backoff`), from the previous status' history.
-fn ledger<'i>(input: &MhcInput<'i>, now: Timestamp) -> Ledger<'i> {
-    let history = input.check.status.as_ref().map_or(&[][..], |p| p.features.remediation_history.as_slice());
-    Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now)
-}
-
-/// With remediation per condition: the incidents' choices, from the previous status' list.
-fn choices<'i>(input: &MhcInput<'i>) -> Option<Choices<'i>> {
-    let previous = input.check.status.as_ref().map_or(&[][..], |p| p.features.chosen_remediations.as_slice());
-    input.policy.per_rule_remediation().then(|| Choices::new(previous))
+/// The decision's features: the back-off's ledger and the choices from the previous status, the
+/// pacer and the failure-domain budgets.
+fn features_of<'i>(input: &MhcInput<'i>, pacer: Pacer, budgets: Option<&'i Budgets>, now: Timestamp) -> Features<'i> {
+    let previous = input.check.status.as_ref();
+    let history = previous.map_or(&[][..], |p| p.features.remediation_history.as_slice());
+    let ledger = Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now);
+    let chosen = previous.map_or(&[][..], |p| p.features.chosen_remediations.as_slice());
+    let choices = input.policy.per_rule_remediation().then(|| Choices::new(chosen));
+    Features::new(ledger, pacer, budgets, choices)
 }

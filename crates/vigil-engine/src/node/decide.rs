@@ -11,13 +11,16 @@ use super::status::{Outcome, allowance_notice, build_status};
 use super::templates::template_state;
 use crate::backoff::Ledger;
 use crate::decision::{Choices, Context, Features, Outputs, Overlap};
+use crate::domains::Budgets;
 use crate::holders::Holders;
+use crate::pacing::Pacer;
 use crate::plan::Plan;
 use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition};
 use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
 use vigil_api::threshold::Rounding;
+use vigil_api::validate::NhcPolicy;
 use vigil_api::well_known::REMEDIATION_POSTPONED;
 
 /// Decides what a NodeHealthCheck should do now when it is the only check: [`decide_among`]
@@ -63,12 +66,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let gates = Gates::new(input, check_name, upgrade, now);
     out.tell_all(allowance_notice(prev, &allowed_condition));
     let cx = Context { policy, now };
-    let features = Features::new(
-        Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.features.remediation_history, now),
-        pacer,
-        budgets.as_ref(),
-        policy.per_rule_remediation().then(|| Choices::new(&prev.features.chosen_remediations)),
-    );
+    let features = features_of(policy, prev, pacer, budgets.as_ref(), now);
     let overlap = Overlap::new(holders, CheckRef::of_nhc(check), &prev.conditions);
     let setting = Setting::new(input, prev, &templates, allowed);
     let mut pass = Pass::new((cx, out, features, overlap), setting, gates, cp_busy);
@@ -117,4 +115,18 @@ fn previous_entries(prev: &NodeHealthCheckStatus) -> Vec<&UnhealthyNode> {
         entries.dedup_by(|a, b| a.name == b.name);
     }
     entries
+}
+
+/// The decision's features: the back-off's ledger and the choices from the previous status, the
+/// pacer and the failure-domain budgets.
+fn features_of<'a>(
+    policy: &'a NhcPolicy,
+    prev: &'a NodeHealthCheckStatus,
+    pacer: Pacer,
+    budgets: Option<&'a Budgets>,
+    now: Timestamp,
+) -> Features<'a> {
+    let ledger = Ledger::new(policy.backoff.as_ref(), policy.dry_run, &prev.features.remediation_history, now);
+    let choices = policy.per_rule_remediation().then(|| Choices::new(&prev.features.chosen_remediations));
+    Features::new(ledger, pacer, budgets, choices)
 }
