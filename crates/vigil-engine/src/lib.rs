@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod chosen;
 pub mod concerns;
 pub mod cross_shard;
+pub(crate) mod decision;
 pub mod domains;
 pub mod dry_run;
 pub mod expiry;

@@ -3,16 +3,17 @@
 
 use super::input::{MhcInput, NodeSource};
 use super::judge::{Verdict, counts_healthy, evaluate_with_node, machine_domain};
-use super::remediate::{Overlap, Pacing, Place, Request, Started, pacing, remediate};
+use super::remediate::{Place, Request, Started, pacing, remediate};
 use super::status::{
     Builder, MachineWrites, backoff_status, pacing_status, report_domains, report_no_decision, report_pause,
     report_short_circuit, selected_elsewhere, stale_targets,
 };
 use crate::backoff::Ledger;
+use crate::decision::{Choices, Context, Features, Overlap};
 use crate::domains::Budgets;
 use crate::domains::Tally;
 use crate::features::{self, Found};
-use crate::holders::{Holders, Waits};
+use crate::holders::Holders;
 use crate::lookup::Lookup;
 use crate::pacing::Pacer;
 use crate::peers::MhcPeers;
@@ -71,7 +72,7 @@ pub fn decide_among_peers(
     let mut b = Builder::for_decision(input.check, now);
     if report_pause(&mut b, input) {
         pacing_status(&mut b, input, Pacer::off());
-        return b.finish(None);
+        return b.finish();
     }
     let targets = select_targets(input);
     b.status.targets = targets.iter().map(|m| m.meta.name.clone()).collect();
@@ -83,30 +84,31 @@ pub fn decide_among_peers(
             return report_no_decision(b, why, message);
         }
     };
-    let mut wake = Earliest::default();
-    let judged = judge_targets(&targets, cluster, nodes, input.policy, now, &mut wake);
+    let judged = judge_targets(&targets, cluster, nodes, input.policy, now, b.out.wake());
     b.status.current_healthy = count(judged.healthy);
     let budgets = domain_budgets(input.policy, &targets, &judged);
     let me = CheckRef::of_mhc(input.check);
-    let stale = stale_targets(&mut b, input, &targets, nodes, peers, &me, &mut wake);
+    let stale = stale_targets(&mut b, input, &targets, nodes, peers, &me);
     let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
 
-    let mut pacing: Pacing = pacing(input, peers, &me, &targets, &judged.verdicts, now);
-    let pacer = std::mem::replace(&mut pacing.pacer, Pacer::off());
-    let mut writer = TargetWriter::new(input, holders, peers, node_cluster, me, pacer, now);
+    let (pacing, pacer) = pacing(input, peers, &me, &targets, &judged.verdicts, now);
+    let features = features_of(input, pacer, budgets.as_ref(), now);
+    let overlap = Overlap::new(holders, me.clone(), input.check.status.as_ref().map_or(&[][..], |p| &p.conditions));
+    let mut writer =
+        TargetWriter::new(Context { policy: input.policy, now }, input, peers, node_cluster, me, (features, overlap));
     for k in 0..targets.len() {
         let i = pacing.nth(k);
         let (machine, verdict) = (targets[i], &judged.verdicts[i]);
         // A paused failure domain starts nothing new, exactly as the check-wide short-circuit.
-        let domain_open = budgets.as_ref().is_none_or(|bs| !bs.is_paused(judged.domain_of.get(i).copied().flatten()));
-        let place = pacing.place(i, now);
+        let domain_open = !writer.features.domain_paused(judged.domain_of.get(i).copied().flatten());
+        let place = Place { since: pacing.since(i, now), in_flight: pacing.in_flight(i) };
         writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], place);
     }
     let remediating = writer.remediating;
-    let Written { held_elsewhere, backoff, queue, chosen } = writer.report(&mut b, &mut wake);
+    let Written { held_elsewhere, backoff, queue, chosen } = writer.report(&mut b);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
     b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, chosen, queue });
-    let mut plan = b.finish(wake.0);
+    let mut plan = b.finish();
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
     plan.remediating = remediating;
@@ -239,19 +241,18 @@ fn domain_budgets(policy: &MhcPolicy, targets: &[&MachineView], judged: &Judged<
 /// where allowed, a remediation object of a healthy Machine deleted; Machines another check owns
 /// are only collected for the overlap report.
 struct TargetWriter<'i, 'h> {
+    cx: Context<'i, MhcPolicy>,
     input: &'i MhcInput<'i>,
     peers: &'i MhcPeers<'i>,
     me: CheckRef,
+    /// Where the check's Nodes live (the cluster key of its targets).
+    node_cluster: &'h str,
+    features: Features<'i>,
     overlap: Overlap<'h>,
-    ledger: Ledger<'i>,
-    pacer: Pacer,
     owned_elsewhere: BTreeMap<&'i CheckRef, Vec<String>>,
     healthy_condition: DesiredCondition,
     /// Every template of the policy ([`MhcPolicy::templates`]), as the input's lists are ordered.
     templates: Vec<&'i TemplateRef>,
-    /// With remediation per condition: the previous and the new `status.chosenRemediations`.
-    chosen: Option<(&'i [ChosenRemediation], Vec<ChosenRemediation>)>,
-    now: Timestamp,
     /// Targets this check writes whose remediation is under way: observed ([`under_way`]) or
     /// started by this plan.
     remediating: usize,
@@ -259,32 +260,24 @@ struct TargetWriter<'i, 'h> {
 
 impl<'i, 'h> TargetWriter<'i, 'h> {
     fn new(
+        cx: Context<'i, MhcPolicy>,
         input: &'i MhcInput<'i>,
-        holders: &'h Holders,
         peers: &'i MhcPeers<'i>,
         node_cluster: &'h str,
         me: CheckRef,
-        pacer: Pacer,
-        now: Timestamp,
+        (features, overlap): (Features<'i>, Overlap<'h>),
     ) -> Self {
-        let previous = input.check.status.as_ref();
-        let history = previous.map_or(&[][..], |p| p.features.remediation_history.as_slice());
-        let conditions = previous.map_or(&[][..], |p| p.conditions.as_slice());
         TargetWriter {
+            cx,
             input,
             peers,
-            overlap: Overlap { holders, node_cluster, waits: Waits::new(me.clone(), conditions) },
             me,
-            ledger: Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now),
-            pacer,
+            node_cluster,
+            features,
+            overlap,
             owned_elsewhere: BTreeMap::new(),
             healthy_condition: healthy_condition(),
             templates: input.policy.templates(),
-            chosen: input
-                .policy
-                .per_rule_remediation()
-                .then(|| (previous.map_or(&[][..], |p| p.features.chosen_remediations.as_slice()), Vec::new())),
-            now,
             remediating: 0,
         }
     }
@@ -305,7 +298,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             return;
         }
         let mut writes = MachineWrites::new(machine);
-        let actions_before = b.actions.len();
+        let mark = b.out.mark();
         match verdict {
             Verdict::Unhealthy { reason, message, rule, .. } => {
                 self.unhealthy(b, &mut writes, reason, message, *rule, may_start.then_some(place))
@@ -315,12 +308,10 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             Verdict::Pending { .. } | Verdict::NotEvaluated { .. } => self.keep_choice(machine),
         }
         // A check in dry-run sends none of its writes: only what was observed counts there.
-        let starts = !self.input.policy.dry_run
-            && (writes.asks_owner()
-                || b.actions[actions_before..].iter().any(|a| matches!(a, Action::CreateRemediation { .. })));
+        let starts = !self.input.policy.dry_run && (writes.asks_owner() || b.out.creates_since(mark));
         self.remediating += usize::from(starts || under_way(self.input, machine));
         if let Some(action) = writes.into_action() {
-            b.actions.push(action);
+            b.out.act(action);
         }
     }
 
@@ -339,7 +330,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         let machine = writes.machine;
         let key = machine.meta.key();
         let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
-        writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, reason.clone(), message), self.now);
+        writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, reason.clone(), message), self.cx.now);
         if !was_unhealthy {
             b.notice(NoticeKind::Unhealthy, Some(Target::machine(machine)), reason.clone(), message);
         }
@@ -347,12 +338,12 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         if let Some(place) = start {
             let mut started = Started {
                 overlap: &mut self.overlap,
-                ledger: &mut self.ledger,
-                pacer: &mut self.pacer,
+                features: &mut self.features,
+                node_cluster: self.node_cluster,
                 since: place.since,
                 in_flight: place.in_flight,
             };
-            remediate(b, &mut started, writes, self.input, &request, machine, &key, self.now);
+            remediate(b, &mut started, writes, self.input, &request, machine, &key, self.cx.now);
         }
     }
 
@@ -368,13 +359,13 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         reason: &Reason,
         rule: Option<usize>,
     ) -> Request<'i> {
-        let policy = self.input.policy;
+        let (policy, now) = (self.cx.policy, self.cx.now);
         let annotated = self.annotated_rule(machine);
-        let Some((previous, chosen)) = &mut self.chosen else {
+        let Some(choices) = self.features.choices() else {
             let template = policy.remediation_template.as_ref();
             return Request { template: template.and_then(|t| self.index_of(t)).zip(template), rule: None };
         };
-        let before = crate::chosen::previous(previous, &machine.meta.name);
+        let before = choices.before(&machine.meta.name);
         let recorded = [annotated, before.map(|p| p.rule.as_str())];
         let choice = crate::chosen::choose(&recorded, policy.rules(), &NO_RULE_VERDICTS, rule, reason.as_str());
         let (mut template, mut remediation) = policy.remediation_of(choice.rule);
@@ -387,17 +378,16 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             template = None;
             remediation = format!("owner (OwnerRemediated=False is set; {remediation} is not started on top)");
         }
-        let (entry, notice) = crate::chosen::record(
+        let record = crate::chosen::record(
             &machine.meta.name,
             Target::machine(machine),
             &format!("Machine {key}"),
             &choice,
             remediation,
             before,
-            self.now,
+            now,
         );
-        chosen.push(entry);
-        b.notices.extend(notice);
+        choices.record(record, &mut b.out);
         let template = template.and_then(|t| self.templates.iter().position(|x| *x == t)).zip(template);
         Request { template, rule: Some(choice.label) }
     }
@@ -405,17 +395,10 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
     /// Keeps the choice of a Machine whose incident goes on without a verdict that chooses: the
     /// previous one, else its remediation object's record.
     fn keep_choice(&mut self, machine: &MachineView) {
-        let policy = self.input.policy;
+        let (policy, now) = (self.cx.policy, self.cx.now);
         let annotated = self.annotated_rule(machine);
-        if let Some((previous, chosen)) = &mut self.chosen {
-            chosen.extend(crate::chosen::kept(
-                &machine.meta.name,
-                crate::chosen::previous(previous, &machine.meta.name),
-                annotated,
-                policy.rules(),
-                |i| policy.remediation_of(Some(i)).1,
-                self.now,
-            ));
+        if let Some(choices) = self.features.choices() {
+            choices.keep(&machine.meta.name, annotated, policy.rules(), |i| policy.remediation_of(Some(i)).1, now);
         }
     }
 
@@ -441,7 +424,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         if !machine.meta.deleting && !already_healthy {
             let was_unhealthy =
                 writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
-            writes.set_ref(&self.healthy_condition, self.now);
+            writes.set_ref(&self.healthy_condition, self.cx.now);
             if was_unhealthy {
                 let key = machine.meta.key();
                 b.notice(
@@ -454,7 +437,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         }
         for object in self.input.objects_named(machine) {
             if made_for(object, machine) && !object.meta.deleting {
-                b.actions.push(Action::DeleteRemediation {
+                b.out.act(Action::DeleteRemediation {
                     object: ObjectRef {
                         api_version: object.meta.api_version.clone(),
                         kind: object.meta.kind.clone(),
@@ -470,17 +453,17 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
 
     /// The reports of the writes: waiting for other checks, Machines another check owns, the
     /// back-off, the pacing queue, the chosen remediations.
-    fn report(mut self, b: &mut Builder<'_>, wake: &mut Earliest) -> Written {
-        if let Some(waiting) = self.overlap.waits.condition() {
+    fn report(mut self, b: &mut Builder<'_>) -> Written {
+        if let Some(waiting) = self.overlap.condition() {
             b.condition(waiting, None, None);
         }
         // Visited in pacing order, listed by name.
         self.owned_elsewhere.values_mut().for_each(|machines| machines.sort());
         selected_elsewhere(b, &self.owned_elsewhere);
-        let backoff = backoff_status(b, self.ledger, self.input.policy, wake);
-        let queue = pacing_status(b, self.input, self.pacer);
-        let chosen = self.chosen.map(|(_, c)| c).unwrap_or_default();
-        Written { held_elsewhere: self.overlap.waits.held_elsewhere, backoff, queue, chosen }
+        let (ledger, pacer, chosen) = self.features.finish();
+        let backoff = backoff_status(b, ledger, self.cx.policy);
+        let queue = pacing_status(b, self.input, pacer);
+        Written { held_elsewhere: self.overlap.into_held_elsewhere(), backoff, queue, chosen }
     }
 }
 
@@ -494,4 +477,15 @@ struct Written {
     queue: (Vec<QueuedTarget>, i32),
     /// With remediation per condition: each unhealthy target's chosen remediation.
     chosen: Vec<ChosenRemediation>,
+}
+
+/// The decision's features: the back-off's ledger and the choices from the previous status, the
+/// pacer and the failure-domain budgets.
+fn features_of<'i>(input: &MhcInput<'i>, pacer: Pacer, budgets: Option<&'i Budgets>, now: Timestamp) -> Features<'i> {
+    let previous = input.check.status.as_ref();
+    let history = previous.map_or(&[][..], |p| p.features.remediation_history.as_slice());
+    let ledger = Ledger::new(input.policy.backoff.as_ref(), input.policy.dry_run, history, now);
+    let chosen = previous.map_or(&[][..], |p| p.features.chosen_remediations.as_slice());
+    let choices = input.policy.per_rule_remediation().then(|| Choices::new(chosen));
+    Features::new(ledger, pacer, budgets, choices)
 }

@@ -5,9 +5,10 @@
 use super::input::MhcInput;
 use super::judge::Verdict;
 use super::status::{Builder, MachineWrites};
-use crate::backoff::{self, Gate, Ledger};
-use crate::holders::{Holders, Waits, mhc_request};
-use crate::pacing::{Pacer, visit_order};
+use crate::backoff;
+use crate::decision::{Features, Overlap, Pacing};
+use crate::holders::mhc_request;
+use crate::pacing::Pacer;
 use crate::peers::MhcPeers;
 use crate::plan::{Action, NoticeKind};
 use crate::target::made_for;
@@ -72,40 +73,13 @@ pub(super) struct Request<'p> {
     pub(super) rule: Option<String>,
 }
 
-/// What other checks hold, as one MachineHealthCheck decision sees it.
-pub(super) struct Overlap<'h> {
-    pub(super) holders: &'h Holders,
-    /// Where the check's Nodes live (the cluster key of its targets).
-    pub(super) node_cluster: &'h str,
-    pub(super) waits: Waits,
-}
-
-impl Overlap<'_> {
-    /// Whether another check holds the Machine's target; if so, records the wait (with a skip
-    /// notice when it is news).
-    pub(super) fn held_elsewhere(&mut self, b: &mut Builder<'_>, machine: &MachineView) -> bool {
-        let target = Target::of_machine(self.node_cluster, machine);
-        let holders = self.holders;
-        match holders.other_than(&target, self.waits.me()) {
-            Some(holder) => {
-                if let Some(n) =
-                    self.waits.wait(Target::machine(machine), &target, holder, holders.is_left_to_holder(&target))
-                {
-                    b.notices.push(n);
-                }
-                true
-            }
-            None => false,
-        }
-    }
-}
-
 /// What decides whether a remediation may start besides the short-circuit: other checks
 /// holding the target, the pool's back-off and the pacing slots.
 pub(super) struct Started<'s, 'h, 'p> {
     pub(super) overlap: &'s mut Overlap<'h>,
-    pub(super) ledger: &'s mut Ledger<'p>,
-    pub(super) pacer: &'s mut Pacer,
+    pub(super) features: &'s mut Features<'p>,
+    /// Where the check's Nodes live (the cluster key of its targets).
+    pub(super) node_cluster: &'h str,
     /// When the Machine became unhealthy (its place in the pacing queue).
     pub(super) since: Timestamp,
     /// Its remediation is in flight already (a request of an earlier decision asked for again,
@@ -114,25 +88,26 @@ pub(super) struct Started<'s, 'h, 'p> {
 }
 
 impl Started<'_, '_, '_> {
+    /// Whether another check holds the Machine's target; if so, records the wait (with a skip
+    /// notice when it is news).
+    pub(super) fn held_elsewhere(&mut self, b: &mut Builder<'_>, machine: &MachineView) -> bool {
+        let target = Target::of_machine(self.node_cluster, machine);
+        self.overlap.held_elsewhere(Target::machine(machine), &target, &mut b.out)
+    }
+
     /// Whether the last gates let `machine` start now: the pool's back-off, then a free pacing
     /// slot (`maxInFlight`; when none is free the Machine joins the queue; a Machine in flight
-    /// already keeps its own). Records the start in both when it is let through. A Machine already in the history (the same start asked for
-    /// again), or one a check in dry-run already lists, is not counted twice by the back-off.
+    /// already keeps its own). Records the start in both when it is let through. A Machine already
+    /// in the history (the same start asked for again), or one a check in dry-run already lists,
+    /// is not counted twice by the back-off.
     pub(super) fn may_start(&mut self, input: &MhcInput<'_>, machine: &MachineView) -> bool {
         let name = machine.meta.name.as_str();
         let listed = input.policy.dry_run
             && input.check.status.as_ref().is_some_and(|s| s.features.would_remediate.iter().any(|w| w.name == name));
         let pool = backoff::machine_pool(machine);
-        let gate = self.ledger.gate(&pool, name, listed || self.ledger.recorded(name));
-        if gate == Gate::Wait || (!self.in_flight && !self.pacer.gate(name, self.since)) {
-            return false;
-        }
-        if gate == Gate::Start {
-            self.ledger.record(&pool, name);
-        }
-        if !self.in_flight {
-            self.pacer.record(name);
-        }
+        let repeat = listed || self.features.recorded(name);
+        let Some(admitted) = self.features.admit(pool, name, repeat, self.since, self.in_flight) else { return false };
+        self.features.start(admitted);
         true
     }
 }
@@ -145,33 +120,6 @@ pub(super) struct Place {
     pub(super) in_flight: bool,
 }
 
-impl Pacing {
-    /// The index of the `k`-th target to visit.
-    pub(super) fn nth(&self, k: usize) -> usize {
-        self.order.as_ref().map_or(k, |order| order[k])
-    }
-
-    /// The place of target `i`; an unpaced decision has no queue (`now`, not in flight).
-    pub(super) fn place(&self, i: usize, now: Timestamp) -> Place {
-        Place {
-            since: self.since.get(i).copied().flatten().unwrap_or(now),
-            in_flight: self.in_flight.get(i).copied().unwrap_or(false),
-        }
-    }
-}
-
-/// Pacing's view of a decision's targets (`spec.maxInFlight`, see [`crate::pacing`]): the order
-/// to visit them in, when each unhealthy one became unhealthy, and the slots.
-pub(super) struct Pacing {
-    /// Indexes into the targets in queue order when paced; `None`: name order.
-    pub(super) order: Option<Vec<usize>>,
-    /// Per target (empty when not paced): when it became unhealthy, `None` when it is not.
-    pub(super) since: Vec<Option<Timestamp>>,
-    /// Per target (empty when not paced): whether this check has its remediation in flight.
-    pub(super) in_flight: Vec<bool>,
-    pub(super) pacer: Pacer,
-}
-
 /// Pacing for a MachineHealthCheck decision: the targets this check has in flight, counted from
 /// the Machines, and the queue order (see [`crate::pacing`]). Machines another MachineHealthCheck
 /// writes are its business, not this check's, so they are not counted.
@@ -182,9 +130,9 @@ pub(super) fn pacing(
     targets: &[&MachineView],
     verdicts: &[Verdict],
     now: Timestamp,
-) -> Pacing {
+) -> (Pacing, Pacer) {
     let Some(max) = input.policy.max_in_flight else {
-        return Pacing { order: None, since: Vec::new(), in_flight: Vec::new(), pacer: Pacer::off() };
+        return (Pacing::unpaced(), Pacer::off());
     };
     let since: Vec<Option<Timestamp>> = targets.iter().zip(verdicts).map(|(m, v)| unhealthy_since(m, v, now)).collect();
     let in_flight: Vec<bool> = targets
@@ -192,9 +140,9 @@ pub(super) fn pacing(
         .zip(verdicts)
         .map(|(m, v)| peers.owner_other_than(me, m).is_none() && in_flight(input, m, v))
         .collect();
-    let order = Some(visit_order(true, since.iter().copied().zip(targets.iter().map(|m| m.meta.name.as_str()))));
     let busy = targets.iter().zip(&in_flight).filter(|(_, f)| **f).map(|(m, _)| m.meta.name.clone()).collect();
-    Pacing { order, since, in_flight, pacer: Pacer::new(Some(max), targets.len(), busy) }
+    let pacing = Pacing::paced(since, targets.iter().map(|m| m.meta.name.as_str()), in_flight);
+    (pacing, Pacer::new(Some(max), targets.len(), busy))
 }
 
 /// When an unhealthy Machine became unhealthy, for the pacing queue: when its failure began (the
@@ -287,7 +235,7 @@ fn ask_owner(
     now: Timestamp,
 ) {
     let needs_request = writes.current(OWNER_REMEDIATED).is_none_or(|c| c.status == ConditionStatus::True);
-    if !needs_request || started.overlap.held_elsewhere(b, machine) || !started.may_start(input, machine) {
+    if !needs_request || started.held_elsewhere(b, machine) || !started.may_start(input, machine) {
         return;
     }
     let desired = DesiredCondition::false_(OWNER_REMEDIATED, Reason::WaitingForRemediation, "Waiting for remediation");
@@ -334,14 +282,14 @@ fn ask_remediator(
         writes.set(waiting(), now);
         return;
     }
-    if started.overlap.held_elsewhere(b, machine) {
+    if started.held_elsewhere(b, machine) {
         return;
     }
     match remediation_object(input.policy, template_ref, template, machine, request.rule.as_deref()) {
         Ok(_) if !started.may_start(input, machine) => {}
         Ok(object) => {
             writes.set(waiting(), now);
-            b.actions.push(Action::CreateRemediation { object, target: Target::machine(machine), lease: None });
+            b.out.act(Action::CreateRemediation { object, target: Target::machine(machine), lease: None });
         }
         Err(why) => {
             refuse(b, Reason::RemediationRequestCreationFailed, format!("Cannot create a remediation request: {why}"))

@@ -6,11 +6,12 @@ use super::budget::{check_paused, remediation_budget};
 use super::input::MhcInput;
 use super::judge::stale_node_condition;
 use crate::backoff::{self, Ledger};
+use crate::decision::Outputs;
 use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY};
 use crate::lookup::Lookup;
 use crate::pacing::Pacer;
 use crate::peers::{MhcPeers, NAMED_MACHINES, SELECTED_BY_ANOTHER_CHECK};
-use crate::plan::{Action, Earliest, Notice, NoticeKind, ObjectRef, Plan};
+use crate::plan::{Action, Notice, NoticeKind, ObjectRef, Plan};
 use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use std::collections::BTreeMap;
@@ -35,11 +36,12 @@ pub(super) fn machine_ref(m: &MachineView) -> ObjectRef {
     }
 }
 
+/// The status a MachineHealthCheck decision builds as it goes (each check condition compared
+/// with the previous status), with the decision's [`Outputs`].
 pub(super) struct Builder<'a> {
     pub(super) status: MachineHealthCheckStatus,
     pub(super) previous: Option<&'a MachineHealthCheckStatus>,
-    pub(super) actions: Vec<Action>,
-    pub(super) notices: Vec<Notice>,
+    pub(super) out: Outputs,
     pub(super) now: Timestamp,
     pub(super) generation: Option<i64>,
 }
@@ -72,8 +74,7 @@ impl<'a> Builder<'a> {
         let mut b = Builder {
             status,
             previous: check.status.as_ref(),
-            actions: Vec::new(),
-            notices: Vec::new(),
+            out: Outputs::default(),
             now,
             generation: check.metadata.generation,
         };
@@ -90,7 +91,7 @@ impl Builder<'_> {
         reason: Reason,
         message: impl Into<String>,
     ) {
-        self.notices.push(Notice { kind, target, reason, message: message.into() });
+        self.out.tell(Notice { kind, target, reason, message: message.into() });
     }
 
     /// Sets a check condition, with a notice when its status flips.
@@ -123,16 +124,9 @@ impl Builder<'_> {
         set_condition(&mut self.status.conditions, &desired, self.now, self.generation);
     }
 
-    pub(super) fn finish(self, next_wake: Option<Timestamp>) -> Plan<MachineHealthCheckStatus> {
-        Plan {
-            status: self.status,
-            actions: self.actions,
-            notices: self.notices,
-            next_wake,
-            held_elsewhere: Vec::new(),
-            short_circuited: false,
-            remediating: 0,
-        }
+    /// The plan: the status built and everything decided.
+    pub(super) fn finish(self) -> Plan<MachineHealthCheckStatus> {
+        self.out.plan(self.status)
     }
 }
 
@@ -191,7 +185,7 @@ pub(super) fn report_domains(b: &mut Builder<'_>, budgets: Option<&Budgets>) -> 
     };
     let report = budgets.report(b.previous.map_or(&[][..], |p| p.features.failure_domains.as_slice()));
     set_condition(&mut b.status.conditions, &report.condition, b.now, b.generation);
-    b.notices.extend(report.notices);
+    b.out.tell_all(report.notices);
     report.status
 }
 
@@ -205,7 +199,6 @@ pub(super) fn stale_targets(
     nodes: &dyn Lookup<NodeView>,
     peers: &MhcPeers<'_>,
     me: &CheckRef,
-    wake: &mut Earliest,
 ) -> Vec<(String, crate::stale::Stale)> {
     if !input.policy.node_conditions.iter().any(|r| r.max_age.is_some()) {
         return Vec::new();
@@ -218,7 +211,7 @@ pub(super) fn stale_targets(
         }
         let (s, fresh_until) = stale_node_condition(node, input.policy, b.now);
         if let Some(t) = fresh_until {
-            wake.offer(t);
+            b.out.wake_at(t);
         }
         if let Some(s) = s {
             stale.push((machine.meta.name.clone(), s));
@@ -237,7 +230,7 @@ pub(super) fn stale_targets(
         },
         b.now,
     );
-    b.notices.extend(notices);
+    b.out.tell_all(notices);
     stale
 }
 
@@ -292,9 +285,8 @@ pub(super) fn backoff_status(
     b: &mut Builder<'_>,
     ledger: Ledger<'_>,
     policy: &MhcPolicy,
-    wake: &mut Earliest,
 ) -> (Vec<RemediationRecord>, Vec<BackedOffPool>) {
-    let (history, pools) = ledger.finish(wake);
+    let (history, pools) = ledger.finish(b.out.wake());
     let (previous_pools, previous_conditions) =
         b.previous.map_or((&[][..], &[][..]), |p| (p.features.backed_off_pools.as_slice(), p.conditions.as_slice()));
     let (condition, notices) =
@@ -302,7 +294,7 @@ pub(super) fn backoff_status(
     if let Some(condition) = condition {
         b.condition(condition, None, None);
     }
-    b.notices.extend(notices);
+    b.out.tell_all(notices);
     (history, pools)
 }
 
@@ -331,7 +323,7 @@ pub(super) fn pacing_status(b: &mut Builder<'_>, input: &MhcInput<'_>, pacer: Pa
         other => other,
     };
     condition.apply(&mut b.status.conditions, b.now, b.generation);
-    b.notices.extend(report.notices);
+    b.out.tell_all(report.notices);
     (report.queued, report.count)
 }
 
@@ -363,7 +355,7 @@ pub(super) fn report_pause(b: &mut Builder<'_>, input: &MhcInput<'_>) -> bool {
 pub(super) fn report_no_decision(mut b: Builder<'_>, why: Reason, message: String) -> Plan<MachineHealthCheckStatus> {
     b.status.remediations_allowed = 0;
     b.condition(DesiredCondition::false_(REMEDIATION_ALLOWED, why, message), None, Some(NoticeKind::NoDecision));
-    b.finish(None)
+    b.finish()
 }
 
 /// Rule 3, the short-circuit, as `remediationsAllowed` and `RemediationAllowed` (told when it
@@ -403,5 +395,5 @@ pub fn refuse(
     let mut b = Builder::starting_from(check, check.status.clone().unwrap_or_default(), now);
     b.status.remediations_allowed = 0;
     b.condition(DesiredCondition::false_(REMEDIATION_ALLOWED, reason, message), None, Some(NoticeKind::NoDecision));
-    b.finish(None)
+    b.finish()
 }

@@ -46,5 +46,5 @@ pub use budget::threshold_met;
 pub use decide::{decide, decide_among};
 pub use input::{Around, NhcInput, needs_node};
 pub use judge::unhealthy_because;
-pub use remediate::several_per_node_name;
+pub use remediate::request::several_per_node_name;
 pub use status::refuse;

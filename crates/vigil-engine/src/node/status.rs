@@ -5,6 +5,7 @@
 use super::input::NhcInput;
 use super::judge::rule_text;
 use crate::backoff;
+use crate::decision::Outputs;
 use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY};
 use crate::features::{self, Found};
 use crate::partial::remediation_phase;
@@ -88,7 +89,7 @@ fn conditions(
     outcome: &Outcome<'_>,
     domains: Option<&crate::domains::Report>,
     now: Timestamp,
-    notices: &mut Vec<Notice>,
+    out: &mut Outputs,
 ) -> Vec<Condition> {
     let generation = input.check.metadata.generation;
     let mut conditions: Vec<Condition> = prev.conditions.clone();
@@ -97,7 +98,7 @@ fn conditions(
     if let Some(waiting) = &outcome.waiting {
         set_condition(&mut conditions, waiting, now, generation);
     }
-    notices.extend(postponement(&mut conditions, &outcome.postponed, now, generation));
+    out.tell_all(postponement(&mut conditions, &outcome.postponed, now, generation));
     let (history, pools) = &outcome.backoff;
     let (backoff_condition, backoff_notices) = backoff::report(
         &prev.features.backed_off_pools,
@@ -109,7 +110,7 @@ fn conditions(
     if let Some(c) = backoff_condition {
         set_condition(&mut conditions, &c, now, generation);
     }
-    notices.extend(backoff_notices);
+    out.tell_all(backoff_notices);
     match domains {
         Some(report) => set_condition(&mut conditions, &report.condition, now, generation),
         None => conditions.retain(|c| c.type_ != FAILURE_DOMAINS_HEALTHY),
@@ -181,17 +182,17 @@ pub(super) fn build_status(
     mut outcome: Outcome<'_>,
     budgets: Option<&Budgets>,
     now: Timestamp,
-    notices: &mut Vec<Notice>,
+    out: &mut Outputs,
 ) -> NodeHealthCheckStatus {
     let generation = input.check.metadata.generation;
     let (phase, reason) = phase(input, &outcome);
     let paused = !input.policy.pause_requests.is_empty();
     let prev_paused = prev.phase.as_deref() == Some(PHASE_PAUSED);
     let mut domains_report = budgets.map(|b| b.report(&prev.features.failure_domains));
-    let conditions = conditions(input, prev, &outcome, domains_report.as_ref(), now, notices);
-    notices.extend(pause_notice(paused, prev_paused, phase, &reason));
+    let conditions = conditions(input, prev, &outcome, domains_report.as_ref(), now, out);
+    out.tell_all(pause_notice(paused, prev_paused, phase, &reason));
     let failure_domains = domains_report.as_mut().map_or_else(Vec::new, |r| std::mem::take(&mut r.status));
-    notices.append(&mut outcome.pacing.notices);
+    out.tell_all(std::mem::take(&mut outcome.pacing.notices));
     let queue = (std::mem::take(&mut outcome.pacing.queued), outcome.pacing.count);
     let features = features::status(Found {
         backoff: outcome.backoff,
@@ -213,13 +214,13 @@ pub(super) fn build_status(
         features,
     };
     if let Some(report) = domains_report {
-        notices.extend(report.notices);
+        out.tell_all(report.notices);
     }
     if status != *prev {
         status.last_update_time = Some(Time(now));
         for (name, rule) in outcome.undecided {
             let what = input.policy.conditions.get(rule).map(rule_text).unwrap_or_default();
-            notices.push(Notice::about_node(
+            out.tell(Notice::about_node(
                 NoticeKind::NoDecision,
                 name,
                 Reason::MissingLastTransitionTime,
