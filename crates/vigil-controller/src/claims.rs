@@ -60,12 +60,17 @@ pub(crate) fn mhc_peers<'i>(
 
 /// Each namespace's ranked peers, built once per derivation of many checks' claims (a
 /// confirmation derives every other check's) rather than once per check.
+/// A decision ranks its namespace's peers once, for its claims, the others' and its own plan.
 #[derive(Default)]
-pub(crate) struct PeersMemo<'i>(HashMap<&'i str, MhcPeers<'i>>);
+pub(crate) struct PeersMemo<'i>(HashMap<String, MhcPeers<'i>>);
 
 impl<'i> PeersMemo<'i> {
-    fn of(&mut self, idx: &'i Index, namespace: &'i str) -> &MhcPeers<'i> {
-        self.0.entry(namespace).or_insert_with(|| assemble::peers_of(mhc_peers(idx, namespace)))
+    /// The ranked valid MachineHealthChecks of `namespace`.
+    pub(crate) fn of(&mut self, idx: &'i Index, namespace: &str) -> &MhcPeers<'i> {
+        if !self.0.contains_key(namespace) {
+            self.0.insert(namespace.to_string(), assemble::peers_of(mhc_peers(idx, namespace)));
+        }
+        &self.0[namespace]
     }
 }
 
@@ -81,11 +86,15 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
 /// ([`assemble::holders`]).
 /// With more than one shard, a target `key` selects that checks of different shards select too
 /// is left to the first of them ([`cross_shard`]).
-pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
-    let mut memo = PeersMemo::default();
-    let own = claims_within(idx, key, None, &mut memo).unwrap_or_default();
+pub(crate) fn holders_for<'i>(
+    idx: &'i Index,
+    key: &CheckRef,
+    fresh: Option<&BTreeSet<Target>>,
+    memo: &mut PeersMemo<'i>,
+) -> Holders {
+    let own = claims_within(idx, key, None, memo).unwrap_or_default();
     let selections = if idx.sharding.count > 1 { selections(idx, key) } else { BTreeMap::new() };
-    let elsewhere = other_shards_claims(idx, key, &selections, &mut memo);
+    let elsewhere = other_shards_claims(idx, key, &selections, memo);
     let cached =
         idx.claims.iter().map(|(k, c)| (k, c.as_slice())).chain(elsewhere.iter().map(|(k, c)| (k, c.as_slice())));
     let holders = match fresh {
@@ -94,7 +103,7 @@ pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<T
             let scope = Scope::of(idx, about);
             let mut rederived = Fresh::about(about);
             for other in idx.all_checks().into_iter().filter(|o| o != key) {
-                if let Some(claims) = claims_within(idx, &other, Some(&scope), &mut memo) {
+                if let Some(claims) = claims_within(idx, &other, Some(&scope), memo) {
                     rederived.insert(other, claims);
                 }
             }

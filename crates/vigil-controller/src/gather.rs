@@ -3,7 +3,7 @@
 //! plan leaves out is the engine's [`vigil_engine::partial::leave_out`]). Everything here runs
 //! under the index read lock, without I/O. Who holds which target is [`crate::claims`].
 
-use crate::claims::{RemediationIndex, as_lookups, holders_for, mhc_peers, node_cluster};
+use crate::claims::{PeersMemo, RemediationIndex, as_lookups, holders_for, node_cluster};
 use crate::index::Index;
 use crate::metrics::Gauges;
 use crate::sources::Need;
@@ -18,7 +18,6 @@ use vigil_api::reason::Reason;
 use vigil_api::validate::{self, MhcPolicy, NhcPolicy};
 use vigil_api::views::{MachineView, RemediationView, TemplateView};
 use vigil_api::{MachineHealthCheck, MachineHealthCheckStatus, NodeHealthCheck, NodeHealthCheckStatus};
-use vigil_engine::assemble;
 use vigil_engine::concerns::group_of;
 use vigil_engine::expiry::expiry;
 use vigil_engine::machine::{self, MhcInput, NodeSource};
@@ -339,10 +338,10 @@ pub fn machine_job(
         remediations: &remediations,
     };
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
-    let holders = holders_for(idx, &key, fresh);
-    let peer_checks = mhc_peers(idx, namespace);
-    let peers = assemble::peers_of(peer_checks);
-    let plan = machine::decide_among_peers(&input, &holders, &peers, &node_cluster, now);
+    let mut memo = PeersMemo::default();
+    let holders = holders_for(idx, &key, fresh, &mut memo);
+    let peers = memo.of(idx, namespace);
+    let plan = machine::decide_among_peers(&input, &holders, peers, &node_cluster, now);
     let expiries = mhc_expiries(idx, &workload, &policy, &plan.actions, now);
     let machines = patched_machines(idx, &plan.actions);
     Some(Job { needs: sources.needs, expiries, machines, ..mhc_job(check, &key, plan) })
@@ -508,7 +507,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
             machines: around.openshift_machines.observed("OpenShift Machines", &machines, &mut machine_why),
         },
     };
-    let holders = holders_for(idx, &key, fresh);
+    let holders = holders_for(idx, &key, fresh, &mut PeersMemo::default());
     let plan = node::decide_among(&input, &holders, now);
     let expiries = nhc_expiries(idx, &policy, &plan.actions, now);
     Some(Job { needs, expiries, ..nhc_job(check, &key, plan) })
