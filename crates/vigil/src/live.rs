@@ -7,6 +7,7 @@
 //! its `<clusterName>-kubeconfig` Secret. Secrets themselves are never part of the result.
 
 use anyhow::{Context, Result};
+use futures::StreamExt as _;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, discovery};
@@ -19,6 +20,8 @@ use vigil_api::validate::{self, TemplateRef};
 
 /// Page size of list requests, so a 10 000-Node cluster is read in pieces.
 const PAGE: u32 = 500;
+/// Workload clusters read at once.
+const WORKLOAD_READS: usize = 4;
 /// The annotation `kubectl apply` keeps a copy of the whole object in; noise in a scenario.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -111,6 +114,32 @@ fn clean(mut v: Value) -> Value {
     v
 }
 
+/// Cluster API's Clusters and Machines in the version the API server prefers, with what was
+/// left out (`None`: Cluster API is not served).
+async fn read_capi(client: &Client, namespace: Option<&str>) -> Result<Option<CapiRead>> {
+    let group = match discovery::group(client, "cluster.x-k8s.io").await {
+        Ok(group) => group,
+        Err(e) if not_found(&e) => return Ok(None),
+        Err(e) => return Err(e).context("cannot discover Cluster API (cluster.x-k8s.io)"),
+    };
+    let mut notes = Vec::new();
+    let mut read_kind = async |kind: &str| -> Result<Vec<Value>> {
+        match group.recommended_kind(kind) {
+            Some((ar, _)) => list(client, &ar, namespace).await.with_context(|| format!("cannot list {kind}s")),
+            None => {
+                notes.push(format!("cluster.x-k8s.io serves no {kind}: none read"));
+                Ok(Vec::new())
+            }
+        }
+    };
+    let clusters = read_kind("Cluster").await?;
+    let machines = read_kind("Machine").await?;
+    Ok(Some((clusters, machines, notes)))
+}
+
+/// Clusters, Machines, and what was left out.
+type CapiRead = (Vec<Value>, Vec<Value>, Vec<String>);
+
 fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
@@ -122,34 +151,31 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
     let mut fleet = Fleet::default();
     let mhc = resource(vigil_api::GROUP, "v1alpha1", "MachineHealthCheck", "machinehealthchecks");
     let nhc = resource(vigil_api::GROUP, "v1alpha1", "NodeHealthCheck", "nodehealthchecks");
-    let mhcs = list(client, &mhc, namespace).await.with_context(|| {
-        "cannot list MachineHealthChecks (vigil.dev/v1alpha1); are Vigil's CRDs installed (kubectl apply -f deploy/crds/)?"
-    })?;
-    let nhcs = list(client, &nhc, None).await.context("cannot list NodeHealthChecks (vigil.dev/v1alpha1)")?;
-
-    let (clusters, machines) = match discovery::group(client, "cluster.x-k8s.io").await {
-        Ok(group) => {
-            let mut read_kind = async |kind: &str| -> Result<Vec<Value>> {
-                match group.recommended_kind(kind) {
-                    Some((ar, _)) => list(client, &ar, namespace).await.with_context(|| format!("cannot list {kind}s")),
-                    None => {
-                        fleet.notes.push(format!("cluster.x-k8s.io serves no {kind}: none read"));
-                        Ok(Vec::new())
-                    }
-                }
-            };
-            (read_kind("Cluster").await?, read_kind("Machine").await?)
+    let node = resource("", "v1", "Node", "nodes");
+    // The four reads are independent and the Machines and Nodes are most of the time at 10 000
+    // targets: they run at once (a list is no more consistent with the next one read after it).
+    let (mhcs, nhcs, capi, nodes) = tokio::try_join!(
+        async {
+            list(client, &mhc, namespace).await.with_context(|| {
+                "cannot list MachineHealthChecks (vigil.dev/v1alpha1); are Vigil's CRDs installed (kubectl apply -f deploy/crds/)?"
+            })
+        },
+        async { list(client, &nhc, None).await.context("cannot list NodeHealthChecks (vigil.dev/v1alpha1)") },
+        read_capi(client, namespace),
+        async { list(client, &node, None).await.context("cannot list Nodes") },
+    )?;
+    let (clusters, machines) = match capi {
+        Some((clusters, machines, notes)) => {
+            fleet.notes.extend(notes);
+            (clusters, machines)
         }
-        Err(e) if not_found(&e) => {
+        None => {
             if !mhcs.is_empty() {
                 fleet.notes.push("Cluster API (cluster.x-k8s.io) is not served: no Clusters or Machines read".into());
             }
             (Vec::new(), Vec::new())
         }
-        Err(e) => return Err(e).context("cannot discover Cluster API (cluster.x-k8s.io)"),
     };
-    let node = resource("", "v1", "Node", "nodes");
-    let nodes = list(client, &node, None).await.context("cannot list Nodes")?;
 
     // The templates and remediation kinds the checks name (their own and their rules'), and the
     // workload clusters.
@@ -203,18 +229,30 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
         }
     }
 
-    for (ns, cluster) in workload {
-        let key = format!("{ns}/{cluster}");
-        let secret = format!("{cluster}-kubeconfig");
-        match vigil_controller::workload::connect(client, &ns, &secret).await {
-            Ok(workload_client) => match list(&workload_client, &node, None).await {
-                Ok(nodes) => {
-                    fleet.workload_clusters.insert(key, nodes);
-                }
-                Err(e) => {
-                    fleet.unreachable.insert(key, format!("cannot list its Nodes: {e}"));
-                }
-            },
+    // Each workload cluster is its own API server: they are read a few at a time.
+    let reads = futures::stream::iter(workload)
+        .map(|(ns, cluster)| {
+            let node = &node;
+            async move {
+                let key = format!("{ns}/{cluster}");
+                let secret = format!("{cluster}-kubeconfig");
+                let read = match vigil_controller::workload::connect(client, &ns, &secret).await {
+                    Ok(workload_client) => {
+                        list(&workload_client, node, None).await.map_err(|e| format!("cannot list its Nodes: {e}"))
+                    }
+                    Err(why) => Err(why),
+                };
+                (key, read)
+            }
+        })
+        .buffer_unordered(WORKLOAD_READS)
+        .collect::<Vec<_>>()
+        .await;
+    for (key, read) in reads {
+        match read {
+            Ok(nodes) => {
+                fleet.workload_clusters.insert(key, nodes);
+            }
             Err(why) => {
                 fleet.unreachable.insert(key, why);
             }
