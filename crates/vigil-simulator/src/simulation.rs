@@ -742,8 +742,7 @@ impl Sim<'_> {
         };
         let holders = self.holders_reporting_ties();
         let (peer_checks, _) = self.mhc_peers(namespace);
-        let peer_pairs: Vec<(&MachineHealthCheck, &validate::MhcPolicy)> =
-            peer_checks.iter().map(|c| (&c.0, &c.1)).collect();
+        let peer_pairs = crate::views::pairs(&peer_checks);
         let peers = assemble::peers_of(&peer_pairs);
         let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
         self.apply(id, plan);
@@ -893,8 +892,7 @@ impl Sim<'_> {
                 let remediation_refs = lookups(&remediations);
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
                 let (peer_checks, _) = self.mhc_peers(namespace);
-                let peer_pairs: Vec<(&MachineHealthCheck, &validate::MhcPolicy)> =
-                    peer_checks.iter().map(|c| (&c.0, &c.1)).collect();
+                let peer_pairs = crate::views::pairs(&peer_checks);
                 let peers = assemble::peers_of(&peer_pairs);
                 Some(assemble::claims(ClaimSource::Machine {
                     check,

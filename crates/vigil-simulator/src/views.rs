@@ -85,6 +85,11 @@ fn same_but_status(a: &MachineHealthCheck, b: &MachineHealthCheck) -> bool {
     a.spec == b.spec && bare(a) == bare(b)
 }
 
+/// Kept checks as the (check, policy) pairs the engine ranks ([`vigil_engine::assemble::peers_of`]).
+pub(crate) fn pairs(checks: &[Rc<(MachineHealthCheck, MhcPolicy)>]) -> Vec<(&MachineHealthCheck, &MhcPolicy)> {
+    checks.iter().map(|c| (&c.0, &c.1)).collect()
+}
+
 /// Whether a Machine read again is selected as before (labels and annotations unchanged).
 fn same_selection(before: Option<&MachineView>, after: Option<&MachineView>) -> bool {
     match (before, after) {
