@@ -60,22 +60,36 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
+/// One page of a list, read straight into JSON: only the items and where the next page starts.
+#[derive(serde::Deserialize)]
+struct Page {
+    #[serde(default)]
+    metadata: PageMeta,
+    #[serde(default)]
+    items: Vec<Value>,
+}
+
+/// The part of a list's metadata a paged read needs.
+#[derive(serde::Deserialize, Default)]
+struct PageMeta {
+    #[serde(rename = "continue", default)]
+    continue_: Option<String>,
+}
+
 /// Lists every object of a resource (all namespaces, or one), page by page, each with its
-/// apiVersion and kind set (list items may omit them) and cleaned for a scenario.
+/// apiVersion and kind set (list items may omit them) and cleaned for a scenario. The pages are
+/// read as JSON directly: a typed object read and written back as JSON cost as much as the read.
 async fn list(client: &Client, ar: &ApiResource, namespace: Option<&str>) -> Result<Vec<Value>, kube::Error> {
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
-        None => Api::all_with(client.clone(), ar),
-    };
+    let request = kube::core::Request::new(<DynamicObject as kube::Resource>::url_path(ar, namespace));
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(PAGE);
     loop {
-        let page = api.list(&params).await?;
-        for item in page.items {
-            let mut v = serde_json::to_value(item).unwrap_or(Value::Null);
-            v["apiVersion"] = json!(ar.api_version);
-            v["kind"] = json!(ar.kind);
-            out.push(clean(v));
+        let page: Page = client.request(request.list(&params).map_err(kube::Error::BuildRequest)?).await?;
+        out.reserve(page.items.len());
+        for mut item in page.items {
+            item["apiVersion"] = json!(ar.api_version);
+            item["kind"] = json!(ar.kind);
+            out.push(clean(item));
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -144,25 +158,84 @@ fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// What a read is for: a snapshot keeps everything a later simulation may use; a check reads
+/// what its verdicts read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// `vigil snapshot`: every kind read, the management cluster's Nodes too.
+    Snapshot,
+    /// `vigil check`: the management cluster's Nodes only when a NodeHealthCheck reads them
+    /// (a MachineHealthCheck reads its workload cluster's Nodes; on a fleet without
+    /// NodeHealthChecks they were a third of what was read and held).
+    Check,
+}
+
+/// What the health checks name: their templates, their workload clusters, and whether any is a
+/// NodeHealthCheck (which reads the management cluster's Nodes).
+#[derive(Default)]
+struct Named {
+    templates: BTreeSet<TemplateRef>,
+    workload: BTreeSet<(String, String)>,
+    node_checks: bool,
+}
+
+impl Named {
+    fn of<'a>(checks: impl Iterator<Item = &'a Value>) -> Named {
+        let mut named = Named::default();
+        for check in checks {
+            match health_check_from_value(check) {
+                Ok(HealthCheck::Machine(m)) => {
+                    if let Ok(policy) = validate::machine_health_check(&m) {
+                        let ns = m.metadata.namespace.clone().unwrap_or_default();
+                        named.workload.insert((ns, policy.cluster_name.clone()));
+                        named.templates.extend(policy.templates().into_iter().cloned());
+                    }
+                }
+                Ok(HealthCheck::Node(n)) => {
+                    named.node_checks = true;
+                    if let Ok(policy) = validate::node_health_check(&n) {
+                        named.templates.extend(policy.all_steps().map(|s| s.template.clone()));
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        named
+    }
+}
+
 /// Reads the fleet. `namespace` limits the MachineHealthChecks, Clusters and Machines read;
-/// NodeHealthChecks and Nodes are cluster-wide and always read. The templates and workload
-/// clusters of `candidates` (checks not applied yet) are read too; they are not added.
-pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]) -> Result<Fleet> {
+/// NodeHealthChecks and Nodes are cluster-wide. The templates and workload clusters of
+/// `candidates` (checks not applied yet) are read too; they are not added.
+pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value], purpose: Purpose) -> Result<Fleet> {
     let mut fleet = Fleet::default();
     let mhc = resource(vigil_api::GROUP, "v1alpha1", "MachineHealthCheck", "machinehealthchecks");
     let nhc = resource(vigil_api::GROUP, "v1alpha1", "NodeHealthCheck", "nodehealthchecks");
-    let node = resource("", "v1", "Node", "nodes");
-    // The four reads are independent and the Machines and Nodes are most of the time at 10 000
-    // targets: they run at once (a list is no more consistent with the next one read after it).
-    let (mhcs, nhcs, capi, nodes) = tokio::try_join!(
+    // The checks first (a few objects): they name the workload clusters and templates to read.
+    let (mhcs, nhcs) = tokio::try_join!(
         async {
             list(client, &mhc, namespace).await.with_context(|| {
                 "cannot list MachineHealthChecks (vigil.dev/v1alpha1); are Vigil's CRDs installed (kubectl apply -f deploy/crds/)?"
             })
         },
         async { list(client, &nhc, None).await.context("cannot list NodeHealthChecks (vigil.dev/v1alpha1)") },
+    )?;
+    let named = Named::of(mhcs.iter().chain(&nhcs).chain(candidates));
+    let management_nodes = purpose == Purpose::Snapshot || named.node_checks;
+    // The rest is independent, and the Machines and each cluster's Nodes are most of the time at
+    // 10 000 targets: all of it is read at once (a list is no more consistent with the next one
+    // read after it).
+    let (capi, nodes, workload, templates, around) = tokio::try_join!(
         read_capi(client, namespace),
-        async { list(client, &node, None).await.context("cannot list Nodes") },
+        async {
+            match management_nodes {
+                true => list(client, &resource("", "v1", "Node", "nodes"), None).await.context("cannot list Nodes"),
+                false => Ok(Vec::new()),
+            }
+        },
+        async { Ok(read_workload(client, named.workload).await) },
+        read_templates(client, &named.templates),
+        read_around(client),
     )?;
     let (clusters, machines) = match capi {
         Some((clusters, machines, notes)) => {
@@ -176,61 +249,33 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
             (Vec::new(), Vec::new())
         }
     };
+    for (key, read) in workload {
+        match read {
+            Ok(nodes) => {
+                fleet.workload_clusters.insert(key, nodes);
+            }
+            Err(why) => {
+                fleet.unreachable.insert(key, why);
+            }
+        }
+    }
+    let (template_objects, remediations, notes) = templates;
+    fleet.notes.extend(notes);
+    let (around, notes, lease_namespace) = around;
+    fleet.notes.extend(notes);
+    fleet.lease_namespace = lease_namespace;
+    fleet.objects = [mhcs, nhcs, clusters, machines, nodes, template_objects, remediations, around].concat();
+    Ok(fleet)
+}
 
-    // The templates and remediation kinds the checks name (their own and their rules'), and the
-    // workload clusters.
-    let mut templates: BTreeSet<TemplateRef> = BTreeSet::new();
-    let mut workload: BTreeSet<(String, String)> = BTreeSet::new();
-    for check in mhcs.iter().chain(&nhcs).chain(candidates) {
-        match health_check_from_value(check) {
-            Ok(HealthCheck::Machine(m)) => {
-                if let Ok(policy) = validate::machine_health_check(&m) {
-                    let ns = m.metadata.namespace.clone().unwrap_or_default();
-                    workload.insert((ns, policy.cluster_name.clone()));
-                    templates.extend(policy.templates().into_iter().cloned());
-                }
-            }
-            Ok(HealthCheck::Node(n)) => {
-                if let Ok(policy) = validate::node_health_check(&n) {
-                    templates.extend(policy.all_steps().map(|s| s.template.clone()));
-                }
-            }
-            Err(_) => {}
-        }
-    }
-    let mut template_objects = Vec::new();
-    let mut remediation_kinds: BTreeSet<(String, String, String)> = BTreeSet::new();
-    for t in &templates {
-        let ApiVersion { group, version } = ApiVersion::parse(&t.api_version);
-        match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, &t.kind)).await {
-            Ok((ar, _)) => {
-                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &t.namespace, &ar);
-                match api.get_opt(&t.name).await.with_context(|| format!("cannot read {t}"))? {
-                    Some(o) => {
-                        let mut v = serde_json::to_value(o)?;
-                        v["apiVersion"] = json!(ar.api_version);
-                        v["kind"] = json!(ar.kind);
-                        template_objects.push(clean(v));
-                    }
-                    None => fleet.notes.push(format!("{t} not found")),
-                }
-            }
-            Err(e) => fleet.notes.push(format!("{} {} is not served ({e}): {t} not read", t.api_version, t.kind)),
-        }
-        remediation_kinds.insert((t.api_version.clone(), t.remediation_kind().to_string(), t.namespace.clone()));
-    }
-    let mut remediations = Vec::new();
-    for (api_version, kind, ns) in &remediation_kinds {
-        let ApiVersion { group, version } = ApiVersion::parse(api_version);
-        match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
-            Ok((ar, _)) => remediations
-                .extend(list(client, &ar, Some(ns)).await.with_context(|| format!("cannot list {kind} in {ns}"))?),
-            Err(e) => fleet.notes.push(format!("{api_version} {kind} is not served ({e}): none read")),
-        }
-    }
-
-    // Each workload cluster is its own API server: they are read a few at a time.
-    let reads = futures::stream::iter(workload)
+/// The Nodes of each workload cluster (keyed `namespace/clusterName`), or why it could not be
+/// read. Each is its own API server: they are read a few at a time.
+async fn read_workload(
+    client: &Client,
+    clusters: BTreeSet<(String, String)>,
+) -> Vec<(String, Result<Vec<Value>, String>)> {
+    let node = resource("", "v1", "Node", "nodes");
+    futures::stream::iter(clusters)
         .map(|(ns, cluster)| {
             let node = &node;
             async move {
@@ -246,37 +291,66 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
             }
         })
         .buffer_unordered(WORKLOAD_READS)
-        .collect::<Vec<_>>()
-        .await;
-    for (key, read) in reads {
-        match read {
-            Ok(nodes) => {
-                fleet.workload_clusters.insert(key, nodes);
+        .collect()
+        .await
+}
+
+/// The templates the checks name, the remediation objects of their kinds, and what was left out.
+type TemplatesRead = (Vec<Value>, Vec<Value>, Vec<String>);
+
+/// Reads the templates and the remediation objects made from them (of the templates' kinds, in
+/// the templates' namespaces).
+async fn read_templates(client: &Client, templates: &BTreeSet<TemplateRef>) -> Result<TemplatesRead> {
+    let mut notes = Vec::new();
+    let mut template_objects = Vec::new();
+    let mut remediation_kinds: BTreeSet<(String, String, String)> = BTreeSet::new();
+    for t in templates {
+        let ApiVersion { group, version } = ApiVersion::parse(&t.api_version);
+        match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, &t.kind)).await {
+            Ok((ar, _)) => {
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &t.namespace, &ar);
+                match api.get_opt(&t.name).await.with_context(|| format!("cannot read {t}"))? {
+                    Some(o) => {
+                        let mut v = serde_json::to_value(o)?;
+                        v["apiVersion"] = json!(ar.api_version);
+                        v["kind"] = json!(ar.kind);
+                        template_objects.push(clean(v));
+                    }
+                    None => notes.push(format!("{t} not found")),
+                }
             }
-            Err(why) => {
-                fleet.unreachable.insert(key, why);
-            }
+            Err(e) => notes.push(format!("{} {} is not served ({e}): {t} not read", t.api_version, t.kind)),
+        }
+        remediation_kinds.insert((t.api_version.clone(), t.remediation_kind().to_string(), t.namespace.clone()));
+    }
+    let mut remediations = Vec::new();
+    for (api_version, kind, ns) in &remediation_kinds {
+        let ApiVersion { group, version } = ApiVersion::parse(api_version);
+        match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
+            Ok((ar, _)) => remediations
+                .extend(list(client, &ar, Some(ns)).await.with_context(|| format!("cannot list {kind} in {ns}"))?),
+            Err(e) => notes.push(format!("{api_version} {kind} is not served ({e}): none read")),
         }
     }
-
-    let around = read_around(client, &mut fleet).await?;
-    fleet.objects = [mhcs, nhcs, clusters, machines, nodes, template_objects, remediations, around].concat();
-    Ok(fleet)
+    Ok((template_objects, remediations, notes))
 }
+
+/// What was read around the Nodes, what was left out, and the Lease namespace read.
+type AroundRead = (Vec<Value>, Vec<String>, String);
 
 /// What NodeHealthChecks read around their Nodes: the medik8s node Leases, and where served,
 /// NodeMaintenances, OpenShift ClusterVersions and OpenShift Machines (their Nodes' remediation
 /// objects' owners). A Lease list that fails is said (what
 /// `vigil check` tells would then ignore who else holds a Node).
-async fn read_around(client: &Client, fleet: &mut Fleet) -> Result<Vec<Value>> {
-    fleet.lease_namespace = vigil_controller::surroundings::default_lease_namespace();
+async fn read_around(client: &Client) -> Result<AroundRead> {
+    let lease_namespace = vigil_controller::surroundings::default_lease_namespace();
+    let mut notes = Vec::new();
     let leases = resource("coordination.k8s.io", "v1", "Lease", "leases");
-    let mut out = match list(client, &leases, Some(&fleet.lease_namespace)).await {
+    let mut out = match list(client, &leases, Some(&lease_namespace)).await {
         Ok(list) => list,
         Err(e) => {
-            fleet.notes.push(format!(
-                "cannot list the node Leases in {} ({e}): what is said below ignores who else holds a Node",
-                fleet.lease_namespace
+            notes.push(format!(
+                "cannot list the node Leases in {lease_namespace} ({e}): what is said below ignores who else holds a Node"
             ));
             Vec::new()
         }
@@ -291,7 +365,7 @@ async fn read_around(client: &Client, fleet: &mut Fleet) -> Result<Vec<Value>> {
             out.extend(list(client, &ar, None).await.with_context(|| format!("cannot list {kind}s"))?);
         }
     }
-    Ok(out)
+    Ok((out, notes, lease_namespace))
 }
 
 #[cfg(test)]

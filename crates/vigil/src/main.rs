@@ -242,7 +242,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let runtime = runtime()?;
             let fleet = runtime.block_on(async {
                 let client = live::client(kubeconfig.as_deref()).await?;
-                live::read(&client, namespace.as_deref(), &candidates).await
+                live::read(&client, namespace.as_deref(), &candidates, live::Purpose::Check).await
             })?;
             for note in &fleet.notes {
                 eprintln!("note: {note}");
@@ -262,7 +262,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let runtime = runtime()?;
             let fleet = runtime.block_on(async {
                 let client = live::client(kubeconfig.as_deref()).await?;
-                live::read(&client, namespace.as_deref(), &[]).await
+                live::read(&client, namespace.as_deref(), &[], live::Purpose::Snapshot).await
             })?;
             for note in &fleet.notes {
                 eprintln!("note: {note}");

@@ -204,6 +204,20 @@ async fn check_says_what_vigil_would_do_with_get_list_only_and_exits_2() -> Resu
     assert!(stdout.contains(&format!("default/w-3 will be remediated at {} unless it recovers", hms(due))), "{stdout}");
     assert!(env.get_json("vigil.dev/v1alpha1", "MachineHealthCheck", Some(NS), "slow").await?.is_none());
 
+    // A NodeHealthCheck candidate reads the management cluster's Nodes (a check of
+    // MachineHealthChecks alone does not need them): it sees the three, two of them NotReady.
+    let nhc = json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "zone-b"},
+        "spec": {"selector": {"matchLabels": {"zone": "b"}}, "minHealthy": 1,
+            "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
+                "kind": "SelfNodeRemediationTemplate", "name": "snr", "namespace": NS}}});
+    let nhc = write(&dir, "nhc.yaml", &serde_json::to_string(&nhc)?)?;
+    let out =
+        vigil(&["check", "--kubeconfig", kubeconfig, "--output", "json", "--policy", nhc.to_str().context("utf-8")?]);
+    let report: Value = serde_json::from_slice(&out.stdout)?;
+    let check = &report["checks"][0];
+    assert_eq!(check["check"], "NodeHealthCheck/zone-b", "{report}");
+    assert_eq!((check["targets"].as_i64(), check["unhealthy"].as_i64()), (Some(3), Some(2)), "{report}");
+
     // An invalid candidate is refused with its field and value, and nothing is evaluated.
     let mut bad = mhc("bad", "5m");
     bad["spec"]["maxUnhealthy"] = json!("140%");
