@@ -6,7 +6,7 @@
 use crate::output::{Event, seconds};
 use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
 use crate::store::{Key, Store};
-use crate::views::{CAPI_GROUP, Views};
+use crate::views::{CAPI_GROUP, KeptCheck, ParsedCheck, Views, check_key};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
@@ -37,26 +37,6 @@ use vigil_engine::{Action, Notice, NoticeKind, Plan};
 /// How many decisions one check may take in one instant before the run is declared unsettled (a
 /// plan that keeps changing what it looks at would otherwise loop forever).
 const MAX_ROUNDS_PER_INSTANT: usize = 50;
-
-/// Where a health check is stored.
-fn check_key(id: &CheckRef) -> Key {
-    match id {
-        CheckRef::Machine { namespace, name } => Key {
-            cluster: LOCAL_CLUSTER.into(),
-            group: GROUP.into(),
-            kind: "MachineHealthCheck".into(),
-            namespace: namespace.clone(),
-            name: name.clone(),
-        },
-        CheckRef::Node { name } => Key {
-            cluster: LOCAL_CLUSTER.into(),
-            group: GROUP.into(),
-            kind: "NodeHealthCheck".into(),
-            namespace: String::new(),
-            name: name.clone(),
-        },
-    }
-}
 
 /// An object's versions as the checks' concern predicates read them ([`Sim::read_versions`]).
 struct ReadVersions {
@@ -491,8 +471,6 @@ impl Sim<'_> {
             }
             return;
         }
-        let after = self.store.get(key).cloned();
-        let versions: Vec<&Value> = before.into_iter().chain(after.as_ref()).collect();
         if key.group == GROUP && key.cluster == LOCAL_CLUSTER {
             let id = if key.kind == "MachineHealthCheck" {
                 // Another check of the namespace may now own (or no longer own) Machines' conditions.
@@ -511,10 +489,10 @@ impl Sim<'_> {
         }
         if key.kind == "Node"
             && key.group.is_empty()
-            && let (Some(b), Some(a)) = (before, after.as_ref())
+            && let (Some(b), Some(a)) = (before, self.store.get(key))
             && let (Some(b), Some(a)) = (NodeView::read(b), NodeView::read(a))
             && !concerns::node_change_matters(&b, &a)
-            && !concerns::heartbeat_revives(&b, &a, &self.guarded_ages(), self.now)
+            && !concerns::heartbeat_revives(&b, &a, &self.views.guarded_ages(&self.store), self.now)
         {
             return;
         }
@@ -524,23 +502,45 @@ impl Sim<'_> {
         } else {
             BTreeSet::new()
         };
-        let read = self.read_versions(key, &versions);
-        self.mark_concerned(key, &read, &node_machine_namespaces);
+        let checks = self.views.checks(&self.store);
+        let versions: Vec<&Value> = before.into_iter().chain(self.store.get(key)).collect();
+        let read = self.read_versions(key, &versions, &checks);
+        self.mark_concerned(key, &read, &node_machine_namespaces, &checks);
+    }
+
+    /// [`Sim::changed`] for a Cluster API Machine of the management cluster, given its version
+    /// before the change already read ([`Sim::read_versions`]).
+    fn machine_changed(&mut self, key: &Key, mut read: ReadVersions) {
+        if self.loading {
+            return;
+        }
+        let checks = self.views.checks(&self.store);
+        if let Some(after) = self.store.get(key) {
+            let after = self.read_versions(key, &[after], &checks);
+            read.any |= after.any;
+            read.machines.extend(after.machines);
+            read.nodes.extend(after.nodes);
+            read.metas.extend(after.metas);
+        }
+        self.mark_concerned(key, &read, &BTreeSet::new(), &checks);
     }
 
     /// An object's versions (before and after a change) read once as the checks' predicates
     /// look at them: read once per check, they dominated a 10 000-Node outage's run.
-    fn read_versions(&self, key: &Key, versions: &[&Value]) -> ReadVersions {
+    fn read_versions(&self, key: &Key, versions: &[&Value], checks: &[KeptCheck]) -> ReadVersions {
         let local = key.cluster == LOCAL_CLUSTER;
         let node = key.kind == "Node" && key.group.is_empty();
         let machine = local && key.group == CAPI_GROUP && key.kind == "Machine";
+        // Of a Machine only NodeHealthChecks read the object's metadata (MachineHealthChecks
+        // read it as a Machine), and a Machine is written for each decision's every target.
+        let metas = !machine || checks.iter().any(|c| matches!(c.parsed, Some(ParsedCheck::Node(_))));
         ReadVersions {
             any: !versions.is_empty(),
             machines: versions.iter().filter(|_| machine).filter_map(|v| MachineView::read(v)).collect(),
             nodes: versions.iter().filter(|_| local && node).filter_map(|v| NodeView::read(v)).collect(),
             metas: versions
                 .iter()
-                .filter(|_| local && !node)
+                .filter(|_| local && !node && metas)
                 .filter_map(|v| Meta::read(v, &mut Vec::new()))
                 .map(|m| {
                     let node = self.management_node(vigil_engine::target::remediation_node_name(&m));
@@ -551,12 +551,17 @@ impl Sim<'_> {
     }
 
     /// Marks the checks a change of the object under `key` concerns, given its versions `read`.
-    fn mark_concerned(&mut self, key: &Key, read: &ReadVersions, node_machine_namespaces: &BTreeSet<String>) {
+    fn mark_concerned(
+        &mut self,
+        key: &Key,
+        read: &ReadVersions,
+        node_machine_namespaces: &BTreeSet<String>,
+        checks: &[KeptCheck],
+    ) {
         let local = key.cluster == LOCAL_CLUSTER;
-        for id in self.checks() {
-            let hit = match &id {
-                CheckRef::Machine { namespace, .. } => {
-                    let Some(parsed) = self.views.mhc(&self.store, &check_key(&id)) else { continue };
+        for kept in checks {
+            let hit = match (&kept.id, &kept.parsed) {
+                (CheckRef::Machine { namespace, .. }, Some(ParsedCheck::Machine(parsed))) => {
                     let (check, policy) = (&parsed.0, &parsed.1);
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
                         || match (key.group.as_str(), key.kind.as_str()) {
@@ -578,8 +583,7 @@ impl Sim<'_> {
                             _ => false,
                         }
                 }
-                CheckRef::Node { .. } => {
-                    let Some(parsed) = self.views.nhc(&self.store, &check_key(&id)) else { continue };
+                (CheckRef::Node { .. }, Some(ParsedCheck::Node(parsed))) => {
                     let (check, policy) = (&parsed.0, &parsed.1);
                     check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
                         || local
@@ -592,32 +596,12 @@ impl Sim<'_> {
                                 }),
                             }
                 }
+                _ => continue,
             };
-            if hit {
-                self.dirty.insert(id);
+            if hit && !self.dirty.contains(&kept.id) {
+                self.dirty.insert(kept.id.clone());
             }
         }
-    }
-
-    /// Every valid check's `maxConditionAge`s, what a heartbeat is measured against (the
-    /// controller keeps the same, built when its checks change).
-    fn guarded_ages(&mut self) -> concerns::GuardedAges {
-        let mut rules = Vec::new();
-        for id in self.checks() {
-            match id {
-                CheckRef::Machine { .. } => {
-                    if let Some(parsed) = self.views.mhc(&self.store, &check_key(&id)) {
-                        rules.extend(parsed.1.node_conditions.iter().cloned());
-                    }
-                }
-                CheckRef::Node { .. } => {
-                    if let Some(parsed) = self.views.nhc(&self.store, &check_key(&id)) {
-                        rules.extend(parsed.1.conditions.iter().cloned());
-                    }
-                }
-            }
-        }
-        concerns::GuardedAges::of(&rules)
     }
 
     /// A Node of the management cluster by name, if the store has it.
@@ -855,8 +839,9 @@ impl Sim<'_> {
         let remediations_at = self.store.version_of(|c, g, _, _| crate::views::may_remediate(c, g));
         let nhcs_at = self.store.list_version(LOCAL_CLUSTER, GROUP, "NodeHealthCheck", None);
         let mut claims = Vec::new();
-        for id in self.checks() {
-            let version = match &id {
+        for kept in self.views.checks(&self.store).iter() {
+            let id = &kept.id;
+            let version = match id {
                 // An MHC's claims read its namespace's Machines, remediation objects and
                 // checks' specs: a check's status write (every decision) does not move them.
                 CheckRef::Machine { namespace, .. } => (
@@ -867,14 +852,14 @@ impl Sim<'_> {
                 ),
                 CheckRef::Node { .. } => (remediations_at, nhcs_at),
             };
-            if let Some(kept) = self.views.claims(&id, version) {
+            if let Some(kept) = self.views.claims(id, version) {
                 claims.extend(kept.iter().cloned());
                 continue;
             }
-            let Some(found) = self.claims_of(&id) else { continue };
+            let Some(found) = self.claims_of(id) else { continue };
             let found = Rc::new(found);
             claims.extend(found.iter().cloned());
-            self.views.keep_claims(id, version, found);
+            self.views.keep_claims(id.clone(), version, found);
         }
         assemble::holders(None, claims, std::iter::empty(), None)
     }
@@ -1002,8 +987,14 @@ impl Sim<'_> {
                     namespace: machine.namespace,
                     name: machine.name,
                 };
-                let Some(before) = self.store.get(&key).cloned() else { return };
-                let patch = machine_status_patch(&before, version, &conditions);
+                // A Cluster API Machine is read as the checks look at it before it is written,
+                // instead of copied whole: every decision writes each of its targets.
+                let capi = key.group == CAPI_GROUP && key.kind == "Machine";
+                let checks = self.views.checks(&self.store);
+                let Some(current) = self.store.get(&key) else { return };
+                let patch = machine_status_patch(current, version, &conditions);
+                let read = capi.then(|| self.read_versions(&key, &[current], &checks));
+                let before = (!capi).then(|| current.clone());
                 if let Err(e) = self.store.patch(&key, &patch) {
                     let mut d = Map::new();
                     d.insert("message".into(), json!(e));
@@ -1018,7 +1009,10 @@ impl Sim<'_> {
                 {
                     self.schedule(owner.replace_after, Task::ReplaceMachine(key.clone()));
                 }
-                self.changed(&key, Some(&before));
+                match read {
+                    Some(read) => self.machine_changed(&key, read),
+                    None => self.changed(&key, before.as_ref()),
+                }
             }
             Action::CreateRemediation { mut object, target, lease } => {
                 // The Node's Lease first: when it cannot be taken, the object is not created.

@@ -6,11 +6,12 @@
 //! store would give, read once per change instead of once per use.
 
 use crate::store::{Key, Store};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use vigil_api::validate::{self, MhcPolicy, NhcPolicy};
 use vigil_api::views::{MachineView, NodeView, RemediationView};
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck};
+use vigil_engine::concerns::GuardedAges;
 use vigil_engine::holders::Claim;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
@@ -32,7 +33,8 @@ pub(crate) type ClaimsAt = (u64, u64);
 struct MachineList {
     at: u64,
     views: Rc<Vec<Rc<MachineView>>>,
-    by_name: HashMap<String, (String, Option<Rc<MachineView>>)>,
+    /// By name: the order of the store's keys within a namespace, so a reading walks both at once.
+    by_name: BTreeMap<String, (String, Option<Rc<MachineView>>)>,
     /// Moves when a Machine came, went, or changed its labels or annotations (what selects
     /// a check's targets), not when only its status did.
     selection_version: u64,
@@ -54,10 +56,35 @@ pub(crate) type Peers = (Rc<Vec<Rc<(MachineHealthCheck, MhcPolicy)>>>, u64);
 /// selection version.
 type SelectedAt = (u64, u64);
 
+/// A health check as kept: what it is called and what it parses to.
+pub(crate) struct KeptCheck {
+    /// The check.
+    pub(crate) id: CheckRef,
+    /// It parsed and validated (`None`: it does not parse or is invalid).
+    pub(crate) parsed: Option<ParsedCheck>,
+}
+
+/// A valid check of either kind with its policy.
+pub(crate) enum ParsedCheck {
+    /// A MachineHealthCheck.
+    Machine(Rc<(MachineHealthCheck, MhcPolicy)>),
+    /// A NodeHealthCheck.
+    Node(Rc<(NodeHealthCheck, NhcPolicy)>),
+}
+
+/// Every health check as last read, at which store version of the checks, and their
+/// `maxConditionAge`s once asked for.
+struct CheckList {
+    at: u64,
+    checks: Rc<Vec<KeptCheck>>,
+    ages: Option<Rc<GuardedAges>>,
+}
+
 /// The kept views.
 #[derive(Default)]
 pub(crate) struct Views {
     machines: HashMap<String, Option<MachineList>>,
+    checks: Option<CheckList>,
     peers: HashMap<String, PeerList>,
     /// Moves whenever any namespace's checks' specs change ([`PeerList::spec_version`]).
     spec_changes: u64,
@@ -111,14 +138,35 @@ fn current<T>(kept: &mut Option<At<T>>, version: u64, read: impl FnOnce() -> T) 
     }
 }
 
-fn resource_version(store: &Store, key: &Key) -> Option<String> {
-    Some(rv_of(store.get(key)?)?.to_string())
-}
-
 /// An object's `metadata.resourceVersion` (read field by field: a JSON pointer allocates each
 /// of its segments, and this is read for every Machine after each Machine write).
 fn rv_of(object: &serde_json::Value) -> Option<&str> {
     object.get("metadata")?.get("resourceVersion")?.as_str()
+}
+
+/// Where a health check is stored.
+pub(crate) fn check_key(id: &CheckRef) -> Key {
+    match id {
+        CheckRef::Machine { namespace, name } => Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: GROUP.into(),
+            kind: "MachineHealthCheck".into(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+        },
+        CheckRef::Node { name } => Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: GROUP.into(),
+            kind: "NodeHealthCheck".into(),
+            namespace: String::new(),
+            name: name.clone(),
+        },
+    }
+}
+
+/// Whether `kind` (of [`GROUP`]) is a health check's.
+fn is_check_kind(kind: &str) -> bool {
+    kind == "MachineHealthCheck" || kind == "NodeHealthCheck"
 }
 
 /// Whether an object of the management cluster in `group` may be a remediation object (what
@@ -137,29 +185,42 @@ impl Views {
         if let Some(kept) = slot.as_ref().filter(|kept| kept.at == version) {
             return kept.views.clone();
         }
-        let (previous, selection_version) =
+        let (mut by_name, selection_version) =
             slot.take().map(|kept| (kept.by_name, Some(kept.selection_version))).unwrap_or_default();
-        let mut by_name = HashMap::new();
-        let mut views = Vec::new();
+        let mut views = Vec::with_capacity(by_name.len());
         let mut reselect = selection_version.is_none();
+        // Both in name order: walked together, a Machine unchanged since costs a compare.
+        let mut kept = by_name.iter_mut().peekable();
+        let mut came = Vec::new();
+        let mut went = Vec::new();
         for (key, object) in store.list(LOCAL_CLUSTER, CAPI_GROUP, "Machine", Some(namespace)) {
             let rv = rv_of(object).unwrap_or("");
-            let view = match previous.get(&key.name) {
-                Some((at, view)) if at == rv => view.clone(),
-                Some((_, before)) => {
-                    let view = MachineView::read(object).map(Rc::new);
-                    reselect |= !same_selection(before.as_deref(), view.as_deref());
-                    view
+            while let Some((name, _)) = kept.next_if(|(name, _)| name.as_str() < key.name.as_str()) {
+                went.push(name.clone());
+            }
+            match kept.next_if(|(name, _)| **name == key.name) {
+                Some((_, (at, view))) => {
+                    if at != rv {
+                        let fresh = MachineView::read(object).map(Rc::new);
+                        reselect |= !same_selection(view.as_deref(), fresh.as_deref());
+                        rv.clone_into(at);
+                        *view = fresh;
+                    }
+                    views.extend(view.clone());
                 }
                 None => {
-                    reselect = true;
-                    MachineView::read(object).map(Rc::new)
+                    let view = MachineView::read(object).map(Rc::new);
+                    views.extend(view.clone());
+                    came.push((key.name.clone(), (rv.to_string(), view)));
                 }
-            };
-            views.extend(view.clone());
-            by_name.insert(key.name.clone(), (rv.to_string(), view));
+            }
         }
-        reselect |= by_name.len() != previous.len();
+        went.extend(kept.map(|(name, _)| name.clone()));
+        reselect |= !came.is_empty() || !went.is_empty();
+        for name in &went {
+            by_name.remove(name);
+        }
+        by_name.extend(came);
         let selection_version = match selection_version {
             Some(kept) if !reselect => kept,
             _ => {
@@ -235,7 +296,7 @@ impl Views {
 
     /// The MachineHealthCheck under `key`, parsed and validated (`None`: gone or invalid).
     pub(crate) fn mhc(&mut self, store: &Store, key: &Key) -> Option<Rc<(MachineHealthCheck, MhcPolicy)>> {
-        let rv = resource_version(store, key)?;
+        let rv = rv_of(store.get(key)?)?;
         if let Some((at, parsed)) = self.mhcs.get(key)
             && *at == rv
         {
@@ -244,7 +305,7 @@ impl Views {
         let parsed = serde_json::from_value::<MachineHealthCheck>(store.get(key)?.clone())
             .ok()
             .and_then(|c| validate::machine_health_check(&c).ok().map(|p| Rc::new((c, p))));
-        self.mhcs.insert(key.clone(), (rv, parsed.clone()));
+        self.mhcs.insert(key.clone(), (rv.to_string(), parsed.clone()));
         parsed
     }
 
@@ -281,7 +342,7 @@ impl Views {
 
     /// The NodeHealthCheck under `key`, parsed and validated (`None`: gone or invalid).
     pub(crate) fn nhc(&mut self, store: &Store, key: &Key) -> Option<Rc<(NodeHealthCheck, NhcPolicy)>> {
-        let rv = resource_version(store, key)?;
+        let rv = rv_of(store.get(key)?)?;
         if let Some((at, parsed)) = self.nhcs.get(key)
             && *at == rv
         {
@@ -290,8 +351,56 @@ impl Views {
         let parsed = serde_json::from_value::<NodeHealthCheck>(store.get(key)?.clone())
             .ok()
             .and_then(|c| validate::node_health_check(&c).ok().map(|p| Rc::new((c, p))));
-        self.nhcs.insert(key.clone(), (rv, parsed.clone()));
+        self.nhcs.insert(key.clone(), (rv.to_string(), parsed.clone()));
         parsed
+    }
+
+    /// Every health check, MachineHealthChecks then NodeHealthChecks, each in key order, parsed:
+    /// walked for every change, so read again only when a check changed.
+    pub(crate) fn checks(&mut self, store: &Store) -> Rc<Vec<KeptCheck>> {
+        let version = store.version_of(|c, g, k, _| c == LOCAL_CLUSTER && g == GROUP && is_check_kind(k));
+        if let Some(kept) = self.checks.as_ref().filter(|kept| kept.at == version) {
+            return kept.checks.clone();
+        }
+        let mut checks = Vec::new();
+        for kind in ["MachineHealthCheck", "NodeHealthCheck"] {
+            for (found, _) in store.list(LOCAL_CLUSTER, GROUP, kind, None) {
+                let id = match kind {
+                    "MachineHealthCheck" => {
+                        CheckRef::Machine { namespace: found.namespace.clone(), name: found.name.clone() }
+                    }
+                    _ => CheckRef::Node { name: found.name.clone() },
+                };
+                let key = check_key(&id);
+                let parsed = match id {
+                    CheckRef::Machine { .. } => self.mhc(store, &key).map(ParsedCheck::Machine),
+                    CheckRef::Node { .. } => self.nhc(store, &key).map(ParsedCheck::Node),
+                };
+                checks.push(KeptCheck { id, parsed });
+            }
+        }
+        let checks = Rc::new(checks);
+        self.checks = Some(CheckList { at: version, checks: checks.clone(), ages: None });
+        checks
+    }
+
+    /// Every valid check's `maxConditionAge`s, what a heartbeat is measured against (the
+    /// controller keeps the same, built when its checks change).
+    pub(crate) fn guarded_ages(&mut self, store: &Store) -> Rc<GuardedAges> {
+        let checks = self.checks(store);
+        if let Some(ages) = self.checks.as_ref().and_then(|kept| kept.ages.clone()) {
+            return ages;
+        }
+        let rules = checks.iter().flat_map(|c| match &c.parsed {
+            Some(ParsedCheck::Machine(parsed)) => parsed.1.node_conditions.iter(),
+            Some(ParsedCheck::Node(parsed)) => parsed.1.conditions.iter(),
+            None => [].iter(),
+        });
+        let ages = Rc::new(GuardedAges::of(rules));
+        if let Some(kept) = self.checks.as_mut() {
+            kept.ages = Some(ages.clone());
+        }
+        ages
     }
 
     /// A check's claims as last computed, if computed at `version`.
@@ -330,6 +439,67 @@ mod tests {
     fn targets(views: &mut Views, store: &Store, key: &Key) -> Vec<String> {
         let parsed = views.mhc(store, key).expect("a valid check");
         views.mhc_targets(store, "ns", key, &parsed.1).iter().map(|m| m.meta.name.clone()).collect()
+    }
+
+    fn selection(views: &Views) -> u64 {
+        views.machines.get("ns").and_then(Option::as_ref).map(|list| list.selection_version).expect("read")
+    }
+
+    fn names(views: &mut Views, store: &Store) -> Vec<String> {
+        views.machines(store, "ns").iter().map(|m| m.meta.name.clone()).collect()
+    }
+
+    #[test]
+    fn machines_are_read_again_only_when_written_and_the_selection_moves_with_labels_and_membership() {
+        let mut store = Store::default();
+        let m1 = store.apply(LOCAL_CLUSTER, machine("m1", "a"), now());
+        store.apply(LOCAL_CLUSTER, machine("m3", "a"), now());
+        let mut views = Views::default();
+        assert_eq!(names(&mut views, &store), ["m1", "m3"]);
+        let first = selection(&views);
+        let m3_before = views.machines(&store, "ns")[1].clone();
+        store.set_status(&m1, json!({"nodeRef": {"name": "other"}}));
+        let machines = views.machines(&store, "ns");
+        assert_eq!(machines[0].node_name.as_deref(), Some("other"), "a status write is read again");
+        assert!(Rc::ptr_eq(&machines[1], &m3_before), "an unchanged Machine is not read again");
+        assert_eq!(selection(&views), first, "a status write selects nothing new");
+        store.apply(LOCAL_CLUSTER, machine("m1", "b"), now());
+        assert_eq!(names(&mut views, &store), ["m1", "m3"]);
+        let relabelled = selection(&views);
+        assert_ne!(relabelled, first, "a relabelled Machine moves the selection");
+        store.apply(LOCAL_CLUSTER, machine("m2", "a"), now());
+        assert_eq!(names(&mut views, &store), ["m1", "m2", "m3"], "a new Machine comes in name order");
+        let added = selection(&views);
+        assert_ne!(added, relabelled, "a new Machine moves the selection");
+        store.delete(&m1);
+        assert_eq!(names(&mut views, &store), ["m2", "m3"], "a deleted Machine is gone");
+        assert_ne!(selection(&views), added, "a deleted Machine moves the selection");
+        let m4 = store.apply(LOCAL_CLUSTER, machine("m4", "a"), now());
+        store.delete(&m4);
+        store.delete(&Key::of(LOCAL_CLUSTER, &machine("m3", "a")));
+        store.apply(LOCAL_CLUSTER, machine("m0", "a"), now());
+        assert_eq!(names(&mut views, &store), ["m0", "m2"], "Machines before, between and after the kept ones");
+    }
+
+    #[test]
+    fn the_kept_checks_follow_the_store_and_each_parses_once() {
+        let mut store = Store::default();
+        let key = store.apply(LOCAL_CLUSTER, check("a"), now());
+        let mut views = Views::default();
+        let first = views.checks(&store);
+        assert_eq!(first.len(), 1);
+        assert!(Rc::ptr_eq(&first, &views.checks(&store)), "kept while no check changed");
+        store.apply(LOCAL_CLUSTER, machine("m1", "a"), now());
+        assert!(Rc::ptr_eq(&first, &views.checks(&store)), "a Machine write leaves the checks as read");
+        store.set_status(&key, json!({"currentHealthy": 1}));
+        let after = views.checks(&store);
+        let healthy = |c: &KeptCheck| match &c.parsed {
+            Some(ParsedCheck::Machine(p)) => p.0.status.as_ref().map(|s| s.current_healthy),
+            _ => None,
+        };
+        assert_eq!(healthy(&after[0]), Some(1), "a status write is read again");
+        store.delete(&key);
+        assert!(views.checks(&store).is_empty(), "a deleted check is gone");
     }
 
     #[test]
