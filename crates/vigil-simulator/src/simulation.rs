@@ -287,15 +287,7 @@ impl Sim<'_> {
     }
 
     fn checks(&self) -> Vec<CheckRef> {
-        let mhcs = self
-            .store
-            .list(LOCAL_CLUSTER, GROUP, "MachineHealthCheck", None)
-            .map(|(k, _)| CheckRef::Machine { namespace: k.namespace.clone(), name: k.name.clone() });
-        let nhcs = self
-            .store
-            .list(LOCAL_CLUSTER, GROUP, "NodeHealthCheck", None)
-            .map(|(k, _)| CheckRef::Node { name: k.name.clone() });
-        mhcs.chain(nhcs).collect()
+        crate::views::check_refs(&self.store).map(|(_, id)| id).collect()
     }
 
     /// Stores a manifest as the API server would: health checks of upstream apiVersions are

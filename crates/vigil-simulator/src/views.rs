@@ -164,6 +164,18 @@ pub(crate) fn check_key(id: &CheckRef) -> Key {
     }
 }
 
+/// Every health check in the store with where it is stored: MachineHealthChecks, then
+/// NodeHealthChecks, each in key order (the order checks are decided and reported in).
+pub(crate) fn check_refs(store: &Store) -> impl Iterator<Item = (&Key, CheckRef)> {
+    let mhcs = store
+        .list(LOCAL_CLUSTER, GROUP, "MachineHealthCheck", None)
+        .map(|(k, _)| (k, CheckRef::Machine { namespace: k.namespace.clone(), name: k.name.clone() }));
+    let nhcs = store
+        .list(LOCAL_CLUSTER, GROUP, "NodeHealthCheck", None)
+        .map(|(k, _)| (k, CheckRef::Node { name: k.name.clone() }));
+    mhcs.chain(nhcs)
+}
+
 /// Whether `kind` (of [`GROUP`]) is a health check's.
 fn is_check_kind(kind: &str) -> bool {
     kind == "MachineHealthCheck" || kind == "NodeHealthCheck"
@@ -363,21 +375,12 @@ impl Views {
             return kept.checks.clone();
         }
         let mut checks = Vec::new();
-        for kind in ["MachineHealthCheck", "NodeHealthCheck"] {
-            for (found, _) in store.list(LOCAL_CLUSTER, GROUP, kind, None) {
-                let id = match kind {
-                    "MachineHealthCheck" => {
-                        CheckRef::Machine { namespace: found.namespace.clone(), name: found.name.clone() }
-                    }
-                    _ => CheckRef::Node { name: found.name.clone() },
-                };
-                let key = check_key(&id);
-                let parsed = match id {
-                    CheckRef::Machine { .. } => self.mhc(store, &key).map(ParsedCheck::Machine),
-                    CheckRef::Node { .. } => self.nhc(store, &key).map(ParsedCheck::Node),
-                };
-                checks.push(KeptCheck { id, parsed });
-            }
+        for (key, id) in check_refs(store) {
+            let parsed = match id {
+                CheckRef::Machine { .. } => self.mhc(store, key).map(ParsedCheck::Machine),
+                CheckRef::Node { .. } => self.nhc(store, key).map(ParsedCheck::Node),
+            };
+            checks.push(KeptCheck { id, parsed });
         }
         let checks = Rc::new(checks);
         self.checks = Some(CheckList { at: version, checks: checks.clone(), ages: None });
