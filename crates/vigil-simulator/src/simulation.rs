@@ -6,7 +6,10 @@
 use crate::output::{Event, seconds};
 use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
 use crate::store::{Key, Store};
-use crate::views::{CAPI_GROUP, KeptCheck, ParsedCheck, Views, check_key};
+use crate::views::{
+    CAPI_GROUP, CLUSTER_VERSION_GROUP, KeptCheck, LEASE_GROUP, MAINTENANCE_GROUP, OPENSHIFT_MACHINE_GROUP, ParsedCheck,
+    Views, check_key,
+};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
@@ -54,14 +57,6 @@ struct ReadVersions {
 /// Work the models do later.
 /// The finalizer a remediator model puts on its objects (`holdsDeletion`).
 const SIMULATED_FINALIZER: &str = "simulator.vigil.dev/remediator";
-/// API group of node Leases.
-const LEASE_GROUP: &str = "coordination.k8s.io";
-/// API group of medik8s' `NodeMaintenance`.
-const MAINTENANCE_GROUP: &str = "nodemaintenance.medik8s.io";
-/// API group of OpenShift's `ClusterVersion`.
-const CLUSTER_VERSION_GROUP: &str = "config.openshift.io";
-/// API group of OpenShift's Machine API `Machine` (owner of its Node's remediation objects).
-const OPENSHIFT_MACHINE_GROUP: &str = "machine.openshift.io";
 
 /// The kinds of objects around the Nodes that NodeHealthCheck decisions read.
 #[derive(Debug, Clone, Copy)]
@@ -651,13 +646,13 @@ impl Sim<'_> {
     }
 
     fn reconcile(&mut self, id: &CheckRef) {
-        let Some(object) = self.store.get(&check_key(id)).cloned() else {
+        let Some(object) = self.store.get(&check_key(id)) else {
             self.wakeups.remove(id);
             return;
         };
         match id {
-            CheckRef::Machine { namespace, .. } => self.reconcile_mhc(id, namespace, object),
-            CheckRef::Node { .. } => self.reconcile_nhc(id, object),
+            CheckRef::Machine { namespace, .. } => self.reconcile_mhc(id, namespace, object.clone()),
+            CheckRef::Node { .. } => self.reconcile_nhc(id),
         }
     }
 
@@ -725,15 +720,25 @@ impl Sim<'_> {
     }
 
     /// Gathers a NodeHealthCheck's inputs from the store, decides and applies the plan.
-    fn reconcile_nhc(&mut self, id: &CheckRef, object: Value) {
-        let check = match serde_json::from_value::<NodeHealthCheck>(object) {
-            Ok(c) => c,
-            Err(e) => return self.invalid(id, e.to_string()),
+    fn reconcile_nhc(&mut self, id: &CheckRef) {
+        let key = check_key(id);
+        let parsed = match self.views.nhc(&self.store, &key) {
+            Some(parsed) => parsed,
+            // Not kept: it does not parse or is invalid, and is read again for the reason.
+            None => {
+                let Some(object) = self.store.get(&key).cloned() else { return };
+                let check = match serde_json::from_value::<NodeHealthCheck>(object) {
+                    Ok(c) => c,
+                    Err(e) => return self.invalid(id, e.to_string()),
+                };
+                let policy = match validate::node_health_check(&check) {
+                    Ok(p) => p,
+                    Err(e) => return self.invalid(id, e.to_string()),
+                };
+                Rc::new((check, policy))
+            }
         };
-        let policy = match validate::node_health_check(&check) {
-            Ok(p) => p,
-            Err(e) => return self.invalid(id, e.to_string()),
-        };
+        let (check, policy) = (&parsed.0, &parsed.1);
         let nodes = self.views.nodes(&self.store);
         let node_refs: Vec<&NodeView> = nodes.iter().collect();
         // The check's own steps and every rule's, in `NhcPolicy::all_steps` order (the engine's).
@@ -749,24 +754,13 @@ impl Sim<'_> {
                 )
             })
             .collect();
-        let remediations: Vec<RemediationView> = kinds
-            .iter()
-            .flat_map(|(g, k, ns)| {
-                self.store.list(LOCAL_CLUSTER, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v))
-            })
-            .collect();
-        let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
-        let of = |group: &str, kind: &str, namespace: Option<&str>| -> Vec<Value> {
-            self.store.list(LOCAL_CLUSTER, group, kind, namespace).map(|(_, v)| v.clone()).collect()
-        };
-        let leases: Vec<LeaseView> =
-            of(LEASE_GROUP, "Lease", Some(&self.scenario.lease_namespace)).iter().filter_map(LeaseView::read).collect();
-        let maintenances: Vec<MaintenanceView> =
-            of(MAINTENANCE_GROUP, "NodeMaintenance", None).iter().filter_map(MaintenanceView::read).collect();
-        let versions: Vec<ClusterVersionView> =
-            of(CLUSTER_VERSION_GROUP, "ClusterVersion", None).iter().filter_map(ClusterVersionView::read).collect();
-        let machines: Vec<OpenShiftMachineView> =
-            of(OPENSHIFT_MACHINE_GROUP, "Machine", None).iter().filter_map(OpenShiftMachineView::read).collect();
+        let remediations: Vec<Rc<Vec<RemediationView>>> =
+            kinds.iter().map(|(g, k, ns)| self.views.remediations(&self.store, g, k, ns)).collect();
+        let remediation_refs: Vec<&RemediationView> = remediations.iter().flat_map(|r| r.iter()).collect();
+        let leases = self.views.leases(&self.store, &self.scenario.lease_namespace);
+        let maintenances = self.views.maintenances(&self.store);
+        let versions = self.views.cluster_versions(&self.store);
+        let machines = self.views.openshift_machines(&self.store);
         let (lease_refs, maintenance_refs, version_refs, machine_refs): (
             Vec<&LeaseView>,
             Vec<&MaintenanceView>,
@@ -779,8 +773,8 @@ impl Sim<'_> {
             machines.iter().collect(),
         );
         let input = NhcInput {
-            check: &check,
-            policy: &policy,
+            check,
+            policy,
             nodes: &node_refs,
             templates: &template_refs,
             remediations: &remediation_refs,
