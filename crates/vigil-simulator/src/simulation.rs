@@ -54,6 +54,24 @@ struct ReadVersions {
     metas: Vec<(Meta, Option<NodeView>)>,
 }
 
+/// A NodeHealthCheck as read for what does not need it valid ([`Sim::nhc_as_read`]).
+enum NhcRead {
+    /// Valid, as kept parsed.
+    Kept(Rc<(NodeHealthCheck, validate::NhcPolicy)>),
+    /// Parsed but invalid (not kept).
+    Parsed(NodeHealthCheck),
+}
+
+impl NhcRead {
+    /// The check.
+    fn check(&self) -> &NodeHealthCheck {
+        match self {
+            NhcRead::Kept(parsed) => &parsed.0,
+            NhcRead::Parsed(check) => check,
+        }
+    }
+}
+
 /// Work the models do later.
 /// The finalizer a remediator model puts on its objects (`holdsDeletion`).
 const SIMULATED_FINALIZER: &str = "simulator.vigil.dev/remediator";
@@ -440,18 +458,23 @@ impl Sim<'_> {
             _ => None,
         };
         if let Some(kind) = around {
-            let versions: Vec<Value> = before.into_iter().cloned().chain(self.store.get(key).cloned()).collect();
+            // Each version read once, not once per check.
+            let versions: Vec<&Value> = before.into_iter().chain(self.store.get(key)).collect();
+            let (leases, maintenances): (Vec<LeaseView>, Vec<MaintenanceView>) = match kind {
+                Around::Lease => (versions.iter().filter_map(|v| LeaseView::read(v)).collect(), Vec::new()),
+                Around::Maintenance => (Vec::new(), versions.iter().filter_map(|v| MaintenanceView::read(v)).collect()),
+                Around::Version | Around::Machine => (Vec::new(), Vec::new()),
+            };
+            let any = !versions.is_empty();
             for id in self.checks() {
                 let CheckRef::Node { .. } = &id else { continue };
-                let Some(object) = self.store.get(&check_key(&id)) else { continue };
-                let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
-                let hit = versions.iter().any(|v| match kind {
-                    Around::Lease => LeaseView::read(v).is_some_and(|l| concerns::nhc_concerns_node_lease(&check, &l)),
-                    Around::Maintenance => {
-                        MaintenanceView::read(v).is_some_and(|m| concerns::nhc_concerns_maintenance(&check, &m))
-                    }
-                    Around::Version | Around::Machine => true,
-                });
+                let Some(check) = self.nhc_as_read(&id) else { continue };
+                let check = check.check();
+                let hit = match kind {
+                    Around::Lease => leases.iter().any(|l| concerns::nhc_concerns_node_lease(check, l)),
+                    Around::Maintenance => maintenances.iter().any(|m| concerns::nhc_concerns_maintenance(check, m)),
+                    Around::Version | Around::Machine => any,
+                };
                 if hit {
                     self.dirty.insert(id);
                 }
@@ -588,6 +611,16 @@ impl Sim<'_> {
             if hit && !self.dirty.contains(&kept.id) {
                 self.dirty.insert(kept.id.clone());
             }
+        }
+    }
+
+    /// The NodeHealthCheck `id` as read without validating it (`None`: gone or it does not
+    /// parse): the kept parsed check when valid, else parsed again (an invalid check is not kept).
+    fn nhc_as_read(&mut self, id: &CheckRef) -> Option<NhcRead> {
+        let key = check_key(id);
+        match self.views.nhc(&self.store, &key) {
+            Some(parsed) => Some(NhcRead::Kept(parsed)),
+            None => serde_json::from_value(self.store.get(&key)?.clone()).ok().map(NhcRead::Parsed),
         }
     }
 
