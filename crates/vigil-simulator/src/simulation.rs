@@ -908,10 +908,10 @@ impl Sim<'_> {
                 }))
             }
             CheckRef::Node { .. } => {
-                let check = serde_json::from_value::<NodeHealthCheck>(self.store.get(&check_key(id))?.clone()).ok()?;
+                let check = self.nhc_as_read(id)?;
                 let objects = self.views.remediation_objects(&self.store);
                 let object_refs: Vec<&RemediationView> = objects.iter().collect();
-                Some(assemble::claims(ClaimSource::Node { check: &check, remediations: &object_refs }))
+                Some(assemble::claims(ClaimSource::Node { check: check.check(), remediations: &object_refs }))
             }
         }
     }
