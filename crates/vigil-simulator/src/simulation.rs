@@ -59,7 +59,7 @@ enum NhcRead {
     /// Valid, as kept parsed.
     Kept(Rc<(NodeHealthCheck, validate::NhcPolicy)>),
     /// Parsed but invalid (not kept).
-    Parsed(NodeHealthCheck),
+    Parsed(Box<NodeHealthCheck>),
 }
 
 impl NhcRead {
@@ -620,7 +620,7 @@ impl Sim<'_> {
         let key = check_key(id);
         match self.views.nhc(&self.store, &key) {
             Some(parsed) => Some(NhcRead::Kept(parsed)),
-            None => serde_json::from_value(self.store.get(&key)?.clone()).ok().map(NhcRead::Parsed),
+            None => serde_json::from_value(self.store.get(&key)?.clone()).ok().map(|c| NhcRead::Parsed(Box::new(c))),
         }
     }
 

@@ -32,6 +32,9 @@ pub(crate) const OPENSHIFT_MACHINE_GROUP: &str = "machine.openshift.io";
 /// A view and the store version it was read at.
 type At<T> = (u64, Rc<T>);
 
+/// A (group, kind, namespace) of the management cluster.
+type KindIn = (String, String, String);
+
 /// A check parsed and validated, by the resource version it was read at (`None`: it does not
 /// parse or is invalid).
 type Parsed<C, P> = (String, Option<Rc<(C, P)>>);
@@ -110,7 +113,7 @@ pub(crate) struct Views {
     nhcs: HashMap<Key, Parsed<NodeHealthCheck, NhcPolicy>>,
     claims: HashMap<CheckRef, (ClaimsAt, Rc<Vec<Claim>>)>,
     /// The remediation objects of a (group, kind, namespace), what a NodeHealthCheck's steps read.
-    remediations: HashMap<(String, String, String), Option<At<Vec<RemediationView>>>>,
+    remediations: HashMap<KindIn, Option<At<Vec<RemediationView>>>>,
     /// The Leases of a namespace.
     leases: HashMap<String, Option<At<Vec<LeaseView>>>>,
     /// Every NodeMaintenance.
