@@ -6,7 +6,10 @@
 use crate::output::{Event, seconds};
 use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
 use crate::store::{Key, Store};
-use crate::views::{CAPI_GROUP, KeptCheck, ParsedCheck, Views, check_key};
+use crate::views::{
+    CAPI_GROUP, CLUSTER_VERSION_GROUP, KeptCheck, LEASE_GROUP, MAINTENANCE_GROUP, OPENSHIFT_MACHINE_GROUP, ParsedCheck,
+    Views, check_key,
+};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
@@ -51,17 +54,27 @@ struct ReadVersions {
     metas: Vec<(Meta, Option<NodeView>)>,
 }
 
+/// A NodeHealthCheck as read for what does not need it valid ([`Sim::nhc_as_read`]).
+enum NhcRead {
+    /// Valid, as kept parsed.
+    Kept(Rc<(NodeHealthCheck, validate::NhcPolicy)>),
+    /// Parsed but invalid (not kept).
+    Parsed(Box<NodeHealthCheck>),
+}
+
+impl NhcRead {
+    /// The check.
+    fn check(&self) -> &NodeHealthCheck {
+        match self {
+            NhcRead::Kept(parsed) => &parsed.0,
+            NhcRead::Parsed(check) => check,
+        }
+    }
+}
+
 /// Work the models do later.
 /// The finalizer a remediator model puts on its objects (`holdsDeletion`).
 const SIMULATED_FINALIZER: &str = "simulator.vigil.dev/remediator";
-/// API group of node Leases.
-const LEASE_GROUP: &str = "coordination.k8s.io";
-/// API group of medik8s' `NodeMaintenance`.
-const MAINTENANCE_GROUP: &str = "nodemaintenance.medik8s.io";
-/// API group of OpenShift's `ClusterVersion`.
-const CLUSTER_VERSION_GROUP: &str = "config.openshift.io";
-/// API group of OpenShift's Machine API `Machine` (owner of its Node's remediation objects).
-const OPENSHIFT_MACHINE_GROUP: &str = "machine.openshift.io";
 
 /// The kinds of objects around the Nodes that NodeHealthCheck decisions read.
 #[derive(Debug, Clone, Copy)]
@@ -445,18 +458,23 @@ impl Sim<'_> {
             _ => None,
         };
         if let Some(kind) = around {
-            let versions: Vec<Value> = before.into_iter().cloned().chain(self.store.get(key).cloned()).collect();
+            // Each version read once, not once per check.
+            let versions: Vec<&Value> = before.into_iter().chain(self.store.get(key)).collect();
+            let (leases, maintenances): (Vec<LeaseView>, Vec<MaintenanceView>) = match kind {
+                Around::Lease => (versions.iter().filter_map(|v| LeaseView::read(v)).collect(), Vec::new()),
+                Around::Maintenance => (Vec::new(), versions.iter().filter_map(|v| MaintenanceView::read(v)).collect()),
+                Around::Version | Around::Machine => (Vec::new(), Vec::new()),
+            };
+            let any = !versions.is_empty();
             for id in self.checks() {
                 let CheckRef::Node { .. } = &id else { continue };
-                let Some(object) = self.store.get(&check_key(&id)) else { continue };
-                let Ok(check) = serde_json::from_value::<NodeHealthCheck>(object.clone()) else { continue };
-                let hit = versions.iter().any(|v| match kind {
-                    Around::Lease => LeaseView::read(v).is_some_and(|l| concerns::nhc_concerns_node_lease(&check, &l)),
-                    Around::Maintenance => {
-                        MaintenanceView::read(v).is_some_and(|m| concerns::nhc_concerns_maintenance(&check, &m))
-                    }
-                    Around::Version | Around::Machine => true,
-                });
+                let Some(check) = self.nhc_as_read(&id) else { continue };
+                let check = check.check();
+                let hit = match kind {
+                    Around::Lease => leases.iter().any(|l| concerns::nhc_concerns_node_lease(check, l)),
+                    Around::Maintenance => maintenances.iter().any(|m| concerns::nhc_concerns_maintenance(check, m)),
+                    Around::Version | Around::Machine => any,
+                };
                 if hit {
                     self.dirty.insert(id);
                 }
@@ -596,6 +614,16 @@ impl Sim<'_> {
         }
     }
 
+    /// The NodeHealthCheck `id` as read without validating it (`None`: gone or it does not
+    /// parse): the kept parsed check when valid, else parsed again (an invalid check is not kept).
+    fn nhc_as_read(&mut self, id: &CheckRef) -> Option<NhcRead> {
+        let key = check_key(id);
+        match self.views.nhc(&self.store, &key) {
+            Some(parsed) => Some(NhcRead::Kept(parsed)),
+            None => serde_json::from_value(self.store.get(&key)?.clone()).ok().map(|c| NhcRead::Parsed(Box::new(c))),
+        }
+    }
+
     /// A Node of the management cluster by name, if the store has it.
     fn management_node(&self, name: &str) -> Option<NodeView> {
         let key = Key {
@@ -651,13 +679,13 @@ impl Sim<'_> {
     }
 
     fn reconcile(&mut self, id: &CheckRef) {
-        let Some(object) = self.store.get(&check_key(id)).cloned() else {
+        let Some(object) = self.store.get(&check_key(id)) else {
             self.wakeups.remove(id);
             return;
         };
         match id {
-            CheckRef::Machine { namespace, .. } => self.reconcile_mhc(id, namespace, object),
-            CheckRef::Node { .. } => self.reconcile_nhc(id, object),
+            CheckRef::Machine { namespace, .. } => self.reconcile_mhc(id, namespace, object.clone()),
+            CheckRef::Node { .. } => self.reconcile_nhc(id),
         }
     }
 
@@ -725,15 +753,25 @@ impl Sim<'_> {
     }
 
     /// Gathers a NodeHealthCheck's inputs from the store, decides and applies the plan.
-    fn reconcile_nhc(&mut self, id: &CheckRef, object: Value) {
-        let check = match serde_json::from_value::<NodeHealthCheck>(object) {
-            Ok(c) => c,
-            Err(e) => return self.invalid(id, e.to_string()),
+    fn reconcile_nhc(&mut self, id: &CheckRef) {
+        let key = check_key(id);
+        let parsed = match self.views.nhc(&self.store, &key) {
+            Some(parsed) => parsed,
+            // Not kept: it does not parse or is invalid, and is read again for the reason.
+            None => {
+                let Some(object) = self.store.get(&key).cloned() else { return };
+                let check = match serde_json::from_value::<NodeHealthCheck>(object) {
+                    Ok(c) => c,
+                    Err(e) => return self.invalid(id, e.to_string()),
+                };
+                let policy = match validate::node_health_check(&check) {
+                    Ok(p) => p,
+                    Err(e) => return self.invalid(id, e.to_string()),
+                };
+                Rc::new((check, policy))
+            }
         };
-        let policy = match validate::node_health_check(&check) {
-            Ok(p) => p,
-            Err(e) => return self.invalid(id, e.to_string()),
-        };
+        let (check, policy) = (&parsed.0, &parsed.1);
         let nodes = self.views.nodes(&self.store);
         let node_refs: Vec<&NodeView> = nodes.iter().collect();
         // The check's own steps and every rule's, in `NhcPolicy::all_steps` order (the engine's).
@@ -749,24 +787,13 @@ impl Sim<'_> {
                 )
             })
             .collect();
-        let remediations: Vec<RemediationView> = kinds
-            .iter()
-            .flat_map(|(g, k, ns)| {
-                self.store.list(LOCAL_CLUSTER, g, k, Some(ns)).filter_map(|(_, v)| RemediationView::read(v))
-            })
-            .collect();
-        let remediation_refs: Vec<&RemediationView> = remediations.iter().collect();
-        let of = |group: &str, kind: &str, namespace: Option<&str>| -> Vec<Value> {
-            self.store.list(LOCAL_CLUSTER, group, kind, namespace).map(|(_, v)| v.clone()).collect()
-        };
-        let leases: Vec<LeaseView> =
-            of(LEASE_GROUP, "Lease", Some(&self.scenario.lease_namespace)).iter().filter_map(LeaseView::read).collect();
-        let maintenances: Vec<MaintenanceView> =
-            of(MAINTENANCE_GROUP, "NodeMaintenance", None).iter().filter_map(MaintenanceView::read).collect();
-        let versions: Vec<ClusterVersionView> =
-            of(CLUSTER_VERSION_GROUP, "ClusterVersion", None).iter().filter_map(ClusterVersionView::read).collect();
-        let machines: Vec<OpenShiftMachineView> =
-            of(OPENSHIFT_MACHINE_GROUP, "Machine", None).iter().filter_map(OpenShiftMachineView::read).collect();
+        let remediations: Vec<Rc<Vec<RemediationView>>> =
+            kinds.iter().map(|(g, k, ns)| self.views.remediations(&self.store, g, k, ns)).collect();
+        let remediation_refs: Vec<&RemediationView> = remediations.iter().flat_map(|r| r.iter()).collect();
+        let leases = self.views.leases(&self.store, &self.scenario.lease_namespace);
+        let maintenances = self.views.maintenances(&self.store);
+        let versions = self.views.cluster_versions(&self.store);
+        let machines = self.views.openshift_machines(&self.store);
         let (lease_refs, maintenance_refs, version_refs, machine_refs): (
             Vec<&LeaseView>,
             Vec<&MaintenanceView>,
@@ -779,8 +806,8 @@ impl Sim<'_> {
             machines.iter().collect(),
         );
         let input = NhcInput {
-            check: &check,
-            policy: &policy,
+            check,
+            policy,
             nodes: &node_refs,
             templates: &template_refs,
             remediations: &remediation_refs,
@@ -881,10 +908,10 @@ impl Sim<'_> {
                 }))
             }
             CheckRef::Node { .. } => {
-                let check = serde_json::from_value::<NodeHealthCheck>(self.store.get(&check_key(id))?.clone()).ok()?;
+                let check = self.nhc_as_read(id)?;
                 let objects = self.views.remediation_objects(&self.store);
                 let object_refs: Vec<&RemediationView> = objects.iter().collect();
-                Some(assemble::claims(ClaimSource::Node { check: &check, remediations: &object_refs }))
+                Some(assemble::claims(ClaimSource::Node { check: check.check(), remediations: &object_refs }))
             }
         }
     }

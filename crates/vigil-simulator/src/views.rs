@@ -1,7 +1,8 @@
 //! What the simulator reads from its store again and again, kept while the objects it was read
 //! from are unchanged ([`Store::version_of`]): the Machines of a namespace, the management
 //! cluster's Nodes, the parsed and validated checks, the remediation objects and each check's
-//! claims. A 10 000-Node fleet otherwise had every decision and every Node change parse every
+//! claims, and what a NodeHealthCheck decision reads around its Nodes (Leases, NodeMaintenances,
+//! ClusterVersions, OpenShift Machines). A 10 000-Node fleet otherwise had every decision and every Node change parse every
 //! check and thousands of objects again. Nothing here decides: a view is the same value the
 //! store would give, read once per change instead of once per use.
 
@@ -9,7 +10,9 @@ use crate::store::{Key, Store};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use vigil_api::validate::{self, MhcPolicy, NhcPolicy};
-use vigil_api::views::{MachineView, NodeView, RemediationView};
+use vigil_api::views::{
+    ClusterVersionView, LeaseView, MachineView, MaintenanceView, NodeView, OpenShiftMachineView, RemediationView,
+};
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck};
 use vigil_engine::concerns::GuardedAges;
 use vigil_engine::holders::Claim;
@@ -17,9 +20,20 @@ use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// API group of Cluster API's Machines and Clusters.
 pub(crate) const CAPI_GROUP: &str = "cluster.x-k8s.io";
+/// API group of node Leases.
+pub(crate) const LEASE_GROUP: &str = "coordination.k8s.io";
+/// API group of medik8s' `NodeMaintenance`.
+pub(crate) const MAINTENANCE_GROUP: &str = "nodemaintenance.medik8s.io";
+/// API group of OpenShift's `ClusterVersion`.
+pub(crate) const CLUSTER_VERSION_GROUP: &str = "config.openshift.io";
+/// API group of OpenShift's Machine API `Machine` (owner of its Node's remediation objects).
+pub(crate) const OPENSHIFT_MACHINE_GROUP: &str = "machine.openshift.io";
 
 /// A view and the store version it was read at.
 type At<T> = (u64, Rc<T>);
+
+/// A (group, kind, namespace) of the management cluster.
+type KindIn = (String, String, String);
 
 /// A check parsed and validated, by the resource version it was read at (`None`: it does not
 /// parse or is invalid).
@@ -98,6 +112,16 @@ pub(crate) struct Views {
     mhcs: HashMap<Key, Parsed<MachineHealthCheck, MhcPolicy>>,
     nhcs: HashMap<Key, Parsed<NodeHealthCheck, NhcPolicy>>,
     claims: HashMap<CheckRef, (ClaimsAt, Rc<Vec<Claim>>)>,
+    /// The remediation objects of a (group, kind, namespace), what a NodeHealthCheck's steps read.
+    remediations: HashMap<KindIn, Option<At<Vec<RemediationView>>>>,
+    /// The Leases of a namespace.
+    leases: HashMap<String, Option<At<Vec<LeaseView>>>>,
+    /// Every NodeMaintenance.
+    maintenances: Option<At<Vec<MaintenanceView>>>,
+    /// Every ClusterVersion.
+    cluster_versions: Option<At<Vec<ClusterVersionView>>>,
+    /// Every OpenShift Machine.
+    openshift_machines: Option<At<Vec<OpenShiftMachineView>>>,
 }
 
 /// Whether two readings of a check differ at most in status and in the metadata a write moves
@@ -136,6 +160,19 @@ fn current<T>(kept: &mut Option<At<T>>, version: u64, read: impl FnOnce() -> T) 
             value
         }
     }
+}
+
+/// The objects of the management cluster [`Store::list`] gives for `group`, `kind` and
+/// `namespace`, each as `read` reads it (left out when it does not read), kept in `kept` until
+/// one of them changes.
+fn listed<T>(
+    kept: &mut Option<At<Vec<T>>>,
+    store: &Store,
+    (group, kind, namespace): (&str, &str, Option<&str>),
+    read: impl Fn(&serde_json::Value) -> Option<T>,
+) -> Rc<Vec<T>> {
+    let version = store.list_version(LOCAL_CLUSTER, group, kind, namespace);
+    current(kept, version, || store.list(LOCAL_CLUSTER, group, kind, namespace).filter_map(|(_, v)| read(v)).collect())
 }
 
 /// An object's `metadata.resourceVersion` (read field by field: a JSON pointer allocates each
@@ -406,6 +443,42 @@ impl Views {
         ages
     }
 
+    /// The remediation objects of `kind` (of `group`) in `namespace`, in key order: read for every
+    /// NodeHealthCheck decision, for each of its steps.
+    pub(crate) fn remediations(
+        &mut self,
+        store: &Store,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Rc<Vec<RemediationView>> {
+        let slot = self.remediations.entry((group.to_string(), kind.to_string(), namespace.to_string())).or_default();
+        listed(slot, store, (group, kind, Some(namespace)), RemediationView::read)
+    }
+
+    /// The Leases of `namespace`, in key order: read for every NodeHealthCheck decision.
+    pub(crate) fn leases(&mut self, store: &Store, namespace: &str) -> Rc<Vec<LeaseView>> {
+        let slot = self.leases.entry(namespace.to_string()).or_default();
+        listed(slot, store, (LEASE_GROUP, "Lease", Some(namespace)), LeaseView::read)
+    }
+
+    /// Every NodeMaintenance, in key order: read for every NodeHealthCheck decision.
+    pub(crate) fn maintenances(&mut self, store: &Store) -> Rc<Vec<MaintenanceView>> {
+        listed(&mut self.maintenances, store, (MAINTENANCE_GROUP, "NodeMaintenance", None), MaintenanceView::read)
+    }
+
+    /// Every ClusterVersion, in key order: read for every NodeHealthCheck decision.
+    pub(crate) fn cluster_versions(&mut self, store: &Store) -> Rc<Vec<ClusterVersionView>> {
+        let scope = (CLUSTER_VERSION_GROUP, "ClusterVersion", None);
+        listed(&mut self.cluster_versions, store, scope, ClusterVersionView::read)
+    }
+
+    /// Every OpenShift Machine, in key order: read for every NodeHealthCheck decision.
+    pub(crate) fn openshift_machines(&mut self, store: &Store) -> Rc<Vec<OpenShiftMachineView>> {
+        let scope = (OPENSHIFT_MACHINE_GROUP, "Machine", None);
+        listed(&mut self.openshift_machines, store, scope, OpenShiftMachineView::read)
+    }
+
     /// A check's claims as last computed, if computed at `version`.
     pub(crate) fn claims(&self, check: &CheckRef, version: ClaimsAt) -> Option<Rc<Vec<Claim>>> {
         self.claims.get(check).filter(|(at, _)| *at == version).map(|(_, c)| c.clone())
@@ -437,6 +510,20 @@ mod tests {
             "metadata": {"name": "workers", "namespace": "ns"},
             "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": pool}},
                 "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "300s"}]}})
+    }
+
+    fn object(
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> serde_json::Value {
+        json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    }
+
+    fn lease(namespace: &str, holder: &str) -> serde_json::Value {
+        object("coordination.k8s.io/v1", "Lease", namespace, "node-n1", json!({"holderIdentity": holder}))
     }
 
     fn targets(views: &mut Views, store: &Store, key: &Key) -> Vec<String> {
@@ -541,5 +628,105 @@ mod tests {
         assert_eq!(now_read[0].node_name.as_deref(), Some("other"), "a target is the Machine as it is now");
         store.apply(LOCAL_CLUSTER, check("b"), now());
         assert_eq!(targets(&mut views, &store, &key), Vec::<String>::new(), "a changed selector selects again");
+    }
+
+    #[test]
+    fn the_leases_of_a_namespace_are_read_again_after_a_lease_write_there_and_not_otherwise() {
+        let mut store = Store::default();
+        let key = store.apply(LOCAL_CLUSTER, lease("leases", "a"), now());
+        let mut views = Views::default();
+        let first = views.leases(&store, "leases");
+        assert_eq!(first[0].holder.as_deref(), Some("a"));
+        assert!(Rc::ptr_eq(&first, &views.leases(&store, "leases")), "kept while no Lease changed");
+        store.apply(LOCAL_CLUSTER, machine("m1", "a"), now());
+        store.apply(LOCAL_CLUSTER, lease("elsewhere", "x"), now());
+        assert!(
+            Rc::ptr_eq(&first, &views.leases(&store, "leases")),
+            "a write to another kind or another namespace's Lease leaves them as read"
+        );
+        assert_eq!(views.leases(&store, "elsewhere")[0].holder.as_deref(), Some("x"), "each namespace is its own");
+        store.apply(LOCAL_CLUSTER, lease("leases", "b"), now());
+        assert_eq!(views.leases(&store, "leases")[0].holder.as_deref(), Some("b"), "a Lease write is read again");
+        store.delete(&key);
+        assert!(views.leases(&store, "leases").is_empty(), "a deleted Lease is gone");
+    }
+
+    #[test]
+    fn remediation_objects_of_a_kind_and_namespace_are_read_again_after_a_write_to_them_and_not_otherwise() {
+        let api = "self-node-remediation.medik8s.io/v1alpha1";
+        let group = "self-node-remediation.medik8s.io";
+        let remediation = |kind: &str, namespace: &str, name: &str| object(api, kind, namespace, name, json!({}));
+        let mut store = Store::default();
+        store.apply(LOCAL_CLUSTER, remediation("SelfNodeRemediation", "r", "n1"), now());
+        let mut views = Views::default();
+        let read = |views: &mut Views, store: &Store| views.remediations(store, group, "SelfNodeRemediation", "r");
+        let first = read(&mut views, &store);
+        assert_eq!(first.len(), 1);
+        assert!(Rc::ptr_eq(&first, &read(&mut views, &store)), "kept while none changed");
+        store.apply(LOCAL_CLUSTER, remediation("SelfNodeRemediation", "other", "n1"), now());
+        store.apply(LOCAL_CLUSTER, remediation("SelfNodeRemediationTemplate", "r", "t"), now());
+        store.apply(LOCAL_CLUSTER, lease("r", "a"), now());
+        assert!(
+            Rc::ptr_eq(&first, &read(&mut views, &store)),
+            "a write to another namespace, kind or group leaves them as read"
+        );
+        assert_eq!(views.remediations(&store, group, "SelfNodeRemediation", "other").len(), 1);
+        let n2 = store.apply(LOCAL_CLUSTER, remediation("SelfNodeRemediation", "r", "n2"), now());
+        let names: Vec<String> = read(&mut views, &store).iter().map(|r| r.meta.name.clone()).collect();
+        assert_eq!(names, ["n1", "n2"], "a new one is read, in key order");
+        store.set_status(&n2, json!({"conditions": [{"type": "Succeeded", "status": "True"}]}));
+        assert_eq!(read(&mut views, &store)[1].conditions.len(), 1, "a status write is read again");
+        store.delete(&n2);
+        assert_eq!(read(&mut views, &store).len(), 1, "a deleted one is gone");
+    }
+
+    #[test]
+    fn maintenances_cluster_versions_and_openshift_machines_are_each_read_again_only_after_a_write_to_their_kind() {
+        let mut store = Store::default();
+        let maintenance = |node: &str| {
+            object("nodemaintenance.medik8s.io/v1beta1", "NodeMaintenance", "", "m", json!({"nodeName": node}))
+        };
+        let version = |v: &str| {
+            let mut o = object("config.openshift.io/v1", "ClusterVersion", "", "version", json!({}));
+            o["status"] = json!({"desired": {"version": v}});
+            o
+        };
+        let openshift_machine =
+            |name: &str| object("machine.openshift.io/v1beta1", "Machine", "openshift-machine-api", name, json!({}));
+        store.apply(LOCAL_CLUSTER, maintenance("n1"), now());
+        store.apply(LOCAL_CLUSTER, version("4.1"), now());
+        store.apply(LOCAL_CLUSTER, openshift_machine("a"), now());
+        let mut views = Views::default();
+        let maintenances = views.maintenances(&store);
+        let versions = views.cluster_versions(&store);
+        let machines = views.openshift_machines(&store);
+        assert_eq!(maintenances[0].node_name.as_deref(), Some("n1"));
+        assert_eq!(versions[0].desired_version.as_deref(), Some("4.1"));
+        assert_eq!(machines.len(), 1);
+        store.apply(LOCAL_CLUSTER, machine("m1", "a"), now());
+        store.apply(LOCAL_CLUSTER, lease("leases", "a"), now());
+        assert!(Rc::ptr_eq(&maintenances, &views.maintenances(&store)), "kept while no NodeMaintenance changed");
+        assert!(Rc::ptr_eq(&versions, &views.cluster_versions(&store)), "kept while no ClusterVersion changed");
+        assert!(
+            Rc::ptr_eq(&machines, &views.openshift_machines(&store)),
+            "a Cluster API Machine is not an OpenShift Machine"
+        );
+        store.apply(LOCAL_CLUSTER, maintenance("n2"), now());
+        assert_eq!(
+            views.maintenances(&store)[0].node_name.as_deref(),
+            Some("n2"),
+            "a NodeMaintenance write is read again"
+        );
+        assert!(Rc::ptr_eq(&versions, &views.cluster_versions(&store)), "and moves no other kind");
+        assert!(Rc::ptr_eq(&machines, &views.openshift_machines(&store)));
+        store.apply(LOCAL_CLUSTER, version("4.2"), now());
+        assert_eq!(
+            views.cluster_versions(&store)[0].desired_version.as_deref(),
+            Some("4.2"),
+            "a ClusterVersion write is read again"
+        );
+        assert!(Rc::ptr_eq(&machines, &views.openshift_machines(&store)));
+        store.apply(LOCAL_CLUSTER, openshift_machine("b"), now());
+        assert_eq!(views.openshift_machines(&store).len(), 2, "an OpenShift Machine write is read again");
     }
 }
