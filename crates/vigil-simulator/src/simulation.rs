@@ -8,7 +8,7 @@ use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
 use crate::store::{Key, Store};
 use crate::views::{
     CAPI_GROUP, CLUSTER_VERSION_GROUP, KeptCheck, LEASE_GROUP, MAINTENANCE_GROUP, OPENSHIFT_MACHINE_GROUP, ParsedCheck,
-    Views, check_key,
+    Views, check_key, parse_valid,
 };
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
@@ -26,7 +26,7 @@ use vigil_api::well_known::{
     CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, PAUSED_ANNOTATION,
     REMEDIATE_MACHINE_ANNOTATION,
 };
-use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck, validate};
+use vigil_api::{GROUP, NodeHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource};
 use vigil_engine::concerns::{self, group_of};
 use vigil_engine::holders::{self, Holders};
@@ -691,13 +691,9 @@ impl Sim<'_> {
 
     /// Gathers a MachineHealthCheck's inputs from the store, decides and applies the plan.
     fn reconcile_mhc(&mut self, id: &CheckRef, namespace: &str, object: Value) {
-        let check = match serde_json::from_value::<MachineHealthCheck>(object) {
-            Ok(c) => c,
-            Err(e) => return self.invalid(id, e.to_string()),
-        };
-        let policy = match validate::machine_health_check(&check) {
-            Ok(p) => p,
-            Err(e) => return self.invalid(id, e.to_string()),
+        let (check, policy) = match parse_valid(object, validate::machine_health_check) {
+            Ok(parsed) => parsed,
+            Err(why) => return self.invalid(id, why),
         };
         let cluster = self
             .store
@@ -760,15 +756,10 @@ impl Sim<'_> {
             // Not kept: it does not parse or is invalid, and is read again for the reason.
             None => {
                 let Some(object) = self.store.get(&key).cloned() else { return };
-                let check = match serde_json::from_value::<NodeHealthCheck>(object) {
-                    Ok(c) => c,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                let policy = match validate::node_health_check(&check) {
-                    Ok(p) => p,
-                    Err(e) => return self.invalid(id, e.to_string()),
-                };
-                Rc::new((check, policy))
+                match parse_valid(object, validate::node_health_check) {
+                    Ok(parsed) => Rc::new(parsed),
+                    Err(why) => return self.invalid(id, why),
+                }
             }
         };
         let (check, policy) = (&parsed.0, &parsed.1);

@@ -175,6 +175,17 @@ fn listed<T>(
     current(kept, version, || store.list(LOCAL_CLUSTER, group, kind, namespace).filter_map(|(_, v)| read(v)).collect())
 }
 
+/// A check parsed and validated, or the message its status reports when it is not: one reading
+/// for the kept checks and for a decision that must say why.
+pub(crate) fn parse_valid<C: serde::de::DeserializeOwned, P, E: std::fmt::Display>(
+    object: serde_json::Value,
+    validate: impl FnOnce(&C) -> Result<P, E>,
+) -> Result<(C, P), String> {
+    let check = serde_json::from_value::<C>(object).map_err(|e| e.to_string())?;
+    let policy = validate(&check).map_err(|e| e.to_string())?;
+    Ok((check, policy))
+}
+
 /// An object's `metadata.resourceVersion` (read field by field: a JSON pointer allocates each
 /// of its segments, and this is read for every Machine after each Machine write).
 fn rv_of(object: &serde_json::Value) -> Option<&str> {
@@ -351,9 +362,7 @@ impl Views {
         {
             return parsed.clone();
         }
-        let parsed = serde_json::from_value::<MachineHealthCheck>(store.get(key)?.clone())
-            .ok()
-            .and_then(|c| validate::machine_health_check(&c).ok().map(|p| Rc::new((c, p))));
+        let parsed = parse_valid(store.get(key)?.clone(), validate::machine_health_check).ok().map(Rc::new);
         self.mhcs.insert(key.clone(), (rv.to_string(), parsed.clone()));
         parsed
     }
@@ -397,9 +406,7 @@ impl Views {
         {
             return parsed.clone();
         }
-        let parsed = serde_json::from_value::<NodeHealthCheck>(store.get(key)?.clone())
-            .ok()
-            .and_then(|c| validate::node_health_check(&c).ok().map(|p| Rc::new((c, p))));
+        let parsed = parse_valid(store.get(key)?.clone(), validate::node_health_check).ok().map(Rc::new);
         self.nhcs.insert(key.clone(), (rv.to_string(), parsed.clone()));
         parsed
     }
