@@ -116,8 +116,8 @@ struct Args {
     /// of that snapshot with --failed-percent of the Nodes going Unknown at 5m, and `vigil check`.
     #[arg(long)]
     snapshot: bool,
-    /// With --snapshot: keep the snapshot (`snapshot.yaml`), the scenario with the outage
-    /// (`outage.yaml`) and the outputs of `vigil simulate` and `vigil check` (`simulate.json`,
+    /// With --snapshot: keep the snapshot (`snapshot.json`), the scenario with the outage
+    /// (`outage.json`) and the outputs of `vigil simulate` and `vigil check` (`simulate.json`,
     /// `check.json`) in this directory, to profile or compare the tools offline afterwards.
     #[arg(long, requires = "snapshot")]
     keep: Option<PathBuf>,

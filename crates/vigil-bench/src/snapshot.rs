@@ -20,6 +20,8 @@ pub struct SnapshotSummary {
     nodes: usize,
     machines: usize,
     checks: usize,
+    /// The format `vigil snapshot` wrote and `vigil simulate` read (`json`).
+    snapshot_format: &'static str,
     /// `vigil snapshot` wall time, peak resident memory and output size.
     snapshot_ms: f64,
     snapshot_peak_mib: f64,
@@ -96,6 +98,26 @@ fn kept(dir: Option<&Path>, name: &str, bytes: &[u8]) -> Result<()> {
     std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// The outage added to the snapshot (JSON): every `1/failed_percent`-th Node goes Unknown at 5m,
+/// seen in both clusters the snapshot holds it in (management for the NodeHealthChecks, the
+/// workload cluster `bench/fleet` for the MachineHealthChecks; the fleet is self-hosted). The
+/// scenario as compact JSON, and how many Nodes fail.
+fn outage(snapshot: &str, n: usize, failed_percent: f64) -> Result<(String, usize)> {
+    let mut scenario: Value = serde_json::from_str(snapshot).context("the snapshot is not JSON")?;
+    let every = (100.0 / failed_percent).round().max(1.0) as usize;
+    let failed: Vec<usize> = (0..n).step_by(every).collect();
+    let mut timeline = Vec::with_capacity(2 * failed.len());
+    for i in &failed {
+        let change = serde_json::json!({"node": fleet::node_name(*i), "type": "Ready", "status": "Unknown", "reason": "ZoneDown"});
+        timeline.push(serde_json::json!({"at": "5m", "setNodeCondition": change}));
+        timeline.push(serde_json::json!({"at": "5m", "cluster": "bench/fleet", "setNodeCondition": change}));
+    }
+    let slot = scenario.get_mut("timeline").filter(|t| t.as_array().is_some_and(Vec::is_empty));
+    let slot = slot.context("the snapshot has no empty timeline")?;
+    *slot = Value::Array(timeline);
+    Ok((serde_json::to_string(&scenario)? + "\n", failed.len()))
+}
+
 /// Creates the fleet of `n` Nodes, then measures the three commands; with `keep`, their inputs
 /// and outputs are left in that directory.
 pub async fn run(n: usize, failed_percent: f64, vigil: &Path, keep: Option<&Path>) -> Result<SnapshotSummary> {
@@ -122,31 +144,16 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path, keep: Option<&Path
     let kc = kubeconfig.to_str().context("utf-8 path")?;
 
     eprintln!("vigil-bench: vigil snapshot");
-    let snapshot = timed(vigil, &["snapshot", "--kubeconfig", kc, "--duration", "1h"])?;
+    let snapshot = timed(vigil, &["snapshot", "--kubeconfig", kc, "--duration", "1h", "--output", "json"])?;
     let out = snapshot.out;
     ensure!(out.status.success(), "vigil snapshot failed: {}", String::from_utf8_lossy(&out.stderr));
-    let yaml = String::from_utf8(out.stdout).context("snapshot is not UTF-8")?;
-    kept(keep, "snapshot.yaml", yaml.as_bytes())?;
+    let json = String::from_utf8(out.stdout).context("snapshot is not UTF-8")?;
+    kept(keep, "snapshot.json", json.as_bytes())?;
 
-    // The outage: every `1/failed_percent`-th Node goes Unknown at 5m, seen in both clusters
-    // the snapshot holds it in (management for the NodeHealthChecks, the workload cluster
-    // `bench/fleet` for the MachineHealthChecks; the fleet is self-hosted).
-    let every = (100.0 / failed_percent).round().max(1.0) as usize;
-    let failed: Vec<usize> = (0..n).step_by(every).collect();
-    let mut timeline = String::from("timeline:\n");
-    for i in &failed {
-        let node = fleet::node_name(*i);
-        for cluster in ["", "    cluster: bench/fleet\n"] {
-            timeline.push_str(&format!(
-                "  - at: 5m\n{cluster}    setNodeCondition: {{node: {node}, type: Ready, status: Unknown, reason: ZoneDown}}\n"
-            ));
-        }
-    }
-    ensure!(yaml.contains("\ntimeline: []\n"), "the snapshot has an empty timeline");
-    let outage = yaml.replace("\ntimeline: []\n", &format!("\n{timeline}"));
-    let file = dir.path().join("outage.yaml");
+    let (outage, failed) = outage(&json, n, failed_percent)?;
+    let file = dir.path().join("outage.json");
     std::fs::write(&file, &outage)?;
-    kept(keep, "outage.yaml", outage.as_bytes())?;
+    kept(keep, "outage.json", outage.as_bytes())?;
 
     eprintln!("vigil-bench: vigil simulate");
     let simulate = timed(vigil, &["simulate", file.to_str().context("utf-8 path")?, "--output", "json"])?;
@@ -175,11 +182,12 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path, keep: Option<&Path
         nodes: n,
         machines: n,
         checks: groups.len(),
+        snapshot_format: "json",
         snapshot_ms: snapshot.ms,
         snapshot_peak_mib: snapshot.peak_mib,
-        snapshot_bytes: yaml.len(),
+        snapshot_bytes: json.len(),
         requests,
-        failed: failed.len(),
+        failed,
         simulate_ms: simulate.ms,
         simulate_peak_mib: simulate.peak_mib,
         simulate_events,
@@ -187,4 +195,29 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path, keep: Option<&Path
         check_peak_mib: check.peak_mib,
         check_exit: out.status.code(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outage_sets_every_nth_node_unknown_in_both_clusters() {
+        let snapshot = r#"{"name":"snapshot","duration":"1h","objects":[{"kind":"Node"}],"timeline":[]}"#;
+        let (text, failed) = outage(snapshot, 10, 20.0).expect("outage");
+        assert_eq!(failed, 2);
+        let scenario: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(scenario["objects"], serde_json::json!([{"kind": "Node"}]), "the snapshot is kept");
+        let change = |i: usize| serde_json::json!({"node": fleet::node_name(i), "type": "Ready", "status": "Unknown", "reason": "ZoneDown"});
+        assert_eq!(
+            scenario["timeline"],
+            serde_json::json!([
+                {"at": "5m", "setNodeCondition": change(0)},
+                {"at": "5m", "cluster": "bench/fleet", "setNodeCondition": change(0)},
+                {"at": "5m", "setNodeCondition": change(5)},
+                {"at": "5m", "cluster": "bench/fleet", "setNodeCondition": change(5)},
+            ])
+        );
+        assert!(outage(r#"{"timeline":[{"at":"1m"}]}"#, 10, 20.0).is_err(), "a timeline is not overwritten");
+    }
 }

@@ -14,7 +14,7 @@ use vigil_api::well_known::DEFAULT_LEASE_NAMESPACE;
 pub const DEFAULT_START: &str = "2030-01-01T00:00:00Z";
 
 /// A scenario as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawScenario {
     name: String,
@@ -33,7 +33,7 @@ struct RawScenario {
     models: Option<RawModels>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawStep {
     at: String,
@@ -47,7 +47,7 @@ struct RawStep {
     cluster: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawModels {
     #[serde(default)]
@@ -58,7 +58,7 @@ struct RawModels {
     heartbeats: Vec<RawHeartbeat>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawHeartbeat {
     #[serde(rename = "type")]
@@ -74,14 +74,14 @@ struct RawHeartbeat {
     until: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawOwner {
     replace_after: String,
     node_ready_after: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawRemediator {
     kind: String,
@@ -268,11 +268,11 @@ fn duration(path: &str, text: &str) -> Result<SignedDuration, ScenarioError> {
 impl Scenario {
     /// Parses and checks a scenario file's text.
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-        let mut raw: RawScenario =
-            serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| match e.without_snippet() {
-                serde_saphyr::Error::Budget { breach, .. } => ScenarioError::Syntax(too_large(breach)),
-                _ => ScenarioError::Syntax(e.to_string()),
-            })?;
+        Scenario::checked(read(text)?)
+    }
+
+    /// Checks a scenario as read and fills in its defaults, whichever reader read it.
+    fn checked(mut raw: RawScenario) -> Result<Scenario, ScenarioError> {
         let start_text = raw.start.as_deref().unwrap_or(DEFAULT_START);
         let start: Timestamp = start_text.parse().map_err(|_| {
             entry("start", format!("invalid value {start_text:?}: expected an RFC 3339 time such as {DEFAULT_START}"))
@@ -486,6 +486,137 @@ fn check_health_check(path: &str, v: &Value) -> Result<(), ScenarioError> {
     check.validate().map_err(|e| entry(path, manifest::as_written(v, e).to_string()))
 }
 
+/// Reads a scenario's text. JSON (first character `{`) goes to a JSON reader, many times faster on
+/// a fleet; a text it refuses, or one over the YAML reader's limits, goes to the YAML reader, so a
+/// YAML flow mapping reads as before and every refusal keeps its message.
+fn read(text: &str) -> Result<RawScenario, ScenarioError> {
+    if text.trim_start().starts_with('{')
+        && let Some(raw) = read_json(text)
+    {
+        return Ok(raw);
+    }
+    read_yaml(text)
+}
+
+/// The JSON reader: only for a text within the limits the YAML reader would apply to it, and with
+/// no mapping that repeats a key (YAML refuses those; serde_json would keep the last).
+fn read_json(text: &str) -> Option<RawScenario> {
+    let budget = yaml_options().budget?;
+    if !json_fits(text.as_bytes(), &budget) {
+        return None;
+    }
+    serde_json::from_str(text).ok()
+}
+
+/// The YAML reader, with its limits and messages.
+fn read_yaml(text: &str) -> Result<RawScenario, ScenarioError> {
+    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| match e.without_snippet() {
+        serde_saphyr::Error::Budget { breach, .. } => ScenarioError::Syntax(too_large(breach)),
+        _ => ScenarioError::Syntax(e.to_string()),
+    })
+}
+
+/// Longest key the JSON reader takes; a longer one goes to the YAML reader, which limits how far
+/// it looks for the `:` after a key (1024 characters).
+const JSON_MAX_KEY_BYTES: usize = 512;
+
+/// Counts in a JSON text what the YAML reader would count in it — values (keys included), events
+/// (a scalar one, a mapping or list two, four for the stream and document), nesting and text — and
+/// says whether all stay within `budget`, no mapping repeats a key, and no key is escaped or long.
+/// Only meaningful for valid JSON: on anything else serde_json refuses the text afterwards.
+fn json_fits(text: &[u8], budget: &serde_saphyr::Budget) -> bool {
+    if text.len() > budget.max_total_scalar_bytes || budget.max_reader_input_bytes.is_some_and(|m| text.len() > m) {
+        return false;
+    }
+    let mut scan = JsonScan { nodes: 0, events: 4, open: Vec::new(), keys: Vec::new(), expect_key: false };
+    let mut i = 0;
+    while i < text.len() {
+        let byte = text[i];
+        i += 1;
+        let fits = match byte {
+            b' ' | b'\t' | b'\n' | b'\r' | b':' => true,
+            b'{' | b'[' => scan.open(byte == b'{', budget),
+            b'}' | b']' => scan.close(),
+            b',' => {
+                scan.expect_key = scan.open.last() == Some(&true);
+                true
+            }
+            b'"' => {
+                let start = i;
+                while i < text.len() && text[i] != b'"' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+                let end = i.min(text.len());
+                i += 1;
+                scan.scalar(&text[start..end], budget)
+            }
+            _ => {
+                while i < text.len() && !matches!(text[i], b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r' | b':') {
+                    i += 1;
+                }
+                scan.expect_key = false;
+                scan.count(1, budget)
+            }
+        };
+        if !fits {
+            return false;
+        }
+    }
+    true
+}
+
+/// The state of [`json_fits`]: the counts, the open mappings (`true`) and lists, and the keys of
+/// each open level.
+struct JsonScan<'a> {
+    nodes: usize,
+    events: usize,
+    open: Vec<bool>,
+    keys: Vec<Vec<&'a [u8]>>,
+    expect_key: bool,
+}
+
+impl<'a> JsonScan<'a> {
+    fn count(&mut self, events: usize, budget: &serde_saphyr::Budget) -> bool {
+        self.nodes += 1;
+        self.events += events;
+        self.nodes <= budget.max_nodes && self.events <= budget.max_events
+    }
+
+    fn open(&mut self, mapping: bool, budget: &serde_saphyr::Budget) -> bool {
+        self.open.push(mapping);
+        if self.keys.len() < self.open.len() {
+            self.keys.push(Vec::new());
+        }
+        self.keys[self.open.len() - 1].clear();
+        self.expect_key = mapping;
+        self.open.len() <= budget.max_depth && self.count(2, budget)
+    }
+
+    fn close(&mut self) -> bool {
+        self.expect_key = false;
+        let Some(mapping) = self.open.pop() else { return false };
+        if !mapping {
+            return true;
+        }
+        let keys = &mut self.keys[self.open.len()];
+        keys.sort_unstable();
+        keys.windows(2).all(|pair| pair[0] != pair[1])
+    }
+
+    fn scalar(&mut self, raw: &'a [u8], budget: &serde_saphyr::Budget) -> bool {
+        if self.expect_key {
+            self.expect_key = false;
+            if raw.contains(&b'\\') || raw.len() > JSON_MAX_KEY_BYTES {
+                return false;
+            }
+            if let Some(keys) = self.keys.get_mut(self.open.len().wrapping_sub(1)) {
+                keys.push(raw);
+            }
+        }
+        self.count(1, budget)
+    }
+}
+
 /// Reading limits of scenario files: far above any fleet Vigil is tested with (20 000 Nodes with
 /// anchors and merge keys), while a file built to exhaust memory is still refused.
 fn yaml_options() -> serde_saphyr::Options {
@@ -602,6 +733,146 @@ models:
             (h.every, h.from, h.until),
             (SignedDuration::from_secs(30), SignedDuration::ZERO, Some(SignedDuration::from_secs(480)))
         );
+    }
+
+    fn examples() -> Vec<(String, String)> {
+        let dir = format!("{}/../../examples", env!("CARGO_MANIFEST_DIR"));
+        let mut out = Vec::new();
+        for file in std::fs::read_dir(&dir).expect("examples") {
+            let path = file.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                out.push((path.display().to_string(), std::fs::read_to_string(&path).expect("example")));
+            }
+        }
+        assert!(out.len() > 5, "the examples are found");
+        out
+    }
+
+    /// A YAML scenario written as JSON, as a converting tool would (anchors and merges expanded).
+    pub(crate) fn as_json(yaml: &str) -> String {
+        let value: Value = serde_saphyr::from_str_with_options(yaml, yaml_options()).expect("valid YAML");
+        serde_json::to_string_pretty(&value).expect("JSON")
+    }
+
+    #[test]
+    fn every_example_as_json_is_read_by_the_json_reader_as_the_same_scenario() {
+        for (name, yaml) in examples() {
+            let json = as_json(&yaml);
+            let from_yaml = read_yaml(&yaml).expect("example reads");
+            assert_eq!(read_json(&json).as_ref(), Some(&from_yaml), "{name}");
+            assert_eq!(read_yaml(&json).as_ref(), Ok(&from_yaml), "{name}: the YAML reader agrees on the JSON");
+        }
+    }
+
+    #[test]
+    fn json_values_read_as_the_yaml_reader_reads_them() {
+        let text = r#"{"name": "e\u00e9\n\t\"\/\\ ü", "duration": "5m", "objects": [{"apiVersion": "v1",
+            "kind": "Node", "metadata": {"name": "n", "labels": {"a/b": "", "c": "1"}},
+            "x": [0, -1, 1.5, -2.5e3, 1E2, 0.1, 18446744073709551615, -9223372036854775808, true, false, null, "", {}, []],
+            "y": "\ud83d\ude00 \b\f\r"}]}"#;
+        let json = read_json(text).expect("the JSON reader reads it");
+        assert_eq!(Ok(json), read_yaml(text));
+    }
+
+    #[test]
+    fn a_flow_mapping_that_is_not_json_is_read_as_yaml() {
+        let text = "{name: flow, duration: 5m, objects: [{apiVersion: v1, kind: Node, metadata: {name: n1}}]} # note\n";
+        assert_eq!(read_json(text), None);
+        let s = Scenario::parse(text).expect("valid YAML");
+        assert_eq!((s.name.as_str(), s.objects.len()), ("flow", 1));
+    }
+
+    #[test]
+    fn a_json_scenario_is_checked_and_defaulted_as_a_yaml_one() {
+        let text = r#"{"name": "x", "duration": "5 minutes"}"#;
+        assert!(read_json(text).is_some(), "read as JSON, refused by the checks after");
+        assert_eq!(
+            err(text),
+            r#"duration: invalid value "5 minutes": is not a duration; expected a number with a unit (ns, us, ms, s, m, h), e.g. 300s, 10m or 1h30m"#
+        );
+        let text = r#"{"name": "x", "duration": "5m", "objects": [
+            {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "metadata": {"name": "m"}},
+            {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "metadata": {"name": "m", "namespace": "default"}}]}"#;
+        assert_eq!(
+            err(text),
+            "objects[1]: Machine default/m is already defined by objects[0]: each object may appear once (the API server would keep only the last)"
+        );
+        let s = Scenario::parse(
+            r#"{"name": "x", "duration": "5m", "objects": [
+            {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "metadata": {"name": "m"}}]}"#,
+        )
+        .expect("valid");
+        assert_eq!(s.objects[0].pointer("/metadata/namespace"), Some(&Value::from("default")));
+        assert_eq!(
+            (s.start, s.lease_namespace.as_str()),
+            (DEFAULT_START.parse().expect("ts"), DEFAULT_LEASE_NAMESPACE)
+        );
+    }
+
+    #[test]
+    fn a_json_scenario_the_json_reader_refuses_keeps_the_yaml_readers_message() {
+        let deep = format!(r#"{{"name": "x", "duration": "5m", "objects": [{}1{}]}}"#, "[".repeat(70), "]".repeat(70));
+        let cases = [
+            (r#"{"name": "x", "duration": "5m", "bogus": 1}"#.to_string(), "bogus"),
+            (r#"{"name": "x", "duration": "5m","#.to_string(), ""),
+            (r#"{"name": "x", "duration": "5m", "duration": "6m"}"#.to_string(), "duplicate"),
+            (
+                r#"{"name": "x", "duration": "5m", "objects": [{"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": "a", "name": "b"}}]}"#
+                    .to_string(),
+                "duplicate",
+            ),
+            (deep, "values nested 65 deep"),
+        ];
+        for (text, says) in cases {
+            assert_eq!(read_json(&text), None, "{text}");
+            let before = read_yaml(&text).map(|_| ()).expect_err("the YAML reader refuses it");
+            assert!(before.to_string().to_lowercase().contains(says), "{before}");
+            assert_eq!(read(&text).map(|_| ()), Err(before), "{text}");
+        }
+        // What serde_json refuses and the YAML reader takes reads as before.
+        let text = r#"{"name": "x", "duration": "5m", "models": {"remediators": [{"kind": "X", "succeeded": "false", "after": "1m"}]}}"#;
+        assert_eq!(read_json(text), None);
+        assert_eq!(read(text), read_yaml(text));
+    }
+
+    /// Whether the YAML reader takes `text` within `budget`.
+    fn yaml_fits(text: &str, budget: &serde_saphyr::Budget) -> bool {
+        let mut options = yaml_options();
+        options.budget = Some(budget.clone());
+        serde_saphyr::from_str_with_options::<Value>(text, options).is_ok()
+    }
+
+    #[test]
+    fn the_json_reader_counts_as_the_yaml_reader_does() {
+        let text = r#"{"a": [1, "x", {"b": null}], "c": true}"#;
+        // The text bounds its scalars' bytes: that limit is applied early (the YAML reader decides).
+        type SetLimit = fn(&mut serde_saphyr::Budget, usize);
+        let limits: [(SetLimit, usize, bool); 4] = [
+            (|b, n| b.max_nodes = n, 10, true),
+            (|b, n| b.max_events = n, 17, true),
+            (|b, n| b.max_depth = n, 3, true),
+            (|b, n| b.max_total_scalar_bytes = n, text.len(), false),
+        ];
+        for (set, limit, exact) in limits {
+            for n in [limit - 1, limit] {
+                let mut budget = yaml_options().budget.expect("budget");
+                set(&mut budget, n);
+                assert_eq!(json_fits(text.as_bytes(), &budget), n == limit, "limit {n}");
+                assert!(yaml_fits(text, &budget) || n < limit, "the YAML reader takes it at {n}");
+                assert!(!exact || yaml_fits(text, &budget) == (n == limit), "the YAML reader's limit is {limit}");
+            }
+        }
+        let budget = yaml_options().budget.expect("budget");
+        for (text, fits) in [
+            (r#"{"a": {"b": 1, "b": 2}}"#, false),
+            (r#"{"a": {"b": 1}, "c": {"b": 2}, "d": [{"b": 1}, {"b": 1}]}"#, true),
+            (r#"{"\u0061": 1}"#, false),
+            (r#"{"a\"b": 1, "c": "\"{["}"#, false),
+            (r#"{"c": "\"{[\\", "d": "]}"}"#, true),
+        ] {
+            assert_eq!(json_fits(text.as_bytes(), &budget), fits, "{text}");
+        }
     }
 
     #[test]

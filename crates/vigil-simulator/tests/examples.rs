@@ -5,11 +5,34 @@ use serde_json::Value;
 use vigil_simulator::output::{Event, json_lines};
 use vigil_simulator::{Report, Scenario, simulate};
 
-fn run(name: &str) -> Report {
+fn text(name: &str) -> String {
     let path = format!("{}/../../examples/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).expect("example exists");
-    let scenario = Scenario::parse(&text).expect("example parses");
+    std::fs::read_to_string(&path).expect("example exists")
+}
+
+fn run_text(text: &str) -> Report {
+    let scenario = Scenario::parse(text).expect("example parses");
     simulate(&scenario).expect("example runs")
+}
+
+fn run(name: &str) -> Report {
+    run_text(&text(name))
+}
+
+#[test]
+fn an_example_written_as_json_simulates_as_the_yaml() {
+    for name in ["zone-outage", "dry-run", "stale-signal", "remediation-backoff"] {
+        let yaml = text(name);
+        let value: Value = serde_saphyr::from_str(&yaml).expect("example is YAML");
+        let json = serde_json::to_string(&value).expect("JSON");
+        let (from_yaml, from_json) = (run_text(&yaml), run_text(&json));
+        assert!(!from_yaml.events.is_empty(), "{name} does something");
+        assert_eq!(
+            json_lines(&from_json.events, &from_json.final_statuses, from_json.end_t),
+            json_lines(&from_yaml.events, &from_yaml.final_statuses, from_yaml.end_t),
+            "{name}"
+        );
+    }
 }
 
 fn events<'a>(r: &'a Report, event: &str) -> Vec<&'a Event> {

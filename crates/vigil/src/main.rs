@@ -115,6 +115,9 @@ enum Command {
         /// The scenario's duration (Go duration syntax).
         #[arg(long, default_value = "1h")]
         duration: String,
+        /// Output format: YAML with a comment header, or compact JSON (read much faster by `simulate`).
+        #[arg(long, value_enum, default_value_t = SnapshotFormat::Yaml)]
+        output: SnapshotFormat,
     },
     /// Run the controller against a cluster (kubeconfig, KUBECONFIG, ~/.kube/config or in-cluster).
     #[command(
@@ -174,6 +177,14 @@ enum CheckFormat {
     /// One block per check.
     Text,
     /// One JSON document.
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SnapshotFormat {
+    /// YAML, with a comment header.
+    Yaml,
+    /// Compact JSON on one line (no comments).
     Json,
 }
 
@@ -255,7 +266,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             stdout.write_all(rendered.as_bytes())?;
             Ok(ExitCode::from(report.exit_code()))
         }
-        Command::Snapshot { kubeconfig, namespace, duration } => {
+        Command::Snapshot { kubeconfig, namespace, duration, output } => {
             vigil_api::duration::parse_go_duration(&duration).ok().filter(|d| d.is_positive()).with_context(|| {
                 format!("--duration: invalid value {duration:?}: expected a positive Go duration such as 1h or 45m")
             })?;
@@ -270,8 +281,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             for (cluster, why) in &fleet.unreachable {
                 eprintln!("note: workload cluster {cluster} unreachable, its Nodes are left out: {why}");
             }
-            let yaml = snapshot_cmd::scenario_yaml(&fleet, jiff::Timestamp::now(), &duration)?;
-            stdout.write_all(yaml.as_bytes())?;
+            let now = jiff::Timestamp::now();
+            let text = match output {
+                SnapshotFormat::Yaml => snapshot_cmd::scenario_yaml(&fleet, now, &duration)?,
+                SnapshotFormat::Json => snapshot_cmd::scenario_json(&fleet, now, &duration)?,
+            };
+            stdout.write_all(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()).map(code),

@@ -22,10 +22,9 @@ struct Out<'a> {
     timeline: [Value; 0],
 }
 
-/// Renders the fleet as a scenario starting at `now` (to the second) and lasting `duration`.
-pub fn scenario_yaml(fleet: &Fleet, now: Timestamp, duration: &str) -> Result<String, serde_saphyr::SerializeError> {
-    let start = Timestamp::from_second(now.as_second()).unwrap_or(now);
-    let out = Out {
+/// The scenario of the fleet, starting at `now` (to the second) and lasting `duration`.
+fn scenario<'a>(fleet: &'a Fleet, start: Timestamp, duration: &'a str) -> Out<'a> {
+    Out {
         name: "snapshot",
         start: start.to_string(),
         duration,
@@ -34,7 +33,17 @@ pub fn scenario_yaml(fleet: &Fleet, now: Timestamp, duration: &str) -> Result<St
         lease_namespace: Some(fleet.lease_namespace.as_str())
             .filter(|ns| *ns != vigil_api::well_known::DEFAULT_LEASE_NAMESPACE && !ns.is_empty()),
         timeline: [],
-    };
+    }
+}
+
+/// The snapshot's start: `now` to the second, as written in both formats.
+fn start_of(now: Timestamp) -> Timestamp {
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
+/// Renders the fleet as a scenario starting at `now` (to the second) and lasting `duration`.
+pub fn scenario_yaml(fleet: &Fleet, now: Timestamp, duration: &str) -> Result<String, serde_saphyr::SerializeError> {
+    let start = start_of(now);
     let header = format!(
         "# Written by `vigil snapshot` at {start}: the live health checks, Clusters, Machines, Nodes,\n\
          # templates, remediation objects, node Leases, maintenance and cluster versions (Secrets left out). Add timeline entries, e.g.\n\
@@ -42,5 +51,49 @@ pub fn scenario_yaml(fleet: &Fleet, now: Timestamp, duration: &str) -> Result<St
          #     setNodeCondition: {{nodeSelector: {{topology.kubernetes.io/zone: b}}, type: Ready, status: Unknown}}\n\
          # then run `vigil simulate` on this file.\n"
     );
-    Ok(header + &serde_saphyr::to_string(&out)?)
+    Ok(header + &serde_saphyr::to_string(&scenario(fleet, start, duration))?)
+}
+
+/// The same scenario as compact JSON on one line, which `vigil simulate` reads many times faster
+/// than YAML. JSON has no comments: the time the YAML header gives is the `start` field.
+pub fn scenario_json(fleet: &Fleet, now: Timestamp, duration: &str) -> Result<String, serde_json::Error> {
+    Ok(serde_json::to_string(&scenario(fleet, start_of(now), duration))? + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use vigil_simulator::Scenario;
+
+    fn fleet() -> Fleet {
+        let node = |name: &str, zone: &str| {
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
+                "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2029-12-01T00:00:00Z"}]}})
+        };
+        let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "m-1", "namespace": "prod", "labels": {"cluster.x-k8s.io/cluster-name": "c1", "note": "a: \"b\" # c"}},
+            "spec": {"clusterName": "c1"}, "status": {"nodeRef": {"name": "w-1"}}});
+        Fleet {
+            objects: vec![node("mgmt-1", "a"), machine],
+            workload_clusters: BTreeMap::from([("prod/c1".to_string(), vec![node("w-1", "b"), node("w-2", "ü")])]),
+            unreachable: BTreeMap::new(),
+            notes: Vec::new(),
+            lease_namespace: "node-leases".into(),
+        }
+    }
+
+    #[test]
+    fn the_json_snapshot_reads_as_the_same_scenario_as_the_yaml_one() {
+        let (fleet, now) = (fleet(), "2030-01-02T03:04:05.678Z".parse().expect("time"));
+        let yaml = scenario_yaml(&fleet, now, "45m").expect("yaml");
+        let json = scenario_json(&fleet, now, "45m").expect("json");
+        assert!(json.ends_with("}\n") && json.lines().count() == 1, "compact, one line: {json}");
+        let (from_yaml, from_json) =
+            (Scenario::parse(&yaml).expect("yaml reads"), Scenario::parse(&json).expect("json reads"));
+        assert_eq!(format!("{from_json:?}"), format!("{from_yaml:?}"));
+        assert_eq!(from_json.start.to_string(), "2030-01-02T03:04:05Z");
+        assert_eq!((from_json.objects.len(), from_json.workload_clusters["prod/c1"].len()), (2, 2));
+        assert_eq!(from_json.lease_namespace, "node-leases");
+    }
 }
