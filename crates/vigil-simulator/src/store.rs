@@ -51,9 +51,19 @@ pub struct Store {
     counter: u64,
     /// Changes so far, counted apart from resource versions (a delete is a change too).
     changes: u64,
-    /// The last change to each (cluster, group, kind, namespace): what the simulator's views
-    /// read from the store are kept against ([`Store::version_of`]).
-    changed_at: HashMap<(String, String, String, String), u64>,
+    /// The changes to each (cluster, group, kind, namespace): what the simulator's views read
+    /// from the store are kept against ([`Store::version_of`], [`Store::changed_since`]).
+    changed_at: HashMap<(String, String, String, String), Changes>,
+}
+
+/// The changes to the objects of one (cluster, group, kind, namespace).
+#[derive(Debug, Default, Clone)]
+struct Changes {
+    /// The last one's number.
+    last: u64,
+    /// Each one's number and object name, in order: a view of 10 000 objects that one write
+    /// changed reads that one object again, not all of them.
+    log: Vec<(u64, String)>,
 }
 
 /// A create that found the name taken.
@@ -70,14 +80,33 @@ impl Store {
     fn touch(&mut self, key: &Key) {
         self.changes += 1;
         let scope = (key.cluster.clone(), key.group.clone(), key.kind.clone(), key.namespace.clone());
-        self.changed_at.insert(scope, self.changes);
+        let changes = self.changed_at.entry(scope).or_default();
+        changes.last = self.changes;
+        changes.log.push((self.changes, key.name.clone()));
     }
 
     /// A number that changes whenever an object of a (cluster, group, kind, namespace) that
     /// `scope` accepts changes (0: none ever did): a view read from those objects is still
     /// current while it is the same.
     pub fn version_of(&self, scope: impl Fn(&str, &str, &str, &str) -> bool) -> u64 {
-        self.changed_at.iter().filter(|((c, g, k, n), _)| scope(c, g, k, n)).map(|(_, v)| *v).max().unwrap_or(0)
+        self.changed_at.iter().filter(|((c, g, k, n), _)| scope(c, g, k, n)).map(|(_, v)| v.last).max().unwrap_or(0)
+    }
+
+    /// The names of the objects of one (cluster, group, kind, namespace) changed (written,
+    /// created or deleted) after `version`, a [`Store::list_version`] of that namespace read
+    /// before; in the order changed, a name once per change.
+    pub fn changed_since<'a>(
+        &'a self,
+        cluster: &str,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        version: u64,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        let scope = (cluster.to_string(), group.to_string(), kind.to_string(), namespace.to_string());
+        let log = self.changed_at.get(&scope).map(|changes| changes.log.as_slice()).unwrap_or_default();
+        let first = log.partition_point(|(change, _)| *change <= version);
+        log[first..].iter().map(|(_, name)| name.as_str())
     }
 
     /// [`Store::version_of`] the objects [`Store::list`] gives for the same arguments.

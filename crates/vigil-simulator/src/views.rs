@@ -47,8 +47,9 @@ pub(crate) type ClaimsAt = (u64, u64);
 struct MachineList {
     at: u64,
     views: Rc<Vec<Rc<MachineView>>>,
-    /// By name: the order of the store's keys within a namespace, so a reading walks both at once.
-    by_name: BTreeMap<String, (String, Option<Rc<MachineView>>)>,
+    /// By name (the order of the store's keys within a namespace): each Machine's resource
+    /// version when read and what it read as.
+    by_name: MachinesByName,
     /// Moves when a Machine came, went, or changed its labels or annotations (what selects
     /// a check's targets), not when only its status did.
     selection_version: u64,
@@ -65,6 +66,10 @@ struct PeerList {
 
 /// The valid MachineHealthChecks of a namespace and the version of their specs (see [`PeerList`]).
 pub(crate) type Peers = (Rc<Vec<Rc<(MachineHealthCheck, MhcPolicy)>>>, u64);
+
+/// Machines by name, each with its resource version when read and what it read as (`None`: not
+/// a Machine the engine can read).
+type MachinesByName = BTreeMap<String, (String, Option<Rc<MachineView>>)>;
 
 /// What a check's targets were selected at: its namespace's spec version and its Machines'
 /// selection version.
@@ -237,58 +242,26 @@ pub(crate) fn may_remediate(cluster: &str, group: &str) -> bool {
 
 impl Views {
     /// Machines of a namespace of the management cluster. Only the Machines written since the
-    /// last reading are read again (a Machine keeps its resource version while unchanged): an
-    /// outage writes Machines one at a time, and reading all 10 000 for each write dominated it.
+    /// last reading are read again ([`Store::changed_since`]): an outage writes Machines one at a
+    /// time, and reading (or even comparing) all 10 000 for each write dominated it.
     pub(crate) fn machines(&mut self, store: &Store, namespace: &str) -> Rc<Vec<Rc<MachineView>>> {
         let version = store.list_version(LOCAL_CLUSTER, CAPI_GROUP, "Machine", Some(namespace));
         let slot = self.machines.entry(namespace.to_string()).or_default();
         if let Some(kept) = slot.as_ref().filter(|kept| kept.at == version) {
             return kept.views.clone();
         }
-        let (mut by_name, selection_version) =
-            slot.take().map(|kept| (kept.by_name, Some(kept.selection_version))).unwrap_or_default();
-        let mut views = Vec::with_capacity(by_name.len());
-        let mut reselect = selection_version.is_none();
-        // Both in name order: walked together, a Machine unchanged since costs a compare.
-        let mut kept = by_name.iter_mut().peekable();
-        let mut came = Vec::new();
-        let mut went = Vec::new();
-        for (key, object) in store.list(LOCAL_CLUSTER, CAPI_GROUP, "Machine", Some(namespace)) {
-            let rv = rv_of(object).unwrap_or("");
-            while let Some((name, _)) = kept.next_if(|(name, _)| name.as_str() < key.name.as_str()) {
-                went.push(name.clone());
+        let (by_name, kept_selection) = match slot.take() {
+            Some(kept) => {
+                let (by_name, reselect) = machines_changed(store, namespace, kept.at, kept.by_name);
+                (by_name, Some(kept.selection_version).filter(|_| !reselect))
             }
-            match kept.next_if(|(name, _)| **name == key.name) {
-                Some((_, (at, view))) => {
-                    if at != rv {
-                        let fresh = MachineView::read(object).map(Rc::new);
-                        reselect |= !same_selection(view.as_deref(), fresh.as_deref());
-                        rv.clone_into(at);
-                        *view = fresh;
-                    }
-                    views.extend(view.clone());
-                }
-                None => {
-                    let view = MachineView::read(object).map(Rc::new);
-                    views.extend(view.clone());
-                    came.push((key.name.clone(), (rv.to_string(), view)));
-                }
-            }
-        }
-        went.extend(kept.map(|(name, _)| name.clone()));
-        reselect |= !came.is_empty() || !went.is_empty();
-        for name in &went {
-            by_name.remove(name);
-        }
-        by_name.extend(came);
-        let selection_version = match selection_version {
-            Some(kept) if !reselect => kept,
-            _ => {
-                self.selection_changes += 1;
-                self.selection_changes
-            }
+            None => (machines_read(store, namespace), None),
         };
-        let views = Rc::new(views);
+        let selection_version = kept_selection.unwrap_or_else(|| {
+            self.selection_changes += 1;
+            self.selection_changes
+        });
+        let views = Rc::new(by_name.values().filter_map(|(_, view)| view.clone()).collect::<Vec<_>>());
         *self.machines.entry(namespace.to_string()).or_default() =
             Some(MachineList { at: version, views: views.clone(), by_name, selection_version });
         views
@@ -495,6 +468,52 @@ impl Views {
     pub(crate) fn keep_claims(&mut self, check: CheckRef, version: ClaimsAt, claims: Rc<Vec<Claim>>) {
         self.claims.insert(check, (version, claims));
     }
+}
+
+/// Every Machine of `namespace` by name, with its resource version and what it reads as.
+fn machines_read(store: &Store, namespace: &str) -> MachinesByName {
+    store
+        .list(LOCAL_CLUSTER, CAPI_GROUP, "Machine", Some(namespace))
+        .map(|(key, object)| {
+            (key.name.clone(), (rv_of(object).unwrap_or("").to_string(), MachineView::read(object).map(Rc::new)))
+        })
+        .collect()
+}
+
+/// `by_name`, read at store version `at`, brought up to date by reading again only the Machines
+/// of `namespace` changed since; and whether what selects targets moved (a Machine came, went,
+/// or changed its labels or annotations).
+fn machines_changed(store: &Store, namespace: &str, at: u64, mut by_name: MachinesByName) -> (MachinesByName, bool) {
+    let changed: BTreeSet<&str> = store.changed_since(LOCAL_CLUSTER, CAPI_GROUP, "Machine", namespace, at).collect();
+    let mut reselect = false;
+    for name in changed {
+        let key = Key {
+            cluster: LOCAL_CLUSTER.to_string(),
+            group: CAPI_GROUP.to_string(),
+            kind: "Machine".to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        let Some(object) = store.get(&key) else {
+            reselect |= by_name.remove(name).is_some();
+            continue;
+        };
+        let rv = rv_of(object).unwrap_or("");
+        match by_name.get_mut(name) {
+            Some((kept_rv, _)) if kept_rv == rv => {}
+            Some((kept_rv, view)) => {
+                let fresh = MachineView::read(object).map(Rc::new);
+                reselect |= !same_selection(view.as_deref(), fresh.as_deref());
+                rv.clone_into(kept_rv);
+                *view = fresh;
+            }
+            None => {
+                by_name.insert(name.to_string(), (rv.to_string(), MachineView::read(object).map(Rc::new)));
+                reselect = true;
+            }
+        }
+    }
+    (by_name, reselect)
 }
 
 #[cfg(test)]
