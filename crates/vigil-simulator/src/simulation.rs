@@ -12,6 +12,7 @@ use crate::views::{
 };
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
+use serde::Deserialize as _;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
@@ -326,7 +327,7 @@ impl Sim<'_> {
             typed
         } else {
             if kind == "Node" && text(&object, "/apiVersion") == "v1" {
-                serde_json::from_value::<Node>(object.clone()).map_err(|e| err(format!("not a valid Node: {e}")))?;
+                Node::deserialize(&object).map_err(|e| err(format!("not a valid Node: {e}")))?;
             }
             object
         };

@@ -79,7 +79,12 @@ struct PageMeta {
 /// Lists every object of a resource (all namespaces, or one), page by page, each with its
 /// apiVersion and kind set (list items may omit them) and cleaned for a scenario. The pages are
 /// read as JSON directly: a typed object read and written back as JSON cost as much as the read.
-async fn list(client: &Client, ar: &ApiResource, namespace: Option<&str>) -> Result<Vec<Value>, kube::Error> {
+async fn list(
+    client: &Client,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+    purpose: Purpose,
+) -> Result<Vec<Value>, kube::Error> {
     let request = kube::core::Request::new(<DynamicObject as kube::Resource>::url_path(ar, namespace));
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(PAGE);
@@ -89,7 +94,7 @@ async fn list(client: &Client, ar: &ApiResource, namespace: Option<&str>) -> Res
         for mut item in page.items {
             item["apiVersion"] = json!(ar.api_version);
             item["kind"] = json!(ar.kind);
-            out.push(clean(item));
+            out.push(clean(item, purpose));
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -101,7 +106,9 @@ async fn list(client: &Client, ar: &ApiResource, namespace: Option<&str>) -> Res
 /// Drops what the API server keeps for itself (managed fields, resource versions) and, for
 /// Nodes, everything of the status but the conditions (images, addresses, capacity): the
 /// rules read labels, annotations and conditions only, and a 10 000-Node snapshot stays small.
-fn clean(mut v: Value) -> Value {
+/// A check keeps of a Node only what the rules read ([`vigil_api::node_view::retain_read`]): it
+/// holds each Node twice when a workload cluster hosts itself.
+pub(crate) fn clean(mut v: Value, purpose: Purpose) -> Value {
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         for field in ["managedFields", "resourceVersion", "selfLink", "generation"] {
             meta.remove(field);
@@ -114,15 +121,22 @@ fn clean(mut v: Value) -> Value {
         }
     }
     if v["kind"] == "Node" && v["apiVersion"] == "v1" {
-        let conditions = v.pointer("/status/conditions").cloned();
-        match (v.as_object_mut(), conditions) {
-            (Some(o), Some(c)) => {
-                o.insert("status".into(), json!({"conditions": c}));
+        // The conditions are moved out, not copied: 20 000 Nodes are cleaned for a check.
+        if let Some(o) = v.as_object_mut() {
+            match o.get_mut("status").and_then(|s| s.get_mut("conditions")).map(Value::take) {
+                Some(conditions) => {
+                    o.insert(
+                        "status".into(),
+                        Value::Object([("conditions".to_string(), conditions)].into_iter().collect()),
+                    );
+                }
+                None => {
+                    o.remove("status");
+                }
             }
-            (Some(o), None) => {
-                o.remove("status");
-            }
-            _ => {}
+        }
+        if purpose == Purpose::Check {
+            vigil_api::node_view::retain_read(&mut v);
         }
     }
     v
@@ -130,7 +144,7 @@ fn clean(mut v: Value) -> Value {
 
 /// Cluster API's Clusters and Machines in the version the API server prefers, with what was
 /// left out (`None`: Cluster API is not served).
-async fn read_capi(client: &Client, namespace: Option<&str>) -> Result<Option<CapiRead>> {
+async fn read_capi(client: &Client, namespace: Option<&str>, purpose: Purpose) -> Result<Option<CapiRead>> {
     let group = match discovery::group(client, "cluster.x-k8s.io").await {
         Ok(group) => group,
         Err(e) if not_found(&e) => return Ok(None),
@@ -139,7 +153,9 @@ async fn read_capi(client: &Client, namespace: Option<&str>) -> Result<Option<Ca
     let mut notes = Vec::new();
     let mut read_kind = async |kind: &str| -> Result<Vec<Value>> {
         match group.recommended_kind(kind) {
-            Some((ar, _)) => list(client, &ar, namespace).await.with_context(|| format!("cannot list {kind}s")),
+            Some((ar, _)) => {
+                list(client, &ar, namespace, purpose).await.with_context(|| format!("cannot list {kind}s"))
+            }
             None => {
                 notes.push(format!("cluster.x-k8s.io serves no {kind}: none read"));
                 Ok(Vec::new())
@@ -214,11 +230,11 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
     // The checks first (a few objects): they name the workload clusters and templates to read.
     let (mhcs, nhcs) = tokio::try_join!(
         async {
-            list(client, &mhc, namespace).await.with_context(|| {
+            list(client, &mhc, namespace, purpose).await.with_context(|| {
                 "cannot list MachineHealthChecks (vigil.dev/v1alpha1); are Vigil's CRDs installed (kubectl apply -f deploy/crds/)?"
             })
         },
-        async { list(client, &nhc, None).await.context("cannot list NodeHealthChecks (vigil.dev/v1alpha1)") },
+        async { list(client, &nhc, None, purpose).await.context("cannot list NodeHealthChecks (vigil.dev/v1alpha1)") },
     )?;
     let named = Named::of(mhcs.iter().chain(&nhcs).chain(candidates));
     let management_nodes = purpose == Purpose::Snapshot || named.node_checks;
@@ -226,16 +242,18 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
     // 10 000 targets: all of it is read at once (a list is no more consistent with the next one
     // read after it).
     let (capi, nodes, workload, templates, around) = tokio::try_join!(
-        read_capi(client, namespace),
+        read_capi(client, namespace, purpose),
         async {
             match management_nodes {
-                true => list(client, &resource("", "v1", "Node", "nodes"), None).await.context("cannot list Nodes"),
+                true => {
+                    list(client, &resource("", "v1", "Node", "nodes"), None, purpose).await.context("cannot list Nodes")
+                }
                 false => Ok(Vec::new()),
             }
         },
-        async { Ok(read_workload(client, named.workload).await) },
-        read_templates(client, &named.templates),
-        read_around(client),
+        async { Ok(read_workload(client, named.workload, purpose).await) },
+        read_templates(client, &named.templates, purpose),
+        read_around(client, purpose),
     )?;
     let (clusters, machines) = match capi {
         Some((clusters, machines, notes)) => {
@@ -273,6 +291,7 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
 async fn read_workload(
     client: &Client,
     clusters: BTreeSet<(String, String)>,
+    purpose: Purpose,
 ) -> Vec<(String, Result<Vec<Value>, String>)> {
     let node = resource("", "v1", "Node", "nodes");
     futures::stream::iter(clusters)
@@ -282,9 +301,9 @@ async fn read_workload(
                 let key = format!("{ns}/{cluster}");
                 let secret = format!("{cluster}-kubeconfig");
                 let read = match vigil_controller::workload::connect(client, &ns, &secret).await {
-                    Ok(workload_client) => {
-                        list(&workload_client, node, None).await.map_err(|e| format!("cannot list its Nodes: {e}"))
-                    }
+                    Ok(workload_client) => list(&workload_client, node, None, purpose)
+                        .await
+                        .map_err(|e| format!("cannot list its Nodes: {e}")),
                     Err(why) => Err(why),
                 };
                 (key, read)
@@ -300,7 +319,7 @@ type TemplatesRead = (Vec<Value>, Vec<Value>, Vec<String>);
 
 /// Reads the templates and the remediation objects made from them (of the templates' kinds, in
 /// the templates' namespaces).
-async fn read_templates(client: &Client, templates: &BTreeSet<TemplateRef>) -> Result<TemplatesRead> {
+async fn read_templates(client: &Client, templates: &BTreeSet<TemplateRef>, purpose: Purpose) -> Result<TemplatesRead> {
     let mut notes = Vec::new();
     let mut template_objects = Vec::new();
     let mut remediation_kinds: BTreeSet<(String, String, String)> = BTreeSet::new();
@@ -314,7 +333,7 @@ async fn read_templates(client: &Client, templates: &BTreeSet<TemplateRef>) -> R
                         let mut v = serde_json::to_value(o)?;
                         v["apiVersion"] = json!(ar.api_version);
                         v["kind"] = json!(ar.kind);
-                        template_objects.push(clean(v));
+                        template_objects.push(clean(v, purpose));
                     }
                     None => notes.push(format!("{t} not found")),
                 }
@@ -327,8 +346,9 @@ async fn read_templates(client: &Client, templates: &BTreeSet<TemplateRef>) -> R
     for (api_version, kind, ns) in &remediation_kinds {
         let ApiVersion { group, version } = ApiVersion::parse(api_version);
         match discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
-            Ok((ar, _)) => remediations
-                .extend(list(client, &ar, Some(ns)).await.with_context(|| format!("cannot list {kind} in {ns}"))?),
+            Ok((ar, _)) => remediations.extend(
+                list(client, &ar, Some(ns), purpose).await.with_context(|| format!("cannot list {kind} in {ns}"))?,
+            ),
             Err(e) => notes.push(format!("{api_version} {kind} is not served ({e}): none read")),
         }
     }
@@ -342,11 +362,11 @@ type AroundRead = (Vec<Value>, Vec<String>, String);
 /// NodeMaintenances, OpenShift ClusterVersions and OpenShift Machines (their Nodes' remediation
 /// objects' owners). A Lease list that fails is said (what
 /// `vigil check` tells would then ignore who else holds a Node).
-async fn read_around(client: &Client) -> Result<AroundRead> {
+async fn read_around(client: &Client, purpose: Purpose) -> Result<AroundRead> {
     let lease_namespace = vigil_controller::surroundings::default_lease_namespace();
     let mut notes = Vec::new();
     let leases = resource("coordination.k8s.io", "v1", "Lease", "leases");
-    let mut out = match list(client, &leases, Some(&lease_namespace)).await {
+    let mut out = match list(client, &leases, Some(&lease_namespace), purpose).await {
         Ok(list) => list,
         Err(e) => {
             notes.push(format!(
@@ -362,7 +382,7 @@ async fn read_around(client: &Client) -> Result<AroundRead> {
     ] {
         // Not served: there are none (the engine reads it so).
         if let Ok((ar, _)) = discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
-            out.extend(list(client, &ar, None).await.with_context(|| format!("cannot list {kind}s"))?);
+            out.extend(list(client, &ar, None, purpose).await.with_context(|| format!("cannot list {kind}s"))?);
         }
     }
     Ok((out, notes, lease_namespace))
@@ -379,12 +399,46 @@ mod tests {
                          "annotations": {LAST_APPLIED: "{}"}},
             "status": {"images": [{"names": ["x"]}], "conditions": [{"type": "Ready", "status": "True"}]}});
         assert_eq!(
-            clean(node),
+            clean(node.clone(), Purpose::Snapshot),
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "b"}},
                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
         );
         let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
             "metadata": {"name": "m", "annotations": {"a": "b"}}, "status": {"nodeRef": {"name": "n1"}}});
-        assert_eq!(clean(machine.clone()), machine, "only Nodes lose status fields");
+        let bare = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}, "status": {"images": []}});
+        assert_eq!(
+            clean(bare, Purpose::Snapshot),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}),
+            "a Node without conditions keeps no status"
+        );
+        assert_eq!(clean(machine.clone(), Purpose::Snapshot), machine, "only Nodes lose status fields");
+        assert_eq!(clean(machine.clone(), Purpose::Check), machine, "only Nodes lose fields");
+    }
+
+    /// A check keeps of a Node what the rules read: it reads as the whole Node, with less held.
+    #[test]
+    fn clean_for_a_check_keeps_what_the_rules_read_of_a_node() {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "uid": "u", "labels": {"zone": "b"},
+                         "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                         vigil_api::well_known::MANUALLY_CONFIRMED_HEALTHY_ANNOTATION: "yes"}},
+            "spec": {"providerID": "aws:///i-1", "unschedulable": true,
+                     "taints": [{"key": vigil_api::well_known::MEDIK8S_DRAIN_TAINT, "effect": "NoSchedule"}]},
+            "status": {"images": [{"names": ["x"]}], "conditions": [
+                {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "PLEG is not healthy",
+                 "lastTransitionTime": "2030-01-01T00:00:00Z", "lastHeartbeatTime": "2030-01-01T00:00:10Z"}]}});
+        let snapshot = clean(node.clone(), Purpose::Snapshot);
+        let check = clean(node.clone(), Purpose::Check);
+        let read = vigil_api::views::NodeView::read;
+        assert!(read(&node).is_some_and(|v| v.unschedulable && v.annotations.len() == 1 && !v.conditions.is_empty()));
+        assert_eq!(read(&check), read(&node));
+        assert_eq!(read(&snapshot), read(&node));
+        assert_eq!(check.pointer("/spec/providerID"), None);
+        assert_eq!(check.pointer("/status/conditions/0/message"), None);
+        assert_eq!(
+            snapshot.pointer("/status/conditions/0/message"),
+            node.pointer("/status/conditions/0/message"),
+            "a snapshot keeps the messages"
+        );
     }
 }
