@@ -356,3 +356,13 @@ fn validate_names_a_bad_max_in_flight_and_its_value_and_accepts_a_good_one() {
         assert!(out.status.success(), "{max}: {}", String::from_utf8_lossy(&out.stdout));
     }
 }
+
+#[test]
+fn snapshot_refuses_an_output_format_it_does_not_write_before_reading_the_cluster() {
+    // No kubeconfig is read: the flag is refused first, naming the flag, the value and the choices.
+    let out = vigil(&["snapshot", "--kubeconfig", "/nonexistent/kubeconfig", "--output", "xml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid value 'xml' for '--output <OUTPUT>'"), "{err}");
+    assert!(err.contains("yaml") && err.contains("json"), "{err}");
+}
