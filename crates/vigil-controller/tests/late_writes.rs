@@ -145,13 +145,21 @@ async fn late_writes_change_nothing(env: &TestEnv, shards: u32, standby_first: b
         Ok(done.then_some(()))
     })
     .await?;
-    // ... and writes the statuses that say so.
+    // ... and writes the statuses that say so: each NodeHealthCheck names its object, and the
+    // MachineHealthCheck's comes from a decision that counts m1 unhealthy. The Machine is marked
+    // before that status is written, and a status t wrote while its caches filled (a refusal,
+    // which keeps the counts it found) may still stand: the comparison starts from t's own.
     wait_for("t's statuses naming the objects", WAIT, || async {
         let mut named = true;
         for name in ["multi", "fixed"] {
             let s = check_status(env, "NodeHealthCheck", name).await?;
             named &= s["unhealthyNodes"][0]["remediations"][0]["resource"]["uid"].is_string();
         }
+        let s = check_status(env, "MachineHealthCheck", "workers").await?;
+        let decided = s["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "RemediationAllowed" && c["status"] == "True"));
+        named &= decided && s["currentHealthy"] == 0;
         Ok(named.then_some(()))
     })
     .await?;
