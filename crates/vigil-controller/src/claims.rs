@@ -5,17 +5,15 @@
 //! targets while confirming (see [`crate::confirm`]).
 
 use crate::index::Index;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::{MachineView, RemediationView};
-use vigil_api::{MachineHealthCheck, validate};
 use vigil_engine::assemble::{self, ClaimSource, Fresh};
 use vigil_engine::concerns::group_of;
 use vigil_engine::cross_shard;
 use vigil_engine::holders::{Claim, Holders};
 use vigil_engine::lookup::Lookup;
-use vigil_engine::peers::MhcPeers;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
 
 /// Reads a template's remediation objects of one namespace by name, from the index.
@@ -49,31 +47,6 @@ impl Lookup<RemediationView> for RemediationIndex<'_> {
     }
 }
 
-/// The valid MachineHealthChecks of a namespace with their policies (who may own a Machine's
-/// conditions: [`vigil_engine::peers`]), as validated when the index stored them.
-pub(crate) fn mhc_peers<'i>(
-    idx: &'i Index,
-    namespace: &str,
-) -> &'i [(Arc<MachineHealthCheck>, Arc<validate::MhcPolicy>)] {
-    idx.mhc_peer_list(namespace)
-}
-
-/// Each namespace's ranked peers, built once per derivation of many checks' claims (a
-/// confirmation derives every other check's) rather than once per check.
-/// A decision ranks its namespace's peers once, for its claims, the others' and its own plan.
-#[derive(Default)]
-pub(crate) struct PeersMemo<'i>(HashMap<String, MhcPeers<'i>>);
-
-impl<'i> PeersMemo<'i> {
-    /// The ranked valid MachineHealthChecks of `namespace`.
-    pub(crate) fn of(&mut self, idx: &'i Index, namespace: &str) -> &MhcPeers<'i> {
-        if !self.0.contains_key(namespace) {
-            self.0.insert(namespace.to_string(), assemble::peers_of(mhc_peers(idx, namespace)));
-        }
-        &self.0[namespace]
-    }
-}
-
 /// The cluster key the engine uses for an MHC's Nodes ([`assemble::node_cluster`]): local when
 /// the workload cluster is the cluster Vigil runs in.
 pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
@@ -86,15 +59,10 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
 /// ([`assemble::holders`]).
 /// With more than one shard, a target `key` selects that checks of different shards select too
 /// is left to the first of them ([`cross_shard`]).
-pub(crate) fn holders_for<'i>(
-    idx: &'i Index,
-    key: &CheckRef,
-    fresh: Option<&BTreeSet<Target>>,
-    memo: &mut PeersMemo<'i>,
-) -> Holders {
-    let own = claims_within(idx, key, None, memo).unwrap_or_default();
+pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
+    let own = claims_within(idx, key, None).unwrap_or_default();
     let selections = if idx.sharding.count > 1 { selections(idx, key) } else { BTreeMap::new() };
-    let elsewhere = other_shards_claims(idx, key, &selections, memo);
+    let elsewhere = other_shards_claims(idx, key, &selections);
     let cached =
         idx.claims.iter().map(|(k, c)| (k, c.as_slice())).chain(elsewhere.iter().map(|(k, c)| (k, c.as_slice())));
     let holders = match fresh {
@@ -103,7 +71,7 @@ pub(crate) fn holders_for<'i>(
             let scope = Scope::of(idx, about);
             let mut rederived = Fresh::about(about);
             for other in idx.all_checks().into_iter().filter(|o| o != key) {
-                if let Some(claims) = claims_within(idx, &other, Some(&scope), memo) {
+                if let Some(claims) = claims_within(idx, &other, Some(&scope)) {
                     rederived.insert(other, claims);
                 }
             }
@@ -122,11 +90,10 @@ pub(crate) fn holders_for<'i>(
 /// while confirming a remediation of it, and a decision that stops before (at the Node's Lease
 /// that check took) would say it waits for the Lease, never for the check, and would not be
 /// told when that check lets go.
-fn other_shards_claims<'i>(
-    idx: &'i Index,
+fn other_shards_claims(
+    idx: &Index,
     key: &CheckRef,
     selections: &BTreeMap<Target, cross_shard::Selecting>,
-    memo: &mut PeersMemo<'i>,
 ) -> Vec<(CheckRef, Vec<Claim>)> {
     let mine = idx.shard_of(key);
     let mut shared = BTreeSet::new();
@@ -143,7 +110,7 @@ fn other_shards_claims<'i>(
         return Vec::new();
     }
     let scope = Scope::of(idx, &shared);
-    others.into_iter().filter_map(|o| Some((o.clone(), claims_within(idx, o, Some(&scope), memo)?))).collect()
+    others.into_iter().filter_map(|o| Some((o.clone(), claims_within(idx, o, Some(&scope))?))).collect()
 }
 
 /// The targets check `key` selects, each with every check selecting it and that check's shard
@@ -266,20 +233,15 @@ impl<'a> Scope<'a> {
 /// The targets check `key` is remediating, derived from the indexes (its remediation objects,
 /// its Machines' conditions, its status' requests in flight).
 pub fn claims_of(idx: &Index, key: &CheckRef) -> Vec<Claim> {
-    claims_within(idx, key, None, &mut PeersMemo::default()).unwrap_or_default()
+    claims_within(idx, key, None).unwrap_or_default()
 }
 
 /// [`claims_of`], or within `scope` only its claims about the scope's targets (looking only at
 /// the scope's Machines and remediation objects naming its Nodes); `None` when the check cannot
 /// hold any target of the scope (another namespace or cluster).
-fn claims_within<'i>(
-    idx: &'i Index,
-    key: &CheckRef,
-    scope: Option<&Scope<'_>>,
-    memo: &mut PeersMemo<'i>,
-) -> Option<Vec<Claim>> {
+fn claims_within(idx: &Index, key: &CheckRef, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
     let claims = match key {
-        CheckRef::Machine { namespace: ns, name: n } => mhc_claims_within(idx, ns, n, scope, memo)?,
+        CheckRef::Machine { namespace: ns, name: n } => mhc_claims_within(idx, ns, n, scope)?,
         CheckRef::Node { name: n } => nhc_claims_within(idx, n, scope)?,
     };
     Some(match scope {
@@ -288,13 +250,7 @@ fn claims_within<'i>(
     })
 }
 
-fn mhc_claims_within<'i>(
-    idx: &'i Index,
-    ns: &str,
-    n: &str,
-    scope: Option<&Scope<'_>>,
-    memo: &mut PeersMemo<'i>,
-) -> Option<Vec<Claim>> {
+fn mhc_claims_within(idx: &Index, ns: &str, n: &str, scope: Option<&Scope<'_>>) -> Option<Vec<Claim>> {
     let Some((key, check)) = idx.mhcs.get_key_value(&(ns.to_string(), n.to_string())) else { return Some(Vec::new()) };
     let Some(Ok(policy)) = idx.mhc_policy_of(key) else { return Some(Vec::new()) };
     let node_cluster = node_cluster(idx, ns, &policy.cluster_name);
@@ -306,11 +262,11 @@ fn mhc_claims_within<'i>(
     };
     let indexes = mhc_remediation_indexes(idx, ns, policy);
     let remediations = as_lookups(&indexes);
-    let peers = memo.of(idx, &key.0);
+    let peers = idx.mhc_peers(&key.0);
     Some(assemble::claims(ClaimSource::Machine {
         check,
         policy,
-        peers,
+        peers: &peers,
         node_cluster: &node_cluster,
         machines: &machines,
         remediations: &remediations,
@@ -584,7 +540,7 @@ mod scoped_claims {
             for key in idx.all_checks() {
                 let full: Vec<Claim> =
                     claims_of(&idx, &key).into_iter().filter(|c| targets.contains(&c.target)).collect();
-                match claims_within(&idx, &key, Some(&scope), &mut PeersMemo::default()) {
+                match claims_within(&idx, &key, Some(&scope)) {
                     Some(scoped) => assert_eq!(scoped, full, "{key:?} about {targets:?}"),
                     None => assert!(full.is_empty(), "{key:?} skipped but claims {full:?}"),
                 }
@@ -592,9 +548,7 @@ mod scoped_claims {
             assert!(scope.machines.get("default").is_some_and(|m| m.len() <= 2), "{:?}", scope.machines);
         }
         let other = CheckRef::Machine { namespace: "other".into(), name: "elsewhere".into() };
-        assert!(
-            claims_within(&idx, &other, Some(&Scope::of(&idx, &about(&["w-2"]))), &mut PeersMemo::default()).is_none()
-        );
+        assert!(claims_within(&idx, &other, Some(&Scope::of(&idx, &about(&["w-2"])))).is_none());
         assert!(
             !claims_of(&idx, &CheckRef::Machine { namespace: "default".into(), name: "workers".into() }).is_empty()
         );

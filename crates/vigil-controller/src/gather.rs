@@ -3,7 +3,7 @@
 //! plan leaves out is the engine's [`vigil_engine::partial::leave_out`]). Everything here runs
 //! under the index read lock, without I/O. Who holds which target is [`crate::claims`].
 
-use crate::claims::{PeersMemo, RemediationIndex, as_lookups, holders_for, node_cluster};
+use crate::claims::{RemediationIndex, as_lookups, holders_for, node_cluster};
 use crate::index::Index;
 use crate::metrics::Gauges;
 use crate::sources::Need;
@@ -338,10 +338,9 @@ pub fn machine_job(
         remediations: &remediations,
     };
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
-    let mut memo = PeersMemo::default();
-    let holders = holders_for(idx, &key, fresh, &mut memo);
-    let peers = memo.of(idx, namespace);
-    let plan = machine::decide_among_peers(&input, &holders, peers, &node_cluster, now);
+    let holders = holders_for(idx, &key, fresh);
+    let peers = idx.mhc_peers(namespace);
+    let plan = machine::decide_among_peers(&input, &holders, &peers, &node_cluster, now);
     let expiries = mhc_expiries(idx, &workload, &policy, &plan.actions, now);
     let machines = patched_machines(idx, &plan.actions);
     Some(Job { needs: sources.needs, expiries, machines, ..mhc_job(check, &key, plan) })
@@ -507,7 +506,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
             machines: around.openshift_machines.observed("OpenShift Machines", &machines, &mut machine_why),
         },
     };
-    let holders = holders_for(idx, &key, fresh, &mut PeersMemo::default());
+    let holders = holders_for(idx, &key, fresh);
     let plan = node::decide_among(&input, &holders, now);
     let expiries = nhc_expiries(idx, &policy, &plan.actions, now);
     Some(Job { needs, expiries, ..nhc_job(check, &key, plan) })

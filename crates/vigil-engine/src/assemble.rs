@@ -6,9 +6,8 @@
 
 use crate::holders::{self, Claim, Holders};
 use crate::lookup::Lookup;
-use crate::peers::{MhcPeer, MhcPeers};
+use crate::peers::MhcPeers;
 use crate::target::{CheckRef, LOCAL_CLUSTER, Target};
-use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::{MachineView, RemediationView};
@@ -20,11 +19,6 @@ pub fn node_cluster(namespace: &str, cluster_name: &str, local: bool) -> String 
     if local { LOCAL_CLUSTER.to_string() } else { format!("{namespace}/{cluster_name}") }
 }
 
-/// The ownership ranking of a namespace's valid checks ([`crate::peers`]), whatever holds them.
-pub fn peers_of<C: Borrow<MachineHealthCheck>, P: Borrow<MhcPolicy>>(checks: &[(C, P)]) -> MhcPeers<'_> {
-    MhcPeers::new(checks.iter().map(|(c, p)| MhcPeer::of(c.borrow(), p.borrow())))
-}
-
 /// What one check's claims are derived from, as the adapter found it.
 pub enum ClaimSource<'a> {
     /// A MachineHealthCheck (see [`holders::mhc_claims_among`]).
@@ -33,7 +27,7 @@ pub enum ClaimSource<'a> {
         check: &'a MachineHealthCheck,
         /// Its policy.
         policy: &'a MhcPolicy,
-        /// The valid checks of its namespace ([`peers_of`]).
+        /// The valid checks of its namespace, ranked ([`crate::peers::KeptPeers`]).
         peers: &'a MhcPeers<'a>,
         /// Where its Nodes live ([`node_cluster`]).
         node_cluster: &'a str,

@@ -26,6 +26,7 @@ pub mod pacing;
 pub mod partial;
 pub mod peers;
 pub mod plan;
+pub mod selector_index;
 pub mod shard;
 pub mod stale;
 pub mod target;

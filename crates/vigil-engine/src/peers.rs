@@ -12,9 +12,11 @@
 //! Machine's namespace ([`MhcPeer::of`]), builds [`MhcPeers::new`] and passes it to
 //! [`crate::machine::decide_among_peers`] and [`crate::holders::mhc_claims_among`].
 
+use crate::selector_index::SelectorIndex;
 use crate::target::{CheckRef, is_target};
 use jiff::Timestamp;
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::sync::Arc;
 use vigil_api::MachineHealthCheck;
 use vigil_api::reason::Reason;
 use vigil_api::validate::MhcPolicy;
@@ -51,18 +53,111 @@ impl<'a> MhcPeer<'a> {
     }
 }
 
-/// The valid MachineHealthChecks that may select the same Machines, ranked.
+/// The ranking of a set of valid MachineHealthChecks, without their policies: an adapter keeps
+/// it while the checks do not change ([`KeptPeers`]), so a decision does not rank its whole
+/// namespace again (with a thousand checks in one namespace, ranking was most of the work of
+/// each Machine update).
 #[derive(Debug, Clone, Default)]
-pub struct MhcPeers<'a> {
-    ranked: Vec<MhcPeer<'a>>,
+pub struct PeerOrder {
+    /// By rank: the check's identity.
+    checks: Vec<CheckRef>,
+    /// By rank: where the check was in the list it was ranked from.
+    source: Vec<usize>,
     /// Ranks ordered by their check's identity, to find a check's rank by binary search.
     by_check: Vec<usize>,
-    /// Ranks (ascending) of the checks whose selector requires label `key = value`, each under
-    /// the one of its required labels that the fewest checks share.
-    by_label: HashMap<(&'a str, &'a str), Vec<usize>>,
-    /// Ranks (ascending) of the checks whose selector requires no label value (looked at for
-    /// every Machine).
-    unindexed: Vec<usize>,
+    /// Ranks (ascending) by a label value the check's selector requires.
+    selectors: SelectorIndex<usize>,
+}
+
+impl PeerOrder {
+    /// Ranks the checks: checks that act before checks in dry-run (a shadow policy must never
+    /// silence the live one it is tried next to), then created first, then by identity. A check
+    /// listed twice is ranked once.
+    pub fn rank(peers: &[MhcPeer<'_>]) -> Self {
+        let key = |p: &MhcPeer<'_>| (p.policy.dry_run, p.created.is_none(), p.created);
+        let mut source: Vec<usize> = (0..peers.len()).collect();
+        source.sort_by(|a, b| {
+            let (a, b) = (&peers[*a], &peers[*b]);
+            key(a).cmp(&key(b)).then_with(|| a.check.cmp(&b.check))
+        });
+        source.dedup_by(|a, b| peers[*a].check == peers[*b].check);
+        let checks: Vec<CheckRef> = source.iter().map(|i| peers[*i].check.clone()).collect();
+        let mut by_check: Vec<usize> = (0..checks.len()).collect();
+        by_check.sort_by(|a, b| checks[*a].cmp(&checks[*b]));
+        // Built in rank order, so each list of ranks is ascending.
+        let selectors =
+            SelectorIndex::build(source.iter().enumerate().map(|(rank, i)| (rank, Some(&peers[*i].policy.selector))));
+        PeerOrder { checks, source, by_check, selectors }
+    }
+
+    /// `check`'s rank, if it is among the peers.
+    fn rank_of(&self, check: &CheckRef) -> Option<usize> {
+        self.by_check.binary_search_by(|r| self.checks[*r].cmp(check)).ok().map(|i| self.by_check[i])
+    }
+}
+
+/// A namespace's ranking kept by an adapter with the policies it ranked, shared with the store
+/// of checks: built when one of the namespace's checks changes, read by every decision.
+#[derive(Debug, Clone, Default)]
+pub struct KeptPeers {
+    order: PeerOrder,
+    /// By rank.
+    policies: Vec<Arc<MhcPolicy>>,
+}
+
+impl KeptPeers {
+    /// Ranks `checks` (every valid MachineHealthCheck of the namespace, with its policy).
+    pub fn rank<'c>(checks: impl IntoIterator<Item = (&'c MachineHealthCheck, Arc<MhcPolicy>)>) -> Self {
+        let (checks, shared): (Vec<&MachineHealthCheck>, Vec<Arc<MhcPolicy>>) = checks.into_iter().unzip();
+        let peers: Vec<MhcPeer<'_>> = checks.iter().zip(&shared).map(|(c, p)| MhcPeer::of(c, p)).collect();
+        let order = PeerOrder::rank(&peers);
+        let policies = order.source.iter().map(|i| Arc::clone(&shared[*i])).collect();
+        KeptPeers { order, policies }
+    }
+
+    /// How many checks are ranked.
+    pub fn len(&self) -> usize {
+        self.policies.len()
+    }
+
+    /// Whether no check is ranked.
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
+    }
+
+    /// The ranking as decisions read it.
+    pub fn peers(&self) -> MhcPeers<'_> {
+        MhcPeers { order: Cow::Borrowed(&self.order), policies: Policies::Shared(&self.policies) }
+    }
+}
+
+/// The policies of ranked checks, by rank.
+#[derive(Debug, Clone)]
+enum Policies<'a> {
+    Borrowed(Vec<&'a MhcPolicy>),
+    Shared(&'a [Arc<MhcPolicy>]),
+}
+
+impl Policies<'_> {
+    fn get(&self, rank: usize) -> &MhcPolicy {
+        match self {
+            Policies::Borrowed(p) => p[rank],
+            Policies::Shared(p) => &p[rank],
+        }
+    }
+}
+
+/// The valid MachineHealthChecks that may select the same Machines, ranked.
+#[derive(Debug, Clone)]
+pub struct MhcPeers<'a> {
+    order: Cow<'a, PeerOrder>,
+    policies: Policies<'a>,
+}
+
+impl Default for MhcPeers<'_> {
+    fn default() -> Self {
+        MhcPeers { order: Cow::Owned(PeerOrder::default()), policies: Policies::Borrowed(Vec::new()) }
+    }
 }
 
 impl<'a> MhcPeers<'a> {
@@ -71,36 +166,15 @@ impl<'a> MhcPeers<'a> {
         Self::default()
     }
 
-    /// Ranks the checks: checks that act before checks in dry-run (a shadow policy must never
-    /// silence the live one it is tried next to), then created first, then by identity. Pass
-    /// every valid MachineHealthCheck of the namespace (more does no harm: a check of another
-    /// namespace selects none of its Machines).
+    /// Ranks the checks ([`PeerOrder::rank`]). Pass every valid MachineHealthCheck of the
+    /// namespace (more does no harm: a check of another namespace selects none of its
+    /// Machines). An adapter deciding many times between changes of the checks keeps
+    /// [`KeptPeers`] instead.
     pub fn new(peers: impl IntoIterator<Item = MhcPeer<'a>>) -> Self {
-        let mut ranked: Vec<MhcPeer<'a>> = peers.into_iter().collect();
-        // Compared by reference (no key is cloned): a namespace of a hundred checks is ranked
-        // for every decision and every claim derivation.
-        let key = |p: &MhcPeer<'a>| (p.policy.dry_run, p.created.is_none(), p.created);
-        ranked.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.check.cmp(&b.check)));
-        ranked.dedup_by(|a, b| a.check == b.check);
-        let mut by_check: Vec<usize> = (0..ranked.len()).collect();
-        by_check.sort_by(|a, b| ranked[*a].check.cmp(&ranked[*b].check));
-        // Each check is indexed under its rarest required label, so a Machine's lookups meet
-        // few checks that then do not select it.
-        let mut shared: HashMap<(&'a str, &'a str), usize> = HashMap::new();
-        for peer in &ranked {
-            for label in peer.policy.selector.required_labels() {
-                *shared.entry(label).or_default() += 1;
-            }
-        }
-        let mut by_label: HashMap<(&'a str, &'a str), Vec<usize>> = HashMap::new();
-        let mut unindexed = Vec::new();
-        for (rank, peer) in ranked.iter().enumerate() {
-            match peer.policy.selector.required_labels().min_by_key(|l| shared.get(l).copied().unwrap_or(0)) {
-                Some(label) => by_label.entry(label).or_default().push(rank),
-                None => unindexed.push(rank),
-            }
-        }
-        MhcPeers { ranked, by_check, by_label, unindexed }
+        let peers: Vec<MhcPeer<'a>> = peers.into_iter().collect();
+        let order = PeerOrder::rank(&peers);
+        let policies = order.source.iter().map(|i| peers[*i].policy).collect();
+        MhcPeers { order: Cow::Owned(order), policies: Policies::Borrowed(policies) }
     }
 
     /// The check that writes `machine`'s conditions, when that is not `me`: the first-ranked check
@@ -109,30 +183,20 @@ impl<'a> MhcPeers<'a> {
     /// Only the checks indexed under one of the Machine's labels, and those requiring none, are
     /// looked at: a check that selects the Machine requires only labels it carries.
     pub fn owner_other_than(&self, me: &CheckRef, machine: &MachineView) -> Option<&CheckRef> {
-        let mine = self.rank_of(me).unwrap_or(self.ranked.len());
+        let order = self.order.as_ref();
+        let mine = order.rank_of(me).unwrap_or(order.checks.len());
         let selects = |rank: usize| {
-            let peer = &self.ranked[rank];
-            let same_namespace =
-                matches!(&peer.check, CheckRef::Machine { namespace, .. } if *namespace == machine.meta.namespace);
-            same_namespace && is_target(peer.policy, machine)
+            let same_namespace = matches!(&order.checks[rank], CheckRef::Machine { namespace, .. } if *namespace == machine.meta.namespace);
+            same_namespace && is_target(self.policies.get(rank), machine)
         };
         let first_selecting =
             |ranks: &[usize], below: usize| ranks.iter().copied().take_while(|r| *r < below).find(|r| selects(*r));
-        let mut owner = first_selecting(&self.unindexed, mine);
-        if !self.by_label.is_empty() {
-            for label in machine.meta.labels.iter() {
-                if let Some(ranks) = self.by_label.get(&label)
-                    && let Some(rank) = first_selecting(ranks, owner.unwrap_or(mine))
-                {
-                    owner = Some(rank);
-                }
+        let mut owner = first_selecting(order.selectors.unindexed(), mine);
+        for (key, value) in machine.meta.labels.iter() {
+            if let Some(rank) = first_selecting(order.selectors.under(key, value), owner.unwrap_or(mine)) {
+                owner = Some(rank);
             }
         }
-        owner.map(|rank| &self.ranked[rank].check)
-    }
-
-    /// `check`'s rank, if it is among the peers.
-    fn rank_of(&self, check: &CheckRef) -> Option<usize> {
-        self.by_check.binary_search_by(|r| self.ranked[*r].check.cmp(check)).ok().map(|i| self.by_check[i])
+        owner.map(|rank| &order.checks[rank])
     }
 }

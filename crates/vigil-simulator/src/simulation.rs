@@ -742,10 +742,9 @@ impl Sim<'_> {
             remediations: &remediation_refs,
         };
         let holders = self.holders_reporting_ties();
-        let (peer_checks, _) = self.mhc_peers(namespace);
-        let peer_pairs = crate::views::pairs(&peer_checks);
-        let peers = assemble::peers_of(&peer_pairs);
-        let plan = vigil_engine::machine::decide_among_peers(&input, &holders, &peers, &node_cluster, self.now);
+        let ranking = self.views.mhc_ranking(&self.store, namespace);
+        let plan =
+            vigil_engine::machine::decide_among_peers(&input, &holders, &ranking.peers(), &node_cluster, self.now);
         self.apply(id, plan);
     }
 
@@ -887,13 +886,11 @@ impl Sim<'_> {
                 let remediations = self.mhc_remediations(namespace, policy);
                 let remediation_refs = lookups(&remediations);
                 let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                let (peer_checks, _) = self.mhc_peers(namespace);
-                let peer_pairs = crate::views::pairs(&peer_checks);
-                let peers = assemble::peers_of(&peer_pairs);
+                let ranking = self.views.mhc_ranking(&self.store, namespace);
                 Some(assemble::claims(ClaimSource::Machine {
                     check,
                     policy,
-                    peers: &peers,
+                    peers: &ranking.peers(),
                     node_cluster: &node_cluster,
                     machines: &machine_refs,
                     remediations: &remediation_refs,

@@ -9,6 +9,7 @@
 use crate::store::{Key, Store};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
+use std::sync::Arc;
 use vigil_api::validate::{self, MhcPolicy, NhcPolicy};
 use vigil_api::views::{
     ClusterVersionView, LeaseView, MachineView, MaintenanceView, NodeView, OpenShiftMachineView, RemediationView,
@@ -16,6 +17,7 @@ use vigil_api::views::{
 use vigil_api::{GROUP, MachineHealthCheck, NodeHealthCheck};
 use vigil_engine::concerns::GuardedAges;
 use vigil_engine::holders::Claim;
+use vigil_engine::peers::KeptPeers;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// API group of Cluster API's Machines and Clusters.
@@ -62,6 +64,8 @@ struct PeerList {
     at: u64,
     checks: Rc<Vec<Rc<(MachineHealthCheck, MhcPolicy)>>>,
     spec_version: u64,
+    /// Their ranking, made when first asked for at this spec version.
+    ranked: Option<Rc<KeptPeers>>,
 }
 
 /// The valid MachineHealthChecks of a namespace and the version of their specs (see [`PeerList`]).
@@ -139,11 +143,6 @@ fn same_but_status(a: &MachineHealthCheck, b: &MachineHealthCheck) -> bool {
         meta
     };
     a.spec == b.spec && bare(a) == bare(b)
-}
-
-/// Kept checks as the (check, policy) pairs the engine ranks ([`vigil_engine::assemble::peers_of`]).
-pub(crate) fn pairs(checks: &[Rc<(MachineHealthCheck, MhcPolicy)>]) -> Vec<(&MachineHealthCheck, &MhcPolicy)> {
-    checks.iter().map(|c| (&c.0, &c.1)).collect()
 }
 
 /// Whether a Machine read again is selected as before (labels and annotations unchanged).
@@ -367,8 +366,24 @@ impl Views {
             }
         };
         let checks = Rc::new(checks);
-        self.peers.insert(namespace.to_string(), PeerList { at: version, checks: checks.clone(), spec_version });
+        let ranked = self.peers.get(namespace).filter(|_| unchanged).and_then(|kept| kept.ranked.clone());
+        self.peers
+            .insert(namespace.to_string(), PeerList { at: version, checks: checks.clone(), spec_version, ranked });
         (checks, spec_version)
+    }
+
+    /// The valid MachineHealthChecks of `namespace` ranked ([`vigil_engine::peers`]), ranked
+    /// again only when a check's metadata or spec changed.
+    pub(crate) fn mhc_ranking(&mut self, store: &Store, namespace: &str) -> Rc<KeptPeers> {
+        let (checks, _) = self.mhc_peers(store, namespace);
+        if let Some(ranked) = self.peers.get(namespace).and_then(|kept| kept.ranked.clone()) {
+            return ranked;
+        }
+        let ranked = Rc::new(KeptPeers::rank(checks.iter().map(|c| (&c.0, Arc::new(c.1.clone())))));
+        if let Some(kept) = self.peers.get_mut(namespace) {
+            kept.ranked = Some(Rc::clone(&ranked));
+        }
+        ranked
     }
 
     /// The NodeHealthCheck under `key`, parsed and validated (`None`: gone or invalid).

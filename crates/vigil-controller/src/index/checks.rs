@@ -215,17 +215,6 @@ impl<C: CheckObject, P, D: Default> Checks<(String, String), C, P, D> {
     ) -> impl Iterator<Item = (&'a (String, String), &'a CheckEntry<C, P, D>)> + 'a {
         self.entries.range((namespace.to_string(), String::new())..).take_while(move |((ns, _), _)| ns == namespace)
     }
-
-    /// The derived state of the checks of one namespace, each with its policy when valid.
-    pub(crate) fn derived_in_namespace_mut<'a>(
-        &'a mut self,
-        namespace: &'a str,
-    ) -> impl Iterator<Item = (Option<&'a P>, &'a mut D)> + 'a {
-        self.entries
-            .range_mut((namespace.to_string(), String::new())..)
-            .take_while(move |((ns, _), _)| ns == namespace)
-            .map(|(_, e)| (e.policy.as_deref().ok(), &mut e.derived))
-    }
 }
 
 /// Whether `incoming` is a version of an object that the index already holds (`stored`) or

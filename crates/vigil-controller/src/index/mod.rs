@@ -19,6 +19,8 @@ use vigil_api::well_known::CLUSTER_NAME_LABEL;
 use vigil_api::{MachineHealthCheck, NodeHealthCheck, validate};
 use vigil_engine::concerns;
 use vigil_engine::machine_write::WriteBasis;
+use vigil_engine::peers::{KeptPeers, MhcPeers};
+use vigil_engine::selector_index::SelectorIndex;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// Where Nodes come from: [`LOCAL_CLUSTER`] or a workload cluster's `namespace/clusterName`.
@@ -56,9 +58,6 @@ pub struct ObjectCache {
     /// Whether they can be trusted.
     pub state: SourceState,
 }
-
-/// A valid MachineHealthCheck with its policy: one of the peers that may own a Machine.
-pub type MhcPeerEntry = (Arc<MachineHealthCheck>, Arc<MhcPolicy>);
 
 /// Group and kind of a dynamic kind.
 pub type GroupKind = (String, String);
@@ -160,10 +159,18 @@ pub struct Index {
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
     /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
     guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
-    /// Each namespace's valid MachineHealthChecks with their policies (who may own a Machine's
-    /// conditions: `vigil_engine::peers`), kept as checks change: every decision and every
-    /// claim derivation of the namespace reads the same list.
-    mhc_peer_lists: HashMap<String, Vec<MhcPeerEntry>>,
+    /// Each namespace's valid MachineHealthChecks ranked with their policies (who may own a
+    /// Machine's conditions: `vigil_engine::peers`), ranked again only when one of its checks
+    /// changes: every decision and every claim derivation of the namespace reads the same one.
+    mhc_peer_lists: HashMap<String, KeptPeers>,
+    /// Each namespace's MachineHealthChecks (by name) indexed by a label value their selector
+    /// requires (one without a valid selector is a candidate for every Machine), rebuilt with
+    /// the ranking: a Machine update looks at the few checks that may select it, not at every
+    /// check of its namespace.
+    mhc_selectors: HashMap<String, SelectorIndex<String>>,
+    /// The MachineHealthChecks (by name) whose status lists Machine (namespace, name) as a
+    /// target: such a Machine concerns them even when they no longer select it.
+    listed_targets: HashMap<(String, String), Vec<String>>,
     /// Node Leases, planned maintenance and cluster versions (NodeHealthCheck decisions).
     pub around: Around,
 }
@@ -175,6 +182,11 @@ pub struct Index {
 pub struct NhcNodes {
     /// The Nodes `needs_node` keeps, by name.
     names: BTreeSet<String>,
+}
+
+/// The Machines a MachineHealthCheck's status lists as its targets.
+fn listed_targets(check: Option<&MachineHealthCheck>) -> &[String] {
+    check.and_then(|c| c.status.as_ref()).map_or(&[], |s| s.targets.as_slice())
 }
 
 /// The cluster key of a Machine's Nodes.
@@ -482,7 +494,7 @@ impl Index {
                 set.insert(at, key.clone());
             }
         }
-        self.place_machine(&key, new.as_ref().map(|e| e.view.as_ref()));
+        self.place_machine(&key, old.as_ref().map(|e| e.view.as_ref()), new.as_ref().map(|e| e.view.as_ref()));
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
         for view in old.iter().map(|e| &e.view).chain(new.iter().map(|e| &e.view)) {
             out.extend(self.mhcs_concerned_by_machine(view));
@@ -490,23 +502,42 @@ impl Index {
         out
     }
 
+    /// The checks `view` concerns ([`concerns::mhc_concerns_machine`]): among those that may
+    /// select it, the ones that do, and those whose status lists it.
     fn mhcs_concerned_by_machine(&self, view: &MachineView) -> Vec<CheckRef> {
-        self.mhcs
-            .in_namespace(&view.meta.namespace)
-            .filter(|(_, e)| match &e.policy {
-                Ok(p) => concerns::mhc_concerns_machine(&e.object, p, view),
-                Err(_) => true,
+        let namespace = &view.meta.namespace;
+        let check = |name: &String| CheckRef::Machine { namespace: namespace.clone(), name: name.clone() };
+        let mut out: Vec<CheckRef> = self
+            .mhc_candidates(namespace, view)
+            .filter(|name| {
+                self.mhcs.entry(&(namespace.clone(), (*name).clone())).is_some_and(|e| match &e.policy {
+                    Ok(p) => concerns::mhc_concerns_machine(&e.object, p, view),
+                    Err(_) => true,
+                })
             })
-            .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
-            .collect()
+            .map(check)
+            .collect();
+        if let Some(listing) = self.listed_targets.get(&(namespace.clone(), view.meta.name.clone())) {
+            out.extend(listing.iter().map(check));
+        }
+        out
     }
 
-    /// Puts Machine `key` (now `view`, `None` when gone) in or out of each valid check's targets
-    /// in its namespace.
-    fn place_machine(&mut self, key: &(String, String), view: Option<&MachineView>) {
+    /// The checks of `namespace` that may select `view` (a superset of those that do).
+    fn mhc_candidates<'a>(&'a self, namespace: &str, view: &'a MachineView) -> impl Iterator<Item = &'a String> {
+        self.mhc_selectors.get(namespace).into_iter().flat_map(|index| index.candidates(view.meta.labels.iter()))
+    }
+
+    /// Puts Machine `key` (now `new`, `None` when gone; `old` as held before) in or out of the
+    /// targets of each check that may select either: a check that selects neither has it in
+    /// none.
+    fn place_machine(&mut self, key: &(String, String), old: Option<&MachineView>, new: Option<&MachineView>) {
         let (namespace, machine) = key;
-        for (policy, targets) in self.mhcs.derived_in_namespace_mut(namespace) {
-            let selected = match (policy, view) {
+        let candidates: BTreeSet<String> =
+            old.into_iter().chain(new).flat_map(|view| self.mhc_candidates(namespace, view)).cloned().collect();
+        for name in candidates {
+            let Some((policy, targets)) = self.mhcs.derived_of(&(namespace.clone(), name)) else { continue };
+            let selected = match (policy, new) {
                 (Some(policy), Some(view)) => vigil_engine::target::is_target(policy, view),
                 _ => false,
             };
@@ -539,14 +570,24 @@ impl Index {
         }
     }
 
-    /// Works out `namespace`'s peer list again (after one of its checks changed).
+    /// Ranks and indexes `namespace`'s checks again (after one of them changed).
     fn renew_mhc_peer_list(&mut self, namespace: &str) {
-        let peers: Vec<_> = self
-            .mhcs
-            .in_namespace(namespace)
-            .filter(|(_, e)| e.object.metadata.deletion_timestamp.is_none() && e.read_error.is_none())
-            .filter_map(|(_, e)| Some((Arc::clone(&e.object), Arc::clone(e.policy.as_ref().ok()?))))
-            .collect();
+        let selectors = SelectorIndex::build(
+            self.mhcs
+                .in_namespace(namespace)
+                .map(|((_, name), e)| (name.clone(), e.policy.as_ref().ok().map(|p| &p.selector))),
+        );
+        if selectors.is_empty() {
+            self.mhc_selectors.remove(namespace);
+        } else {
+            self.mhc_selectors.insert(namespace.to_string(), selectors);
+        }
+        let peers = KeptPeers::rank(
+            self.mhcs
+                .in_namespace(namespace)
+                .filter(|(_, e)| e.object.metadata.deletion_timestamp.is_none() && e.read_error.is_none())
+                .filter_map(|(_, e)| Some((e.object.as_ref(), Arc::clone(e.policy.as_ref().ok()?)))),
+        );
         if peers.is_empty() {
             self.mhc_peer_lists.remove(namespace);
         } else {
@@ -554,10 +595,30 @@ impl Index {
         }
     }
 
-    /// The valid MachineHealthChecks of `namespace` with their policies, as validated when the
-    /// index stored them.
-    pub fn mhc_peer_list(&self, namespace: &str) -> &[MhcPeerEntry] {
-        self.mhc_peer_lists.get(namespace).map(Vec::as_slice).unwrap_or_default()
+    /// Check `key`'s status listed the Machines `was` and now lists `is`.
+    fn relist_targets(&mut self, key: &(String, String), was: &[String], is: &[String]) {
+        let (namespace, check) = key;
+        for machine in was {
+            let at = (namespace.clone(), machine.clone());
+            if let Some(checks) = self.listed_targets.get_mut(&at) {
+                checks.retain(|c| c != check);
+                if checks.is_empty() {
+                    self.listed_targets.remove(&at);
+                }
+            }
+        }
+        for machine in is {
+            let checks = self.listed_targets.entry((namespace.clone(), machine.clone())).or_default();
+            if let Err(i) = checks.binary_search(check) {
+                checks.insert(i, check.clone());
+            }
+        }
+    }
+
+    /// The valid MachineHealthChecks of `namespace` ranked with their policies, as validated
+    /// when the index stored them.
+    pub fn mhc_peers(&self, namespace: &str) -> MhcPeers<'_> {
+        self.mhc_peer_lists.get(namespace).map(KeptPeers::peers).unwrap_or_default()
     }
 
     /// How many Machines the cache holds.
@@ -804,6 +865,8 @@ impl Index {
     pub fn clear_mhcs(&mut self) {
         self.mhcs.clear();
         self.mhc_peer_lists.clear();
+        self.mhc_selectors.clear();
+        self.listed_targets.clear();
         self.guarded_ages = None;
     }
 
@@ -830,6 +893,10 @@ impl Index {
             (None, Some(k)) => k,
             (None, None) => return BTreeSet::new(),
         };
+        // The status' targets, when they change (the Machines that concern the check by it).
+        let (was, is) =
+            (listed_targets(self.mhcs.get(&key).map(Arc::as_ref)), listed_targets(read.as_ref().map(|(c, _)| c)));
+        let listing = (was != is).then(|| (was.to_vec(), is.to_vec()));
         let stored = match read {
             Some((check, error)) => self
                 .mhcs
@@ -840,11 +907,17 @@ impl Index {
             }
         };
         let Stored::Kept { changed, status_moved, renew } = stored else { return BTreeSet::new() };
+        if let Some((was, is)) = listing {
+            self.relist_targets(&key, &was, &is);
+        }
         if renew {
             self.renew_mhc_targets(&key);
         }
-        self.guarded_ages = None;
-        self.renew_mhc_peer_list(&key.0);
+        // The ranking and the guarded ages read specs, identities and deletion, never a status.
+        if changed || renew {
+            self.guarded_ages = None;
+            self.renew_mhc_peer_list(&key.0);
+        }
         if status_moved {
             return BTreeSet::from([CheckRef::Machine { namespace: key.0, name: key.1 }]);
         }
@@ -1210,13 +1283,15 @@ mod tests {
     }
 
     /// One step of the target-set property: a Machine stored (with its group label and
-    /// whether it carries the skip annotation) or removed, a check's selector changed, or a
-    /// complete list of Machines.
+    /// whether it carries the skip annotation) or removed, a check's selector changed (groups
+    /// 0–2: one group; 3: groups 0 or 1; 4: an invalid, empty selector), a check's status
+    /// listing Machines as its targets, or a complete list of Machines.
     #[derive(Debug, Clone)]
     enum Step {
         Machine { name: u8, group: u8, skip: bool },
         Gone { name: u8 },
         Check { name: u8, group: u8 },
+        Listed { name: u8, machines: Vec<u8> },
         Relist,
     }
 
@@ -1225,7 +1300,8 @@ mod tests {
         prop_oneof![
             6 => (0u8..12, 0u8..3, any::<bool>()).prop_map(|(name, group, skip)| Step::Machine { name, group, skip }),
             2 => (0u8..12).prop_map(|name| Step::Gone { name }),
-            2 => (0u8..3, 0u8..3).prop_map(|(name, group)| Step::Check { name, group }),
+            2 => (0u8..3, 0u8..5).prop_map(|(name, group)| Step::Check { name, group }),
+            2 => (0u8..3, proptest::collection::vec(0u8..12, 0..4)).prop_map(|(name, machines)| Step::Listed { name, machines }),
             1 => Just(Step::Relist),
         ]
     }
@@ -1241,13 +1317,42 @@ mod tests {
     }
 
     fn grouped_check(name: u8, group: u8, rv: u64) -> MachineHealthCheck {
+        listing_check(name, group, rv, rv, &[])
+    }
+
+    /// Check `c<name>` at `generation` whose status lists Machines `listed`.
+    fn listing_check(name: u8, group: u8, generation: u64, rv: u64, listed: &[u8]) -> MachineHealthCheck {
+        let selector = match group {
+            0..3 => json!({"matchLabels": {"group": format!("g{group}")}}),
+            3 => json!({"matchExpressions": [{"key": "group", "operator": "In", "values": ["g0", "g1"]}]}),
+            _ => json!({}),
+        };
+        let mut targets: Vec<String> = listed.iter().map(|m| format!("m{m:02}")).collect();
+        targets.sort();
+        targets.dedup();
         serde_json::from_value(json!({
             "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
-            "metadata": {"name": format!("c{name}"), "namespace": "ns", "generation": rv, "resourceVersion": rv.to_string()},
-            "spec": {"clusterName": "c", "selector": {"matchLabels": {"group": format!("g{group}")}},
-                     "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]}
+            "metadata": {"name": format!("c{name}"), "namespace": "ns", "generation": generation, "resourceVersion": rv.to_string()},
+            "spec": {"clusterName": "c", "selector": selector,
+                     "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]},
+            "status": {"targets": targets}
         }))
         .expect("a MachineHealthCheck")
+    }
+
+    /// The checks a Machine change concerns, found by walking every check of its namespace.
+    fn concerned_by_walking(idx: &Index, views: &[&MachineView]) -> BTreeSet<CheckRef> {
+        let mut out: BTreeSet<CheckRef> = idx.waiting_checks().collect();
+        for ((ns, name), e) in idx.mhcs.entries() {
+            let concerned = views.iter().any(|v| match &e.policy {
+                Ok(p) => concerns::mhc_concerns_machine(&e.object, p, v),
+                Err(_) => *ns == v.meta.namespace,
+            });
+            if concerned {
+                out.insert(CheckRef::Machine { namespace: ns.clone(), name: name.clone() });
+            }
+        }
+        out
     }
 
     #[test]
@@ -1272,22 +1377,46 @@ mod tests {
 
     proptest::proptest! {
         /// Whatever Machines and checks do, in any order, each check's kept targets are exactly
-        /// what matching its selector against every Machine of the namespace gives.
+        /// what matching its selector against every Machine of the namespace gives, and a
+        /// Machine change concerns exactly the checks a walk over every check finds (those
+        /// that select it before or after, list it in their status, or cannot be read).
         #[test]
         fn each_checks_kept_targets_are_what_its_selector_selects(steps in proptest::collection::vec(step(), 1..60)) {
             let mut idx = Index::default();
             let mut rv = 1;
+            let mut specs: BTreeMap<u8, (u8, u64)> = BTreeMap::new();
             for s in steps {
                 rv += 1;
+                let held = |idx: &Index, name: u8| {
+                    idx.machines.get("ns").and_then(|m| m.get(&format!("m{name:02}"))).map(|e| Arc::clone(&e.view))
+                };
                 match s {
                     Step::Machine { name, group, skip } => {
-                        idx.put_machine_entry(Some(grouped_machine(name, group, skip, rv)), None);
+                        let old = held(&idx, name);
+                        let new = grouped_machine(name, group, skip, rv);
+                        let views: Vec<&MachineView> = old.iter().map(Arc::as_ref).chain([new.view.as_ref()]).collect();
+                        let expected = concerned_by_walking(&idx, &views);
+                        let new_view = Arc::clone(&new.view);
+                        let concerned = idx.put_machine_entry(Some(new), None);
+                        let expected_after = concerned_by_walking(&idx, &[new_view.as_ref()]);
+                        proptest::prop_assert_eq!(&concerned, &expected.union(&expected_after).cloned().collect(), "m{:02}", name);
                     }
                     Step::Gone { name } => {
-                        idx.put_machine_entry(None, Some(("ns".into(), format!("m{name:02}"))));
+                        let old = held(&idx, name);
+                        let expected = match &old {
+                            Some(v) => concerned_by_walking(&idx, &[v.as_ref()]),
+                            None => idx.waiting_checks().collect(),
+                        };
+                        let concerned = idx.put_machine_entry(None, Some(("ns".into(), format!("m{name:02}"))));
+                        proptest::prop_assert_eq!(concerned, expected, "m{:02} gone", name);
                     }
                     Step::Check { name, group } => {
+                        specs.insert(name, (group, rv));
                         idx.put_mhc(Some(grouped_check(name, group, rv)), None);
+                    }
+                    Step::Listed { name, machines } => {
+                        let (group, generation) = *specs.entry(name).or_insert((0, rv));
+                        idx.put_mhc(Some(listing_check(name, group, generation, rv, &machines)), None);
                     }
                     Step::Relist => {
                         let all: Vec<MachineEntry> = idx.machines.values().flat_map(|m| m.values().cloned()).collect();
@@ -1298,9 +1427,9 @@ mod tests {
                     }
                 }
                 for (ns, name) in idx.mhcs.keys() {
-                    let policy = idx.mhc_policy(ns, name).cloned().expect("stored").expect("valid");
+                    let policy = idx.mhc_policy(ns, name).cloned().expect("stored").ok();
                     let expected: Vec<&str> = idx.machines.get(ns).into_iter().flat_map(|m| m.values())
-                        .filter(|e| vigil_engine::target::is_target(&policy, &e.view))
+                        .filter(|e| policy.as_ref().is_some_and(|p| vigil_engine::target::is_target(p, &e.view)))
                         .map(|e| e.view.meta.name.as_str()).collect();
                     let kept: Vec<&str> = idx.mhc_machines(ns, name).iter().map(|m| m.meta.name.as_str()).collect();
                     proptest::prop_assert_eq!(kept, expected, "check {}", name);
