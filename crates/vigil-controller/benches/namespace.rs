@@ -4,6 +4,7 @@
 //! controller does for a Machine status update that changes nothing a rule reads (Cluster API
 //! keeps writing them): store it in the index, then decide every check it concerns. Were the
 //! work per update independent of the number of checks, the three sizes would cost the same.
+//! A second group times the cold start's share: the first lists stored and every check decided.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use jiff::Timestamp;
@@ -129,5 +130,17 @@ fn machine_update(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, machine_update);
+/// The cold start's share of the same work: the first lists of checks, Clusters, Machines and
+/// Nodes stored, then every check decided once.
+fn first_lists(c: &mut Criterion) {
+    let mut group = c.benchmark_group("first_lists");
+    group.sample_size(10);
+    for n in SIZES {
+        group
+            .bench_with_input(BenchmarkId::new("checks_in_namespace", n), &n, |b, &n| b.iter(|| fleet(n).claims.len()));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, machine_update, first_lists);
 criterion_main!(benches);

@@ -12,7 +12,7 @@ use crate::sources::SourceState;
 use crate::surroundings::around::Around;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use vigil_api::validate::{MhcPolicy, NhcApi, NhcPolicy};
 use vigil_api::views::{ClusterView, MachineView, Meta, NodeView, RemediationView, TemplateView};
 use vigil_api::well_known::CLUSTER_NAME_LABEL;
@@ -159,20 +159,29 @@ pub struct Index {
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
     /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
     guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
-    /// Each namespace's valid MachineHealthChecks ranked with their policies (who may own a
-    /// Machine's conditions: `vigil_engine::peers`), ranked again only when one of its checks
-    /// changes: every decision and every claim derivation of the namespace reads the same one.
-    mhc_peer_lists: HashMap<String, KeptPeers>,
-    /// Each namespace's MachineHealthChecks (by name) indexed by a label value their selector
-    /// requires (one without a valid selector is a candidate for every Machine), rebuilt with
-    /// the ranking: a Machine update looks at the few checks that may select it, not at every
-    /// check of its namespace.
-    mhc_selectors: HashMap<String, SelectorIndex<String>>,
+    /// What each namespace's MachineHealthChecks are ranked and indexed as, made when first read
+    /// after one of them changed (the first list of a thousand checks ranks them once, not once
+    /// per check).
+    mhc_namespaces: HashMap<String, NamespaceChecks>,
     /// The MachineHealthChecks (by name) whose status lists Machine (namespace, name) as a
     /// target: such a Machine concerns them even when they no longer select it.
     listed_targets: HashMap<(String, String), Vec<String>>,
     /// Node Leases, planned maintenance and cluster versions (NodeHealthCheck decisions).
     pub around: Around,
+}
+
+/// A namespace's MachineHealthChecks as decisions and Machine updates read them, each part made
+/// when first needed after the checks changed.
+#[derive(Debug, Default)]
+pub struct NamespaceChecks {
+    /// The valid checks ranked with their policies (who may own a Machine's conditions:
+    /// `vigil_engine::peers`): every decision and every claim derivation of the namespace reads
+    /// the same one.
+    peers: OnceLock<KeptPeers>,
+    /// Every check (by name) indexed by a label value its selector requires (one without a valid
+    /// selector is a candidate for every Machine): a Machine update looks at the few checks that
+    /// may select it, not at every check of its namespace.
+    selectors: OnceLock<SelectorIndex<String>>,
 }
 
 /// The management cluster's Nodes one valid NodeHealthCheck's decisions need
@@ -525,7 +534,16 @@ impl Index {
 
     /// The checks of `namespace` that may select `view` (a superset of those that do).
     fn mhc_candidates<'a>(&'a self, namespace: &str, view: &'a MachineView) -> impl Iterator<Item = &'a String> {
-        self.mhc_selectors.get(namespace).into_iter().flat_map(|index| index.candidates(view.meta.labels.iter()))
+        let selectors = self.mhc_namespaces.get(namespace).map(|n| {
+            n.selectors.get_or_init(|| {
+                SelectorIndex::build(
+                    self.mhcs
+                        .in_namespace(namespace)
+                        .map(|((_, name), e)| (name.clone(), e.policy.as_ref().ok().map(|p| &p.selector))),
+                )
+            })
+        });
+        selectors.into_iter().flat_map(|index| index.candidates(view.meta.labels.iter()))
     }
 
     /// Puts Machine `key` (now `new`, `None` when gone; `old` as held before) in or out of the
@@ -570,28 +588,12 @@ impl Index {
         }
     }
 
-    /// Ranks and indexes `namespace`'s checks again (after one of them changed).
-    fn renew_mhc_peer_list(&mut self, namespace: &str) {
-        let selectors = SelectorIndex::build(
-            self.mhcs
-                .in_namespace(namespace)
-                .map(|((_, name), e)| (name.clone(), e.policy.as_ref().ok().map(|p| &p.selector))),
-        );
-        if selectors.is_empty() {
-            self.mhc_selectors.remove(namespace);
+    /// Has `namespace`'s checks ranked and indexed again when next read (one of them changed).
+    fn mhc_namespace_changed(&mut self, namespace: &str) {
+        if self.mhcs.in_namespace(namespace).next().is_none() {
+            self.mhc_namespaces.remove(namespace);
         } else {
-            self.mhc_selectors.insert(namespace.to_string(), selectors);
-        }
-        let peers = KeptPeers::rank(
-            self.mhcs
-                .in_namespace(namespace)
-                .filter(|(_, e)| e.object.metadata.deletion_timestamp.is_none() && e.read_error.is_none())
-                .filter_map(|(_, e)| Some((e.object.as_ref(), Arc::clone(e.policy.as_ref().ok()?)))),
-        );
-        if peers.is_empty() {
-            self.mhc_peer_lists.remove(namespace);
-        } else {
-            self.mhc_peer_lists.insert(namespace.to_string(), peers);
+            self.mhc_namespaces.insert(namespace.to_string(), NamespaceChecks::default());
         }
     }
 
@@ -618,7 +620,16 @@ impl Index {
     /// The valid MachineHealthChecks of `namespace` ranked with their policies, as validated
     /// when the index stored them.
     pub fn mhc_peers(&self, namespace: &str) -> MhcPeers<'_> {
-        self.mhc_peer_lists.get(namespace).map(KeptPeers::peers).unwrap_or_default()
+        let Some(kept) = self.mhc_namespaces.get(namespace) else { return MhcPeers::none() };
+        let ranked = kept.peers.get_or_init(|| {
+            KeptPeers::rank(
+                self.mhcs
+                    .in_namespace(namespace)
+                    .filter(|(_, e)| e.object.metadata.deletion_timestamp.is_none() && e.read_error.is_none())
+                    .filter_map(|(_, e)| Some((e.object.as_ref(), Arc::clone(e.policy.as_ref().ok()?)))),
+            )
+        });
+        ranked.peers()
     }
 
     /// How many Machines the cache holds.
@@ -864,8 +875,7 @@ impl Index {
     /// Forgets every MachineHealthCheck (before a complete list replaces them).
     pub fn clear_mhcs(&mut self) {
         self.mhcs.clear();
-        self.mhc_peer_lists.clear();
-        self.mhc_selectors.clear();
+        self.mhc_namespaces.clear();
         self.listed_targets.clear();
         self.guarded_ages = None;
     }
@@ -916,7 +926,7 @@ impl Index {
         // The ranking and the guarded ages read specs, identities and deletion, never a status.
         if changed || renew {
             self.guarded_ages = None;
-            self.renew_mhc_peer_list(&key.0);
+            self.mhc_namespace_changed(&key.0);
         }
         if status_moved {
             return BTreeSet::from([CheckRef::Machine { namespace: key.0, name: key.1 }]);
