@@ -21,13 +21,16 @@ const ELECTION_NS: &str = "vigil-system";
 /// Where the node Leases live (a NodeHealthCheck takes a Node's Lease before remediating it).
 const NODE_LEASE_NS: &str = "medik8s-leases";
 
+/// Short election times, so a takeover comes soon; the renew deadline is what the held replica
+/// has, once its Lease renewals are held too, to see the failures and send its remediating
+/// writes into the hold: on two cores running the whole suite, 3 s was sometimes not enough.
 fn election(identity: &str) -> LeaderOptions {
     LeaderOptions {
         lease_name: "vigil".into(),
         namespace: ELECTION_NS.into(),
         identity: identity.into(),
-        lease_duration: Duration::from_secs(4),
-        renew_deadline: Duration::from_secs(3),
+        lease_duration: Duration::from_secs(10),
+        renew_deadline: Duration::from_secs(8),
         retry_period: Duration::from_secs(1),
     }
 }
