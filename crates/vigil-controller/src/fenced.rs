@@ -9,6 +9,8 @@
 //! conflict; docs/DECISIONS.md, "Writes that land late").
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use either::Either;
@@ -19,26 +21,73 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 tokio::task_local! {
-    /// When the right to write of the write being made ends (see [`within`]).
-    static DEADLINE: Instant;
+    /// The limit of the write being made (see [`within`]).
+    static LIMIT: Limit;
 }
 
 /// The API server's longest request timeout: a longer `?timeout=` is cut to it anyway.
 const SERVER_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 
+/// The least time a request is sent with: a write with less left of its limit (the right to
+/// write, or the write timeout) is not sent, and its check is decided again later. An API server
+/// write takes a round trip and a commit; one sent with a few milliseconds left (it had waited
+/// on a read stuck in a partition) is refused by the API server's own timeout at best, and is
+/// the write most likely to land after the right moved on.
+pub const MIN_LEFT: Duration = Duration::from_millis(250);
+
+/// When the current write's limit ends, and whether a request of it was held back for having
+/// less than [`MIN_LEFT`] left.
+struct Limit {
+    deadline: Instant,
+    held_back: Arc<AtomicBool>,
+}
+
+/// Why a write bounded by [`within`] did not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// No answer within the limit (the write may or may not have been made).
+    TimedOut,
+    /// A request of it would have gone out with less than [`MIN_LEFT`] left: it was not sent.
+    TooLittleLeft,
+}
+
+/// A request not sent for having less than [`MIN_LEFT`] of its write's limit left.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: {0:?} left of the write's limit, less than the {MIN_LEFT:?} a request needs")]
+struct HeldBack(Duration);
+
 /// Runs one write with `limit` (what is left of the right to write, or less): the client gives
-/// up on it after `limit` (`None`), and every request it sends meanwhile carries the time left
-/// as its `?timeout=`.
-pub(crate) async fn within<T>(limit: Duration, write: impl Future<Output = T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    DEADLINE.scope(deadline, tokio::time::timeout(limit, write)).await.ok()
+/// up on it after `limit`, every request it sends meanwhile carries the time left as its
+/// `?timeout=`, and no request goes out with less than [`MIN_LEFT`] left (nor does the write
+/// start with less).
+pub(crate) async fn within<T>(limit: Duration, write: impl Future<Output = T>) -> Result<T, Cut> {
+    if limit < MIN_LEFT {
+        return Err(Cut::TooLittleLeft);
+    }
+    let held_back = Arc::new(AtomicBool::new(false));
+    let scope = Limit { deadline: Instant::now() + limit, held_back: held_back.clone() };
+    let done = LIMIT.scope(scope, tokio::time::timeout(limit, write)).await;
+    match done {
+        _ if held_back.load(Ordering::Relaxed) => Err(Cut::TooLittleLeft),
+        Ok(out) => Ok(out),
+        Err(_) => Err(Cut::TimedOut),
+    }
 }
 
 /// The `?timeout=` a request sent now carries: the time left of the current write's limit, in
-/// whole milliseconds (at least one), at most [`SERVER_TIMEOUT_MAX`]; none outside [`within`].
-fn server_timeout() -> Option<Duration> {
-    let left = DEADLINE.try_with(|d| d.saturating_duration_since(Instant::now())).ok()?;
-    Some(left.min(SERVER_TIMEOUT_MAX).max(Duration::from_millis(1)))
+/// whole milliseconds, at most [`SERVER_TIMEOUT_MAX`]; none outside [`within`]. With less than
+/// [`MIN_LEFT`] left the request must not be sent (and the write is marked held back).
+fn server_timeout() -> Result<Option<Duration>, HeldBack> {
+    let Ok((left, held_back)) =
+        LIMIT.try_with(|l| (l.deadline.saturating_duration_since(Instant::now()), l.held_back.clone()))
+    else {
+        return Ok(None);
+    };
+    if left < MIN_LEFT {
+        held_back.store(true, Ordering::Relaxed);
+        return Err(HeldBack(left));
+    }
+    Ok(Some(left.min(SERVER_TIMEOUT_MAX)))
 }
 
 /// `request` with the `timeout` query parameter added (a Go duration, in milliseconds).
@@ -66,7 +115,8 @@ async fn send<T: DeserializeOwned>(
     built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
 ) -> Result<T, kube::Error> {
     let request = built.map_err(kube::Error::BuildRequest)?;
-    client.request::<T>(with_timeout(request, server_timeout())).await
+    let timeout = server_timeout().map_err(|e| kube::Error::Service(Box::new(e)))?;
+    client.request::<T>(with_timeout(request, timeout)).await
 }
 
 /// Creates `object` (bounded: see the module documentation).
@@ -117,7 +167,8 @@ pub(crate) async fn delete<T: DeserializeOwned>(
     dp: &DeleteParams,
 ) -> Result<Either<T, Status>, kube::Error> {
     let request = requests.delete(name, dp).map_err(kube::Error::BuildRequest)?;
-    client.request_status::<T>(with_timeout(request, server_timeout())).await
+    let timeout = server_timeout().map_err(|e| kube::Error::Service(Box::new(e)))?;
+    client.request_status::<T>(with_timeout(request, timeout)).await
 }
 
 #[cfg(test)]
@@ -140,15 +191,37 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_asks_the_api_server_for_what_is_left_of_its_limit() {
-        assert_eq!(server_timeout(), None, "outside a write");
-        let inside = within(Duration::from_millis(800), async { server_timeout() }).await.flatten();
+        assert!(matches!(server_timeout(), Ok(None)), "outside a write");
+        let inside = within(Duration::from_millis(800), async { server_timeout().ok().flatten() }).await;
         assert!(
-            inside.is_some_and(|t| t <= Duration::from_millis(800) && t > Duration::from_millis(500)),
+            inside.is_ok_and(|t| t.is_some_and(|t| t <= Duration::from_millis(800) && t > Duration::from_millis(500))),
             "{inside:?}"
         );
-        let long = within(Duration::from_secs(600), async { server_timeout() }).await.flatten();
-        assert_eq!(long, Some(SERVER_TIMEOUT_MAX));
-        let late = within(Duration::from_millis(10), tokio::time::sleep(Duration::from_millis(200))).await;
-        assert!(late.is_none(), "the client gives up at the limit");
+        let long = within(Duration::from_secs(600), async { server_timeout().ok().flatten() }).await;
+        assert_eq!(long, Ok(Some(SERVER_TIMEOUT_MAX)));
+        let late = within(Duration::from_millis(300), tokio::time::sleep(Duration::from_millis(400))).await;
+        assert_eq!(late, Err(Cut::TimedOut), "the client gives up at the limit");
+    }
+
+    #[tokio::test]
+    async fn a_request_with_too_little_of_its_limit_left_is_not_sent() {
+        // A write that waited (on a read stuck in a partition) until less than the minimum was
+        // left: its request is held back, and the write says so rather than that it failed.
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let write = async {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let timeout = server_timeout()?;
+            sent.store(true, Ordering::Relaxed);
+            Ok::<_, HeldBack>(timeout)
+        };
+        assert_eq!(within(Duration::from_millis(800), write).await.map(|r| r.is_ok()), Err(Cut::TooLittleLeft));
+        assert!(!sent.load(Ordering::Relaxed), "nothing went out");
+        // A write that starts with less than the minimum does not start.
+        let started = std::sync::atomic::AtomicBool::new(false);
+        let quick = async { started.store(true, Ordering::Relaxed) };
+        assert_eq!(within(MIN_LEFT - Duration::from_millis(1), quick).await, Err(Cut::TooLittleLeft));
+        assert!(!started.load(Ordering::Relaxed));
+        // With more than the minimum left it goes out.
+        assert_eq!(within(MIN_LEFT + Duration::from_millis(50), async { server_timeout().is_ok() }).await, Ok(true));
     }
 }

@@ -84,8 +84,9 @@ pub struct ConditionsWrite<'a> {
 }
 
 /// Runs a write if `right` holds, with no more time than it has left (fencing) and at most
-/// [`WRITE_TIMEOUT`]: the client gives up then, and every request of the write asks the API
-/// server to give up by then too ([`crate::fenced::within`]).
+/// [`WRITE_TIMEOUT`]: the client gives up then, every request of the write asks the API server
+/// to give up by then too, and none goes out with less than [`crate::fenced::MIN_LEFT`] left
+/// ([`crate::fenced::within`]).
 pub(crate) async fn bounded<T>(
     right: &Leadership,
     what: impl FnOnce() -> String,
@@ -93,8 +94,9 @@ pub(crate) async fn bounded<T>(
 ) -> Result<T, WriteError> {
     let Some(left) = right.remaining() else { return Err(WriteError::NotLeader(what())) };
     match crate::fenced::within(WRITE_TIMEOUT.min(left), fut).await {
-        Some(r) => r,
-        None => Err(WriteError::Timeout(what())),
+        Ok(r) => r,
+        Err(crate::fenced::Cut::TimedOut) => Err(WriteError::Timeout(what())),
+        Err(crate::fenced::Cut::TooLittleLeft) => Err(WriteError::RightEnding(what())),
     }
 }
 

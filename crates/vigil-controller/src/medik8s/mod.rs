@@ -404,7 +404,7 @@ async fn tell_refusals(ctx: Arc<Context>, wake: Arc<tokio::sync::Notify>) {
                         publish(&ctx, &r.name, r.check.metadata.uid.as_deref(), (notice, None), false).await;
                     }
                 }
-                Err(WriteError::NotLeader(_)) => {}
+                Err(WriteError::NotLeader(_) | WriteError::RightEnding(_)) => {}
                 Err(WriteError::Timeout(_)) => {
                     warn!(check = %key, "the status of a refused medik8s NodeHealthCheck not written in time")
                 }
