@@ -39,7 +39,7 @@ pub struct LeaderOptions {
 }
 
 impl LeaderOptions {
-    /// Checks the durations and names: fencing needs `retry_period < renew_deadline < lease_duration`.
+    /// Checks the durations ([`check_durations`]) and names.
     pub fn validate(&self) -> Result<(), String> {
         check_durations(self.lease_duration, self.renew_deadline, self.retry_period)?;
         if self.lease_name.is_empty() || self.namespace.is_empty() || self.identity.is_empty() {
@@ -49,16 +49,42 @@ impl LeaderOptions {
     }
 }
 
-/// Checks that a leader stops writing before another can take over and gets to renew before its
-/// right to write ends: `retry_period < renew_deadline < lease_duration`, lease at least 1 s.
+/// How far two replicas' clocks may differ in rate, as a fraction (numerator, denominator) of the
+/// time they measure: chrony slews a clock by up to 83 333 ppm (1/12, its default
+/// `maxslewrate`), and `Instant` (`CLOCK_MONOTONIC`) follows the slew. Every duration check
+/// below assumes each replica's clock within this of real time.
+pub const CLOCK_RATE_MARGIN: (u32, u32) = (1, 12);
+
+/// Checks that no two replicas can write for the same Lease at once, and that a leader gets to
+/// renew before its right to write ends.
+///
+/// The holder may start writes until `renew_deadline` after the start of its last successful
+/// renewal, on its own clock; a standby may take the Lease `lease_duration` after the answer
+/// that first showed it that renewal, on its own clock — never before the renewal was made. With
+/// clocks within [`CLOCK_RATE_MARGIN`] (ρ) of real time, the standby's earliest takeover comes
+/// after the holder's last write when `renew_deadline · (1 + ρ) < lease_duration · (1 − ρ)`:
+/// `renew_deadline` under 11/13 of `lease_duration`. Also `retry_period < renew_deadline` (a
+/// renewal fits in the right it extends) and a lease of at least 1 s.
 pub fn check_durations(
     lease_duration: Duration,
     renew_deadline: Duration,
     retry_period: Duration,
 ) -> Result<(), String> {
-    if renew_deadline >= lease_duration {
+    let (n, d) = (u128::from(CLOCK_RATE_MARGIN.0), u128::from(CLOCK_RATE_MARGIN.1));
+    if renew_deadline.as_nanos() * (d + n) >= lease_duration.as_nanos() * (d - n) {
+        let longest = Duration::from_millis(
+            u64::try_from(lease_duration.as_millis() * (d - n) / (d + n)).unwrap_or(u64::MAX).saturating_sub(1),
+        );
         return Err(format!(
-            "--renew-deadline ({renew_deadline:?}) must be shorter than --lease-duration ({lease_duration:?}): a leader must stop writing before another can take over"
+            "--lease-duration {lease_duration:?}, --renew-deadline {renew_deadline:?}, --retry-period {retry_period:?}: \
+             two replicas could write at once. A standby may take the Lease --lease-duration after it saw the \
+             holder's last renewal, and the holder may write until --renew-deadline after that renewal began; \
+             with clocks that run up to {n}/{d} fast or slow, --renew-deadline must stay under {}/{} of \
+             --lease-duration (at most {longest:?} here), or --lease-duration above {}/{} of --renew-deadline",
+            d - n,
+            d + n,
+            d + n,
+            d - n,
         ));
     }
     if retry_period >= renew_deadline {
@@ -189,7 +215,7 @@ pub async fn run(
     on_elected: impl Fn() + Send,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &options.namespace);
-    let mut observed: Option<(String, Instant)> = None;
+    let mut observed: Option<Sighting> = None;
     let mut holder_seen = String::new();
     loop {
         if *stop.borrow() {
@@ -203,7 +229,7 @@ pub async fn run(
         // renewal, not up to a retry period later.
         let expiry = match &round {
             Ok(Ok(Round::Held(holder))) if !holder.is_empty() => {
-                observed.as_ref().map(|(_, at)| *at + options.lease_duration)
+                observed.as_ref().map(|(_, at)| at.0 + options.lease_duration)
             }
             _ => None,
         };
@@ -256,15 +282,19 @@ fn now_micro() -> MicroTime {
     MicroTime(Timestamp::now())
 }
 
+/// One round of the leader algorithm on one Lease: renew it (held), take it (free or expired, if
+/// `may_take`) or leave it. `started` is taken before any request of the round: the right to
+/// write a renewal or a takeover grants counts from it, never from later.
 async fn round(
     api: &Api<Lease>,
     options: &LeaderOptions,
-    observed: &mut Option<(String, Instant)>,
+    observed: &mut Option<Sighting>,
     started: Instant,
     may_take: bool,
 ) -> Result<Round, kube::Error> {
-    let duration_secs = i32::try_from(options.lease_duration.as_secs()).unwrap_or(i32::MAX);
-    let Some(mut lease) = api.get_opt(&options.lease_name).await? else {
+    let duration_secs = written_seconds(options.lease_duration);
+    let (lease, answered) = read_lease(api, &options.lease_name).await?;
+    let Some(mut lease) = lease else {
         if !may_take {
             return Ok(Round::Held(String::new()));
         }
@@ -302,13 +332,14 @@ async fn round(
         };
     }
     // Another holder: the Lease is taken over only after it stayed unchanged for a whole lease
-    // duration on this replica's clock (clocks of different machines are never compared).
-    let changed_at = changed_at(observed, &version, started);
+    // duration on this replica's clock (clocks of different machines are never compared),
+    // counted from the answer that first showed this version.
+    let changed_at = changed_at(observed, &version, answered);
     let their_duration = spec
         .lease_duration_seconds
         .and_then(|s| u64::try_from(s).ok())
         .map_or(options.lease_duration, Duration::from_secs);
-    let free = holder.is_empty() || changed_at.elapsed() > their_duration;
+    let free = holder.is_empty() || expired(changed_at, Instant::now(), their_duration);
     if !free || !may_take {
         return Ok(Round::Held(holder));
     }
@@ -467,9 +498,9 @@ struct Sharding<'m, G, L> {
     rights: std::sync::Arc<ShardRights>,
     metrics: &'m crate::metrics::Metrics,
     /// Each shard Lease's last version seen, and when it changed.
-    observed: Vec<Option<(String, Instant)>>,
-    member_observed: Option<(String, Instant)>,
-    members: HashMap<String, Option<(String, Instant)>>,
+    observed: Vec<Option<Sighting>>,
+    member_observed: Option<Sighting>,
+    members: HashMap<String, Option<Sighting>>,
     /// Shards given back, by when their right to write ends (released after that, not before).
     releasing: BTreeMap<u32, Instant>,
     /// When this replica's membership Lease was first written (renewed or created).
@@ -627,14 +658,52 @@ impl Observation {
     }
 }
 
-/// When a Lease last changed on this replica's clock: `seen` keeps the version and the instant
-/// it was first seen; a new version restarts the clock at `now`.
-fn changed_at(seen: &mut Option<(String, Instant)>, version: &str, now: Instant) -> Instant {
+/// The instant a read's answer arrived. A Lease version's age counts from the answer that first
+/// showed it, never from when the read was sent: an answer can come up to the round's timeout
+/// after its request, and the version it shows may have been written just before the API server
+/// read it (a request queued in the network or in the API server), so a sighting stamped at the
+/// request would make the version look that much older and a standby take over early. Made only
+/// by [`read_lease`] and [`list_leases`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Answered(Instant);
+
+/// A Lease version, and the answer that first showed it to this replica.
+pub type Sighting = (String, Answered);
+
+/// Reads one Lease; the answer's arrival stamps the versions it shows.
+async fn read_lease(api: &Api<Lease>, name: &str) -> Result<(Option<Lease>, Answered), kube::Error> {
+    let lease = api.get_opt(name).await?;
+    Ok((lease, Answered(Instant::now())))
+}
+
+/// Lists the Leases within `limit`; the answer's arrival stamps the versions it shows.
+async fn list_leases(api: &Api<Lease>, limit: Duration) -> Option<(Vec<Lease>, Answered)> {
+    let list = tokio::time::timeout(limit, api.list(&kube::api::ListParams::default())).await.ok()?.ok()?;
+    Some((list.items, Answered(Instant::now())))
+}
+
+/// The `leaseDurationSeconds` a holder writes: its lease duration rounded up, so a standby that
+/// reads it never waits less than the duration the holder's right to write was checked against.
+fn written_seconds(lease_duration: Duration) -> i32 {
+    let secs = lease_duration.as_secs().saturating_add(u64::from(lease_duration.subsec_nanos() > 0));
+    i32::try_from(secs).unwrap_or(i32::MAX)
+}
+
+/// Whether a Lease last changed at `changed_at` (on this replica's clock) has expired by `now`:
+/// only once strictly older than its duration.
+fn expired(changed_at: Instant, now: Instant, duration: Duration) -> bool {
+    now.saturating_duration_since(changed_at) > duration
+}
+
+/// When a Lease last changed on this replica's clock: `seen` keeps the version and the answer
+/// that first showed it; a version not seen before restarts the clock at `answered`. The one
+/// place every election and shard loop stamps a version's first sighting.
+fn changed_at(seen: &mut Option<Sighting>, version: &str, answered: Answered) -> Instant {
     match seen {
-        Some((v, at)) if v == version => *at,
+        Some((v, at)) if v == version => at.0,
         _ => {
-            *seen = Some((version.to_string(), now));
-            now
+            *seen = Some((version.to_string(), answered));
+            answered.0
         }
     }
 }
@@ -646,18 +715,16 @@ async fn observe_leases(
     api: &Api<Lease>,
     options: &LeaderOptions,
     own: &str,
-    members: &mut HashMap<String, Option<(String, Instant)>>,
-    shards: &mut [Option<(String, Instant)>],
+    members: &mut HashMap<String, Option<Sighting>>,
+    shards: &mut [Option<Sighting>],
 ) -> Option<Observation> {
     let member_prefix = member_lease_name(&options.lease_name, "");
     // `shard_lease_name` without the index.
     let shard_prefix = format!("{}-shard-", options.lease_name);
-    let list =
-        tokio::time::timeout(options.retry_period, api.list(&kube::api::ListParams::default())).await.ok()?.ok()?;
-    let now = Instant::now();
+    let (items, answered) = list_leases(api, options.retry_period).await?;
     let mut out = Observation::default();
     let mut names = HashSet::new();
-    for lease in list.items {
+    for lease in items {
         let Some(name) = lease.metadata.name.clone() else { continue };
         let version = lease.metadata.resource_version.clone().unwrap_or_default();
         let spec = lease.spec.unwrap_or_default();
@@ -668,14 +735,14 @@ async fn observe_leases(
             .map_or(options.lease_duration, Duration::from_secs);
         if name.starts_with(&member_prefix) && name != own {
             names.insert(name.clone());
-            let at = changed_at(members.entry(name).or_default(), &version, now);
+            let at = changed_at(members.entry(name).or_default(), &version, answered);
             if !holder.is_empty() {
                 out.members.push((holder, at + duration));
             }
         } else if let Some(seen) =
             name.strip_prefix(&shard_prefix).and_then(|i| i.parse::<usize>().ok()).and_then(|i| shards.get_mut(i))
         {
-            let at = changed_at(seen, &version, now);
+            let at = changed_at(seen, &version, answered);
             if !holder.is_empty() && holder != options.identity {
                 out.shards.push((holder, at + duration));
             }
@@ -705,6 +772,38 @@ mod tests {
         assert!(opts(15, 10, 2).validate().is_ok());
         assert!(opts(10, 10, 2).validate().expect_err("deadline = duration").contains("--renew-deadline"));
         assert!(opts(15, 10, 10).validate().expect_err("retry = deadline").contains("--retry-period"));
+    }
+
+    #[test]
+    fn durations_that_let_a_standby_take_over_before_the_holders_last_write_are_refused() {
+        let ms = Duration::from_millis;
+        let table = [
+            // (lease, deadline, retry, accepted)
+            (ms(15_000), ms(10_000), ms(2_000), true),  // the defaults
+            (ms(4_000), ms(3_000), ms(1_000), true),    // the sharding tests
+            (ms(10_000), ms(8_000), ms(1_000), true),   // the late-writes tests
+            (ms(13_000), ms(10_999), ms(2_000), true),  // 11/13 of the lease, just under
+            (ms(13_000), ms(11_000), ms(2_000), false), // 11/13 of the lease exactly
+            (ms(15_000), ms(14_000), ms(2_000), false), // a second's overlap before stamping at the answer
+            (ms(4_000), ms(3_500), ms(1_000), false),
+        ];
+        for (lease, deadline, retry, accepted) in table {
+            let got = check_durations(lease, deadline, retry);
+            assert_eq!(got.is_ok(), accepted, "{lease:?} / {deadline:?} / {retry:?}: {got:?}");
+        }
+        let e = check_durations(ms(15_000), ms(14_000), ms(2_000)).expect_err("refused");
+        for named in ["--lease-duration 15s", "--renew-deadline 14s", "--retry-period 2s", "11/13", "at most 12.69"] {
+            assert!(e.contains(named), "{named} not in: {e}");
+        }
+        // What the error proposes is accepted.
+        assert!(check_durations(ms(15_000), ms(12_690), ms(2_000)).is_ok());
+    }
+
+    #[test]
+    fn a_holder_writes_its_lease_duration_rounded_up() {
+        assert_eq!(written_seconds(Duration::from_secs(15)), 15);
+        assert_eq!(written_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(written_seconds(Duration::from_secs(u64::MAX)), i32::MAX);
     }
 
     #[test]
@@ -771,9 +870,123 @@ mod tests {
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_secs(1);
         let mut seen = None;
-        assert_eq!(changed_at(&mut seen, "1", t0), t0);
-        assert_eq!(changed_at(&mut seen, "1", t1), t0, "same version: first sighting kept");
-        assert_eq!(changed_at(&mut seen, "2", t1), t1, "new version: clock restarts");
+        assert_eq!(changed_at(&mut seen, "1", Answered(t0)), t0);
+        assert_eq!(changed_at(&mut seen, "1", Answered(t1)), t0, "same version: first sighting kept");
+        assert_eq!(changed_at(&mut seen, "2", Answered(t1)), t1, "new version: clock restarts");
+    }
+
+    /// The timing model of a takeover, in real time from the start of the holder's last
+    /// successful renewal (0): what the holder's right covers, what the standby sees and when.
+    #[derive(Debug, Clone)]
+    struct Takeover {
+        /// Lease duration, renew deadline, retry period (ms).
+        durations: (u64, u64, u64),
+        /// How fast the holder's and the standby's clocks run, as parts per million of real time
+        /// off (within the clock-rate margin).
+        rates_ppm: (i64, i64),
+        /// When the holder's renewal took effect at the API server, after its round began (ms).
+        written: u64,
+        /// The standby's reads: when each started after the previous answer (ms), how long its
+        /// request took to be read by the API server, and its answer to come back (ms). A read
+        /// whose request and answer take a retry period or more is given up (the round's timeout).
+        reads: Vec<(u64, u64, u64)>,
+        /// When the standby's reads began, relative to the start of the holder's renewal round
+        /// (ms, may be negative).
+        first_read: i64,
+    }
+
+    /// Real time (ms) to a replica's `Instant`, for a clock `ppm` off real time.
+    fn local(base: Instant, real_ms: f64, ppm: i64) -> Instant {
+        let local_ms = real_ms * (1.0 + ppm as f64 / 1e6);
+        if local_ms >= 0.0 {
+            base + Duration::from_secs_f64(local_ms / 1000.0)
+        } else {
+            base - Duration::from_secs_f64(-local_ms / 1000.0)
+        }
+    }
+
+    /// When (real ms) the standby takes the Lease over, judging each answer as [`round`] does:
+    /// first sighting stamped by [`changed_at`] at the answer, taken once [`expired`] by the
+    /// duration the holder wrote; `None`: not within the reads.
+    fn standby_takes_at(t: &Takeover) -> Option<f64> {
+        let base = Instant::now() + Duration::from_secs(3600);
+        let (lease, _, retry) = t.durations;
+        let their = Duration::from_secs(u64::try_from(written_seconds(Duration::from_millis(lease))).ok()?);
+        let mut seen = Some(("before".to_string(), Answered(local(base, -1e6, t.rates_ppm.1))));
+        let mut at = t.first_read as f64;
+        for (gap, request, answer) in &t.reads {
+            at += *gap as f64;
+            if request + answer >= retry {
+                at += retry as f64;
+                continue;
+            }
+            let read = at + *request as f64;
+            let answered = read + *answer as f64;
+            // The holder renewed at `written` and wrote nothing after: what the API server read.
+            let version = if read >= t.written as f64 { "renewed" } else { "before" };
+            let now = local(base, answered, t.rates_ppm.1);
+            let changed = changed_at(&mut seen, version, Answered(now));
+            if version == "renewed" && expired(changed, now, their) {
+                return Some(answered);
+            }
+            at = answered;
+        }
+        None
+    }
+
+    fn takeovers() -> impl proptest::strategy::Strategy<Value = Takeover> {
+        use proptest::prelude::*;
+        let margin = i64::from(1_000_000 / CLOCK_RATE_MARGIN.1 * CLOCK_RATE_MARGIN.0);
+        // Leases mostly in whole seconds, as flags are given; deadlines and retry periods often
+        // close to their limits, where an early takeover would show first.
+        let lease = prop_oneof![(1u64..30).prop_map(|s| s * 1_000), 1_000u64..30_000];
+        let deadline = prop_oneof![1u64..1_000, 700u64..850];
+        let retry = prop_oneof![1u64..1_000, 500u64..1_000];
+        (lease, deadline, retry)
+            .prop_map(|(lease, d, r)| {
+                let deadline = lease * d / 1_000;
+                (lease, deadline.max(2), (deadline * r / 1_000).max(1))
+            })
+            .prop_filter("accepted durations", |(l, d, r)| {
+                check_durations(Duration::from_millis(*l), Duration::from_millis(*d), Duration::from_millis(*r)).is_ok()
+            })
+            .prop_flat_map(move |(lease, deadline, retry)| {
+                // Delays mostly short, else anything up to the round's timeout, often close to it.
+                let delay = move || prop_oneof![2 => 0..=retry / 20, 1 => 0..=retry, 1 => retry * 3 / 4..=retry];
+                let read = (delay(), delay(), delay());
+                (
+                    Just((lease, deadline, retry)),
+                    (-margin..=margin, -margin..=margin),
+                    0..retry,
+                    proptest::collection::vec(read, 1..80),
+                    // The standby's reads begin up to a retry period before or after the renewal.
+                    -(retry as i64)..(retry as i64),
+                )
+            })
+            .prop_map(|(durations, rates_ppm, written, reads, from_renewal)| Takeover {
+                durations,
+                rates_ppm,
+                written,
+                reads,
+                first_read: written as i64 + from_renewal,
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5_000))]
+
+        /// Under every accepted setting, whatever the delays of the standby's reads and however
+        /// the two clocks run within the margin, the standby takes the Lease only after the
+        /// holder's right to write has ended.
+        #[test]
+        fn a_standby_never_takes_over_before_the_holders_right_ends(t in takeovers()) {
+            let (_, deadline, _) = t.durations;
+            // The holder's right: the renew deadline on its clock from its round's start.
+            let right_ends = deadline as f64 / (1.0 + t.rates_ppm.0 as f64 / 1e6);
+            if let Some(taken) = standby_takes_at(&t) {
+                proptest::prop_assert!(taken > right_ends, "taken at {taken} ms, the holder may write until {right_ends} ms: {t:?}");
+            }
+        }
     }
 
     #[test]

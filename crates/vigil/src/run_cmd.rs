@@ -21,7 +21,8 @@ pub struct Election {
     /// How long a standby waits after the Lease last changed before taking it over.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
-    /// How long after its last renewal the leader may still write (shorter than the lease duration).
+    /// How long after its last renewal the leader may still write: under 11/13 of the lease
+    /// duration, so no standby can take over while it may (clock rates may differ by 1/12).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub renew_deadline: Duration,
     /// How often the Lease is renewed or looked at.

@@ -260,6 +260,27 @@ fn bad_leader_election_flags_are_refused_naming_the_flag_before_connecting() {
     assert!(!out.status.success());
     assert!(stderr.contains("--renew-deadline") && stderr.contains("--lease-duration"), "{stderr}");
     assert!(!stderr.contains("kubeconfig"), "refused before the kubeconfig is read: {stderr}");
+    // Accepted before: a renewal's right to write ends a second after a standby may take over
+    // (with clocks a twelfth apart in rate).
+    let out = vigil(&[
+        "run",
+        "--kubeconfig",
+        "/nonexistent",
+        "--lease-duration",
+        "15s",
+        "--renew-deadline",
+        "14s",
+        "--retry-period",
+        "2s",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    for named in
+        ["--lease-duration 15s", "--renew-deadline 14s", "--retry-period 2s", "two replicas could write at once"]
+    {
+        assert!(stderr.contains(named), "{named} not in: {stderr}");
+    }
+    assert!(!stderr.contains("kubeconfig"), "refused before the kubeconfig is read: {stderr}");
     let out = vigil(&["run", "--kubeconfig", "/nonexistent", "--lease-duration", "soon"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
