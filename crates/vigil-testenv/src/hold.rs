@@ -1,5 +1,6 @@
 //! A transport that holds a client's writes and delivers them late, to test what a write does
-//! when it lands after its sender lost the right to make it.
+//! when it lands after its sender lost the right to make it; it can also hold the reads of one
+//! object, to test what a late answer makes a client believe ([`WriteHold::hold_reads_of`]).
 //!
 //! [`WriteHold::client`] wraps a client: reads (GET, and the watches) always pass, so the code
 //! under test keeps seeing the cluster and keeps deciding; while held, every write (POST, PUT,
@@ -43,8 +44,10 @@ struct Kept {
 
 #[derive(Default)]
 struct Shared {
-    /// `Some(passing)` while holding.
+    /// `Some(passing)` while holding writes.
     holding: Option<Passing>,
+    /// While set, reads (GET) of a path ending with this are kept too ([`WriteHold::hold_reads_of`]).
+    reads_of: Option<String>,
     kept: Vec<Kept>,
 }
 
@@ -111,17 +114,31 @@ impl WriteHold {
         self.lock().holding = Some(passing.iter().map(|p| p.to_string()).collect());
     }
 
-    /// The writes kept so far: method and path.
+    /// Keeps, from now on, every read (GET) of a path ending with `suffix` (one object, such as
+    /// `/leases/vigil`): the request does not reach the API server until [`WriteHold::release`],
+    /// so what it reads is the object as it is then, answered to a caller that has waited since
+    /// it sent it, as a request queued in the network or in a busy API server is.
+    pub fn hold_reads_of(&self, suffix: &str) {
+        self.lock().reads_of = Some(suffix.to_string());
+    }
+
+    /// When the request kept longest was kept (none: nothing is kept).
+    pub fn oldest_kept(&self) -> Option<Instant> {
+        self.lock().kept.first().map(|k| k.kept_at)
+    }
+
+    /// The requests kept so far: method and path.
     pub fn kept(&self) -> Vec<(String, String)> {
         self.lock().kept.iter().map(|k| (k.request.method().to_string(), path_of(&k.request))).collect()
     }
 
-    /// Stops holding and delivers every kept write, one after another in the order they were
+    /// Stops holding and delivers every kept request, one after another in the order they were
     /// sent, each waited for; returns what became of them.
     pub async fn release(&self) -> Vec<Delivered> {
         let kept = {
             let mut shared = self.lock();
             shared.holding = None;
+            shared.reads_of = None;
             std::mem::take(&mut shared.kept)
         };
         let mut out = Vec::new();
@@ -178,10 +195,15 @@ impl tower::Service<Request<Body>> for HoldService {
         let keep = {
             let mut shared = self.hold.lock();
             let path = path_of(&request);
-            let kept = match &shared.holding {
+            let write_kept = match &shared.holding {
                 Some(passing) => is_write(request.method()) && !passing.iter().any(|p| path.contains(p.as_str())),
                 None => false,
             };
+            let read_kept = shared
+                .reads_of
+                .as_deref()
+                .is_some_and(|suffix| request.method() == Method::GET && request.uri().path().ends_with(suffix));
+            let kept = write_kept || read_kept;
             if kept {
                 let (caller, answer) = oneshot::channel();
                 shared.kept.push(Kept { request, kept_at: Instant::now(), caller });
