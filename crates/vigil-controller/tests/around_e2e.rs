@@ -1,6 +1,6 @@
 //! The controller beside medik8s' remediators and maintenance, on a real API server: a
-//! remediation object its remediator still holds (finalizer) keeps its Node counted until it is
-//! gone, and a Node whose medik8s node Lease another holder has is never remediated, then is once
+//! remediation object its remediator still holds (finalizer) keeps its Node (or Machine) counted
+//! until it is gone, and a Node whose medik8s node Lease another holder has is never remediated, then is once
 //! the Lease is released, under this check's own Lease.
 
 mod support;
@@ -81,6 +81,67 @@ async fn an_object_its_remediator_still_holds_keeps_its_node_counted_until_it_is
     wait_for("w2's object once w1's is gone", WAIT, || async {
         let all = list_snr(&env, MEDIK8S).await?;
         Ok((for_node(&all, "w1").is_empty() && !for_node(&all, "w2").is_empty()).then_some(()))
+    })
+    .await?;
+    controller.stop().await;
+    Ok(())
+}
+
+/// The remediator's finalizer on Machine `machine`'s object (named after the Machine) in `ns`.
+async fn hold_machine_object(env: &TestEnv, ns: &str, machine: &str, finalizers: Value) -> Result<()> {
+    let mut o = list_snr(env, ns)
+        .await?
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == machine)
+        .with_context(|| format!("no object for {machine}"))?;
+    o["metadata"]["finalizers"] = finalizers;
+    if let Some(m) = o["metadata"].as_object_mut() {
+        m.remove("managedFields");
+    }
+    env.apply(o).await?;
+    Ok(())
+}
+
+fn named(objects: &[Value], name: &str) -> Option<Value> {
+    objects.iter().find(|o| o["metadata"]["name"] == name).cloned()
+}
+
+/// The same for a MachineHealthCheck with an external template and `maxUnhealthy: 1` over four
+/// Machines: m1 recovers and its object, deleted, is held by the remediator; m2 fails meanwhile.
+/// Until m1's object is gone m1 does not count healthy, so m2 (two of four) waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machines_object_its_remediator_still_holds_keeps_the_machine_counted_until_it_is_gone() -> Result<()> {
+    let env = env().await?;
+    healthy_fleet(&env, 4).await?;
+    env.apply(snr_template("reboot", NS, false)).await?;
+    let template = json!({"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate", "name": "reboot"});
+    mhc(&env, "workers", json!({"remediationTemplate": template, "maxUnhealthy": 1})).await?;
+    let controller = Controller::start(&env);
+    set_ready(&env, "n1", "False", &secs_ago(60)).await?;
+    wait_for("m1's object", WAIT, || async { Ok(named(&list_snr(&env, NS).await?, "m1").map(|_| ())) }).await?;
+    hold_machine_object(&env, NS, "m1", json!(["self-node-remediation.medik8s.io/snr-finalizer"])).await?;
+    set_ready(&env, "n1", "True", &secs_ago(0)).await?;
+    wait_for("m1's object being deleted", WAIT, || async {
+        Ok(named(&list_snr(&env, NS).await?, "m1").and_then(|o| o["metadata"].get("deletionTimestamp").map(|_| ())))
+    })
+    .await?;
+    wait_for("m1 not counted healthy while its object is held", WAIT, || async {
+        Ok((check_status(&env, "MachineHealthCheck", "workers").await?["currentHealthy"] == 3).then_some(()))
+    })
+    .await?;
+    set_ready(&env, "n2", "False", &secs_ago(60)).await?;
+    wait_machine_condition(&env, "m2", "HealthCheckSucceeded", "False", "UnhealthyNode").await?;
+    stays("m2 remediated while m1's object is still being deleted", Duration::from_secs(5), || async {
+        Ok(named(&list_snr(&env, NS).await?, "m2").is_some())
+    })
+    .await?;
+    let s = check_status(&env, "MachineHealthCheck", "workers").await?;
+    assert_eq!(s["currentHealthy"], 2, "{s}");
+    // The remediator finishes: m1's object goes, m1 counts healthy, m2 is remediated.
+    hold_machine_object(&env, NS, "m1", json!([])).await?;
+    wait_for("m2's object once m1's is gone", WAIT, || async {
+        let all = list_snr(&env, NS).await?;
+        Ok((named(&all, "m1").is_none() && named(&all, "m2").is_some()).then_some(()))
     })
     .await?;
     controller.stop().await;

@@ -1900,3 +1900,50 @@ fn pacing_applies_to_a_rules_own_remediation() {
     let chosen: Vec<&str> = third.status.features.chosen_remediations.iter().map(|c| c.rule.as_str()).collect();
     assert_eq!(chosen, [KERNEL_RULE], "m2's incident keeps the rule's remediation");
 }
+
+/// A remediator finishing: m1 recovered and its object was deleted, but the remediator's
+/// finalizer still holds it. Until it is gone m1 is not counted healthy, so with
+/// `maxUnhealthy: 1` over four Machines m2 failing is one too many and gets no object; once m1's
+/// object is gone, m2 gets its own (docs/beside-medik8s.md, "Remediators finishing").
+#[test]
+fn a_machine_whose_remediator_is_finishing_is_not_counted_healthy() {
+    let mut world = MhcWorld::new().with_template().spec("maxUnhealthy", json!(1));
+    for name in ["m1", "m2", "m3", "m4"] {
+        world = world.machine_with_node(machine(name), "True", t0());
+    }
+    let mut finishing = remediation_json(NS, "m1", "Machine", "m1");
+    finishing["metadata"]["deletionTimestamp"] = json!(at(60).to_string());
+    finishing["metadata"]["finalizers"] = json!(["remediator.example/finish"]);
+    world = world.remediation(finishing).node(node("m2").ready("False", at(90)));
+    let plan = world.decide(at(400));
+    assert_eq!(plan.status.current_healthy, 2, "m1 is not healthy while its object is finishing");
+    assert!(created_names(&plan).is_empty(), "two of four not healthy is over maxUnhealthy 1");
+    assert!(deleted_names(&plan).is_empty(), "the object being deleted is not deleted again");
+    assert_eq!(
+        check_condition(&plan.status.conditions, REMEDIATION_ALLOWED).map(|c| c.reason.as_str()),
+        Some("TooManyUnhealthy")
+    );
+    world.remediations.remove("m1");
+    let plan = world.decide(at(401));
+    assert_eq!(plan.status.current_healthy, 3);
+    assert_eq!(created_names(&plan), ["m2"], "m1's object is gone: m2 is remediated");
+}
+
+/// With `maxInFlight: 1` a finishing remediator holds its slot: a recovered Machine whose object
+/// is still being deleted keeps another Machine's object from being made until it is gone.
+#[test]
+fn a_finishing_remediator_holds_its_in_flight_slot() {
+    let mut world = MhcWorld::new().with_template().spec("maxInFlight", json!(1));
+    for name in ["m1", "m2", "m3"] {
+        world = world.machine_with_node(machine(name), "True", t0());
+    }
+    let mut finishing = remediation_json(NS, "m1", "Machine", "m1");
+    finishing["metadata"]["deletionTimestamp"] = json!(at(60).to_string());
+    finishing["metadata"]["finalizers"] = json!(["remediator.example/finish"]);
+    world = world.remediation(finishing).node(node("m2").ready("False", at(90)));
+    let plan = world.decide(at(400));
+    assert!(created_names(&plan).is_empty(), "m1's remediator still holds the only slot");
+    assert_eq!(plan.status.features.queued_count, 1);
+    world.remediations.remove("m1");
+    assert_eq!(created_names(&world.decide(at(401))), ["m2"]);
+}

@@ -84,7 +84,7 @@ pub fn decide_among_peers(
             return report_no_decision(b, why, message);
         }
     };
-    let judged = judge_targets(&targets, cluster, nodes, input.policy, now, b.out.wake());
+    let judged = judge_targets(input, &targets, (cluster, nodes), now, b.out.wake());
     b.status.current_healthy = count(judged.healthy);
     let budgets = domain_budgets(input.policy, &targets, &judged);
     let me = CheckRef::of_mhc(input.check);
@@ -176,6 +176,9 @@ fn readable<'a>(input: &MhcInput<'a>) -> Result<(&'a ClusterView, &'a dyn Lookup
 /// Rule 2 over every target: the verdicts, how many count healthy, and what the writes need.
 struct Judged<'a> {
     verdicts: Vec<Verdict>,
+    /// Whether each target's remediator is still finishing: a remediation object this check made
+    /// for it is being deleted (a finalizer holds it). Empty when the check makes no objects.
+    finishing: Vec<bool>,
     healthy: usize,
     /// Each target's failure domain (empty without `spec.failureDomains`).
     domain_of: Vec<Option<&'a str>>,
@@ -187,23 +190,24 @@ struct Judged<'a> {
 /// another: both are memory-bound, and the processor overlaps more of them when nothing else
 /// runs between (the common case of a healthy fleet writes nothing).
 fn judge_targets<'a>(
+    input: &MhcInput<'_>,
     targets: &[&'a MachineView],
-    cluster: &ClusterView,
-    nodes: &'a dyn Lookup<NodeView>,
-    policy: &MhcPolicy,
+    (cluster, nodes): (&ClusterView, &'a dyn Lookup<NodeView>),
     now: Timestamp,
     wake: &mut Earliest,
 ) -> Judged<'a> {
+    let policy = input.policy;
     let target_nodes: Vec<Option<&NodeView>> =
         targets.iter().map(|m| m.node_name.as_deref().and_then(|n| nodes.lookup(n))).collect();
     let verdicts: Vec<Verdict> =
         targets.iter().zip(&target_nodes).map(|(m, node)| evaluate_with_node(m, *node, cluster, policy, now)).collect();
+    let finishing = remediators_finishing(input, targets);
     let mut healthy = 0usize;
-    for (machine, verdict) in targets.iter().zip(&verdicts) {
+    for (k, (machine, verdict)) in targets.iter().zip(&verdicts).enumerate() {
         if let Verdict::Pending { until } = verdict {
             wake.offer(*until);
         }
-        healthy += usize::from(counts_healthy(machine, verdict));
+        healthy += usize::from(counts_healthy(machine, verdict, finishing.get(k).copied().unwrap_or(false)));
     }
     let domain_of = match &policy.failure_domains {
         Some(fd) => targets.iter().map(|m| machine_domain(fd, m, nodes)).collect(),
@@ -218,7 +222,16 @@ fn judge_targets<'a>(
                 && healthy_condition.is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
         })
         .collect();
-    Judged { verdicts, healthy, domain_of, already_healthy }
+    Judged { verdicts, finishing, healthy, domain_of, already_healthy }
+}
+
+/// Whether each target's remediator is still finishing ([`MhcInput::remediator_finishing`];
+/// empty when the check makes no objects).
+fn remediators_finishing(input: &MhcInput<'_>, targets: &[&MachineView]) -> Vec<bool> {
+    if input.remediations.is_empty() {
+        return Vec::new();
+    }
+    targets.iter().map(|m| input.remediator_finishing(m)).collect()
 }
 
 /// `HealthCheckSucceeded=True`, as written on a healthy Machine.
@@ -230,8 +243,10 @@ fn healthy_condition() -> DesiredCondition {
 fn domain_budgets(policy: &MhcPolicy, targets: &[&MachineView], judged: &Judged<'_>) -> Option<Budgets> {
     policy.failure_domains.as_ref().map(|fd| {
         let mut tally = Tally::default();
-        for ((machine, verdict), domain) in targets.iter().zip(&judged.verdicts).zip(&judged.domain_of) {
-            tally.add(*domain, counts_healthy(machine, verdict));
+        for (k, ((machine, verdict), domain)) in targets.iter().zip(&judged.verdicts).zip(&judged.domain_of).enumerate()
+        {
+            let finishing = judged.finishing.get(k).copied().unwrap_or(false);
+            tally.add(*domain, counts_healthy(machine, verdict, finishing));
         }
         tally.judge(fd, Rounding::Down)
     })

@@ -38,6 +38,15 @@ pub struct MhcInput<'a> {
 }
 
 impl<'a> MhcInput<'a> {
+    /// Whether `machine`'s remediator is still finishing: a remediation object made for it is
+    /// being deleted (a finalizer holds it). Until the object is gone the Machine is not healthy
+    /// for the budgets and stays in flight, as a NodeHealthCheck's Node does
+    /// (docs/beside-medik8s.md, "Remediators finishing").
+    pub(super) fn remediator_finishing(&self, machine: &MachineView) -> bool {
+        !self.remediations.is_empty()
+            && self.objects_named(machine).iter().any(|o| o.meta.deleting && crate::target::made_for(o, machine))
+    }
+
     /// The remediation objects named after `machine` in the check's remediation kinds, each once
     /// (templates of one kind share their objects).
     pub(super) fn objects_named(&self, machine: &MachineView) -> Vec<&'a RemediationView> {

@@ -357,9 +357,12 @@ pub(super) fn with_reason(why: &str) -> String {
 }
 
 /// Whether a target counts towards `currentHealthy` (upstream: evaluated healthy, or not
-/// evaluated with a Node; a deleting Machine never).
-pub(super) fn counts_healthy(machine: &MachineView, verdict: &Verdict) -> bool {
-    !machine.meta.deleting && matches!(verdict, Verdict::Healthy | Verdict::NotEvaluated { counts_healthy: true, .. })
+/// evaluated with a Node; a deleting Machine never). Vigil differs where a remediator is still
+/// `finishing` (its object, deleted, held by a finalizer): not healthy until the object is gone.
+pub(super) fn counts_healthy(machine: &MachineView, verdict: &Verdict, finishing: bool) -> bool {
+    !machine.meta.deleting
+        && !finishing
+        && matches!(verdict, Verdict::Healthy | Verdict::NotEvaluated { counts_healthy: true, .. })
 }
 
 /// A Machine's failure domain: its own `spec.failureDomain`, or the label of its Node. A Machine

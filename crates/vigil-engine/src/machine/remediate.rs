@@ -160,14 +160,14 @@ fn unhealthy_since(machine: &MachineView, verdict: &Verdict, now: Timestamp) -> 
 /// reading of [`mhc_request`], as for the overlap rule) and the Machine is not healthy again:
 /// `HealthCheckSucceeded` stays `False` after this decision (judged unhealthy now, or still marked
 /// and not judged healthy; a Machine being deleted is never marked healthy, so it is in flight
-/// until it is gone).
+/// until it is gone), or its remediator is still finishing (its object is being deleted).
 fn in_flight(input: &MhcInput<'_>, machine: &MachineView, verdict: &Verdict) -> bool {
     if mhc_request(input.policy, machine, input.remediations).is_none() {
         return false;
     }
     match verdict {
         Verdict::Unhealthy { .. } => true,
-        Verdict::Healthy if !machine.meta.deleting => false,
+        Verdict::Healthy if !machine.meta.deleting => input.remediator_finishing(machine),
         _ => vigil_api::conditions::find(&machine.conditions, HEALTH_CHECK_SUCCEEDED)
             .is_some_and(|c| c.status == ConditionStatus::False),
     }
