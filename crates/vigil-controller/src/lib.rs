@@ -220,13 +220,7 @@ impl Context {
                         CheckRef::Node { name: n } => idx.nhcs.get(n).and_then(|c| c.metadata.uid.clone()),
                     }
                 };
-                let notice = vigil_engine::Notice {
-                    kind: vigil_engine::NoticeKind::OtherCheckWaiting,
-                    target: Some(h.target.clone()),
-                    reason: vigil_api::reason::Reason::OtherCheckWaiting,
-                    message: format!("{} ({})", h.message, h.waiter),
-                };
-                this.publish(&key, uid.as_deref(), &notice).await;
+                this.publish(&key, uid.as_deref(), &h.notice()).await;
             }
         });
     }

@@ -468,6 +468,19 @@ pub struct HeldElsewhere {
     pub message: String,
 }
 
+impl HeldElsewhere {
+    /// The notice the holding check publishes, the same in every adapter: the controller's
+    /// Event on the holder and the simulator's line say the same words.
+    pub fn notice(&self) -> Notice {
+        Notice {
+            kind: NoticeKind::OtherCheckWaiting,
+            target: Some(self.target.clone()),
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

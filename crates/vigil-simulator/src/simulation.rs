@@ -958,15 +958,7 @@ impl Sim<'_> {
             self.notice(id, notice);
         }
         for held in &plan.held_elsewhere {
-            let mut d = Map::new();
-            d.insert("reason".into(), json!(held.reason));
-            d.insert("message".into(), json!(held.message));
-            self.emit(
-                NoticeKind::OtherCheckWaiting.event_reason(&held.holder),
-                Some(held.holder.to_string()),
-                Some(held.target.key()),
-                d,
-            );
+            self.notice(&held.holder, &held.notice());
         }
         for action in plan.actions {
             self.act(id, action);
