@@ -521,13 +521,17 @@ impl Index {
             .filter(|name| {
                 self.mhcs.entry(&(namespace.clone(), (*name).clone())).is_some_and(|e| match &e.policy {
                     Ok(p) => concerns::mhc_concerns_machine(&e.object, p, view),
-                    Err(_) => true,
+                    // An invalid check is only refused: nothing but its own object concerns it.
+                    Err(_) => false,
                 })
             })
             .map(check)
             .collect();
         if let Some(listing) = self.listed_targets.get(&(namespace.clone(), view.meta.name.clone())) {
-            out.extend(listing.iter().map(check));
+            let valid = |name: &&String| {
+                self.mhcs.entry(&(namespace.clone(), (*name).clone())).is_some_and(|e| e.policy.is_ok())
+            };
+            out.extend(listing.iter().filter(valid).map(check));
         }
         out
     }
@@ -679,7 +683,8 @@ impl Index {
             .entries()
             .filter(|(_, e)| match &e.policy {
                 Ok(p) => concerns::mhc_concerns_cluster(&e.object, p, &meta),
-                Err(_) => true,
+                // An invalid check is only refused: nothing but its own object concerns it.
+                Err(_) => false,
             })
             .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
             .collect()
@@ -834,7 +839,8 @@ impl Index {
         for ((ns, n), e) in self.mhcs.entries() {
             let concerned = match &e.policy {
                 Ok(p) => concerns::mhc_concerns_remediation_object(&e.object, p, meta),
-                Err(_) => true,
+                // An invalid check is only refused: nothing but its own object concerns it.
+                Err(_) => false,
             };
             if concerned {
                 out.insert(CheckRef::Machine { namespace: ns.clone(), name: n.clone() });
@@ -848,7 +854,8 @@ impl Index {
         for (n, e) in self.nhcs.entries() {
             let concerned = match &e.policy {
                 Ok(p) => concerns::nhc_concerns_remediation_object(&e.object, p, meta, node),
-                Err(_) => true,
+                // An invalid check is only refused: nothing but its own object concerns it.
+                Err(_) => false,
             };
             if concerned {
                 out.insert(CheckRef::Node { name: n.clone() });
@@ -1356,7 +1363,7 @@ mod tests {
         for ((ns, name), e) in idx.mhcs.entries() {
             let concerned = views.iter().any(|v| match &e.policy {
                 Ok(p) => concerns::mhc_concerns_machine(&e.object, p, v),
-                Err(_) => *ns == v.meta.namespace,
+                Err(_) => false,
             });
             if concerned {
                 out.insert(CheckRef::Machine { namespace: ns.clone(), name: name.clone() });
@@ -1389,7 +1396,7 @@ mod tests {
         /// Whatever Machines and checks do, in any order, each check's kept targets are exactly
         /// what matching its selector against every Machine of the namespace gives, and a
         /// Machine change concerns exactly the checks a walk over every check finds (those
-        /// that select it before or after, list it in their status, or cannot be read).
+        /// that select it before or after, or list it in their status; an invalid check none).
         #[test]
         fn each_checks_kept_targets_are_what_its_selector_selects(steps in proptest::collection::vec(step(), 1..60)) {
             let mut idx = Index::default();
