@@ -131,10 +131,10 @@ impl Context {
     }
 
     /// Sends the plan's actions: first the `nhc-timed-out` annotations of remediation steps given
-    /// up, then the rest, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded. A Node's next
-    /// step is created only once the API server has answered its previous step's annotation
-    /// (confirmed, and in the index), so that its remediator stops before the next one starts and
-    /// two steps are never live at once; when that annotation fails, the next step is not sent.
+    /// up, then the rest, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded. An action the
+    /// plan puts after annotations ([`Action::after`]: a Node's next step) is sent only once the
+    /// API server has written them, so that the previous remediator stops before the next one
+    /// starts and two steps are never live at once; when one fails, the action is not sent.
     async fn write_actions(
         self: &Arc<Self>,
         job: &crate::gather::Job,
@@ -145,13 +145,16 @@ impl Context {
             return self.send_actions(job, rest).await;
         }
         let mut results = self.send_actions(job, annotations).await;
-        let unconfirmed = self.unconfirmed_nodes(&results);
-        let (held, rest): (Vec<Action>, Vec<Action>) = rest.into_iter().partition(|a| match a {
-            Action::CreateRemediation { target, .. } => {
-                unconfirmed.iter().any(|n| n.as_ref().is_none_or(|n| n == target))
-            }
-            _ => false,
-        });
+        // What the plan says must come after an annotation waits for it; a refused one holds it.
+        let refused: Vec<&ObjectRef> = results
+            .iter()
+            .filter_map(|(a, r)| match (a, r) {
+                (Action::AnnotateRemediation { object, .. }, Err(_)) => Some(object),
+                _ => None,
+            })
+            .collect();
+        let (held, rest): (Vec<Action>, Vec<Action>) =
+            rest.into_iter().partition(|a| a.after().iter().any(|o| refused.contains(&o)));
         results.extend(self.send_actions(job, rest).await);
         results.extend(held.into_iter().map(|a| {
             let what = format!("{a:?}").chars().take(200).collect::<String>();
@@ -160,41 +163,16 @@ impl Context {
         results
     }
 
-    /// The Nodes whose remediation object's annotation failed (`None` for an object the index
-    /// does not know, whose Node is then unknown: every create waits).
-    fn unconfirmed_nodes(&self, results: &[(Action, Result<Option<ObjectRef>, WriteError>)]) -> Vec<Option<Target>> {
-        results
-            .iter()
-            .filter_map(|(a, r)| match (a, r) {
-                (Action::AnnotateRemediation { object, .. }, Err(_)) => Some(self.node_of(object)),
-                _ => None,
-            })
-            .collect()
-    }
-
     /// The objects the plan annotates as given up, with their Nodes.
     fn given_up(&self, job: &crate::gather::Job) -> Vec<(Target, ObjectRef)> {
         job.plan
             .actions
             .iter()
             .filter_map(|a| match a {
-                Action::AnnotateRemediation { object, .. } => Some((self.node_of(object)?, object.clone())),
+                Action::AnnotateRemediation { object, target, .. } => Some((target.clone(), object.clone())),
                 _ => None,
             })
             .collect()
-    }
-
-    /// The Node a remediation object is for, read from the index
-    /// (`remediation.medik8s.io/node-name`), as the target its plan names.
-    fn node_of(&self, object: &ObjectRef) -> Option<Target> {
-        let gk = group_kind(&object.api_version, &object.kind);
-        let idx = self.read_index();
-        idx.objects
-            .get(&gk)
-            .and_then(|c| c.remediations.get(&object.namespace))
-            .and_then(|m| m.get(&object.name))
-            .and_then(|o| o.meta.annotations.get(vigil_api::well_known::NODE_NAME_ANNOTATION))
-            .map(|node| Target::local_node(node))
     }
 
     /// Sends `actions` of the plan, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.
@@ -421,7 +399,7 @@ impl Context {
                 Ok(None)
             }
             Action::DeleteRemediation { object, seen, .. } => self.delete_remediation(object, seen).await,
-            Action::AnnotateRemediation { object, key, value, seen } => {
+            Action::AnnotateRemediation { object, key, value, seen, .. } => {
                 self.annotate_remediation(object, key, value, seen).await.map(|()| None)
             }
         }

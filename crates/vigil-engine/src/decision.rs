@@ -25,7 +25,7 @@ use crate::backoff::{Gate, Ledger};
 use crate::domains::Budgets;
 use crate::holders::{Holders, Waits};
 use crate::pacing::{Pacer, visit_order};
-use crate::plan::{Action, Earliest, HeldElsewhere, Notice, Plan};
+use crate::plan::{Action, Earliest, HeldElsewhere, Notice, ObjectRef, Plan};
 use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -80,6 +80,18 @@ impl Outputs {
     /// Where the actions end now, to ask later what was added since.
     pub(crate) fn mark(&self) -> usize {
         self.actions.len()
+    }
+
+    /// The objects of `target` this plan gives up (annotates) so far: a next step's create
+    /// waits for them.
+    pub(crate) fn annotated_for(&self, target: &Target) -> Vec<ObjectRef> {
+        self.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::AnnotateRemediation { object, target: t, .. } if t == target => Some(object.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Whether a remediation object was asked for since `mark`.

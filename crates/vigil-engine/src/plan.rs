@@ -142,6 +142,11 @@ pub enum Action {
         /// The Node's Lease to take (or renew) first; when that write fails the object is not
         /// created (a NodeHealthCheck's; see [`crate::node_lease`]).
         lease: Option<LeaseWrite>,
+        /// The previous steps' objects this plan gives up (their [`Action::AnnotateRemediation`]):
+        /// the object is created only once the API server has written every one of those
+        /// annotations, so that two steps of one Node are never live at once. Every adapter
+        /// obeys this order; a refused annotation means no create.
+        after: Vec<ObjectRef>,
     },
     /// Delete a remediation object (only if it is still the one seen, at that version).
     DeleteRemediation {
@@ -170,6 +175,8 @@ pub enum Action {
     AnnotateRemediation {
         /// The object.
         object: ObjectRef,
+        /// The Node it remediates.
+        target: Target,
         /// Annotation key.
         key: String,
         /// Annotation value.
@@ -180,6 +187,15 @@ pub enum Action {
 }
 
 impl Action {
+    /// The objects whose annotation must be written before this action is sent
+    /// ([`Action::CreateRemediation`]'s `after`; none for every other action).
+    pub fn after(&self) -> &[ObjectRef] {
+        match self {
+            Action::CreateRemediation { after, .. } => after,
+            _ => &[],
+        }
+    }
+
     /// The name of the target (Machine or Node) or object the action is about, without namespace.
     pub fn target_name(&self) -> &str {
         match self {

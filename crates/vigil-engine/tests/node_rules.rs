@@ -644,6 +644,7 @@ fn rule7_the_manifest_and_status_record() {
                 resource_version: None,
                 uid: None,
             }),
+            after: Vec::new(),
         }]
     );
     assert_eq!(plan.status.unhealthy_nodes.len(), 1);
@@ -816,9 +817,14 @@ fn rule7_a_fixed_name_request_not_seen_yet_is_repeated_with_its_start() {
         actions
             .iter()
             .map(|a| match a {
-                Action::CreateRemediation { object, target, lease } => {
+                Action::CreateRemediation { object, target, lease, after } => {
                     assert_eq!(lease.as_ref().map(|l| l.node.as_str()), Some("n1"));
-                    Action::CreateRemediation { object: object.clone(), target: target.clone(), lease: None }
+                    Action::CreateRemediation {
+                        object: object.clone(),
+                        target: target.clone(),
+                        lease: None,
+                        after: after.clone(),
+                    }
                 }
                 other => other.clone(),
             })
@@ -1071,6 +1077,13 @@ fn rule7_escalation_times_out_each_step_then_stops() {
     let p = w.step(t);
     assert_eq!(annotated(&p), vec![("SelfNodeRemediation medik8s/n1".into(), TIMED_OUT.into(), t.to_string())]);
     assert_eq!(created(&p), vec![("FenceAgentsRemediation".into(), "n1".into())]);
+    // The plan says the next step is created only after the first one's annotation is written.
+    let after: Vec<String> = p
+        .actions
+        .iter()
+        .flat_map(|a| a.after().iter().map(|o| format!("{} {}/{}", o.kind, o.namespace, o.name)))
+        .collect();
+    assert_eq!(after, ["SelfNodeRemediation medik8s/n1"]);
     assert_eq!(notices(&p), vec![(NoticeKind::RemediationTimedOut, "n1".into())]);
     assert_eq!(
         p.notices[0].message,

@@ -35,6 +35,7 @@ use vigil_engine::lookup::Observed;
 use vigil_engine::machine::{MhcInput, NodeSource};
 use vigil_engine::machine_write::machine_status_patch;
 use vigil_engine::node::NhcInput;
+use vigil_engine::plan::ObjectRef;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
 use vigil_engine::{Action, Notice, NoticeKind, Plan};
 
@@ -960,8 +961,24 @@ impl Sim<'_> {
         for held in &plan.held_elsewhere {
             self.notice(&held.holder, &held.notice());
         }
+        // What the plan puts after an annotation waits for it; a refused one holds it back, as
+        // in the controller.
+        let mut refused: Vec<ObjectRef> = Vec::new();
         for action in plan.actions {
-            self.act(id, action);
+            if action.after().iter().any(|o| refused.contains(o)) {
+                let mut d = Map::new();
+                d.insert("message".into(), json!("not sent: the previous step's timed-out annotation was not written"));
+                self.emit("WriteFailed", Some(id.to_string()), Some(action.target_name().to_string()), d);
+                continue;
+            }
+            match action {
+                Action::AnnotateRemediation { object, key, value, .. } => {
+                    if !self.annotate(&object, key, value) {
+                        refused.push(object);
+                    }
+                }
+                action => self.act(id, action),
+            }
         }
         match plan.next_wake {
             Some(t) => self.wakeups.insert(id.clone(), t),
@@ -1014,7 +1031,7 @@ impl Sim<'_> {
                     None => self.changed(&key, before.as_ref()),
                 }
             }
-            Action::CreateRemediation { mut object, target, lease } => {
+            Action::CreateRemediation { mut object, target, lease, .. } => {
                 // The Node's Lease first: when it cannot be taken, the object is not created.
                 if let Some(lease) = lease
                     && !self.write_lease(id, &lease)
@@ -1094,20 +1111,27 @@ impl Sim<'_> {
                     self.changed(&key, Some(&before));
                 }
             }
-            Action::AnnotateRemediation { object, key: annotation, value, .. } => {
-                let key = Key {
-                    cluster: LOCAL_CLUSTER.into(),
-                    group: group_of(&object.api_version).into(),
-                    kind: object.kind,
-                    namespace: object.namespace,
-                    name: object.name,
-                };
-                let Some(before) = self.store.get(&key).cloned() else { return };
-                if self.store.patch(&key, &json!({"metadata": {"annotations": {annotation: value}}})).is_ok() {
-                    self.changed(&key, Some(&before));
-                }
+            Action::AnnotateRemediation { object, key, value, .. } => {
+                self.annotate(&object, key, value);
             }
         }
+    }
+
+    /// Annotates a remediation object; whether it was written (not when it is gone).
+    fn annotate(&mut self, object: &ObjectRef, annotation: String, value: String) -> bool {
+        let key = Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: group_of(&object.api_version).into(),
+            kind: object.kind.clone(),
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+        };
+        let Some(before) = self.store.get(&key).cloned() else { return false };
+        if self.store.patch(&key, &json!({"metadata": {"annotations": {annotation: value}}})).is_err() {
+            return false;
+        }
+        self.changed(&key, Some(&before));
+        true
     }
 
     /// Takes or renews a node Lease as the API server would let a writer: a create only when
@@ -1416,5 +1440,64 @@ mod tests {
                 assert_eq!(named, kind.event_reason(check), "{kind:?} on {check}");
             }
         }
+    }
+
+    /// A plan's order is obeyed as the controller obeys it: a create the plan puts after an
+    /// annotation is not made when that annotation could not be written (here, its object is
+    /// gone), and a create after a written one is.
+    #[test]
+    fn a_create_after_an_annotation_that_was_not_written_is_not_made() {
+        let scenario = Scenario::parse("name: order\nduration: 1m\n").expect("a scenario");
+        let mut sim = Sim::new(&scenario);
+        let check = CheckRef::Node { name: "n".into() };
+        let object = |name: &str| ObjectRef {
+            api_version: "self-node-remediation.medik8s.io/v1alpha1".into(),
+            kind: "SelfNodeRemediation".into(),
+            namespace: "medik8s".into(),
+            name: name.into(),
+        };
+        let next = |name: &str, after: ObjectRef| Action::CreateRemediation {
+            object: json!({"apiVersion": "fence-agents-remediation.medik8s.io/v1alpha1", "kind": "FenceAgentsRemediation",
+                           "metadata": {"name": name, "namespace": "medik8s"}}),
+            target: Target::local_node(name),
+            lease: None,
+            after: vec![after],
+        };
+        let annotate = |name: &str| Action::AnnotateRemediation {
+            object: object(name),
+            target: Target::local_node(name),
+            key: "remediation.medik8s.io/nhc-timed-out".into(),
+            value: "now".into(),
+            seen: vigil_engine::plan::Seen::default(),
+        };
+        sim.store
+            .create(
+                LOCAL_CLUSTER,
+                json!({"apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediation",
+                                          "metadata": {"name": "kept", "namespace": "medik8s"}}),
+                sim.now,
+            )
+            .expect("created");
+        let plan = Plan {
+            status: json!({}),
+            actions: vec![
+                annotate("gone"),
+                next("gone", object("gone")),
+                annotate("kept"),
+                next("kept", object("kept")),
+            ],
+            notices: Vec::new(),
+            next_wake: None,
+            held_elsewhere: Vec::new(),
+            short_circuited: false,
+            remediating: 0,
+        };
+        sim.apply(&check, plan);
+        let created: Vec<Option<String>> =
+            sim.events.iter().filter(|e| e.event == "RemediationCreated").map(|e| e.target.clone()).collect();
+        assert_eq!(created, [Some("kept".to_string())]);
+        let refused: Vec<Option<String>> =
+            sim.events.iter().filter(|e| e.event == "WriteFailed").map(|e| e.target.clone()).collect();
+        assert_eq!(refused, [Some("gone".to_string())]);
     }
 }

@@ -289,7 +289,12 @@ fn ask_remediator(
         Ok(_) if !started.may_start(input, machine) => {}
         Ok(object) => {
             writes.set(waiting(), now);
-            b.out.act(Action::CreateRemediation { object, target: Target::machine(machine), lease: None });
+            b.out.act(Action::CreateRemediation {
+                object,
+                target: Target::machine(machine),
+                lease: None,
+                after: Vec::new(),
+            });
         }
         Err(why) => {
             refuse(b, Reason::RemediationRequestCreationFailed, format!("Cannot create a remediation request: {why}"))

@@ -6,7 +6,7 @@ use crate::node::gates::Tend;
 use crate::node::objects::{Book, Owned, object_ref, step_of};
 use crate::node_lease;
 use crate::plan::{Action, Notice, NoticeKind, ONE_NS, Seen, after};
-use crate::target::entry;
+use crate::target::{Target, entry};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::conditions::{self, ConditionStatus};
@@ -63,6 +63,7 @@ impl Pass<'_> {
                 if !conditions::is_true(&view.conditions, SUCCEEDED) {
                     self.out.act(Action::AnnotateRemediation {
                         object: object_ref(view),
+                        target: Target::local_node(name),
                         key: NHC_TIMED_OUT_ANNOTATION.into(),
                         value: at.to_string(),
                         seen: Seen::of(&view.meta),
@@ -154,6 +155,7 @@ impl Pass<'_> {
         if !conditions::is_true(&view.conditions, SUCCEEDED) {
             self.out.act(Action::AnnotateRemediation {
                 object: object_ref(view),
+                target: Target::local_node(name),
                 key: NHC_TIMED_OUT_ANNOTATION.into(),
                 value: self.cx.now.to_string(),
                 seen: Seen::of(&view.meta),

@@ -96,7 +96,9 @@ impl Pass<'_> {
             timed_out: None,
             template_name: Some(step.template.name.clone()),
         });
-        self.out.act(Action::CreateRemediation { object, target: Target::local_node(name), lease });
+        let target = Target::local_node(name);
+        let after = self.out.annotated_for(&target);
+        self.out.act(Action::CreateRemediation { object, target, lease, after });
         Requested::Done
     }
 
