@@ -177,7 +177,7 @@ async fn check_audit(env: &TestEnv, lease: &str) -> Result<Duration> {
     // The audit log is written as requests complete: give the last lines a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let writes = lease_writes(env, lease)?;
-    let last_renewal = writes.iter().filter(|w| w.user == AUDITED_USER).last().context("no renewal by the holder")?;
+    let last_renewal = writes.iter().rev().find(|w| w.user == AUDITED_USER).context("no renewal by the holder")?;
     let taken = writes
         .iter()
         .find(|w| w.user == LIMITED_USER && w.received > last_renewal.received)
