@@ -1,6 +1,6 @@
 //! The shape of a crate's source, read from `src/` as text: which module imports which, and how
-//! long each function is. Tests of the engine, the API types and the controller use it to keep
-//! each crate in one reading order (modules import downwards only) and its functions short.
+//! long each function is. The shape tests of every crate use it to keep each crate in one
+//! reading order (modules import downwards only, folders too) and its functions short.
 //!
 //! References are `crate::a::b` paths, `super::` paths and a folder module's `child::` paths in
 //! code (comments and doc links are not imports; nor is code under `#[cfg(test)]`, whose tests may
@@ -199,6 +199,18 @@ pub fn all_cycles(edges: &Graph) -> Vec<Vec<String>> {
     out
 }
 
+/// `edges` with each folder as one module (`index::checks` → `index`): no cycle hides in a child.
+pub fn folders(edges: &Graph) -> Graph {
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_string();
+    let mut out = Graph::new();
+    for (from, targets) in edges {
+        let from = top(from);
+        let targets: BTreeSet<String> = targets.iter().map(|t| top(t)).filter(|t| *t != from).collect();
+        out.entry(from).or_default().extend(targets);
+    }
+    out
+}
+
 /// One function and its length in lines, `fn` line to closing brace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Function {
@@ -343,5 +355,24 @@ mod tests {
         let text = "pub fn one() {\n    x();\n}\n\nfn decl();\n\n#[cfg(test)]\nmod tests {\n    fn long() {\n\n\n\n    }\n}\nasync fn two(a: u8)\n    -> u8 {\n    a\n}\n";
         let found = functions_in(text);
         assert_eq!(found, vec![(1, "one".to_string(), 3), (15, "two".to_string(), 4)]);
+    }
+
+    #[test]
+    fn a_folder_counts_as_one_module() {
+        let mut edges = Graph::new();
+        edges.entry("index".into()).or_default().insert("index::checks".into());
+        edges.entry("index::checks".into()).or_default().extend(["medik8s::upstream".into(), "writes".into()]);
+        edges.entry("medik8s".into()).or_default().insert("medik8s::upstream".into());
+        edges.entry("medik8s::upstream".into()).or_default();
+        edges.entry("writes".into()).or_default();
+        let mut want = Graph::new();
+        want.entry("index".into()).or_default().extend(["medik8s".into(), "writes".into()]);
+        want.entry("medik8s".into()).or_default();
+        want.entry("writes".into()).or_default();
+        assert_eq!(folders(&edges), want);
+        assert_eq!(find_cycle(&edges), None);
+        edges.get_mut("medik8s").expect("medik8s").insert("index".into());
+        assert_eq!(find_cycle(&edges), None, "module by module, the two folders only meet through a child");
+        assert!(find_cycle(&folders(&edges)).is_some(), "index -> medik8s -> index");
     }
 }
