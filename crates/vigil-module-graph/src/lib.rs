@@ -48,9 +48,66 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     Ok(())
 }
 
-/// The code of a file without line comments (doc comments included).
+/// The code of a file without line comments (doc comments included); a `//` inside a string
+/// literal (`"https://…"`) is code, so a URL cuts no line short.
 pub fn code(text: &str) -> String {
-    text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let end = match chars[i] {
+            '/' if chars.get(i + 1) == Some(&'/') => {
+                i = chars[i..].iter().position(|&c| c == '\n').map_or(chars.len(), |n| i + n);
+                continue;
+            }
+            '"' => string_end(&chars, i + 1, None),
+            'r' if may_open_raw(&chars, i) => {
+                let hashes = chars[i + 1..].iter().take_while(|&&c| c == '#').count();
+                match chars.get(i + 1 + hashes) {
+                    Some('"') => string_end(&chars, i + 2 + hashes, Some(hashes)),
+                    _ => i + 1,
+                }
+            }
+            '\'' => char_end(&chars, i),
+            _ => i + 1,
+        };
+        out.extend(&chars[i..end]);
+        i = end;
+    }
+    out
+}
+
+/// Whether the `r` at `at` may open a raw string: no identifier goes on before it (but `b`).
+fn may_open_raw(chars: &[char], at: usize) -> bool {
+    let ident = |n: Option<usize>| n.and_then(|n| chars.get(n)).is_some_and(|c| c.is_alphanumeric() || *c == '_');
+    let before = at.checked_sub(1);
+    !ident(before) || (before.map(|b| chars[b]) == Some('b') && !ident(before.and_then(|b| b.checked_sub(1))))
+}
+
+/// Just past the end of the string literal whose text starts at `from`: its closing quote, and
+/// the `raw` string's `#`s after it (a raw string has no escapes).
+fn string_end(chars: &[char], from: usize, raw: Option<usize>) -> usize {
+    let hashes = raw.unwrap_or(0);
+    let mut i = from;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' if raw.is_none() => i += 2,
+            '"' if chars[i + 1..].iter().take(hashes).filter(|&&c| c == '#').count() == hashes => {
+                return i + 1 + hashes;
+            }
+            _ => i += 1,
+        }
+    }
+    chars.len()
+}
+
+/// Just past the end of the char literal starting at `at`; a lifetime (`'a`) ends at its quote.
+fn char_end(chars: &[char], at: usize) -> usize {
+    match chars.get(at + 1) {
+        Some('\\') => chars.iter().skip(at + 3).position(|&c| c == '\'').map_or(chars.len(), |n| at + n + 4),
+        Some(_) if chars.get(at + 2) == Some(&'\'') => at + 3,
+        _ => at + 1,
+    }
 }
 
 /// The longest module in `modules` that `segments` starts with.
@@ -355,6 +412,16 @@ mod tests {
         let text = "pub fn one() {\n    x();\n}\n\nfn decl();\n\n#[cfg(test)]\nmod tests {\n    fn long() {\n\n\n\n    }\n}\nasync fn two(a: u8)\n    -> u8 {\n    a\n}\n";
         let found = functions_in(text);
         assert_eq!(found, vec![(1, "one".to_string(), 3), (15, "two".to_string(), 4)]);
+    }
+
+    #[test]
+    fn a_url_in_a_string_is_no_comment() {
+        let text = "fn f() { g(\"http://x/{}\", '\"', r#\"a\"//\"#, '\\'', 'a'); } // }\nfn h<'a>() {\n}";
+        assert_eq!(
+            code(text).lines().collect::<Vec<_>>(),
+            [&text[..text.find("// }").expect("comment")], "fn h<'a>() {", "}"]
+        );
+        assert_eq!(functions_in(&code(text)), vec![(1, "f".to_string(), 1), (2, "h".to_string(), 2)]);
     }
 
     #[test]
