@@ -19,6 +19,14 @@ fn the_api_modules_import_downwards_only() {
     assert!(cycles.is_empty(), "import cycles between API modules:\n{}", shown.join("\n"));
 }
 
+/// A folder is one module to the rest of the API: none is reached back through a child.
+#[test]
+fn the_api_folders_import_downwards_only() {
+    let graph = vigil_module_graph::folders(&vigil_module_graph::graph(&src()).expect("read src/"));
+    let shown: Vec<String> = vigil_module_graph::all_cycles(&graph).iter().map(|c| c.join(" -> ")).collect();
+    assert!(shown.is_empty(), "import cycles between API folders:\n{}", shown.join("\n"));
+}
+
 #[test]
 fn the_bottom_imports_nothing_above_it() {
     let graph = vigil_module_graph::graph(&src()).expect("read src/");

@@ -107,40 +107,9 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     let t0 = Instant::now();
     let (env, capi, clusters, not_up, setup_s) = set_up(plan, contender).await?;
     let mut fleet = Replicas::spawn(plan, contender, &env, dir).await?;
-    let started = Instant::now();
-    let cpu_start = fleet.cpu()?;
-    wait_checks_ready(plan, contender, &env, &mut fleet, clusters.len()).await?;
-    let cold_start_s = started.elapsed().as_secs_f64();
-    let shards_held = if plan.replicas > 1 { fleet.wait_balanced(&env, plan.shards).await? } else { Vec::new() };
-    if plan.replicas > 1 {
-        fleet.wait_listed(&clusters, plan.shards, &shards_held).await?;
-    }
-    // With replicas: until every check was ready, the shards balanced and each holder connected.
-    let ready_in_holders_s = started.elapsed().as_secs_f64();
-    if plan.replicas > 1 {
-        eprintln!("vigil-bench: every holder connected to its clusters {ready_in_holders_s:.1} s after the start");
-    }
-    let cpu_cold = sub(&fleet.cpu()?, &cpu_start);
-    let rss_start = fleet.peak_rss(started)?;
-    // At once: a run that fails later keeps its cold start.
-    eprintln!(
-        "vigil-bench: cold start {cold_start_s:.1} s, CPU {:.1} s, peak RSS {:.1} MiB; idle {IDLE:?}",
-        cpu_cold.iter().sum::<f64>(),
-        max(&rss_start)
-    );
-
-    let idle_from = fleet.cpu()?;
-    let idle_at = Instant::now();
-    tokio::time::sleep(IDLE).await;
-    let cpu_idle_per_min: Vec<f64> =
-        sub(&fleet.cpu()?, &idle_from).iter().map(|c| c * 60.0 / IDLE.as_secs_f64()).collect();
-    let rss_steady: Vec<f64> = fleet.samples.iter().map(|s| s.peak_mib(idle_at, Instant::now())).collect();
-    let open_sockets: Vec<usize> = fleet.members.iter().map(|c| sockets(c.pid)).collect();
-    eprintln!(
-        "vigil-bench: idle CPU {:.2} s per minute, {} open sockets",
-        cpu_idle_per_min.iter().sum::<f64>(),
-        open_sockets.iter().sum::<usize>()
-    );
+    let ColdStart { started, cold_start_s, shards_held, ready_in_holders_s, cpu_cold, rss_start } =
+        cold_start(plan, contender, &env, &mut fleet, &clusters).await?;
+    let Idle { cpu_idle_per_min, rss_steady, open_sockets } = idle(&fleet).await?;
 
     // The wave: one worker in each of the first `failed` clusters goes Ready=False.
     let failed = failed_count(plan, clusters.len());
@@ -204,6 +173,73 @@ pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value
     eprintln!("vigil-bench: {summary}");
     eprint!("{}", rss_table(&summary));
     Ok(summary)
+}
+
+/// What the replicas did from their start until every check was ready (with replicas: the
+/// shards balanced and each holder connected to its clusters), one entry per replica.
+struct ColdStart {
+    started: Instant,
+    cold_start_s: f64,
+    shards_held: Vec<Vec<u32>>,
+    ready_in_holders_s: f64,
+    cpu_cold: Vec<f64>,
+    rss_start: Vec<f64>,
+}
+
+/// Waits for the cold start and reports it on stderr at once: a run that fails later keeps it.
+async fn cold_start(
+    plan: &Plan,
+    contender: &Contender,
+    env: &TestEnv,
+    fleet: &mut Replicas,
+    clusters: &[WorkloadCluster],
+) -> Result<ColdStart> {
+    let started = Instant::now();
+    let cpu_start = fleet.cpu()?;
+    wait_checks_ready(plan, contender, env, fleet, clusters.len()).await?;
+    let cold_start_s = started.elapsed().as_secs_f64();
+    let shards_held = if plan.replicas > 1 { fleet.wait_balanced(env, plan.shards).await? } else { Vec::new() };
+    if plan.replicas > 1 {
+        fleet.wait_listed(clusters, plan.shards, &shards_held).await?;
+    }
+    // With replicas: until every check was ready, the shards balanced and each holder connected.
+    let ready_in_holders_s = started.elapsed().as_secs_f64();
+    if plan.replicas > 1 {
+        eprintln!("vigil-bench: every holder connected to its clusters {ready_in_holders_s:.1} s after the start");
+    }
+    let cpu_cold = sub(&fleet.cpu()?, &cpu_start);
+    let rss_start = fleet.peak_rss(started)?;
+    // At once: a run that fails later keeps its cold start.
+    eprintln!(
+        "vigil-bench: cold start {cold_start_s:.1} s, CPU {:.1} s, peak RSS {:.1} MiB; idle {IDLE:?}",
+        cpu_cold.iter().sum::<f64>(),
+        max(&rss_start)
+    );
+    Ok(ColdStart { started, cold_start_s, shards_held, ready_in_holders_s, cpu_cold, rss_start })
+}
+
+/// What the replicas cost while nothing fails, one entry per replica.
+struct Idle {
+    cpu_idle_per_min: Vec<f64>,
+    rss_steady: Vec<f64>,
+    open_sockets: Vec<usize>,
+}
+
+/// Measures the idle window ([`IDLE`]) and reports it on stderr.
+async fn idle(fleet: &Replicas) -> Result<Idle> {
+    let idle_from = fleet.cpu()?;
+    let idle_at = Instant::now();
+    tokio::time::sleep(IDLE).await;
+    let cpu_idle_per_min: Vec<f64> =
+        sub(&fleet.cpu()?, &idle_from).iter().map(|c| c * 60.0 / IDLE.as_secs_f64()).collect();
+    let rss_steady: Vec<f64> = fleet.samples.iter().map(|s| s.peak_mib(idle_at, Instant::now())).collect();
+    let open_sockets: Vec<usize> = fleet.members.iter().map(|c| sockets(c.pid)).collect();
+    eprintln!(
+        "vigil-bench: idle CPU {:.2} s per minute, {} open sockets",
+        cpu_idle_per_min.iter().sum::<f64>(),
+        open_sockets.iter().sum::<usize>()
+    );
+    Ok(Idle { cpu_idle_per_min, rss_steady, open_sockets })
 }
 
 /// The largest of `v` (0 when empty).

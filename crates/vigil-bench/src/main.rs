@@ -604,6 +604,35 @@ impl Controller {
 }
 
 async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary> {
+    let stage = set_up(plan, contender).await?;
+    let measured = measure(&stage, plan, contender, args).await?;
+    report(&stage, &measured, plan, contender, args).await
+}
+
+/// The API server and the fleet of one run, ready for the controller.
+struct Stage {
+    env: TestEnv,
+    groups: Vec<fleet::Group>,
+    /// The group of each target, by index.
+    group_of: Vec<usize>,
+    /// The instant every condition of the fleet has been true since (the kubelets report it).
+    since: String,
+    apiserver_ms: f64,
+    fleet_ms: f64,
+}
+
+impl Stage {
+    /// The object target `i`'s check acts on: its Machine or its Node.
+    fn key(&self, i: usize) -> String {
+        match self.groups[self.group_of[i]].kind {
+            fleet::Kind::Machine => fleet::machine_name(i),
+            fleet::Kind::Node => fleet::node_name(i),
+        }
+    }
+}
+
+/// Starts the API server with every run's CRDs, then creates the fleet and its checks.
+async fn set_up(plan: &Plan, contender: &Contender) -> Result<Stage> {
     let n = plan.nodes;
     let t0 = Instant::now();
     eprintln!("vigil-bench: starting etcd + kube-apiserver");
@@ -628,9 +657,76 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     let since = fleet::time(Timestamp::now() - SignedDuration::from_hours(24));
     fleet::create(&env, n, &groups, plan.timeout_secs, contender.checks(), contender.node_checks(), &since).await?;
     let fleet_ms = t1.elapsed().as_secs_f64() * 1000.0;
+    let group_of = fleet::group_of(&groups, n);
+    Ok(Stage { env, groups, group_of, since, apiserver_ms, fleet_ms })
+}
 
+/// The phase boundaries of one run.
+struct Marks {
+    start: Mark,
+    cold: Mark,
+    steady_start: Mark,
+    steady_end: Mark,
+    wave_end: Mark,
+}
+
+impl Marks {
+    fn cold_start_ms(&self) -> f64 {
+        (self.cold.at - self.start.at).as_secs_f64() * 1000.0
+    }
+
+    fn cpu(&self) -> Cpu {
+        Cpu {
+            cold_start: self.cold.cpu - self.start.cpu,
+            steady: self.steady_end.cpu - self.steady_start.cpu,
+            wave: self.wave_end.cpu - self.steady_end.cpu,
+        }
+    }
+}
+
+/// What a run saw of the controller while it ran, before the audit log is read.
+struct Measured {
+    marks: Marks,
+    kubelets: std::sync::Arc<kubelet::Kubelets>,
+    observer: observe::Observer,
+    /// The wave's failures.
+    failures: Vec<kubelet::Failure>,
+    /// The failures during the cold start (`--cold-wave`).
+    cold_failures: Vec<kubelet::Failure>,
+    rss: procstat::RssSamples,
+    peak_kib: u64,
+    /// How long the kubelets heartbeat.
+    beat_secs: f64,
+    /// The controller's kubeconfig (and by default its log), kept for the whole run.
+    _dir: tempfile::TempDir,
+}
+
+impl Measured {
+    fn rss_mib(&self) -> Rss {
+        let m = &self.marks;
+        Rss {
+            peak: self.peak_kib as f64 / 1024.0,
+            steady: self.rss.peak_mib(m.steady_start.at, m.steady_end.at),
+            wave: self.rss.peak_mib(m.steady_end.at, m.wave_end.at),
+        }
+    }
+
+    fn heartbeats(&self) -> Heartbeats {
+        let sent = || self.kubelets.sent.load(std::sync::atomic::Ordering::Relaxed);
+        Heartbeats {
+            sent: sent(),
+            errors: self.kubelets.errors.load(std::sync::atomic::Ordering::Relaxed),
+            per_second: sent() as f64 / self.beat_secs,
+        }
+    }
+}
+
+/// Starts the kubelets, the watches and the controller; then its cold start, a steady phase
+/// and the failure wave, each between two marks; then stops them all.
+async fn measure(stage: &Stage, plan: &Plan, contender: &Contender, args: &Args) -> Result<Measured> {
+    let (env, n) = (&stage.env, plan.nodes);
     let nodes: Api<Node> = Api::all(env.client());
-    let kubelets = kubelet::Kubelets::new(nodes, n, since);
+    let kubelets = kubelet::Kubelets::new(nodes, n, stage.since.clone());
     let beats_started = Instant::now();
     let beats = kubelets.spawn_heartbeats(plan.heartbeat);
     let observer = observe::Observer::default();
@@ -639,11 +735,10 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     let dir = tempfile::Builder::new().prefix("vigil-bench-").tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, env.audited_kubeconfig_yaml())?;
-    let mhc_targets: usize = groups.iter().filter(|g| g.kind == fleet::Kind::Machine).map(fleet::Group::size).sum();
 
     eprintln!("vigil-bench: starting {}", contender.name());
     let log = contender.file(args.controller_log.as_deref()).unwrap_or_else(|| dir.path().join("controller.log"));
-    let mut controller = Controller::start(contender, &env, &kubeconfig, log).await?;
+    let mut controller = Controller::start(contender, env, &kubeconfig, log).await?;
     let pid = controller.pid;
     let start = mark(pid)?;
     let rss = procstat::RssSamples::default();
@@ -655,28 +750,7 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
         tokio::spawn(async move { kubelets.fail(cold_plan, Instant::now()).await })
     });
 
-    // Cold start: every check's first status, every selected Machine's first verdict.
-    let checks = CheckApis::new(env.client(), contender.checks(), contender.node_checks());
-    // Cluster API's controller took 581 s at 10 000 Machines (its client rate limit and 1-minute
-    // reconcile timeout make the first passes of the large checks fail): room for that.
-    let cold_deadline = Instant::now() + Duration::from_secs(COLD_START_LIMIT_SECS);
-    loop {
-        controller.check_running()?;
-        let verdicts = observer.lock().verdicts.len();
-        // The floor writes no healthy verdict and no status: its cold start ends with its lists.
-        let ready = match contender {
-            Contender::Floor { .. } => std::fs::read_to_string(&controller.log)?.contains("vigil-floor: synced"),
-            _ => verdicts == mhc_targets && checks.all_evaluated(&groups).await?,
-        };
-        if ready {
-            break;
-        }
-        ensure!(
-            Instant::now() < cold_deadline,
-            "cold start did not complete within {COLD_START_LIMIT_SECS} s ({verdicts} of {mhc_targets} Machines have a verdict)"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_cold_start(&mut controller, contender, stage, &observer).await?;
     let cold = mark(pid)?;
     let cold_start_ms = (cold.at - start.at).as_secs_f64() * 1000.0;
     eprintln!("vigil-bench: cold start {cold_start_ms:.0} ms; steady phase {:?}", plan.steady);
@@ -693,24 +767,7 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     };
     eprintln!("vigil-bench: failing {} targets over {:?}", wave_plan.len(), plan.wave);
     let failures = kubelets.fail(wave_plan, Instant::now()).await?;
-    let group_of = fleet::group_of(&groups, n);
-    let key = |i: usize| match groups[group_of[i]].kind {
-        fleet::Kind::Machine => fleet::machine_name(i),
-        fleet::Kind::Node => fleet::node_name(i),
-    };
-    let deadline = Instant::now() + plan.wave_limit;
-    loop {
-        controller.check_running()?;
-        // Only the wave's own targets (the cold wave's are remediated already).
-        let seen = {
-            let seen = observer.lock();
-            failures.iter().filter(|f| seen.remediated.contains_key(&key(f.index))).count()
-        };
-        if seen >= failures.len() || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_wave(&mut controller, stage, &observer, &failures, plan.wave_limit).await?;
     // Settle: writes that trail the last remediation (status, events sent after the
     // remediations on Vigil's event lane) belong to the wave.
     settle(&env.audit_log_path().context("the test env has no directory")?).await;
@@ -724,77 +781,179 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
     sampler.abort();
     controller.stop().await?;
     let beat_secs = beats_started.elapsed().as_secs_f64();
+    let marks = Marks { start, cold, steady_start, steady_end, wave_end };
+    Ok(Measured { marks, kubelets, observer, failures, cold_failures, rss, peak_kib, beat_secs, _dir: dir })
+}
 
+/// Waits for the cold start: every check's first status, every selected Machine's first verdict.
+async fn wait_cold_start(
+    controller: &mut Controller,
+    contender: &Contender,
+    stage: &Stage,
+    observer: &observe::Observer,
+) -> Result<()> {
+    let groups = &stage.groups;
+    let mhc_targets: usize = groups.iter().filter(|g| g.kind == fleet::Kind::Machine).map(fleet::Group::size).sum();
+    let checks = CheckApis::new(stage.env.client(), contender.checks(), contender.node_checks());
+    // Cluster API's controller took 581 s at 10 000 Machines (its client rate limit and 1-minute
+    // reconcile timeout make the first passes of the large checks fail): room for that.
+    let cold_deadline = Instant::now() + Duration::from_secs(COLD_START_LIMIT_SECS);
+    loop {
+        controller.check_running()?;
+        let verdicts = observer.lock().verdicts.len();
+        // The floor writes no healthy verdict and no status: its cold start ends with its lists.
+        let ready = match contender {
+            Contender::Floor { .. } => std::fs::read_to_string(&controller.log)?.contains("vigil-floor: synced"),
+            _ => verdicts == mhc_targets && checks.all_evaluated(groups).await?,
+        };
+        if ready {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < cold_deadline,
+            "cold start did not complete within {COLD_START_LIMIT_SECS} s ({verdicts} of {mhc_targets} Machines have a verdict)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until every target of the wave is seen remediated, or `limit` has passed.
+async fn wait_wave(
+    controller: &mut Controller,
+    stage: &Stage,
+    observer: &observe::Observer,
+    failures: &[kubelet::Failure],
+    limit: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        controller.check_running()?;
+        // Only the wave's own targets (the cold wave's are remediated already).
+        let seen = {
+            let seen = observer.lock();
+            failures.iter().filter(|f| seen.remediated.contains_key(&stage.key(f.index))).count()
+        };
+        if seen >= failures.len() || Instant::now() > deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How long after its timeout ran out each of `failures` was seen remediated, in ms, and the
+/// `--samples` line of each (check, target, expiry, latency); a failure not seen has neither.
+fn detections(
+    stage: &Stage,
+    seen: &observe::Seen,
+    failures: &[kubelet::Failure],
+    timeout_secs: u64,
+) -> (Vec<f64>, String) {
     let mut samples = Vec::new();
     let mut lines = String::new();
-    {
-        let seen = observer.lock();
-        for f in &failures {
-            if let Some(at) = seen.remediated.get(&key(f.index)) {
-                let expiry = f.since + SignedDuration::from_secs(plan.timeout_secs as i64);
-                let ms = at.duration_since(expiry).as_secs_f64() * 1000.0;
-                samples.push(ms);
-                lines.push_str(&format!("{} {} {expiry} {ms:.1}\n", groups[group_of[f.index]].name, key(f.index)));
-            }
+    for f in failures {
+        let key = stage.key(f.index);
+        if let Some(at) = seen.remediated.get(&key) {
+            let expiry = f.since + SignedDuration::from_secs(timeout_secs as i64);
+            let ms = at.duration_since(expiry).as_secs_f64() * 1000.0;
+            samples.push(ms);
+            lines.push_str(&format!("{} {key} {expiry} {ms:.1}\n", stage.groups[stage.group_of[f.index]].name));
         }
     }
+    (samples, lines)
+}
+
+/// The controller's requests in the audit log, by phase of the run.
+#[derive(Default)]
+struct Requests {
+    verbs: Verbs,
+    /// `phase verb resource` → count.
+    by_phase: std::collections::BTreeMap<String, u64>,
+    cold_start_writes: u64,
+    steady_writes: u64,
+    wave: WaveWrites,
+}
+
+impl Requests {
+    fn count(requests: &[audit::Request], marks: &Marks) -> Requests {
+        let (cold, steady_start, steady_end, wave_end) =
+            (marks.cold.wall, marks.steady_start.wall, marks.steady_end.wall, marks.wave_end.wall);
+        let mut out = Requests::default();
+        for r in requests {
+            out.verbs.add(&r.verb);
+            let phase = if r.at < cold {
+                "cold_start"
+            } else if r.at < steady_start {
+                "settle"
+            } else if r.at < steady_end {
+                "steady"
+            } else {
+                "wave"
+            };
+            let resource = match (r.resource.as_str(), r.subresource.as_str()) {
+                ("", _) => "(discovery)".to_string(),
+                (res, "") => res.to_string(),
+                (res, sub) => format!("{res}/{sub}"),
+            };
+            *out.by_phase.entry(format!("{phase} {} {resource}", r.verb)).or_default() += 1;
+            if !r.is_write() {
+                continue;
+            }
+            if r.at < cold {
+                out.cold_start_writes += 1;
+            } else if (steady_start..steady_end).contains(&r.at) {
+                out.steady_writes += 1;
+            } else if (steady_end..=wave_end).contains(&r.at) {
+                match (r.resource.as_str(), r.subresource.as_str()) {
+                    ("machines", _) | ("selfnoderemediations", _) => out.wave.target += 1,
+                    ("machinehealthchecks" | "nodehealthchecks", "status") => out.wave.status += 1,
+                    ("events", _) => out.wave.event += 1,
+                    _ => out.wave.other += 1,
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The run's parameters, as the summary reports them.
+fn config(plan: &Plan, contender: &Contender) -> Config {
+    Config {
+        fleet: plan.fleet.as_str().to_string(),
+        heartbeat_secs: plan.heartbeat.as_secs_f64(),
+        steady_secs: plan.steady.as_secs_f64(),
+        wave_secs: plan.wave.as_secs_f64(),
+        timeout_secs: plan.timeout_secs,
+        wave_limit_secs: plan.wave_limit.as_secs(),
+        failed_percent: plan.failed_percent,
+        workers: contender.concurrency(),
+        profile: profile().to_string(),
+    }
+}
+
+/// The run's summary: detection from the watches (and `--samples`), requests from the audit log.
+async fn report(
+    stage: &Stage,
+    measured: &Measured,
+    plan: &Plan,
+    contender: &Contender,
+    args: &Args,
+) -> Result<Summary> {
+    let (n, groups, failures) = (plan.nodes, &stage.groups, &measured.failures);
+    let (samples, lines) = detections(stage, &measured.observer.lock(), failures, plan.timeout_secs);
     if let Some(path) = contender.file(args.samples.as_deref()) {
         std::fs::write(&path, lines).with_context(|| format!("cannot write {}", path.display()))?;
     }
     let detected = samples.len();
+    let cold_failures = &measured.cold_failures;
     let cold_wave = (!cold_failures.is_empty()).then(|| {
-        let seen = observer.lock();
-        let latencies: Vec<f64> = cold_failures
-            .iter()
-            .filter_map(|f| {
-                let at = seen.remediated.get(&key(f.index))?;
-                let expiry = f.since + SignedDuration::from_secs(plan.timeout_secs as i64);
-                Some(at.duration_since(expiry).as_secs_f64() * 1000.0)
-            })
-            .collect();
+        let (latencies, _) = detections(stage, &measured.observer.lock(), cold_failures, plan.timeout_secs);
         summary::ColdWave { failed: cold_failures.len(), detected: latencies.len(), detect_ms: Latency::of(latencies) }
     });
 
     // The audit log is written as requests complete: give it a moment after the stop.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let log = env.audit_log_path().context("the test env has no directory")?;
-    let requests = audit::read(&log)?;
-    let mut verbs = Verbs::default();
-    let mut by_resource: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    let (mut cold_writes, mut steady_writes, mut wave) = (0, 0, WaveWrites::default());
-    for r in &requests {
-        verbs.add(&r.verb);
-        let phase = if r.at < cold.wall {
-            "cold_start"
-        } else if r.at < steady_start.wall {
-            "settle"
-        } else if r.at < steady_end.wall {
-            "steady"
-        } else {
-            "wave"
-        };
-        let resource = match (r.resource.as_str(), r.subresource.as_str()) {
-            ("", _) => "(discovery)".to_string(),
-            (res, "") => res.to_string(),
-            (res, sub) => format!("{res}/{sub}"),
-        };
-        *by_resource.entry(format!("{phase} {} {resource}", r.verb)).or_default() += 1;
-        if !r.is_write() {
-            continue;
-        }
-        if r.at < cold.wall {
-            cold_writes += 1;
-        } else if (steady_start.wall..steady_end.wall).contains(&r.at) {
-            steady_writes += 1;
-        } else if (steady_end.wall..=wave_end.wall).contains(&r.at) {
-            match (r.resource.as_str(), r.subresource.as_str()) {
-                ("machines", _) | ("selfnoderemediations", _) => wave.target += 1,
-                ("machinehealthchecks" | "nodehealthchecks", "status") => wave.status += 1,
-                ("events", _) => wave.event += 1,
-                _ => wave.other += 1,
-            }
-        }
-    }
+    let log = stage.env.audit_log_path().context("the test env has no directory")?;
+    let requests = Requests::count(&audit::read(&log)?, &measured.marks);
     let failed = failures.len();
     Ok(Summary {
         controller: contender.name(),
@@ -807,43 +966,21 @@ async fn run(plan: &Plan, contender: &Contender, args: &Args) -> Result<Summary>
             node: groups.iter().filter(|g| g.kind == fleet::Kind::Node).count(),
         },
         detect_ms: Latency::of(samples),
-        cpu_s: Cpu {
-            cold_start: cold.cpu - start.cpu,
-            steady: steady_end.cpu - steady_start.cpu,
-            wave: wave_end.cpu - steady_end.cpu,
-        },
-        rss_mib: Rss {
-            peak: peak_kib as f64 / 1024.0,
-            steady: rss.peak_mib(steady_start.at, steady_end.at),
-            wave: rss.peak_mib(steady_end.at, wave_end.at),
-        },
-        requests: verbs,
-        requests_by_phase: by_resource,
+        cpu_s: measured.marks.cpu(),
+        rss_mib: measured.rss_mib(),
+        requests: requests.verbs,
+        requests_by_phase: requests.by_phase,
         writes: Writes {
-            cold_start: cold_writes,
-            steady: steady_writes,
-            per_remediation: if failed == 0 { 0.0 } else { wave.target as f64 / failed as f64 },
-            wave,
+            cold_start: requests.cold_start_writes,
+            steady: requests.steady_writes,
+            per_remediation: if failed == 0 { 0.0 } else { requests.wave.target as f64 / failed as f64 },
+            wave: requests.wave,
         },
-        cold_start_ms,
+        cold_start_ms: measured.marks.cold_start_ms(),
         cold_wave,
-        heartbeats: Heartbeats {
-            sent: kubelets.sent.load(std::sync::atomic::Ordering::Relaxed),
-            errors: kubelets.errors.load(std::sync::atomic::Ordering::Relaxed),
-            per_second: kubelets.sent.load(std::sync::atomic::Ordering::Relaxed) as f64 / beat_secs,
-        },
-        setup_ms: Setup { apiserver: apiserver_ms, fleet: fleet_ms },
-        config: Config {
-            fleet: plan.fleet.as_str().to_string(),
-            heartbeat_secs: plan.heartbeat.as_secs_f64(),
-            steady_secs: plan.steady.as_secs_f64(),
-            wave_secs: plan.wave.as_secs_f64(),
-            timeout_secs: plan.timeout_secs,
-            wave_limit_secs: plan.wave_limit.as_secs(),
-            failed_percent: plan.failed_percent,
-            workers: contender.concurrency(),
-            profile: profile().to_string(),
-        },
+        heartbeats: measured.heartbeats(),
+        setup_ms: Setup { apiserver: stage.apiserver_ms, fleet: stage.fleet_ms },
+        config: config(plan, contender),
     })
 }
 

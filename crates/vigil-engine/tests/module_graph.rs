@@ -20,6 +20,14 @@ fn the_engine_modules_import_downwards_only() {
     assert!(cycles.is_empty(), "import cycles between engine modules:\n{}", cycles.join("\n"));
 }
 
+/// A folder is one module to the rest of the engine: none is reached back through a child.
+#[test]
+fn the_engine_folders_import_downwards_only() {
+    let edges = vigil_module_graph::folders(&graph());
+    let cycles: Vec<String> = vigil_module_graph::all_cycles(&edges).iter().map(|c| c.join(" -> ")).collect();
+    assert!(cycles.is_empty(), "import cycles between engine folders:\n{}", cycles.join("\n"));
+}
+
 #[test]
 fn the_vocabulary_at_the_bottom_imports_no_feature() {
     let edges = graph();

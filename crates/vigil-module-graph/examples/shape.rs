@@ -1,4 +1,4 @@
-//! Prints a crate's import cycles and its longest functions:
+//! Prints a crate's import cycles (module by module, then folder by folder) and its longest functions:
 //! `cargo run -p vigil-module-graph --example shape -- crates/vigil-controller/src [limit]`.
 
 use std::path::PathBuf;
@@ -10,6 +10,9 @@ fn main() -> std::io::Result<()> {
     let graph = vigil_module_graph::graph(&src)?;
     for cycle in vigil_module_graph::all_cycles(&graph) {
         println!("cycle: {}", cycle.join(" -> "));
+    }
+    for cycle in vigil_module_graph::all_cycles(&vigil_module_graph::folders(&graph)) {
+        println!("folder cycle: {}", cycle.join(" -> "));
     }
     for f in vigil_module_graph::functions(&src)?.into_iter().filter(|f| f.lines > limit) {
         println!("{:>4} lines  {}", f.lines, f.place);

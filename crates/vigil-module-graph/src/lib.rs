@@ -1,6 +1,6 @@
 //! The shape of a crate's source, read from `src/` as text: which module imports which, and how
-//! long each function is. Tests of the engine, the API types and the controller use it to keep
-//! each crate in one reading order (modules import downwards only) and its functions short.
+//! long each function is. The shape tests of every crate use it to keep each crate in one
+//! reading order (modules import downwards only, folders too) and its functions short.
 //!
 //! References are `crate::a::b` paths, `super::` paths and a folder module's `child::` paths in
 //! code (comments and doc links are not imports; nor is code under `#[cfg(test)]`, whose tests may
@@ -48,9 +48,66 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     Ok(())
 }
 
-/// The code of a file without line comments (doc comments included).
+/// The code of a file without line comments (doc comments included); a `//` inside a string
+/// literal (`"https://…"`) is code, so a URL cuts no line short.
 pub fn code(text: &str) -> String {
-    text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let end = match chars[i] {
+            '/' if chars.get(i + 1) == Some(&'/') => {
+                i = chars[i..].iter().position(|&c| c == '\n').map_or(chars.len(), |n| i + n);
+                continue;
+            }
+            '"' => string_end(&chars, i + 1, None),
+            'r' if may_open_raw(&chars, i) => {
+                let hashes = chars[i + 1..].iter().take_while(|&&c| c == '#').count();
+                match chars.get(i + 1 + hashes) {
+                    Some('"') => string_end(&chars, i + 2 + hashes, Some(hashes)),
+                    _ => i + 1,
+                }
+            }
+            '\'' => char_end(&chars, i),
+            _ => i + 1,
+        };
+        out.extend(&chars[i..end]);
+        i = end;
+    }
+    out
+}
+
+/// Whether the `r` at `at` may open a raw string: no identifier goes on before it (but `b`).
+fn may_open_raw(chars: &[char], at: usize) -> bool {
+    let ident = |n: Option<usize>| n.and_then(|n| chars.get(n)).is_some_and(|c| c.is_alphanumeric() || *c == '_');
+    let before = at.checked_sub(1);
+    !ident(before) || (before.map(|b| chars[b]) == Some('b') && !ident(before.and_then(|b| b.checked_sub(1))))
+}
+
+/// Just past the end of the string literal whose text starts at `from`: its closing quote, and
+/// the `raw` string's `#`s after it (a raw string has no escapes).
+fn string_end(chars: &[char], from: usize, raw: Option<usize>) -> usize {
+    let hashes = raw.unwrap_or(0);
+    let mut i = from;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' if raw.is_none() => i += 2,
+            '"' if chars[i + 1..].iter().take(hashes).filter(|&&c| c == '#').count() == hashes => {
+                return i + 1 + hashes;
+            }
+            _ => i += 1,
+        }
+    }
+    chars.len()
+}
+
+/// Just past the end of the char literal starting at `at`; a lifetime (`'a`) ends at its quote.
+fn char_end(chars: &[char], at: usize) -> usize {
+    match chars.get(at + 1) {
+        Some('\\') => chars.iter().skip(at + 3).position(|&c| c == '\'').map_or(chars.len(), |n| at + n + 4),
+        Some(_) if chars.get(at + 2) == Some(&'\'') => at + 3,
+        _ => at + 1,
+    }
 }
 
 /// The longest module in `modules` that `segments` starts with.
@@ -199,6 +256,18 @@ pub fn all_cycles(edges: &Graph) -> Vec<Vec<String>> {
     out
 }
 
+/// `edges` with each folder as one module (`index::checks` → `index`): no cycle hides in a child.
+pub fn folders(edges: &Graph) -> Graph {
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_string();
+    let mut out = Graph::new();
+    for (from, targets) in edges {
+        let from = top(from);
+        let targets: BTreeSet<String> = targets.iter().map(|t| top(t)).filter(|t| *t != from).collect();
+        out.entry(from).or_default().extend(targets);
+    }
+    out
+}
+
 /// One function and its length in lines, `fn` line to closing brace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Function {
@@ -343,5 +412,34 @@ mod tests {
         let text = "pub fn one() {\n    x();\n}\n\nfn decl();\n\n#[cfg(test)]\nmod tests {\n    fn long() {\n\n\n\n    }\n}\nasync fn two(a: u8)\n    -> u8 {\n    a\n}\n";
         let found = functions_in(text);
         assert_eq!(found, vec![(1, "one".to_string(), 3), (15, "two".to_string(), 4)]);
+    }
+
+    #[test]
+    fn a_url_in_a_string_is_no_comment() {
+        let text = "fn f() { g(\"http://x/{}\", '\"', r#\"a\"//\"#, '\\'', 'a'); } // }\nfn h<'a>() {\n}";
+        assert_eq!(
+            code(text).lines().collect::<Vec<_>>(),
+            [&text[..text.find("// }").expect("comment")], "fn h<'a>() {", "}"]
+        );
+        assert_eq!(functions_in(&code(text)), vec![(1, "f".to_string(), 1), (2, "h".to_string(), 2)]);
+    }
+
+    #[test]
+    fn a_folder_counts_as_one_module() {
+        let mut edges = Graph::new();
+        edges.entry("index".into()).or_default().insert("index::checks".into());
+        edges.entry("index::checks".into()).or_default().extend(["medik8s::upstream".into(), "writes".into()]);
+        edges.entry("medik8s".into()).or_default().insert("medik8s::upstream".into());
+        edges.entry("medik8s::upstream".into()).or_default();
+        edges.entry("writes".into()).or_default();
+        let mut want = Graph::new();
+        want.entry("index".into()).or_default().extend(["medik8s".into(), "writes".into()]);
+        want.entry("medik8s".into()).or_default();
+        want.entry("writes".into()).or_default();
+        assert_eq!(folders(&edges), want);
+        assert_eq!(find_cycle(&edges), None);
+        edges.get_mut("medik8s").expect("medik8s").insert("index".into());
+        assert_eq!(find_cycle(&edges), None, "module by module, the two folders only meet through a child");
+        assert!(find_cycle(&folders(&edges)).is_some(), "index -> medik8s -> index");
     }
 }

@@ -343,6 +343,47 @@ impl ClusterCa {
     }
 }
 
+/// Takes the host-wide lock (the provider's ports are fixed), waiting for another run to finish.
+async fn host_lock() -> Result<std::fs::File> {
+    tokio::task::spawn_blocking(|| -> Result<std::fs::File> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(HOST_LOCK)
+            .with_context(|| format!("cannot open {HOST_LOCK}"))?;
+        f.lock().with_context(|| format!("cannot lock {HOST_LOCK}"))?;
+        Ok(f)
+    })
+    .await
+    .context("the lock task failed")?
+}
+
+/// Writes `tls.key` and `tls.crt` into `certs`: a self-signed loopback certificate for the
+/// webhook servers, which cannot be turned off.
+async fn webhook_certificate(certs: &Path) -> Result<()> {
+    let (tls_key, tls_crt) = (crate::path_arg(&certs.join("tls.key"))?, crate::path_arg(&certs.join("tls.crt"))?);
+    process::openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &tls_key,
+        "-out",
+        &tls_crt,
+        "-subj",
+        "/CN=localhost",
+        "-days",
+        "2",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+    ])
+    .await?;
+    Ok(())
+}
+
 /// The managers, running against one [`TestEnv`]; all are killed when this is dropped.
 pub struct CapiManagers {
     core: Proc,
@@ -379,18 +420,7 @@ impl CapiManagers {
 
     async fn start_managers(env: &TestEnv, kubeadm: bool) -> Result<CapiManagers> {
         let bin = capi_managers_dir().await?;
-        let lock = tokio::task::spawn_blocking(|| -> Result<std::fs::File> {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(HOST_LOCK)
-                .with_context(|| format!("cannot open {HOST_LOCK}"))?;
-            f.lock().with_context(|| format!("cannot lock {HOST_LOCK}"))?;
-            Ok(f)
-        })
-        .await
-        .context("the lock task failed")??;
+        let lock = host_lock().await?;
         env.install_crds(&capi_crds(kubeadm).await?).await?;
         let dir = tempfile::Builder::new().prefix("vigil-capi-").tempdir().context("cannot create the temp dir")?;
         let d = dir.path().to_path_buf();
@@ -400,25 +430,7 @@ impl CapiManagers {
         // The provider's webhook server cannot be turned off and wants a certificate.
         let certs = d.join("webhook-certs");
         std::fs::create_dir_all(&certs).with_context(|| format!("cannot create {}", certs.display()))?;
-        let (tls_key, tls_crt) = (crate::path_arg(&certs.join("tls.key"))?, crate::path_arg(&certs.join("tls.crt"))?);
-        process::openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            &tls_key,
-            "-out",
-            &tls_crt,
-            "-subj",
-            "/CN=localhost",
-            "-days",
-            "2",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .await?;
+        webhook_certificate(&certs).await?;
         let ca = ClusterCa::generate(&d).await?;
         let ports = crate::free_ports()?;
         let core_args = vec![format!("--kubeconfig={kubeconfig}"), "--v=1".to_string()];

@@ -32,7 +32,9 @@ use anyhow::Context as _;
 use http_body_util::BodyExt as _;
 use kube::Client;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, BufReader};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, BufReader,
+};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::{Mode, Result};
@@ -118,10 +120,38 @@ async fn serve(
     }
     let (read, mut write) = conn.into_split();
     let mut read = BufReader::new(read);
+    let Some(incoming) = read_request(&mut read, &mut write).await? else { return Ok(()) };
+    let Some(response) = send_upstream(&upstream, incoming.request, &mut write).await? else { return Ok(()) };
+    if incoming.upgrade.is_some() && response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        upgrades.fetch_add(1, Ordering::Relaxed);
+        return tunnel(response, read, write, modes).await;
+    }
+    let (head, body) = response.into_parts();
+    write_head(&head, &mut write).await?;
+    let is_watch =
+        incoming.target.split_once('?').is_some_and(|(_, q)| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    relay_body(body, is_watch, &mut write, modes).await
+}
+
+/// A request read from the client, as it goes upstream.
+struct Incoming {
+    request: http::Request<kube::client::Body>,
+    /// The path and query, as the request line named them.
+    target: String,
+    /// The protocol asked for, when the request asks for an upgrade.
+    upgrade: Option<String>,
+}
+
+/// Reads the request line, headers and body; `None` when the client closed early or was
+/// answered here (a chunked or oversized body).
+async fn read_request(
+    read: &mut (impl AsyncBufRead + Unpin),
+    write: &mut (impl AsyncWrite + Unpin),
+) -> Result<Option<Incoming>> {
     let mut line = String::new();
     read.read_line(&mut line).await?;
     let mut parts = line.split_whitespace();
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else { return Ok(()) };
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else { return Ok(None) };
     let (method, target) = (method.to_string(), target.to_string());
     let mut builder = http::Request::builder().method(method.as_str()).uri(target.as_str());
     let mut length = 0usize;
@@ -129,7 +159,7 @@ async fn serve(
     loop {
         line.clear();
         if read.read_line(&mut line).await? == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let header = line.trim_end();
         if header.is_empty() {
@@ -141,7 +171,7 @@ async fn serve(
             "content-length" => length = value.parse().unwrap_or(0),
             "transfer-encoding" => {
                 write.write_all(b"HTTP/1.1 501 Not Implemented\r\nConnection: close\r\n\r\n").await?;
-                return Ok(());
+                return Ok(None);
             }
             "upgrade" => upgrade = Some(value.to_string()),
             "connection" => {
@@ -153,7 +183,7 @@ async fn serve(
     }
     if length > MAX_BODY {
         write.write_all(b"HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\n\r\n").await?;
-        return Ok(());
+        return Ok(None);
     }
     let mut body = vec![0u8; length];
     read.read_exact(&mut body).await?;
@@ -162,8 +192,17 @@ async fn serve(
         builder = builder.header("connection", "Upgrade").header("upgrade", protocol.as_str());
     }
     let request = builder.body(kube::client::Body::from(body)).context("bad request")?;
-    let response = match upstream.send(request).await {
-        Ok(r) => r,
+    Ok(Some(Incoming { request, target, upgrade }))
+}
+
+/// Sends the request upstream; `None` when that failed and the client was answered `502`.
+async fn send_upstream(
+    upstream: &Client,
+    request: http::Request<kube::client::Body>,
+    write: &mut (impl AsyncWrite + Unpin),
+) -> Result<Option<http::Response<kube::client::Body>>> {
+    match upstream.send(request).await {
+        Ok(r) => Ok(Some(r)),
         Err(e) => {
             let text = format!("framing proxy: upstream failed: {e}");
             let head = format!(
@@ -172,14 +211,14 @@ async fn serve(
             );
             write.write_all(head.as_bytes()).await?;
             write.write_all(text.as_bytes()).await?;
-            return Ok(());
+            Ok(None)
         }
-    };
-    if upgrade.is_some() && response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
-        upgrades.fetch_add(1, Ordering::Relaxed);
-        return tunnel(response, read, write, modes).await;
     }
-    let (head, mut body) = response.into_parts();
+}
+
+/// Writes the upstream's status and headers, without its framing ones: the body goes out as it
+/// comes, on a connection that closes after it.
+async fn write_head(head: &http::response::Parts, write: &mut (impl AsyncWrite + Unpin)) -> Result<()> {
     let mut out = format!("HTTP/1.1 {}\r\n", head.status);
     for (name, value) in &head.headers {
         if matches!(name.as_str(), "content-length" | "transfer-encoding" | "connection" | "keep-alive") {
@@ -189,8 +228,17 @@ async fn serve(
     }
     out.push_str("Connection: close\r\n\r\n");
     write.write_all(out.as_bytes()).await?;
-    let is_watch =
-        target.split_once('?').is_some_and(|(_, q)| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    Ok(())
+}
+
+/// Copies the upstream body to the client, each watch event on one line, until it ends or the
+/// mode drops the connection.
+async fn relay_body(
+    mut body: kube::client::Body,
+    is_watch: bool,
+    write: &mut (impl AsyncWrite + Unpin),
+    mut modes: watch::Receiver<Mode>,
+) -> Result<()> {
     let mut pending: Vec<u8> = Vec::new();
     loop {
         let frame = tokio::select! {

@@ -827,46 +827,13 @@ async fn start_once(bin: &Path, limit: Duration) -> Result<TestEnv, StartError> 
     process::openssl(&["ec", "-in", &sa_key_s, "-pubout", "-out", &sa_pub_s]).await?;
 
     let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-    let peer_url = format!("http://127.0.0.1:{peer_port}");
-    let etcd_args = vec![
-        "--name=vigil".to_string(),
-        format!("--data-dir={}", path_arg(&d.join("etcd"))?),
-        format!("--listen-client-urls={etcd_url}"),
-        format!("--advertise-client-urls={etcd_url}"),
-        format!("--listen-peer-urls={peer_url}"),
-        format!("--initial-advertise-peer-urls={peer_url}"),
-        format!("--initial-cluster=vigil={peer_url}"),
-        "--initial-cluster-state=new".to_string(),
-        "--unsafe-no-fsync".to_string(),
-        "--log-level=warn".to_string(),
-    ];
+    let etcd_args = etcd_args(d, &etcd_url, peer_port)?;
     let mut etcd = Proc::spawn("etcd", &bin.join("etcd"), &etcd_args, d.join("etcd.log")).await?;
     wait_etcd(&mut etcd, etcd_port, limit).await?;
 
     let server = format!("https://127.0.0.1:{api_port}");
     let cert_dir = d.join("certs");
-    let api_args = vec![
-        format!("--etcd-servers={etcd_url}"),
-        // Unique per env: even if a port race made two API servers share an etcd, they would
-        // not see each other's objects before the race is detected.
-        format!("--etcd-prefix=/registry-{}", random_hex(8)?),
-        "--bind-address=127.0.0.1".to_string(),
-        "--advertise-address=127.0.0.1".to_string(),
-        format!("--secure-port={api_port}"),
-        format!("--cert-dir={}", path_arg(&cert_dir)?),
-        format!("--token-auth-file={}", path_arg(&d.join("tokens.csv"))?),
-        "--authorization-mode=RBAC".to_string(),
-        format!("--service-account-issuer={server}"),
-        format!("--service-account-key-file={sa_pub_s}"),
-        format!("--service-account-signing-key-file={sa_key_s}"),
-        "--service-cluster-ip-range=10.0.0.0/24".to_string(),
-        "--disable-admission-plugins=ServiceAccount".to_string(),
-        "--endpoint-reconciler-type=none".to_string(),
-        "--allow-privileged=true".to_string(),
-        format!("--audit-policy-file={}", path_arg(&d.join("audit-policy.yaml"))?),
-        format!("--audit-log-path={}", path_arg(&d.join("audit.log"))?),
-        "--audit-log-format=json".to_string(),
-    ];
+    let api_args = apiserver_args(d, &etcd_url, api_port, &server, (&sa_key_s, &sa_pub_s))?;
     let mut apiserver =
         Proc::spawn("kube-apiserver", &bin.join("kube-apiserver"), &api_args, d.join("kube-apiserver.log")).await?;
     let cert = cert_dir.join("apiserver.crt");
@@ -893,6 +860,52 @@ async fn start_once(bin: &Path, limit: Duration) -> Result<TestEnv, StartError> 
         etcd: Some(etcd),
         dir: Some(dir),
     })
+}
+
+/// etcd's flags: one member in `d/etcd`, its client URL `etcd_url`, without fsync (a test's
+/// data need not survive a crash).
+fn etcd_args(d: &Path, etcd_url: &str, peer_port: u16) -> Result<Vec<String>> {
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    Ok(vec![
+        "--name=vigil".to_string(),
+        format!("--data-dir={}", path_arg(&d.join("etcd"))?),
+        format!("--listen-client-urls={etcd_url}"),
+        format!("--advertise-client-urls={etcd_url}"),
+        format!("--listen-peer-urls={peer_url}"),
+        format!("--initial-advertise-peer-urls={peer_url}"),
+        format!("--initial-cluster=vigil={peer_url}"),
+        "--initial-cluster-state=new".to_string(),
+        "--unsafe-no-fsync".to_string(),
+        "--log-level=warn".to_string(),
+    ])
+}
+
+/// The API server's flags: its certificates in `d/certs`, the tokens and audit policy written
+/// in `d`, the service account key pair `(key, public key)`.
+fn apiserver_args(d: &Path, etcd_url: &str, api_port: u16, server: &str, sa: (&str, &str)) -> Result<Vec<String>> {
+    let (sa_key_s, sa_pub_s) = sa;
+    Ok(vec![
+        format!("--etcd-servers={etcd_url}"),
+        // Unique per env: even if a port race made two API servers share an etcd, they would
+        // not see each other's objects before the race is detected.
+        format!("--etcd-prefix=/registry-{}", random_hex(8)?),
+        "--bind-address=127.0.0.1".to_string(),
+        "--advertise-address=127.0.0.1".to_string(),
+        format!("--secure-port={api_port}"),
+        format!("--cert-dir={}", path_arg(&d.join("certs"))?),
+        format!("--token-auth-file={}", path_arg(&d.join("tokens.csv"))?),
+        "--authorization-mode=RBAC".to_string(),
+        format!("--service-account-issuer={server}"),
+        format!("--service-account-key-file={sa_pub_s}"),
+        format!("--service-account-signing-key-file={sa_key_s}"),
+        "--service-cluster-ip-range=10.0.0.0/24".to_string(),
+        "--disable-admission-plugins=ServiceAccount".to_string(),
+        "--endpoint-reconciler-type=none".to_string(),
+        "--allow-privileged=true".to_string(),
+        format!("--audit-policy-file={}", path_arg(&d.join("audit-policy.yaml"))?),
+        format!("--audit-log-path={}", path_arg(&d.join("audit.log"))?),
+        "--audit-log-format=json".to_string(),
+    ])
 }
 
 /// Waits for etcd's `/health` to report healthy (30 s limit).

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::conditions::find;
 use vigil_api::manifest::{health_check_from_value, parse_documents};
+use vigil_api::validate::NhcPolicy;
 use vigil_api::views::MachineView;
 use vigil_api::well_known::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED};
 use vigil_api::{GROUP, NodeHealthCheck, validate};
@@ -219,22 +220,7 @@ pub fn evaluate(
     // Evaluated at a whole millisecond, so the simulator's times (milliseconds) add up exactly.
     let now = Timestamp::from_millisecond(now.as_millisecond()).unwrap_or(now);
     if !candidates.is_empty() {
-        // Only the candidates are evaluated: a live check selecting the same targets would
-        // otherwise contend with them over the same Machines. A candidate named like a live
-        // check takes its status, as applying it would.
-        let live: BTreeMap<String, Value> = fleet
-            .objects
-            .iter()
-            .filter(|o| is_check(o))
-            .filter_map(|o| Some((label_of(o), o.get("status")?.clone())))
-            .collect();
-        fleet.objects.retain(|o| !is_check(o));
-        for mut candidate in candidates {
-            if let Some(status) = live.get(&label_of(&candidate)) {
-                candidate["status"] = status.clone();
-            }
-            fleet.objects.push(candidate);
-        }
+        put_candidates(&mut fleet, candidates);
     }
     let labels: Vec<String> = fleet.objects.iter().filter(|o| is_check(o)).map(label_of).collect();
     for wanted in only {
@@ -242,26 +228,7 @@ pub fn evaluate(
             anyhow::bail!("no health check named {wanted:?} (there are: {})", labels.join(", "));
         }
     }
-    // A check whose workload cluster cannot be read gets no decision, as in the controller.
-    let mut problems: BTreeMap<String, String> = BTreeMap::new();
-    fleet.objects.retain(|o| {
-        if o["kind"] != "MachineHealthCheck" {
-            return true;
-        }
-        let key = format!(
-            "{}/{}",
-            o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(""),
-            o.pointer("/spec/clusterName").and_then(Value::as_str).unwrap_or("")
-        );
-        match fleet.unreachable.get(&key) {
-            Some(why) => {
-                problems
-                    .insert(label_of(o), format!("workload cluster {key} unreachable, Vigil decides nothing: {why}"));
-                false
-            }
-            None => true,
-        }
-    });
+    let problems = set_aside_unreachable(&mut fleet);
     let scenario = Scenario {
         name: "vigil check".into(),
         start: now,
@@ -283,29 +250,76 @@ pub fn evaluate(
         check.next = next_out(&check.check, &ahead.events, now);
     }
     drop(ahead);
-    for (label, problem) in problems {
-        checks.push(CheckOut {
-            check: label,
-            targets: 0,
-            healthy: 0,
-            unhealthy: 0,
-            remediations_allowed: None,
-            phase: None,
-            remediation_allowed: None,
-            unhealthy_targets: Vec::new(),
-            remediation_queued: None,
-            remediation_postponed: None,
-            queued_count: 0,
-            queued: Vec::new(),
-            now: Vec::new(),
-            next: None,
-            problem: Some(problem),
-            remediating: false,
-        });
-    }
+    checks.extend(problems.into_iter().map(|(label, problem)| unevaluated(label, problem)));
     checks.retain(|c| only.is_empty() || only.iter().any(|w| names(w, &c.check)));
     checks.sort_by(|a, b| a.check.cmp(&b.check));
     Ok(CheckReport { now: now.to_string(), checks })
+}
+
+/// Puts `candidates` in place of the live checks: a live check selecting the same targets would
+/// otherwise contend with them over the same Machines. A candidate named like a live check
+/// takes its status, as applying it would.
+fn put_candidates(fleet: &mut crate::live::Fleet, candidates: Vec<Value>) {
+    let live: BTreeMap<String, Value> = fleet
+        .objects
+        .iter()
+        .filter(|o| is_check(o))
+        .filter_map(|o| Some((label_of(o), o.get("status")?.clone())))
+        .collect();
+    fleet.objects.retain(|o| !is_check(o));
+    for mut candidate in candidates {
+        if let Some(status) = live.get(&label_of(&candidate)) {
+            candidate["status"] = status.clone();
+        }
+        fleet.objects.push(candidate);
+    }
+}
+
+/// Takes out of `fleet` every MachineHealthCheck whose workload cluster cannot be read (it gets
+/// no decision, as in the controller); returns why, by check label.
+fn set_aside_unreachable(fleet: &mut crate::live::Fleet) -> BTreeMap<String, String> {
+    let mut problems: BTreeMap<String, String> = BTreeMap::new();
+    fleet.objects.retain(|o| {
+        if o["kind"] != "MachineHealthCheck" {
+            return true;
+        }
+        let key = format!(
+            "{}/{}",
+            o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(""),
+            o.pointer("/spec/clusterName").and_then(Value::as_str).unwrap_or("")
+        );
+        match fleet.unreachable.get(&key) {
+            Some(why) => {
+                problems
+                    .insert(label_of(o), format!("workload cluster {key} unreachable, Vigil decides nothing: {why}"));
+                false
+            }
+            None => true,
+        }
+    });
+    problems
+}
+
+/// The answer for a check Vigil decides nothing for, and why.
+fn unevaluated(label: String, problem: String) -> CheckOut {
+    CheckOut {
+        check: label,
+        targets: 0,
+        healthy: 0,
+        unhealthy: 0,
+        remediations_allowed: None,
+        phase: None,
+        remediation_allowed: None,
+        unhealthy_targets: Vec::new(),
+        remediation_queued: None,
+        remediation_postponed: None,
+        queued_count: 0,
+        queued: Vec::new(),
+        now: Vec::new(),
+        next: None,
+        problem: Some(problem),
+        remediating: false,
+    }
 }
 
 fn is_check(o: &Value) -> bool {
@@ -351,7 +365,6 @@ fn next_out(label: &str, events: &[Event], now: Timestamp) -> Option<NextOut> {
 
 /// The answer for one check as it stands at this instant (`next` is filled in from the run ahead).
 fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) -> CheckOut {
-    let int = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
     let mine = |e: &&Event| e.check.as_deref() == Some(label);
     let now_events: Vec<&Event> = at_now.events.iter().filter(mine).collect();
     let problem = now_events.iter().find(|e| e.event == "Invalid").map(|e| event_out(e).message);
@@ -368,7 +381,7 @@ fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) ->
         unhealthy_targets: Vec::new(),
         remediation_queued: condition_out(status, vigil_engine::pacing::CONDITION),
         remediation_postponed: condition_out(status, vigil_api::well_known::REMEDIATION_POSTPONED),
-        queued_count: int("queuedCount"),
+        queued_count: int(status, "queuedCount"),
         queued: Vec::new(),
         now: now_events.iter().filter(|e| e.event != "Invalid").map(|e| event_out(e)).collect(),
         next: None,
@@ -377,134 +390,171 @@ fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) ->
     };
     if let Some(rest) = label.strip_prefix("MachineHealthCheck/") {
         let namespace = rest.split_once('/').map_or("", |(ns, _)| ns);
-        out.queued = queued_out(status, |name| format!("{namespace}/{name}"));
-        out.targets = int("expectedMachines");
-        out.healthy = int("currentHealthy");
-        out.unhealthy = out.targets - out.healthy;
-        out.remediations_allowed = Some(int("remediationsAllowed"));
-        for name in status.get("targets").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
-            let key = Key {
-                cluster: LOCAL_CLUSTER.into(),
-                group: "cluster.x-k8s.io".into(),
-                kind: "Machine".into(),
-                namespace: namespace.into(),
-                name: name.into(),
-            };
-            let Some(machine) = at_now.store.get(&key).and_then(MachineView::read) else { continue };
-            let Some(verdict) =
-                find(&machine.conditions, "HealthCheckSucceeded").filter(|c| c.status == ConditionStatus::False)
-            else {
-                continue;
-            };
-            let remediation = [OWNER_REMEDIATED, EXTERNALLY_REMEDIATED].iter().find_map(|t| {
-                find(&machine.conditions, t).filter(|c| c.status == ConditionStatus::False).map(|c| {
-                    format!("{t}=False {}: {}", c.reason.as_deref().unwrap_or(""), c.message.as_deref().unwrap_or(""))
-                })
-            });
-            out.remediating |= remediation.as_deref().is_some_and(|r| r.contains("WaitingForRemediation"));
-            let reason = verdict.reason.as_deref().unwrap_or("").to_string();
-            let since = if reason == vigil_api::reason::Reason::UnhealthyNode {
-                node_condition_since(at_now, label, &machine)
-            } else {
-                None
-            };
-            out.unhealthy_targets.push(TargetOut {
-                target: format!("{namespace}/{name}"),
-                reason,
-                message: verdict.message.clone().unwrap_or_default(),
-                since: since.or(verdict.last_transition_time).map(|t| t.to_string()),
-                remediation,
-                chosen: chosen_of(status, name),
-                waiting: None,
-            });
-        }
+        machine_check_out(&mut out, namespace, status, at_now);
     } else {
-        out.queued = queued_out(status, str::to_string);
-        out.targets = int("observedNodes");
-        out.healthy = int("healthyNodes");
-        out.unhealthy = out.targets - out.healthy;
-        out.phase = status.get("phase").and_then(Value::as_str).map(str::to_string);
-        let name = label.strip_prefix("NodeHealthCheck/").unwrap_or(label);
-        let check_key = Key {
-            cluster: LOCAL_CLUSTER.into(),
-            group: GROUP.into(),
-            kind: "NodeHealthCheck".into(),
-            namespace: String::new(),
-            name: name.into(),
-        };
-        let policy = at_now
-            .store
-            .get(&check_key)
-            .and_then(|v| serde_json::from_value::<NodeHealthCheck>(v.clone()).ok())
-            .and_then(|c| validate::node_health_check(&c).ok());
-        for entry in status.get("unhealthyNodes").and_then(Value::as_array).into_iter().flatten() {
-            let node_name = entry.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-            let node_key = Key {
-                cluster: LOCAL_CLUSTER.into(),
-                group: String::new(),
-                kind: "Node".into(),
-                namespace: String::new(),
-                name: node_name.clone(),
-            };
-            let node = at_now.store.get(&node_key).and_then(vigil_api::views::NodeView::read);
-            let because = match (&node, &policy) {
-                (Some(node), Some(policy)) => {
-                    vigil_engine::node::unhealthy_because(node, policy, now).map(|(rule, since)| (rule.clone(), since))
-                }
-                _ => None,
-            };
-            let (reason, message, since) = match (&node, because) {
-                (None, _) => ("NodeDeleted".to_string(), format!("Node {node_name} no longer exists"), None),
-                (Some(_), Some((rule, since))) => (
-                    "UnhealthyNode".to_string(),
-                    format!(
-                        "{} for more than {}",
-                        rule.describe(),
-                        vigil_api::duration::format_go_duration(rule.timeout)
-                    ),
-                    Some(since.to_string()),
-                ),
-                (Some(_), None) => (
-                    "Recovering".to_string(),
-                    "conditions healthy again; remediation objects kept until healthyDelay passes".to_string(),
-                    None,
-                ),
-            };
-            let remediations: Vec<String> = entry
-                .get("remediations")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|r| {
-                    let res = &r["resource"];
-                    let timed_out = if r.get("timedOut").is_some() { " (timed out)" } else { "" };
-                    format!(
-                        "{} {}/{} since {}{timed_out}",
-                        res["kind"].as_str().unwrap_or(""),
-                        res["namespace"].as_str().unwrap_or(""),
-                        res["name"].as_str().unwrap_or(""),
-                        r["started"].as_str().unwrap_or("")
-                    )
-                })
-                .collect();
-            out.remediating |= entry
-                .get("remediations")
-                .and_then(Value::as_array)
-                .is_some_and(|rs| rs.iter().any(|r| r.get("timedOut").is_none()));
-            out.unhealthy_targets.push(TargetOut {
-                chosen: chosen_of(status, &node_name),
-                target: node_name,
-                reason,
-                message,
-                since,
-                remediation: (!remediations.is_empty()).then(|| remediations.join(", ")),
-                waiting: entry.get("waiting").map(|w| {
-                    format!("{}: {}", w["reason"].as_str().unwrap_or(""), w["message"].as_str().unwrap_or(""))
-                }),
-            });
-        }
+        node_check_out(&mut out, status, at_now, now);
     }
     out
+}
+
+/// The integer `status.<k>` (0 when absent).
+fn int(status: &Value, k: &str) -> i64 {
+    status.get(k).and_then(Value::as_i64).unwrap_or(0)
+}
+
+/// Fills in a MachineHealthCheck's counts, queue and unhealthy Machines (in `namespace`).
+fn machine_check_out(out: &mut CheckOut, namespace: &str, status: &Value, at_now: &Start<'_>) {
+    out.queued = queued_out(status, |name| format!("{namespace}/{name}"));
+    out.targets = int(status, "expectedMachines");
+    out.healthy = int(status, "currentHealthy");
+    out.unhealthy = out.targets - out.healthy;
+    out.remediations_allowed = Some(int(status, "remediationsAllowed"));
+    for name in status.get("targets").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        let Some(target) = unhealthy_machine_out(&out.check, namespace, name, status, at_now) else { continue };
+        out.remediating |= target.remediation.as_deref().is_some_and(|r| r.contains("WaitingForRemediation"));
+        out.unhealthy_targets.push(target);
+    }
+}
+
+/// Machine `namespace/name` of the check `label`, if its verdict (`HealthCheckSucceeded=False`)
+/// says it is unhealthy: why, since when, and its remediation conditions.
+fn unhealthy_machine_out(
+    label: &str,
+    namespace: &str,
+    name: &str,
+    status: &Value,
+    at_now: &Start<'_>,
+) -> Option<TargetOut> {
+    let key = Key {
+        cluster: LOCAL_CLUSTER.into(),
+        group: "cluster.x-k8s.io".into(),
+        kind: "Machine".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let machine = at_now.store.get(&key).and_then(MachineView::read)?;
+    let verdict = find(&machine.conditions, "HealthCheckSucceeded").filter(|c| c.status == ConditionStatus::False)?;
+    let remediation = [OWNER_REMEDIATED, EXTERNALLY_REMEDIATED].iter().find_map(|t| {
+        find(&machine.conditions, t)
+            .filter(|c| c.status == ConditionStatus::False)
+            .map(|c| format!("{t}=False {}: {}", c.reason.as_deref().unwrap_or(""), c.message.as_deref().unwrap_or("")))
+    });
+    let reason = verdict.reason.as_deref().unwrap_or("").to_string();
+    let since = if reason == vigil_api::reason::Reason::UnhealthyNode {
+        node_condition_since(at_now, label, &machine)
+    } else {
+        None
+    };
+    Some(TargetOut {
+        target: format!("{namespace}/{name}"),
+        reason,
+        message: verdict.message.clone().unwrap_or_default(),
+        since: since.or(verdict.last_transition_time).map(|t| t.to_string()),
+        remediation,
+        chosen: chosen_of(status, name),
+        waiting: None,
+    })
+}
+
+/// Fills in a NodeHealthCheck's counts, phase, queue and unhealthy Nodes.
+fn node_check_out(out: &mut CheckOut, status: &Value, at_now: &Start<'_>, now: Timestamp) {
+    out.queued = queued_out(status, str::to_string);
+    out.targets = int(status, "observedNodes");
+    out.healthy = int(status, "healthyNodes");
+    out.unhealthy = out.targets - out.healthy;
+    out.phase = status.get("phase").and_then(Value::as_str).map(str::to_string);
+    let name = out.check.strip_prefix("NodeHealthCheck/").unwrap_or(&out.check);
+    let check_key = Key {
+        cluster: LOCAL_CLUSTER.into(),
+        group: GROUP.into(),
+        kind: "NodeHealthCheck".into(),
+        namespace: String::new(),
+        name: name.into(),
+    };
+    let policy = at_now
+        .store
+        .get(&check_key)
+        .and_then(|v| serde_json::from_value::<NodeHealthCheck>(v.clone()).ok())
+        .and_then(|c| validate::node_health_check(&c).ok());
+    for entry in status.get("unhealthyNodes").and_then(Value::as_array).into_iter().flatten() {
+        out.remediating |= entry
+            .get("remediations")
+            .and_then(Value::as_array)
+            .is_some_and(|rs| rs.iter().any(|r| r.get("timedOut").is_none()));
+        out.unhealthy_targets.push(unhealthy_node_out(entry, status, at_now, policy.as_ref(), now));
+    }
+}
+
+/// One entry of a NodeHealthCheck's `status.unhealthyNodes`: why the Node is unhealthy (by the
+/// check's `policy`), since when, its remediation objects and what they wait for.
+fn unhealthy_node_out(
+    entry: &Value,
+    status: &Value,
+    at_now: &Start<'_>,
+    policy: Option<&NhcPolicy>,
+    now: Timestamp,
+) -> TargetOut {
+    let node_name = entry.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    let node_key = Key {
+        cluster: LOCAL_CLUSTER.into(),
+        group: String::new(),
+        kind: "Node".into(),
+        namespace: String::new(),
+        name: node_name.clone(),
+    };
+    let node = at_now.store.get(&node_key).and_then(vigil_api::views::NodeView::read);
+    let because = match (&node, policy) {
+        (Some(node), Some(policy)) => {
+            vigil_engine::node::unhealthy_because(node, policy, now).map(|(rule, since)| (rule.clone(), since))
+        }
+        _ => None,
+    };
+    let (reason, message, since) = match (&node, because) {
+        (None, _) => ("NodeDeleted".to_string(), format!("Node {node_name} no longer exists"), None),
+        (Some(_), Some((rule, since))) => (
+            "UnhealthyNode".to_string(),
+            format!("{} for more than {}", rule.describe(), vigil_api::duration::format_go_duration(rule.timeout)),
+            Some(since.to_string()),
+        ),
+        (Some(_), None) => (
+            "Recovering".to_string(),
+            "conditions healthy again; remediation objects kept until healthyDelay passes".to_string(),
+            None,
+        ),
+    };
+    let remediations = remediations_out(entry);
+    TargetOut {
+        chosen: chosen_of(status, &node_name),
+        target: node_name,
+        reason,
+        message,
+        since,
+        remediation: (!remediations.is_empty()).then(|| remediations.join(", ")),
+        waiting: entry
+            .get("waiting")
+            .map(|w| format!("{}: {}", w["reason"].as_str().unwrap_or(""), w["message"].as_str().unwrap_or(""))),
+    }
+}
+
+/// An unhealthy Node's remediation objects, for a person: `Kind namespace/name since T`.
+fn remediations_out(entry: &Value) -> Vec<String> {
+    entry
+        .get("remediations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let res = &r["resource"];
+            let timed_out = if r.get("timedOut").is_some() { " (timed out)" } else { "" };
+            format!(
+                "{} {}/{} since {}{timed_out}",
+                res["kind"].as_str().unwrap_or(""),
+                res["namespace"].as_str().unwrap_or(""),
+                res["name"].as_str().unwrap_or(""),
+                r["started"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
 }
 
 /// `status.queued`, each target named by `name` as the report names targets.

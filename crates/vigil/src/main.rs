@@ -14,7 +14,7 @@ mod validate_cmd;
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vigil_simulator::{Scenario, output, simulate_owned};
 
@@ -220,74 +220,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match cli.command {
         Command::Simulate { file, output: format, dump, plot } => {
-            let (path, text) = match &file {
-                Some(path) => (
-                    path.display().to_string(),
-                    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
-                ),
-                None => (DEFAULT_SCENARIO.0.to_string(), DEFAULT_SCENARIO.1.to_string()),
-            };
-            let scenario = Scenario::parse(&text).with_context(|| path.clone())?;
-            let (_, report) = simulate_owned(scenario, |_| ()).with_context(|| path.clone())?;
-            let rendered = match format {
-                Format::Text => {
-                    output::text_styled(&report.name, &report.events, &report.final_statuses, colour_stdout())
-                }
-                Format::Json => output::json_lines(&report.events, &report.final_statuses, report.end_t),
-            };
-            stdout.write_all(rendered.as_bytes())?;
-            if let Some(dump) = dump {
-                let yaml =
-                    vigil_simulator::output::dump_yaml(&report.store).context("cannot render the objects as YAML")?;
-                std::fs::write(&dump, yaml).with_context(|| format!("cannot write {}", dump.display()))?;
-            }
-            if let Some(plot) = plot {
-                let svg = plot::svg(&report).map_err(|e| anyhow::anyhow!("cannot draw the picture: {e}"))?;
-                std::fs::write(&plot, svg).with_context(|| format!("cannot write {}", plot.display()))?;
-            }
-            Ok(ExitCode::SUCCESS)
+            simulate(file.as_deref(), format, dump, plot, &mut stdout)
         }
         Command::Validate { files } => validate_cmd::run(&files, &mut stdout).map(code),
         Command::Check { kubeconfig, namespace, policies, output: format, checks } => {
-            let candidates = check_cmd::candidates(&policies)?;
-            let runtime = runtime()?;
-            let fleet = runtime.block_on(async {
-                let client = live::client(kubeconfig.as_deref()).await?;
-                live::read(&client, namespace.as_deref(), &candidates, live::Purpose::Check).await
-            })?;
-            for note in &fleet.notes {
-                eprintln!("note: {note}");
-            }
-            let report = check_cmd::evaluate(fleet, candidates, &checks, jiff::Timestamp::now())?;
-            let rendered = match format {
-                CheckFormat::Text => check_cmd::text(&report),
-                CheckFormat::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
-            };
-            stdout.write_all(rendered.as_bytes())?;
-            Ok(ExitCode::from(report.exit_code()))
+            check(kubeconfig.as_deref(), namespace.as_deref(), &policies, format, &checks, &mut stdout)
         }
         Command::Snapshot { kubeconfig, namespace, duration, output } => {
-            vigil_api::duration::parse_go_duration(&duration).ok().filter(|d| d.is_positive()).with_context(|| {
-                format!("--duration: invalid value {duration:?}: expected a positive Go duration such as 1h or 45m")
-            })?;
-            let runtime = runtime()?;
-            let fleet = runtime.block_on(async {
-                let client = live::client(kubeconfig.as_deref()).await?;
-                live::read(&client, namespace.as_deref(), &[], live::Purpose::Snapshot).await
-            })?;
-            for note in &fleet.notes {
-                eprintln!("note: {note}");
-            }
-            for (cluster, why) in &fleet.unreachable {
-                eprintln!("note: workload cluster {cluster} unreachable, its Nodes are left out: {why}");
-            }
-            let now = jiff::Timestamp::now();
-            let text = match output {
-                SnapshotFormat::Yaml => snapshot_cmd::scenario_yaml(&fleet, now, &duration)?,
-                SnapshotFormat::Json => snapshot_cmd::scenario_json(&fleet, now, &duration)?,
-            };
-            stdout.write_all(text.as_bytes())?;
-            Ok(ExitCode::SUCCESS)
+            snapshot(kubeconfig.as_deref(), namespace.as_deref(), &duration, output, &mut stdout)
         }
         Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()).map(code),
         Command::Run { kubeconfig, workers, metrics_addr, dry_run, serve_medik8s, election, node_leases } => {
@@ -319,6 +259,99 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `vigil simulate`: runs the scenario in `file` (or the default one) and writes its events,
+/// and on request the final objects (`dump`) and a picture (`plot`).
+fn simulate(
+    file: Option<&Path>,
+    format: Format,
+    dump: Option<PathBuf>,
+    plot: Option<PathBuf>,
+    stdout: &mut impl Write,
+) -> Result<ExitCode> {
+    let (path, text) = match file {
+        Some(path) => (
+            path.display().to_string(),
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
+        ),
+        None => (DEFAULT_SCENARIO.0.to_string(), DEFAULT_SCENARIO.1.to_string()),
+    };
+    let scenario = Scenario::parse(&text).with_context(|| path.clone())?;
+    let (_, report) = simulate_owned(scenario, |_| ()).with_context(|| path.clone())?;
+    let rendered = match format {
+        Format::Text => output::text_styled(&report.name, &report.events, &report.final_statuses, colour_stdout()),
+        Format::Json => output::json_lines(&report.events, &report.final_statuses, report.end_t),
+    };
+    stdout.write_all(rendered.as_bytes())?;
+    if let Some(dump) = dump {
+        let yaml = vigil_simulator::output::dump_yaml(&report.store).context("cannot render the objects as YAML")?;
+        std::fs::write(&dump, yaml).with_context(|| format!("cannot write {}", dump.display()))?;
+    }
+    if let Some(plot) = plot {
+        let svg = plot::svg(&report).map_err(|e| anyhow::anyhow!("cannot draw the picture: {e}"))?;
+        std::fs::write(&plot, svg).with_context(|| format!("cannot write {}", plot.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vigil check`: reads the live fleet once and writes what Vigil would do now and next; the exit
+/// code says whether anything is being remediated.
+fn check(
+    kubeconfig: Option<&Path>,
+    namespace: Option<&str>,
+    policies: &[PathBuf],
+    format: CheckFormat,
+    checks: &[String],
+    stdout: &mut impl Write,
+) -> Result<ExitCode> {
+    let candidates = check_cmd::candidates(policies)?;
+    let runtime = runtime()?;
+    let fleet = runtime.block_on(async {
+        let client = live::client(kubeconfig).await?;
+        live::read(&client, namespace, &candidates, live::Purpose::Check).await
+    })?;
+    for note in &fleet.notes {
+        eprintln!("note: {note}");
+    }
+    let report = check_cmd::evaluate(fleet, candidates, checks, jiff::Timestamp::now())?;
+    let rendered = match format {
+        CheckFormat::Text => check_cmd::text(&report),
+        CheckFormat::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
+    };
+    stdout.write_all(rendered.as_bytes())?;
+    Ok(ExitCode::from(report.exit_code()))
+}
+
+/// `vigil snapshot`: reads the live fleet once and writes it as a scenario of `duration`.
+fn snapshot(
+    kubeconfig: Option<&Path>,
+    namespace: Option<&str>,
+    duration: &str,
+    output: SnapshotFormat,
+    stdout: &mut impl Write,
+) -> Result<ExitCode> {
+    vigil_api::duration::parse_go_duration(duration).ok().filter(|d| d.is_positive()).with_context(|| {
+        format!("--duration: invalid value {duration:?}: expected a positive Go duration such as 1h or 45m")
+    })?;
+    let runtime = runtime()?;
+    let fleet = runtime.block_on(async {
+        let client = live::client(kubeconfig).await?;
+        live::read(&client, namespace, &[], live::Purpose::Snapshot).await
+    })?;
+    for note in &fleet.notes {
+        eprintln!("note: {note}");
+    }
+    for (cluster, why) in &fleet.unreachable {
+        eprintln!("note: workload cluster {cluster} unreachable, its Nodes are left out: {why}");
+    }
+    let now = jiff::Timestamp::now();
+    let text = match output {
+        SnapshotFormat::Yaml => snapshot_cmd::scenario_yaml(&fleet, now, duration)?,
+        SnapshotFormat::Json => snapshot_cmd::scenario_json(&fleet, now, duration)?,
+    };
+    stdout.write_all(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

@@ -234,10 +234,24 @@ pub fn svg(report: &Report) -> Result<String, String> {
 
 type DrawResult = Result<(), DrawingAreaErrorKind<<SVGBackend<'static> as DrawingBackend>::ErrorType>>;
 
-fn draw_check(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, s: &Series, end: f64) -> DrawResult {
+/// A drawing area of the SVG document.
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+/// One check's chart: the counts over time, then one lane per target when there are few.
+fn draw_check(area: &Area<'_>, s: &Series, end: f64) -> DrawResult {
     let (top, bottom) = area.split_vertically(CHART_HEIGHT);
+    draw_counts(&top, s, end)?;
+    if s.lanes.is_empty() || s.lanes.len() > MAX_LANES {
+        return Ok(());
+    }
+    draw_lanes(&bottom, s, end)
+}
+
+/// Healthy, unhealthy and remediating counts, the short-circuit threshold and periods, the
+/// remediation requests, and their legend.
+fn draw_counts(top: &Area<'_>, s: &Series, end: f64) -> DrawResult {
     let ymax = s.counts.iter().map(|c| c.2).max().unwrap_or(1).max(1) as f64 + 1.0;
-    let mut chart = ChartBuilder::on(&top)
+    let mut chart = ChartBuilder::on(top)
         .caption(&s.label, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(35)
@@ -290,12 +304,13 @@ fn draw_check(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, s: &Se
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
+    Ok(())
+}
 
-    if s.lanes.is_empty() || s.lanes.len() > MAX_LANES {
-        return Ok(());
-    }
+/// One lane per target, coloured by its state over time.
+fn draw_lanes(bottom: &Area<'_>, s: &Series, end: f64) -> DrawResult {
     let n = s.lanes.len() as f64;
-    let mut lanes = ChartBuilder::on(&bottom)
+    let mut lanes = ChartBuilder::on(bottom)
         .margin_left(10)
         .margin_right(10)
         .x_label_area_size(20)

@@ -90,7 +90,46 @@ pub fn run(
     election: Election,
     node_leases: NodeLeases,
 ) -> Result<bool> {
-    // Bad flags are refused before anything connects, naming the flag and its value.
+    let lease_namespace = checked_flags((dry_run, serve_medik8s), &election, node_leases)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let config = kube_config(kubeconfig).await?;
+        let namespace = election
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
+        if serve_medik8s {
+            vigil_controller::medik8s::refuse_to_start(&client).await.map_err(|e| anyhow!(e))?;
+        }
+        let options = vigil_controller::Options {
+            workers,
+            metrics_addr,
+            leader: leader_options(&election, namespace)?,
+            dry_run,
+            shards: election.shards,
+            serve_medik8s,
+            lease_namespace,
+            ..Default::default()
+        };
+        vigil_controller::run(client, options, shutdown_signal()).await;
+        Ok(true)
+    })
+}
+
+/// Refuses bad flags before anything connects, naming the flag and its value; returns the
+/// namespace of the medik8s node Leases.
+fn checked_flags(
+    (dry_run, serve_medik8s): (bool, bool),
+    election: &Election,
+    node_leases: NodeLeases,
+) -> Result<String> {
     if dry_run && serve_medik8s {
         return Err(anyhow!(
             "--serve-medik8s cannot be combined with --dry-run: medik8s' NodeHealthCheck status has no field for \
@@ -116,59 +155,39 @@ pub fn run(
         )
         .map_err(|e| anyhow!(e))?;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    runtime.block_on(async move {
-        let config = match kubeconfig {
-            Some(path) => {
-                let kc = kube::config::Kubeconfig::read_from(&path)
-                    .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-                kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                    .await
-                    .with_context(|| format!("unusable kubeconfig {}", path.display()))?
-            }
-            None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
-        };
-        let namespace = election
-            .lease_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
-            .unwrap_or_else(|| config.default_namespace.clone());
-        let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
-        if serve_medik8s {
-            vigil_controller::medik8s::refuse_to_start(&client).await.map_err(|e| anyhow!(e))?;
+    Ok(lease_namespace)
+}
+
+/// The client configuration: from the kubeconfig file given, else inferred (`KUBECONFIG`,
+/// `~/.kube/config`, or in-cluster).
+async fn kube_config(kubeconfig: Option<PathBuf>) -> Result<kube::Config> {
+    Ok(match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(&path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("unusable kubeconfig {}", path.display()))?
         }
-        let leader = if election.leader_elect {
-            let options = vigil_controller::leader::LeaderOptions {
-                lease_name: election.lease_name.clone(),
-                namespace,
-                identity: identity(),
-                lease_duration: election.lease_duration,
-                renew_deadline: election.renew_deadline,
-                retry_period: election.retry_period,
-            };
-            options.validate().map_err(|e| anyhow!(e))?;
-            Some(options)
-        } else {
-            None
-        };
-        let options = vigil_controller::Options {
-            workers,
-            metrics_addr,
-            leader,
-            dry_run,
-            shards: election.shards,
-            serve_medik8s,
-            lease_namespace,
-            ..Default::default()
-        };
-        vigil_controller::run(client, options, shutdown_signal()).await;
-        Ok(true)
+        None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
     })
+}
+
+/// The leader election of this replica on a Lease in `namespace`, when `--leader-elect` is on.
+fn leader_options(election: &Election, namespace: String) -> Result<Option<vigil_controller::leader::LeaderOptions>> {
+    if !election.leader_elect {
+        return Ok(None);
+    }
+    let options = vigil_controller::leader::LeaderOptions {
+        lease_name: election.lease_name.clone(),
+        namespace,
+        identity: identity(),
+        lease_duration: election.lease_duration,
+        renew_deadline: election.renew_deadline,
+        retry_period: election.retry_period,
+    };
+    options.validate().map_err(|e| anyhow!(e))?;
+    Ok(Some(options))
 }
 
 async fn shutdown_signal() {

@@ -1,0 +1,39 @@
+//! The `vigil` command reads in one order: what several commands share at the bottom (`live`, the
+//! read-only view of a cluster; `documents`, the manifests read from files; `plot`), the commands
+//! above them (`*_cmd`), and `main.rs` on top, which only parses the command line and calls one.
+//! This test fails on any import cycle between its modules (and between its folders, each counted
+//! as one module), naming it, and on a function longer than a screen.
+
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn graph() -> vigil_module_graph::Graph {
+    vigil_module_graph::graph(&src()).expect("read src/")
+}
+
+fn cycles(edges: &vigil_module_graph::Graph) -> Vec<String> {
+    vigil_module_graph::all_cycles(edges).iter().map(|c| c.join(" -> ")).collect()
+}
+
+#[test]
+fn the_cli_modules_import_downwards_only() {
+    let edges = graph();
+    assert!(edges.len() > 5, "found the CLI's modules: {:?}", edges.keys().collect::<Vec<_>>());
+    let cycles = cycles(&edges);
+    assert!(cycles.is_empty(), "import cycles between CLI modules:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn the_cli_folders_import_downwards_only() {
+    let cycles = cycles(&vigil_module_graph::folders(&graph()));
+    assert!(cycles.is_empty(), "import cycles between CLI folders:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn no_function_is_longer_than_a_screen() {
+    let long = vigil_module_graph::longer_than(&src(), 80, |_| false).expect("read src/");
+    assert!(long.is_empty(), "functions over 80 lines (split them into named phases):\n{}", long.join("\n"));
+}
