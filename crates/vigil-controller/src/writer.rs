@@ -96,7 +96,9 @@ pub(crate) async fn bounded<T>(
     match crate::fenced::within(WRITE_TIMEOUT.min(left), fut).await {
         Ok(r) => r,
         Err(crate::fenced::Cut::TimedOut) => Err(WriteError::Timeout(what())),
-        Err(crate::fenced::Cut::TooLittleLeft) => Err(WriteError::RightEnding(what())),
+        Err(crate::fenced::Cut::TooLittleLeft) => {
+            Err(WriteError::RightEnding(format!("{} (less than {:?} left)", what(), crate::fenced::MIN_LEFT)))
+        }
     }
 }
 

@@ -37,9 +37,9 @@ pub enum WriteError {
     /// This replica does not lead (or its right to write ran out): nothing was sent.
     #[error("{0}: not sent, this replica does not hold the lease")]
     NotLeader(String),
-    /// Less than [`crate::fenced::MIN_LEFT`] of the right to write (or of the write's time) was
-    /// left when a request of it was to go out: nothing more was sent; decided again later.
-    #[error("{0}: not sent, less than {min:?} of the right to write was left", min = crate::fenced::MIN_LEFT)]
+    /// Too little of the right to write (or of the write's time) was left when a request of it
+    /// was to go out (the writer says how little): nothing more was sent; decided again later.
+    #[error("{0}: not sent, the right to write was about to end")]
     RightEnding(String),
     /// Not sent: the Node's previous remediation step is not confirmed given up (its
     /// `nhc-timed-out` annotation failed), and two steps must never be live at once.
