@@ -508,16 +508,24 @@ impl Sim<'_> {
         {
             return;
         }
-        // The namespaces with a Machine of this Node, found once for every check.
-        let node_machine_namespaces: BTreeSet<String> = if key.kind == "Node" && key.group.is_empty() {
-            self.views.machine_namespaces(&self.store, &key.name)
-        } else {
-            BTreeSet::new()
-        };
+        // The Machines of this Node, found once for every check: a Node change concerns the
+        // checks its Machines concern, as in the controller.
+        let node_machines: Vec<Rc<MachineView>> =
+            if key.kind == "Node" && key.group.is_empty() { self.machines_of_node(&key.name) } else { Vec::new() };
         let checks = self.views.checks(&self.store);
         let versions: Vec<&Value> = before.into_iter().chain(self.store.get(key)).collect();
         let read = self.read_versions(key, &versions, &checks);
-        self.mark_concerned(key, &read, &node_machine_namespaces, &checks);
+        self.mark_concerned(key, &read, &node_machines, &checks);
+    }
+
+    /// The management cluster's Cluster API Machines whose `status.nodeRef` names Node `node`.
+    fn machines_of_node(&mut self, node: &str) -> Vec<Rc<MachineView>> {
+        let mut out = Vec::new();
+        for namespace in self.views.machine_namespaces(&self.store, node) {
+            let machines = self.views.machines(&self.store, &namespace);
+            out.extend(machines.iter().filter(|m| m.node_name.as_deref() == Some(node)).cloned());
+        }
+        out
     }
 
     /// [`Sim::changed`] for a Cluster API Machine of the management cluster, given its version
@@ -534,7 +542,7 @@ impl Sim<'_> {
             read.nodes.extend(after.nodes);
             read.metas.extend(after.metas);
         }
-        self.mark_concerned(key, &read, &BTreeSet::new(), &checks);
+        self.mark_concerned(key, &read, &[], &checks);
     }
 
     /// An object's versions (before and after a change) read once as the checks' predicates
@@ -567,7 +575,7 @@ impl Sim<'_> {
         &mut self,
         key: &Key,
         read: &ReadVersions,
-        node_machine_namespaces: &BTreeSet<String>,
+        node_machines: &[Rc<MachineView>],
         checks: &[KeptCheck],
     ) {
         let local = key.cluster == LOCAL_CLUSTER;
@@ -586,7 +594,7 @@ impl Sim<'_> {
                             ("", "Node") => {
                                 read.any
                                     && key.cluster == self.node_cluster(namespace, &policy.cluster_name)
-                                    && node_machine_namespaces.contains(namespace.as_str())
+                                    && node_machines.iter().any(|m| concerns::mhc_concerns_machine(check, policy, m))
                             }
                             _ if local => read
                                 .metas
@@ -1499,5 +1507,47 @@ mod tests {
         let refused: Vec<Option<String>> =
             sim.events.iter().filter(|e| e.event == "WriteFailed").map(|e| e.target.clone()).collect();
         assert_eq!(refused, [Some("gone".to_string())]);
+    }
+
+    /// A Node change wakes the MachineHealthChecks its Machines concern, not every check of
+    /// their namespace (as the controller routes it): `a` selects pool a, `b` pool b; Node
+    /// `na` (Machine `ma`, pool a) turning NotReady wakes `a` only.
+    #[test]
+    fn a_node_change_wakes_only_the_checks_its_machines_concern() {
+        let scenario = Scenario::parse("name: route\nduration: 1m\n").expect("a scenario");
+        let mut sim = Sim::new(&scenario);
+        let check = |name: &str, pool: &str| {
+            json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+                   "metadata": {"name": name, "namespace": "default"},
+                   "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": pool}},
+                            "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]}})
+        };
+        let machine = |name: &str, pool: &str| {
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                   "metadata": {"name": name, "namespace": "default",
+                                "labels": {"cluster.x-k8s.io/cluster-name": "prod", "pool": pool}},
+                   "spec": {"clusterName": "prod"}, "status": {"nodeRef": {"name": format!("n{pool}")}}})
+        };
+        let node = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                   "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                              "lastTransitionTime": "2029-12-01T00:00:00Z"}]}})
+        };
+        let objects =
+            [check("a", "a"), check("b", "b"), machine("ma", "a"), machine("mb", "b"), node("na"), node("nb")];
+        for (i, o) in objects.into_iter().enumerate() {
+            sim.put(LOCAL_CLUSTER, o, &format!("objects[{i}]")).expect("put");
+        }
+        sim.loading = false;
+        let key = Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: String::new(),
+            kind: "Node".into(),
+            namespace: String::new(),
+            name: "na".into(),
+        };
+        sim.set_node_condition(&key, "Ready", "False", Some("KubeletNotReady"), None);
+        let woken: Vec<String> = sim.dirty.iter().map(ToString::to_string).collect();
+        assert_eq!(woken, ["MachineHealthCheck/default/a"]);
     }
 }

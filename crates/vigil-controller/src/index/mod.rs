@@ -784,7 +784,8 @@ impl Index {
                     (Some(_), None) => {
                         check.status.as_ref().is_none_or(|s| s.unhealthy_nodes.iter().any(|u| u.name == name))
                     }
-                    (None, _) => true,
+                    // An invalid check is only refused: nothing but its own object concerns it.
+                    (None, _) => false,
                 };
                 if hit {
                     out.insert(CheckRef::Node { name: n.clone() });
