@@ -411,7 +411,7 @@ fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
     .flatten()
     .collect();
     // With medik8s' checks served, a Node one of them holds is known only once they are listed.
-    unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::medik8s::upstream::SOURCE)));
+    unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::upstream_nhc::SOURCE)));
     match idx.nodes.get(LOCAL_CLUSTER) {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
         None => unsure.push("waiting for the first complete list of Nodes".into()),

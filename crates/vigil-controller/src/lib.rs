@@ -5,6 +5,7 @@
 //! which writes a plan makes and put their answers into the index.
 
 pub mod apply;
+pub mod around;
 pub mod claims;
 pub mod clock;
 pub mod confirm;
@@ -19,6 +20,7 @@ pub mod metrics;
 pub mod scheduler;
 pub mod sources;
 pub mod surroundings;
+pub mod upstream_nhc;
 pub mod watch;
 pub mod wire;
 pub mod workload;

@@ -111,26 +111,6 @@ fn summary(events: &[Event], final_statuses: &BTreeMap<String, Value>) -> String
 pub fn text_styled(name: &str, events: &[Event], final_statuses: &BTreeMap<String, Value>, colour: bool) -> String {
     let mut out = format!("scenario {name}\n");
     for e in events {
-        let detail = |k: &str| e.details.get(k).and_then(Value::as_str).unwrap_or("");
-        let what = match e.event.as_str() {
-            "RemediationCreated" | "RemediationRemoved" | "Applied" | "Deleted" | "RemediationFailed" => {
-                let ns = detail("namespace");
-                let obj = if ns.is_empty() { detail("name").to_string() } else { format!("{ns}/{}", detail("name")) };
-                format!("{} {obj}", detail("kind"))
-            }
-            "NodeConditionSet" => format!("{}={} {}", detail("type"), detail("status"), detail("reason")),
-            "MachineReplaced" => format!("replaced by {}", detail("replacement")),
-            _ => {
-                let reason = detail("reason");
-                let message = detail("message");
-                match (reason.is_empty(), message.is_empty()) {
-                    (true, true) => String::new(),
-                    (false, true) => reason.to_string(),
-                    (true, false) => message.to_string(),
-                    (false, false) => format!("{reason}: {message}"),
-                }
-            }
-        };
         let who = match (&e.check, &e.target) {
             (Some(c), Some(t)) => format!("{c} {t}"),
             (Some(c), None) => c.clone(),
@@ -138,86 +118,120 @@ pub fn text_styled(name: &str, events: &[Event], final_statuses: &BTreeMap<Strin
             (None, None) => String::new(),
         };
         let event = paint(&format!("{:<20}", e.event), colour_of(&e.event), colour);
-        out.push_str(&format!("{}  {event} {who}  {what}\n", clock(e.t)));
+        out.push_str(&format!("{}  {event} {who}  {}\n", clock(e.t), event_text(e)));
     }
     out.push_str("final status:\n");
     for (check, status) in final_statuses {
-        let s = |k: &str| status.get(k).map(|v| v.to_string()).unwrap_or_else(|| "-".into());
-        let conditions: Vec<String> = status
-            .get("conditions")
-            .and_then(Value::as_array)
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| format!("{}={}", c["type"].as_str().unwrap_or(""), c["status"].as_str().unwrap_or("")))
-                    .collect()
-            })
-            .unwrap_or_default();
-        // A check in dry-run: what it would remediate now, and since when.
-        let would: String = status
-            .get("wouldRemediate")
-            .and_then(Value::as_array)
-            .map(|ws| {
-                ws.iter()
-                    .map(|w| {
-                        let text = |k: &str| w[k].as_str().unwrap_or("");
-                        format!(" wouldRemediate {} ({}) since {}", text("name"), text("action"), text("since"))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        // With failure domains: each domain's counts, and which are paused.
-        let domains: String = status
-            .get("failureDomains")
-            .and_then(Value::as_array)
-            .map(|ds| {
-                ds.iter()
-                    .map(|d| {
-                        format!(
-                            " domain {} {}/{} unhealthy allowed {}{}",
-                            d["name"].as_str().unwrap_or(""),
-                            d["unhealthy"],
-                            d["targets"],
-                            d["allowed"],
-                            if d["paused"].as_bool() == Some(true) { " paused" } else { "" }
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let would = format!("{would}{domains}");
-        // The stale-signal guard: how many targets have a condition set aside, the first names.
-        let stale_count = status.get("staleTargetCount").and_then(Value::as_i64).unwrap_or(0);
-        let would = if stale_count > 0 {
-            let names: Vec<&str> = status
-                .get("staleTargets")
-                .and_then(Value::as_array)
-                .map(|ts| ts.iter().filter_map(|t| t["name"].as_str()).collect())
-                .unwrap_or_default();
-            format!("{would} staleTargets {stale_count} ({})", names.join(" "))
-        } else {
-            would
-        };
-        if check.starts_with("MachineHealthCheck/") {
-            out.push_str(&format!(
-                "  {check}: expected {} healthy {} remediationsAllowed {} [{}]{would}\n",
-                s("expectedMachines"),
-                s("currentHealthy"),
-                s("remediationsAllowed"),
-                conditions.join(" ")
-            ));
-        } else {
-            let unhealthy = status.get("unhealthyNodes").and_then(Value::as_array).map_or(0, Vec::len);
-            out.push_str(&format!(
-                "  {check}: phase {} observed {} healthy {} unhealthy {unhealthy} [{}]{would}\n",
-                s("phase").trim_matches('"'),
-                s("observedNodes"),
-                s("healthyNodes"),
-                conditions.join(" ")
-            ));
-        }
+        out.push_str(&status_line(check, status));
     }
     out.push_str(&summary(events, final_statuses));
     out
+}
+
+/// What an event line says after who it is about: the object, the condition set, the
+/// replacement, or the reason and message.
+fn event_text(e: &Event) -> String {
+    let detail = |k: &str| e.details.get(k).and_then(Value::as_str).unwrap_or("");
+    match e.event.as_str() {
+        "RemediationCreated" | "RemediationRemoved" | "Applied" | "Deleted" | "RemediationFailed" => {
+            let ns = detail("namespace");
+            let obj = if ns.is_empty() { detail("name").to_string() } else { format!("{ns}/{}", detail("name")) };
+            format!("{} {obj}", detail("kind"))
+        }
+        "NodeConditionSet" => format!("{}={} {}", detail("type"), detail("status"), detail("reason")),
+        "MachineReplaced" => format!("replaced by {}", detail("replacement")),
+        _ => {
+            let reason = detail("reason");
+            let message = detail("message");
+            match (reason.is_empty(), message.is_empty()) {
+                (true, true) => String::new(),
+                (false, true) => reason.to_string(),
+                (true, false) => message.to_string(),
+                (false, false) => format!("{reason}: {message}"),
+            }
+        }
+    }
+}
+
+/// One check's final status line: its counts and conditions, then what the optional features
+/// report ([`feature_text`]).
+fn status_line(check: &str, status: &Value) -> String {
+    let s = |k: &str| status.get(k).map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    let conditions: Vec<String> = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| format!("{}={}", c["type"].as_str().unwrap_or(""), c["status"].as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let would = feature_text(status);
+    if check.starts_with("MachineHealthCheck/") {
+        format!(
+            "  {check}: expected {} healthy {} remediationsAllowed {} [{}]{would}\n",
+            s("expectedMachines"),
+            s("currentHealthy"),
+            s("remediationsAllowed"),
+            conditions.join(" ")
+        )
+    } else {
+        let unhealthy = status.get("unhealthyNodes").and_then(Value::as_array).map_or(0, Vec::len);
+        format!(
+            "  {check}: phase {} observed {} healthy {} unhealthy {unhealthy} [{}]{would}\n",
+            s("phase").trim_matches('"'),
+            s("observedNodes"),
+            s("healthyNodes"),
+            conditions.join(" ")
+        )
+    }
+}
+
+/// What a status' optional features say: a check in dry-run, what it would remediate and since
+/// when; each failure domain's counts and which are paused; how many targets have a condition
+/// set aside as stale, and the first names.
+fn feature_text(status: &Value) -> String {
+    let would: String = status
+        .get("wouldRemediate")
+        .and_then(Value::as_array)
+        .map(|ws| {
+            ws.iter()
+                .map(|w| {
+                    let text = |k: &str| w[k].as_str().unwrap_or("");
+                    format!(" wouldRemediate {} ({}) since {}", text("name"), text("action"), text("since"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let domains: String = status
+        .get("failureDomains")
+        .and_then(Value::as_array)
+        .map(|ds| {
+            ds.iter()
+                .map(|d| {
+                    format!(
+                        " domain {} {}/{} unhealthy allowed {}{}",
+                        d["name"].as_str().unwrap_or(""),
+                        d["unhealthy"],
+                        d["targets"],
+                        d["allowed"],
+                        if d["paused"].as_bool() == Some(true) { " paused" } else { "" }
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let would = format!("{would}{domains}");
+    let stale_count = status.get("staleTargetCount").and_then(Value::as_i64).unwrap_or(0);
+    if stale_count == 0 {
+        return would;
+    }
+    let names: Vec<&str> = status
+        .get("staleTargets")
+        .and_then(Value::as_array)
+        .map(|ts| ts.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    format!("{would} staleTargets {stale_count} ({})", names.join(" "))
 }
 
 /// Every object of the store as multi-document YAML (`--dump`), workload-cluster objects

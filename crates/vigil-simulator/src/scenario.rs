@@ -281,123 +281,12 @@ impl Scenario {
         if duration_value.is_zero() {
             return Err(entry("duration", "must be greater than zero"));
         }
-        let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
-        for (i, o) in raw.objects.iter_mut().enumerate() {
-            let path = format!("objects[{i}]");
-            check_manifest(&path, o)?;
-            default_namespace(o);
-            check_health_check(&path, o)?;
-            let (kind, namespace, name) =
-                (text_at(o, "/kind"), text_at(o, "/metadata/namespace"), text_at(o, "/metadata/name"));
-            let id = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
-            if let Some(first) = seen.insert((kind, namespace, name), i) {
-                return Err(entry(
-                    path,
-                    format!(
-                        "{id} is already defined by objects[{first}]: each object may appear once (the API server would keep only the last)"
-                    ),
-                ));
-            }
-        }
-        for (key, nodes) in &raw.workload_clusters {
-            check_cluster_key(&format!("workloadClusters[{key:?}]"), key)?;
-            for (i, n) in nodes.iter().enumerate() {
-                let path = format!("workloadClusters[{key:?}][{i}]");
-                check_manifest(&path, n)?;
-                if n.get("kind").and_then(Value::as_str) != Some("Node") {
-                    return Err(entry(path, "a workload cluster holds Nodes only"));
-                }
-            }
-        }
-        let mut timeline = Vec::with_capacity(raw.timeline.len());
-        for (index, step) in raw.timeline.into_iter().enumerate() {
-            let path = format!("timeline[{index}]");
-            let at = duration(&format!("{path}.at"), &step.at)?;
-            if at > duration_value {
-                return Err(entry(
-                    format!("{path}.at"),
-                    format!("invalid value {:?}: after the end of the scenario ({})", step.at, raw.duration),
-                ));
-            }
-            if let Some(cluster) = &step.cluster {
-                check_cluster_key(&format!("{path}.cluster"), cluster)?;
-                if !raw.workload_clusters.contains_key(cluster) {
-                    return Err(entry(
-                        format!("{path}.cluster"),
-                        format!("invalid value {cluster:?}: no such workload cluster in workloadClusters"),
-                    ));
-                }
-            }
-            let change = match (step.apply, step.delete, step.set_node_condition) {
-                (Some(mut m), None, None) => {
-                    check_manifest(&format!("{path}.apply"), &m)?;
-                    default_namespace(&mut m);
-                    check_health_check(&format!("{path}.apply"), &m)?;
-                    Change::Apply(m)
-                }
-                (None, Some(mut d), None) => {
-                    if d.namespace.as_deref().is_none_or(str::is_empty) && is_namespaced(&d.kind) {
-                        d.namespace = Some(DEFAULT_NAMESPACE.into());
-                    }
-                    Change::Delete(d)
-                }
-                (None, None, Some(c)) => {
-                    if c.node.is_empty() == c.node_selector.is_empty() {
-                        return Err(entry(
-                            format!("{path}.setNodeCondition"),
-                            "needs exactly one of node, nodeSelector",
-                        ));
-                    }
-                    if ConditionStatus::parse(&c.status).is_none() {
-                        return Err(entry(
-                            format!("{path}.setNodeCondition.status"),
-                            format!("invalid value {:?}: must be True, False or Unknown (quote it in YAML)", c.status),
-                        ));
-                    }
-                    Change::SetNodeCondition(c)
-                }
-                _ => return Err(entry(path, "needs exactly one of apply, delete, setNodeCondition")),
-            };
-            timeline.push(Step { index, at, change, cluster: step.cluster });
-        }
-        timeline.sort_by_key(|s| s.at);
+        checked_objects(&mut raw.objects)?;
+        checked_workload_clusters(&raw.workload_clusters)?;
+        let timeline = checked_timeline(raw.timeline, (duration_value, &raw.duration), &raw.workload_clusters)?;
         let models = match raw.models {
             None => Models::default(),
-            Some(m) => {
-                let owner = match m.owner {
-                    None => None,
-                    Some(o) => Some(OwnerModel {
-                        replace_after: duration("models.owner.replaceAfter", &o.replace_after)?,
-                        node_ready_after: duration("models.owner.nodeReadyAfter", &o.node_ready_after)?,
-                    }),
-                };
-                let mut remediators = Vec::new();
-                for (i, r) in m.remediators.into_iter().enumerate() {
-                    let path = format!("models.remediators[{i}]");
-                    if r.kind.is_empty() {
-                        return Err(entry(format!("{path}.kind"), "must not be empty"));
-                    }
-                    let outcome = match (r.recover_after, r.succeeded, r.after) {
-                        (Some(d), None | Some(true), None) => {
-                            RemediatorOutcome::Recovers(duration(&format!("{path}.recoverAfter"), &d)?)
-                        }
-                        (None, Some(false), Some(d)) => {
-                            RemediatorOutcome::Fails(duration(&format!("{path}.after"), &d)?)
-                        }
-                        _ => return Err(entry(path, "needs either recoverAfter, or succeeded: false with after")),
-                    };
-                    let holds_deletion = match r.holds_deletion {
-                        Some(d) => Some(duration(&format!("{path}.holdsDeletion"), &d)?),
-                        None => None,
-                    };
-                    remediators.push(RemediatorModel { kind: r.kind, outcome, holds_deletion });
-                }
-                let mut heartbeats = Vec::new();
-                for (i, h) in m.heartbeats.into_iter().enumerate() {
-                    heartbeats.push(heartbeat_model(&format!("models.heartbeats[{i}]"), h, &raw.workload_clusters)?);
-                }
-                Models { owner, remediators, heartbeats }
-            }
+            Some(m) => checked_models(m, &raw.workload_clusters)?,
         };
         Ok(Scenario {
             name: raw.name,
@@ -410,6 +299,150 @@ impl Scenario {
             models,
         })
     }
+}
+
+/// Checks the objects (each a manifest, a health check as admission would take it, and once
+/// only) and puts a namespaced object without a namespace in `default`.
+fn checked_objects(objects: &mut [Value]) -> Result<(), ScenarioError> {
+    let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+    for (i, o) in objects.iter_mut().enumerate() {
+        let path = format!("objects[{i}]");
+        check_manifest(&path, o)?;
+        default_namespace(o);
+        check_health_check(&path, o)?;
+        let (kind, namespace, name) =
+            (text_at(o, "/kind"), text_at(o, "/metadata/namespace"), text_at(o, "/metadata/name"));
+        let id = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
+        if let Some(first) = seen.insert((kind, namespace, name), i) {
+            return Err(entry(
+                path,
+                format!(
+                    "{id} is already defined by objects[{first}]: each object may appear once (the API server would keep only the last)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the workload clusters: each keyed `namespace/clusterName`, holding Nodes only.
+fn checked_workload_clusters(clusters: &BTreeMap<String, Vec<Value>>) -> Result<(), ScenarioError> {
+    for (key, nodes) in clusters {
+        check_cluster_key(&format!("workloadClusters[{key:?}]"), key)?;
+        for (i, n) in nodes.iter().enumerate() {
+            let path = format!("workloadClusters[{key:?}][{i}]");
+            check_manifest(&path, n)?;
+            if n.get("kind").and_then(Value::as_str) != Some("Node") {
+                return Err(entry(path, "a workload cluster holds Nodes only"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the timeline (each step within the scenario's `end` and in a known cluster) and sorts
+/// it by time, steps at the same time in file order.
+fn checked_timeline(
+    steps: Vec<RawStep>,
+    (end, end_text): (SignedDuration, &str),
+    clusters: &BTreeMap<String, Vec<Value>>,
+) -> Result<Vec<Step>, ScenarioError> {
+    let mut timeline = Vec::with_capacity(steps.len());
+    for (index, step) in steps.into_iter().enumerate() {
+        let path = format!("timeline[{index}]");
+        let at = duration(&format!("{path}.at"), &step.at)?;
+        if at > end {
+            return Err(entry(
+                format!("{path}.at"),
+                format!("invalid value {:?}: after the end of the scenario ({end_text})", step.at),
+            ));
+        }
+        if let Some(cluster) = &step.cluster {
+            check_cluster_key(&format!("{path}.cluster"), cluster)?;
+            if !clusters.contains_key(cluster) {
+                return Err(entry(
+                    format!("{path}.cluster"),
+                    format!("invalid value {cluster:?}: no such workload cluster in workloadClusters"),
+                ));
+            }
+        }
+        let cluster = step.cluster.clone();
+        let change = checked_change(&path, step)?;
+        timeline.push(Step { index, at, change, cluster });
+    }
+    timeline.sort_by_key(|s| s.at);
+    Ok(timeline)
+}
+
+/// The one change a step makes: exactly one of `apply`, `delete`, `setNodeCondition`.
+fn checked_change(path: &str, step: RawStep) -> Result<Change, ScenarioError> {
+    match (step.apply, step.delete, step.set_node_condition) {
+        (Some(mut m), None, None) => {
+            check_manifest(&format!("{path}.apply"), &m)?;
+            default_namespace(&mut m);
+            check_health_check(&format!("{path}.apply"), &m)?;
+            Ok(Change::Apply(m))
+        }
+        (None, Some(mut d), None) => {
+            if d.namespace.as_deref().is_none_or(str::is_empty) && is_namespaced(&d.kind) {
+                d.namespace = Some(DEFAULT_NAMESPACE.into());
+            }
+            Ok(Change::Delete(d))
+        }
+        (None, None, Some(c)) => {
+            if c.node.is_empty() == c.node_selector.is_empty() {
+                return Err(entry(format!("{path}.setNodeCondition"), "needs exactly one of node, nodeSelector"));
+            }
+            if ConditionStatus::parse(&c.status).is_none() {
+                return Err(entry(
+                    format!("{path}.setNodeCondition.status"),
+                    format!("invalid value {:?}: must be True, False or Unknown (quote it in YAML)", c.status),
+                ));
+            }
+            Ok(Change::SetNodeCondition(c))
+        }
+        _ => Err(entry(path, "needs exactly one of apply, delete, setNodeCondition")),
+    }
+}
+
+/// Checks the models: the owner's delays, each remediator, each heartbeat reporter.
+fn checked_models(m: RawModels, clusters: &BTreeMap<String, Vec<Value>>) -> Result<Models, ScenarioError> {
+    let owner = match m.owner {
+        None => None,
+        Some(o) => Some(OwnerModel {
+            replace_after: duration("models.owner.replaceAfter", &o.replace_after)?,
+            node_ready_after: duration("models.owner.nodeReadyAfter", &o.node_ready_after)?,
+        }),
+    };
+    let mut remediators = Vec::new();
+    for (i, r) in m.remediators.into_iter().enumerate() {
+        remediators.push(remediator_model(&format!("models.remediators[{i}]"), r)?);
+    }
+    let mut heartbeats = Vec::new();
+    for (i, h) in m.heartbeats.into_iter().enumerate() {
+        heartbeats.push(heartbeat_model(&format!("models.heartbeats[{i}]"), h, clusters)?);
+    }
+    Ok(Models { owner, remediators, heartbeats })
+}
+
+/// Checks one remediator model: a kind, and either `recoverAfter` or `succeeded: false` with
+/// `after`.
+fn remediator_model(path: &str, r: RawRemediator) -> Result<RemediatorModel, ScenarioError> {
+    if r.kind.is_empty() {
+        return Err(entry(format!("{path}.kind"), "must not be empty"));
+    }
+    let outcome = match (r.recover_after, r.succeeded, r.after) {
+        (Some(d), None | Some(true), None) => {
+            RemediatorOutcome::Recovers(duration(&format!("{path}.recoverAfter"), &d)?)
+        }
+        (None, Some(false), Some(d)) => RemediatorOutcome::Fails(duration(&format!("{path}.after"), &d)?),
+        _ => return Err(entry(path, "needs either recoverAfter, or succeeded: false with after")),
+    };
+    let holds_deletion = match r.holds_deletion {
+        Some(d) => Some(duration(&format!("{path}.holdsDeletion"), &d)?),
+        None => None,
+    };
+    Ok(RemediatorModel { kind: r.kind, outcome, holds_deletion })
 }
 
 /// Checks one heartbeat model: a type, a positive period, a known cluster, `from` ≤ `until`.

@@ -1002,126 +1002,148 @@ impl Sim<'_> {
         self.emit(event, Some(id.to_string()), notice.target.as_ref().map(Target::key), d);
     }
 
+    /// Applies one action to the store, as the API server would take it.
     fn act(&mut self, id: &CheckRef, action: Action) {
         match action {
             Action::SetMachineConditions { machine, version, conditions } => {
-                let key = Key {
-                    cluster: LOCAL_CLUSTER.into(),
-                    group: group_of(&machine.api_version).into(),
-                    kind: machine.kind,
-                    namespace: machine.namespace,
-                    name: machine.name,
-                };
-                // A Cluster API Machine is read as the checks look at it before it is written,
-                // instead of copied whole: every decision writes each of its targets.
-                let capi = key.group == CAPI_GROUP && key.kind == "Machine";
-                let checks = self.views.checks(&self.store);
-                let Some(current) = self.store.get(&key) else { return };
-                let patch = machine_status_patch(current, version, &conditions);
-                let read = capi.then(|| self.read_versions(&key, &[current], &checks));
-                let before = (!capi).then(|| current.clone());
-                if let Err(e) = self.store.patch(&key, &patch) {
-                    let mut d = Map::new();
-                    d.insert("message".into(), json!(e));
-                    self.emit("WriteFailed", Some(id.to_string()), Some(key.object_name()), d);
-                    return;
-                }
-                let owner_asked =
-                    conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == ConditionStatus::False);
-                if owner_asked
-                    && let Some(owner) = self.scenario.models.owner
-                    && self.scheduled_replacements.insert(key.clone())
-                {
-                    self.schedule(owner.replace_after, Task::ReplaceMachine(key.clone()));
-                }
-                match read {
-                    Some(read) => self.machine_changed(&key, read),
-                    None => self.changed(&key, before.as_ref()),
-                }
+                self.set_machine_conditions(id, machine, version, &conditions)
             }
-            Action::CreateRemediation { mut object, target, lease, .. } => {
-                // The Node's Lease first: when it cannot be taken, the object is not created.
-                if let Some(lease) = lease
-                    && !self.write_lease(id, &lease)
-                {
-                    return;
-                }
-                let model =
-                    self.scenario.models.remediators.iter().find(|r| Some(r.kind.as_str()) == object["kind"].as_str());
-                if model.is_some_and(|m| m.holds_deletion.is_some()) {
-                    object["metadata"]["finalizers"] = json!([SIMULATED_FINALIZER]);
-                }
-                if let Ok(key) = self.store.create(LOCAL_CLUSTER, object, self.now) {
-                    self.emit(
-                        NoticeKind::RemediationCreated.event_reason(id),
-                        Some(id.to_string()),
-                        Some(target.key()),
-                        object_details(&key),
-                    );
-                    if let Some(model) = self.scenario.models.remediators.iter().find(|r| r.kind == key.kind) {
-                        let (delay, outcome) = match model.outcome {
-                            RemediatorOutcome::Recovers(d) | RemediatorOutcome::Fails(d) => (d, model.outcome),
-                        };
-                        self.schedule(delay, Task::Remediator(key.clone(), outcome));
-                    }
-                    self.changed(&key, None);
-                }
+            Action::CreateRemediation { object, target, lease, .. } => {
+                self.create_remediation(id, object, &target, lease.as_ref())
             }
-            Action::DeleteRemediation { object, target, .. } => {
-                let key = Key {
-                    cluster: LOCAL_CLUSTER.into(),
-                    group: group_of(&object.api_version).into(),
-                    kind: object.kind,
-                    namespace: object.namespace,
-                    name: object.name,
-                };
-                let deleting = self.store.get(&key).is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
-                if deleting {
-                    return;
-                }
-                if let Some((before, gone)) = self.store.request_delete(&key, self.now) {
-                    self.emit(
-                        NoticeKind::RemediationDeleted.event_reason(id),
-                        Some(id.to_string()),
-                        Some(target.key()),
-                        object_details(&key),
-                    );
-                    let held = self
-                        .scenario
-                        .models
-                        .remediators
-                        .iter()
-                        .find(|r| r.kind == key.kind)
-                        .and_then(|r| r.holds_deletion);
-                    if let (false, Some(hold)) = (gone, held) {
-                        self.schedule(hold, Task::ReleaseFinalizer(key.clone()));
-                    }
-                    self.changed(&key, Some(&before));
-                }
-            }
+            Action::DeleteRemediation { object, target, .. } => self.delete_remediation(id, object, &target),
             Action::WriteLease(lease) => {
                 self.write_lease(id, &lease);
             }
-            Action::DeleteLease { lease, uid, resource_version, .. } => {
-                let key = Key {
-                    cluster: LOCAL_CLUSTER.into(),
-                    group: group_of(&lease.api_version).into(),
-                    kind: lease.kind,
-                    namespace: lease.namespace,
-                    name: lease.name,
-                };
-                let Some(current) = self.store.get(&key) else { return };
-                let at = |p: &str| current.pointer(p).and_then(Value::as_str).map(str::to_string);
-                if at("/metadata/uid") == uid
-                    && at("/metadata/resourceVersion") == resource_version
-                    && let Some(before) = self.store.delete(&key)
-                {
-                    self.changed(&key, Some(&before));
-                }
-            }
+            Action::DeleteLease { lease, uid, resource_version, .. } => self.delete_lease(lease, uid, resource_version),
             Action::AnnotateRemediation { object, key, value, .. } => {
                 self.annotate(&object, key, value);
             }
+        }
+    }
+
+    /// Writes Vigil's conditions on a Machine with the patch the controller sends; a Machine
+    /// asked for its owner's remediation is replaced by the owner model later.
+    fn set_machine_conditions(
+        &mut self,
+        id: &CheckRef,
+        machine: ObjectRef,
+        version: vigil_api::views::CapiVersion,
+        conditions: &[(vigil_api::conditions::DesiredCondition, Timestamp)],
+    ) {
+        let key = Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: group_of(&machine.api_version).into(),
+            kind: machine.kind,
+            namespace: machine.namespace,
+            name: machine.name,
+        };
+        // A Cluster API Machine is read as the checks look at it before it is written,
+        // instead of copied whole: every decision writes each of its targets.
+        let capi = key.group == CAPI_GROUP && key.kind == "Machine";
+        let checks = self.views.checks(&self.store);
+        let Some(current) = self.store.get(&key) else { return };
+        let patch = machine_status_patch(current, version, conditions);
+        let read = capi.then(|| self.read_versions(&key, &[current], &checks));
+        let before = (!capi).then(|| current.clone());
+        if let Err(e) = self.store.patch(&key, &patch) {
+            let mut d = Map::new();
+            d.insert("message".into(), json!(e));
+            self.emit("WriteFailed", Some(id.to_string()), Some(key.object_name()), d);
+            return;
+        }
+        let owner_asked =
+            conditions.iter().any(|(c, _)| c.type_ == OWNER_REMEDIATED && c.status == ConditionStatus::False);
+        if owner_asked
+            && let Some(owner) = self.scenario.models.owner
+            && self.scheduled_replacements.insert(key.clone())
+        {
+            self.schedule(owner.replace_after, Task::ReplaceMachine(key.clone()));
+        }
+        match read {
+            Some(read) => self.machine_changed(&key, read),
+            None => self.changed(&key, before.as_ref()),
+        }
+    }
+
+    /// Creates a remediation object, the Node's Lease first (when it cannot be taken, the object
+    /// is not created); the remediator model of its kind acts on it later.
+    fn create_remediation(
+        &mut self,
+        id: &CheckRef,
+        mut object: Value,
+        target: &Target,
+        lease: Option<&vigil_engine::plan::LeaseWrite>,
+    ) {
+        if let Some(lease) = lease
+            && !self.write_lease(id, lease)
+        {
+            return;
+        }
+        let model = self.scenario.models.remediators.iter().find(|r| Some(r.kind.as_str()) == object["kind"].as_str());
+        if model.is_some_and(|m| m.holds_deletion.is_some()) {
+            object["metadata"]["finalizers"] = json!([SIMULATED_FINALIZER]);
+        }
+        let Ok(key) = self.store.create(LOCAL_CLUSTER, object, self.now) else { return };
+        self.emit(
+            NoticeKind::RemediationCreated.event_reason(id),
+            Some(id.to_string()),
+            Some(target.key()),
+            object_details(&key),
+        );
+        if let Some(model) = self.scenario.models.remediators.iter().find(|r| r.kind == key.kind) {
+            let (delay, outcome) = match model.outcome {
+                RemediatorOutcome::Recovers(d) | RemediatorOutcome::Fails(d) => (d, model.outcome),
+            };
+            self.schedule(delay, Task::Remediator(key.clone(), outcome));
+        }
+        self.changed(&key, None);
+    }
+
+    /// Deletes a remediation object (once: one being deleted is left alone); a remediator
+    /// model that holds deletions lets it go later.
+    fn delete_remediation(&mut self, id: &CheckRef, object: ObjectRef, target: &Target) {
+        let key = Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: group_of(&object.api_version).into(),
+            kind: object.kind,
+            namespace: object.namespace,
+            name: object.name,
+        };
+        let deleting = self.store.get(&key).is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
+        if deleting {
+            return;
+        }
+        let Some((before, gone)) = self.store.request_delete(&key, self.now) else { return };
+        self.emit(
+            NoticeKind::RemediationDeleted.event_reason(id),
+            Some(id.to_string()),
+            Some(target.key()),
+            object_details(&key),
+        );
+        let held = self.scenario.models.remediators.iter().find(|r| r.kind == key.kind).and_then(|r| r.holds_deletion);
+        if let (false, Some(hold)) = (gone, held) {
+            self.schedule(hold, Task::ReleaseFinalizer(key.clone()));
+        }
+        self.changed(&key, Some(&before));
+    }
+
+    /// Releases a node Lease, only if it is still the one seen (uid and version).
+    fn delete_lease(&mut self, lease: ObjectRef, uid: Option<String>, resource_version: Option<String>) {
+        let key = Key {
+            cluster: LOCAL_CLUSTER.into(),
+            group: group_of(&lease.api_version).into(),
+            kind: lease.kind,
+            namespace: lease.namespace,
+            name: lease.name,
+        };
+        let Some(current) = self.store.get(&key) else { return };
+        let at = |p: &str| current.pointer(p).and_then(Value::as_str).map(str::to_string);
+        if at("/metadata/uid") == uid
+            && at("/metadata/resourceVersion") == resource_version
+            && let Some(before) = self.store.delete(&key)
+        {
+            self.changed(&key, Some(&before));
         }
     }
 

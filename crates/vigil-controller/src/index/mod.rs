@@ -7,9 +7,9 @@ mod checks;
 
 pub use checks::{CheckEntry, CheckObject, Checks, Stored, not_newer};
 
-use crate::medik8s::upstream::{Entry, Upstream};
+use crate::around::Around;
 use crate::sources::SourceState;
-use crate::surroundings::around::Around;
+use crate::upstream_nhc::{Entry, Upstream};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};

@@ -19,9 +19,7 @@
 //!   start while it is held and renewed, and a watch of it stops every medik8s check while it is
 //!   ([`Stop`]), saying so once in each check's status and an event.
 
-pub mod upstream;
-
-pub use upstream::{
+pub use crate::upstream_nhc::{
     Entry, GROUP, KIND, SOURCE, Stop, Upstream, VERSION, api_resource, read, status_from_upstream, status_to_upstream,
 };
 
@@ -606,8 +604,8 @@ pub(crate) async fn publish_served(
 
 #[cfg(test)]
 mod tests {
-    use super::upstream::{SHARED_FIELDS, STORM_ACTIVE, STORM_COOLDOWN_ACTIVE};
     use super::*;
+    use crate::upstream_nhc::{SHARED_FIELDS, STORM_ACTIVE, STORM_COOLDOWN_ACTIVE};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use std::collections::BTreeSet;
     use vigil_api::well_known::REMEDIATION_ALLOWED;

@@ -6,9 +6,7 @@
 //! (or removed) later is noticed, and a kind not served counts as "none", a fact, while a served
 //! kind not listed yet counts as unknown (the engine then starts nothing new).
 
-pub mod around;
-
-pub use around::{Around, Kept, default_lease_namespace};
+pub use crate::around::{Around, Kept, default_lease_namespace};
 
 use crate::context::Context;
 use crate::index::Index;
