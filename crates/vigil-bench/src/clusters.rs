@@ -37,7 +37,7 @@ const COLD_LIMIT: Duration = Duration::from_secs(20 * 60);
 const IDLE: Duration = Duration::from_secs(20);
 
 /// What `--clusters` runs.
-pub struct Plan {
+pub struct ClustersPlan {
     /// Workload clusters.
     pub clusters: usize,
     /// Workers per cluster.
@@ -59,12 +59,12 @@ fn check_manifest(contender: &Contender, c: &WorkloadCluster, timeout_secs: u64)
     let selector = json!({"matchLabels": {DEPLOYMENT_NAME_LABEL: c.deployment()}});
     let name = format!("{}-workers", c.name);
     match contender.checks() {
-        crate::fleet::Checks::Vigil => json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+        crate::fleet::CheckApi::Vigil => json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
             "metadata": {"name": name, "namespace": NS},
             "spec": {"clusterName": c.name, "selector": selector,
                      "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": format!("{timeout_secs}s")},
                                              {"type": "Ready", "status": "Unknown", "timeout": format!("{timeout_secs}s")}]}}),
-        crate::fleet::Checks::Capi => json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        crate::fleet::CheckApi::Capi => json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
             "metadata": {"name": name, "namespace": NS},
             "spec": {"clusterName": c.name, "selector": selector,
                      "checks": {"unhealthyNodeConditions": [{"type": "Ready", "status": "False", "timeoutSeconds": timeout_secs},
@@ -74,8 +74,8 @@ fn check_manifest(contender: &Contender, c: &WorkloadCluster, timeout_secs: u64)
 
 fn checks_name(contender: &Contender) -> &'static str {
     match contender.checks() {
-        crate::fleet::Checks::Vigil => "vigil",
-        crate::fleet::Checks::Capi => "capi",
+        crate::fleet::CheckApi::Vigil => "vigil",
+        crate::fleet::CheckApi::Capi => "capi",
     }
 }
 
@@ -103,7 +103,7 @@ fn round(v: f64) -> f64 {
 }
 
 /// One run for one controller on a fresh management cluster; returns its JSON summary.
-pub async fn run(plan: &Plan, contender: &Contender, dir: &Path) -> Result<Value> {
+pub async fn run(plan: &ClustersPlan, contender: &Contender, dir: &Path) -> Result<Value> {
     let t0 = Instant::now();
     let (env, capi, clusters, not_up, setup_s) = set_up(plan, contender).await?;
     let mut fleet = Replicas::spawn(plan, contender, &env, dir).await?;
@@ -188,7 +188,7 @@ struct ColdStart {
 
 /// Waits for the cold start and reports it on stderr at once: a run that fails later keeps it.
 async fn cold_start(
-    plan: &Plan,
+    plan: &ClustersPlan,
     contender: &Contender,
     env: &TestEnv,
     fleet: &mut Replicas,
@@ -288,7 +288,7 @@ fn latency_json(sorted: &[f64]) -> Value {
 }
 
 /// Clusters whose worker fails in the wave: `--failed-percent` of those that came up, at least one.
-fn failed_count(plan: &Plan, up: usize) -> usize {
+fn failed_count(plan: &ClustersPlan, up: usize) -> usize {
     ((up as f64) * plan.failed_percent / 100.0).ceil().max(1.0) as usize
 }
 
@@ -319,7 +319,7 @@ fn keep_up(clusters: Vec<WorkloadCluster>, results: Vec<Result<()>>) -> Result<(
 /// A fresh management cluster with Cluster API's controllers, the workload clusters up and one
 /// check per cluster that came up; returns the clusters that did not and the setup time too.
 async fn set_up(
-    plan: &Plan,
+    plan: &ClustersPlan,
     contender: &Contender,
 ) -> Result<(TestEnv, CapiManagers, Vec<WorkloadCluster>, Vec<String>, f64)> {
     eprintln!("vigil-bench: starting etcd + kube-apiserver and Cluster API's controllers");
@@ -374,7 +374,7 @@ struct Replicas {
 }
 
 impl Replicas {
-    async fn spawn(plan: &Plan, contender: &Contender, env: &TestEnv, dir: &Path) -> Result<Replicas> {
+    async fn spawn(plan: &ClustersPlan, contender: &Contender, env: &TestEnv, dir: &Path) -> Result<Replicas> {
         let kubeconfig = dir.join(format!("kubeconfig-{}", checks_name(contender)));
         std::fs::write(&kubeconfig, env.kubeconfig_yaml())?;
         let log = |i: usize| {
@@ -558,7 +558,7 @@ async fn holders(env: &TestEnv, shards: u32) -> Result<BTreeMap<u32, String>> {
 
 /// Waits until every check reports all its Machines healthy.
 async fn wait_checks_ready(
-    plan: &Plan,
+    plan: &ClustersPlan,
     contender: &Contender,
     env: &TestEnv,
     fleet: &mut Replicas,
@@ -566,8 +566,8 @@ async fn wait_checks_ready(
 ) -> Result<()> {
     let started = Instant::now();
     let (group, version) = match contender.checks() {
-        crate::fleet::Checks::Vigil => ("vigil.dev", "v1alpha1"),
-        crate::fleet::Checks::Capi => ("cluster.x-k8s.io", "v1beta2"),
+        crate::fleet::CheckApi::Vigil => ("vigil.dev", "v1alpha1"),
+        crate::fleet::CheckApi::Capi => ("cluster.x-k8s.io", "v1beta2"),
     };
     let api_version = format!("{group}/{version}");
     let want = i64::from(plan.workers);
@@ -633,7 +633,7 @@ fn workers_with_nodes(machines: &[Value]) -> BTreeMap<String, Vec<(String, Strin
 /// returns the detection latencies (ms after each timeout ran out, sorted) and how long before
 /// the first expiry the failures were written.
 async fn wave(
-    plan: &Plan,
+    plan: &ClustersPlan,
     env: &TestEnv,
     fleet: &mut Replicas,
     victims: &[&WorkloadCluster],
@@ -696,7 +696,7 @@ async fn wave(
 /// as many as the wave failed): how long until every one of its shards has another holder, and
 /// how late those failures are marked.
 async fn failover(
-    plan: &Plan,
+    plan: &ClustersPlan,
     env: &TestEnv,
     fleet: &mut Replicas,
     spare: &[WorkloadCluster],

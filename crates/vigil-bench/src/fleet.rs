@@ -80,7 +80,7 @@ impl Fleet {
 
 /// Whose MachineHealthCheck resources the fleet carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Checks {
+pub enum CheckApi {
     /// Vigil's `vigil.dev/v1alpha1` checks.
     Vigil,
     /// Cluster API's own `cluster.x-k8s.io/v1beta2` MachineHealthChecks, equivalent to Vigil's.
@@ -261,15 +261,15 @@ const NODE_STARTUP_TIMEOUT_SECS: u64 = 600;
 /// The MachineHealthCheck of group `g`: Vigil's, or Cluster API's v1beta2 equivalent (same
 /// cluster, selector, unhealthy conditions and timeouts, maxUnhealthy as
 /// `remediation.triggerIf.unhealthyLessThanOrEqualTo`, nodeStartupTimeout in seconds).
-pub fn machine_health_check(g: &Group, checks: Checks, timeout_secs: u64) -> Value {
+pub fn machine_health_check(g: &Group, checks: CheckApi, timeout_secs: u64) -> Value {
     let selector = json!({"matchLabels": {GROUP_LABEL: g.name}});
     match checks {
-        Checks::Vigil => json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+        CheckApi::Vigil => json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
             "metadata": {"name": g.name, "namespace": NS},
             "spec": {"clusterName": CLUSTER, "selector": selector, "maxUnhealthy": MAX_UNHEALTHY,
                      "nodeStartupTimeout": format!("{}m", NODE_STARTUP_TIMEOUT_SECS / 60),
                      "unhealthyConditions": unhealthy_conditions("timeout", json!(format!("{timeout_secs}s")))}}),
-        Checks::Capi => json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        CheckApi::Capi => json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
             "metadata": {"name": g.name, "namespace": NS},
             "spec": {"clusterName": CLUSTER, "selector": selector,
                      "checks": {"nodeStartupTimeoutSeconds": NODE_STARTUP_TIMEOUT_SECS,
@@ -316,7 +316,7 @@ pub async fn create(
     n: usize,
     groups: &[Group],
     timeout_secs: u64,
-    checks: Checks,
+    checks: CheckApi,
     node_checks: NodeChecks,
     since: &str,
 ) -> Result<()> {
@@ -449,8 +449,8 @@ mod tests {
     #[test]
     fn upstream_machine_health_checks_say_what_vigils_say() {
         let g = Group { name: "mhc-small-007".into(), kind: Kind::Machine, start: 0, end: 50 };
-        let vigil = machine_health_check(&g, Checks::Vigil, 5);
-        let capi = machine_health_check(&g, Checks::Capi, 5);
+        let vigil = machine_health_check(&g, CheckApi::Vigil, 5);
+        let capi = machine_health_check(&g, CheckApi::Capi, 5);
         assert_eq!(capi["apiVersion"], "cluster.x-k8s.io/v1beta2");
         assert_eq!(capi["metadata"], vigil["metadata"]);
         for field in ["clusterName", "selector"] {

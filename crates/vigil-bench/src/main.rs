@@ -170,7 +170,7 @@ struct Plan {
 
 impl Args {
     /// The many-cluster run's plan (`None` without --clusters), every value checked.
-    fn clusters_plan(&self, plan: &Plan) -> Result<Option<clusters::Plan>> {
+    fn clusters_plan(&self, plan: &Plan) -> Result<Option<clusters::ClustersPlan>> {
         let Some(n) = self.clusters else { return Ok(None) };
         ensure!(
             self.against != Some(Against::Medik8s),
@@ -189,7 +189,7 @@ impl Args {
             "--shards must be in 2..=1024 with --replicas {}, got {shards}",
             self.replicas
         );
-        Ok(Some(clusters::Plan {
+        Ok(Some(clusters::ClustersPlan {
             clusters: n,
             workers: self.workers_per_cluster,
             failed_percent: self.failed_percent,
@@ -429,10 +429,10 @@ impl Contender {
 
     /// Whose MachineHealthChecks the fleet carries for it (medik8s' runs have none: Vigil's
     /// resource, never created).
-    fn checks(&self) -> fleet::Checks {
+    fn checks(&self) -> fleet::CheckApi {
         match self {
-            Contender::Vigil { .. } | Contender::Medik8s { .. } | Contender::Floor { .. } => fleet::Checks::Vigil,
-            Contender::Capi { .. } => fleet::Checks::Capi,
+            Contender::Vigil { .. } | Contender::Medik8s { .. } | Contender::Floor { .. } => fleet::CheckApi::Vigil,
+            Contender::Capi { .. } => fleet::CheckApi::Capi,
         }
     }
 
@@ -995,13 +995,14 @@ struct CheckApis {
 }
 
 impl CheckApis {
-    fn new(client: kube::Client, checks: fleet::Checks, node_checks: fleet::NodeChecks) -> CheckApis {
+    fn new(client: kube::Client, checks: fleet::CheckApi, node_checks: fleet::NodeChecks) -> CheckApis {
         let capi = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachineHealthCheck"));
         let medik8s =
             ApiResource::from_gvk(&GroupVersionKind::gvk("remediation.medik8s.io", "v1alpha1", "NodeHealthCheck"));
         CheckApis {
             vigil_mhcs: Api::namespaced(client.clone(), fleet::NS),
-            capi_mhcs: (checks == fleet::Checks::Capi).then(|| Api::namespaced_with(client.clone(), fleet::NS, &capi)),
+            capi_mhcs: (checks == fleet::CheckApi::Capi)
+                .then(|| Api::namespaced_with(client.clone(), fleet::NS, &capi)),
             nhcs: Api::all(client.clone()),
             medik8s_nhcs: (node_checks == fleet::NodeChecks::Medik8s).then(|| Api::all_with(client, &medik8s)),
         }
@@ -1085,7 +1086,7 @@ mod tests {
         assert_eq!((big.nodes, big.heartbeat, big.steady), (10_000, Duration::from_secs(60), Duration::from_secs(60)));
     }
 
-    fn clusters_of(args: &[&str]) -> Result<Option<clusters::Plan>> {
+    fn clusters_of(args: &[&str]) -> Result<Option<clusters::ClustersPlan>> {
         let args = Args::try_parse_from(std::iter::once("vigil-bench").chain(args.iter().copied()))?;
         args.clusters_plan(&args.plan()?)
     }

@@ -136,7 +136,7 @@ pub async fn run(n: usize, failed_percent: f64, vigil: &Path, keep: Option<&Path
     let groups = fleet::layout(n, fleet::Fleet::Mixed);
     eprintln!("vigil-bench: creating {n} Nodes, {n} Machines and {} checks", groups.len());
     let since = fleet::time(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24));
-    fleet::create(&env, n, &groups, 300, fleet::Checks::Vigil, fleet::NodeChecks::Vigil, &since).await?;
+    fleet::create(&env, n, &groups, 300, fleet::CheckApi::Vigil, fleet::NodeChecks::Vigil, &since).await?;
 
     let dir = tempfile::Builder::new().prefix("vigil-bench-snapshot-").tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");

@@ -443,7 +443,7 @@ pub async fn run_shards(
     let count = rights.count();
     let member =
         LeaderOptions { lease_name: member_lease_name(&options.lease_name, &options.identity), ..options.clone() };
-    let mut shards = Sharding {
+    let mut shards = ShardRounds {
         api: Api::namespaced(client, &options.namespace),
         member,
         observed: vec![None; count as usize],
@@ -488,9 +488,9 @@ pub async fn run_shards(
 }
 
 /// One replica's part in sharding: its Leases, what it last saw of everyone's, and what it does
-/// when a shard is won or lost. Each round is [`Sharding::join`], [`Sharding::give_back`], then
-/// [`Sharding::renew_and_take`].
-struct Sharding<'m, G, L> {
+/// when a shard is won or lost. Each round is [`ShardRounds::join`], [`ShardRounds::give_back`], then
+/// [`ShardRounds::renew_and_take`].
+struct ShardRounds<'m, G, L> {
     api: Api<Lease>,
     options: LeaderOptions,
     /// This replica's membership Lease.
@@ -509,7 +509,7 @@ struct Sharding<'m, G, L> {
     on_lost: L,
 }
 
-impl<G: Fn(u32) + Send, L: Fn(u32) + Send> Sharding<'_, G, L> {
+impl<G: Fn(u32) + Send, L: Fn(u32) + Send> ShardRounds<'_, G, L> {
     fn shard_options(&self, s: u32) -> LeaderOptions {
         LeaderOptions { lease_name: shard_lease_name(&self.options.lease_name, s), ..self.options.clone() }
     }

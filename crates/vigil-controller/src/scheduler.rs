@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use vigil_engine::target::CheckRef;
 
 #[derive(Default)]
-struct State {
+struct Queues {
     /// Checks to decide, oldest first; each at most once (see `queued`).
     queue: VecDeque<CheckRef>,
     queued: HashSet<CheckRef>,
@@ -20,7 +20,7 @@ struct State {
     wakes: BTreeMap<CheckRef, Timestamp>,
 }
 
-impl State {
+impl Queues {
     /// Queues a check unless it is already queued; whether it was added.
     fn push(&mut self, key: CheckRef) -> bool {
         if self.queued.insert(key.clone()) {
@@ -44,7 +44,7 @@ impl State {
 
 /// The queue of checks to decide.
 pub struct Scheduler {
-    state: Mutex<State>,
+    state: Mutex<Queues>,
     notify: Notify,
     /// What "due" is measured against.
     clock: Arc<dyn Clock>,
@@ -69,7 +69,7 @@ impl Scheduler {
         self.notify.notify_one();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 

@@ -90,7 +90,7 @@ pub fn relisting_also_on<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    struct State<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
+    struct WatchState<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
         api: Api<K>,
         config: watcher::Config,
         epoch: tokio::sync::watch::Receiver<u64>,
@@ -98,7 +98,7 @@ where
         inner: Option<futures::stream::BoxStream<'static, Result<Event<K>, watcher::Error>>>,
         failures: u32,
     }
-    let state = State { api, config, epoch, quiet, inner: None, failures: 0 };
+    let state = WatchState { api, config, epoch, quiet, inner: None, failures: 0 };
     futures::stream::unfold(state, |mut st| async move {
         loop {
             let inner = match st.inner.as_mut() {

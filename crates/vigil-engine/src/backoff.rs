@@ -72,7 +72,7 @@ pub(crate) enum Gate {
 }
 
 /// A backed-off pool as the decision finds it.
-struct Waiting {
+struct PoolWait {
     resumes_at: Timestamp,
     started: usize,
     /// The history is full (not the pool's own limit).
@@ -87,7 +87,7 @@ pub(crate) struct Ledger<'p> {
     dry_run: bool,
     now: Timestamp,
     history: Vec<RemediationRecord>,
-    waiting: BTreeMap<String, Waiting>,
+    waiting: BTreeMap<String, PoolWait>,
 }
 
 impl<'p> Ledger<'p> {
@@ -146,7 +146,7 @@ impl<'p> Ledger<'p> {
         };
         let Some((oldest, full)) = oldest else { return Gate::Start };
         let resumes_at = oldest.checked_add(policy.window).unwrap_or(Timestamp::MAX);
-        let w = self.waiting.entry(pool.to_string()).or_insert(Waiting {
+        let w = self.waiting.entry(pool.to_string()).or_insert(PoolWait {
             resumes_at,
             started: starts.len(),
             full,

@@ -62,7 +62,7 @@ impl Tally {
             .into_iter()
             .map(|(name, c)| {
                 let allowed = allowance(policy, usize::try_from(c.targets).unwrap_or(usize::MAX), rounding);
-                (name, Judged { count: c, allowed, paused: c.unhealthy > allowed })
+                (name, JudgedDomain { count: c, allowed, paused: c.unhealthy > allowed })
             })
             .collect();
         Budgets { key: policy.key.to_string(), domains, none: self.none }
@@ -71,7 +71,7 @@ impl Tally {
 
 /// One domain's counts and verdict.
 #[derive(Debug, Clone, Copy)]
-struct Judged {
+struct JudgedDomain {
     count: Count,
     allowed: u64,
     paused: bool,
@@ -81,12 +81,12 @@ struct Judged {
 #[derive(Debug)]
 pub(crate) struct Budgets {
     key: String,
-    domains: BTreeMap<String, Judged>,
+    domains: BTreeMap<String, JudgedDomain>,
     none: Count,
 }
 
 /// What a check reports about its domains.
-pub(crate) struct Report {
+pub(crate) struct DomainReport {
     /// `status.failureDomains`.
     pub status: Vec<FailureDomainStatus>,
     /// `FailureDomainsHealthy`.
@@ -99,7 +99,7 @@ fn int(n: u64) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-fn phrase(name: &str, j: &Judged) -> String {
+fn phrase(name: &str, j: &JudgedDomain) -> String {
     format!("{name}: {} of {} unhealthy, {} allowed", j.count.unhealthy, j.count.targets, j.allowed)
 }
 
@@ -121,7 +121,7 @@ impl Budgets {
     /// The bounded status list: paused domains first, then the most unhealthy, then by name;
     /// at most [`STATUS_MAX_DOMAINS`], sorted by name.
     fn status_list(&self) -> Vec<FailureDomainStatus> {
-        let mut all: Vec<(&String, &Judged)> = self.domains.iter().collect();
+        let mut all: Vec<(&String, &JudgedDomain)> = self.domains.iter().collect();
         all.sort_by_key(|(name, j)| (!j.paused, std::cmp::Reverse(j.count.unhealthy), *name));
         all.truncate(STATUS_MAX_DOMAINS);
         all.sort_by(|a, b| a.0.cmp(b.0));
@@ -138,8 +138,8 @@ impl Budgets {
 
     /// The status list, the condition and the notices of the transitions since `previous`
     /// (the previous `status.failureDomains`).
-    pub(crate) fn report(&self, previous: &[FailureDomainStatus]) -> Report {
-        Report { status: self.status_list(), condition: self.condition(), notices: self.transitions(previous) }
+    pub(crate) fn report(&self, previous: &[FailureDomainStatus]) -> DomainReport {
+        DomainReport { status: self.status_list(), condition: self.condition(), notices: self.transitions(previous) }
     }
 
     /// `FailureDomainsHealthy`: False naming each paused domain with its counts; both say how
@@ -182,7 +182,7 @@ impl Budgets {
         // A previous list full of paused domains may have left some out: those are not news.
         let full = previous.len() >= STATUS_MAX_DOMAINS && previous.iter().all(|d| d.paused);
         let was_paused = |name: &str| previous.iter().any(|d| d.name == name && d.paused);
-        let phrases = |pick: &dyn Fn(&str, &Judged) -> bool| -> Vec<String> {
+        let phrases = |pick: &dyn Fn(&str, &JudgedDomain) -> bool| -> Vec<String> {
             self.domains.iter().filter(|(name, j)| pick(name, j)).map(|(name, j)| phrase(name, j)).collect()
         };
         let newly = phrases(&|name, j| j.paused && !full && !was_paused(name));

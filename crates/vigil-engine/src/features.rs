@@ -20,7 +20,7 @@ pub(crate) struct Found<'a> {
     /// With remediation per condition: each unhealthy target's chosen remediation, by name.
     pub(crate) chosen: Vec<ChosenRemediation>,
     /// The targets waiting for a remediation slot (the listed ones) and how many wait
-    /// ([`crate::pacing::Report`]).
+    /// ([`crate::pacing::PacingReport`]).
     pub(crate) queue: (Vec<QueuedTarget>, i32),
 }
 

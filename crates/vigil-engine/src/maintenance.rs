@@ -47,7 +47,7 @@ pub fn under_maintenance(
 
 /// Where a Node stands with planned maintenance at `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Standing {
+pub enum MaintenanceStanding {
     /// Nothing to wait for.
     Clear,
     /// Under maintenance (why); no end known.
@@ -63,14 +63,14 @@ pub enum Standing {
     },
 }
 
-impl Standing {
+impl MaintenanceStanding {
     /// The status reason of a Node that waits.
     pub fn reason(&self) -> Option<Reason> {
         match self {
-            Standing::Clear => None,
-            Standing::Ongoing(_) => Some(Reason::NodeUnderMaintenance),
-            Standing::Unknown(_) => Some(Reason::MaintenanceUnknown),
-            Standing::Grace { .. } => Some(Reason::MaintenanceGrace),
+            MaintenanceStanding::Clear => None,
+            MaintenanceStanding::Ongoing(_) => Some(Reason::NodeUnderMaintenance),
+            MaintenanceStanding::Unknown(_) => Some(Reason::MaintenanceUnknown),
+            MaintenanceStanding::Grace { .. } => Some(Reason::MaintenanceGrace),
         }
     }
 }
@@ -83,10 +83,10 @@ pub fn standing(
     before: Option<(&str, Timestamp, Option<Timestamp>)>,
     grace: SignedDuration,
     now: Timestamp,
-) -> Standing {
+) -> MaintenanceStanding {
     match now_signal {
-        Ok(Some(why)) => Standing::Ongoing(why),
-        Err(why) => Standing::Unknown(why),
+        Ok(Some(why)) => MaintenanceStanding::Ongoing(why),
+        Err(why) => MaintenanceStanding::Unknown(why),
         Ok(None) => {
             let ended = match before {
                 Some((reason, _, _)) if Reason::read(reason) == Reason::NodeUnderMaintenance => Some(now),
@@ -94,8 +94,8 @@ pub fn standing(
                 _ => None,
             };
             match ended.and_then(|since| since.checked_add(grace).ok().map(|until| (since, until))) {
-                Some((since, until)) if until > now => Standing::Grace { since, until },
-                _ => Standing::Clear,
+                Some((since, until)) if until > now => MaintenanceStanding::Grace { since, until },
+                _ => MaintenanceStanding::Clear,
             }
         }
     }
@@ -154,18 +154,18 @@ mod tests {
         let under = Some(("NodeUnderMaintenance", ts("2030-01-01T00:00:00Z"), None));
         assert_eq!(
             standing(Ok(None), under, ten, now),
-            Standing::Grace { since: now, until: ts("2030-01-01T01:10:00Z") }
+            MaintenanceStanding::Grace { since: now, until: ts("2030-01-01T01:10:00Z") }
         );
         let grace = Some(("MaintenanceGrace", ts("2030-01-01T00:55:00Z"), None));
         assert_eq!(
             standing(Ok(None), grace, ten, now),
-            Standing::Grace { since: ts("2030-01-01T00:55:00Z"), until: ts("2030-01-01T01:05:00Z") }
+            MaintenanceStanding::Grace { since: ts("2030-01-01T00:55:00Z"), until: ts("2030-01-01T01:05:00Z") }
         );
         let over = Some(("MaintenanceGrace", ts("2030-01-01T00:50:00Z"), None));
-        assert_eq!(standing(Ok(None), over, ten, now), Standing::Clear);
-        assert_eq!(standing(Ok(None), None, ten, now), Standing::Clear, "never seen in maintenance");
-        assert_eq!(standing(Ok(None), under, SignedDuration::ZERO, now), Standing::Clear, "no grace");
-        assert_eq!(standing(Ok(Some("x".into())), grace, ten, now), Standing::Ongoing("x".into()));
-        assert_eq!(standing(Err("y".into()), None, ten, now), Standing::Unknown("y".into()));
+        assert_eq!(standing(Ok(None), over, ten, now), MaintenanceStanding::Clear);
+        assert_eq!(standing(Ok(None), None, ten, now), MaintenanceStanding::Clear, "never seen in maintenance");
+        assert_eq!(standing(Ok(None), under, SignedDuration::ZERO, now), MaintenanceStanding::Clear, "no grace");
+        assert_eq!(standing(Ok(Some("x".into())), grace, ten, now), MaintenanceStanding::Ongoing("x".into()));
+        assert_eq!(standing(Err("y".into()), None, ten, now), MaintenanceStanding::Unknown("y".into()));
     }
 }

@@ -47,7 +47,7 @@ pub fn step_durations(ladder: &Ladder<'_>, s: usize) -> (SignedDuration, SignedD
 
 /// Who holds a Node's Lease at an instant, as a holder `me` sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Standing<'a> {
+pub enum LeaseStanding<'a> {
     /// Nobody holds it: there is none, it ran out, or it names no holder.
     Free(Option<&'a LeaseView>),
     /// `me` holds it until `expires` (`None`: its period cannot be read, so it must be renewed).
@@ -74,23 +74,23 @@ pub fn expiry(lease: &LeaseView) -> Option<Timestamp> {
 }
 
 /// Who holds `lease` at `now`, for holder `me`.
-pub fn standing<'a>(lease: Option<&'a LeaseView>, me: &str, now: Timestamp) -> Standing<'a> {
-    let Some(lease) = lease else { return Standing::Free(None) };
+pub fn standing<'a>(lease: Option<&'a LeaseView>, me: &str, now: Timestamp) -> LeaseStanding<'a> {
+    let Some(lease) = lease else { return LeaseStanding::Free(None) };
     let holder = lease.holder.as_deref().unwrap_or("");
     if holder == me {
-        return Standing::Mine { lease, expires: expiry(lease) };
+        return LeaseStanding::Mine { lease, expires: expiry(lease) };
     }
     if holder.is_empty() {
-        return Standing::Free(Some(lease));
+        return LeaseStanding::Free(Some(lease));
     }
     if !lease.problems.is_empty() {
         // Half-read: whoever holds it keeps it.
-        return Standing::Theirs { holder: holder.to_string(), until: None };
+        return LeaseStanding::Theirs { holder: holder.to_string(), until: None };
     }
     match expiry(lease) {
-        Some(until) if until >= now => Standing::Theirs { holder: holder.to_string(), until: Some(until) },
+        Some(until) if until >= now => LeaseStanding::Theirs { holder: holder.to_string(), until: Some(until) },
         // No period, or it ran out: nobody holds it (upstream takes such a Lease over).
-        _ => Standing::Free(Some(lease)),
+        _ => LeaseStanding::Free(Some(lease)),
     }
 }
 
@@ -187,28 +187,28 @@ mod tests {
         let theirs = lease("node-maintenance", "2030-01-01T00:05:00Z", 3600);
         assert_eq!(
             standing(Some(&theirs), me, now),
-            Standing::Theirs { holder: "node-maintenance".into(), until: Some(ts("2030-01-01T01:05:00Z")) }
+            LeaseStanding::Theirs { holder: "node-maintenance".into(), until: Some(ts("2030-01-01T01:05:00Z")) }
         );
         let ran_out = lease("node-maintenance", "2030-01-01T00:05:00Z", 60);
-        assert_eq!(standing(Some(&ran_out), me, now), Standing::Free(Some(&ran_out)));
+        assert_eq!(standing(Some(&ran_out), me, now), LeaseStanding::Free(Some(&ran_out)));
         let ahead = lease("node-maintenance", "2030-01-01T00:10:30Z", 60);
         assert!(
-            matches!(standing(Some(&ahead), me, now), Standing::Theirs { .. }),
+            matches!(standing(Some(&ahead), me, now), LeaseStanding::Theirs { .. }),
             "a renewal ahead of our clock holds"
         );
         let unheld = LeaseView { holder: None, ..theirs.clone() };
-        assert_eq!(standing(Some(&unheld), me, now), Standing::Free(Some(&unheld)));
+        assert_eq!(standing(Some(&unheld), me, now), LeaseStanding::Free(Some(&unheld)));
         let half_read = LeaseView { problems: vec!["spec.renewTime: …".into()], renew_time: None, ..theirs.clone() };
         assert_eq!(
             standing(Some(&half_read), me, now),
-            Standing::Theirs { holder: "node-maintenance".into(), until: None }
+            LeaseStanding::Theirs { holder: "node-maintenance".into(), until: None }
         );
         let mine = lease(me, "2030-01-01T00:09:00Z", 660);
         assert_eq!(
             standing(Some(&mine), me, now),
-            Standing::Mine { lease: &mine, expires: Some(ts("2030-01-01T00:20:00Z")) }
+            LeaseStanding::Mine { lease: &mine, expires: Some(ts("2030-01-01T00:20:00Z")) }
         );
-        assert_eq!(standing(None, me, now), Standing::Free(None));
+        assert_eq!(standing(None, me, now), LeaseStanding::Free(None));
     }
 
     #[test]

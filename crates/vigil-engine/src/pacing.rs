@@ -113,7 +113,7 @@ impl Pacer {
         previous: &[QueuedTarget],
         previous_conditions: &[Condition],
         key: impl Fn(&str) -> (Target, String),
-    ) -> Report {
+    ) -> PacingReport {
         let count = i32::try_from(self.queue.len()).unwrap_or(i32::MAX);
         let queued: Vec<QueuedTarget> = self
             .queue
@@ -128,7 +128,7 @@ impl Pacer {
             .collect();
         let notices = self.notices(previous, &queued, &key);
         let condition = self.condition(previous_conditions, &key);
-        Report { queued, count, condition, notices }
+        PacingReport { queued, count, condition, notices }
     }
 
     /// `RemediationQueued`: True naming the first waiting targets, False once nothing waits (if
@@ -227,7 +227,7 @@ pub(crate) enum Change {
 
 /// What pacing reports in one decision.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Report {
+pub(crate) struct PacingReport {
     /// `status.queued`: the first [`LISTED`] waiting targets, next first.
     pub(crate) queued: Vec<QueuedTarget>,
     /// `status.queuedCount`: how many wait.

@@ -308,9 +308,50 @@ pub fn longer_than(src: &Path, limit: usize, allowed: impl Fn(&Function) -> bool
         .collect())
 }
 
+/// The type names (structs, enums, traits, unions and free type aliases; not associated types
+/// nor anything under `#[cfg(test)]`) declared more than once under `src`, each with where:
+/// one name per meaning, so a reader never has to ask which `Context` a line means.
+pub fn repeated_type_names(src: &Path) -> io::Result<Vec<String>> {
+    let mut places: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in rust_files(src)? {
+        let text = production(&code(&std::fs::read_to_string(&file)?));
+        let shown = file.strip_prefix(src).unwrap_or(&file).display().to_string();
+        for (n, line) in text.lines().enumerate() {
+            if let Some(name) = declared_type(line) {
+                places.entry(name).or_default().push(format!("{shown}:{}", n + 1));
+            }
+        }
+    }
+    Ok(places
+        .into_iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(name, at)| format!("{name}: {}", at.join(", ")))
+        .collect())
+}
+
+/// The type a line declares, if any: `struct`, `enum`, `trait` or `union` at any depth (a type
+/// inside a function is a type too), a `type` alias only at the top level or `pub` (an
+/// indented private `type X = …;` is an impl's associated type).
+fn declared_type(line: &str) -> Option<String> {
+    let trimmed = line.trim_start();
+    let indented = trimmed.len() < line.len();
+    let after_vis = match trimmed.strip_prefix("pub") {
+        Some(rest) if rest.starts_with(' ') => (false, rest.trim_start()),
+        Some(rest) if rest.starts_with('(') => (false, rest.split_once(')').map_or("", |(_, r)| r).trim_start()),
+        _ => (true, trimmed),
+    };
+    let (private, rest) = after_vis;
+    let rest = rest.strip_prefix("unsafe ").unwrap_or(rest);
+    let keyword = ["struct ", "enum ", "trait ", "union ", "type "].into_iter().find(|k| rest.starts_with(k))?;
+    if keyword == "type " && private && indented {
+        return None;
+    }
+    let name: String = rest[keyword.len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!name.is_empty()).then_some(name)
+}
+
 /// `(first line, name, length)` of every function with a body in `code`, skipping items under
-/// `#[cfg(test)]`. Braces in string and char literals are not told apart from code: the
-/// sources this reads keep such literals balanced or rare enough not to matter for lengths.
+/// `#[cfg(test)]` (`code` has its literals blanked, so a brace in one counts for nothing).
 fn functions_in(code: &str) -> Vec<(usize, String, usize)> {
     let lines: Vec<&str> = code.lines().collect();
     let mut out = Vec::new();
@@ -451,5 +492,23 @@ mod tests {
         edges.get_mut("medik8s").expect("medik8s").insert("index".into());
         assert_eq!(find_cycle(&edges), None, "module by module, the two folders only meet through a child");
         assert!(find_cycle(&folders(&edges)).is_some(), "index -> medik8s -> index");
+    }
+
+    #[test]
+    fn a_type_is_what_a_struct_enum_trait_or_free_alias_declares() {
+        let cases = [
+            ("struct A {", Some("A")),
+            ("pub(crate) enum B<'a> {", Some("B")),
+            ("    struct Inner;", Some("Inner")),
+            ("pub trait C: Send {", Some("C")),
+            ("type D = u8;", Some("D")),
+            ("    pub type E<'c> = (&'c str, u8);", Some("E")),
+            ("    type Scope = ClusterResourceScope;", None),
+            ("fn struct_like() {}", None),
+            ("let structure = 1;", None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(declared_type(line).as_deref(), want, "{line}");
+        }
     }
 }

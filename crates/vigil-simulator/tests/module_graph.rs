@@ -37,3 +37,15 @@ fn no_function_is_longer_than_a_screen() {
     let long = vigil_module_graph::longer_than(&src(), 80, |_| false).expect("read src/");
     assert!(long.is_empty(), "functions over 80 lines (split them into named phases):\n{}", long.join("\n"));
 }
+
+/// One name per meaning: no two types of the crate share a name.
+#[test]
+fn no_two_types_share_a_name() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let repeated = vigil_module_graph::repeated_type_names(&src).expect("read src/");
+    assert!(
+        repeated.is_empty(),
+        "type names declared more than once (name each for what it holds):\n{}",
+        repeated.join("\n")
+    );
+}

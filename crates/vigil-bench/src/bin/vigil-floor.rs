@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(name = "vigil-floor", about = "The least a MachineHealthCheck controller must do (a benchmark contender)")]
-struct Args {
+struct FloorArgs {
     /// The API server to act on.
     #[arg(long)]
     kubeconfig: PathBuf,
@@ -137,7 +137,7 @@ fn remediation_patch(now: Timestamp) -> Patch<Value> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = Args::parse();
+    let args = FloorArgs::parse();
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&args.kubeconfig)?,
         &kube::config::KubeConfigOptions::default(),

@@ -174,7 +174,7 @@ fn readable<'a>(input: &MhcInput<'a>) -> Result<(&'a ClusterView, &'a dyn Lookup
 }
 
 /// Rule 2 over every target: the verdicts, how many count healthy, and what the writes need.
-struct Judged<'a> {
+struct JudgedTargets<'a> {
     verdicts: Vec<Verdict>,
     /// Whether each target's remediator is still finishing: a remediation object this check made
     /// for it is being deleted (a finalizer holds it). Empty when the check makes no objects.
@@ -195,7 +195,7 @@ fn judge_targets<'a>(
     (cluster, nodes): (&ClusterView, &'a dyn Lookup<NodeView>),
     now: Timestamp,
     wake: &mut Earliest,
-) -> Judged<'a> {
+) -> JudgedTargets<'a> {
     let policy = input.policy;
     let target_nodes: Vec<Option<&NodeView>> =
         targets.iter().map(|m| m.node_name.as_deref().and_then(|n| nodes.lookup(n))).collect();
@@ -222,7 +222,7 @@ fn judge_targets<'a>(
                 && healthy_condition.is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
         })
         .collect();
-    Judged { verdicts, finishing, healthy, domain_of, already_healthy }
+    JudgedTargets { verdicts, finishing, healthy, domain_of, already_healthy }
 }
 
 /// Whether each target's remediator is still finishing ([`MhcInput::remediator_finishing`];
@@ -240,7 +240,7 @@ fn healthy_condition() -> DesiredCondition {
 }
 
 /// Failure-domain budgets, judged on the same counts as the short-circuit and rounded down as it.
-fn domain_budgets(policy: &MhcPolicy, targets: &[&MachineView], judged: &Judged<'_>) -> Option<Budgets> {
+fn domain_budgets(policy: &MhcPolicy, targets: &[&MachineView], judged: &JudgedTargets<'_>) -> Option<Budgets> {
     policy.failure_domains.as_ref().map(|fd| {
         let mut tally = Tally::default();
         for (k, ((machine, verdict), domain)) in targets.iter().zip(&judged.verdicts).zip(&judged.domain_of).enumerate()

@@ -60,7 +60,7 @@ pub(super) fn deadline_passed(since: Timestamp, timeout: SignedDuration, now: Ti
 }
 
 /// A condition as [`match_rules`] reads it: status, transition time, reason.
-pub(super) type Observed<'c> = (&'c str, Option<Timestamp>, &'c str);
+pub(super) type ConditionSeen<'c> = (&'c str, Option<Timestamp>, &'c str);
 
 /// What the rules say about a list of conditions.
 pub(super) enum RuleMatch<'r, 'c> {
@@ -88,7 +88,7 @@ pub(super) enum RuleMatch<'r, 'c> {
 /// upstream's does.
 pub(super) fn match_rules<'r, 'c>(
     rules: &'r [ConditionRule],
-    find: impl Fn(&str) -> Option<Observed<'c>>,
+    find: impl Fn(&str) -> Option<ConditionSeen<'c>>,
     now: Timestamp,
 ) -> Result<Option<RuleMatch<'r, 'c>>, String> {
     let mut pending = Earliest::default();

@@ -5,8 +5,8 @@
 
 use super::input::NhcInput;
 use crate::lookup::Observed;
-use crate::maintenance::{self, Standing as Maintenance};
-use crate::node_lease::{self, LeaseScope, Standing};
+use crate::maintenance::{self, MaintenanceStanding as Maintenance};
+use crate::node_lease::{self, LeaseScope, LeaseStanding};
 use crate::plan::ONE_NS;
 use crate::plan::{Action, Earliest, LeaseWrite, ObjectRef};
 use crate::upgrade::Postponement;
@@ -140,7 +140,7 @@ impl<'a> Gates<'a> {
     ) -> Result<Option<LeaseWrite>, Wait> {
         let lease = self.lease_of(&node.name);
         match node_lease::standing(lease, &self.me, self.now) {
-            Standing::Theirs { holder, until } => {
+            LeaseStanding::Theirs { holder, until } => {
                 if let Some(t) = until.and_then(|u| u.checked_add(ONE_NS).ok()) {
                     wake.offer(t);
                 }
@@ -156,13 +156,15 @@ impl<'a> Gates<'a> {
                     until,
                 })
             }
-            Standing::Mine { expires: Some(e), .. } if self.now.checked_add(current).is_ok_and(|need| e >= need) => {
+            LeaseStanding::Mine { expires: Some(e), .. }
+                if self.now.checked_add(current).is_ok_and(|need| e >= need) =>
+            {
                 Ok(None)
             }
-            Standing::Mine { lease, .. } => {
+            LeaseStanding::Mine { lease, .. } => {
                 Ok(Some(node_lease::take(self.scope(), node, Some(lease), current, self.now)))
             }
-            Standing::Free(lease) => Ok(Some(node_lease::take(self.scope(), node, lease, current, self.now))),
+            LeaseStanding::Free(lease) => Ok(Some(node_lease::take(self.scope(), node, lease, current, self.now))),
         }
     }
 
@@ -178,7 +180,7 @@ impl<'a> Gates<'a> {
         previous: SignedDuration,
         wake: &mut Earliest,
     ) -> Tend {
-        let Standing::Mine { lease, .. } = node_lease::standing(self.lease_of(name), &self.me, self.now) else {
+        let LeaseStanding::Mine { lease, .. } = node_lease::standing(self.lease_of(name), &self.me, self.now) else {
             return Tend::Nothing;
         };
         if let Some(overdue) = node_lease::overdue_at(lease, current, previous) {

@@ -51,7 +51,7 @@ pub(super) struct Outcome<'a> {
     /// With remediation per condition: each listed Node's chosen remediation.
     pub(super) chosen: Vec<ChosenRemediation>,
     /// The pacing queue, its condition and notices.
-    pub(super) pacing: crate::pacing::Report,
+    pub(super) pacing: crate::pacing::PacingReport,
 }
 
 /// `RemediationAllowed` / `RemediationBlocked` when the condition's status or reason changed (a
@@ -87,7 +87,7 @@ fn conditions(
     input: &NhcInput<'_>,
     prev: &NodeHealthCheckStatus,
     outcome: &Outcome<'_>,
-    domains: Option<&crate::domains::Report>,
+    domains: Option<&crate::domains::DomainReport>,
     now: Timestamp,
     out: &mut Outputs,
 ) -> Vec<Condition> {

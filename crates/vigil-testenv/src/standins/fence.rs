@@ -74,7 +74,7 @@ impl Default for FenceSettings {
 pub struct Fence {
     /// Stops the stand-in when dropped.
     pub stand_in: StandIn,
-    state: Arc<State>,
+    state: Arc<FenceState>,
 }
 
 impl Fence {
@@ -90,7 +90,7 @@ impl Fence {
     }
 }
 
-struct State {
+struct FenceState {
     base: Base,
     settings: FenceSettings,
     agent: Mutex<Agent>,
@@ -101,7 +101,7 @@ struct State {
 pub fn start(client: &Client, settings: FenceSettings) -> Fence {
     let gvk = GroupVersionKind::gvk("fence-agents-remediation.medik8s.io", "v1alpha1", "FenceAgentsRemediation");
     let tick = settings.tick;
-    let state = Arc::new(State {
+    let state = Arc::new(FenceState {
         base: Base { client: client.clone(), tick },
         agent: Mutex::new(settings.agent),
         settings,
@@ -111,7 +111,7 @@ pub fn start(client: &Client, settings: FenceSettings) -> Fence {
     Fence { stand_in, state }
 }
 
-async fn reconcile(o: Arc<DynamicObject>, s: Arc<State>) -> Result<Action, Failed> {
+async fn reconcile(o: Arc<DynamicObject>, s: Arc<FenceState>) -> Result<Action, Failed> {
     let client = &s.base.client;
     let again = Action::requeue(s.base.tick);
     let node = super::node_of(&o);
@@ -162,7 +162,7 @@ async fn reconcile(o: Arc<DynamicObject>, s: Arc<State>) -> Result<Action, Faile
 }
 
 /// Runs the agent when its next run is due, and reports what it did.
-async fn run_agent(o: &DynamicObject, s: &State, node: &str) -> Result<(), Failed> {
+async fn run_agent(o: &DynamicObject, s: &FenceState, node: &str) -> Result<(), Failed> {
     let client = &s.base.client;
     let last = o
         .data

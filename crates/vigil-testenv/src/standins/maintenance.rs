@@ -51,7 +51,7 @@ impl Default for MaintenanceSettings {
     }
 }
 
-struct State {
+struct MaintenanceState {
     base: Base,
     settings: MaintenanceSettings,
 }
@@ -60,11 +60,11 @@ struct State {
 pub fn start(client: &Client, settings: MaintenanceSettings) -> StandIn {
     let gvk = GroupVersionKind::gvk("nodemaintenance.medik8s.io", "v1beta1", "NodeMaintenance");
     let tick = settings.tick;
-    let state = Arc::new(State { base: Base { client: client.clone(), tick }, settings });
+    let state = Arc::new(MaintenanceState { base: Base { client: client.clone(), tick }, settings });
     super::spawn(client, &gvk, tick, state, reconcile)
 }
 
-async fn reconcile(o: Arc<DynamicObject>, s: Arc<State>) -> Result<Action, Failed> {
+async fn reconcile(o: Arc<DynamicObject>, s: Arc<MaintenanceState>) -> Result<Action, Failed> {
     let client = &s.base.client;
     let node = o.data.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or_default().to_string();
     let leases: Api<Lease> = Api::namespaced(client.clone(), &s.settings.lease_namespace);

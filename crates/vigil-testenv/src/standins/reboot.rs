@@ -63,7 +63,7 @@ impl Default for RebootSettings {
     }
 }
 
-struct State {
+struct RebootState {
     base: Base,
     settings: RebootSettings,
 }
@@ -72,11 +72,11 @@ struct State {
 pub fn start(client: &Client, settings: RebootSettings) -> StandIn {
     let gvk = GroupVersionKind::gvk("self-node-remediation.medik8s.io", "v1alpha1", "SelfNodeRemediation");
     let tick = settings.tick;
-    let state = Arc::new(State { base: Base { client: client.clone(), tick }, settings });
+    let state = Arc::new(RebootState { base: Base { client: client.clone(), tick }, settings });
     super::spawn(client, &gvk, tick, state, reconcile)
 }
 
-async fn reconcile(o: Arc<DynamicObject>, s: Arc<State>) -> Result<Action, Failed> {
+async fn reconcile(o: Arc<DynamicObject>, s: Arc<RebootState>) -> Result<Action, Failed> {
     match step(&o, &s).await {
         Ok(a) => Ok(a),
         Err(e) => {
@@ -88,7 +88,7 @@ async fn reconcile(o: Arc<DynamicObject>, s: Arc<State>) -> Result<Action, Faile
 }
 
 /// One look at an object: what the remediator does next.
-async fn step(o: &DynamicObject, s: &State) -> Result<Action, Failed> {
+async fn step(o: &DynamicObject, s: &RebootState) -> Result<Action, Failed> {
     let client = &s.base.client;
     let again = Action::requeue(s.base.tick);
     let node = super::node_of(o);
@@ -138,7 +138,7 @@ async fn step(o: &DynamicObject, s: &State) -> Result<Action, Failed> {
 }
 
 /// A deleted object: kept while the remediator finishes, then the taints go and so does it.
-async fn finish(o: &DynamicObject, s: &State, node: &str) -> Result<Action, Failed> {
+async fn finish(o: &DynamicObject, s: &RebootState, node: &str) -> Result<Action, Failed> {
     let client = &s.base.client;
     if !o.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());

@@ -51,7 +51,7 @@ impl Default for ReplaceSettings {
     }
 }
 
-struct State {
+struct ReplaceState {
     base: Base,
     settings: ReplaceSettings,
 }
@@ -61,7 +61,7 @@ pub fn start(client: &Client, settings: ReplaceSettings) -> StandIn {
     let gvk =
         GroupVersionKind::gvk("machine-deletion-remediation.medik8s.io", "v1alpha1", "MachineDeletionRemediation");
     let tick = settings.tick;
-    let state = Arc::new(State { base: Base { client: client.clone(), tick }, settings });
+    let state = Arc::new(ReplaceState { base: Base { client: client.clone(), tick }, settings });
     super::spawn(client, &gvk, tick, state, reconcile)
 }
 
@@ -75,7 +75,7 @@ fn controller_uid(m: &DynamicObject) -> Option<String> {
     m.owner_references().iter().find(|o| o.controller == Some(true)).map(|o| o.uid.clone())
 }
 
-async fn reconcile(o: Arc<DynamicObject>, s: Arc<State>) -> Result<Action, Failed> {
+async fn reconcile(o: Arc<DynamicObject>, s: Arc<ReplaceState>) -> Result<Action, Failed> {
     let client = &s.base.client;
     let again = Action::requeue(s.base.tick);
     if o.metadata.deletion_timestamp.is_some()
@@ -112,7 +112,7 @@ async fn cannot_start(client: &Client, o: &DynamicObject, reason: &str) -> Resul
 
 /// Finds the Node (by the object's name), its Machine and that Machine's owner, and deletes the
 /// Machine.
-async fn delete_machine(o: &DynamicObject, s: &State) -> Result<(), Failed> {
+async fn delete_machine(o: &DynamicObject, s: &ReplaceState) -> Result<(), Failed> {
     let client = &s.base.client;
     let Some(node) = super::node(client, &o.name_any()).await? else {
         return cannot_start(client, o, "RemediationCannotStartNodeNotFound").await;
@@ -152,7 +152,7 @@ async fn delete_machine(o: &DynamicObject, s: &State) -> Result<(), Failed> {
 }
 
 /// `Succeeded=True` once another Machine of the deleted one's owner exists.
-async fn await_replacement(o: &DynamicObject, s: &State, deleted: &Value) -> Result<(), Failed> {
+async fn await_replacement(o: &DynamicObject, s: &ReplaceState, deleted: &Value) -> Result<(), Failed> {
     let client = &s.base.client;
     let ns = deleted["namespace"].as_str().unwrap_or_default();
     let list = machines(client, ns).list(&Default::default()).await?;

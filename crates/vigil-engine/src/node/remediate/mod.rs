@@ -46,7 +46,7 @@ pub(super) struct Pass<'a> {
     gates: Gates<'a>,
     control_planes: ControlPlanes<'a>,
     /// The wait of the subject being decided.
-    waiting: Waiting<'a>,
+    waiting: PendingWait<'a>,
     /// Nodes whose Lease this check keeps: a remediation of this check is live there (an object
     /// or a request not given up), or this plan creates one; every other Lease it holds is
     /// released.
@@ -141,7 +141,7 @@ pub(super) fn busy_control_planes<'a>(
 /// What the subject being decided waits for (its status entry's `waiting`), and what it waited
 /// for in the previous status.
 #[derive(Default)]
-struct Waiting<'a> {
+struct PendingWait<'a> {
     now: Option<Wait>,
     before: Option<&'a NodeWait>,
 }
@@ -218,7 +218,7 @@ impl<'a> Pass<'a> {
             overlap,
             gates,
             control_planes: ControlPlanes { busy: cp_busy, taken: false },
-            waiting: Waiting::default(),
+            waiting: PendingWait::default(),
             keep_leases: Vec::new(),
         }
     }
