@@ -170,8 +170,21 @@ async fn read_capi(client: &Client, namespace: Option<&str>, purpose: Purpose) -
 /// Clusters, Machines, and what was left out.
 type CapiRead = (Vec<Value>, Vec<Value>, Vec<String>);
 
+/// Whether an error says the API server does not serve what was asked (a group discovery does
+/// not list, a kind or resource it does not have, or a 404): that is "not served", not a failure.
 fn not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
+    use kube::error::DiscoveryError;
+    match e {
+        kube::Error::Api(s) => s.code == 404,
+        kube::Error::Discovery(d) => matches!(
+            d,
+            DiscoveryError::MissingApiGroup(_)
+                | DiscoveryError::MissingKind(_)
+                | DiscoveryError::MissingResource(_)
+                | DiscoveryError::EmptyApiGroup(_)
+        ),
+        _ => false,
+    }
 }
 
 /// What a read is for: a snapshot keeps everything a later simulation may use; a check reads
@@ -440,5 +453,17 @@ mod tests {
             node.pointer("/status/conditions/0/message"),
             "a snapshot keeps the messages"
         );
+    }
+
+    #[test]
+    fn a_group_or_kind_the_api_server_does_not_serve_is_not_found() {
+        use kube::error::DiscoveryError;
+        let missing = kube::Error::Discovery(DiscoveryError::MissingApiGroup("cluster.x-k8s.io".into()));
+        assert!(not_found(&missing));
+        assert!(not_found(&kube::Error::Discovery(DiscoveryError::MissingKind("Machine".into()))));
+        let gone = kube::Error::Api(Box::new(kube::core::Status { code: 404, ..Default::default() }));
+        assert!(not_found(&gone));
+        let refused = kube::Error::Api(Box::new(kube::core::Status { code: 403, ..Default::default() }));
+        assert!(!not_found(&refused), "a refusal is an error, not an absence");
     }
 }

@@ -276,6 +276,54 @@ async fn snapshot_writes_a_scenario_without_secrets_that_simulates_an_outage() -
     Ok(())
 }
 
+/// On a cluster without Cluster API (Vigil's CRDs and Nodes only, as a medik8s user has it),
+/// `vigil check` and `vigil snapshot` read what is there: Cluster API is "not served", not an
+/// error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_snapshot_work_on_a_cluster_without_cluster_api() -> Result<()> {
+    let env = TestEnv::start().await?;
+    let ours = [serde_json::to_value(MachineHealthCheck::crd())?, serde_json::to_value(NodeHealthCheck::crd())?];
+    env.install_crds(&ours).await?;
+    let dir = tempfile_dir()?;
+    let reader = reader_kubeconfig(&env).await?;
+    for (name, ready, since) in [("n-1", "True", secs_ago(3600)), ("n-2", "False", secs_ago(600))] {
+        env.apply(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"role": "worker"}}}),
+        )
+        .await?;
+        env.apply_status(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "Test", "message": "",
+                "lastHeartbeatTime": Timestamp::now().to_string(), "lastTransitionTime": since.to_string()}]}}))
+            .await?;
+    }
+    env.apply(json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
+        "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1,
+            "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "300s"}],
+            "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
+                "kind": "SelfNodeRemediationTemplate", "name": "snr", "namespace": NS}}}))
+        .await?;
+    let kubeconfig = write(&dir, "reader.yaml", &reader)?;
+    let kubeconfig = kubeconfig.to_str().context("utf-8 path")?;
+
+    let out = vigil(&["check", "--kubeconfig", kubeconfig, "--output", "json"]);
+    let (stdout, stderr) = text(&out);
+    assert!(matches!(out.status.code(), Some(0 | 2)), "exit {:?}\n{stdout}\n{stderr}", out.status.code());
+    assert!(!stderr.contains("Missing Api Group"), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).with_context(|| format!("{stdout}\n{stderr}"))?;
+    let check = &report["checks"][0];
+    assert_eq!(check["check"], "NodeHealthCheck/workers", "{report}");
+    assert_eq!((check["targets"].as_i64(), check["unhealthy"].as_i64()), (Some(2), Some(1)), "{report}");
+
+    let out = vigil(&["snapshot", "--kubeconfig", kubeconfig]);
+    let (yaml, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let scenario = vigil_simulator::Scenario::parse(&yaml)?;
+    let kinds: Vec<&str> = scenario.objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert!(kinds.contains(&"NodeHealthCheck") && kinds.contains(&"Node"), "{kinds:?}");
+    assert!(!kinds.contains(&"Machine"), "{kinds:?}");
+    Ok(())
+}
+
 fn tempfile_dir() -> Result<PathBuf> {
     let dir =
         std::env::temp_dir().join(format!("vigil-live-{}-{}", std::process::id(), Timestamp::now().as_nanosecond()));
