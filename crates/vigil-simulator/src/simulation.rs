@@ -963,8 +963,20 @@ impl Sim<'_> {
             self.history.push((self.t(), id.to_string(), status.clone()));
             self.store.set_status(&key, status);
         }
+        // A step given up is told about its object, as the controller's Event is.
+        let given_up: Vec<(&Target, &ObjectRef)> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::AnnotateRemediation { object, target, .. } => Some((target, object)),
+                _ => None,
+            })
+            .collect();
         for notice in &plan.notices {
-            self.notice(id, notice);
+            let about = (notice.kind == NoticeKind::RemediationTimedOut)
+                .then(|| given_up.iter().find(|(t, _)| notice.target.as_ref() == Some(*t)).map(|(_, o)| *o))
+                .flatten();
+            self.notice_about(id, notice, about);
         }
         for held in &plan.held_elsewhere {
             self.notice(&held.holder, &held.notice());
@@ -995,9 +1007,19 @@ impl Sim<'_> {
     }
 
     fn notice(&mut self, id: &CheckRef, notice: &Notice) {
+        self.notice_about(id, notice, None);
+    }
+
+    /// A notice, with the fields of the object it is about (`kind`, `namespace`, `name`), if any.
+    fn notice_about(&mut self, id: &CheckRef, notice: &Notice, about: Option<&ObjectRef>) {
         let mut d = Map::new();
         d.insert("reason".into(), json!(notice.reason));
         d.insert("message".into(), json!(notice.message));
+        if let Some(o) = about {
+            d.insert("kind".into(), json!(o.kind));
+            d.insert("namespace".into(), json!(o.namespace));
+            d.insert("name".into(), json!(o.name));
+        }
         let event = notice.kind.event_reason(id);
         self.emit(event, Some(id.to_string()), notice.target.as_ref().map(Target::key), d);
     }
