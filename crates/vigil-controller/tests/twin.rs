@@ -1,0 +1,426 @@
+//! The twin test: one scenario run twice, by the simulator (`vigil simulate`'s engine and store)
+//! and by the controller (`vigil run`'s, in this process) against a real API server, with the
+//! scenario's timeline replayed in real time and its remediator model played by this test as the
+//! simulator plays it (a finalizer on each object while it holds deletions, the Node back after
+//! `recoverAfter`). Per target, the sequence of decisions — marked unhealthy, remediation
+//! requested or created, healthy again, object removed — must be the same, each within
+//! [`TOLERANCE`] of the simulator's time, and each check's final counts the same.
+//!
+//! The scenarios are short (timeouts of seconds) and written with times long past, so both
+//! worlds read them alike. New scenarios join [`twin`] with a name; the comparison is generic.
+
+mod support;
+use support::*;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use jiff::Timestamp;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use vigil_simulator::scenario::{Change, RemediatorOutcome};
+use vigil_simulator::{Scenario, simulate};
+use vigil_testenv::TestEnv;
+
+/// How far the controller's time of a decision may be from the simulator's: the controller
+/// waits on real requests, its Events go out on their own lane, and this test's remediator
+/// looks every 50 ms.
+const TOLERANCE: f64 = 2.5;
+
+/// The decisions compared: what a target goes through, as both name them.
+const DECISIONS: [&str; 7] = [
+    "MachineMarkedUnhealthy",
+    "RemediationRequested",
+    "RemediationCreated",
+    "RemediationRemoved",
+    "MachineHealthy",
+    "DetectedUnhealthy",
+    "NodeHealthy",
+];
+
+/// One decision about one target, `t` seconds after the timeline began.
+#[derive(Debug, Clone)]
+struct Decision {
+    t: f64,
+    event: String,
+    target: String,
+}
+
+/// A MachineHealthCheck with an external template and `maxUnhealthy: 1` over four Machines: m1
+/// fails at once, is remediated, comes back 3 s later; its object, deleted, is held by the
+/// remediator for 6 s; m2 fails meanwhile and waits until m1's object is gone.
+const FINISHING: &str = r#"
+name: twin-finishing
+duration: 30s
+objects:
+  - apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Cluster
+    metadata: {name: prod, namespace: default}
+    spec: {paused: false}
+    status:
+      initialization: {infrastructureProvisioned: true, controlPlaneInitialized: true}
+      conditions:
+        - {type: InfrastructureReady, status: "True", reason: Ready, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
+        - {type: ControlPlaneInitialized, status: "True", reason: Initialized, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+    kind: SelfNodeRemediationTemplate
+    metadata: {name: reboot, namespace: default}
+    spec: {template: {spec: {remediationStrategy: Automatic}}}
+  - apiVersion: vigil.dev/v1alpha1
+    kind: MachineHealthCheck
+    metadata: {name: workers, namespace: default}
+    spec:
+      clusterName: prod
+      selector: {matchLabels: {pool: workers}}
+      maxUnhealthy: 1
+      unhealthyConditions:
+        - {type: Ready, status: "False", timeout: 2s}
+      remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot}
+  - &machine
+    apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Machine
+    metadata: {name: m1, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}
+    spec: {clusterName: prod, bootstrap: {dataSecretName: m1}, infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DockerMachine, name: m1}}
+    status: {nodeRef: {name: m1}}
+  - {<<: *machine, metadata: {name: m2, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m2}}}
+  - {<<: *machine, metadata: {name: m3, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m3}}}
+  - {<<: *machine, metadata: {name: m4, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m4}}}
+  - &node
+    apiVersion: v1
+    kind: Node
+    metadata: {name: m1}
+    status:
+      conditions:
+        - {type: Ready, status: "True", reason: KubeletReady, message: "", lastHeartbeatTime: "2020-01-01T00:00:00Z", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - {<<: *node, metadata: {name: m2}}
+  - {<<: *node, metadata: {name: m3}}
+  - {<<: *node, metadata: {name: m4}}
+timeline:
+  - {at: 0s, setNodeCondition: {node: m1, type: Ready, status: "False", reason: KubeletNotReady}}
+  - {at: 6s, setNodeCondition: {node: m2, type: Ready, status: "False", reason: KubeletNotReady}}
+models:
+  remediators:
+    - {kind: SelfNodeRemediation, recoverAfter: 3s, holdsDeletion: 6s}
+"#;
+
+/// The same with a NodeHealthCheck, `minHealthy: 3` over four Nodes: w1 fails, is rebooted,
+/// comes back; its object is held 6 s; w2 fails meanwhile and waits until w1's object is gone.
+const NODE_FINISHING: &str = r#"
+name: twin-node-finishing
+duration: 30s
+objects:
+  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+    kind: SelfNodeRemediationTemplate
+    metadata: {name: reboot, namespace: medik8s}
+    spec: {template: {spec: {remediationStrategy: Automatic}}}
+  - apiVersion: vigil.dev/v1alpha1
+    kind: NodeHealthCheck
+    metadata: {name: workers}
+    spec:
+      selector: {matchLabels: {role: worker}}
+      minHealthy: 3
+      unhealthyConditions:
+        - {type: Ready, status: "False", duration: 2s}
+      remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot, namespace: medik8s}
+  - &node
+    apiVersion: v1
+    kind: Node
+    metadata: {name: w1, labels: {role: worker}}
+    status:
+      conditions:
+        - {type: Ready, status: "True", reason: KubeletReady, message: "", lastHeartbeatTime: "2020-01-01T00:00:00Z", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - {<<: *node, metadata: {name: w2, labels: {role: worker}}}
+  - {<<: *node, metadata: {name: w3, labels: {role: worker}}}
+  - {<<: *node, metadata: {name: w4, labels: {role: worker}}}
+timeline:
+  - {at: 0s, setNodeCondition: {node: w1, type: Ready, status: "False", reason: KubeletNotReady}}
+  - {at: 6s, setNodeCondition: {node: w2, type: Ready, status: "False", reason: KubeletNotReady}}
+models:
+  remediators:
+    - {kind: SelfNodeRemediation, recoverAfter: 3s, holdsDeletion: 6s}
+"#;
+
+/// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes) and final
+/// statuses.
+fn simulated(scenario: &Scenario) -> Result<(Vec<Decision>, BTreeMap<String, Value>)> {
+    let report = simulate(scenario)?;
+    let decisions = report
+        .events
+        .iter()
+        .filter(|e| DECISIONS.contains(&e.event.as_str()))
+        .filter_map(|e| Some(Decision { t: e.t, event: e.event.clone(), target: e.target.clone()? }))
+        .collect();
+    Ok((decisions, report.final_statuses))
+}
+
+/// The remediation objects of kind `kind` (in the scenario's remediator model): in every
+/// namespace (`None`) or in one.
+fn remediation_api(env: &TestEnv, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("self-node-remediation.medik8s.io", "v1alpha1", kind);
+    let ar = ApiResource::from_gvk(&gvk);
+    match namespace {
+        Some(ns) => Api::namespaced_with(env.client(), ns, &ar),
+        None => Api::all_with(env.client(), &ar),
+    }
+}
+
+/// Writes every object of the scenario, each status through its subresource, and the Secret
+/// that makes cluster `prod` self-hosted (a scenario's cluster without workload Nodes is).
+async fn load(env: &TestEnv, scenario: &Scenario) -> Result<()> {
+    self_hosted(env).await?;
+    for object in &scenario.objects {
+        let mut spec = object.clone();
+        let status = spec.as_object_mut().and_then(|o| o.remove("status"));
+        env.apply(spec).await?;
+        if let Some(status) = status {
+            let mut with_status = json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
+                "metadata": {"name": object["metadata"]["name"]}, "status": status});
+            if let Some(ns) = object["metadata"]["namespace"].as_str() {
+                with_status["metadata"]["namespace"] = json!(ns);
+            }
+            env.apply_status(with_status).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets one Node condition as a kubelet does (and as the simulator's `setNodeCondition`): the
+/// transition time moves only with the status.
+async fn set_condition(env: &TestEnv, node: &str, type_: &str, status: &str, reason: &str) -> Result<()> {
+    let current = get(env, "v1", "Node", None, node).await?.context("the Node")?;
+    let now = Timestamp::now().to_string();
+    let mut conditions: Vec<Value> =
+        current.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let fresh = json!({"type": type_, "status": status, "reason": reason, "message": "",
+                       "lastHeartbeatTime": now, "lastTransitionTime": now});
+    match conditions.iter_mut().find(|c| c["type"] == type_) {
+        Some(c) => {
+            let transition = if c["status"] == status { c["lastTransitionTime"].clone() } else { json!(now) };
+            *c = fresh;
+            c["lastTransitionTime"] = transition;
+        }
+        None => conditions.push(fresh),
+    }
+    env.apply_status(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                            "status": {"conditions": conditions}}))
+        .await?;
+    Ok(())
+}
+
+/// What this test's remediator (the scenario's model, played live) knows of each object.
+#[derive(Default)]
+struct Remediator {
+    /// When each object was first seen (its finalizer then put on), by name, seconds after the
+    /// start.
+    seen: BTreeMap<String, f64>,
+    /// Objects whose Node was brought back.
+    acted: Vec<String>,
+    /// When each object was first seen being deleted.
+    deleting: BTreeMap<String, Instant>,
+    /// When each object was let go (its finalizer removed), seconds after the start.
+    let_go: BTreeMap<String, f64>,
+}
+
+impl Remediator {
+    /// One look at the objects: a finalizer on new ones, the Node back once `recover` has
+    /// passed, the finalizer off once `hold` has passed since the delete.
+    async fn look(&mut self, env: &TestEnv, scenario: &Scenario, start: Instant) -> Result<()> {
+        for model in &scenario.models.remediators {
+            let RemediatorOutcome::Recovers(recover) = model.outcome else {
+                bail!("only recovering models are played")
+            };
+            let recover = Duration::try_from(recover)?;
+            let hold = model.holds_deletion.map(Duration::try_from).transpose()?;
+            for o in remediation_api(env, &model.kind, None).list(&Default::default()).await?.items {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                let api = remediation_api(env, &model.kind, o.metadata.namespace.as_deref());
+                let params = PatchParams::default();
+                if !self.seen.contains_key(&name) {
+                    self.seen.insert(name.clone(), start.elapsed().as_secs_f64());
+                    if hold.is_some() && o.metadata.deletion_timestamp.is_none() {
+                        let patch = json!({"metadata": {"finalizers": ["simulator.vigil.dev/remediator"]}});
+                        api.patch(&name, &params, &Patch::Merge(&patch)).await?;
+                    }
+                }
+                let first = self.seen[&name];
+                if !self.acted.contains(&name) && start.elapsed().as_secs_f64() - first >= recover.as_secs_f64() {
+                    self.acted.push(name.clone());
+                    // The object is named after its Machine, whose Node has its name (or after
+                    // its Node).
+                    set_condition(env, &name, "Ready", "True", "KubeletReady").await?;
+                }
+                if o.metadata.deletion_timestamp.is_some() && !self.let_go.contains_key(&name) {
+                    let since = *self.deleting.entry(name.clone()).or_insert_with(Instant::now);
+                    if hold.is_none_or(|h| since.elapsed() >= h) {
+                        let patch = json!({"metadata": {"finalizers": null}});
+                        api.patch(&name, &params, &Patch::Merge(&patch)).await?;
+                        self.let_go.insert(name.clone(), start.elapsed().as_secs_f64());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Replays the timeline in real time beside the remediator until the scenario's end.
+async fn replay(env: &TestEnv, scenario: &Scenario, start: Instant) -> Result<Remediator> {
+    let mut remediator = Remediator::default();
+    let mut next = 0;
+    let end = Duration::try_from(scenario.duration)?;
+    while start.elapsed() < end {
+        while let Some(step) =
+            scenario.timeline.get(next).filter(|s| Duration::try_from(s.at).is_ok_and(|at| start.elapsed() >= at))
+        {
+            next += 1;
+            match &step.change {
+                Change::SetNodeCondition(c) => {
+                    set_condition(env, &c.node, &c.type_, &c.status, c.reason.as_deref().unwrap_or("")).await?
+                }
+                other => bail!("the twin test does not replay {other:?} yet"),
+            }
+        }
+        remediator.look(env, scenario, start).await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(remediator)
+}
+
+/// The controller's decisions, read back from its Events (each about its check, `related` to
+/// the target or to the target's remediation object, named after it).
+async fn decisions_of_events(env: &TestEnv, start: Timestamp) -> Result<Vec<Decision>> {
+    let api: Api<K8sEvent> = Api::all(env.client());
+    let mut out = Vec::new();
+    for e in api.list(&Default::default()).await?.items {
+        let reason = e.reason.clone().unwrap_or_default();
+        if e.reporting_controller.as_deref() != Some("vigil") || !DECISIONS.contains(&reason.as_str()) {
+            continue;
+        }
+        let Some(related) = &e.related else { continue };
+        let name = related.name.clone().unwrap_or_default();
+        // A MachineHealthCheck's targets are `ns/name`, a NodeHealthCheck's Node names; each
+        // object is named after its target.
+        let about_machines = e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("MachineHealthCheck");
+        let target = match related.namespace.as_deref() {
+            Some(ns) if about_machines => format!("{ns}/{name}"),
+            _ => name,
+        };
+        let at = e.event_time.as_ref().map(|t| t.0).context("an event time")?;
+        let t = at.duration_since(start).as_secs_f64();
+        let times = 1 + e.series.as_ref().map_or(0, |s| usize::try_from(s.count).unwrap_or(0).saturating_sub(1));
+        for _ in 0..times {
+            out.push(Decision { t, event: reason.clone(), target: target.clone() });
+        }
+    }
+    out.sort_by(|a, b| a.t.total_cmp(&b.t));
+    Ok(out)
+}
+
+/// Each target's decisions, in order.
+fn by_target(decisions: &[Decision]) -> BTreeMap<String, Vec<Decision>> {
+    let mut out: BTreeMap<String, Vec<Decision>> = BTreeMap::new();
+    for d in decisions {
+        out.entry(d.target.clone()).or_default().push(d.clone());
+    }
+    out
+}
+
+/// Where the two runs differ: per target, a different sequence of decisions, or a decision
+/// further than [`TOLERANCE`] from the simulator's time.
+fn differences(simulated: &[Decision], live: &[Decision]) -> Vec<String> {
+    let (sim, live) = (by_target(simulated), by_target(live));
+    let mut out = Vec::new();
+    for target in sim.keys().chain(live.keys()).collect::<std::collections::BTreeSet<_>>() {
+        let names = |m: &BTreeMap<String, Vec<Decision>>| -> Vec<String> {
+            m.get(target).into_iter().flatten().map(|d| d.event.clone()).collect()
+        };
+        if names(&sim) != names(&live) {
+            out.push(format!("{target}: simulated {:?}, live {:?}", names(&sim), names(&live)));
+            continue;
+        }
+        for (s, l) in sim.get(target).into_iter().flatten().zip(live.get(target).into_iter().flatten()) {
+            if (s.t - l.t).abs() > TOLERANCE {
+                out.push(format!("{target}: {} at {:.1} s simulated, {:.1} s live", s.event, s.t, l.t));
+            }
+        }
+    }
+    out
+}
+
+/// Runs `text` both ways and compares; returns the live run's remediator record.
+async fn twin(text: &str) -> Result<Remediator> {
+    let scenario = Scenario::parse(text)?;
+    let (simulated, final_statuses) = simulated(&scenario)?;
+    let env = env().await?;
+    load(&env, &scenario).await?;
+    let controller = Controller::start(&env);
+    // The controller's first decision of every check (everything healthy) before the timeline.
+    for check in final_statuses.keys() {
+        let (kind, name) = kind_and_name(check)?;
+        wait_for_decision(&env, kind, name).await?;
+    }
+    let (start, started_at) = (Instant::now(), Timestamp::now());
+    let remediator = replay(&env, &scenario, start).await?;
+    let live = decisions_of_events(&env, started_at).await?;
+    controller.stop().await;
+    eprintln!("TWIN {}: simulated {simulated:?}\nTWIN live {live:?}", scenario.name);
+    let different = differences(&simulated, &live);
+    ensure!(different.is_empty(), "{}: the controller decided otherwise:\n{}", scenario.name, different.join("\n"));
+    for (check, sim_status) in &final_statuses {
+        let (kind, name) = kind_and_name(check)?;
+        let live_status = check_status(&env, kind, name).await?;
+        let fields: &[&str] = match kind {
+            "MachineHealthCheck" => &["expectedMachines", "currentHealthy", "remediationsAllowed"],
+            _ => &["observedNodes", "healthyNodes", "phase"],
+        };
+        for field in fields {
+            ensure!(
+                sim_status[*field] == live_status[*field],
+                "{check} {field}: simulated {}, live {}",
+                sim_status[*field],
+                live_status[*field]
+            );
+        }
+    }
+    Ok(remediator)
+}
+
+/// `MachineHealthCheck/<ns>/<name>` or `NodeHealthCheck/<name>` as kind and name.
+fn kind_and_name(check: &str) -> Result<(&str, &str)> {
+    let (kind, rest) = check.split_once('/').context("a check key")?;
+    Ok((kind, rest.rsplit('/').next().unwrap_or(rest)))
+}
+
+/// Waits until the controller has written a status with conditions on the check.
+async fn wait_for_decision(env: &TestEnv, kind: &str, name: &str) -> Result<()> {
+    vigil_testenv::wait_for(&format!("{kind} {name} decided"), WAIT, || async {
+        let status = check_status(env, kind, name).await?;
+        Ok(status["conditions"].as_array().is_some_and(|c| !c.is_empty()).then_some(()))
+    })
+    .await
+}
+
+/// Terminating remediation objects count for a MachineHealthCheck in both adapters: m2's
+/// object waits until m1's remediator has let m1's object go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finishing_remediator_holds_a_machine_health_checks_budget_in_both_worlds() -> Result<()> {
+    let remediator = twin(FINISHING).await?;
+    held_until_gone(&remediator, "m1", "m2")
+}
+
+/// The same for a NodeHealthCheck and its Nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finishing_remediator_holds_a_node_health_checks_budget_in_both_worlds() -> Result<()> {
+    let remediator = twin(NODE_FINISHING).await?;
+    held_until_gone(&remediator, "w1", "w2")
+}
+
+/// `second`'s object was made only after `first`'s was let go, live.
+fn held_until_gone(remediator: &Remediator, first: &str, second: &str) -> Result<()> {
+    let gone = remediator.let_go.get(first).copied().context("the first object let go")?;
+    let made = remediator.seen.get(second).copied().context("the second object made")?;
+    ensure!(made >= gone, "{second}'s object seen at {made:.1} s, {first}'s let go only at {gone:.1} s");
+    Ok(())
+}
