@@ -30,7 +30,7 @@ use vigil_testenv::TestEnv;
 const TOLERANCE: f64 = 2.5;
 
 /// The decisions compared: what a target goes through, as both name them.
-const DECISIONS: [&str; 7] = [
+const DECISIONS: [&str; 9] = [
     "MachineMarkedUnhealthy",
     "RemediationRequested",
     "RemediationCreated",
@@ -38,6 +38,8 @@ const DECISIONS: [&str; 7] = [
     "MachineHealthy",
     "DetectedUnhealthy",
     "NodeHealthy",
+    "RemediationTimedOut",
+    "NoTemplateLeft",
 ];
 
 /// One decision about one target, `t` seconds after the timeline began.
@@ -142,6 +144,53 @@ models:
     - {kind: SelfNodeRemediation, recoverAfter: 3s, holdsDeletion: 6s}
 "#;
 
+/// A NodeHealthCheck escalating from a reboot to fencing: the reboot reports `Succeeded=False`
+/// after 2 s, the check gives it up (`nhc-timed-out`, written before the next step is made) and
+/// escalates; fencing brings the Node back after 3 s.
+const ESCALATION: &str = r#"
+name: twin-escalation
+duration: 25s
+objects:
+  - apiVersion: vigil.dev/v1alpha1
+    kind: NodeHealthCheck
+    metadata: {name: workers}
+    spec:
+      selector: {matchLabels: {role: worker}}
+      minHealthy: 2
+      escalatingRemediations:
+        - remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot, namespace: medik8s}
+          order: 0
+          timeout: 60s
+        - remediationTemplate: {apiVersion: fence-agents-remediation.medik8s.io/v1alpha1, kind: FenceAgentsRemediationTemplate, name: ipmi, namespace: medik8s}
+          order: 1
+          timeout: 60s
+      unhealthyConditions:
+        - {type: Ready, status: "False", duration: 2s}
+  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+    kind: SelfNodeRemediationTemplate
+    metadata: {name: reboot, namespace: medik8s}
+    spec: {template: {spec: {remediationStrategy: Automatic}}}
+  - apiVersion: fence-agents-remediation.medik8s.io/v1alpha1
+    kind: FenceAgentsRemediationTemplate
+    metadata: {name: ipmi, namespace: medik8s}
+    spec: {template: {spec: {agent: fence_ipmilan, remediationStrategy: ResourceDeletion}}}
+  - &node
+    apiVersion: v1
+    kind: Node
+    metadata: {name: w1, labels: {role: worker}}
+    status:
+      conditions:
+        - {type: Ready, status: "True", reason: KubeletReady, message: "", lastHeartbeatTime: "2020-01-01T00:00:00Z", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - {<<: *node, metadata: {name: w2, labels: {role: worker}}}
+  - {<<: *node, metadata: {name: w3, labels: {role: worker}}}
+timeline:
+  - {at: 0s, setNodeCondition: {node: w1, type: Ready, status: "False", reason: KubeletNotReady}}
+models:
+  remediators:
+    - {kind: SelfNodeRemediation, succeeded: false, after: 2s}
+    - {kind: FenceAgentsRemediation, recoverAfter: 3s}
+"#;
+
 /// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes) and final
 /// statuses.
 fn simulated(scenario: &Scenario) -> Result<(Vec<Decision>, BTreeMap<String, Value>)> {
@@ -155,15 +204,39 @@ fn simulated(scenario: &Scenario) -> Result<(Vec<Decision>, BTreeMap<String, Val
     Ok((decisions, report.final_statuses))
 }
 
-/// The remediation objects of kind `kind` (in the scenario's remediator model): in every
-/// namespace (`None`) or in one.
-fn remediation_api(env: &TestEnv, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("self-node-remediation.medik8s.io", "v1alpha1", kind);
-    let ar = ApiResource::from_gvk(&gvk);
-    match namespace {
+/// The remediation objects of kind `kind` (a remediator model's; its API group is its template's
+/// in the scenario): in every namespace (`None`) or in one.
+fn remediation_api(
+    env: &TestEnv,
+    scenario: &Scenario,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Result<Api<DynamicObject>> {
+    let template = format!("{kind}Template");
+    let api_version = scenario
+        .objects
+        .iter()
+        .find(|o| o["kind"] == template.as_str())
+        .and_then(|o| o["apiVersion"].as_str())
+        .with_context(|| format!("no {template} in the scenario"))?;
+    let (group, version) = api_version.split_once('/').context("a group/version")?;
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    Ok(match namespace {
         Some(ns) => Api::namespaced_with(env.client(), ns, &ar),
         None => Api::all_with(env.client(), &ar),
-    }
+    })
+}
+
+/// The Node an object remediates: its `remediation.medik8s.io/node-name` annotation (a
+/// NodeHealthCheck's), else its name (a MachineHealthCheck's is its Machine's, whose Node here
+/// has the same name).
+fn node_of(o: &DynamicObject) -> String {
+    o.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("remediation.medik8s.io/node-name").cloned())
+        .or_else(|| o.metadata.name.clone())
+        .unwrap_or_default()
 }
 
 /// Writes every object of the scenario, each status through its subresource, and the Secret
@@ -228,40 +301,64 @@ impl Remediator {
     /// passed, the finalizer off once `hold` has passed since the delete.
     async fn look(&mut self, env: &TestEnv, scenario: &Scenario, start: Instant) -> Result<()> {
         for model in &scenario.models.remediators {
-            let RemediatorOutcome::Recovers(recover) = model.outcome else {
-                bail!("only recovering models are played")
+            let after = match model.outcome {
+                RemediatorOutcome::Recovers(d) | RemediatorOutcome::Fails(d) => Duration::try_from(d)?,
             };
-            let recover = Duration::try_from(recover)?;
             let hold = model.holds_deletion.map(Duration::try_from).transpose()?;
-            for o in remediation_api(env, &model.kind, None).list(&Default::default()).await?.items {
-                let name = o.metadata.name.clone().unwrap_or_default();
-                let api = remediation_api(env, &model.kind, o.metadata.namespace.as_deref());
+            for o in remediation_api(env, scenario, &model.kind, None)?.list(&Default::default()).await?.items {
+                let object = o.metadata.name.clone().unwrap_or_default();
+                let name = format!("{}/{object}", model.kind);
+                let api = remediation_api(env, scenario, &model.kind, o.metadata.namespace.as_deref())?;
                 let params = PatchParams::default();
                 if !self.seen.contains_key(&name) {
                     self.seen.insert(name.clone(), start.elapsed().as_secs_f64());
                     if hold.is_some() && o.metadata.deletion_timestamp.is_none() {
                         let patch = json!({"metadata": {"finalizers": ["simulator.vigil.dev/remediator"]}});
-                        api.patch(&name, &params, &Patch::Merge(&patch)).await?;
+                        gone_is_fine(api.patch(&object, &params, &Patch::Merge(&patch)).await)?;
                     }
                 }
                 let first = self.seen[&name];
-                if !self.acted.contains(&name) && start.elapsed().as_secs_f64() - first >= recover.as_secs_f64() {
+                if !self.acted.contains(&name) && start.elapsed().as_secs_f64() - first >= after.as_secs_f64() {
                     self.acted.push(name.clone());
-                    // The object is named after its Machine, whose Node has its name (or after
-                    // its Node).
-                    set_condition(env, &name, "Ready", "True", "KubeletReady").await?;
+                    act(env, &api, &o, model.outcome).await?;
                 }
                 if o.metadata.deletion_timestamp.is_some() && !self.let_go.contains_key(&name) {
                     let since = *self.deleting.entry(name.clone()).or_insert_with(Instant::now);
                     if hold.is_none_or(|h| since.elapsed() >= h) {
                         let patch = json!({"metadata": {"finalizers": null}});
-                        api.patch(&name, &params, &Patch::Merge(&patch)).await?;
+                        gone_is_fine(api.patch(&object, &params, &Patch::Merge(&patch)).await)?;
                         self.let_go.insert(name.clone(), start.elapsed().as_secs_f64());
                     }
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// What a remediator model does once its time has come, as the simulator's does: the Node
+/// Ready again and the object `Succeeded=True`, or the object `Succeeded=False`.
+async fn act(env: &TestEnv, api: &Api<DynamicObject>, o: &DynamicObject, outcome: RemediatorOutcome) -> Result<()> {
+    let name = o.metadata.name.clone().unwrap_or_default();
+    let now = Timestamp::now().to_string();
+    let succeeded = match outcome {
+        RemediatorOutcome::Recovers(_) => {
+            set_condition(env, &node_of(o), "Ready", "True", "KubeletReady").await?;
+            ("True", "RemediationFinished")
+        }
+        RemediatorOutcome::Fails(_) => ("False", "RemediationFailed"),
+    };
+    let status = json!({"status": {"conditions": [{"type": "Succeeded", "status": succeeded.0, "reason": succeeded.1,
+                                                   "message": "", "lastTransitionTime": now}]}});
+    gone_is_fine(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await)
+}
+
+/// A write to an object that is gone meanwhile (the controller deleted it) is no failure.
+fn gone_is_fine<T>(written: kube::Result<T>) -> Result<()> {
+    match written {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -354,6 +451,7 @@ async fn twin(text: &str) -> Result<Remediator> {
     let scenario = Scenario::parse(text)?;
     let (simulated, final_statuses) = simulated(&scenario)?;
     let env = env().await?;
+    env.install_standin_crds().await?;
     load(&env, &scenario).await?;
     let controller = Controller::start(&env);
     // The controller's first decision of every check (everything healthy) before the timeline.
@@ -417,10 +515,23 @@ async fn a_finishing_remediator_holds_a_node_health_checks_budget_in_both_worlds
     held_until_gone(&remediator, "w1", "w2")
 }
 
+/// A NodeHealthCheck escalates in both worlds: the failed reboot is given up and fencing made
+/// only after, then the Node recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_past_a_failing_step_is_the_same_in_both_worlds() -> Result<()> {
+    let remediator = twin(ESCALATION).await?;
+    let reboot = remediator.seen.get("SelfNodeRemediation/w1").copied().context("the reboot made")?;
+    let fence = remediator.seen.get("FenceAgentsRemediation/w1").copied().context("the fencing made")?;
+    ensure!(fence > reboot + 1.5, "fencing at {fence:.1} s, only after the reboot (made at {reboot:.1} s) failed");
+    Ok(())
+}
+
 /// `second`'s object was made only after `first`'s was let go, live.
 fn held_until_gone(remediator: &Remediator, first: &str, second: &str) -> Result<()> {
-    let gone = remediator.let_go.get(first).copied().context("the first object let go")?;
-    let made = remediator.seen.get(second).copied().context("the second object made")?;
+    let first = format!("SelfNodeRemediation/{first}");
+    let second = format!("SelfNodeRemediation/{second}");
+    let gone = remediator.let_go.get(&first).copied().context("the first object let go")?;
+    let made = remediator.seen.get(&second).copied().context("the second object made")?;
     ensure!(made >= gone, "{second}'s object seen at {made:.1} s, {first}'s let go only at {gone:.1} s");
     Ok(())
 }
