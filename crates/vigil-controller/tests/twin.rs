@@ -191,6 +191,47 @@ models:
     - {kind: FenceAgentsRemediation, recoverAfter: 3s}
 "#;
 
+/// A Node whose medik8s node Lease the maintenance operator holds is not remediated, in either
+/// world, until the Lease is gone (deleted at 8 s); then it is.
+const HELD_BY_MAINTENANCE: &str = r#"
+name: twin-held-by-maintenance
+start: "{START}"
+duration: 20s
+objects:
+  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+    kind: SelfNodeRemediationTemplate
+    metadata: {name: reboot, namespace: medik8s}
+    spec: {template: {spec: {remediationStrategy: Automatic}}}
+  - apiVersion: vigil.dev/v1alpha1
+    kind: NodeHealthCheck
+    metadata: {name: workers}
+    spec:
+      selector: {matchLabels: {role: worker}}
+      minHealthy: 2
+      unhealthyConditions:
+        - {type: Ready, status: "False", duration: 2s}
+      remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot, namespace: medik8s}
+  - apiVersion: coordination.k8s.io/v1
+    kind: Lease
+    metadata: {name: node-w1, namespace: medik8s-leases}
+    spec: {holderIdentity: node-maintenance, leaseDurationSeconds: 3600, acquireTime: "{SINCE}", renewTime: "{SINCE}"}
+  - &node
+    apiVersion: v1
+    kind: Node
+    metadata: {name: w1, labels: {role: worker}}
+    status:
+      conditions:
+        - {type: Ready, status: "True", reason: KubeletReady, message: "", lastHeartbeatTime: "2020-01-01T00:00:00Z", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - {<<: *node, metadata: {name: w2, labels: {role: worker}}}
+  - {<<: *node, metadata: {name: w3, labels: {role: worker}}}
+timeline:
+  - {at: 0s, setNodeCondition: {node: w1, type: Ready, status: "False", reason: KubeletNotReady}}
+  - {at: 8s, delete: {apiVersion: coordination.k8s.io/v1, kind: Lease, namespace: medik8s-leases, name: node-w1}}
+models:
+  remediators:
+    - {kind: SelfNodeRemediation, recoverAfter: 3s}
+"#;
+
 /// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes) and final
 /// statuses.
 fn simulated(scenario: &Scenario) -> Result<(Vec<Decision>, BTreeMap<String, Value>)> {
@@ -376,6 +417,9 @@ async fn replay(env: &TestEnv, scenario: &Scenario, start: Instant) -> Result<Re
                 Change::SetNodeCondition(c) => {
                     set_condition(env, &c.node, &c.type_, &c.status, c.reason.as_deref().unwrap_or("")).await?
                 }
+                Change::Delete(id) => {
+                    env.delete(&id.api_version, &id.kind, id.namespace.as_deref(), &id.name).await?;
+                }
                 other => bail!("the twin test does not replay {other:?} yet"),
             }
         }
@@ -448,7 +492,13 @@ fn differences(simulated: &[Decision], live: &[Decision]) -> Vec<String> {
 
 /// Runs `text` both ways and compares; returns the live run's remediator record.
 async fn twin(text: &str) -> Result<Remediator> {
-    let scenario = Scenario::parse(text)?;
+    // Both worlds start now: `{START}` is this instant, `{SINCE}` ten seconds before it (for
+    // objects whose times must be recent in both, such as a held Lease's renewal).
+    let now = Timestamp::now();
+    let micro = |t: Timestamp| format!("{}", t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ"));
+    let since = now.checked_sub(jiff::SignedDuration::from_secs(10))?;
+    let text = text.replace("{START}", &now.to_string()).replace("{SINCE}", &micro(since));
+    let scenario = Scenario::parse(&text)?;
     let (simulated, final_statuses) = simulated(&scenario)?;
     let env = env().await?;
     env.install_standin_crds().await?;
@@ -523,6 +573,15 @@ async fn an_escalation_past_a_failing_step_is_the_same_in_both_worlds() -> Resul
     let reboot = remediator.seen.get("SelfNodeRemediation/w1").copied().context("the reboot made")?;
     let fence = remediator.seen.get("FenceAgentsRemediation/w1").copied().context("the fencing made")?;
     ensure!(fence > reboot + 1.5, "fencing at {fence:.1} s, only after the reboot (made at {reboot:.1} s) failed");
+    Ok(())
+}
+
+/// A node Lease held by maintenance holds the Node's remediation in both worlds until it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_lease_held_by_maintenance_holds_the_remediation_in_both_worlds() -> Result<()> {
+    let remediator = twin(HELD_BY_MAINTENANCE).await?;
+    let made = remediator.seen.get("SelfNodeRemediation/w1").copied().context("w1's object made")?;
+    ensure!(made >= 7.5, "w1's object made at {made:.1} s, while the maintenance Lease (deleted at 8 s) held it");
     Ok(())
 }
 
