@@ -12,7 +12,7 @@
 mod support;
 use support::*;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use jiff::Timestamp;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -232,6 +232,62 @@ models:
     - {kind: SelfNodeRemediation, recoverAfter: 3s}
 "#;
 
+/// The cluster upgrade pause: while the ClusterVersion is `Progressing=True` no new
+/// remediation starts, in either world; the upgrade ends at 8 s and w1 is remediated.
+const UPGRADE: &str = r#"
+name: twin-upgrade
+start: "{START}"
+duration: 20s
+objects:
+  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+    kind: SelfNodeRemediationTemplate
+    metadata: {name: reboot, namespace: medik8s}
+    spec: {template: {spec: {remediationStrategy: Automatic}}}
+  - apiVersion: vigil.dev/v1alpha1
+    kind: NodeHealthCheck
+    metadata: {name: workers}
+    spec:
+      selector: {matchLabels: {role: worker}}
+      minHealthy: 2
+      unhealthyConditions:
+        - {type: Ready, status: "False", duration: 2s}
+      remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot, namespace: medik8s}
+  - &version
+    apiVersion: config.openshift.io/v1
+    kind: ClusterVersion
+    metadata: {name: version}
+    spec: {clusterID: 5b2d2c11-0000-4000-8000-000000000001}
+    status:
+      desired: {version: 4.19.1, image: "quay.io/openshift-release-dev/ocp-release:4.19.1"}
+      observedGeneration: 1
+      versionHash: h
+      availableUpdates: []
+      conditions: [{type: Progressing, status: "True", lastTransitionTime: "{SINCE}", message: "Working towards 4.19.1"}]
+  - &node
+    apiVersion: v1
+    kind: Node
+    metadata: {name: w1, labels: {role: worker}}
+    status:
+      conditions:
+        - {type: Ready, status: "True", reason: KubeletReady, message: "", lastHeartbeatTime: "2020-01-01T00:00:00Z", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - {<<: *node, metadata: {name: w2, labels: {role: worker}}}
+  - {<<: *node, metadata: {name: w3, labels: {role: worker}}}
+timeline:
+  - {at: 0s, setNodeCondition: {node: w1, type: Ready, status: "False", reason: KubeletNotReady}}
+  - at: 8s
+    apply:
+      <<: *version
+      status:
+        desired: {version: 4.19.1, image: "quay.io/openshift-release-dev/ocp-release:4.19.1"}
+        observedGeneration: 1
+        versionHash: h
+        availableUpdates: []
+        conditions: [{type: Progressing, status: "False", lastTransitionTime: "{SINCE}", message: "Cluster version is 4.19.1"}]
+models:
+  remediators:
+    - {kind: SelfNodeRemediation, recoverAfter: 3s}
+"#;
+
 /// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes) and final
 /// statuses.
 fn simulated(scenario: &Scenario) -> Result<(Vec<Decision>, BTreeMap<String, Value>)> {
@@ -280,22 +336,29 @@ fn node_of(o: &DynamicObject) -> String {
         .unwrap_or_default()
 }
 
-/// Writes every object of the scenario, each status through its subresource, and the Secret
-/// that makes cluster `prod` self-hosted (a scenario's cluster without workload Nodes is).
+/// Writes every object of the scenario, and the Secret that makes cluster `prod` self-hosted (a
+/// scenario's cluster without workload Nodes is).
 async fn load(env: &TestEnv, scenario: &Scenario) -> Result<()> {
     self_hosted(env).await?;
     for object in &scenario.objects {
-        let mut spec = object.clone();
-        let status = spec.as_object_mut().and_then(|o| o.remove("status"));
-        env.apply(spec).await?;
-        if let Some(status) = status {
-            let mut with_status = json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
-                "metadata": {"name": object["metadata"]["name"]}, "status": status});
-            if let Some(ns) = object["metadata"]["namespace"].as_str() {
-                with_status["metadata"]["namespace"] = json!(ns);
-            }
-            env.apply_status(with_status).await?;
+        apply_object(env, object).await?;
+    }
+    Ok(())
+}
+
+/// Writes one object as the simulator takes it whole: its status through the status
+/// subresource.
+async fn apply_object(env: &TestEnv, object: &Value) -> Result<()> {
+    let mut spec = object.clone();
+    let status = spec.as_object_mut().and_then(|o| o.remove("status"));
+    env.apply(spec).await?;
+    if let Some(status) = status {
+        let mut with_status = json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
+            "metadata": {"name": object["metadata"]["name"]}, "status": status});
+        if let Some(ns) = object["metadata"]["namespace"].as_str() {
+            with_status["metadata"]["namespace"] = json!(ns);
         }
+        env.apply_status(with_status).await?;
     }
     Ok(())
 }
@@ -417,10 +480,10 @@ async fn replay(env: &TestEnv, scenario: &Scenario, start: Instant) -> Result<Re
                 Change::SetNodeCondition(c) => {
                     set_condition(env, &c.node, &c.type_, &c.status, c.reason.as_deref().unwrap_or("")).await?
                 }
+                Change::Apply(object) => apply_object(env, object).await?,
                 Change::Delete(id) => {
                     env.delete(&id.api_version, &id.kind, id.namespace.as_deref(), &id.name).await?;
                 }
-                other => bail!("the twin test does not replay {other:?} yet"),
             }
         }
         remediator.look(env, scenario, start).await?;
@@ -502,6 +565,7 @@ async fn twin(text: &str) -> Result<Remediator> {
     let (simulated, final_statuses) = simulated(&scenario)?;
     let env = env().await?;
     env.install_standin_crds().await?;
+    env.install_openshift_crds().await?;
     load(&env, &scenario).await?;
     let controller = Controller::start(&env);
     // The controller's first decision of every check (everything healthy) before the timeline.
@@ -582,6 +646,15 @@ async fn a_node_lease_held_by_maintenance_holds_the_remediation_in_both_worlds()
     let remediator = twin(HELD_BY_MAINTENANCE).await?;
     let made = remediator.seen.get("SelfNodeRemediation/w1").copied().context("w1's object made")?;
     ensure!(made >= 7.5, "w1's object made at {made:.1} s, while the maintenance Lease (deleted at 8 s) held it");
+    Ok(())
+}
+
+/// The upgrade pause holds a new remediation in both worlds until the upgrade ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_pause_holds_a_remediation_in_both_worlds() -> Result<()> {
+    let remediator = twin(UPGRADE).await?;
+    let made = remediator.seen.get("SelfNodeRemediation/w1").copied().context("w1's object made")?;
+    ensure!(made >= 7.5, "w1's object made at {made:.1} s, while the cluster upgraded (until 8 s)");
     Ok(())
 }
 
