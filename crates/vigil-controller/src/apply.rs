@@ -54,18 +54,35 @@ fn check_reference(key: &CheckRef, uid: Option<&str>) -> ObjectReference {
 }
 
 impl Context {
-    /// Puts the API server's answer to one of our writes into the index at once, so the
+    /// Puts the API server's answer to one of `writer`'s writes into the index at once, so the
     /// check's next decision sees it even before the watch delivers it (and does not write it
-    /// again). The checks the change concerns are not woken: the decision that wrote it is
-    /// the one that knows of it.
+    /// again), and wakes the other checks the change concerns: the watch, finding the index
+    /// already at that version, wakes nobody, and a check waiting for `writer` to let a target
+    /// go would wait on. `writer` itself is not woken: the decision that wrote it knows of it.
     fn remember(
         &self,
+        writer: &CheckRef,
         written: &DynamicObject,
         put: impl FnOnce(&mut crate::index::Index, &Value) -> std::collections::BTreeSet<CheckRef>,
     ) {
         if let Ok(value) = serde_json::to_value(written) {
-            put(&mut self.write_index(), &value);
+            let concerned = put(&mut self.write_index(), &value);
+            self.wake_others(writer, concerned);
         }
+    }
+
+    /// Takes a remediation object the API server says is gone out of the index, and wakes the
+    /// other checks it concerns (see [`Self::remember`]).
+    fn forget_object(&self, writer: &CheckRef, object: &ObjectRef) {
+        let gk = group_kind(&object.api_version, &object.kind);
+        let key = (object.namespace.clone(), object.name.clone());
+        let concerned = self.write_index().put_object(&gk, false, None, Some(key));
+        self.wake_others(writer, concerned);
+    }
+
+    /// Marks the checks of `concerned` but `writer` to be decided again.
+    fn wake_others(&self, writer: &CheckRef, concerned: std::collections::BTreeSet<CheckRef>) {
+        self.scheduler.mark(concerned.into_iter().filter(|c| c != writer));
     }
 
     /// Applies a decided plan's writes and publishes its events. The actions go first (the
@@ -200,7 +217,8 @@ impl Context {
                         false => None,
                     };
                     let what = || format!("{action:?}").chars().take(200).collect::<String>();
-                    let result = bounded(this.right(&job_key), what, this.act(&action, cached, remediating)).await;
+                    let result =
+                        bounded(this.right(&job_key), what, this.act(&job_key, &action, cached, remediating)).await;
                     (action, result)
                 }
             })
@@ -371,6 +389,7 @@ impl Context {
     /// an object was created or deleted.
     async fn act(
         &self,
+        writer: &CheckRef,
         action: &Action,
         cached: Option<crate::index::MachineEntry>,
         remediating: bool,
@@ -380,7 +399,7 @@ impl Context {
                 let basis = cached.as_ref().map(|e| (&e.basis, e.resource_version.as_deref()));
                 let write = ConditionsWrite { machine, version: *version, conditions, basis, remediating };
                 if let Some(written) = self.writer.set_machine_conditions(write).await? {
-                    self.remember(&written, |idx, v| idx.put_machine(Some(v), None));
+                    self.remember(writer, &written, |idx, v| idx.put_machine(Some(v), None));
                 }
                 Ok(None)
             }
@@ -389,7 +408,7 @@ impl Context {
                 if let Some(lease) = lease {
                     self.write_lease(lease).await?;
                 }
-                self.create_remediation(object).await
+                self.create_remediation(writer, object).await
             }
             Action::WriteLease(lease) => self.write_lease(lease).await.map(|()| None),
             Action::DeleteLease { lease, uid, resource_version, .. } => {
@@ -398,9 +417,9 @@ impl Context {
                 }
                 Ok(None)
             }
-            Action::DeleteRemediation { object, seen, .. } => self.delete_remediation(object, seen).await,
+            Action::DeleteRemediation { object, seen, .. } => self.delete_remediation(writer, object, seen).await,
             Action::AnnotateRemediation { object, key, value, seen, .. } => {
-                self.annotate_remediation(object, key, value, seen).await.map(|()| None)
+                self.annotate_remediation(writer, object, (key, value), seen).await.map(|()| None)
             }
         }
     }
@@ -415,10 +434,10 @@ impl Context {
 
     /// Creates a remediation object and puts it into the index; `Ok(None)` when it exists
     /// already.
-    async fn create_remediation(&self, object: &Value) -> Result<Option<ObjectRef>, WriteError> {
+    async fn create_remediation(&self, writer: &CheckRef, object: &Value) -> Result<Option<ObjectRef>, WriteError> {
         let Some((created, answer)) = self.writer.create_remediation(object).await? else { return Ok(None) };
         let gk = group_kind(&created.api_version, &created.kind);
-        self.remember(&answer, |idx, v| idx.put_object(&gk, false, Some(v), None));
+        self.remember(writer, &answer, |idx, v| idx.put_object(&gk, false, Some(v), None));
         Ok(Some(created))
     }
 
@@ -428,20 +447,24 @@ impl Context {
     /// Node unhealthy, in every budget) until the watch says it is gone. A delete refused
     /// because the object changed (or another took its name) reads it again, and the check is
     /// decided again.
-    async fn delete_remediation(&self, object: &ObjectRef, seen: &Seen) -> Result<Option<ObjectRef>, WriteError> {
+    async fn delete_remediation(
+        &self,
+        writer: &CheckRef,
+        object: &ObjectRef,
+        seen: &Seen,
+    ) -> Result<Option<ObjectRef>, WriteError> {
         let gk = group_kind(&object.api_version, &object.kind);
         match self.writer.delete_remediation(object, seen).await {
             Ok(Some(Deleted::Finalizing(terminating))) => {
-                self.remember(&terminating, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                self.remember(writer, &terminating, |idx, v| idx.put_object(&gk, false, Some(v), None));
                 Ok(Some(object.clone()))
             }
             Ok(Some(Deleted::Gone)) => {
-                let key = (object.namespace.clone(), object.name.clone());
-                self.write_index().put_object(&gk, false, None, Some(key));
+                self.forget_object(writer, object);
                 Ok(Some(object.clone()))
             }
             Ok(None) => Ok(None),
-            Err(e) => Err(self.refresh_if_conflict(object, e).await),
+            Err(e) => Err(self.refresh_if_conflict(writer, object, e).await),
         }
     }
 
@@ -450,36 +473,33 @@ impl Context {
     /// the check decided again).
     async fn annotate_remediation(
         &self,
+        writer: &CheckRef,
         object: &ObjectRef,
-        key: &str,
-        value: &str,
+        (key, value): (&str, &str),
         seen: &Seen,
     ) -> Result<(), WriteError> {
         match self.writer.annotate_remediation(object, (key, value), seen).await {
             Ok(Some(annotated)) => {
                 let gk = group_kind(&object.api_version, &object.kind);
-                self.remember(&annotated, |idx, v| idx.put_object(&gk, false, Some(v), None));
+                self.remember(writer, &annotated, |idx, v| idx.put_object(&gk, false, Some(v), None));
                 Ok(())
             }
             Ok(None) => Ok(()),
-            Err(e) => Err(self.refresh_if_conflict(object, e).await),
+            Err(e) => Err(self.refresh_if_conflict(writer, object, e).await),
         }
     }
 
     /// Reads a remediation object again into the index when a write about it was refused
     /// because it changed (`e` a conflict), so the next decision is made on what is there now;
     /// `e` back.
-    async fn refresh_if_conflict(&self, object: &ObjectRef, e: WriteError) -> WriteError {
+    async fn refresh_if_conflict(&self, writer: &CheckRef, object: &ObjectRef, e: WriteError) -> WriteError {
         if !e.is_conflict() {
             return e;
         }
         let gk = group_kind(&object.api_version, &object.kind);
         match self.writer.read_object(object).await {
-            Some(Some(fresh)) => self.remember(&fresh, |idx, v| idx.put_object(&gk, false, Some(v), None)),
-            Some(None) => {
-                let key = (object.namespace.clone(), object.name.clone());
-                self.write_index().put_object(&gk, false, None, Some(key));
-            }
+            Some(Some(fresh)) => self.remember(writer, &fresh, |idx, v| idx.put_object(&gk, false, Some(v), None)),
+            Some(None) => self.forget_object(writer, object),
             None => {}
         }
         e

@@ -172,13 +172,21 @@ impl Context {
     /// Caches what `key` now remediates, for the others' decisions, and has the other
     /// NodeHealthChecks deciding on a Node it newly holds decide again: one that decided while
     /// this check was writing saw the Node's Lease (taken first) but not yet this claim, and
-    /// said it waits for the Lease rather than for this check.
+    /// said it waits for the Lease rather than for this check. When it let a target go, the
+    /// checks waiting for another check decide again too.
     fn cache_claims(&self, key: &CheckRef) {
-        let newly_held: Vec<String> = {
+        let (newly_held, waiting): (Vec<String>, Vec<CheckRef>) = {
             let mut idx = self.write_index();
             let claims = claims::claims_of(&idx, key);
             let before: std::collections::BTreeSet<&vigil_engine::target::Target> =
                 idx.claims.get(key).into_iter().flatten().map(|c| &c.target).collect();
+            // A target let go: the checks waiting for another check decide again (one that
+            // decided while this check was writing saw the claim it is letting go).
+            let released = before.iter().any(|t| !claims.iter().any(|c| &c.target == *t));
+            let waiting = match released {
+                true => idx.waiting_checks().filter(|c| c != key).collect(),
+                false => Vec::new(),
+            };
             let new = claims
                 .iter()
                 .filter(|c| !before.contains(&c.target))
@@ -196,8 +204,9 @@ impl Context {
             } else {
                 idx.claims.insert(key.clone(), claims);
             }
-            new
+            (new, waiting)
         };
+        self.scheduler.mark(waiting);
         if !newly_held.is_empty() {
             let deciding = self.read_index().nhcs_deciding_on(&newly_held, key);
             self.scheduler.mark(deciding);

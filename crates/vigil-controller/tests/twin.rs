@@ -288,6 +288,71 @@ models:
     - {kind: SelfNodeRemediation, recoverAfter: 3s}
 "#;
 
+/// A MachineHealthCheck and a NodeHealthCheck on the same Node m1: the NodeHealthCheck (2 s)
+/// starts first; the MachineHealthCheck (4 s) finds the Machine unhealthy and waits; the reboot
+/// reports `Succeeded=False` at 5 s, the NodeHealthCheck has no template left and lets go, and
+/// the MachineHealthCheck makes its own object.
+const OVERLAP: &str = r#"
+name: twin-overlap
+duration: 20s
+objects:
+  - apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Cluster
+    metadata: {name: prod, namespace: default}
+    spec: {paused: false}
+    status:
+      initialization: {infrastructureProvisioned: true, controlPlaneInitialized: true}
+      conditions:
+        - {type: InfrastructureReady, status: "True", reason: Ready, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
+        - {type: ControlPlaneInitialized, status: "True", reason: Initialized, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+    kind: SelfNodeRemediationTemplate
+    metadata: {name: reboot, namespace: default}
+    spec: {template: {spec: {remediationStrategy: Automatic}}}
+  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+    kind: SelfNodeRemediationTemplate
+    metadata: {name: reboot, namespace: medik8s}
+    spec: {template: {spec: {remediationStrategy: Automatic}}}
+  - apiVersion: vigil.dev/v1alpha1
+    kind: MachineHealthCheck
+    metadata: {name: workers, namespace: default}
+    spec:
+      clusterName: prod
+      selector: {matchLabels: {pool: workers}}
+      unhealthyConditions:
+        - {type: Ready, status: "False", timeout: 4s}
+      remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot}
+  - apiVersion: vigil.dev/v1alpha1
+    kind: NodeHealthCheck
+    metadata: {name: nodes}
+    spec:
+      selector: {matchLabels: {role: worker}}
+      minHealthy: 1
+      unhealthyConditions:
+        - {type: Ready, status: "False", duration: 2s}
+      remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot, namespace: medik8s}
+  - &machine
+    apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Machine
+    metadata: {name: m1, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}
+    spec: {clusterName: prod, bootstrap: {dataSecretName: m1}, infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DockerMachine, name: m1}}
+    status: {nodeRef: {name: m1}}
+  - {<<: *machine, metadata: {name: m2, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m2}}}
+  - &node
+    apiVersion: v1
+    kind: Node
+    metadata: {name: m1, labels: {role: worker}}
+    status:
+      conditions:
+        - {type: Ready, status: "True", reason: KubeletReady, message: "", lastHeartbeatTime: "2020-01-01T00:00:00Z", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - {<<: *node, metadata: {name: m2, labels: {role: worker}}}
+timeline:
+  - {at: 0s, setNodeCondition: {node: m1, type: Ready, status: "False", reason: KubeletNotReady}}
+models:
+  remediators:
+    - {kind: SelfNodeRemediation, succeeded: false, after: 3s}
+"#;
+
 /// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes) and final
 /// statuses.
 fn simulated(scenario: &Scenario) -> Result<(Vec<Decision>, BTreeMap<String, Value>)> {
@@ -389,8 +454,8 @@ async fn set_condition(env: &TestEnv, node: &str, type_: &str, status: &str, rea
 /// What this test's remediator (the scenario's model, played live) knows of each object.
 #[derive(Default)]
 struct Remediator {
-    /// When each object was first seen (its finalizer then put on), by name, seconds after the
-    /// start.
+    /// When each object was first seen (its finalizer then put on), by `kind/namespace/name`,
+    /// seconds after the start.
     seen: BTreeMap<String, f64>,
     /// Objects whose Node was brought back.
     acted: Vec<String>,
@@ -411,7 +476,7 @@ impl Remediator {
             let hold = model.holds_deletion.map(Duration::try_from).transpose()?;
             for o in remediation_api(env, scenario, &model.kind, None)?.list(&Default::default()).await?.items {
                 let object = o.metadata.name.clone().unwrap_or_default();
-                let name = format!("{}/{object}", model.kind);
+                let name = format!("{}/{}/{object}", model.kind, o.metadata.namespace.as_deref().unwrap_or(""));
                 let api = remediation_api(env, scenario, &model.kind, o.metadata.namespace.as_deref())?;
                 let params = PatchParams::default();
                 if !self.seen.contains_key(&name) {
@@ -619,14 +684,14 @@ async fn wait_for_decision(env: &TestEnv, kind: &str, name: &str) -> Result<()> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finishing_remediator_holds_a_machine_health_checks_budget_in_both_worlds() -> Result<()> {
     let remediator = twin(FINISHING).await?;
-    held_until_gone(&remediator, "m1", "m2")
+    held_until_gone(&remediator, "default/m1", "default/m2")
 }
 
 /// The same for a NodeHealthCheck and its Nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finishing_remediator_holds_a_node_health_checks_budget_in_both_worlds() -> Result<()> {
     let remediator = twin(NODE_FINISHING).await?;
-    held_until_gone(&remediator, "w1", "w2")
+    held_until_gone(&remediator, "medik8s/w1", "medik8s/w2")
 }
 
 /// A NodeHealthCheck escalates in both worlds: the failed reboot is given up and fencing made
@@ -634,8 +699,8 @@ async fn a_finishing_remediator_holds_a_node_health_checks_budget_in_both_worlds
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escalation_past_a_failing_step_is_the_same_in_both_worlds() -> Result<()> {
     let remediator = twin(ESCALATION).await?;
-    let reboot = remediator.seen.get("SelfNodeRemediation/w1").copied().context("the reboot made")?;
-    let fence = remediator.seen.get("FenceAgentsRemediation/w1").copied().context("the fencing made")?;
+    let reboot = remediator.seen.get("SelfNodeRemediation/medik8s/w1").copied().context("the reboot made")?;
+    let fence = remediator.seen.get("FenceAgentsRemediation/medik8s/w1").copied().context("the fencing made")?;
     ensure!(fence > reboot + 1.5, "fencing at {fence:.1} s, only after the reboot (made at {reboot:.1} s) failed");
     Ok(())
 }
@@ -644,8 +709,22 @@ async fn an_escalation_past_a_failing_step_is_the_same_in_both_worlds() -> Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_lease_held_by_maintenance_holds_the_remediation_in_both_worlds() -> Result<()> {
     let remediator = twin(HELD_BY_MAINTENANCE).await?;
-    let made = remediator.seen.get("SelfNodeRemediation/w1").copied().context("w1's object made")?;
+    let made = remediator.seen.get("SelfNodeRemediation/medik8s/w1").copied().context("w1's object made")?;
     ensure!(made >= 7.5, "w1's object made at {made:.1} s, while the maintenance Lease (deleted at 8 s) held it");
+    Ok(())
+}
+
+/// Overlapping checks hand a target over the same way in both worlds: the MachineHealthCheck's
+/// object comes only after the NodeHealthCheck gave its reboot up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_checks_hand_a_target_over_alike_in_both_worlds() -> Result<()> {
+    let remediator = twin(OVERLAP).await?;
+    let nhc = remediator.seen.get("SelfNodeRemediation/medik8s/m1").copied().context("the NodeHealthCheck's reboot")?;
+    let mhc = remediator.seen.get("SelfNodeRemediation/default/m1").copied().context("the MachineHealthCheck's")?;
+    ensure!(
+        mhc > nhc + 2.5,
+        "the MachineHealthCheck's object at {mhc:.1} s, the reboot (made at {nhc:.1} s) failed at +3 s"
+    );
     Ok(())
 }
 
@@ -653,12 +732,12 @@ async fn a_node_lease_held_by_maintenance_holds_the_remediation_in_both_worlds()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_upgrade_pause_holds_a_remediation_in_both_worlds() -> Result<()> {
     let remediator = twin(UPGRADE).await?;
-    let made = remediator.seen.get("SelfNodeRemediation/w1").copied().context("w1's object made")?;
+    let made = remediator.seen.get("SelfNodeRemediation/medik8s/w1").copied().context("w1's object made")?;
     ensure!(made >= 7.5, "w1's object made at {made:.1} s, while the cluster upgraded (until 8 s)");
     Ok(())
 }
 
-/// `second`'s object was made only after `first`'s was let go, live.
+/// `second`'s object was made only after `first`'s was let go, live (`namespace/name`).
 fn held_until_gone(remediator: &Remediator, first: &str, second: &str) -> Result<()> {
     let first = format!("SelfNodeRemediation/{first}");
     let second = format!("SelfNodeRemediation/{second}");
