@@ -1,11 +1,15 @@
 //! The cluster upgrade pause (the NodeHealthCheck article): while the cluster is being upgraded
 //! or downgraded, Nodes reboot one after another for their new configuration and look unhealthy
 //! on the way, so no new remediation starts until the upgrade is over. The signals are the
-//! NodeHealthCheck operator's, read only where their kinds are served:
+//! NodeHealthCheck operator's, read, as it reads them, only on OpenShift (where `ClusterVersion`
+//! is served):
 //! - any OpenShift `ClusterVersion` with `Progressing=True`;
 //! - any Node to be remediated whose `machineconfiguration.openshift.io/currentConfig` and
 //!   `desiredConfig` differ (a desired config set and not reached yet: how a hosted control
 //!   plane's upgrade shows).
+//!
+//! Elsewhere a Node's machine-config annotations are nobody's upgrade (a Node moved from an
+//! OpenShift cluster may keep them): read there, they would postpone every remediation for good.
 //!
 //! Where the `ClusterVersion`s cannot be read (the watch has not listed, or failed), the operator
 //! goes on as if not upgrading; Vigil postpones instead and says why (docs/DECISIONS.md).
@@ -35,6 +39,9 @@ pub fn cluster_upgrade<'n>(
     versions: Observed<'_, &[&ClusterVersionView]>,
     to_remediate: impl IntoIterator<Item = &'n NodeView>,
 ) -> Option<Postponement> {
+    if let Observed::NotServed = versions {
+        return None;
+    }
     if let Observed::Known(list) = versions
         && let Some(cv) = list.iter().find(|cv| cv.is_progressing())
     {
@@ -117,13 +124,17 @@ mod tests {
         let none: &[&ClusterVersionView] = &[];
         // (ClusterVersions, Nodes) -> reason
         type Row<'a> = (Observed<'a, &'a [&'a ClusterVersionView]>, Vec<&'a NodeView>, Option<Reason>);
-        let table: [Row<'_>; 9] = [
+        let table: [Row<'_>; 12] = [
             (Observed::NotServed, vec![&steady], None),
             (Observed::Known(none), vec![&steady], None),
             (Observed::Known(&[&idle]), vec![&steady], None),
             (Observed::Known(&[&idle, &busy]), vec![&steady], Some(Reason::ClusterUpgrading)),
-            (Observed::NotServed, vec![&steady, &moving], Some(Reason::ClusterUpgrading)),
-            (Observed::NotServed, vec![&fresh], Some(Reason::ClusterUpgrading)),
+            (Observed::Known(&[&idle]), vec![&steady, &moving], Some(Reason::ClusterUpgrading)),
+            (Observed::Known(none), vec![&fresh], Some(Reason::ClusterUpgrading)),
+            (Observed::Known(&[&idle]), vec![&unset], None),
+            // Not OpenShift: a Node's machine-config annotations are nobody's upgrade.
+            (Observed::NotServed, vec![&steady, &moving], None),
+            (Observed::NotServed, vec![&fresh], None),
             (Observed::NotServed, vec![&unset], None),
             (Observed::Unknown("not listed yet"), vec![&steady], Some(Reason::UpgradeStateUnknown)),
             (Observed::Unknown("not listed yet"), vec![&moving], Some(Reason::ClusterUpgrading)),

@@ -534,11 +534,23 @@ fn nothing_new_is_remediated_while_the_cluster_upgrades() {
 
 #[test]
 fn a_node_moving_to_a_new_machine_config_postpones_every_remediation() {
-    let mut w = world(spec(json!({})), five_workers(&["w1", "w2"]));
-    w.edit_node("w2", |n| {
-        n["metadata"]["annotations"]["machineconfiguration.openshift.io/currentConfig"] = json!("rendered-worker-a");
-        n["metadata"]["annotations"]["machineconfiguration.openshift.io/desiredConfig"] = json!("rendered-worker-b");
-    });
+    let moving = |served: bool| {
+        let mut w = world(spec(json!({})), five_workers(&["w1", "w2"]));
+        // On OpenShift ClusterVersion is served (here: none listed, so none progressing).
+        w.versions = served.then(Vec::new);
+        w.edit_node("w2", |n| {
+            n["metadata"]["annotations"]["machineconfiguration.openshift.io/currentConfig"] =
+                json!("rendered-worker-a");
+            n["metadata"]["annotations"]["machineconfiguration.openshift.io/desiredConfig"] =
+                json!("rendered-worker-b");
+        });
+        w
+    };
+    // Not OpenShift: the annotations are nobody's upgrade; both failed Nodes are remediated.
+    let plan = moving(false).step(at(301));
+    assert_eq!(created(&plan).len(), 2, "{:?}", created(&plan));
+    assert!(get_condition(&plan.status.conditions, "RemediationPostponed").is_none());
+    let mut w = moving(true);
     let plan = w.step(at(301));
     assert_eq!(created(&plan), vec![]);
     let c = get_condition(&plan.status.conditions, "RemediationPostponed").expect("condition");
