@@ -108,14 +108,11 @@ impl Context {
         }
         // The plan's own notices (less the requests that failed) come before what the writes told;
         // a step given up is told about its object.
-        let given_up = self.given_up(&job);
-        let notices: Vec<(Notice, Option<ObjectRef>)> = std::mem::take(&mut job.plan.notices)
+        let plan_notices = std::mem::take(&mut job.plan.notices);
+        let notices: Vec<(Notice, Option<ObjectRef>)> = plan_notices
             .into_iter()
             .map(|n| {
-                let about = (n.kind == NoticeKind::RemediationTimedOut)
-                    .then(|| given_up.iter().find(|(node, _)| n.target.as_ref() == Some(node)))
-                    .flatten()
-                    .map(|(_, o)| o.clone());
+                let about = job.plan.given_up_object(&n).cloned();
                 (n, about)
             })
             .chain(notices)
@@ -178,18 +175,6 @@ impl Context {
             (a, Err(WriteError::Unconfirmed(what)))
         }));
         results
-    }
-
-    /// The objects the plan annotates as given up, with their Nodes.
-    fn given_up(&self, job: &crate::gather::Job) -> Vec<(Target, ObjectRef)> {
-        job.plan
-            .actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::AnnotateRemediation { object, target, .. } => Some((target.clone(), object.clone())),
-                _ => None,
-            })
-            .collect()
     }
 
     /// Sends `actions` of the plan, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.

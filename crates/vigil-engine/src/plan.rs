@@ -442,6 +442,22 @@ pub struct Plan<S> {
     pub remediating: usize,
 }
 
+impl<S> Plan<S> {
+    /// The object a notice is about: for a [`NoticeKind::RemediationTimedOut`], the object of its
+    /// target this plan gives up (annotates); every adapter tells it with the notice.
+    pub fn given_up_object(&self, notice: &Notice) -> Option<&ObjectRef> {
+        if notice.kind != NoticeKind::RemediationTimedOut {
+            return None;
+        }
+        self.actions.iter().find_map(|a| match a {
+            Action::AnnotateRemediation { object, target, .. } if notice.target.as_ref() == Some(target) => {
+                Some(object)
+            }
+            _ => None,
+        })
+    }
+}
+
 /// The smallest step of time: a verdict due at `deadline` changes at `deadline + 1ns`.
 pub(crate) const ONE_NS: SignedDuration = SignedDuration::from_nanos(1);
 

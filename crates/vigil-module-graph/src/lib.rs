@@ -308,6 +308,30 @@ pub fn longer_than(src: &Path, limit: usize, allowed: impl Fn(&Function) -> bool
         .collect())
 }
 
+/// Every way the crate under `src` breaks the house rules every crate keeps, for one test per
+/// crate: fewer than `min_modules` modules found (the reader missed the crate), an import cycle,
+/// one with each folder counted as one module, a function over 80 lines, a type name declared
+/// twice. Empty when it keeps them all.
+pub fn house_rules(src: &Path, min_modules: usize) -> io::Result<Vec<String>> {
+    let edges = graph(src)?;
+    let mut broken = Vec::new();
+    if edges.len() < min_modules {
+        broken.push(format!("found only {} modules: {:?}", edges.len(), edges.keys().collect::<Vec<_>>()));
+    }
+    let cycles = |g: &Graph| all_cycles(g).into_iter().map(|c| c.join(" -> ")).collect::<Vec<_>>();
+    broken.extend(cycles(&edges).into_iter().map(|c| format!("import cycle: {c}")));
+    broken.extend(cycles(&folders(&edges)).into_iter().map(|c| format!("import cycle between folders: {c}")));
+    broken.extend(
+        longer_than(src, 80, |_| false)?.into_iter().map(|f| format!("over 80 lines, split it into named phases: {f}")),
+    );
+    broken.extend(
+        repeated_type_names(src)?
+            .into_iter()
+            .map(|t| format!("type name declared twice, name each for what it holds: {t}")),
+    );
+    Ok(broken)
+}
+
 /// The type names (structs, enums, traits, unions and free type aliases; not associated types
 /// nor anything under `#[cfg(test)]`) declared more than once under `src`, each with where:
 /// one name per meaning, so a reader never has to ask which `Context` a line means.
@@ -510,5 +534,25 @@ mod tests {
         for (line, want) in cases {
             assert_eq!(declared_type(line).as_deref(), want, "{line}");
         }
+    }
+
+    #[test]
+    fn the_house_rules_name_each_break() {
+        let dir = std::env::temp_dir().join(format!("house-rules-{}", std::process::id()));
+        let src = dir.join("src");
+        std::fs::create_dir_all(&src).expect("dir");
+        std::fs::write(src.join("lib.rs"), "mod a;\nmod b;\n").expect("lib");
+        std::fs::write(src.join("a.rs"), "use crate::b::B;\npub struct A;\n").expect("a");
+        std::fs::write(src.join("b.rs"), "use crate::a::A;\npub struct A;\npub struct B;\n").expect("b");
+        let broken = house_rules(&src, 5).expect("read");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(broken.len(), 4, "{broken:#?}");
+        assert!(broken[0].starts_with("found only 2 modules"), "{broken:#?}");
+        assert_eq!(broken[1], "import cycle: a -> b -> a");
+        assert_eq!(broken[2], "import cycle between folders: a -> b -> a");
+        assert!(
+            broken[3].starts_with("type name declared twice") && broken[3].contains("A: a.rs:2, b.rs:2"),
+            "{broken:#?}"
+        );
     }
 }

@@ -964,19 +964,8 @@ impl Sim<'_> {
             self.store.set_status(&key, status);
         }
         // A step given up is told about its object, as the controller's Event is.
-        let given_up: Vec<(&Target, &ObjectRef)> = plan
-            .actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::AnnotateRemediation { object, target, .. } => Some((target, object)),
-                _ => None,
-            })
-            .collect();
         for notice in &plan.notices {
-            let about = (notice.kind == NoticeKind::RemediationTimedOut)
-                .then(|| given_up.iter().find(|(t, _)| notice.target.as_ref() == Some(*t)).map(|(_, o)| *o))
-                .flatten();
-            self.notice_about(id, notice, about);
+            self.notice_about(id, notice, plan.given_up_object(notice));
         }
         for held in &plan.held_elsewhere {
             self.notice(&held.holder, &held.notice());
