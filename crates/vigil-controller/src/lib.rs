@@ -10,6 +10,7 @@ pub mod claims;
 pub mod clock;
 pub mod confirm;
 pub mod context;
+pub mod events;
 pub mod fenced;
 pub mod gather;
 pub mod http;

@@ -7,6 +7,7 @@
 //! gone, the error), and the caller ([`crate::apply`], [`crate::medik8s`]) puts that answer into
 //! the index. Each write is bounded by what is left of the right to write ([`crate::fenced`]).
 
+use crate::events::{EventSeriesBook, Reporting};
 use crate::leader::{Leadership, ShardRights};
 use crate::metrics::Metrics;
 use crate::writes::{FIELD_MANAGER, VERDICT_WRITES_IN_FLIGHT, WRITE_TIMEOUT, WriteError, api_error, at_version};
@@ -17,7 +18,7 @@ use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PostParams, Preconditions};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::events::Event;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,8 +42,8 @@ const CONFLICT_RETRIES: usize = 5;
 pub struct Writer {
     /// Client of the cluster Vigil runs in, for writes (and the reads a refused write makes).
     client: Client,
-    /// Event publisher.
-    recorder: Recorder,
+    /// Event publisher (a report whose note changed is a new Event).
+    events_sent: EventSeriesBook,
     /// The event lane: at most [`EVENT_LANE`] events are sent at once, so a wave's events queue
     /// behind each other instead of competing with its remediations at the API server.
     events: tokio::sync::Semaphore,
@@ -110,9 +111,9 @@ impl Writer {
         shards: Option<Arc<ShardRights>>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let reporter = Reporter { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
+        let reporting = Reporting { controller: "vigil".into(), instance: std::env::var("POD_NAME").ok() };
         Writer {
-            recorder: Recorder::new(client.clone(), reporter),
+            events_sent: EventSeriesBook::new(client.clone(), reporting),
             events: tokio::sync::Semaphore::new(EVENT_LANE),
             client,
             resources: tokio::sync::Mutex::new(HashMap::new()),
@@ -184,7 +185,7 @@ impl Writer {
         if !may_send() {
             return;
         }
-        match self.recorder.publish(event, reference).await {
+        match self.events_sent.publish(event, reference, Timestamp::now()).await {
             Ok(()) => self.metrics.writes("event"),
             Err(e) => debug!(error = %e, "event not published"),
         }

@@ -37,7 +37,7 @@ fn the_controller_folders_import_downwards_only() {
 const FLOORS: [(&str, &[&str]); 6] = [
     ("bottom", &["wire", "writes", "fenced", "clock", "sources", "metrics", "upstream_nhc", "around"]),
     ("state", &["scheduler", "leader", "index::checks", "index", "claims"]),
-    ("write", &["writer"]),
+    ("write", &["events", "writer"]),
     ("context", &["context", "http"]),
     ("feeds", &["watch", "surroundings", "workload"]),
     ("decide and write", &["gather", "confirm", "medik8s", "apply"]),
@@ -75,11 +75,11 @@ fn the_bottom_imports_nothing_of_the_controller_but_the_bottom() {
 }
 
 /// The writer answers and keeps nothing of the cluster: it reaches the write vocabulary, the
-/// metrics and the rights to write, never the index nor anything that decides.
+/// Event series, the metrics and the rights to write, never the index nor anything that decides.
 #[test]
 fn the_writer_reaches_only_what_a_write_needs() {
     let edges = graph();
-    let needs = ["writes", "fenced", "metrics", "leader"];
+    let needs = ["writes", "fenced", "events", "metrics", "leader"];
     let reached: Vec<&String> =
         edges.get("writer").into_iter().flatten().filter(|m| !needs.contains(&m.as_str())).collect();
     assert!(reached.is_empty(), "writer imports {reached:?}: its callers put its answers into the index");
