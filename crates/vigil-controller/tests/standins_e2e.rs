@@ -389,19 +389,50 @@ async fn a_node_under_maintenance_is_never_remediated_and_is_once_released() -> 
     Ok(())
 }
 
-fn cluster_version(progressing: &str) -> Value {
+fn cluster_version(progressing: &str, version: &str) -> Value {
     let at = secs_ago(0);
     json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
-        "status": {"desired": {"version": "4.19.1", "image": "quay.io/openshift-release-dev/ocp-release:4.19.1"},
+        "status": {"desired": {"version": version, "image": format!("quay.io/openshift-release-dev/ocp-release:{version}")},
                    "observedGeneration": 1, "versionHash": "h", "availableUpdates": [],
                    "conditions": [{"type": "Progressing", "status": progressing, "lastTransitionTime": at,
-                                   "message": "Working towards 4.19.1"}]}})
+                                   "message": format!("Working towards {version}")}]}})
+}
+
+/// Sets w1's machine-config annotations (the operator's signal of a Node being upgraded).
+async fn machine_configs(env: &TestEnv, current: &str, desired: &str) -> Result<()> {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.client());
+    let patch = json!({"metadata": {"annotations": {
+        "machineconfiguration.openshift.io/currentConfig": current,
+        "machineconfiguration.openshift.io/desiredConfig": desired}}});
+    nodes.patch("w1", &Default::default(), &kube::api::Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// The postponement Events of the check, as (name, note): each its own Event.
+async fn postponement_events(env: &TestEnv) -> Result<Vec<(String, String)>> {
+    Ok(events(env)
+        .await?
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("RemediationSkipped"))
+        .filter_map(|e| Some((e.metadata.name?, e.note?)))
+        .filter(|(_, note)| note.starts_with("Postponing potential remediations"))
+        .collect())
+}
+
+/// Waits for a postponement Event whose note starts with `cause`; its name.
+async fn wait_postponement(env: &TestEnv, cause: &str) -> Result<String> {
+    wait_for(&format!("a postponement Event saying {cause:?}"), WAIT, || async {
+        Ok(postponement_events(env).await?.into_iter().find(|(_, n)| n.starts_with(cause)).map(|(name, _)| name))
+    })
+    .await
 }
 
 /// OpenShift's own ClusterVersion CRD: while `Progressing=True`, nothing new is remediated and the
-/// status and an Event say why; once `Progressing=False`, the Node is remediated.
+/// status and an Event say why; when the cause changes (a second upgrade, then a Node's machine
+/// config), a new Event names the new cause; once nothing postpones, the Node is remediated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_new_is_remediated_while_the_cluster_upgrades() -> Result<()> {
+    const UPGRADING: &str = "Postponing potential remediations because of ongoing cluster upgrade: ";
     let env = standin_env().await?;
     workers(&env, 3).await?;
     env.apply(snr_template("reboot", MEDIK8S, false)).await?;
@@ -410,7 +441,7 @@ async fn nothing_new_is_remediated_while_the_cluster_upgrades() -> Result<()> {
                      "spec": {"clusterID": "5b2d2c11-0000-4000-8000-000000000001"}}),
     )
     .await?;
-    env.apply_status(cluster_version("True")).await?;
+    env.apply_status(cluster_version("True", "4.19.1")).await?;
     nhc(&env, "workers", json!({"minHealthy": 2, "remediationTemplate": reboot_ref("reboot")})).await?;
     let controller = Controller::start(&env);
     set_ready(&env, "w1", "False", &secs_ago(60)).await?;
@@ -424,22 +455,42 @@ async fn nothing_new_is_remediated_while_the_cluster_upgrades() -> Result<()> {
         .unwrap_or_default()
         .to_string();
     assert!(
-        message.starts_with("Postponing potential remediations because of ongoing cluster upgrade: ClusterVersion version is Progressing=True to 4.19.1"),
+        message.starts_with(&format!("{UPGRADING}ClusterVersion version is Progressing=True to 4.19.1")),
         "{message}"
     );
     stays("w1 remediated during the upgrade", Duration::from_secs(4), || async {
         Ok(!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty())
     })
     .await?;
-    let told = events(&env).await?.into_iter().any(|e| {
-        e.reason.as_deref() == Some("RemediationSkipped")
-            && e.note
-                .as_deref()
-                .is_some_and(|n| n.contains("Postponing potential remediations because of ongoing cluster upgrade"))
-    });
-    assert!(told, "a RemediationSkipped event says the remediation is postponed");
+    let first =
+        wait_postponement(&env, &format!("{UPGRADING}ClusterVersion version is Progressing=True to 4.19.1")).await?;
+
+    // The cause changes twice: another version, then a Node's machine config.
+    env.apply_status(cluster_version("True", "4.19.2")).await?;
+    let second =
+        wait_postponement(&env, &format!("{UPGRADING}ClusterVersion version is Progressing=True to 4.19.2")).await?;
+    machine_configs(&env, "rendered-worker-a", "rendered-worker-b").await?;
+    env.apply_status(cluster_version("False", "4.19.2")).await?;
+    let third = wait_postponement(
+        &env,
+        &format!("{UPGRADING}Node w1 moves from machine config rendered-worker-a to rendered-worker-b"),
+    )
+    .await?;
+    let names: std::collections::BTreeSet<_> = [&first, &second, &third].into_iter().collect();
+    assert_eq!(names.len(), 3, "each cause its own Event: {:?}", postponement_events(&env).await?);
+    stays("w1 remediated while its machine config moves", Duration::from_secs(3), || async {
+        Ok(!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty())
+    })
+    .await?;
+    // The first Event still says what it said: no later report rewrote it.
+    let notes = postponement_events(&env).await?;
+    assert!(
+        notes.iter().any(|(n, note)| *n == first && note.contains("to 4.19.1")),
+        "the first Event keeps its cause: {notes:?}"
+    );
+
     // The upgrade is over: w1 is remediated.
-    env.apply_status(cluster_version("False")).await?;
+    machine_configs(&env, "rendered-worker-b", "rendered-worker-b").await?;
     wait_for("w1 remediated after the upgrade", WAIT, || async {
         Ok((!for_node(&list_snr(&env, MEDIK8S).await?, "w1").is_empty()).then_some(()))
     })

@@ -443,6 +443,19 @@ pub struct Plan<S> {
 }
 
 impl<S> Plan<S> {
+    /// The plan that decides nothing: `status` as it stands, nothing written, told or woken for.
+    pub fn unchanged(status: S) -> Self {
+        Plan {
+            status,
+            actions: Vec::new(),
+            notices: Vec::new(),
+            next_wake: None,
+            held_elsewhere: Vec::new(),
+            short_circuited: false,
+            remediating: 0,
+        }
+    }
+
     /// The object a notice is about: for a [`NoticeKind::RemediationTimedOut`], the object of its
     /// target this plan gives up (annotates); every adapter tells it with the notice.
     pub fn given_up_object(&self, notice: &Notice) -> Option<&ObjectRef> {

@@ -29,8 +29,19 @@ pub struct Postponement {
     pub reason: Reason,
     /// The signal that said so, for a person.
     pub message: String,
+    /// How many leading bytes of `message` name the cause (which ClusterVersion and version, or
+    /// which Node and configs): a new cause is news, while the rest (the ClusterVersion's own
+    /// progress message) moves all through an upgrade and is not.
+    pub cause_len: usize,
     /// Since when the signal says so, when it tells.
     pub since: Option<Timestamp>,
+}
+
+impl Postponement {
+    /// The part of the message that names the cause.
+    pub fn cause(&self) -> &str {
+        self.message.get(..self.cause_len).unwrap_or(&self.message)
+    }
 }
 
 /// Whether the cluster is being upgraded, from its `ClusterVersion`s and the Nodes about to be
@@ -51,12 +62,14 @@ pub fn cluster_upgrade<'n>(
             .and_then(|c| c.message.as_deref())
             .filter(|m| !m.is_empty())
             .map_or_else(String::new, |m| format!(": {}", m.chars().take(200).collect::<String>()));
+        let cause = format!(
+            "Postponing potential remediations because of ongoing cluster upgrade: ClusterVersion {} is Progressing=True{target}",
+            cv.meta.name
+        );
         return Some(Postponement {
             reason: Reason::ClusterUpgrading,
-            message: format!(
-                "Postponing potential remediations because of ongoing cluster upgrade: ClusterVersion {} is Progressing=True{target}{said}",
-                cv.meta.name
-            ),
+            cause_len: cause.len(),
+            message: cause + &said,
             since: progressing.and_then(|c| c.last_transition_time),
         });
     }
@@ -66,24 +79,28 @@ pub fn cluster_upgrade<'n>(
             && node.annotation(CURRENT_MACHINE_CONFIG_ANNOTATION) != Some(desired)
         {
             let current = node.annotation(CURRENT_MACHINE_CONFIG_ANNOTATION).unwrap_or("none");
+            let message = format!(
+                "Postponing potential remediations because of ongoing cluster upgrade: Node {} moves from machine config {current} to {desired}",
+                node.name
+            );
             return Some(Postponement {
                 reason: Reason::ClusterUpgrading,
-                message: format!(
-                    "Postponing potential remediations because of ongoing cluster upgrade: Node {} moves from machine config {current} to {desired}",
-                    node.name
-                ),
+                cause_len: message.len(),
+                message,
                 since: None,
             });
         }
     }
     match versions {
-        Observed::Unknown(why) => Some(Postponement {
-            reason: Reason::UpgradeStateUnknown,
-            message: format!(
-                "Postponing potential remediations: whether the cluster is being upgraded cannot be read ({why}); Vigil waits rather than remediate on top of an upgrade"
-            ),
-            since: None,
-        }),
+        Observed::Unknown(why) => {
+            let cause = "Postponing potential remediations: whether the cluster is being upgraded cannot be read";
+            Some(Postponement {
+                reason: Reason::UpgradeStateUnknown,
+                cause_len: cause.len(),
+                message: format!("{cause} ({why}); Vigil waits rather than remediate on top of an upgrade"),
+                since: None,
+            })
+        }
         _ => None,
     }
 }

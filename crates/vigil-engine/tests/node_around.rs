@@ -532,6 +532,47 @@ fn nothing_new_is_remediated_while_the_cluster_upgrades() {
     assert!(notices(&plan).contains(&(NoticeKind::RemediationResumed, String::new(), "NotPostponed".into())));
 }
 
+/// A ClusterVersion progressing towards `version`, saying `message`.
+fn upgrading_to(version: &str, message: &str) -> ClusterVersionView {
+    ClusterVersionView::read(&json!({
+        "metadata": {"name": "version"},
+        "status": {"desired": {"version": version}, "conditions": [
+            {"type": "Progressing", "status": "True", "lastTransitionTime": at(10).to_string(), "message": message}]}
+    }))
+    .expect("named")
+}
+
+#[test]
+fn a_new_cause_of_postponement_is_told_and_the_upgrades_progress_is_not() {
+    let mut w = world(spec(json!({})), five_workers(&["w1"]));
+    let told = |plan: &vigil_engine::Plan<vigil_api::NodeHealthCheckStatus>| {
+        plan.notices
+            .iter()
+            .filter(|n| n.kind == NoticeKind::RemediationPostponed)
+            .map(|n| n.message.clone())
+            .collect::<Vec<_>>()
+    };
+    w.versions = Some(vec![upgrading_to("4.19.1", "Working towards 4.19.1: 12 of 903 done")]);
+    let first = told(&w.step(at(301)));
+    assert_eq!(first.len(), 1, "{first:?}");
+    // Only the progress moves: the same cause, not told again (an upgrade is not an Event a minute).
+    w.versions = Some(vec![upgrading_to("4.19.1", "Working towards 4.19.1: 412 of 903 done")]);
+    assert_eq!(told(&w.step(at(310))), Vec::<String>::new());
+    // Another version without the upgrade ever ending: a new cause, told.
+    w.versions = Some(vec![upgrading_to("4.19.2", "Working towards 4.19.2")]);
+    let second = told(&w.step(at(320)));
+    assert!(second.len() == 1 && second[0].contains("Progressing=True to 4.19.2"), "{second:?}");
+    // The ClusterVersion is done but w1 still moves to its new machine config: told.
+    w.versions = Some(Vec::new());
+    w.edit_node("w1", |n| {
+        n["metadata"]["annotations"]["machineconfiguration.openshift.io/currentConfig"] = json!("rendered-worker-a");
+        n["metadata"]["annotations"]["machineconfiguration.openshift.io/desiredConfig"] = json!("rendered-worker-b");
+    });
+    let third = told(&w.step(at(330)));
+    assert!(third.len() == 1 && third[0].contains("Node w1 moves from machine config"), "{third:?}");
+    assert_eq!(created(&w.step(at(340))), vec![], "still postponed");
+}
+
 #[test]
 fn a_node_moving_to_a_new_machine_config_postpones_every_remediation() {
     let moving = |served: bool| {

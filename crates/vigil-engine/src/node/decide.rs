@@ -61,8 +61,9 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let to_remediate =
         subjects.iter().filter(|s| matches!(s.verdict, Some(Finding::Unhealthy(_)))).filter_map(|s| s.node);
     let upgrade = crate::upgrade::cluster_upgrade(input.around.cluster_versions, to_remediate);
-    let postponed =
-        upgrade.as_ref().map(|p| DesiredCondition::true_(REMEDIATION_POSTPONED, p.reason.clone(), &p.message));
+    let postponed = upgrade
+        .as_ref()
+        .map(|p| (DesiredCondition::true_(REMEDIATION_POSTPONED, p.reason.clone(), &p.message), p.cause().to_string()));
     let gates = Gates::new(input, check_name, upgrade, now);
     out.tell_all(allowance_notice(prev, &allowed_condition));
     let cx = Context { policy, now };

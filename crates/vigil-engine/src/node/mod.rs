@@ -47,4 +47,4 @@ pub use decide::{decide, decide_among};
 pub use input::{Around, NhcInput, needs_node};
 pub use judge::unhealthy_because;
 pub use remediate::request::several_per_node_name;
-pub use status::refuse;
+pub use status::{refuse, wait};

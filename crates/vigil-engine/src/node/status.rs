@@ -44,8 +44,9 @@ pub(super) struct Outcome<'a> {
     pub(super) disabled_condition: DesiredCondition,
     /// `WaitingForOtherCheck`, when it is to be set.
     pub(super) waiting: Option<DesiredCondition>,
-    /// `RemediationPostponed=True` while the whole cluster waits (an upgrade).
-    pub(super) postponed: Option<DesiredCondition>,
+    /// `RemediationPostponed=True` while the whole cluster waits (an upgrade), with the part of
+    /// its message that names the cause.
+    pub(super) postponed: Option<(DesiredCondition, String)>,
     /// The back-off's new history and backed-off pools.
     pub(super) backoff: (Vec<RemediationRecord>, Vec<BackedOffPool>),
     /// With remediation per condition: each listed Node's chosen remediation.
@@ -120,19 +121,22 @@ fn conditions(
 }
 
 /// `RemediationPostponed`: `True` (with the signal) while the whole cluster waits, `False` once
-/// it waited and no longer does (absent before the first wait); told when it turns or its reason
-/// changes.
+/// it waited and no longer does (absent before the first wait); told when it turns, or its reason
+/// or cause changes (an upgrade to another version, a Node's machine config instead of the
+/// ClusterVersion), not when only the ClusterVersion's progress message moves.
 fn postponement(
     conditions: &mut Vec<Condition>,
-    postponed: &Option<DesiredCondition>,
+    postponed: &Option<(DesiredCondition, String)>,
     now: Timestamp,
     generation: Option<i64>,
 ) -> Option<Notice> {
-    let before = get_condition(conditions, REMEDIATION_POSTPONED).map(|c| (c.status.clone(), c.reason.clone()));
-    let was = before.as_ref().is_some_and(|(s, _)| s == "True");
+    let before = get_condition(conditions, REMEDIATION_POSTPONED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    let was = before.as_ref().is_some_and(|(s, _, _)| s == "True");
     let (desired, notice) = match postponed {
-        Some(p) => {
-            let news = before.as_ref().is_none_or(|(s, r)| s != "True" || *r != p.reason);
+        Some((p, cause)) => {
+            let news =
+                before.as_ref().is_none_or(|(s, r, m)| s != "True" || *r != p.reason || !m.starts_with(cause.as_str()));
             let notice = news.then(|| Notice {
                 kind: NoticeKind::RemediationPostponed,
                 target: None,
@@ -233,7 +237,29 @@ pub(super) fn build_status(
     status
 }
 
-/// The plan when no decision can be made at all (the spec is invalid, the caches are not synced):
+/// The plan while the sources a decision reads cannot be trusted (a watch failed): nothing is
+/// decided and nothing written but `RemediationAllowed=False` with `reason` and why, and a
+/// `NoDecision` notice when that is new. The phase, `Disabled` and the counts stay as the last
+/// decision left them: being unable to read is not a change of the check (an alert on
+/// `Disabled` must not fire because Vigil restarted or lost a watch).
+pub fn wait(check: &NodeHealthCheck, reason: Reason, message: &str, now: Timestamp) -> Plan<NodeHealthCheckStatus> {
+    let prev = check.status.clone().unwrap_or_default();
+    let mut status = prev.clone();
+    let waiting = DesiredCondition::false_(REMEDIATION_ALLOWED, reason.clone(), message);
+    let is_new = get_condition(&prev.conditions, REMEDIATION_ALLOWED)
+        .is_none_or(|c| c.status != ConditionStatus::False || c.reason != reason || c.message != message);
+    set_condition(&mut status.conditions, &waiting, now, check.metadata.generation);
+    if status != prev {
+        status.last_update_time = Some(Time(now));
+    }
+    let notices = is_new
+        .then(|| Notice { kind: NoticeKind::NoDecision, target: None, reason, message: message.to_string() })
+        .into_iter()
+        .collect();
+    Plan { notices, ..Plan::unchanged(status) }
+}
+
+/// The plan when no decision can be made at all (the spec is invalid, the medik8s operator runs):
 /// nothing is written but the status, which says why — phase `Disabled` with `reason`, condition
 /// `Disabled=True` — and a `NoDecision` notice when that reason is new. Counts are left as last
 /// observed; remediation objects already made are left alone.
@@ -260,13 +286,5 @@ pub fn refuse(check: &NodeHealthCheck, reason: Reason, message: &str, now: Times
             message: message.to_string(),
         });
     }
-    Plan {
-        status,
-        actions: Vec::new(),
-        notices,
-        next_wake: None,
-        held_elsewhere: Vec::new(),
-        short_circuited: false,
-        remediating: 0,
-    }
+    Plan { notices, ..Plan::unchanged(status) }
 }
