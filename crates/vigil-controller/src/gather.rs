@@ -9,6 +9,7 @@ use crate::metrics::Gauges;
 use crate::sources::Need;
 use crate::sources::SourceState;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -129,11 +130,56 @@ fn kind_needs(api_version: &str, template_kind: &str, remediation_kind: &str) ->
     ]
 }
 
-fn waiting(state: &SourceState, what: &str) -> Option<String> {
+/// Why a check cannot be decided now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Unsure {
+    /// A source is being listed (at start, a template kind newly watched, a shard just taken):
+    /// nothing is decided and nothing written until the list is in, as the last decision's status
+    /// still stands (a failed list turns into [`Unsure::Failed`]).
+    Listing(String),
+    /// A watch failed and the cache may be stale: said in the check's status and an Event.
+    Failed(String),
+}
+
+impl Unsure {
+    fn why(&self) -> &str {
+        match self {
+            Unsure::Listing(w) | Unsure::Failed(w) => w,
+        }
+    }
+}
+
+fn waiting(state: &SourceState, what: &str) -> Option<Unsure> {
     match state {
         SourceState::Synced => None,
-        SourceState::Syncing => Some(format!("waiting for the first complete list of {what}")),
-        SourceState::Failed(e) => Some(format!("the watch of {what} failed ({e}); the cache may be stale")),
+        SourceState::Syncing => Some(Unsure::Listing(format!("waiting for the first complete list of {what}"))),
+        SourceState::Failed(e) => {
+            Some(Unsure::Failed(format!("the watch of {what} failed ({e}); the cache may be stale")))
+        }
+    }
+}
+
+/// Why a check that cannot be decided for `unsure` (not empty) says so, with every reason; `None`
+/// while its sources are only listing (nothing is decided, nothing written).
+fn failed_sources(unsure: &[Unsure]) -> Option<String> {
+    if unsure.iter().all(|u| matches!(u, Unsure::Listing(_))) {
+        return None;
+    }
+    Some(unsure.iter().map(Unsure::why).collect::<Vec<_>>().join("; "))
+}
+
+/// The job of a check decided on nothing: its status as stored (none written, none told).
+fn unchanged_job<S: serde::Serialize + Clone + Default>(
+    key: &CheckRef,
+    meta: &ObjectMeta,
+    status: Option<&S>,
+    wrap: fn(S) -> CheckStatus,
+) -> Job {
+    let status = status.cloned().unwrap_or_default();
+    Job {
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        ..Job::new(key.clone(), Plan::unchanged(status.clone()), Some(&status), wrap)
     }
 }
 
@@ -207,7 +253,7 @@ struct MhcSources<'i> {
     templates: Vec<Option<&'i TemplateView>>,
     /// Each template's remediation objects, same order.
     remediations: Vec<RemediationIndex<'i>>,
-    unsure: Vec<String>,
+    unsure: Vec<Unsure>,
 }
 
 fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSources<'i> {
@@ -221,8 +267,9 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
         waiting(&idx.sources.mhcs, "MachineHealthChecks"),
         waiting(&idx.sources.machines, "Cluster API Machines"),
         waiting(&idx.sources.clusters, "Cluster API Clusters"),
-        idx.capi_unlisted(&vigil_engine::shard::machine_check_key(namespace, &policy.cluster_name)),
-        idx.rule_unlisted(),
+        idx.capi_unlisted(&vigil_engine::shard::machine_check_key(namespace, &policy.cluster_name))
+            .map(Unsure::Listing),
+        idx.rule_unlisted().map(Unsure::Listing),
     ]
     .into_iter()
     .flatten()
@@ -244,11 +291,11 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
             // A kind the API server does not serve: the template counts as missing, which the
             // engine reports on every unhealthy Machine and in the check's conditions.
             (Some(SourceState::Failed(_)), _) | (_, Some(SourceState::Failed(_))) => {}
-            _ => sources.unsure.push(format!(
+            _ => sources.unsure.push(Unsure::Listing(format!(
                 "waiting for the first complete list of {} and {}",
                 t.kind,
                 t.remediation_kind()
-            )),
+            ))),
         }
         sources.templates.push(template);
         sources.remediations.push(remediations);
@@ -266,7 +313,9 @@ fn workload_nodes<'i>(
     match idx.nodes.get(idx.node_source(workload)) {
         Some(cache) if cache.state == SourceState::Synced => NodeSource::Reachable(&cache.nodes),
         Some(cache) => {
-            *unreachable = waiting(&cache.state, &format!("Nodes of workload cluster {workload}")).unwrap_or_default();
+            *unreachable = waiting(&cache.state, &format!("Nodes of workload cluster {workload}"))
+                .map(|u| u.why().to_string())
+                .unwrap_or_default();
             NodeSource::Unreachable(unreachable)
         }
         None => {
@@ -318,8 +367,11 @@ pub fn machine_job(
     };
     let sources = mhc_sources(idx, namespace, &policy);
     if !sources.unsure.is_empty() {
-        let plan = machine::refuse(check, REASON_WAITING, &sources.unsure.join("; "), now);
-        return Some(Job { needs: sources.needs, ..mhc_job(check, &key, plan) });
+        let job = match failed_sources(&sources.unsure) {
+            Some(why) => mhc_job(check, &key, machine::refuse(check, REASON_WAITING, &why, now)),
+            None => unchanged_job(&key, &check.metadata, check.status.as_ref(), CheckStatus::Machine),
+        };
+        return Some(Job { needs: sources.needs, ..job });
     }
     let workload = format!("{namespace}/{}", policy.cluster_name);
     let mut unreachable = String::new();
@@ -397,14 +449,14 @@ fn patched_machines(idx: &Index, actions: &[Action]) -> HashMap<Target, crate::i
 struct NhcSources<'i> {
     templates: Vec<Option<&'i TemplateView>>,
     remediations: Vec<&'i RemediationView>,
-    unsure: Vec<String>,
+    unsure: Vec<Unsure>,
 }
 
 fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
     let leases = format!("Leases in {}", idx.around.lease_namespace);
-    let mut unsure: Vec<String> = [
+    let mut unsure: Vec<Unsure> = [
         waiting(&idx.sources.nhcs, "NodeHealthChecks"),
-        idx.rule_unlisted(),
+        idx.rule_unlisted().map(Unsure::Listing),
         waiting(&idx.around.leases.state, &leases),
     ]
     .into_iter()
@@ -414,7 +466,7 @@ fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
     unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::upstream_nhc::SOURCE)));
     match idx.nodes.get(LOCAL_CLUSTER) {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
-        None => unsure.push("waiting for the first complete list of Nodes".into()),
+        None => unsure.push(Unsure::Listing("waiting for the first complete list of Nodes".into())),
     }
     let mut sources = NhcSources { templates: Vec::new(), remediations: Vec::new(), unsure };
     let mut seen_kinds = BTreeSet::new();
@@ -442,11 +494,11 @@ fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
                 }
             }
             (Some(SourceState::Failed(_)), _) | (_, Some(SourceState::Failed(_))) => sources.templates.push(None),
-            _ => sources.unsure.push(format!(
+            _ => sources.unsure.push(Unsure::Listing(format!(
                 "waiting for the first complete list of {} and {}",
                 t.kind,
                 t.remediation_kind()
-            )),
+            ))),
         }
     }
     sources
@@ -477,8 +529,11 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     }
     let sources = nhc_sources(idx, &policy);
     if !sources.unsure.is_empty() {
-        let plan = node::refuse(check, REASON_WAITING, &sources.unsure.join("; "), now);
-        return Some(Job { needs, ..nhc_job(check, &key, plan) });
+        let job = match failed_sources(&sources.unsure) {
+            Some(why) => nhc_job(check, &key, node::wait(check, REASON_WAITING, &why, now)),
+            None => unchanged_job(&key, &check.metadata, check.status.as_ref(), CheckStatus::Node),
+        };
+        return Some(Job { needs, ..job });
     }
     // Only the Nodes the decision reads (see `NhcInput::nodes`), sorted by name.
     let named = sources.remediations.iter().map(|r| vigil_engine::target::remediation_node_name(&r.meta));
@@ -608,5 +663,46 @@ mod tests {
         assert_eq!(status_if_changed(Some(&json(&after)), &after), None, "unchanged: nothing to send");
         let first = status_if_changed(None, &after).expect("new");
         assert!(first.get("wouldRemediate").is_none(), "{first}");
+    }
+
+    /// While its sources are being listed (a start), a check is not decided and nothing is
+    /// written or told: the last decision's status stands, phase and `Disabled` included. Once a
+    /// watch failed, it says so with `RemediationAllowed=False/WaitingForCaches` and a
+    /// `NoDecision` notice, and still leaves its phase and `Disabled` as they were.
+    #[test]
+    fn a_check_waits_in_silence_while_listing_and_says_so_when_a_watch_failed() {
+        use vigil_engine::plan::NoticeKind;
+        let check: NodeHealthCheck = serde_json::from_value(json!({
+            "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers", "uid": "u1"},
+            "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1, "remediationTemplate":
+                     {"apiVersion": "x.io/v1", "kind": "RebootTemplate", "name": "t", "namespace": "ns"}},
+            "status": {"phase": "Enabled", "observedNodes": 3, "healthyNodes": 3,
+                       "conditions": [{"type": "Disabled", "status": "False", "reason": "NodeHealthCheckEnabled",
+                                       "message": "", "lastTransitionTime": "2026-11-01T00:00:00Z"}]}}))
+        .expect("check");
+        let mut idx = Index::default();
+        idx.put_nhc(Some(check), None);
+        let now = Timestamp::from_second(1_800_000_000).expect("time");
+        let job = node_job(&idx, "workers", now, None).expect("a job");
+        assert_eq!(job.status_patch(), None, "nothing written while listing");
+        assert!(job.plan.notices.is_empty() && job.plan.actions.is_empty());
+        assert!(!job.needs.is_empty(), "the template's kinds are still asked to be watched");
+
+        idx.sources.nhcs = SourceState::Failed("connection reset".into());
+        let job = node_job(&idx, "workers", now, None).expect("a job");
+        let patch = job.status_patch().expect("said in the status");
+        assert!(patch.get("phase").is_none(), "the phase stays: {patch}");
+        let CheckStatus::Node(status) = &job.plan.status else { panic!("a NodeHealthCheck") };
+        let c = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned().expect(t);
+        assert_eq!((c("Disabled").status.as_str(), status.phase.as_deref()), ("False", Some("Enabled")));
+        let allowed = c("RemediationAllowed");
+        assert_eq!((allowed.status.as_str(), allowed.reason.as_str()), ("False", "WaitingForCaches"));
+        assert!(
+            allowed.message.contains("the watch of NodeHealthChecks failed (connection reset)"),
+            "{}",
+            allowed.message
+        );
+        let kinds: Vec<_> = job.plan.notices.iter().map(|n| (n.kind, n.reason.as_str())).collect();
+        assert_eq!(kinds, vec![(NoticeKind::NoDecision, "WaitingForCaches")]);
     }
 }

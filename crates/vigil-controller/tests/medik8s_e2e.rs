@@ -384,3 +384,79 @@ async fn serving_stops_while_the_operator_runs_and_resumes_after() -> Result<()>
     env.stop().await?;
     Ok(())
 }
+
+/// Every status the medik8s check `name` is written with from now on, as the API server's watch
+/// delivers them (each write is a version of its own).
+fn record_statuses(
+    env: &TestEnv,
+    name: &'static str,
+) -> (tokio::task::JoinHandle<()>, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use futures::StreamExt as _;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(env.client(), &vigil_controller::upstream_nhc::api_resource());
+    let into = seen.clone();
+    let task = tokio::spawn(async move {
+        let Ok(list) = api.list(&Default::default()).await else { return };
+        let version = list.metadata.resource_version.unwrap_or_default();
+        let params = kube::api::WatchParams::default().fields(&format!("metadata.name={name}"));
+        let Ok(stream) = api.watch(&params, &version).await else { return };
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(event)) = stream.next().await {
+            if let kube::api::WatchEvent::Modified(o) | kube::api::WatchEvent::Added(o) = event {
+                let status = o.data.get("status").cloned().unwrap_or(Value::Null);
+                into.lock().expect("lock").push(status);
+            }
+        }
+    });
+    (task, seen)
+}
+
+/// A valid check Vigil serves is never written `Disabled` by a start of Vigil: while the caches
+/// list, nothing is decided and nothing written (the last decision's status stands), so two
+/// starts (a rollout) leave its phase, `Disabled=False` and its events as they were, and the
+/// check is decided as soon as the caches are in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_writes_no_disabled_into_a_valid_check() -> Result<()> {
+    let env = medik8s_env().await?;
+    workers(&env, 3).await?;
+    env.apply(snr_template("reboot", MEDIK8S, false)).await?;
+    medik8s_nhc(&env, "workers", json!({"minHealthy": 1})).await?;
+    // As the operator (or Vigil before) left it: enabled.
+    env.apply_status(json!({"apiVersion": API, "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
+        "status": {"observedNodes": 3, "healthyNodes": 3, "phase": "Enabled", "reason": "",
+            "conditions": [{"type": "Disabled", "status": "False", "reason": "NodeHealthCheckEnabled",
+                            "message": "No issues found, NodeHealthCheck is enabled.", "lastTransitionTime": secs_ago(3600)}]}}))
+    .await?;
+    let (recorder, seen) = record_statuses(&env, "workers");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    for (start, node) in [(1, "w1"), (2, "w2")] {
+        let controller = serving(&env);
+        // Decided once the caches are in: a Node failing now is listed.
+        set_ready(&env, node, "False", &secs_ago(60)).await?;
+        wait_for(&format!("{node} listed after start {start}"), WAIT, || async {
+            let s = medik8s_status(&env, "workers").await?;
+            let listed = s["unhealthyNodes"].as_array().is_some_and(|ns| ns.iter().any(|n| n["name"] == node));
+            Ok(listed.then_some(()))
+        })
+        .await?;
+        controller.stop().await;
+    }
+    recorder.abort();
+
+    let statuses = seen.lock().expect("lock").clone();
+    assert!(statuses.len() >= 2, "the recorder saw Vigil's writes: {statuses:?}");
+    for s in &statuses {
+        assert_ne!(s["phase"], "Disabled", "a start wrote phase Disabled: {s}");
+        let disabled = s["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == "Disabled"));
+        assert!(disabled.is_none_or(|c| c["status"] == "False"), "a start wrote Disabled=True: {s}");
+    }
+    let told = events_of(&env, "workers").await?;
+    assert!(
+        !told.iter().any(|(_, reason, _)| reason == "Disabled" || reason == "Enabled"),
+        "no Disabled or Enabled event for a check that stayed enabled: {told:?}"
+    );
+    env.stop().await?;
+    Ok(())
+}

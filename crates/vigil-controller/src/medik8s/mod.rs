@@ -391,7 +391,12 @@ async fn tell_refusals(ctx: Arc<Context>, wake: Arc<tokio::sync::Notify>) {
         };
         for r in refused {
             let key = CheckRef::Node { name: r.name.clone() };
-            let plan = vigil_engine::node::refuse(&r.check, r.reason, &r.message, ctx.clock.now());
+            // Unable to tell is not a change of the check: its phase and `Disabled` stay.
+            let plan = if r.reason == Reason::WaitingForCaches {
+                vigil_engine::node::wait(&r.check, r.reason, &r.message, ctx.clock.now())
+            } else {
+                vigil_engine::node::refuse(&r.check, r.reason, &r.message, ctx.clock.now())
+            };
             let version = r.check.metadata.resource_version.as_deref();
             let write = patch_status(&ctx, &r.name, &plan.status, &r.stored, false, version);
             match bounded(ctx.right(&key), String::new, write).await {
@@ -517,7 +522,11 @@ pub fn event(notice: &Notice, storm: bool) -> (EventType, &'static str) {
         NoticeKind::RemediationBlocked if storm => (Warning, "StormRecoveryStarted"),
         NoticeKind::RemediationBlocked => (Warning, "RemediationSkipped"),
         NoticeKind::RemediationAllowed if storm => (Normal, "StormRecoveryEnded"),
-        NoticeKind::NoDecision if notice.target.is_none() => (Warning, "Disabled"),
+        // A check refused outright is disabled, as the operator says; one whose sources cannot
+        // be read now is not (Vigil's own `NoDecision`).
+        NoticeKind::NoDecision if notice.target.is_none() && notice.reason != Reason::WaitingForCaches => {
+            (Warning, "Disabled")
+        }
         _ => own(),
     }
 }
@@ -798,6 +807,7 @@ mod tests {
             (notice(NoticeKind::Paused, None, Reason::Paused), false, "RemediationSkipped"),
             (notice(NoticeKind::NoTemplateLeft, Some("w1"), Reason::NoTemplateLeft), false, "NoTemplateLeft"),
             (notice(NoticeKind::NoDecision, None, Reason::InvalidSpec), false, "Disabled"),
+            (notice(NoticeKind::NoDecision, None, Reason::WaitingForCaches), false, "NoDecision"),
             (notice(NoticeKind::NoDecision, Some("w1"), Reason::MissingLastTransitionTime), false, "NoDecision"),
             (
                 notice(NoticeKind::RemediationTimedOut, Some("w1"), Reason::RemediationTimedOut),
