@@ -66,7 +66,7 @@ fn notes(document: &serde_json::Value, check: &mut HealthCheck) -> Vec<String> {
         HealthCheck::Machine(m) => &mut m.metadata,
         HealthCheck::Node(n) => &mut n.metadata,
     };
-    *meta = kube::api::ObjectMeta {
+    *meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
         name: meta.name.take(),
         namespace: meta.namespace.take(),
         labels: meta.labels.take(),

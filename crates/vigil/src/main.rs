@@ -1,13 +1,18 @@
 //! The `vigil` command: `simulate` (the decision engine on a scenario, no cluster needed),
 //! `validate` (the admission rules on manifests), `check` and `snapshot` (the live fleet, read
-//! only), `run` (the controller), `crd` (the CustomResourceDefinitions) and `completions`.
+//! only), `run` (the controller), `crd` (the CustomResourceDefinitions) and `completions`. The
+//! three that talk to a cluster are built with the `cluster` feature (on by default).
 
+#[cfg(feature = "cluster")]
 mod check_cmd;
 mod convert_cmd;
 mod documents;
+#[cfg(feature = "cluster")]
 mod live;
 mod plot;
+#[cfg(feature = "cluster")]
 mod run_cmd;
+#[cfg(feature = "cluster")]
 mod snapshot_cmd;
 mod validate_cmd;
 
@@ -81,6 +86,7 @@ enum Command {
         files: Vec<PathBuf>,
     },
     /// Say what Vigil would do to the live fleet right now, and what next (reads only).
+    #[cfg(feature = "cluster")]
     #[command(after_help = "Example:\n  vigil check --policy new-mhc.yaml workers\n\n\
         Exit code: 0 when nothing is being or would be remediated now; 1 when the cluster cannot be \
         read or a check or candidate policy is invalid (nothing evaluated for it); 2 when at least \
@@ -102,6 +108,7 @@ enum Command {
         checks: Vec<String>,
     },
     /// Write the live fleet as a scenario for `vigil simulate` (reads only; no Secrets).
+    #[cfg(feature = "cluster")]
     #[command(after_help = "Example:\n  vigil snapshot --namespace default > fleet.yaml\n  \
         # add timeline entries (e.g. at 5m, setNodeCondition on the Nodes of zone b), then:\n  \
         vigil simulate fleet.yaml")]
@@ -120,6 +127,7 @@ enum Command {
         output: SnapshotFormat,
     },
     /// Run the controller against a cluster (kubeconfig, KUBECONFIG, ~/.kube/config or in-cluster).
+    #[cfg(feature = "cluster")]
     #[command(
         after_help = "Example:\n  RUST_LOG=info vigil run --kubeconfig ~/.kube/config --metrics-addr 0.0.0.0:8080"
     )]
@@ -172,6 +180,7 @@ enum Shell {
     Fish,
 }
 
+#[cfg(feature = "cluster")]
 #[derive(Clone, Copy, ValueEnum)]
 enum CheckFormat {
     /// One block per check.
@@ -180,6 +189,7 @@ enum CheckFormat {
     Json,
 }
 
+#[cfg(feature = "cluster")]
 #[derive(Clone, Copy, ValueEnum)]
 enum SnapshotFormat {
     /// YAML, with a comment header.
@@ -223,13 +233,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             simulate(file.as_deref(), format, dump, plot, &mut stdout)
         }
         Command::Validate { files } => validate_cmd::run(&files, &mut stdout).map(code),
+        #[cfg(feature = "cluster")]
         Command::Check { kubeconfig, namespace, policies, output: format, checks } => {
             check(kubeconfig.as_deref(), namespace.as_deref(), &policies, format, &checks, &mut stdout)
         }
+        #[cfg(feature = "cluster")]
         Command::Snapshot { kubeconfig, namespace, duration, output } => {
             snapshot(kubeconfig.as_deref(), namespace.as_deref(), &duration, output, &mut stdout)
         }
         Command::Convert { files } => convert_cmd::run(&files, &mut stdout, &mut std::io::stderr().lock()).map(code),
+        #[cfg(feature = "cluster")]
         Command::Run { kubeconfig, workers, metrics_addr, dry_run, serve_medik8s, election, node_leases } => {
             let flags = (dry_run, serve_medik8s);
             run_cmd::run(kubeconfig, usize::from(workers), metrics_addr, flags, election, node_leases).map(code)
@@ -295,6 +308,7 @@ fn simulate(
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(feature = "cluster")]
 /// `vigil check`: reads the live fleet once and writes what Vigil would do now and next; the exit
 /// code says whether anything is being remediated.
 fn check(
@@ -323,6 +337,7 @@ fn check(
     Ok(ExitCode::from(report.exit_code()))
 }
 
+#[cfg(feature = "cluster")]
 /// `vigil snapshot`: reads the live fleet once and writes it as a scenario of `duration`.
 fn snapshot(
     kubeconfig: Option<&Path>,
@@ -354,6 +369,7 @@ fn snapshot(
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(feature = "cluster")]
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")
 }
