@@ -10,6 +10,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "== the simulator alone, as the README's first command builds it (no cluster commands)"
+cargo clippy -p vigil --no-default-features --bins --locked -- -D warnings
+
 echo "== kube-apiserver + etcd for integration tests (built once, cached)"
 # One build up front, rather than by many tests at once; vigil-testenv reads the variable.
 VIGIL_KUBE_BIN_DIR="$(scripts/kube-binaries.sh)"
