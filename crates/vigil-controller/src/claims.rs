@@ -4,7 +4,7 @@
 //! ([`vigil_engine::assemble`]); this module only finds the objects, scoped to the confirmed
 //! targets while confirming (see [`crate::confirm`]).
 
-use crate::index::Index;
+use crate::index::{Index, WorkloadCluster};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use vigil_api::validate::MhcPolicy;
@@ -50,7 +50,7 @@ impl Lookup<RemediationView> for RemediationIndex<'_> {
 /// The cluster key the engine uses for an MHC's Nodes ([`assemble::node_cluster`]): local when
 /// the workload cluster is the cluster Vigil runs in.
 pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
-    let local = idx.self_hosted.contains(&format!("{namespace}/{cluster}"));
+    let local = idx.hosting.is_self_hosted(&WorkloadCluster::new(namespace, cluster));
     assemble::node_cluster(namespace, cluster, local)
 }
 
@@ -178,7 +178,7 @@ fn selected_by(idx: &Index, check: &CheckRef, among: Option<&BTreeSet<Target>>) 
 /// that cluster also references waits for a check that will not start on it (a stall, reported
 /// as held), never a second remediation.
 fn selecting_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
-    if idx.hosting_known.contains(&vigil_engine::shard::machine_check_key(namespace, cluster)) {
+    if idx.hosting.is_known(&WorkloadCluster::new(namespace, cluster)) {
         node_cluster(idx, namespace, cluster)
     } else {
         LOCAL_CLUSTER.to_string()
@@ -506,7 +506,7 @@ mod scoped_claims {
             None,
             Some(("medik8s".into(), "w-2".into())),
         );
-        idx.self_hosted.insert("default/prod".into());
+        idx.hosting.connected(&WorkloadCluster::new("default", "prod"), true);
         for (ns, name, cluster) in [("default", "workers", "prod"), ("other", "elsewhere", "far")] {
             let mhc: MachineHealthCheck = serde_json::from_value(json!({
                 "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
@@ -646,15 +646,15 @@ mod scoped_claims {
         // default/prod, so it cannot know the cluster is self-hosted. The check still meets the
         // NodeHealthChecks on w-2 (and, first in order, is the one to start on it), as the
         // replica that connected finds.
-        idx.self_hosted.clear();
-        assert!(!idx.hosting_known.contains("default/prod"));
+        let prod = WorkloadCluster::new("default", "prod");
+        idx.hosting.forget(&prod);
+        assert!(!idx.hosting.is_known(&prod));
         assert!(selecting_w2(&idx), "unknown hosting counts as self-hosted");
         // Connected and self-hosted: the same.
-        idx.hosting_known.insert("default/prod".into());
-        idx.self_hosted.insert("default/prod".into());
+        idx.hosting.connected(&prod, true);
         assert!(selecting_w2(&idx));
         // Connected and not self-hosted: its Machines' Nodes are another cluster's.
-        idx.self_hosted.clear();
+        idx.hosting.connected(&prod, false);
         assert!(!selecting_w2(&idx), "a remote cluster's Node w-2 is not the local w-2");
     }
 }

@@ -20,7 +20,7 @@
 
 use crate::context::Context;
 use crate::gather::{self, Job};
-use crate::index::machine_cluster;
+use crate::index::{WorkloadCluster, machine_cluster};
 use crate::wire::WireNode;
 use futures::StreamExt as _;
 use kube::api::{Api, DynamicObject};
@@ -45,7 +45,8 @@ pub fn lock_target(idx: &crate::index::Index, target: &Target) -> Target {
     let Target::Machine { namespace, name } = target else { return target.clone() };
     let Some(entry) = idx.machines.get(namespace).and_then(|m| m.get(name)) else { return target.clone() };
     let workload = machine_cluster(&entry.view);
-    let node_cluster = if idx.self_hosted.contains(&workload) { LOCAL_CLUSTER.to_string() } else { workload };
+    let self_hosted = WorkloadCluster::from_key(&workload).is_some_and(|w| idx.hosting.is_self_hosted(&w));
+    let node_cluster = if self_hosted { LOCAL_CLUSTER.to_string() } else { workload };
     Target::of_machine(&node_cluster, &entry.view)
 }
 

@@ -9,6 +9,7 @@
 //! proxy. The Secret is read only while the Cluster it belongs to exists in the check's namespace.
 
 use crate::context::Context;
+use crate::index::WorkloadCluster;
 use crate::sources::SourceState;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -203,7 +204,9 @@ async fn secret_version(client: &Client, namespace: &str, name: &str) -> Option<
 fn mark_unreachable(ctx: &Context, key: &str, why: &str) {
     let dirty = {
         let mut idx = ctx.write_index();
-        idx.shared_nodes.remove(key);
+        if let Some(cluster) = WorkloadCluster::from_key(key) {
+            idx.hosting.stop_sharing(&cluster);
+        }
         let cache = idx.nodes.entry(key.to_string()).or_default();
         let changed = cache.state != SourceState::Failed(why.to_string());
         cache.state = SourceState::Failed(why.to_string());
@@ -232,7 +235,9 @@ fn share_local_nodes(ctx: &Context, key: &str) {
         let cache = idx.nodes.entry(key.to_string()).or_default();
         cache.nodes.clear();
         cache.state = SourceState::Synced;
-        idx.shared_nodes.insert(key.to_string());
+        if let Some(cluster) = WorkloadCluster::from_key(key) {
+            idx.hosting.share_local_nodes(&cluster);
+        }
         idx.all_mhcs()
     };
     ctx.scheduler.mark(dirty);
@@ -286,9 +291,7 @@ async fn let_go(ctx: &Context, namespace: &str, cluster: &str) {
     let dirty = {
         let mut idx = ctx.write_index();
         idx.nodes.remove(&key);
-        idx.shared_nodes.remove(&key);
-        idx.self_hosted.remove(&key);
-        idx.hosting_known.remove(&key);
+        idx.hosting.forget(&WorkloadCluster::new(namespace, cluster));
         idx.all_mhcs()
     };
     ctx.lock_workload_clients().remove(&key);
@@ -385,13 +388,9 @@ async fn watch_nodes(ctx: &Arc<Context>, key: &str, client: Client) -> Option<to
     let shared = same && can_list_nodes(&client).await;
     info!(cluster = %key, self_hosted = same, shared_node_cache = shared, "workload cluster connected");
     {
-        let mut idx = ctx.write_index();
-        if same {
-            idx.self_hosted.insert(key.to_string());
-        } else {
-            idx.self_hosted.remove(key);
+        if let Some(cluster) = WorkloadCluster::from_key(key) {
+            ctx.write_index().hosting.connected(&cluster, same);
         }
-        idx.hosting_known.insert(key.to_string());
     }
     ctx.metrics.workload_connected(key, true);
     ctx.lock_workload_clients().insert(key.to_string(), client.clone());

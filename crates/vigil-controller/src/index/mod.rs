@@ -4,8 +4,10 @@
 //! them and return the checks the change concerns; decisions read them under a short lock.
 
 mod checks;
+mod hosting;
 
 pub use checks::{CheckEntry, CheckObject, Checks, Stored, not_newer};
+pub use hosting::{Hosting, WorkloadCluster};
 
 use crate::around::Around;
 use crate::sources::SourceState;
@@ -147,15 +149,11 @@ pub struct Index {
     pub objects: BTreeMap<GroupKind, ObjectCache>,
     /// Each check's claims on targets as of its last decision (who remediates what).
     pub claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
-    /// Workload clusters (`namespace/clusterName`) that are the cluster Vigil runs in.
-    pub self_hosted: BTreeSet<String>,
-    /// Workload clusters whose connection told whether they are self-hosted (in
-    /// [`Index::self_hosted`] or not); with `--shards`, a replica connects only to its shards'
-    /// clusters, and the cross-shard rule counts any other cluster as possibly self-hosted.
-    pub hosting_known: BTreeSet<String>,
-    /// Self-hosted workload clusters whose Nodes are read from the management cluster's cache
-    /// (their connection is up and its credentials may list Nodes): see [`Index::node_source`].
-    pub shared_nodes: BTreeSet<String>,
+    /// What each workload cluster's connection found: self-hosted or not (unknown until it
+    /// connects; with `--shards`, the cross-shard rule counts an unknown cluster as possibly
+    /// self-hosted), and whether its Nodes are read from the management cluster's cache (see
+    /// [`Index::node_source`]).
+    pub hosting: Hosting,
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
     /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
     guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
@@ -755,18 +753,20 @@ impl Index {
     /// else its own cache (which, while not connected, is not synced: its checks decide nothing).
     pub fn node_source<'a>(&self, workload: &'a str) -> &'a str {
         let connected = self.nodes.get(workload).is_some_and(|c| c.state == SourceState::Synced);
-        if connected && self.shared_nodes.contains(workload) { LOCAL_CLUSTER } else { workload }
+        let shared = || WorkloadCluster::from_key(workload).is_some_and(|w| self.hosting.shares_local_nodes(&w));
+        if connected && shared() { LOCAL_CLUSTER } else { workload }
     }
 
     /// The checks that look at Node `name` of `cluster`.
     pub fn checks_for_node(&self, cluster: &str, name: &str) -> BTreeSet<CheckRef> {
         let mut out = BTreeSet::new();
         // The management cluster's Nodes also stand for self-hosted workload clusters' Nodes.
-        let shared = (cluster == LOCAL_CLUSTER)
-            .then(|| self.shared_nodes.iter().filter(|w| self.node_source(w) == LOCAL_CLUSTER))
-            .into_iter()
-            .flatten();
-        for source in std::iter::once(cluster).chain(shared.map(String::as_str)) {
+        let shared: Vec<String> = if cluster == LOCAL_CLUSTER {
+            self.hosting.sharing().map(WorkloadCluster::key).filter(|w| self.node_source(w) == LOCAL_CLUSTER).collect()
+        } else {
+            Vec::new()
+        };
+        for source in std::iter::once(cluster).chain(shared.iter().map(String::as_str)) {
             let Some(machines) = self.machines_by_node.get(&(source.to_string(), name.to_string())) else { continue };
             for (ns, m) in machines {
                 if let Some(entry) = self.machines.get(ns).and_then(|ms| ms.get(m)) {
@@ -1471,8 +1471,9 @@ mod tests {
         idx.put_mhc(Some(grouped_check(0, 0, 6)), None);
         assert_eq!(idx.node_source("ns/c"), "ns/c", "not connected");
         assert!(idx.checks_for_node(LOCAL_CLUSTER, "n1").is_empty(), "a management Node is not the workload's yet");
-        idx.self_hosted.insert("ns/c".into());
-        idx.shared_nodes.insert("ns/c".into());
+        let c = WorkloadCluster::new("ns", "c");
+        idx.hosting.connected(&c, true);
+        idx.hosting.share_local_nodes(&c);
         idx.nodes.entry("ns/c".into()).or_default().state = SourceState::Synced;
         assert_eq!(idx.node_source("ns/c"), LOCAL_CLUSTER);
         assert_eq!(
