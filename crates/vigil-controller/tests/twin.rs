@@ -353,6 +353,64 @@ models:
     - {kind: SelfNodeRemediation, succeeded: false, after: 3s}
 "#;
 
+/// A MachineHealthCheck of workload cluster `prod`, whose Nodes live in that cluster (reached
+/// through its kubeconfig Secret), with an external template and `maxUnhealthy: 1`: m1 fails,
+/// is rebooted and comes back 3 s later; m2 fails before m1 is back (two unhealthy: restricted)
+/// and is remediated once m1 is back and its own timeout has run.
+const WORKLOAD: &str = r#"
+name: twin-workload
+duration: 24s
+objects:
+  - apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Cluster
+    metadata: {name: prod, namespace: default}
+    spec: {paused: false}
+    status:
+      initialization: {infrastructureProvisioned: true, controlPlaneInitialized: true}
+      conditions:
+        - {type: InfrastructureReady, status: "True", reason: Ready, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
+        - {type: ControlPlaneInitialized, status: "True", reason: Initialized, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
+  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+    kind: SelfNodeRemediationTemplate
+    metadata: {name: reboot, namespace: default}
+    spec: {template: {spec: {remediationStrategy: Automatic}}}
+  - apiVersion: vigil.dev/v1alpha1
+    kind: MachineHealthCheck
+    metadata: {name: workers, namespace: default}
+    spec:
+      clusterName: prod
+      selector: {matchLabels: {pool: workers}}
+      maxUnhealthy: 1
+      unhealthyConditions:
+        - {type: Ready, status: "False", timeout: 2s}
+      remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot}
+  - &machine
+    apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Machine
+    metadata: {name: m1, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}
+    spec: {clusterName: prod, bootstrap: {dataSecretName: m1}, infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DockerMachine, name: m1}}
+    status: {nodeRef: {name: m1}}
+  - {<<: *machine, metadata: {name: m2, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m2}}}
+  - {<<: *machine, metadata: {name: m3, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m3}}}
+workloadClusters:
+  default/prod:
+    - &node
+      apiVersion: v1
+      kind: Node
+      metadata: {name: m1}
+      status:
+        conditions:
+          - {type: Ready, status: "True", reason: KubeletReady, message: "", lastHeartbeatTime: "2020-01-01T00:00:00Z", lastTransitionTime: "2020-01-01T00:00:00Z"}
+    - {<<: *node, metadata: {name: m2}}
+    - {<<: *node, metadata: {name: m3}}
+timeline:
+  - {at: 0s, cluster: default/prod, setNodeCondition: {node: m1, type: Ready, status: "False", reason: KubeletNotReady}}
+  - {at: 4s, cluster: default/prod, setNodeCondition: {node: m2, type: Ready, status: "False", reason: KubeletNotReady}}
+models:
+  remediators:
+    - {kind: SelfNodeRemediation, recoverAfter: 3s}
+"#;
+
 /// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes) and final
 /// statuses.
 fn simulated(scenario: &Scenario) -> Result<(Vec<Decision>, BTreeMap<String, Value>)> {
@@ -401,14 +459,31 @@ fn node_of(o: &DynamicObject) -> String {
         .unwrap_or_default()
 }
 
-/// Writes every object of the scenario, and the Secret that makes cluster `prod` self-hosted (a
-/// scenario's cluster without workload Nodes is).
-async fn load(env: &TestEnv, scenario: &Scenario) -> Result<()> {
-    self_hosted(env).await?;
+/// Writes every object of the scenario. Its one workload cluster, if it has one, is an API
+/// server of its own holding that cluster's Nodes, reached through the kubeconfig Secret a
+/// Cluster API cluster has; without one, cluster `prod` is made self-hosted (as a scenario's
+/// cluster without workload Nodes is). The API server holding the Nodes is returned.
+async fn load(env: &TestEnv, scenario: &Scenario) -> Result<Option<TestEnv>> {
+    ensure!(scenario.workload_clusters.len() <= 1, "one workload cluster at most");
+    let workload = match scenario.workload_clusters.iter().next() {
+        Some((key, nodes)) => {
+            let (namespace, cluster) = key.split_once('/').context("a workload cluster's namespace/name")?;
+            let workload = TestEnv::start().await?;
+            for node in nodes {
+                apply_object(&workload, node).await?;
+            }
+            env.apply(workload.kubeconfig_secret(namespace, cluster)).await?;
+            Some(workload)
+        }
+        None => {
+            self_hosted(env).await?;
+            None
+        }
+    };
     for object in &scenario.objects {
         apply_object(env, object).await?;
     }
-    Ok(())
+    Ok(workload)
 }
 
 /// Writes one object as the simulator takes it whole: its status through the status
@@ -468,7 +543,7 @@ struct Remediator {
 impl Remediator {
     /// One look at the objects: a finalizer on new ones, the Node back once `recover` has
     /// passed, the finalizer off once `hold` has passed since the delete.
-    async fn look(&mut self, env: &TestEnv, scenario: &Scenario, start: Instant) -> Result<()> {
+    async fn look(&mut self, env: &TestEnv, nodes: &TestEnv, scenario: &Scenario, start: Instant) -> Result<()> {
         for model in &scenario.models.remediators {
             let after = match model.outcome {
                 RemediatorOutcome::Recovers(d) | RemediatorOutcome::Fails(d) => Duration::try_from(d)?,
@@ -489,7 +564,7 @@ impl Remediator {
                 let first = self.seen[&name];
                 if !self.acted.contains(&name) && start.elapsed().as_secs_f64() - first >= after.as_secs_f64() {
                     self.acted.push(name.clone());
-                    act(env, &api, &o, model.outcome).await?;
+                    act(nodes, &api, &o, model.outcome).await?;
                 }
                 if o.metadata.deletion_timestamp.is_some() && !self.let_go.contains_key(&name) {
                     let since = *self.deleting.entry(name.clone()).or_insert_with(Instant::now);
@@ -506,13 +581,14 @@ impl Remediator {
 }
 
 /// What a remediator model does once its time has come, as the simulator's does: the Node
-/// Ready again and the object `Succeeded=True`, or the object `Succeeded=False`.
-async fn act(env: &TestEnv, api: &Api<DynamicObject>, o: &DynamicObject, outcome: RemediatorOutcome) -> Result<()> {
+/// Ready again (in `nodes`, the cluster of the Nodes) and the object `Succeeded=True`, or the
+/// object `Succeeded=False`.
+async fn act(nodes: &TestEnv, api: &Api<DynamicObject>, o: &DynamicObject, outcome: RemediatorOutcome) -> Result<()> {
     let name = o.metadata.name.clone().unwrap_or_default();
     let now = Timestamp::now().to_string();
     let succeeded = match outcome {
         RemediatorOutcome::Recovers(_) => {
-            set_condition(env, &node_of(o), "Ready", "True", "KubeletReady").await?;
+            set_condition(nodes, &node_of(o), "Ready", "True", "KubeletReady").await?;
             ("True", "RemediationFinished")
         }
         RemediatorOutcome::Fails(_) => ("False", "RemediationFailed"),
@@ -531,8 +607,9 @@ fn gone_is_fine<T>(written: kube::Result<T>) -> Result<()> {
     }
 }
 
-/// Replays the timeline in real time beside the remediator until the scenario's end.
-async fn replay(env: &TestEnv, scenario: &Scenario, start: Instant) -> Result<Remediator> {
+/// Replays the timeline in real time beside the remediator until the scenario's end; a step in
+/// the workload cluster goes to `nodes`.
+async fn replay(env: &TestEnv, nodes: &TestEnv, scenario: &Scenario, start: Instant) -> Result<Remediator> {
     let mut remediator = Remediator::default();
     let mut next = 0;
     let end = Duration::try_from(scenario.duration)?;
@@ -541,17 +618,18 @@ async fn replay(env: &TestEnv, scenario: &Scenario, start: Instant) -> Result<Re
             scenario.timeline.get(next).filter(|s| Duration::try_from(s.at).is_ok_and(|at| start.elapsed() >= at))
         {
             next += 1;
+            let there = if step.cluster.is_some() { nodes } else { env };
             match &step.change {
                 Change::SetNodeCondition(c) => {
-                    set_condition(env, &c.node, &c.type_, &c.status, c.reason.as_deref().unwrap_or("")).await?
+                    set_condition(there, &c.node, &c.type_, &c.status, c.reason.as_deref().unwrap_or("")).await?
                 }
-                Change::Apply(object) => apply_object(env, object).await?,
+                Change::Apply(object) => apply_object(there, object).await?,
                 Change::Delete(id) => {
-                    env.delete(&id.api_version, &id.kind, id.namespace.as_deref(), &id.name).await?;
+                    there.delete(&id.api_version, &id.kind, id.namespace.as_deref(), &id.name).await?;
                 }
             }
         }
-        remediator.look(env, scenario, start).await?;
+        remediator.look(env, nodes, scenario, start).await?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(remediator)
@@ -631,7 +709,8 @@ async fn twin(text: &str) -> Result<Remediator> {
     let env = env().await?;
     env.install_standin_crds().await?;
     env.install_openshift_crds().await?;
-    load(&env, &scenario).await?;
+    let workload = load(&env, &scenario).await?;
+    let nodes = workload.as_ref().unwrap_or(&env);
     let controller = Controller::start(&env);
     // The controller's first decision of every check (everything healthy) before the timeline.
     for check in final_statuses.keys() {
@@ -639,7 +718,7 @@ async fn twin(text: &str) -> Result<Remediator> {
         wait_for_decision(&env, kind, name).await?;
     }
     let (start, started_at) = (Instant::now(), Timestamp::now());
-    let remediator = replay(&env, &scenario, start).await?;
+    let remediator = replay(&env, nodes, &scenario, start).await?;
     let live = decisions_of_events(&env, started_at).await?;
     controller.stop().await;
     eprintln!("TWIN {}: simulated {simulated:?}\nTWIN live {live:?}", scenario.name);
@@ -734,6 +813,17 @@ async fn the_upgrade_pause_holds_a_remediation_in_both_worlds() -> Result<()> {
     let remediator = twin(UPGRADE).await?;
     let made = remediator.seen.get("SelfNodeRemediation/medik8s/w1").copied().context("w1's object made")?;
     ensure!(made >= 7.5, "w1's object made at {made:.1} s, while the cluster upgraded (until 8 s)");
+    Ok(())
+}
+
+/// A MachineHealthCheck of a workload cluster reads that cluster's Nodes in both worlds: m1 is
+/// remediated, m2 waits for m1 under `maxUnhealthy: 1`, and is remediated once m1 is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_clusters_machine_health_check_is_the_same_in_both_worlds() -> Result<()> {
+    let remediator = twin(WORKLOAD).await?;
+    let first = remediator.seen.get("SelfNodeRemediation/default/m1").copied().context("m1's object made")?;
+    let second = remediator.seen.get("SelfNodeRemediation/default/m2").copied().context("m2's object made")?;
+    ensure!(second >= first + 2.5, "m2's object at {second:.1} s, before m1 (object at {first:.1} s) was back");
     Ok(())
 }
 
