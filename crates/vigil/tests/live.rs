@@ -276,6 +276,73 @@ async fn snapshot_writes_a_scenario_without_secrets_that_simulates_an_outage() -
     Ok(())
 }
 
+/// What a check does at one instant, as (event, target) pairs, sorted.
+fn pairs<'a>(events: impl Iterator<Item = &'a Value>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = events
+        .map(|e| (e["event"].as_str().unwrap_or("").to_string(), e["target"].as_str().unwrap_or("").to_string()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `vigil check` and `vigil simulate` of a `vigil snapshot` of the same live state say the same,
+/// check by check: what Vigil does now, and its next change, when and to which targets. The
+/// snapshot is all the simulation knows, so anything `check` reads that the snapshot leaves out
+/// (or writes differently) shows here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_a_simulation_of_its_snapshot_agree() -> Result<()> {
+    let env = env().await?;
+    let dir = tempfile_dir()?;
+    let reader = reader_kubeconfig(&env).await?;
+    fleet(&env, &reader).await?;
+    env.apply(mhc("workers", "5m")).await?;
+    let mut slow = mhc("slow", "8m");
+    slow["spec"]["maxUnhealthy"] = json!(1);
+    env.apply(slow).await?;
+    let kubeconfig = write(&dir, "reader.yaml", &reader)?;
+    let kubeconfig = kubeconfig.to_str().context("utf-8 path")?;
+
+    let out = vigil(&["check", "--kubeconfig", kubeconfig, "--output", "json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).context("check's report")?;
+    let out = vigil(&["snapshot", "--kubeconfig", kubeconfig, "--output", "json", "--duration", "24h"]);
+    let (snapshot, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let start: Timestamp = serde_json::from_str::<Value>(&snapshot)?["start"].as_str().context("start")?.parse()?;
+    let file = write(&dir, "snapshot.json", &snapshot)?;
+    let out = vigil(&["simulate", file.to_str().context("utf-8")?, "--output", "json"]);
+    let (lines, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let events: Vec<Value> = lines.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+
+    let checks = report["checks"].as_array().context("checks")?;
+    assert_eq!(checks.len(), 2, "{report}");
+    let mut with_next = 0;
+    for check in checks {
+        let label = check["check"].as_str().context("label")?;
+        let mine: Vec<&Value> = events.iter().filter(|e| e["check"] == label && e["event"] != "Invalid").collect();
+        let now_sim = pairs(mine.iter().copied().filter(|e| e["t"].as_f64() == Some(0.0)));
+        let now_check = pairs(check["now"].as_array().context("now")?.iter());
+        assert_eq!(now_check, now_sim, "{label}: now");
+        assert!(!now_check.is_empty(), "{label} does something now (w-3 is past both timeouts)");
+        let next = &check["next"];
+        let first = mine.iter().filter_map(|e| e["t"].as_f64()).find(|t| *t > 0.0);
+        // A check that writes nothing (the other one writes these Machines) has no next change.
+        let (Some(at), Some(first)) = (next["at"].as_str(), first) else {
+            assert!(next.is_null() && first.is_none(), "{label}: next {next} by check, at +{first:?} s simulated");
+            continue;
+        };
+        let at: Timestamp = at.parse()?;
+        let then = pairs(mine.iter().copied().filter(|e| e["t"].as_f64() == Some(first)));
+        assert_eq!(pairs(next["events"].as_array().context("events")?.iter()), then, "{label}: next");
+        let simulated_at = start.checked_add(SignedDuration::from_secs_f64(first))?;
+        let apart = simulated_at.duration_since(at).abs();
+        assert!(apart <= SignedDuration::from_secs(2), "{label}: next at {at} by check, {simulated_at} simulated");
+        with_next += 1;
+    }
+    assert_eq!(with_next, 1, "the check writing the Machines has a next change (w-2's timeout): {report}");
+    Ok(())
+}
+
 /// On a cluster without Cluster API (Vigil's CRDs and Nodes only, as a medik8s user has it),
 /// `vigil check` and `vigil snapshot` read what is there: Cluster API is "not served", not an
 /// error.
