@@ -342,8 +342,8 @@ impl Context {
     }
 
     /// [`Self::publish`] for a notice about one remediation object (`about`): the event's
-    /// related object is that object, not its target, so that the events of a Node's successive
-    /// remediation objects are not folded into one series (which keeps the first note).
+    /// related object is that object, not its target, so that a reader filtering Events by
+    /// object finds each of a Node's successive remediation objects.
     pub async fn publish_about(&self, key: &CheckRef, uid: Option<&str>, notice: &Notice, about: Option<&ObjectRef>) {
         if !self.right(key).is_leader() {
             return;
@@ -497,9 +497,8 @@ fn holds_a_verdict_permit(action: &Action, remediating: bool) -> bool {
     matches!(action, Action::SetMachineConditions { .. }) && !remediating
 }
 
-/// The Machine or Node an event is about (its `related` object). Events about different
-/// targets of one check must not share a key: the event recorder folds events with the same
-/// key into one series and keeps only the first note.
+/// The Machine or Node an event is about (its `related` object), so a target's Events can be
+/// found by the target.
 fn related(target: &Target) -> ObjectReference {
     match target {
         Target::Machine { namespace, name } => ObjectReference {

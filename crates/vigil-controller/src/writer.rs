@@ -1,6 +1,6 @@
 //! The one place the controller writes to the API server: the [`Writer`] holds the client its
 //! writes go through, the right to write (the leader's, or each shard's), the permits of
-//! verdict-only writes, the event lane and its recorder, and the discovery cache. Every write —
+//! verdict-only writes, the event lane and its Event series, and the discovery cache. Every write —
 //! status patches, Machine conditions, remediation objects created, deleted and annotated, node
 //! Leases, Events, the lease namespace — is one of its methods. It keeps no state of the
 //! cluster: each method answers with what the API server said (the object written, whether it is

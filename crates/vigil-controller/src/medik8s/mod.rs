@@ -557,11 +557,8 @@ pub(crate) async fn publish(
         Some(t) if !notice.message.contains(t.as_str()) => format!("{t}: {}", notice.message),
         _ => notice.message.clone(),
     };
-    // The event recorder folds events of one key (object, reason, action, related) into one
-    // series that keeps the first note: a check-wide notice's reason is its action, so that
-    // "disabled because the operator runs" is not folded into "disabled while caches sync".
-    // A notice about one remediation object names it, so that a Node's successive objects
-    // are not folded into one series either.
+    // The action says what happened: a check-wide notice's reason, or the remediation object
+    // a notice is about (the related object stays the Node, as the operator's events have it).
     let action = match (&notice.target, about) {
         (_, Some(object)) => format!("{:?} {object}", notice.kind).chars().take(128).collect(),
         (Some(_), None) => format!("{:?}", notice.kind),
