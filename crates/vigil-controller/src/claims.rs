@@ -211,12 +211,9 @@ impl<'a> Scope<'a> {
         }
         // A check's cluster key for a Machine's Node is its own (or the local cluster when
         // self-hosted), not the Machine's label: match on the Node name in every cluster.
-        for cluster in idx.machine_node_clusters.keys() {
-            for node in &node_names {
-                let Some(ms) = idx.machines_by_node.get(&(cluster.clone(), (*node).to_string())) else { continue };
-                for (ns, m) in ms {
-                    machines.entry(ns.clone()).or_default().insert(m.clone());
-                }
+        for node in &node_names {
+            for (ns, m) in idx.machines_by_node.of_any_cluster(node) {
+                machines.entry(ns.clone()).or_default().insert(m.clone());
             }
         }
         Scope { about, machines }
@@ -419,14 +416,14 @@ mod scoped_claims {
             ("b".to_string(), BTreeSet::from(["m2".to_string()])),
         ]);
         assert_eq!(scoped(&idx, &n1), both);
-        assert_eq!(idx.machine_node_clusters, BTreeMap::from([("a/c1".into(), 2), ("b/c2".into(), 1)]));
+        assert_eq!(idx.machines_by_node.clusters(), &BTreeMap::from([("a/c1".into(), 2), ("b/c2".into(), 1)]));
         // m2 moves to n3; m1 is deleted: n1 has no Machine left, and c2 keeps one key (n3).
         let mut moved = placed("b", "m2", "c2", Some("n3"));
         moved["metadata"]["resourceVersion"] = json!("2");
         idx.put_machine(Some(&moved), None);
         idx.put_machine(None, Some(("a".into(), "m1".into())));
         assert!(scoped(&idx, &n1).is_empty());
-        assert_eq!(idx.machine_node_clusters, BTreeMap::from([("a/c1".into(), 1), ("b/c2".into(), 1)]));
+        assert_eq!(idx.machines_by_node.clusters(), &BTreeMap::from([("a/c1".into(), 1), ("b/c2".into(), 1)]));
         let n3 = BTreeSet::from([Target::Node { cluster: "b/c2".into(), name: "n3".into() }]);
         assert_eq!(scoped(&idx, &n3), BTreeMap::from([("b".to_string(), BTreeSet::from(["m2".to_string()]))]));
         // A Machine target is in its own scope whatever its Node.
@@ -435,10 +432,10 @@ mod scoped_claims {
         for (ns, m) in [("a", "m3"), ("a", "m4"), ("b", "m2")] {
             idx.put_machine(None, Some((ns.into(), m.into())));
         }
-        assert!(idx.machine_node_clusters.is_empty() && idx.machines_by_node.is_empty());
+        assert!(idx.machines_by_node.clusters().is_empty() && idx.machines_by_node.is_empty());
         idx.put_machine(Some(&placed("a", "m5", "c1", Some("n1"))), None);
         idx.clear_machines();
-        assert!(idx.machine_node_clusters.is_empty(), "a relist starts from nothing");
+        assert!(idx.machines_by_node.is_empty(), "a relist starts from nothing");
     }
 
     fn creates_for(job: &Job) -> Vec<String> {

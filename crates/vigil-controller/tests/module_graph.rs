@@ -36,7 +36,7 @@ fn the_controller_folders_import_downwards_only() {
 /// Each floor and the modules it may import (besides its own floor's and the ones below).
 const FLOORS: [(&str, &[&str]); 6] = [
     ("bottom", &["wire", "writes", "fenced", "clock", "sources", "metrics", "upstream_nhc", "around"]),
-    ("state", &["scheduler", "leader", "index::checks", "index::hosting", "index", "claims"]),
+    ("state", &["scheduler", "leader", "index::checks", "index::hosting", "index::by_node", "index", "claims"]),
     ("write", &["events", "writer"]),
     ("context", &["context", "http"]),
     ("feeds", &["watch", "surroundings", "workload"]),

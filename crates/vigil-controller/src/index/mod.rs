@@ -3,9 +3,11 @@
 //! by workload cluster and name; Machines by the Node they reference). Watch handlers update
 //! them and return the checks the change concerns; decisions read them under a short lock.
 
+mod by_node;
 mod checks;
 mod hosting;
 
+pub use by_node::{MachineKey, MachinesByNode};
 pub use checks::{CheckEntry, CheckObject, Checks, Stored, not_newer};
 pub use hosting::{Hosting, WorkloadCluster};
 
@@ -138,13 +140,8 @@ pub struct Index {
     pub clusters: BTreeMap<(String, String), Arc<ClusterView>>,
     /// Nodes by cluster.
     pub nodes: BTreeMap<ClusterKey, NodeCache>,
-    /// Machines (namespace, name) by (cluster, Node name) from their nodeRef, sorted and
-    /// without duplicates. Nearly every Node has one Machine: a `Vec` of one is 48 bytes where
-    /// a `BTreeSet`'s first leaf is 540 (5 MiB at 10 000 Machines).
-    pub machines_by_node: HashMap<(ClusterKey, String), Vec<(String, String)>>,
-    /// The clusters of `machines_by_node`'s keys, each with how many keys it has: a lookup of a
-    /// Node name in every cluster visits these, not every Machine.
-    pub machine_node_clusters: BTreeMap<ClusterKey, usize>,
+    /// Machines (namespace, name) by (cluster, Node name) from their nodeRef.
+    pub machines_by_node: MachinesByNode,
     /// Templates and remediation objects by group and kind.
     pub objects: BTreeMap<GroupKind, ObjectCache>,
     /// Each check's claims on targets as of its last decision (who remediates what).
@@ -469,37 +466,12 @@ impl Index {
         if let Some(old) = &old
             && let Some(node) = &old.view.node_name
         {
-            let nk = (machine_cluster(&old.view), node.clone());
-            if let Some(set) = self.machines_by_node.get_mut(&nk) {
-                if let Ok(at) = set.binary_search(&key) {
-                    set.remove(at);
-                }
-                if set.is_empty() {
-                    self.machines_by_node.remove(&nk);
-                    if let Some(count) = self.machine_node_clusters.get_mut(&nk.0) {
-                        *count = count.saturating_sub(1);
-                        if *count == 0 {
-                            self.machine_node_clusters.remove(&nk.0);
-                        }
-                    }
-                }
-            }
+            self.machines_by_node.remove(&machine_cluster(&old.view), node, &key);
         }
         if let Some(new) = &new
             && let Some(node) = &new.view.node_name
         {
-            let cluster = machine_cluster(&new.view);
-            let set = match self.machines_by_node.entry((cluster.clone(), node.clone())) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    *self.machine_node_clusters.entry(cluster).or_default() += 1;
-                    e.insert(Vec::new())
-                }
-            };
-            if let Err(at) = set.binary_search(&key) {
-                set.reserve_exact(1);
-                set.insert(at, key.clone());
-            }
+            self.machines_by_node.add(&machine_cluster(&new.view), node, &key);
         }
         self.place_machine(&key, old.as_ref().map(|e| e.view.as_ref()), new.as_ref().map(|e| e.view.as_ref()));
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
@@ -643,7 +615,6 @@ impl Index {
     pub fn clear_machines(&mut self) {
         self.machines.clear();
         self.machines_by_node.clear();
-        self.machine_node_clusters.clear();
         for (_, _, targets) in self.mhcs.derived_mut() {
             targets.clear();
         }
@@ -767,8 +738,7 @@ impl Index {
             Vec::new()
         };
         for source in std::iter::once(cluster).chain(shared.iter().map(String::as_str)) {
-            let Some(machines) = self.machines_by_node.get(&(source.to_string(), name.to_string())) else { continue };
-            for (ns, m) in machines {
+            for (ns, m) in self.machines_by_node.of(source, name) {
                 if let Some(entry) = self.machines.get(ns).and_then(|ms| ms.get(m)) {
                     out.extend(self.mhcs_concerned_by_machine(&entry.view));
                 }
