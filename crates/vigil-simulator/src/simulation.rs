@@ -811,17 +811,15 @@ impl Sim<'_> {
             nodes: &node_refs,
             templates: &template_refs,
             remediations: &remediation_refs,
-            // The scenario's objects are all there is: a kind with none counts as not served.
+            // The scenario's objects are all there is: a kind with none counts as not served (so
+            // a Node's machine-config annotations postpone nothing without a ClusterVersion, as
+            // on a live cluster that does not serve the kind).
             around: vigil_engine::node::Around {
                 leases: &lease_refs,
                 lease_namespace: &self.scenario.lease_namespace,
-                maintenances: Observed::Known(&maintenance_refs),
-                cluster_versions: Observed::Known(&version_refs),
-                // A scenario with no OpenShift Machine has no Machine API.
-                machines: match machine_refs.is_empty() {
-                    true => Observed::NotServed,
-                    false => Observed::Known(&machine_refs),
-                },
+                maintenances: served_if_any(&maintenance_refs),
+                cluster_versions: served_if_any(&version_refs),
+                machines: served_if_any(&machine_refs),
             },
         };
         let holders = self.holders_reporting_ties();
@@ -1445,6 +1443,11 @@ impl Sim<'_> {
         let node = if node.is_empty() { machine_name } else { node };
         Some((self.node_cluster(namespace, cluster_name), node.to_string()))
     }
+}
+
+/// A kind of the scenario as the engine reads it: not served when the scenario has none of it.
+fn served_if_any<'a, T>(objects: &'a [&'a T]) -> Observed<'a, &'a [&'a T]> {
+    if objects.is_empty() { Observed::NotServed } else { Observed::Known(objects) }
 }
 
 fn object_details(key: &Key) -> Map<String, Value> {
