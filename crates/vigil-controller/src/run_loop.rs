@@ -1,0 +1,201 @@
+//! The run loop: each worker takes the next check the scheduler hands out, decides it
+//! ([`crate::gather`], [`crate::confirm`]), applies its plan ([`crate::apply`]) and does what
+//! follows a decision: the claims cached for the others, the holders told, a failed write tried
+//! again later, the watches a check needs started.
+
+use crate::context::Context;
+use crate::{claims, confirm, gather, sources, watch, workload, writes};
+use jiff::SignedDuration;
+use std::sync::Arc;
+use tracing::{debug, warn};
+use vigil_engine::target::CheckRef;
+
+impl Context {
+    /// Decides one check and applies its plan.
+    pub async fn run_one(self: &Arc<Self>, key: &CheckRef) {
+        let started = self.clock.instant();
+        let now = self.clock.now();
+        let job = {
+            let idx = self.read_index();
+            gather::job(&idx, key, now)
+        };
+        let Some(job) = job else {
+            self.scheduler.forget(key);
+            self.metrics.forget_check(key);
+            return;
+        };
+        let decided_at = started.elapsed();
+        self.metrics.decided(decided_at.as_secs_f64());
+        for need in job.needs.clone() {
+            self.ensure(need).await;
+        }
+        // A plan that remediates is confirmed first: its targets are read again from the API
+        // server and the check decided again on what was read (see `confirm`).
+        let (mut job, locked) = match confirm::confirm(self, job).await {
+            confirm::Confirmed::Go(job, locked) => (*job, locked),
+            confirm::Confirmed::Gone => {
+                self.scheduler.forget(key);
+                self.metrics.forget_check(key);
+                return;
+            }
+        };
+        let confirmed_at = started.elapsed();
+        // Remediations first; a cold start's thousands of verdicts go a hundred per decision.
+        confirm::pace_verdicts(&mut job, confirm::VERDICTS_PER_RUN);
+        self.metrics.check(key, &job.gauges());
+        let next_wake = job.plan.next_wake;
+        let again = job.again;
+        let held_elsewhere = std::mem::take(&mut job.plan.held_elsewhere);
+        let result = self.apply(job).await;
+        // What this check now remediates, for the others' decisions; updated before the
+        // confirmation locks are released, so a check waiting on one sees it when it decides again.
+        self.cache_claims(key);
+        self.unlock_targets(key, &locked);
+        self.tell_holders(held_elsewhere);
+        if again {
+            // Remediations left out while confirming (new targets, or held by another check).
+            self.scheduler.mark([key.clone()]);
+        }
+        match result {
+            Ok(()) => {
+                self.lock_failures().remove(key);
+                self.scheduler.wake_at(key, next_wake);
+            }
+            Err(e) => self.retry_later(key, next_wake, &e),
+        }
+        debug!(
+            check = %key,
+            decide_us = decided_at.as_micros() as u64,
+            confirm_us = confirmed_at.saturating_sub(decided_at).as_micros() as u64,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "decided"
+        );
+    }
+
+    /// After a plan was not fully applied: the check is decided again after a delay that grows
+    /// with the failures in a row (1 s to 5 min), never sooner; a due verdict still wakes it at
+    /// its own time.
+    fn retry_later(&self, key: &CheckRef, next_wake: Option<jiff::Timestamp>, e: &writes::WriteError) {
+        let failures = {
+            let mut f = self.lock_failures();
+            let n = f.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let backoff =
+            SignedDuration::from_secs(1i64 << failures.min(8).saturating_sub(1)).min(SignedDuration::from_secs(300));
+        let retry = self.clock.now().checked_add(backoff).ok();
+        let at = match (retry, next_wake) {
+            (Some(r), Some(w)) => Some(r.min(w)),
+            (r, w) => r.or(w),
+        };
+        warn!(check = %key, error = %e, retry_in = %backoff, "plan not fully applied");
+        self.scheduler.wake_at(key, at);
+    }
+
+    /// Caches what `key` now remediates, for the others' decisions, and has the other
+    /// NodeHealthChecks deciding on a Node it newly holds decide again: one that decided while
+    /// this check was writing saw the Node's Lease (taken first) but not yet this claim, and
+    /// said it waits for the Lease rather than for this check. When it let a target go, the
+    /// checks waiting for another check decide again too.
+    fn cache_claims(&self, key: &CheckRef) {
+        let (newly_held, waiting): (Vec<String>, Vec<CheckRef>) = {
+            let mut idx = self.write_index();
+            let claims = claims::claims_of(&idx, key);
+            let before: std::collections::BTreeSet<&vigil_engine::target::Target> =
+                idx.claims.get(key).into_iter().flatten().map(|c| &c.target).collect();
+            // A target let go: the checks waiting for another check decide again (one that
+            // decided while this check was writing saw the claim it is letting go).
+            let released = before.iter().any(|t| !claims.iter().any(|c| &c.target == *t));
+            let waiting = match released {
+                true => idx.waiting_checks().filter(|c| c != key).collect(),
+                false => Vec::new(),
+            };
+            let new = claims
+                .iter()
+                .filter(|c| !before.contains(&c.target))
+                .filter_map(|c| match &c.target {
+                    vigil_engine::target::Target::Node { cluster, name }
+                        if cluster == vigil_engine::target::LOCAL_CLUSTER =>
+                    {
+                        Some(name.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            if claims.is_empty() {
+                idx.claims.remove(key);
+            } else {
+                idx.claims.insert(key.clone(), claims);
+            }
+            (new, waiting)
+        };
+        self.scheduler.mark(waiting);
+        if !newly_held.is_empty() {
+            let deciding = self.read_index().nhcs_deciding_on(&newly_held, key);
+            self.scheduler.mark(deciding);
+        }
+    }
+
+    /// Tells each holding check, with an event, that another check waits for its target.
+    fn tell_holders(self: &Arc<Self>, held: Vec<vigil_engine::plan::HeldElsewhere>) {
+        if held.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            for h in held {
+                let key = h.holder.clone();
+                let uid = {
+                    let idx = this.read_index();
+                    match &key {
+                        CheckRef::Machine { namespace: ns, name: n } => {
+                            idx.mhcs.get(&(ns.clone(), n.clone())).and_then(|c| c.metadata.uid.clone())
+                        }
+                        CheckRef::Node { name: n } => idx.nhcs.get(n).and_then(|c| c.metadata.uid.clone()),
+                    }
+                };
+                this.publish(&key, uid.as_deref(), &h.notice()).await;
+            }
+        });
+    }
+
+    /// Starts what a check needs watched, once: a kind's objects, or a workload cluster's
+    /// connection and its Nodes.
+    async fn ensure(self: &Arc<Self>, need: sources::Need) {
+        if !self.started.lock().await.insert(need.clone()) {
+            return;
+        }
+        let ctx = self.clone();
+        match need {
+            sources::Need::Kind { group, version, kind, template } => {
+                tokio::spawn(async move { watch::watch_kind(ctx, group, version, kind, template).await });
+            }
+            sources::Need::WorkloadCluster(namespace, cluster) => {
+                tokio::spawn(async move { workload::keep_connected(ctx, namespace, cluster).await });
+            }
+        }
+    }
+}
+
+/// One worker: decides the checks the scheduler hands out, one at a time, until `stop`.
+pub async fn work(ctx: Arc<Context>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let key = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            key = async {
+                ctx.writer.leadership().wait_leading().await;
+                ctx.scheduler.next().await
+            } => key,
+        };
+        if !ctx.writer.leadership().is_leader() || !ctx.right(&key).is_leader() {
+            // Lost the lease while waiting, or the check's shard is not held here: the check is
+            // decided by whoever holds its Lease.
+            ctx.scheduler.done(&key);
+            ctx.metrics.leader(false);
+            continue;
+        }
+        ctx.run_one(&key).await;
+        ctx.scheduler.done(&key);
+    }
+}
