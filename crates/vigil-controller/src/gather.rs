@@ -4,7 +4,7 @@
 //! under the index read lock, without I/O. Who holds which target is [`crate::claims`].
 
 use crate::claims::{RemediationIndex, as_lookups, holders_for, node_cluster};
-use crate::index::Index;
+use crate::index::{Index, WorkloadCluster};
 use crate::metrics::Gauges;
 use crate::sources::Need;
 use crate::sources::SourceState;
@@ -260,7 +260,7 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
     // A workload cluster's kubeconfig Secret is read only for a Cluster that exists in the
     // check's own namespace: a check naming any cluster must not make Vigil read any Secret.
     let mut needs = BTreeSet::new();
-    if idx.clusters.contains_key(&(namespace.to_string(), policy.cluster_name.clone())) {
+    if idx.clusters.contains_key(&WorkloadCluster::new(namespace, &policy.cluster_name)) {
         needs.insert(Need::WorkloadCluster(namespace.to_string(), policy.cluster_name.clone()));
     }
     let unsure = [
@@ -378,7 +378,7 @@ pub fn machine_job(
     let nodes = workload_nodes(idx, (namespace, &workload), &policy, &mut unreachable);
     // The check's own targets, kept by the index (the engine selects them again, cheaply).
     let machines: Vec<&MachineView> = idx.mhc_machines(namespace, name);
-    let cluster = idx.clusters.get(&(namespace.to_string(), policy.cluster_name.clone())).map(|c| c.as_ref());
+    let cluster = idx.clusters.get(&WorkloadCluster::new(namespace, &policy.cluster_name)).map(|c| c.as_ref());
     let remediations = as_lookups(&sources.remediations);
     let input = MhcInput {
         check,

@@ -247,7 +247,7 @@ fn share_local_nodes(ctx: &Context, key: &str) {
 fn cluster_exists(ctx: &Context, namespace: &str, name: &str) -> Option<bool> {
     let idx = ctx.read_index();
     (idx.sources.clusters == SourceState::Synced)
-        .then(|| idx.clusters.contains_key(&(namespace.to_string(), name.to_string())))
+        .then(|| idx.clusters.contains_key(&WorkloadCluster::new(namespace, name)))
 }
 
 /// The right to write the checks of workload cluster `namespace/cluster` in sharded mode (its

@@ -136,8 +136,8 @@ pub struct Index {
     pub medik8s: Option<Upstream>,
     /// Machines by namespace, then name (sorted, as the engine prefers).
     pub machines: BTreeMap<String, BTreeMap<String, MachineEntry>>,
-    /// Clusters by (namespace, name).
-    pub clusters: BTreeMap<(String, String), Arc<ClusterView>>,
+    /// Cluster API Clusters.
+    pub clusters: BTreeMap<WorkloadCluster, Arc<ClusterView>>,
     /// Nodes by cluster.
     pub nodes: BTreeMap<ClusterKey, NodeCache>,
     /// Machines (namespace, name) by (cluster, Node name) from their nodeRef.
@@ -373,9 +373,7 @@ impl Index {
         }
         let shards = self.sharding.count;
         if let Some(held) = &self.sharding.held {
-            self.clusters.retain(|(ns, name), _| {
-                held.contains(&vigil_engine::shard::shard_of(&vigil_engine::shard::machine_check_key(ns, name), shards))
-            });
+            self.clusters.retain(|cluster, _| held.contains(&vigil_engine::shard::shard_of(&cluster.key(), shards)));
         }
     }
 
@@ -637,17 +635,17 @@ impl Index {
     pub fn put_cluster(&mut self, raw: Option<&Value>, removed: Option<(String, String)>) -> BTreeSet<CheckRef> {
         let view = raw.and_then(ClusterView::read);
         let key = match (&view, removed) {
-            (Some(v), _) => (v.meta.namespace.clone(), v.meta.name.clone()),
-            (None, Some(k)) => k,
+            (Some(v), _) => WorkloadCluster::new(&v.meta.namespace, &v.meta.name),
+            (None, Some((namespace, name))) => WorkloadCluster::new(&namespace, &name),
             (None, None) => return BTreeSet::new(),
         };
         // Another shard's Cluster is not kept.
-        let view = view.filter(|_| self.keeps_cluster(&vigil_engine::shard::machine_check_key(&key.0, &key.1)));
+        let view = view.filter(|_| self.keeps_cluster(&key.key()));
+        let meta = Meta { namespace: key.namespace().to_string(), name: key.name().to_string(), ..Default::default() };
         match view {
-            Some(v) => self.clusters.insert(key.clone(), Arc::new(v)),
+            Some(v) => self.clusters.insert(key, Arc::new(v)),
             None => self.clusters.remove(&key),
         };
-        let meta = Meta { namespace: key.0.clone(), name: key.1.clone(), ..Default::default() };
         self.mhcs
             .entries()
             .filter(|(_, e)| match &e.policy {
@@ -1122,7 +1120,7 @@ mod tests {
         };
         idx.put_cluster(Some(&cluster(mine)), None);
         idx.put_cluster(Some(&cluster(&other)), None);
-        assert_eq!(idx.clusters.keys().map(|(_, n)| n.as_str()).collect::<Vec<_>>(), [mine]);
+        assert_eq!(idx.clusters.keys().map(WorkloadCluster::name).collect::<Vec<_>>(), [mine]);
         // The lists arrive (what the watches' Replace sets).
         idx.sharding.machines_listed = idx.sharding.held.clone().unwrap_or_default();
         idx.sharding.clusters_listed = idx.sharding.held.clone().unwrap_or_default();
