@@ -674,26 +674,84 @@ fn by_target(decisions: &[Decision]) -> BTreeMap<String, Vec<Decision>> {
     out
 }
 
-/// Where the two runs differ: per target, a different sequence of decisions, or a decision
-/// further than [`TOLERANCE`] from the simulator's time.
+/// How close in time two live decisions about one target must be to count as one step: the
+/// notices of one decision go out within milliseconds, but in no fixed order (an object's
+/// removal is told by the applier once the delete answered, beside the plan's own notices).
+const ONE_STEP: f64 = 0.5;
+
+/// One target's decisions as steps, each the decisions made together (in name order) and when:
+/// the simulator's at one instant, the controller's within `gap` of each other.
+fn steps(decisions: &[Decision], gap: f64) -> Vec<(f64, Vec<String>)> {
+    let mut out: Vec<(f64, f64, Vec<String>)> = Vec::new();
+    for d in decisions {
+        match out.last_mut() {
+            Some((_, last, names)) if d.t - *last <= gap => {
+                names.push(d.event.clone());
+                *last = d.t;
+            }
+            _ => out.push((d.t, d.t, vec![d.event.clone()])),
+        }
+    }
+    out.into_iter()
+        .map(|(t, _, mut names)| {
+            names.sort();
+            (t, names)
+        })
+        .collect()
+}
+
+/// Where the two runs differ: per target, a different sequence of steps, or a step further than
+/// [`TOLERANCE`] from the simulator's time.
 fn differences(simulated: &[Decision], live: &[Decision]) -> Vec<String> {
     let (sim, live) = (by_target(simulated), by_target(live));
     let mut out = Vec::new();
     for target in sim.keys().chain(live.keys()).collect::<std::collections::BTreeSet<_>>() {
-        let names = |m: &BTreeMap<String, Vec<Decision>>| -> Vec<String> {
-            m.get(target).into_iter().flatten().map(|d| d.event.clone()).collect()
-        };
-        if names(&sim) != names(&live) {
-            out.push(format!("{target}: simulated {:?}, live {:?}", names(&sim), names(&live)));
+        let of = |m: &BTreeMap<String, Vec<Decision>>, gap| steps(m.get(target).map_or(&[][..], Vec::as_slice), gap);
+        let (s, l) = (of(&sim, 0.0), of(&live, ONE_STEP));
+        let names = |steps: &[(f64, Vec<String>)]| steps.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>();
+        if names(&s) != names(&l) {
+            out.push(format!("{target}: simulated {:?}, live {:?}", names(&s), names(&l)));
             continue;
         }
-        for (s, l) in sim.get(target).into_iter().flatten().zip(live.get(target).into_iter().flatten()) {
-            if (s.t - l.t).abs() > TOLERANCE {
-                out.push(format!("{target}: {} at {:.1} s simulated, {:.1} s live", s.event, s.t, l.t));
+        for ((st, step), (lt, _)) in s.iter().zip(&l) {
+            if (st - lt).abs() > TOLERANCE {
+                out.push(format!("{target}: {step:?} at {st:.1} s simulated, {lt:.1} s live"));
             }
         }
     }
     out
+}
+
+#[test]
+fn the_decisions_of_one_step_compare_in_any_order_and_steps_in_order() {
+    let d = |t: f64, event: &str| Decision { t, event: event.into(), target: "m1".into() };
+    let sim = [
+        d(2.0, "MachineMarkedUnhealthy"),
+        d(2.0, "RemediationCreated"),
+        d(5.0, "MachineHealthy"),
+        d(5.0, "RemediationRemoved"),
+    ];
+    let swapped = [
+        d(1.7, "MachineMarkedUnhealthy"),
+        d(1.7, "RemediationCreated"),
+        d(4.85, "RemediationRemoved"),
+        d(4.86, "MachineHealthy"),
+    ];
+    assert!(differences(&sim, &swapped).is_empty(), "{:?}", differences(&sim, &swapped));
+    let late = [
+        d(1.7, "MachineMarkedUnhealthy"),
+        d(1.7, "RemediationCreated"),
+        d(8.0, "RemediationRemoved"),
+        d(8.0, "MachineHealthy"),
+    ];
+    assert_eq!(differences(&sim, &late).len(), 1, "a step 3 s late");
+    let other_order = [
+        d(1.7, "RemediationCreated"),
+        d(3.0, "MachineMarkedUnhealthy"),
+        d(4.9, "MachineHealthy"),
+        d(4.9, "RemediationRemoved"),
+    ];
+    assert_eq!(differences(&sim, &other_order).len(), 1, "created a step before it was marked");
 }
 
 /// Runs `text` both ways and compares; returns the live run's remediator record.
