@@ -50,14 +50,10 @@ struct Decision {
     target: String,
 }
 
-/// A MachineHealthCheck with an external template and `maxUnhealthy: 1` over four Machines: m1
-/// fails at once, is remediated, comes back 3 s later; its object, deleted, is held by the
-/// remediator for 6 s; m2 fails meanwhile and waits until m1's object is gone.
-const FINISHING: &str = r#"
-name: twin-finishing
-duration: 30s
-objects:
-  - apiVersion: cluster.x-k8s.io/v1beta2
+/// Cluster `prod` of namespace `default`, provisioned and initialized (scenario objects).
+macro_rules! prod_cluster {
+    () => {
+        r#"  - apiVersion: cluster.x-k8s.io/v1beta2
     kind: Cluster
     metadata: {name: prod, namespace: default}
     spec: {paused: false}
@@ -66,7 +62,17 @@ objects:
       conditions:
         - {type: InfrastructureReady, status: "True", reason: Ready, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
         - {type: ControlPlaneInitialized, status: "True", reason: Initialized, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
-  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+"#
+    };
+}
+
+/// Cluster `prod` with three Machines m1–m3 (anchor `*machine`) under a MachineHealthCheck
+/// `workers` with an external reboot template, `maxUnhealthy: 1` and a 2 s timeout.
+macro_rules! prod_workers_max_one {
+    () => {
+        concat!(
+            prod_cluster!(),
+            r#"  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
     kind: SelfNodeRemediationTemplate
     metadata: {name: reboot, namespace: default}
     spec: {template: {spec: {remediationStrategy: Automatic}}}
@@ -88,7 +94,22 @@ objects:
     status: {nodeRef: {name: m1}}
   - {<<: *machine, metadata: {name: m2, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m2}}}
   - {<<: *machine, metadata: {name: m3, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m3}}}
-  - {<<: *machine, metadata: {name: m4, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m4}}}
+"#
+        )
+    };
+}
+
+/// A MachineHealthCheck with an external template and `maxUnhealthy: 1` over four Machines: m1
+/// fails at once, is remediated, comes back 3 s later; its object, deleted, is held by the
+/// remediator for 6 s; m2 fails meanwhile and waits until m1's object is gone.
+const FINISHING: &str = concat!(
+    r#"
+name: twin-finishing
+duration: 30s
+objects:
+"#,
+    prod_workers_max_one!(),
+    r#"  - {<<: *machine, metadata: {name: m4, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m4}}}
   - &node
     apiVersion: v1
     kind: Node
@@ -105,7 +126,8 @@ timeline:
 models:
   remediators:
     - {kind: SelfNodeRemediation, recoverAfter: 3s, holdsDeletion: 6s}
-"#;
+"#
+);
 
 /// The same with a NodeHealthCheck, `minHealthy: 3` over four Nodes: w1 fails, is rebooted,
 /// comes back; its object is held 6 s; w2 fails meanwhile and waits until w1's object is gone.
@@ -292,20 +314,14 @@ models:
 /// starts first; the MachineHealthCheck (4 s) finds the Machine unhealthy and waits; the reboot
 /// reports `Succeeded=False` at 5 s, the NodeHealthCheck has no template left and lets go, and
 /// the MachineHealthCheck makes its own object.
-const OVERLAP: &str = r#"
+const OVERLAP: &str = concat!(
+    r#"
 name: twin-overlap
 duration: 20s
 objects:
-  - apiVersion: cluster.x-k8s.io/v1beta2
-    kind: Cluster
-    metadata: {name: prod, namespace: default}
-    spec: {paused: false}
-    status:
-      initialization: {infrastructureProvisioned: true, controlPlaneInitialized: true}
-      conditions:
-        - {type: InfrastructureReady, status: "True", reason: Ready, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
-        - {type: ControlPlaneInitialized, status: "True", reason: Initialized, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
-  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
+"#,
+    prod_cluster!(),
+    r#"  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
     kind: SelfNodeRemediationTemplate
     metadata: {name: reboot, namespace: default}
     spec: {template: {spec: {remediationStrategy: Automatic}}}
@@ -351,48 +367,21 @@ timeline:
 models:
   remediators:
     - {kind: SelfNodeRemediation, succeeded: false, after: 3s}
-"#;
+"#
+);
 
 /// A MachineHealthCheck of workload cluster `prod`, whose Nodes live in that cluster (reached
 /// through its kubeconfig Secret), with an external template and `maxUnhealthy: 1`: m1 fails,
 /// is rebooted and comes back 3 s later; m2 fails before m1 is back (two unhealthy: restricted)
 /// and is remediated once m1 is back and its own timeout has run.
-const WORKLOAD: &str = r#"
+const WORKLOAD: &str = concat!(
+    r#"
 name: twin-workload
 duration: 24s
 objects:
-  - apiVersion: cluster.x-k8s.io/v1beta2
-    kind: Cluster
-    metadata: {name: prod, namespace: default}
-    spec: {paused: false}
-    status:
-      initialization: {infrastructureProvisioned: true, controlPlaneInitialized: true}
-      conditions:
-        - {type: InfrastructureReady, status: "True", reason: Ready, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
-        - {type: ControlPlaneInitialized, status: "True", reason: Initialized, message: "", lastTransitionTime: "2020-01-01T00:00:00Z"}
-  - apiVersion: self-node-remediation.medik8s.io/v1alpha1
-    kind: SelfNodeRemediationTemplate
-    metadata: {name: reboot, namespace: default}
-    spec: {template: {spec: {remediationStrategy: Automatic}}}
-  - apiVersion: vigil.dev/v1alpha1
-    kind: MachineHealthCheck
-    metadata: {name: workers, namespace: default}
-    spec:
-      clusterName: prod
-      selector: {matchLabels: {pool: workers}}
-      maxUnhealthy: 1
-      unhealthyConditions:
-        - {type: Ready, status: "False", timeout: 2s}
-      remediationTemplate: {apiVersion: self-node-remediation.medik8s.io/v1alpha1, kind: SelfNodeRemediationTemplate, name: reboot}
-  - &machine
-    apiVersion: cluster.x-k8s.io/v1beta2
-    kind: Machine
-    metadata: {name: m1, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}
-    spec: {clusterName: prod, bootstrap: {dataSecretName: m1}, infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DockerMachine, name: m1}}
-    status: {nodeRef: {name: m1}}
-  - {<<: *machine, metadata: {name: m2, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m2}}}
-  - {<<: *machine, metadata: {name: m3, namespace: default, labels: {cluster.x-k8s.io/cluster-name: prod, pool: workers}}, status: {nodeRef: {name: m3}}}
-workloadClusters:
+"#,
+    prod_workers_max_one!(),
+    r#"workloadClusters:
   default/prod:
     - &node
       apiVersion: v1
@@ -409,7 +398,8 @@ timeline:
 models:
   remediators:
     - {kind: SelfNodeRemediation, recoverAfter: 3s}
-"#;
+"#
+);
 
 /// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes) and final
 /// statuses.
