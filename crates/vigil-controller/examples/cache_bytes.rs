@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use vigil_api::views::NodeView;
-use vigil_controller::index::{MachineEntry, machine_entry};
 use vigil_controller::wire::{WireNode, slim};
+use vigil_index::index::{MachineEntry, machine_entry};
 
 const N: usize = 10_000;
 const SINCE: &str = "2026-11-24T20:00:00Z";

@@ -63,7 +63,7 @@ impl Context {
         &self,
         writer: &CheckRef,
         written: &DynamicObject,
-        put: impl FnOnce(&mut crate::index::Index, &Value) -> std::collections::BTreeSet<CheckRef>,
+        put: impl FnOnce(&mut vigil_index::index::Index, &Value) -> std::collections::BTreeSet<CheckRef>,
     ) {
         if let Ok(value) = serde_json::to_value(written) {
             let concerned = put(&mut self.write_index(), &value);
@@ -89,7 +89,7 @@ impl Context {
     /// remediation request must not wait for the status round-trip); the status follows, and
     /// leaves out what an action that failed would have made, so it never reports a remediation
     /// object that does not exist.
-    pub async fn apply(self: &Arc<Self>, mut job: crate::gather::Job) -> Result<(), WriteError> {
+    pub async fn apply(self: &Arc<Self>, mut job: vigil_index::gather::Job) -> Result<(), WriteError> {
         let started = self.clock.instant();
         let key = job.key.clone();
         // Only a created object can be left out of the status (`partial::leave_out`); a plan that
@@ -151,7 +151,7 @@ impl Context {
     /// starts and two steps are never live at once; when one fails, the action is not sent.
     async fn write_actions(
         self: &Arc<Self>,
-        job: &crate::gather::Job,
+        job: &vigil_index::gather::Job,
     ) -> Vec<(Action, Result<Option<ObjectRef>, WriteError>)> {
         let (annotations, rest): (Vec<Action>, Vec<Action>) =
             job.plan.actions.iter().cloned().partition(|a| matches!(a, Action::AnnotateRemediation { .. }));
@@ -180,7 +180,7 @@ impl Context {
     /// Sends `actions` of the plan, [`WRITE_CONCURRENCY`] at a time, each fenced and bounded.
     async fn send_actions(
         self: &Arc<Self>,
-        job: &crate::gather::Job,
+        job: &vigil_index::gather::Job,
         actions: Vec<Action>,
     ) -> Vec<(Action, Result<Option<ObjectRef>, WriteError>)> {
         futures::stream::iter(actions)
@@ -216,7 +216,7 @@ impl Context {
     /// failed, to leave them out of the plan.
     async fn account(
         &self,
-        job: &crate::gather::Job,
+        job: &vigil_index::gather::Job,
         results: Vec<(Action, Result<Option<ObjectRef>, WriteError>)>,
     ) -> Outcome {
         let key = &job.key;
@@ -283,13 +283,13 @@ impl Context {
     }
 
     /// [`Self::write_status`], fenced and bounded like every write.
-    async fn bounded_status(self: &Arc<Self>, job: &crate::gather::Job) -> Result<(), WriteError> {
+    async fn bounded_status(self: &Arc<Self>, job: &vigil_index::gather::Job) -> Result<(), WriteError> {
         let key = &job.key;
         bounded(self.right(key), || format!("status of {key}"), self.write_status(job)).await
     }
 
     /// Writes the check's status when the plan changed it (merge patch on the status subresource).
-    async fn write_status(self: &Arc<Self>, job: &crate::gather::Job) -> Result<(), WriteError> {
+    async fn write_status(self: &Arc<Self>, job: &vigil_index::gather::Job) -> Result<(), WriteError> {
         match self.route(&job.key, job.uid.as_deref()) {
             crate::medik8s::Route::Vigil => {}
             crate::medik8s::Route::Medik8s => return crate::medik8s::write_status(self, job).await,
@@ -376,7 +376,7 @@ impl Context {
         &self,
         writer: &CheckRef,
         action: &Action,
-        cached: Option<crate::index::MachineEntry>,
+        cached: Option<vigil_index::index::MachineEntry>,
         remediating: bool,
     ) -> Result<Option<ObjectRef>, WriteError> {
         match action {
@@ -528,7 +528,7 @@ pub(crate) fn object_reference(object: &ObjectRef) -> ObjectReference {
 }
 
 /// The index key of a kind: (group, kind).
-fn group_kind(api_version: &str, kind: &str) -> crate::index::GroupKind {
+fn group_kind(api_version: &str, kind: &str) -> vigil_index::index::GroupKind {
     (group_of(api_version).to_string(), kind.to_string())
 }
 

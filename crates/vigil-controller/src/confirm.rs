@@ -19,8 +19,6 @@
 //! controllers write what they decided from their caches (see docs/DECISIONS.md).
 
 use crate::context::Context;
-use crate::gather::{self, Job};
-use crate::index::{WorkloadCluster, machine_cluster};
 use crate::wire::WireNode;
 use futures::StreamExt as _;
 use kube::api::{Api, DynamicObject};
@@ -31,6 +29,8 @@ use tracing::info;
 use vigil_api::views::MachineView;
 use vigil_engine::Action;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
+use vigil_index::gather::{self, Job};
+use vigil_index::index::{WorkloadCluster, machine_cluster};
 
 /// How long the confirming reads of one plan may take together.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,7 +41,7 @@ pub const CONFIRM_READS: usize = 16;
 /// target as the indexes stand for it now (a Machine is its Node when it references one, and a
 /// fresh read may change which), so that a MachineHealthCheck and a NodeHealthCheck on one
 /// self-hosted Node lock the same key.
-pub fn lock_target(idx: &crate::index::Index, target: &Target) -> Target {
+pub fn lock_target(idx: &vigil_index::index::Index, target: &Target) -> Target {
     let Target::Machine { namespace, name } = target else { return target.clone() };
     let Some(entry) = idx.machines.get(namespace).and_then(|m| m.get(name)) else { return target.clone() };
     let workload = machine_cluster(&entry.view);
@@ -129,7 +129,7 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         ctx.unlock_targets(&key, &locked);
         return Confirmed::Gone;
     };
-    keep_confirmed(&mut fresh, &confirmed);
+    fresh.keep_confirmed(&confirmed);
     let sent = targets_of(&fresh).len();
     ctx.metrics.confirmations(targets.len(), sent);
     if sent < targets.len() {
@@ -141,25 +141,6 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         );
     }
     Confirmed::Go(Box::new(fresh), locked)
-}
-
-/// Leaves out of the confirming plan `job` every remediation of a target that was not
-/// confirmed (not locked, not read, or outside what the plan was confirmed about: decided on
-/// cached claims), and says to decide the check again if any was.
-pub fn keep_confirmed(job: &mut Job, confirmed: &BTreeSet<Target>) {
-    let mut left_out: Vec<Action> = Vec::new();
-    let mut kept = Vec::with_capacity(job.plan.actions.len());
-    for action in std::mem::take(&mut job.plan.actions) {
-        match action.remediates() {
-            Some(t) if !confirmed.contains(&t) => left_out.push(action),
-            _ => kept.push(action),
-        }
-    }
-    job.plan.actions = kept;
-    if !left_out.is_empty() {
-        job.again = true;
-        job.leave_out(&left_out);
-    }
 }
 
 /// Reads the targets again, [`CONFIRM_READS`] at a time, all within [`CONFIRM_TIMEOUT`] of the
@@ -185,7 +166,11 @@ async fn read_all(ctx: &Arc<Context>, key: &CheckRef, targets: &[&(Target, Targe
 
 /// What the confirming decision derives other checks' claims about: the confirmed targets, as
 /// locked before the reads and as they stand after (a Machine's Node may have changed).
-fn about(idx: &crate::index::Index, keyed: &[(Target, Target)], confirmed: &BTreeSet<Target>) -> BTreeSet<Target> {
+fn about(
+    idx: &vigil_index::index::Index,
+    keyed: &[(Target, Target)],
+    confirmed: &BTreeSet<Target>,
+) -> BTreeSet<Target> {
     keyed
         .iter()
         .filter(|(t, _)| confirmed.contains(t))

@@ -5,7 +5,6 @@
 //! and what their answers change in the index are [`crate::apply`] and [`crate::medik8s`]; the
 //! writes themselves are [`crate::writer`]).
 
-use crate::index::Index;
 use crate::writer::Writer;
 use crate::{clock, leader, metrics, scheduler, sources, wire};
 use kube::Client;
@@ -13,6 +12,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use tracing::warn;
 use vigil_engine::target::{CheckRef, Target};
+use vigil_index::index::Index;
 
 pub use crate::writer::EVENT_LANE;
 

@@ -5,16 +5,12 @@
 //! which writes a plan makes and put their answers into the index.
 
 pub mod apply;
-pub mod around;
-pub mod claims;
 pub mod clock;
 pub mod confirm;
 pub mod context;
 pub mod events;
 pub mod fenced;
-pub mod gather;
 pub mod http;
-pub mod index;
 pub mod leader;
 pub mod medik8s;
 pub mod metrics;
@@ -22,7 +18,6 @@ pub mod run_loop;
 pub mod scheduler;
 pub mod sources;
 pub mod surroundings;
-pub mod upstream_nhc;
 pub mod watch;
 pub mod wire;
 pub mod workload;

@@ -63,6 +63,15 @@ pub struct Gauges {
 }
 
 impl Gauges {
+    /// A decided job's counts, of either kind.
+    pub fn of_job(job: &vigil_index::gather::Job) -> Self {
+        use vigil_index::gather::CheckStatus;
+        match &job.plan.status {
+            CheckStatus::Machine(s) => Gauges::of_mhc(s, job.plan.short_circuited, job.plan.remediating),
+            CheckStatus::Node(s) => Gauges::of_nhc(s, job.plan.short_circuited, job.plan.remediating),
+        }
+    }
+
     /// A MachineHealthCheck's counts; `short_circuited` and `remediating` are the plan's
     /// ([`vigil_engine::Plan::short_circuited`], [`vigil_engine::Plan::remediating`]), not read
     /// back out of a reason.

@@ -1,14 +1,15 @@
 //! The run loop: each worker takes the next check the scheduler hands out, decides it
-//! ([`crate::gather`], [`crate::confirm`]), applies its plan ([`crate::apply`]) and does what
+//! ([`vigil_index::gather`], [`crate::confirm`]), applies its plan ([`crate::apply`]) and does what
 //! follows a decision: the claims cached for the others, the holders told, a failed write tried
 //! again later, the watches a check needs started.
 
 use crate::context::Context;
-use crate::{claims, confirm, gather, sources, watch, workload, writes};
+use crate::{confirm, sources, watch, workload, writes};
 use jiff::SignedDuration;
 use std::sync::Arc;
 use tracing::{debug, warn};
 use vigil_engine::target::CheckRef;
+use vigil_index::{claims, gather};
 
 impl Context {
     /// Decides one check and applies its plan.
@@ -42,7 +43,7 @@ impl Context {
         let confirmed_at = started.elapsed();
         // Remediations first; a cold start's thousands of verdicts go a hundred per decision.
         confirm::pace_verdicts(&mut job, confirm::VERDICTS_PER_RUN);
-        self.metrics.check(key, &job.gauges());
+        self.metrics.check(key, &crate::metrics::Gauges::of_job(&job));
         let next_wake = job.plan.next_wake;
         let again = job.again;
         let held_elsewhere = std::mem::take(&mut job.plan.held_elsewhere);

@@ -3,7 +3,6 @@
 //! Every watch lists again after an error ([`crate::sources::relisting`]).
 
 use crate::context::Context;
-use crate::index::Index;
 use crate::sources;
 use crate::sources::SourceState;
 use crate::wire::{WireNode, WireObject, read_mhc, read_nhc};
@@ -19,6 +18,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
+use vigil_index::index::Index;
 
 /// What one watch event does to the indexes. Objects arrive already reduced (`R`) to what the
 /// index keeps, so a complete list of 10 000 objects is never held in full.
@@ -232,7 +232,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                 "Cluster API Machines".into(),
                 true,
                 stream,
-                move |o: WireObject| crate::index::machine_entry(&o.raw),
+                move |o: WireObject| vigil_index::index::machine_entry(&o.raw),
                 move |idx, op| {
                     let dirty = update_machines(idx, op);
                     counted.metrics.cached_machines(idx.machine_count());
@@ -270,7 +270,10 @@ async fn start_cluster_api(ctx: Arc<Context>) {
 
 /// Applies one Machine watch operation to the indexes (the other shards' Machines are left out
 /// by [`Index::put_machine_entry`]); a complete list marks the held shards' Machines listed.
-fn update_machines(idx: &mut Index, op: Op<WireObject, Option<crate::index::MachineEntry>>) -> BTreeSet<CheckRef> {
+fn update_machines(
+    idx: &mut Index,
+    op: Op<WireObject, Option<vigil_index::index::MachineEntry>>,
+) -> BTreeSet<CheckRef> {
     match op {
         Op::Upsert(entry) => idx.put_machine_entry(entry, None),
         Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),

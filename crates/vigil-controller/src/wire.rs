@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use vigil_api::views::{NodeConditionView, NodeView};
-use vigil_api::{MachineHealthCheck, MachineHealthCheckSpec, NodeHealthCheck, NodeHealthCheckSpec};
+use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 
 /// A Node reduced while it is decoded (spec, images, addresses, managed fields are skipped
 /// without being built).
@@ -307,68 +307,14 @@ pub fn slim(node: &WireNode) -> (NodeView, Vec<Unreadable>) {
 }
 
 /// Reads a health check leniently: a spec that does not parse still yields an object (with an
-/// empty spec) and the error, so its status can say what is wrong.
+/// empty spec) and the error, so its status can say what is wrong ([`vigil_index::lenient`]).
 pub fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>) {
-    let value = serde_json::to_value(o).unwrap_or(Value::Null);
-    match serde_json::from_value::<MachineHealthCheck>(value.clone()) {
-        Ok(c) => (c, None),
-        Err(e) => {
-            let spec = MachineHealthCheckSpec {
-                cluster_name: String::new(),
-                selector: Default::default(),
-                unhealthy_conditions: Vec::new(),
-                unhealthy_machine_conditions: Vec::new(),
-                node_startup_timeout: None,
-                max_unhealthy: None,
-                unhealthy_range: None,
-                remediation_template: None,
-                dry_run: false,
-                backoff: None,
-                failure_domains: None,
-                max_in_flight: None,
-            };
-            let mut c = MachineHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
-            c.metadata = o.metadata.clone();
-            c.status = value.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());
-            (c, Some(format!("spec cannot be read: {e}")))
-        }
-    }
-}
-
-/// The spec a NodeHealthCheck whose own spec cannot be read stands on: it selects nothing, so
-/// its status can say what is wrong while nothing is decided from it.
-pub fn empty_nhc_spec() -> NodeHealthCheckSpec {
-    NodeHealthCheckSpec {
-        selector: Default::default(),
-        unhealthy_conditions: Vec::new(),
-        min_healthy: None,
-        max_unhealthy: None,
-        remediation_template: None,
-        escalating_remediations: Vec::new(),
-        pause_requests: Vec::new(),
-        healthy_delay: None,
-        storm_cooldown_duration: None,
-        dry_run: false,
-        backoff: None,
-        failure_domains: None,
-        max_in_flight: None,
-        planned_maintenance: None,
-    }
+    vigil_index::lenient::read_mhc(serde_json::to_value(o).unwrap_or(Value::Null))
 }
 
 /// [`read_mhc`] for a NodeHealthCheck.
 pub fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
-    let value = serde_json::to_value(o).unwrap_or(Value::Null);
-    match serde_json::from_value::<NodeHealthCheck>(value.clone()) {
-        Ok(c) => (c, None),
-        Err(e) => {
-            let spec = empty_nhc_spec();
-            let mut c = NodeHealthCheck::new(o.metadata.name.as_deref().unwrap_or(""), spec);
-            c.metadata = o.metadata.clone();
-            c.status = value.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());
-            (c, Some(format!("spec cannot be read: {e}")))
-        }
-    }
+    vigil_index::lenient::read_nhc(serde_json::to_value(o).unwrap_or(Value::Null))
 }
 
 #[cfg(test)]

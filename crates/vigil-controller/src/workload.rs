@@ -9,7 +9,6 @@
 //! proxy. The Secret is read only while the Cluster it belongs to exists in the check's namespace.
 
 use crate::context::Context;
-use crate::index::WorkloadCluster;
 use crate::sources::SourceState;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -19,6 +18,7 @@ use kube::{Client, Config};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
+use vigil_index::index::WorkloadCluster;
 
 /// How often a connected cluster's Secret is looked at again (rotated credentials).
 const SECRET_RECHECK: Duration = Duration::from_secs(30);
@@ -228,7 +228,7 @@ async fn can_list_nodes(client: &Client) -> bool {
 }
 
 /// Marks self-hosted workload cluster `key` as read through the management cluster's Node
-/// cache ([`crate::index::Index::node_source`]); wakes its checks.
+/// cache ([`vigil_index::index::Index::node_source`]); wakes its checks.
 fn share_local_nodes(ctx: &Context, key: &str) {
     let dirty = {
         let mut idx = ctx.write_index();

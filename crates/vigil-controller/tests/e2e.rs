@@ -1650,14 +1650,14 @@ async fn a_write_from_a_stale_cache_entry_is_a_conflict_not_a_loss() -> Result<(
     use vigil_api::conditions::DesiredCondition;
     use vigil_api::reason::Reason;
     use vigil_api::views::CapiVersion;
-    use vigil_controller::gather::{CheckStatus, Job};
     use vigil_engine::plan::{Action, ObjectRef, Plan};
     use vigil_engine::target::CheckRef;
+    use vigil_index::gather::{CheckStatus, Job};
 
     let env = env().await?;
     machine(&env, "m1", None, json!({})).await?;
     let m1 = || get(&env, "cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "m1");
-    let stale = vigil_controller::index::machine_entry(&m1().await?.context("m1")?).context("entry")?;
+    let stale = vigil_index::index::machine_entry(&m1().await?.context("m1")?).context("entry")?;
     env.apply_status(
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m1", "namespace": NS},
         "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Theirs", "message": "another writer's",

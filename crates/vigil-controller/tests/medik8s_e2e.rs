@@ -394,7 +394,7 @@ fn record_statuses(
     use futures::StreamExt as _;
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let api: kube::Api<kube::api::DynamicObject> =
-        kube::Api::all_with(env.client(), &vigil_controller::upstream_nhc::api_resource());
+        kube::Api::all_with(env.client(), &vigil_controller::medik8s::api_resource());
     let into = seen.clone();
     let task = tokio::spawn(async move {
         let Ok(list) = api.list(&Default::default()).await else { return };

@@ -19,13 +19,19 @@
 //!   start while it is held and renewed, and a watch of it stops every medik8s check while it is
 //!   ([`Stop`]), saying so once in each check's status and an event.
 
-pub use crate::upstream_nhc::{
-    Entry, GROUP, KIND, SOURCE, Stop, Upstream, VERSION, api_resource, read, status_from_upstream, status_to_upstream,
+pub use vigil_index::upstream::{
+    Entry, GROUP, KIND, SOURCE, Stop, Upstream, VERSION, read, status_from_upstream, status_to_upstream,
 };
 
+/// The API resource of medik8s' NodeHealthCheck.
+pub fn api_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(GROUP, VERSION, KIND),
+        "nodehealthchecks",
+    )
+}
+
 use crate::context::Context;
-use crate::gather::{CheckStatus, Job, merge_diff};
-use crate::index::Index;
 use crate::sources;
 use crate::watch::{Op, feed};
 use crate::writer::bounded;
@@ -50,6 +56,8 @@ use vigil_api::reason::Reason;
 use vigil_api::well_known::DISABLED;
 use vigil_engine::target::CheckRef;
 use vigil_engine::{Notice, NoticeKind, ObjectRef};
+use vigil_index::gather::{CheckStatus, Job, merge_diff};
+use vigil_index::index::Index;
 
 /// The NodeHealthCheck operator's leader-election Lease (`LeaderElectionID` in its
 /// `cmd/main.go`, v0.12.0); it lives in the namespace the operator runs in.
@@ -611,11 +619,11 @@ pub(crate) async fn publish_served(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream_nhc::{SHARED_FIELDS, STORM_ACTIVE, STORM_COOLDOWN_ACTIVE};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use std::collections::BTreeSet;
     use vigil_api::well_known::REMEDIATION_ALLOWED;
     use vigil_engine::target::Target;
+    use vigil_index::upstream::{SHARED_FIELDS, STORM_ACTIVE, STORM_COOLDOWN_ACTIVE};
 
     fn t(s: &str) -> Time {
         Time(s.parse().expect("timestamp"))

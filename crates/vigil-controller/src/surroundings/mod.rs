@@ -6,10 +6,9 @@
 //! (or removed) later is noticed, and a kind not served counts as "none", a fact, while a served
 //! kind not listed yet counts as unknown (the engine then starts nothing new).
 
-pub use crate::around::{Around, Kept, default_lease_namespace};
+pub use vigil_index::around::{Around, Kept, default_lease_namespace};
 
 use crate::context::Context;
-use crate::index::Index;
 use crate::sources::SourceState;
 use crate::watch::{Op, feed};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -23,6 +22,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView, OpenShiftMachineView};
 use vigil_engine::target::CheckRef;
+use vigil_index::index::Index;
 
 /// How often discovery is asked whether an optional kind is served.
 pub const DISCOVERY_PERIOD: Duration = Duration::from_secs(60);

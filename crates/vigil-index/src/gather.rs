@@ -5,7 +5,6 @@
 
 use crate::claims::{RemediationIndex, as_lookups, holders_for, node_cluster};
 use crate::index::{Index, WorkloadCluster};
-use crate::metrics::Gauges;
 use crate::sources::Need;
 use crate::sources::SourceState;
 use jiff::Timestamp;
@@ -112,11 +111,22 @@ impl Job {
         status_if_changed(self.current.as_ref(), &self.plan.status)
     }
 
-    /// The check's counts for the per-check gauges.
-    pub fn gauges(&self) -> Gauges {
-        match &self.plan.status {
-            CheckStatus::Machine(s) => Gauges::of_mhc(s, self.plan.short_circuited, self.plan.remediating),
-            CheckStatus::Node(s) => Gauges::of_nhc(s, self.plan.short_circuited, self.plan.remediating),
+    /// Leaves out every remediation of a target that was not confirmed (not locked, not read,
+    /// or outside what the plan was confirmed about: decided on cached claims), and says to
+    /// decide the check again if any was.
+    pub fn keep_confirmed(&mut self, confirmed: &BTreeSet<Target>) {
+        let mut left_out: Vec<Action> = Vec::new();
+        let mut kept = Vec::with_capacity(self.plan.actions.len());
+        for action in std::mem::take(&mut self.plan.actions) {
+            match action.remediates() {
+                Some(t) if !confirmed.contains(&t) => left_out.push(action),
+                _ => kept.push(action),
+            }
+        }
+        self.plan.actions = kept;
+        if !left_out.is_empty() {
+            self.again = true;
+            self.leave_out(&left_out);
         }
     }
 }
@@ -202,7 +212,7 @@ fn status_if_changed<S: serde::Serialize>(current: Option<&Value>, new: &S) -> O
 }
 
 /// The merge patch that turns `current` into `new`; `None` when they are equal.
-pub(crate) fn merge_diff(current: &Value, new: &Value) -> Option<Value> {
+pub fn merge_diff(current: &Value, new: &Value) -> Option<Value> {
     if current == new {
         return None;
     }
@@ -463,7 +473,7 @@ fn nhc_sources<'i>(idx: &'i Index, policy: &NhcPolicy) -> NhcSources<'i> {
     .flatten()
     .collect();
     // With medik8s' checks served, a Node one of them holds is known only once they are listed.
-    unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::upstream_nhc::SOURCE)));
+    unsure.extend(idx.medik8s.as_ref().and_then(|u| waiting(&u.state, crate::upstream::SOURCE)));
     match idx.nodes.get(LOCAL_CLUSTER) {
         Some(cache) => unsure.extend(waiting(&cache.state, "Nodes")),
         None => unsure.push(Unsure::Listing("waiting for the first complete list of Nodes".into())),

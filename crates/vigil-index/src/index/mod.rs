@@ -13,7 +13,7 @@ pub use hosting::{Hosting, WorkloadCluster};
 
 use crate::around::Around;
 use crate::sources::SourceState;
-use crate::upstream_nhc::{Entry, Upstream};
+use crate::upstream::{Entry, Upstream};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
@@ -128,7 +128,7 @@ pub struct Index {
     /// [`Index::put_mhc`] only.
     pub mhcs: MhcChecks,
     /// NodeHealthChecks by name: Vigil's, and with `--serve-medik8s` the medik8s ones served
-    /// in place (one name, one check: see [`crate::medik8s`]). Written through
+    /// in place (one name, one check: see the controller's `medik8s` module). Written through
     /// [`Index::put_nhc`] and the medik8s synchronisation only.
     pub nhcs: NhcChecks,
     /// `vigil run --serve-medik8s`: medik8s' NodeHealthChecks as read, and which of them `nhcs`

@@ -2,7 +2,7 @@
 //! objects, its Machines' conditions, its status' requests in flight), and the holders a
 //! decision is made against. The rules of the assembly are the engine's
 //! ([`vigil_engine::assemble`]); this module only finds the objects, scoped to the confirmed
-//! targets while confirming (see [`crate::confirm`]).
+//! targets while confirming (the controller reads the targets again before it remediates).
 
 use crate::index::{Index, WorkloadCluster};
 use std::collections::{BTreeMap, BTreeSet};
@@ -301,7 +301,6 @@ fn nhc_claims_within(idx: &Index, n: &str, scope: Option<&Scope<'_>>) -> Option<
 #[cfg(test)]
 mod scoped_claims {
     use super::*;
-    use crate::confirm::keep_confirmed;
     use crate::gather::{Job, job, job_with_fresh_holders};
     use crate::sources::SourceState;
     use jiff::Timestamp;
@@ -473,7 +472,7 @@ mod scoped_claims {
         // Confirmed about w-1 only: w-2 is decided on cached claims, which miss fence's hold.
         let mut fresh = job_with_fresh_holders(&idx, &reboot, now, &about(&["w-1"])).expect("decided");
         assert_eq!(creates_for(&fresh), ["w-2"]);
-        keep_confirmed(&mut fresh, &[Target::local_node("w-1")].into());
+        fresh.keep_confirmed(&[Target::local_node("w-1")].into());
         assert_eq!(creates_for(&fresh), Vec::<String>::new());
         assert!(fresh.again, "the check is decided again");
     }

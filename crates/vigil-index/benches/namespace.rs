@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 use std::hint::black_box;
 use vigil_api::MachineHealthCheck;
 use vigil_api::views::NodeView;
-use vigil_controller::index::Index;
-use vigil_controller::sources::SourceState;
-use vigil_controller::{claims, gather};
 use vigil_engine::holders::CheckRef;
+use vigil_index::index::Index;
+use vigil_index::sources::SourceState;
+use vigil_index::{claims, gather};
 
 const SIZES: [usize; 3] = [100, 300, 1_000];
 const NS: &str = "default";

@@ -1,6 +1,6 @@
 //! What the index keeps of a NodeHealthCheck's surroundings: the node Leases and the optional
 //! kinds, each with whether it is served and whether its watch has listed. State only, below the
-//! index; the watches that fill it are [`crate::surroundings`].
+//! index; the controller's watches fill it, the simulator from its scenario.
 
 use crate::sources::SourceState;
 use serde_json::Value;

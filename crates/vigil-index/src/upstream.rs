@@ -5,7 +5,6 @@
 
 use crate::sources::SourceState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::conditions::get_condition;
@@ -34,13 +33,8 @@ pub const ENABLED_REASON: &str = "NodeHealthCheckEnabled";
 /// The fields of medik8s' `NodeHealthCheckStatus` that Vigil's status has too (same names, same
 /// shapes); medik8s' other field, the deprecated `inFlightRemediations`, is cleared as the
 /// operator itself clears it.
-pub(crate) const SHARED_FIELDS: [&str; 7] =
+pub const SHARED_FIELDS: [&str; 7] =
     ["observedNodes", "healthyNodes", "unhealthyNodes", "conditions", "phase", "reason", "lastUpdateTime"];
-
-/// The API resource of medik8s' NodeHealthCheck.
-pub fn api_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), "nodehealthchecks")
-}
 
 /// Why no medik8s check is decided now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,7 +153,7 @@ pub fn read(raw: &Value) -> Entry {
 }
 
 fn empty_check() -> NodeHealthCheck {
-    NodeHealthCheck::new("", crate::wire::empty_nhc_spec())
+    NodeHealthCheck::new("", crate::lenient::empty_nhc_spec())
 }
 
 /// A stored medik8s status as the engine's previous status: the shared fields, the reasons

@@ -1,0 +1,32 @@
+//! What a decision may trust of each source the observed state comes from, and what a check
+//! needs watched: the words the stores and the adapters that fill them share.
+
+/// Whether a watched source can be trusted right now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SourceState {
+    /// Not listed completely yet.
+    #[default]
+    Syncing,
+    /// Listed and watching.
+    Synced,
+    /// The watch failed; the cache may be stale (why, for the operator).
+    Failed(String),
+}
+
+/// Something a check needs watched before it can be decided.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Need {
+    /// Objects of a kind (group, version, kind), e.g. a template kind.
+    Kind {
+        /// API group.
+        group: String,
+        /// API version.
+        version: String,
+        /// Kind.
+        kind: String,
+        /// Whether objects of this kind are templates (keep `spec.template`).
+        template: bool,
+    },
+    /// The Nodes of a workload cluster (`namespace`, `clusterName`).
+    WorkloadCluster(String, String),
+}
