@@ -27,60 +27,15 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
 use vigil_api::views::MachineView;
-use vigil_engine::Action;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
-use vigil_index::gather::{self, Job};
-use vigil_index::index::{WorkloadCluster, machine_cluster};
+use vigil_index::decision::{confirmed_job, lock_target, targets_of};
+use vigil_index::gather::Job;
+use vigil_index::index::machine_cluster;
 
 /// How long the confirming reads of one plan may take together.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many confirming reads of one plan run at once (a wave may put hundreds in one plan).
 pub const CONFIRM_READS: usize = 16;
-
-/// The key under which a target the plan remediates ([`Action::remediates`]) is locked: the
-/// target as the indexes stand for it now (a Machine is its Node when it references one, and a
-/// fresh read may change which), so that a MachineHealthCheck and a NodeHealthCheck on one
-/// self-hosted Node lock the same key.
-pub fn lock_target(idx: &vigil_index::index::Index, target: &Target) -> Target {
-    let Target::Machine { namespace, name } = target else { return target.clone() };
-    let Some(entry) = idx.machines.get(namespace).and_then(|m| m.get(name)) else { return target.clone() };
-    let workload = machine_cluster(&entry.view);
-    let self_hosted = WorkloadCluster::from_key(&workload).is_some_and(|w| idx.hosting.is_self_hosted(&w));
-    let node_cluster = if self_hosted { LOCAL_CLUSTER.to_string() } else { workload };
-    Target::of_machine(&node_cluster, &entry.view)
-}
-
-/// How many Machine verdicts one decision of a check writes besides its remediations. A cold
-/// start's first decision of a 2 000-target check would otherwise hold the check for 2 000
-/// writes, and a Machine whose timeout ran out meanwhile would wait for all of them
-/// (docs/DECISIONS.md, "Verdicts paced, remediations first").
-pub const VERDICTS_PER_RUN: usize = 100;
-
-/// Puts a plan's remediating actions first and keeps at most `limit` of its verdict-only Machine
-/// writes; the check is decided again at once for the rest (the engine plans each Machine's
-/// missing verdict again, so nothing is lost). Only the Machines' own conditions wait: the
-/// status, notices and every other action are the plan's.
-pub fn pace_verdicts(job: &mut Job, limit: usize) {
-    let mut first = Vec::new();
-    let mut rest = Vec::new();
-    let mut verdicts = 0usize;
-    for action in std::mem::take(&mut job.plan.actions) {
-        if action.remediates().is_some() {
-            first.push(action);
-            continue;
-        }
-        if matches!(action, Action::SetMachineConditions { .. }) {
-            verdicts += 1;
-            if verdicts > limit {
-                job.again = true;
-                continue;
-            }
-        }
-        rest.push(action);
-    }
-    first.append(&mut rest);
-    job.plan.actions = first;
-}
 
 /// The outcome of confirming a job.
 pub enum Confirmed {
@@ -88,10 +43,6 @@ pub enum Confirmed {
     Go(Box<Job>, BTreeSet<Target>),
     /// The check no longer exists.
     Gone,
-}
-
-fn targets_of(job: &Job) -> BTreeSet<Target> {
-    job.plan.actions.iter().filter_map(Action::remediates).collect()
 }
 
 /// Confirms `job`'s remediating actions (see the module documentation). Actions whose target
@@ -113,11 +64,7 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
     let read_started = std::time::Instant::now();
     let confirmed = read_all(ctx, &key, &to_read).await;
     let read_took = read_started.elapsed();
-    let fresh = {
-        let idx = ctx.read_index();
-        let about = about(&idx, &keyed, &confirmed);
-        gather::job_with_fresh_holders(&idx, &key, ctx.clock.now(), &about)
-    };
+    let fresh = confirmed_job(&ctx.read_index(), &key, ctx.clock.now(), &keyed, &confirmed);
     tracing::debug!(
         check = %key,
         targets = to_read.len(),
@@ -125,11 +72,10 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         redecide_us = read_started.elapsed().saturating_sub(read_took).as_micros() as u64,
         "confirmed"
     );
-    let Some(mut fresh) = fresh else {
+    let Some(fresh) = fresh else {
         ctx.unlock_targets(&key, &locked);
         return Confirmed::Gone;
     };
-    fresh.keep_confirmed(&confirmed);
     let sent = targets_of(&fresh).len();
     ctx.metrics.confirmations(targets.len(), sent);
     if sent < targets.len() {
@@ -162,20 +108,6 @@ async fn read_all(ctx: &Arc<Context>, key: &CheckRef, targets: &[&(Target, Targe
         }
     }).collect();
     futures::stream::iter(reads).buffer_unordered(CONFIRM_READS).filter_map(std::future::ready).collect().await
-}
-
-/// What the confirming decision derives other checks' claims about: the confirmed targets, as
-/// locked before the reads and as they stand after (a Machine's Node may have changed).
-fn about(
-    idx: &vigil_index::index::Index,
-    keyed: &[(Target, Target)],
-    confirmed: &BTreeSet<Target>,
-) -> BTreeSet<Target> {
-    keyed
-        .iter()
-        .filter(|(t, _)| confirmed.contains(t))
-        .flat_map(|(t, before)| [before.clone(), lock_target(idx, t)])
-        .collect()
 }
 
 /// Reads a target again from the API server and puts what was read into the indexes.
@@ -268,89 +200,5 @@ fn store_node(ctx: &Arc<Context>, cluster: &str, name: &str, node: Option<WireNo
         None => {
             idx.put_node(cluster, None, Some(name.to_string()), ctx.clock.now());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-    use vigil_api::conditions::DesiredCondition;
-    use vigil_api::reason::Reason;
-    use vigil_api::views::CapiVersion;
-    use vigil_api::well_known::HEALTH_CHECK_SUCCEEDED;
-    use vigil_engine::plan::{ObjectRef, Plan};
-
-    fn set(name: &str, healthy: bool) -> Action {
-        let t: jiff::Timestamp = "2030-01-01T00:00:00Z".parse().expect("time");
-        let condition = if healthy {
-            DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, "")
-        } else {
-            DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, Reason::UnhealthyNode, "")
-        };
-        Action::SetMachineConditions {
-            machine: ObjectRef {
-                api_version: "cluster.x-k8s.io/v1beta2".into(),
-                kind: "Machine".into(),
-                namespace: "ns".into(),
-                name: name.into(),
-            },
-            version: CapiVersion::V1Beta2,
-            conditions: vec![(condition, t)],
-        }
-    }
-
-    fn job(actions: Vec<Action>) -> Job {
-        Job {
-            key: CheckRef::Machine { namespace: "ns".into(), name: "workers".into() },
-            plan: Plan {
-                status: gather::CheckStatus::Machine(Default::default()),
-                actions,
-                notices: vec![],
-                next_wake: None,
-                held_elsewhere: vec![],
-                short_circuited: false,
-                remediating: 0,
-            },
-            current: None,
-            machines: HashMap::new(),
-            needs: BTreeSet::new(),
-            uid: None,
-            resource_version: None,
-            expiries: HashMap::new(),
-            again: false,
-        }
-    }
-
-    fn names(job: &Job) -> Vec<&str> {
-        job.plan.actions.iter().map(Action::target_name).collect()
-    }
-
-    /// A cold start's first decision of a large check (every Machine's first verdict) must not
-    /// hold back the Machine whose timeout ran out: its remediation goes first, the verdicts go a
-    /// limited number per decision, and the check is decided again for the rest.
-    #[test]
-    fn remediations_go_first_and_verdicts_are_paced() {
-        let mut actions: Vec<Action> = (0..250).map(|i| set(&format!("h{i:03}"), true)).collect();
-        actions.insert(180, set("sick", false));
-        let mut j = job(actions);
-        pace_verdicts(&mut j, 100);
-        assert_eq!(names(&j)[0], "sick", "the remediation is sent first");
-        assert_eq!(j.plan.actions.len(), 101, "the remediation and 100 verdicts");
-        assert_eq!(names(&j)[1..4], ["h000", "h001", "h002"], "the verdicts keep their order");
-        assert!(j.again, "decided again for the 150 left");
-
-        // Within the limit nothing is left out and the check is not decided again for it.
-        let mut small = job((0..100).map(|i| set(&format!("h{i:03}"), true)).chain([set("sick", false)]).collect());
-        pace_verdicts(&mut small, 100);
-        assert_eq!(small.plan.actions.len(), 101);
-        assert_eq!(names(&small)[0], "sick");
-        assert!(!small.again);
-
-        // Remediations are never paced, however many.
-        let mut wave = job((0..300).map(|i| set(&format!("s{i:03}"), false)).collect());
-        pace_verdicts(&mut wave, 100);
-        assert_eq!(wave.plan.actions.len(), 300);
-        assert!(!wave.again);
     }
 }

@@ -9,7 +9,7 @@ use jiff::SignedDuration;
 use std::sync::Arc;
 use tracing::{debug, warn};
 use vigil_engine::target::CheckRef;
-use vigil_index::{claims, gather};
+use vigil_index::gather;
 
 impl Context {
     /// Decides one check and applies its plan.
@@ -42,7 +42,7 @@ impl Context {
         };
         let confirmed_at = started.elapsed();
         // Remediations first; a cold start's thousands of verdicts go a hundred per decision.
-        confirm::pace_verdicts(&mut job, confirm::VERDICTS_PER_RUN);
+        vigil_index::decision::pace_verdicts(&mut job, vigil_index::decision::VERDICTS_PER_RUN);
         self.metrics.check(key, &crate::metrics::Gauges::of_job(&job));
         let next_wake = job.plan.next_wake;
         let again = job.again;
@@ -100,42 +100,8 @@ impl Context {
     /// said it waits for the Lease rather than for this check. When it let a target go, the
     /// checks waiting for another check decide again too.
     fn cache_claims(&self, key: &CheckRef) {
-        let (newly_held, waiting): (Vec<String>, Vec<CheckRef>) = {
-            let mut idx = self.write_index();
-            let claims = claims::claims_of(&idx, key);
-            let before: std::collections::BTreeSet<&vigil_engine::target::Target> =
-                idx.claims.get(key).into_iter().flatten().map(|c| &c.target).collect();
-            // A target let go: the checks waiting for another check decide again (one that
-            // decided while this check was writing saw the claim it is letting go).
-            let released = before.iter().any(|t| !claims.iter().any(|c| &c.target == *t));
-            let waiting = match released {
-                true => idx.waiting_checks().filter(|c| c != key).collect(),
-                false => Vec::new(),
-            };
-            let new = claims
-                .iter()
-                .filter(|c| !before.contains(&c.target))
-                .filter_map(|c| match &c.target {
-                    vigil_engine::target::Target::Node { cluster, name }
-                        if cluster == vigil_engine::target::LOCAL_CLUSTER =>
-                    {
-                        Some(name.clone())
-                    }
-                    _ => None,
-                })
-                .collect();
-            if claims.is_empty() {
-                idx.claims.remove(key);
-            } else {
-                idx.claims.insert(key.clone(), claims);
-            }
-            (new, waiting)
-        };
-        self.scheduler.mark(waiting);
-        if !newly_held.is_empty() {
-            let deciding = self.read_index().nhcs_deciding_on(&newly_held, key);
-            self.scheduler.mark(deciding);
-        }
+        let wake = vigil_index::decision::cache_claims(&mut self.write_index(), key);
+        self.scheduler.mark(wake);
     }
 
     /// Tells each holding check, with an event, that another check waits for its target.

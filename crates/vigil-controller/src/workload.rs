@@ -230,16 +230,8 @@ async fn can_list_nodes(client: &Client) -> bool {
 /// Marks self-hosted workload cluster `key` as read through the management cluster's Node
 /// cache ([`vigil_index::index::Index::node_source`]); wakes its checks.
 fn share_local_nodes(ctx: &Context, key: &str) {
-    let dirty = {
-        let mut idx = ctx.write_index();
-        let cache = idx.nodes.entry(key.to_string()).or_default();
-        cache.nodes.clear();
-        cache.state = SourceState::Synced;
-        if let Some(cluster) = WorkloadCluster::from_key(key) {
-            idx.hosting.share_local_nodes(&cluster);
-        }
-        idx.all_mhcs()
-    };
+    let Some(cluster) = WorkloadCluster::from_key(key) else { return };
+    let dirty = ctx.write_index().share_local_nodes(&cluster);
     ctx.scheduler.mark(dirty);
 }
 

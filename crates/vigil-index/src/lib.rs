@@ -6,6 +6,7 @@
 
 pub mod around;
 pub mod claims;
+pub mod decision;
 pub mod gather;
 pub mod index;
 pub mod lenient;

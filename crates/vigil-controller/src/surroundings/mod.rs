@@ -57,10 +57,7 @@ pub async fn start(ctx: &Arc<Context>) {
                     return BTreeSet::new();
                 }
             };
-            let old = idx.around.leases.items.get(&name).cloned();
-            let dirty = lease_concerns(idx, old.as_deref(), new.as_ref());
-            idx.around.leases.put(name, new);
-            dirty
+            idx.put_lease(name, new)
         },
         |idx| &mut idx.around.leases.state,
         Index::all_nhcs,
@@ -69,29 +66,17 @@ pub async fn start(ctx: &Arc<Context>) {
         gvk: GroupVersionKind::gvk("nodemaintenance.medik8s.io", "v1beta1", "NodeMaintenance"),
         what: "NodeMaintenances",
     };
-    tokio::spawn(optional(ctx.clone(), maintenance, |idx| &mut idx.around.maintenances, MaintenanceView::read));
+    tokio::spawn(optional(ctx.clone(), maintenance, |a| &mut a.maintenances, MaintenanceView::read));
     let versions = OptionalKind {
         gvk: GroupVersionKind::gvk("config.openshift.io", "v1", "ClusterVersion"),
         what: "ClusterVersions",
     };
-    tokio::spawn(optional(ctx.clone(), versions, |idx| &mut idx.around.cluster_versions, ClusterVersionView::read));
+    tokio::spawn(optional(ctx.clone(), versions, |a| &mut a.cluster_versions, ClusterVersionView::read));
     let machines = OptionalKind {
         gvk: GroupVersionKind::gvk("machine.openshift.io", "v1beta1", "Machine"),
         what: "OpenShift Machines",
     };
-    tokio::spawn(optional(ctx.clone(), machines, |idx| &mut idx.around.openshift_machines, OpenShiftMachineView::read));
-}
-
-/// The NodeHealthChecks a Lease change concerns (`vigil_engine::concerns`): its holder's, and
-/// those listing its Node.
-fn lease_concerns(idx: &Index, old: Option<&LeaseView>, new: Option<&LeaseView>) -> BTreeSet<CheckRef> {
-    idx.nhcs
-        .iter()
-        .filter(|(_, check)| {
-            old.into_iter().chain(new).any(|l| vigil_engine::concerns::nhc_concerns_node_lease(check, l))
-        })
-        .map(|(name, _)| CheckRef::Node { name: name.clone() })
-        .collect()
+    tokio::spawn(optional(ctx.clone(), machines, |a| &mut a.openshift_machines, OpenShiftMachineView::read));
 }
 
 /// Makes sure the lease namespace exists, asking again (1 s, doubling up to a minute) until it
@@ -151,7 +136,7 @@ async fn served(client: &kube::Client, gvk: &GroupVersionKind) -> Option<bool> {
 async fn optional<V: Send + Sync + 'static>(
     ctx: Arc<Context>,
     kind: OptionalKind,
-    slot: fn(&mut Index) -> &mut Kept<V>,
+    around: fn(&mut Around) -> &mut Kept<V>,
     read: fn(&Value) -> Option<V>,
 ) {
     let mut watching: Option<tokio::task::JoinHandle<()>> = None;
@@ -162,7 +147,7 @@ async fn optional<V: Send + Sync + 'static>(
         let answer = served(&ctx.client, &kind.gvk).await;
         let changed = {
             let mut idx = ctx.write_index();
-            let kept = slot(&mut idx);
+            let kept = around(&mut idx.around);
             let before = kept.served;
             if answer.is_some() {
                 kept.served = answer;
@@ -187,19 +172,17 @@ async fn optional<V: Send + Sync + 'static>(
                     move |o: DynamicObject| {
                         serde_json::to_value(&o).ok().and_then(|v| read(&v)).map(|v| (name_of(&o), v))
                     },
-                    move |idx: &mut Index, op| {
-                        let kept = slot(idx);
-                        match op {
-                            Op::Upsert(Some((name, v))) => kept.put(name, Some(v)),
-                            Op::Upsert(None) => {}
-                            Op::Remove(o) => kept.put(name_of(&o), None),
-                            Op::Replace(list) => {
-                                kept.items = list.into_iter().flatten().map(|(n, v)| (n, Arc::new(v))).collect();
-                            }
+                    move |idx: &mut Index, op| match op {
+                        Op::Upsert(Some((name, v))) => idx.put_surrounding(around, name, Some(v)),
+                        Op::Upsert(None) => BTreeSet::new(),
+                        Op::Remove(o) => idx.put_surrounding(around, name_of(&o), None),
+                        Op::Replace(list) => {
+                            around(&mut idx.around).items =
+                                list.into_iter().flatten().map(|(n, v)| (n, Arc::new(v))).collect();
+                            idx.all_nhcs().into_iter().collect::<BTreeSet<CheckRef>>()
                         }
-                        idx.all_nhcs().into_iter().collect::<BTreeSet<CheckRef>>()
                     },
-                    move |idx| &mut slot(idx).state,
+                    move |idx| &mut around(&mut idx.around).state,
                     Index::all_nhcs,
                 )));
             }

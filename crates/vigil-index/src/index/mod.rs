@@ -991,6 +991,47 @@ impl Index {
     }
 }
 
+/// What a NodeHealthCheck reads around its Nodes, and the workload clusters' connections.
+impl Index {
+    /// Stores (or forgets) a node Lease of the lease namespace; returns the NodeHealthChecks it
+    /// concerns ([`concerns::nhc_concerns_node_lease`]): its holder's, and those listing its Node.
+    pub fn put_lease(&mut self, name: String, new: Option<vigil_api::views::LeaseView>) -> BTreeSet<CheckRef> {
+        let old = self.around.leases.items.get(&name).cloned();
+        let concerned = self
+            .nhcs
+            .iter()
+            .filter(|(_, check)| {
+                old.as_deref().into_iter().chain(new.as_ref()).any(|l| concerns::nhc_concerns_node_lease(check, l))
+            })
+            .map(|(name, _)| CheckRef::Node { name: name.clone() })
+            .collect();
+        self.around.leases.put(name, new);
+        concerned
+    }
+
+    /// Stores (or forgets) one of the optional kinds around the Nodes (`slot`: maintenances,
+    /// cluster versions, OpenShift Machines); every NodeHealthCheck reads them.
+    pub fn put_surrounding<V>(
+        &mut self,
+        slot: fn(&mut Around) -> &mut crate::around::Kept<V>,
+        name: String,
+        new: Option<V>,
+    ) -> BTreeSet<CheckRef> {
+        slot(&mut self.around).put(name, new);
+        self.all_nhcs().into_iter().collect()
+    }
+
+    /// Self-hosted workload cluster `cluster` reads its Nodes through the management cluster's
+    /// cache from now on ([`Index::node_source`]); returns the checks to decide again.
+    pub fn share_local_nodes(&mut self, cluster: &WorkloadCluster) -> Vec<CheckRef> {
+        let cache = self.nodes.entry(cluster.key()).or_default();
+        cache.nodes.clear();
+        cache.state = SourceState::Synced;
+        self.hosting.share_local_nodes(cluster);
+        self.all_mhcs()
+    }
+}
+
 /// medik8s' own NodeHealthChecks (`vigil run --serve-medik8s`): which of them `Index::nhcs`
 /// holds, served when it exists, no `vigil.dev` check has its name and the operator is not running.
 impl Index {
