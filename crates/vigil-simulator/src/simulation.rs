@@ -3,91 +3,40 @@
 //! state, calls the engine and applies the plan, and a plan's `next_wake` is honoured to the
 //! nanosecond. Between changes the clock jumps to the next timeline step, wake-up or model timer.
 
+use crate::feed::{CAPI_GROUP, Feed, check_key};
 use crate::output::{Event, seconds};
 use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
 use crate::store::{Key, Store};
-use crate::views::{
-    CAPI_GROUP, CLUSTER_VERSION_GROUP, KeptCheck, LEASE_GROUP, MAINTENANCE_GROUP, OPENSHIFT_MACHINE_GROUP, ParsedCheck,
-    Views, check_key, parse_valid,
-};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde::Deserialize as _;
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::rc::Rc;
+use std::collections::{BTreeMap, BTreeSet};
+use vigil_api::GROUP;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::reason::Reason;
-use vigil_api::views::{
-    ClusterVersionView, ClusterView, LeaseView, MachineView, MaintenanceView, Meta, NodeView, OpenShiftMachineView,
-    RemediationView, TemplateView,
-};
+use vigil_api::views::MachineView;
 use vigil_api::well_known::{
     CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, PAUSED_ANNOTATION,
     REMEDIATE_MACHINE_ANNOTATION,
 };
-use vigil_api::{GROUP, NodeHealthCheck, validate};
-use vigil_engine::assemble::{self, ClaimSource};
-use vigil_engine::concerns::{self, group_of};
-use vigil_engine::holders::{self, Holders};
-use vigil_engine::lookup::Observed;
-use vigil_engine::machine::{MhcInput, NodeSource};
+use vigil_engine::assemble::{self};
+use vigil_engine::concerns::group_of;
 use vigil_engine::machine_write::machine_status_patch;
-use vigil_engine::node::NhcInput;
 use vigil_engine::plan::ObjectRef;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
 use vigil_engine::{Action, Notice, NoticeKind, Plan};
+use vigil_index::{decision, gather};
 
 /// How many decisions one check may take in one instant before the run is declared unsettled (a
 /// plan that keeps changing what it looks at would otherwise loop forever).
 const MAX_ROUNDS_PER_INSTANT: usize = 50;
 
-/// An object's versions as the checks' concern predicates read them ([`Sim::read_versions`]).
-struct ReadVersions {
-    /// Whether there is a version at all (a change of nothing concerns no one).
-    any: bool,
-    /// As Machines (a Machine of the management cluster).
-    machines: Vec<MachineView>,
-    /// As Nodes (a Node of the management cluster).
-    nodes: Vec<NodeView>,
-    /// As objects (anything else of the management cluster), each with the management cluster's
-    /// Node it names as a remediation object's target, if there is one.
-    metas: Vec<(Meta, Option<NodeView>)>,
-}
-
-/// A NodeHealthCheck as read for what does not need it valid ([`Sim::nhc_as_read`]).
-enum NhcRead {
-    /// Valid, as kept parsed.
-    Kept(Rc<(NodeHealthCheck, validate::NhcPolicy)>),
-    /// Parsed but invalid (not kept).
-    Parsed(Box<NodeHealthCheck>),
-}
-
-impl NhcRead {
-    /// The check.
-    fn check(&self) -> &NodeHealthCheck {
-        match self {
-            NhcRead::Kept(parsed) => &parsed.0,
-            NhcRead::Parsed(check) => check,
-        }
-    }
-}
-
-/// Work the models do later.
 /// The finalizer a remediator model puts on its objects (`holdsDeletion`).
 const SIMULATED_FINALIZER: &str = "simulator.vigil.dev/remediator";
 
-/// The kinds of objects around the Nodes that NodeHealthCheck decisions read.
-#[derive(Debug, Clone, Copy)]
-enum Around {
-    Lease,
-    Maintenance,
-    Version,
-    /// An OpenShift Machine.
-    Machine,
-}
-
+/// Work the models do later.
 #[derive(Debug, Clone)]
 enum Task {
     ReplaceMachine(Key),
@@ -130,15 +79,15 @@ struct Sim<'s> {
     scheduled_replacements: BTreeSet<Key>,
     events: Vec<Event>,
     history: Vec<(f64, String, Value)>,
-    invalid_reported: BTreeMap<CheckRef, String>,
     /// Targets held by more than one check, as last reported (each tie is told once).
     ties_reported: BTreeSet<String>,
     /// While the scenario's objects are loaded: every check is decided afterwards anyway, so
-    /// working out which checks each object concerns is skipped (it made loading a 10 000-Node
-    /// snapshot quadratic).
+    /// the checks each object concerns are not marked.
     loading: bool,
-    /// What is read from the store again and again, kept while it is unchanged.
-    views: Views,
+    /// The read side the decisions are gathered from, as the controller's.
+    feed: Feed,
+    /// The check whose plan is being applied: its own writes do not wake it.
+    applying: Option<CheckRef>,
     /// The timeline's next step to run.
     next_step: usize,
 }
@@ -235,10 +184,10 @@ impl<'s> Sim<'s> {
             scheduled_replacements: BTreeSet::new(),
             events: Vec::new(),
             history: Vec::new(),
-            invalid_reported: BTreeMap::new(),
             ties_reported: BTreeSet::new(),
             loading: true,
-            views: Views::default(),
+            feed: Feed::new(&scenario.lease_namespace, scenario.workload_clusters.keys().cloned().collect()),
+            applying: None,
             next_step: 0,
         }
     }
@@ -302,7 +251,7 @@ impl Sim<'_> {
     }
 
     fn checks(&self) -> Vec<CheckRef> {
-        crate::views::check_refs(&self.store).map(|(_, id)| id).collect()
+        self.feed.index.all_checks()
     }
 
     /// Stores a manifest as the API server would: health checks of upstream apiVersions are
@@ -332,9 +281,8 @@ impl Sim<'_> {
             }
             object
         };
-        let before = self.store.get(&Key::of(cluster, &object)).cloned();
         let key = self.store.apply(cluster, object, self.now);
-        self.changed(&key, before.as_ref());
+        self.changed(&key);
         Ok(key)
     }
 
@@ -359,12 +307,11 @@ impl Sim<'_> {
                     namespace: id.namespace.clone().unwrap_or_default(),
                     name: id.name.clone(),
                 };
-                let before = self
-                    .store
+                self.store
                     .delete(&key)
                     .ok_or_else(|| err(format!("{} {} does not exist at this time", id.kind, key.object_name())))?;
                 self.emit("Deleted", None, Some(key.object_name()), object_details(&key));
-                self.changed(&key, Some(&before));
+                self.changed(&key);
             }
             Change::SetNodeCondition(c) => {
                 let key = |name: &str| Key {
@@ -425,7 +372,6 @@ impl Sim<'_> {
         message: Option<&str>,
     ) {
         let Some(mut node) = self.store.get(key).cloned() else { return };
-        let before = node.clone();
         let now = self.now.to_string();
         let conditions = node.pointer_mut("/status/conditions").and_then(Value::as_array_mut);
         let mut list = conditions.map(std::mem::take).unwrap_or_default();
@@ -441,209 +387,21 @@ impl Sim<'_> {
         }
         node["status"]["conditions"] = Value::Array(list);
         self.store.apply(&key.cluster, node, self.now);
-        self.changed(key, Some(&before));
+        self.changed(key);
     }
 
-    /// Marks the checks a change concerns (the same predicates the controller maps watch
-    /// events with).
-    fn changed(&mut self, key: &Key, before: Option<&Value>) {
+    /// Puts the change of the object under `key` into the read side and marks the checks the
+    /// index says it concerns. While a check's plan is applied, what its writes made or changed
+    /// wakes only the others, as in the controller (the API server's answer goes into its index
+    /// at once, and the watch's echo of it is not newer); an object its write removed wakes it
+    /// too, as the watch's delete event does in the controller.
+    fn changed(&mut self, key: &Key) {
+        let concerned = self.feed.put(&self.store, key, self.now);
         if self.loading {
             return;
         }
-        // Who else works on Nodes, and the cluster's version (every NodeHealthCheck reads it).
-        let around = match (key.group.as_str(), key.kind.as_str()) {
-            _ if key.cluster != LOCAL_CLUSTER => None,
-            (LEASE_GROUP, "Lease") => Some(Around::Lease),
-            (MAINTENANCE_GROUP, "NodeMaintenance") => Some(Around::Maintenance),
-            (CLUSTER_VERSION_GROUP, "ClusterVersion") => Some(Around::Version),
-            (OPENSHIFT_MACHINE_GROUP, "Machine") => Some(Around::Machine),
-            _ => None,
-        };
-        if let Some(kind) = around {
-            // Each version read once, not once per check.
-            let versions: Vec<&Value> = before.into_iter().chain(self.store.get(key)).collect();
-            let (leases, maintenances): (Vec<LeaseView>, Vec<MaintenanceView>) = match kind {
-                Around::Lease => (versions.iter().filter_map(|v| LeaseView::read(v)).collect(), Vec::new()),
-                Around::Maintenance => (Vec::new(), versions.iter().filter_map(|v| MaintenanceView::read(v)).collect()),
-                Around::Version | Around::Machine => (Vec::new(), Vec::new()),
-            };
-            let any = !versions.is_empty();
-            for id in self.checks() {
-                let CheckRef::Node { .. } = &id else { continue };
-                let Some(check) = self.nhc_as_read(&id) else { continue };
-                let check = check.check();
-                let hit = match kind {
-                    Around::Lease => leases.iter().any(|l| concerns::nhc_concerns_node_lease(check, l)),
-                    Around::Maintenance => maintenances.iter().any(|m| concerns::nhc_concerns_maintenance(check, m)),
-                    Around::Version | Around::Machine => any,
-                };
-                if hit {
-                    self.dirty.insert(id);
-                }
-            }
-            return;
-        }
-        if key.group == GROUP && key.cluster == LOCAL_CLUSTER {
-            let id = if key.kind == "MachineHealthCheck" {
-                // Another check of the namespace may now own (or no longer own) Machines' conditions.
-                let same_namespace: Vec<CheckRef> = self
-                    .checks()
-                    .into_iter()
-                    .filter(|c| matches!(c, CheckRef::Machine { namespace, .. } if *namespace == key.namespace))
-                    .collect();
-                self.dirty.extend(same_namespace);
-                CheckRef::Machine { namespace: key.namespace.clone(), name: key.name.clone() }
-            } else {
-                CheckRef::Node { name: key.name.clone() }
-            };
-            self.dirty.insert(id);
-            return;
-        }
-        if key.kind == "Node"
-            && key.group.is_empty()
-            && let (Some(b), Some(a)) = (before, self.store.get(key))
-            && let (Some(b), Some(a)) = (NodeView::read(b), NodeView::read(a))
-            && !concerns::node_change_matters(&b, &a)
-            && !concerns::heartbeat_revives(&b, &a, &self.views.guarded_ages(&self.store), self.now)
-        {
-            return;
-        }
-        // The Machines of this Node, found once for every check: a Node change concerns the
-        // checks its Machines concern, as in the controller.
-        let node_machines: Vec<Rc<MachineView>> =
-            if key.kind == "Node" && key.group.is_empty() { self.machines_of_node(&key.name) } else { Vec::new() };
-        let checks = self.views.checks(&self.store);
-        let versions: Vec<&Value> = before.into_iter().chain(self.store.get(key)).collect();
-        let read = self.read_versions(key, &versions, &checks);
-        self.mark_concerned(key, &read, &node_machines, &checks);
-    }
-
-    /// The management cluster's Cluster API Machines whose `status.nodeRef` names Node `node`.
-    fn machines_of_node(&mut self, node: &str) -> Vec<Rc<MachineView>> {
-        let mut out = Vec::new();
-        for namespace in self.views.machine_namespaces(&self.store, node) {
-            let machines = self.views.machines(&self.store, &namespace);
-            out.extend(machines.iter().filter(|m| m.node_name.as_deref() == Some(node)).cloned());
-        }
-        out
-    }
-
-    /// [`Sim::changed`] for a Cluster API Machine of the management cluster, given its version
-    /// before the change already read ([`Sim::read_versions`]).
-    fn machine_changed(&mut self, key: &Key, mut read: ReadVersions) {
-        if self.loading {
-            return;
-        }
-        let checks = self.views.checks(&self.store);
-        if let Some(after) = self.store.get(key) {
-            let after = self.read_versions(key, &[after], &checks);
-            read.any |= after.any;
-            read.machines.extend(after.machines);
-            read.nodes.extend(after.nodes);
-            read.metas.extend(after.metas);
-        }
-        self.mark_concerned(key, &read, &[], &checks);
-    }
-
-    /// An object's versions (before and after a change) read once as the checks' predicates
-    /// look at them: read once per check, they dominated a 10 000-Node outage's run.
-    fn read_versions(&self, key: &Key, versions: &[&Value], checks: &[KeptCheck]) -> ReadVersions {
-        let local = key.cluster == LOCAL_CLUSTER;
-        let node = key.kind == "Node" && key.group.is_empty();
-        let machine = local && key.group == CAPI_GROUP && key.kind == "Machine";
-        // Of a Machine only NodeHealthChecks read the object's metadata (MachineHealthChecks
-        // read it as a Machine), and a Machine is written for each decision's every target.
-        let metas = !machine || checks.iter().any(|c| matches!(c.parsed, Some(ParsedCheck::Node(_))));
-        ReadVersions {
-            any: !versions.is_empty(),
-            machines: versions.iter().filter(|_| machine).filter_map(|v| MachineView::read(v)).collect(),
-            nodes: versions.iter().filter(|_| local && node).filter_map(|v| NodeView::read(v)).collect(),
-            metas: versions
-                .iter()
-                .filter(|_| local && !node && metas)
-                .filter_map(|v| Meta::read(v, &mut Vec::new()))
-                .map(|m| {
-                    let node = self.management_node(vigil_engine::target::remediation_node_name(&m));
-                    (m, node)
-                })
-                .collect(),
-        }
-    }
-
-    /// Marks the checks a change of the object under `key` concerns, given its versions `read`.
-    fn mark_concerned(
-        &mut self,
-        key: &Key,
-        read: &ReadVersions,
-        node_machines: &[Rc<MachineView>],
-        checks: &[KeptCheck],
-    ) {
-        let local = key.cluster == LOCAL_CLUSTER;
-        for kept in checks {
-            let hit = match (&kept.id, &kept.parsed) {
-                (CheckRef::Machine { namespace, .. }, Some(ParsedCheck::Machine(parsed))) => {
-                    let (check, policy) = (&parsed.0, &parsed.1);
-                    check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
-                        || match (key.group.as_str(), key.kind.as_str()) {
-                            (CAPI_GROUP, "Machine") if local => {
-                                read.machines.iter().any(|m| concerns::mhc_concerns_machine(check, policy, m))
-                            }
-                            (CAPI_GROUP, "Cluster") if local => {
-                                read.metas.iter().any(|(m, _)| concerns::mhc_concerns_cluster(check, policy, m))
-                            }
-                            ("", "Node") => {
-                                read.any
-                                    && key.cluster == self.node_cluster(namespace, &policy.cluster_name)
-                                    && node_machines.iter().any(|m| concerns::mhc_concerns_machine(check, policy, m))
-                            }
-                            _ if local => read
-                                .metas
-                                .iter()
-                                .any(|(m, _)| concerns::mhc_concerns_remediation_object(check, policy, m)),
-                            _ => false,
-                        }
-                }
-                (CheckRef::Node { .. }, Some(ParsedCheck::Node(parsed))) => {
-                    let (check, policy) = (&parsed.0, &parsed.1);
-                    check.status.as_ref().is_some_and(|s| holders::is_waiting(&s.conditions))
-                        || local
-                            && match (key.group.as_str(), key.kind.as_str()) {
-                                ("", "Node") => {
-                                    read.nodes.iter().any(|n| concerns::nhc_concerns_node(check, policy, n))
-                                }
-                                _ => read.metas.iter().any(|(m, node)| {
-                                    concerns::nhc_concerns_remediation_object(check, policy, m, node.as_ref())
-                                }),
-                            }
-                }
-                _ => continue,
-            };
-            if hit && !self.dirty.contains(&kept.id) {
-                self.dirty.insert(kept.id.clone());
-            }
-        }
-    }
-
-    /// The NodeHealthCheck `id` as read without validating it (`None`: gone or it does not
-    /// parse): the kept parsed check when valid, else parsed again (an invalid check is not kept).
-    fn nhc_as_read(&mut self, id: &CheckRef) -> Option<NhcRead> {
-        let key = check_key(id);
-        match self.views.nhc(&self.store, &key) {
-            Some(parsed) => Some(NhcRead::Kept(parsed)),
-            None => serde_json::from_value(self.store.get(&key)?.clone()).ok().map(|c| NhcRead::Parsed(Box::new(c))),
-        }
-    }
-
-    /// A Node of the management cluster by name, if the store has it.
-    fn management_node(&self, name: &str) -> Option<NodeView> {
-        let key = Key {
-            cluster: LOCAL_CLUSTER.to_string(),
-            group: String::new(),
-            kind: "Node".to_string(),
-            namespace: String::new(),
-            name: name.to_string(),
-        };
-        self.store.get(&key).and_then(NodeView::read)
+        let writer = self.applying.as_ref().filter(|_| self.store.get(key).is_some());
+        self.dirty.extend(concerned.into_iter().filter(|c| Some(c) != writer));
     }
 
     /// Where an MHC's Nodes live: its workload cluster if the scenario has one, else here.
@@ -677,245 +435,51 @@ impl Sim<'_> {
         }
     }
 
-    fn invalid(&mut self, id: &CheckRef, message: String) {
-        if self.invalid_reported.get(id) != Some(&message) {
-            self.invalid_reported.insert(id.clone(), message.clone());
-            let mut d = Map::new();
-            d.insert("reason".into(), json!(Reason::InvalidSpec.as_str()));
-            d.insert("message".into(), json!(message));
-            self.emit("Invalid", Some(id.to_string()), None, d);
-        }
-        self.wakeups.remove(id);
-    }
-
+    /// One check's turn, as the controller takes it ([`vigil_index::decision`]): decided on the
+    /// cached claims; a plan that remediates decided again with the others' claims about its
+    /// targets derived now (the store is the truth: every target is confirmed); applied; its
+    /// claims cached, and the checks that must decide again marked.
     fn reconcile(&mut self, id: &CheckRef) {
-        let Some(object) = self.store.get(&check_key(id)) else {
+        let Some(job) = gather::job(&self.feed.index, id, self.now) else {
             self.wakeups.remove(id);
             return;
         };
-        match id {
-            CheckRef::Machine { namespace, .. } => self.reconcile_mhc(id, namespace, object.clone()),
-            CheckRef::Node { .. } => self.reconcile_nhc(id),
+        if self.feed.watch(&self.store, &job.needs, self.now) {
+            // Decided before the kinds it reads were listed: nothing of it is applied.
+            self.dirty.insert(id.clone());
+            return;
         }
-    }
-
-    /// Gathers a MachineHealthCheck's inputs from the store, decides and applies the plan.
-    fn reconcile_mhc(&mut self, id: &CheckRef, namespace: &str, object: Value) {
-        let (check, policy) = match parse_valid(object, validate::machine_health_check) {
-            Ok(parsed) => parsed,
-            Err(why) => return self.invalid(id, why),
-        };
-        let cluster = self
-            .store
-            .get(&Key {
-                cluster: LOCAL_CLUSTER.into(),
-                group: CAPI_GROUP.into(),
-                kind: "Cluster".into(),
-                namespace: namespace.to_string(),
-                name: policy.cluster_name.clone(),
-            })
-            .and_then(ClusterView::read);
-        let machines = self.views.machines(&self.store, namespace);
-        let machine_refs: Vec<&MachineView> = machines.iter().map(Rc::as_ref).collect();
-        let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-        // Only the Nodes of the check's targets: the engine looks up no other (reading
-        // every Node of a 10 000-Node cluster for each check dominated a snapshot's run).
-        let nodes: HashMap<String, NodeView> = self
-            .views
-            .mhc_targets(&self.store, namespace, &check_key(id), &policy)
-            .iter()
-            .filter_map(|m| m.node_name.as_deref())
-            .filter_map(|name| {
-                let key = Key {
-                    cluster: node_cluster.clone(),
-                    group: String::new(),
-                    kind: "Node".into(),
-                    namespace: String::new(),
-                    name: name.to_string(),
-                };
-                let node = NodeView::read(self.store.get(&key)?)?;
-                Some((name.to_string(), node))
-            })
-            .collect();
-        let templates: Vec<Option<TemplateView>> = policy.templates().into_iter().map(|t| self.template(t)).collect();
-        let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
-        let remediations = self.mhc_remediations(namespace, &policy);
-        let remediation_refs = lookups(&remediations);
-        let input = MhcInput {
-            check: &check,
-            policy: &policy,
-            cluster: cluster.as_ref(),
-            machines: &machine_refs,
-            nodes: NodeSource::Reachable(&nodes),
-            templates: &template_refs,
-            remediations: &remediation_refs,
-        };
-        let holders = self.holders_reporting_ties();
-        let ranking = self.views.mhc_ranking(&self.store, namespace);
-        let plan =
-            vigil_engine::machine::decide_among_peers(&input, &holders, &ranking.peers(), &node_cluster, self.now);
-        self.apply(id, plan);
-    }
-
-    /// Gathers a NodeHealthCheck's inputs from the store, decides and applies the plan.
-    fn reconcile_nhc(&mut self, id: &CheckRef) {
-        let key = check_key(id);
-        let parsed = match self.views.nhc(&self.store, &key) {
-            Some(parsed) => parsed,
-            // Not kept: it does not parse or is invalid, and is read again for the reason.
-            None => {
-                let Some(object) = self.store.get(&key).cloned() else { return };
-                match parse_valid(object, validate::node_health_check) {
-                    Ok(parsed) => Rc::new(parsed),
-                    Err(why) => return self.invalid(id, why),
-                }
-            }
-        };
-        let (check, policy) = (&parsed.0, &parsed.1);
-        let nodes = self.views.nodes(&self.store);
-        let node_refs: Vec<&NodeView> = nodes.iter().collect();
-        // The check's own steps and every rule's, in `NhcPolicy::all_steps` order (the engine's).
-        let templates: Vec<Option<TemplateView>> = policy.all_steps().map(|s| self.template(&s.template)).collect();
-        let template_refs: Vec<Option<&TemplateView>> = templates.iter().map(Option::as_ref).collect();
-        let kinds: BTreeSet<(String, String, String)> = policy
-            .all_steps()
-            .map(|s| {
-                (
-                    group_of(&s.template.api_version).to_string(),
-                    s.template.remediation_kind().to_string(),
-                    s.template.namespace.clone(),
-                )
-            })
-            .collect();
-        let remediations: Vec<Rc<Vec<RemediationView>>> =
-            kinds.iter().map(|(g, k, ns)| self.views.remediations(&self.store, g, k, ns)).collect();
-        let remediation_refs: Vec<&RemediationView> = remediations.iter().flat_map(|r| r.iter()).collect();
-        let leases = self.views.leases(&self.store, &self.scenario.lease_namespace);
-        let maintenances = self.views.maintenances(&self.store);
-        let versions = self.views.cluster_versions(&self.store);
-        let machines = self.views.openshift_machines(&self.store);
-        let (lease_refs, maintenance_refs, version_refs, machine_refs): (
-            Vec<&LeaseView>,
-            Vec<&MaintenanceView>,
-            Vec<&ClusterVersionView>,
-            Vec<&OpenShiftMachineView>,
-        ) = (
-            leases.iter().collect(),
-            maintenances.iter().collect(),
-            versions.iter().collect(),
-            machines.iter().collect(),
-        );
-        let input = NhcInput {
-            check,
-            policy,
-            nodes: &node_refs,
-            templates: &template_refs,
-            remediations: &remediation_refs,
-            // The scenario's objects are all there is: a kind with none counts as not served (so
-            // a Node's machine-config annotations postpone nothing without a ClusterVersion, as
-            // on a live cluster that does not serve the kind).
-            around: vigil_engine::node::Around {
-                leases: &lease_refs,
-                lease_namespace: &self.scenario.lease_namespace,
-                maintenances: served_if_any(&maintenance_refs),
-                cluster_versions: served_if_any(&version_refs),
-                machines: served_if_any(&machine_refs),
-            },
-        };
-        let holders = self.holders_reporting_ties();
-        let plan = vigil_engine::node::decide_among(&input, &holders, self.now);
-        self.apply(id, plan);
-    }
-
-    /// The valid MachineHealthChecks of a namespace, with their policies (who may own a Machine's
-    /// conditions: [`vigil_engine::peers`]), and the version of their specs.
-    fn mhc_peers(&mut self, namespace: &str) -> crate::views::Peers {
-        self.views.mhc_peers(&self.store, namespace)
-    }
-
-    /// The remediation objects an MHC looks at: for each of its templates (its own and its rules',
-    /// [`validate::MhcPolicy::templates`]), that template's kind in its namespace, by name.
-    fn mhc_remediations(&self, namespace: &str, policy: &validate::MhcPolicy) -> Vec<HashMap<String, RemediationView>> {
-        policy
-            .templates()
-            .into_iter()
-            .map(|t| {
-                self.store
-                    .list(LOCAL_CLUSTER, group_of(&t.api_version), t.remediation_kind(), Some(namespace))
-                    .filter_map(|(k, v)| RemediationView::read(v).map(|r| (k.name.clone(), r)))
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// Who holds which target, from every check's claims (the engine's derivation, as the
-    /// controller computes it). A check's claims are computed again only when what they are read
-    /// from changed: an MHC's, its namespace; an NHC's, the NodeHealthChecks or the remediation
-    /// objects.
-    fn holders(&mut self) -> Holders {
-        let remediations_at = self.store.version_of(|c, g, _, _| crate::views::may_remediate(c, g));
-        let nhcs_at = self.store.list_version(LOCAL_CLUSTER, GROUP, "NodeHealthCheck", None);
-        let mut claims = Vec::new();
-        for kept in self.views.checks(&self.store).iter() {
-            let id = &kept.id;
-            let version = match id {
-                // An MHC's claims read its namespace's Machines, remediation objects and
-                // checks' specs: a check's status write (every decision) does not move them.
-                CheckRef::Machine { namespace, .. } => (
-                    self.store.version_of(|c, g, k, n| {
-                        c == LOCAL_CLUSTER && n == namespace && !(g == GROUP && k == "MachineHealthCheck")
-                    }),
-                    self.mhc_peers(namespace).1,
-                ),
-                CheckRef::Node { .. } => (remediations_at, nhcs_at),
+        let targets = decision::targets_of(&job);
+        let job = if targets.is_empty() {
+            job
+        } else {
+            let index = &self.feed.index;
+            let keyed: Vec<(Target, Target)> =
+                targets.iter().map(|t| (t.clone(), decision::lock_target(index, t))).collect();
+            let Some(job) = decision::confirmed_job(index, id, self.now, &keyed, &targets) else {
+                self.wakeups.remove(id);
+                return;
             };
-            if let Some(kept) = self.views.claims(id, version) {
-                claims.extend(kept.iter().cloned());
-                continue;
-            }
-            let Some(found) = self.claims_of(id) else { continue };
-            let found = Rc::new(found);
-            claims.extend(found.iter().cloned());
-            self.views.keep_claims(id.clone(), version, found);
-        }
-        assemble::holders(None, claims, std::iter::empty(), None)
-    }
-
-    /// What one check claims, read from the store (`None`: it is gone or invalid).
-    fn claims_of(&mut self, id: &CheckRef) -> Option<Vec<vigil_engine::holders::Claim>> {
-        match id {
-            CheckRef::Machine { namespace, .. } => {
-                let parsed = self.views.mhc(&self.store, &check_key(id))?;
-                let (check, policy) = parsed.as_ref();
-                // Only its targets can be claimed ([`holders::mhc_claims_among`] looks at no other).
-                let machines = self.views.mhc_targets(&self.store, namespace, &check_key(id), policy);
-                let machine_refs: Vec<&MachineView> = machines.iter().map(Rc::as_ref).collect();
-                let remediations = self.mhc_remediations(namespace, policy);
-                let remediation_refs = lookups(&remediations);
-                let node_cluster = self.node_cluster(namespace, &policy.cluster_name);
-                let ranking = self.views.mhc_ranking(&self.store, namespace);
-                Some(assemble::claims(ClaimSource::Machine {
-                    check,
-                    policy,
-                    peers: &ranking.peers(),
-                    node_cluster: &node_cluster,
-                    machines: &machine_refs,
-                    remediations: &remediation_refs,
-                }))
-            }
-            CheckRef::Node { .. } => {
-                let check = self.nhc_as_read(id)?;
-                let objects = self.views.remediation_objects(&self.store);
-                let object_refs: Vec<&RemediationView> = objects.iter().collect();
-                Some(assemble::claims(ClaimSource::Node { check: check.check(), remediations: &object_refs }))
-            }
+            job
+        };
+        let again = job.again;
+        self.applying = Some(id.clone());
+        self.apply(id, job.plan);
+        self.applying = None;
+        let wake = decision::cache_claims(&mut self.feed.index, id);
+        self.dirty.extend(wake);
+        self.report_ties();
+        if again {
+            self.dirty.insert(id.clone());
         }
     }
 
-    /// [`Sim::holders`], telling once about each target more than one check holds (from before
-    /// the one-check-at-a-time rule, or made so by hand): nothing is deleted to resolve it.
-    fn holders_reporting_ties(&mut self) -> Holders {
-        let holders = self.holders();
+    /// Tells once about each target more than one check holds (from before the
+    /// one-check-at-a-time rule, or made so by hand), on its holder: nothing is deleted to
+    /// resolve it. Read from the claims the read side caches for every check.
+    fn report_ties(&mut self) {
+        let cached = self.feed.index.claims.iter().map(|(k, c)| (k, c.as_slice()));
+        let holders = assemble::holders(None, Vec::new(), cached, None);
         let mut now_tied = BTreeSet::new();
         for (target, holder) in holders.ties() {
             let also: Vec<String> = holder.also.iter().map(ToString::to_string).collect();
@@ -930,36 +494,23 @@ impl Sim<'_> {
                     Target::Machine { namespace, name } => format!("{namespace}/{name}"),
                 };
                 let mut d = Map::new();
-                d.insert("reason".into(), json!(vigil_api::reason::Reason::TargetHeldByMoreThanOneCheck.as_str()));
+                d.insert("reason".into(), json!(Reason::TargetHeldByMoreThanOneCheck.as_str()));
                 d.insert("message".into(), json!(message));
                 self.emit("TargetHeldTwice", Some(holder.check.to_string()), Some(name), d);
             }
             now_tied.insert(message);
         }
         self.ties_reported = now_tied;
-        holders
-    }
-
-    /// The template a check names, read from the management cluster.
-    fn template(&self, t: &vigil_api::validate::TemplateRef) -> Option<TemplateView> {
-        let key = Key {
-            cluster: LOCAL_CLUSTER.into(),
-            group: group_of(&t.api_version).into(),
-            kind: t.kind.clone(),
-            namespace: t.namespace.clone(),
-            name: t.name.clone(),
-        };
-        self.store.get(&key).and_then(TemplateView::read)
     }
 
     /// Applies a plan: status, writes, notices, wake-up.
     fn apply<S: serde::Serialize>(&mut self, id: &CheckRef, plan: Plan<S>) {
         let key = check_key(id);
-        self.invalid_reported.remove(id);
         let status = serde_json::to_value(&plan.status).unwrap_or(json!({}));
         if self.store.get(&key).and_then(|o| o.get("status")) != Some(&status) {
             self.history.push((self.t(), id.to_string(), status.clone()));
             self.store.set_status(&key, status);
+            self.changed(&key);
         }
         // A step given up is told about its object, as the controller's Event is.
         for notice in &plan.notices {
@@ -1047,14 +598,8 @@ impl Sim<'_> {
             namespace: machine.namespace,
             name: machine.name,
         };
-        // A Cluster API Machine is read as the checks look at it before it is written,
-        // instead of copied whole: every decision writes each of its targets.
-        let capi = key.group == CAPI_GROUP && key.kind == "Machine";
-        let checks = self.views.checks(&self.store);
         let Some(current) = self.store.get(&key) else { return };
         let patch = machine_status_patch(current, version, conditions);
-        let read = capi.then(|| self.read_versions(&key, &[current], &checks));
-        let before = (!capi).then(|| current.clone());
         if let Err(e) = self.store.patch(&key, &patch) {
             let mut d = Map::new();
             d.insert("message".into(), json!(e));
@@ -1069,10 +614,7 @@ impl Sim<'_> {
         {
             self.schedule(owner.replace_after, Task::ReplaceMachine(key.clone()));
         }
-        match read {
-            Some(read) => self.machine_changed(&key, read),
-            None => self.changed(&key, before.as_ref()),
-        }
+        self.changed(&key);
     }
 
     /// Creates a remediation object, the Node's Lease first (when it cannot be taken, the object
@@ -1106,7 +648,7 @@ impl Sim<'_> {
             };
             self.schedule(delay, Task::Remediator(key.clone(), outcome));
         }
-        self.changed(&key, None);
+        self.changed(&key);
     }
 
     /// Deletes a remediation object (once: one being deleted is left alone); a remediator
@@ -1123,7 +665,7 @@ impl Sim<'_> {
         if deleting {
             return;
         }
-        let Some((before, gone)) = self.store.request_delete(&key, self.now) else { return };
+        let Some((_, gone)) = self.store.request_delete(&key, self.now) else { return };
         self.emit(
             NoticeKind::RemediationDeleted.event_reason(id),
             Some(id.to_string()),
@@ -1134,7 +676,7 @@ impl Sim<'_> {
         if let (false, Some(hold)) = (gone, held) {
             self.schedule(hold, Task::ReleaseFinalizer(key.clone()));
         }
-        self.changed(&key, Some(&before));
+        self.changed(&key);
     }
 
     /// Releases a node Lease, only if it is still the one seen (uid and version).
@@ -1150,9 +692,9 @@ impl Sim<'_> {
         let at = |p: &str| current.pointer(p).and_then(Value::as_str).map(str::to_string);
         if at("/metadata/uid") == uid
             && at("/metadata/resourceVersion") == resource_version
-            && let Some(before) = self.store.delete(&key)
+            && self.store.delete(&key).is_some()
         {
-            self.changed(&key, Some(&before));
+            self.changed(&key);
         }
     }
 
@@ -1165,11 +707,13 @@ impl Sim<'_> {
             namespace: object.namespace.clone(),
             name: object.name.clone(),
         };
-        let Some(before) = self.store.get(&key).cloned() else { return false };
+        if self.store.get(&key).is_none() {
+            return false;
+        }
         if self.store.patch(&key, &json!({"metadata": {"annotations": {annotation: value}}})).is_err() {
             return false;
         }
-        self.changed(&key, Some(&before));
+        self.changed(&key);
         true
     }
 
@@ -1179,14 +723,13 @@ impl Sim<'_> {
     fn write_lease(&mut self, id: &CheckRef, lease: &vigil_engine::plan::LeaseWrite) -> bool {
         let manifest = lease.manifest();
         let key = Key::of(LOCAL_CLUSTER, &manifest);
-        let before = self.store.get(&key).cloned();
         let written = match &lease.resource_version {
             None => self.store.create(LOCAL_CLUSTER, manifest, self.now).map_err(|_| "it exists already".to_string()),
             Some(rv) => self.store.replace_at(manifest, rv, self.now),
         };
         match written {
             Ok(_) => {
-                self.changed(&key, before.as_ref());
+                self.changed(&key);
                 true
             }
             Err(why) => {
@@ -1210,13 +753,13 @@ impl Sim<'_> {
             Task::JoinNode(key) => self.join_node(&key),
             Task::Remediator(key, outcome) => self.remediator_acts(&key, outcome),
             Task::ReleaseFinalizer(key) => {
-                if let Some((before, gone)) = self.store.remove_finalizer(&key, SIMULATED_FINALIZER) {
+                if let Some((_, gone)) = self.store.remove_finalizer(&key, SIMULATED_FINALIZER) {
                     if gone {
                         let mut d = object_details(&key);
                         d.insert("message".into(), json!("the remediator finished and let go of its object"));
                         self.emit("RemediationFinished", None, Some(key.object_name()), d);
                     }
-                    self.changed(&key, Some(&before));
+                    self.changed(&key);
                 }
             }
             Task::Heartbeat(i) => self.heartbeat(i),
@@ -1248,12 +791,11 @@ impl Sim<'_> {
             .collect();
         for key in keys {
             let Some(mut node) = self.store.get(&key).cloned() else { continue };
-            let before = node.clone();
             let Some(list) = node.pointer_mut("/status/conditions").and_then(Value::as_array_mut) else { continue };
             let Some(c) = list.iter_mut().find(|c| c["type"] == h.type_.as_str()) else { continue };
             c["lastHeartbeatTime"] = json!(now);
             self.store.apply(&key.cluster, node, self.now);
-            self.changed(&key, Some(&before));
+            self.changed(&key);
         }
         let next = self.now.checked_add(h.every).unwrap_or(Timestamp::MAX);
         let end = self.scenario.start.checked_add(self.scenario.duration).unwrap_or(Timestamp::MAX);
@@ -1288,7 +830,7 @@ impl Sim<'_> {
             return;
         }
         self.store.delete(key);
-        self.changed(key, Some(&old));
+        self.changed(key);
         let node_name = text(&old, "/status/nodeRef/name").to_string();
         let cluster_name =
             text(&old, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
@@ -1301,8 +843,8 @@ impl Sim<'_> {
                 namespace: String::new(),
                 name: node_name,
             };
-            if let Some(before) = self.store.delete(&node_key) {
-                self.changed(&node_key, Some(&before));
+            if self.store.delete(&node_key).is_some() {
+                self.changed(&node_key);
             }
         }
         self.task_seq += 1;
@@ -1325,7 +867,7 @@ impl Sim<'_> {
         let mut d = Map::new();
         d.insert("replacement".into(), json!(new_key.object_name()));
         self.emit("MachineReplaced", None, Some(key.object_name()), d);
-        self.changed(&new_key, None);
+        self.changed(&new_key);
         if let Some(owner) = self.scenario.models.owner {
             self.schedule(owner.node_ready_after, Task::JoinNode(new_key));
         }
@@ -1364,14 +906,14 @@ impl Sim<'_> {
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": key.name},
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
         let node_key = self.store.apply(&node_cluster, node, self.now);
-        self.changed(&node_key, None);
+        self.changed(&node_key);
         let node_ref = if text(&machine, "/apiVersion").ends_with("v1beta1") {
             json!({"apiVersion": "v1", "kind": "Node", "name": key.name})
         } else {
             json!({"name": key.name})
         };
         if self.store.patch(key, &json!({"status": {"nodeRef": node_ref}})).is_ok() {
-            self.changed(key, Some(&machine));
+            self.changed(key);
         }
         self.emit("NodeJoined", None, Some(key.name.clone()), Map::new());
     }
@@ -1402,14 +944,14 @@ impl Sim<'_> {
                     Some("kubelet is posting ready status"),
                 );
                 let _ = self.store.patch(key, &json!({"status": {"conditions": [{"type": "Succeeded", "status": "True", "reason": "RemediationFinished", "message": "", "lastTransitionTime": now}]}}));
-                self.changed(key, Some(&object));
+                self.changed(key);
                 let mut d = object_details(key);
                 d.insert("message".into(), json!(format!("{} {} brought the Node back", key.kind, key.object_name())));
                 self.emit("NodeRecovered", None, Some(node), d);
             }
             RemediatorOutcome::Fails(_) => {
                 let _ = self.store.patch(key, &json!({"status": {"conditions": [{"type": "Succeeded", "status": "False", "reason": "RemediationFailed", "message": "the remediator gave up", "lastTransitionTime": now}]}}));
-                self.changed(key, Some(&object));
+                self.changed(key);
                 let target = object
                     .pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1")))
                     .and_then(Value::as_str)
@@ -1445,22 +987,12 @@ impl Sim<'_> {
     }
 }
 
-/// A kind of the scenario as the engine reads it: not served when the scenario has none of it.
-fn served_if_any<'a, T>(objects: &'a [&'a T]) -> Observed<'a, &'a [&'a T]> {
-    if objects.is_empty() { Observed::NotServed } else { Observed::Known(objects) }
-}
-
 fn object_details(key: &Key) -> Map<String, Value> {
     let mut d = Map::new();
     d.insert("kind".into(), json!(key.kind));
     d.insert("namespace".into(), json!(key.namespace));
     d.insert("name".into(), json!(key.name));
     d
-}
-
-/// The engine's view of per-template remediation maps: one lookup each.
-fn lookups(maps: &[HashMap<String, RemediationView>]) -> Vec<&dyn vigil_engine::Lookup<RemediationView>> {
-    maps.iter().map(|m| m as &dyn vigil_engine::Lookup<RemediationView>).collect()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use vigil_engine::concerns::group_of;
 use vigil_engine::machine_write::apply_merge_patch;
 use vigil_engine::target::LOCAL_CLUSTER as LOCAL_CLUSTER_KEY;
@@ -49,21 +49,6 @@ impl Key {
 pub struct Store {
     objects: BTreeMap<Key, Value>,
     counter: u64,
-    /// Changes so far, counted apart from resource versions (a delete is a change too).
-    changes: u64,
-    /// The changes to each (cluster, group, kind, namespace): what the simulator's views read
-    /// from the store are kept against ([`Store::version_of`], [`Store::changed_since`]).
-    changed_at: HashMap<(String, String, String, String), Changes>,
-}
-
-/// The changes to the objects of one (cluster, group, kind, namespace).
-#[derive(Debug, Default, Clone)]
-struct Changes {
-    /// The last one's number.
-    last: u64,
-    /// Each one's number and object name, in order: a view of 10 000 objects that one write
-    /// changed reads that one object again, not all of them.
-    log: Vec<(u64, String)>,
 }
 
 /// A create that found the name taken.
@@ -74,44 +59,6 @@ impl Store {
     fn next(&mut self) -> u64 {
         self.counter += 1;
         self.counter
-    }
-
-    /// Records a change to the object under `key`.
-    fn touch(&mut self, key: &Key) {
-        self.changes += 1;
-        let scope = (key.cluster.clone(), key.group.clone(), key.kind.clone(), key.namespace.clone());
-        let changes = self.changed_at.entry(scope).or_default();
-        changes.last = self.changes;
-        changes.log.push((self.changes, key.name.clone()));
-    }
-
-    /// A number that changes whenever an object of a (cluster, group, kind, namespace) that
-    /// `scope` accepts changes (0: none ever did): a view read from those objects is still
-    /// current while it is the same.
-    pub fn version_of(&self, scope: impl Fn(&str, &str, &str, &str) -> bool) -> u64 {
-        self.changed_at.iter().filter(|((c, g, k, n), _)| scope(c, g, k, n)).map(|(_, v)| v.last).max().unwrap_or(0)
-    }
-
-    /// The names of the objects of one (cluster, group, kind, namespace) changed (written,
-    /// created or deleted) after `version`, a [`Store::list_version`] of that namespace read
-    /// before; in the order changed, a name once per change.
-    pub fn changed_since<'a>(
-        &'a self,
-        cluster: &str,
-        group: &str,
-        kind: &str,
-        namespace: &str,
-        version: u64,
-    ) -> impl Iterator<Item = &'a str> + 'a {
-        let scope = (cluster.to_string(), group.to_string(), kind.to_string(), namespace.to_string());
-        let log = self.changed_at.get(&scope).map(|changes| changes.log.as_slice()).unwrap_or_default();
-        let first = log.partition_point(|(change, _)| *change <= version);
-        log[first..].iter().map(|(_, name)| name.as_str())
-    }
-
-    /// [`Store::version_of`] the objects [`Store::list`] gives for the same arguments.
-    pub fn list_version(&self, cluster: &str, group: &str, kind: &str, namespace: Option<&str>) -> u64 {
-        self.version_of(|c, g, k, n| c == cluster && g == group && k == kind && namespace.is_none_or(|ns| ns == n))
     }
 
     /// Creates or replaces an object whole, as `kubectl apply` of a full manifest would; keeps the
@@ -139,7 +86,6 @@ impl Store {
         object["metadata"]["generation"] = generation;
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.objects.insert(key.clone(), object);
-        self.touch(&key);
         key
     }
 
@@ -154,11 +100,7 @@ impl Store {
 
     /// Removes an object.
     pub fn delete(&mut self, key: &Key) -> Option<Value> {
-        let gone = self.objects.remove(key);
-        if gone.is_some() {
-            self.touch(key);
-        }
-        gone
+        self.objects.remove(key)
     }
 
     /// Deletes an object as the API server does: one with finalizers stays, with
@@ -169,7 +111,6 @@ impl Store {
         let held = before.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
         if !held {
             self.objects.remove(key);
-            self.touch(key);
             return Some((before, true));
         }
         if before.pointer("/metadata/deletionTimestamp").is_none() {
@@ -178,7 +119,6 @@ impl Store {
                 object["metadata"]["deletionTimestamp"] = json!(now.to_string());
                 object["metadata"]["resourceVersion"] = json!(rv.to_string());
             }
-            self.touch(key);
         }
         Some((before, false))
     }
@@ -198,7 +138,6 @@ impl Store {
         if deleting && !left {
             self.objects.remove(key);
         }
-        self.touch(key);
         Some((before, deleting && !left))
     }
 
@@ -231,7 +170,6 @@ impl Store {
         }
         apply_merge_patch(object, patch);
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
-        self.touch(key);
         Ok(())
     }
 
@@ -241,7 +179,6 @@ impl Store {
         if let Some(object) = self.objects.get_mut(key) {
             object["status"] = status;
             object["metadata"]["resourceVersion"] = json!(rv.to_string());
-            self.touch(key);
         }
     }
 

@@ -1,6 +1,6 @@
-//! The simulator reads in one order: its store and the scenario format at the bottom, the kept
-//! views of the store above them, the simulation (routing, deciding, applying, the models) on top
-//! of those, and the output. This test fails on any import cycle between its modules (and
+//! The simulator reads in one order: its store and the scenario format at the bottom, the feed
+//! of the store into the shared read side above them, the simulation (its clock, applying plans,
+//! the models) on top of those, and the output. This test fails on any import cycle between its modules (and
 //! between its folders, each counted as one module), naming it, and on a function longer than a
 //! screen.
 
