@@ -398,7 +398,7 @@ impl Context {
             Action::WriteLease(lease) => self.write_lease(lease).await.map(|()| None),
             Action::DeleteLease { lease, uid, resource_version, .. } => {
                 if self.writer.delete_lease(lease, uid.as_deref(), resource_version.as_deref()).await? {
-                    self.write_index().around.put_lease(&lease.name, None);
+                    self.write_index().remember_lease(&lease.name, None);
                 }
                 Ok(None)
             }
@@ -413,7 +413,7 @@ impl Context {
     async fn write_lease(&self, lease: &vigil_engine::plan::LeaseWrite) -> Result<(), WriteError> {
         let written = self.writer.write_lease(lease).await?;
         let value = serde_json::to_value(&written).ok();
-        self.write_index().around.put_lease(&lease.name, value.as_ref());
+        self.write_index().remember_lease(&lease.name, value.as_ref());
         Ok(())
     }
 

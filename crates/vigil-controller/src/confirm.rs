@@ -132,7 +132,7 @@ async fn refresh(ctx: &Arc<Context>, target: &Target) -> Result<(), String> {
 /// API's current one.
 fn cached_api_version(ctx: &Context, namespace: &str, name: &str) -> String {
     let idx = ctx.read_index();
-    let cached = idx.machines.get(namespace).and_then(|m| m.get(name)).map(|e| e.view.meta.api_version.as_str());
+    let cached = idx.machine(namespace, name).map(|e| e.view.meta.api_version.as_str());
     cached.filter(|v| !v.is_empty()).unwrap_or("cluster.x-k8s.io/v1beta2").to_string()
 }
 
@@ -178,7 +178,7 @@ async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str) -> Res
 fn node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Option<(String, String, kube::Client)> {
     let (cluster, node) = {
         let idx = ctx.read_index();
-        let view = &idx.machines.get(namespace)?.get(name)?.view;
+        let view = &idx.machine(namespace, name)?.view;
         (machine_cluster(view), view.node_name.clone()?)
     };
     let client = ctx.lock_workload_clients().get(&cluster).cloned()?;

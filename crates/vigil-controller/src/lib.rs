@@ -93,7 +93,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl std::future::F
     let election = options.leader.clone().map(|lo| tokio::spawn(elect(ctx.clone(), client, lo, stop_rx.clone())));
     ctx.metrics.leader(options.leader.is_none());
     let prober = tokio::spawn(probe(ctx.clone(), options.probe_period));
-    ctx.write_index().around.lease_namespace = options.lease_namespace.clone();
+    ctx.write_index().set_lease_namespace(options.lease_namespace.clone());
     if options.serve_medik8s {
         medik8s::start(&ctx);
     }
@@ -132,7 +132,7 @@ fn context_for(client: Client, options: &Options) -> Arc<Context> {
         Context::with_leadership(client, leadership)
     };
     ctx.ready_grace.store(options.ready_grace.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
-    ctx.write_index().dry_run = options.dry_run;
+    ctx.write_index().set_dry_run(options.dry_run);
     ctx
 }
 

@@ -113,15 +113,7 @@ impl Context {
         tokio::spawn(async move {
             for h in held {
                 let key = h.holder.clone();
-                let uid = {
-                    let idx = this.read_index();
-                    match &key {
-                        CheckRef::Machine { namespace: ns, name: n } => {
-                            idx.mhcs.get(&(ns.clone(), n.clone())).and_then(|c| c.metadata.uid.clone())
-                        }
-                        CheckRef::Node { name: n } => idx.nhcs.get(n).and_then(|c| c.metadata.uid.clone()),
-                    }
-                };
+                let uid = this.read_index().uid_of(&key);
                 this.publish(&key, uid.as_deref(), &h.notice()).await;
             }
         });

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
-use vigil_index::index::Index;
+use vigil_index::index::{Index, Source};
 
 /// What one watch event does to the indexes. Objects arrive already reduced (`R`) to what the
 /// index keeps, so a complete list of 10 000 objects is never held in full.
@@ -158,7 +158,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                 BTreeSet::new()
             }
         },
-        |idx| &mut idx.sources.mhcs,
+        |idx| idx.state_mut(&Source::Mhcs),
         Index::all_mhcs,
     ));
     let nhcs = watch(ctx, Api::<DynamicObject>::all_with(client.clone(), &nhc_ar));
@@ -181,7 +181,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
                 BTreeSet::new()
             }
         },
-        |idx| &mut idx.sources.nhcs,
+        |idx| idx.state_mut(&Source::Nhcs),
         Index::all_nhcs,
     ));
     start_nodes(ctx, LOCAL_CLUSTER.to_string(), client.clone());
@@ -199,13 +199,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
             Ok(version) => break version,
             Err(why) => {
                 attempt = attempt.saturating_add(1);
-                let first = {
-                    let mut idx = ctx.write_index();
-                    let first = idx.sources.machines != SourceState::Failed(why.clone());
-                    idx.sources.machines = SourceState::Failed(why.clone());
-                    idx.sources.clusters = SourceState::Failed(why.clone());
-                    first.then(|| idx.all_mhcs())
-                };
+                let first = ctx.write_index().capi_failed(&why);
                 if let Some(dirty) = first {
                     warn!(%why, "MachineHealthChecks cannot be decided yet; Cluster API discovery is retried");
                     ctx.scheduler.mark(dirty);
@@ -238,7 +232,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                     counted.metrics.cached_machines(idx.machine_count());
                     dirty
                 },
-                |idx| &mut idx.sources.machines,
+                |idx| idx.state_mut(&Source::Machines),
                 // NodeHealthChecks too: in sharded mode they may wait for a Machine list.
                 Index::all_checks,
             ));
@@ -253,15 +247,11 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                     Op::Upsert(v) => idx.put_cluster(Some(&v), None),
                     Op::Remove(o) => idx.put_cluster(None, Some(key_of(&o))),
                     Op::Replace(list) => {
-                        idx.clusters.clear();
-                        for v in list {
-                            idx.put_cluster(Some(&v), None);
-                        }
-                        idx.sharding.clusters_listed = idx.sharding.held.clone().unwrap_or_default();
+                        idx.replace_clusters(list);
                         BTreeSet::new()
                     }
                 },
-                |idx| &mut idx.sources.clusters,
+                |idx| idx.state_mut(&Source::Clusters),
                 Index::all_mhcs,
             ));
         }
@@ -278,14 +268,7 @@ fn update_machines(
         Op::Upsert(entry) => idx.put_machine_entry(entry, None),
         Op::Remove(o) => idx.put_machine_entry(None, Some(key_of(&o))),
         Op::Replace(list) => {
-            idx.clear_machines();
-            for entry in list {
-                idx.put_machine_entry(entry, None);
-            }
-            // Every held shard's Machines, and every other one referencing a local Node, are in
-            // the cache now.
-            idx.sharding.machines_listed = idx.sharding.held.clone().unwrap_or_default();
-            idx.sharding.rule_machines_pending = false;
+            idx.replace_machines(list);
             BTreeSet::new()
         }
     }
@@ -336,29 +319,16 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
                 Op::Upsert(n) => idx.put_node(&cluster, Some(n), None, clock.now()),
                 Op::Remove(n) => idx.put_node(&cluster, None, n.metadata.name.clone(), clock.now()),
                 Op::Replace(list) => {
-                    let cache = idx.nodes.entry(cluster.clone()).or_default();
-                    cache.nodes = list
-                        .into_iter()
-                        .filter(|n| !n.name.is_empty())
-                        .map(|n| (n.name.clone(), Arc::new(n)))
-                        .collect();
-                    if cluster == LOCAL_CLUSTER {
-                        idx.renew_nhc_nodes();
-                        if idx.sharding.held.is_some() {
-                            // Other shards' Machines are kept by the local Nodes they reference.
-                            idx.sharding.rule_machines_pending = true;
-                            idx.sharding.capi_relist_asked = true;
-                        }
-                    }
+                    idx.replace_nodes(&cluster, list);
                     BTreeSet::new()
                 }
             };
-            if std::mem::take(&mut idx.sharding.capi_relist_asked) {
+            if idx.take_capi_relist() {
                 relister.relist_capi();
             }
             dirty
         },
-        move |idx| &mut idx.nodes.entry(state_cluster.clone()).or_default().state,
+        move |idx| idx.state_mut(&Source::Nodes(state_cluster.clone())),
         move |idx| if dep_cluster.is_empty() { idx.all_checks() } else { idx.all_mhcs() },
     ))
 }
@@ -378,7 +348,7 @@ pub async fn watch_kind(ctx: Arc<Context>, group: String, version: String, kind:
                 let why = format!("{kind}.{group}/{version} is not served by the API server: {e}");
                 let dirty = {
                     let mut idx = ctx.write_index();
-                    let state = &mut idx.objects.entry(gk.clone()).or_default().state;
+                    let state = idx.state_mut(&Source::Kind(gk.clone()));
                     let changed = *state != SourceState::Failed(why.clone());
                     *state = SourceState::Failed(why.clone());
                     changed.then(|| idx.all_checks())
@@ -403,16 +373,11 @@ pub async fn watch_kind(ctx: Arc<Context>, group: String, version: String, kind:
             Op::Upsert(v) => idx.put_object(&gk_update, template, Some(&v), None),
             Op::Remove(o) => idx.put_object(&gk_update, template, None, Some(key_of(&o))),
             Op::Replace(list) => {
-                let cache = idx.objects.entry(gk_update.clone()).or_default();
-                cache.remediations.clear();
-                cache.templates.clear();
-                for v in list {
-                    idx.put_object(&gk_update, template, Some(&v), None);
-                }
+                idx.replace_objects(&gk_update, template, list);
                 BTreeSet::new()
             }
         },
-        move |idx| &mut idx.objects.entry(gk_state.clone()).or_default().state,
+        move |idx| idx.state_mut(&Source::Kind(gk_state.clone())),
         Index::all_checks,
     )
     .await;

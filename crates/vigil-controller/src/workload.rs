@@ -18,7 +18,7 @@ use kube::{Client, Config};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
-use vigil_index::index::WorkloadCluster;
+use vigil_index::index::{Source, WorkloadCluster};
 
 /// How often a connected cluster's Secret is looked at again (rotated credentials).
 const SECRET_RECHECK: Duration = Duration::from_secs(30);
@@ -202,17 +202,7 @@ async fn secret_version(client: &Client, namespace: &str, name: &str) -> Option<
 
 /// Marks the workload cluster's Nodes untrusted for `why`; wakes its checks the first time.
 fn mark_unreachable(ctx: &Context, key: &str, why: &str) {
-    let dirty = {
-        let mut idx = ctx.write_index();
-        if let Some(cluster) = WorkloadCluster::from_key(key) {
-            idx.hosting.stop_sharing(&cluster);
-        }
-        let cache = idx.nodes.entry(key.to_string()).or_default();
-        let changed = cache.state != SourceState::Failed(why.to_string());
-        cache.state = SourceState::Failed(why.to_string());
-        cache.nodes.clear();
-        changed.then(|| idx.all_mhcs())
-    };
+    let dirty = { ctx.write_index().nodes_unreachable(key, why) };
     ctx.lock_workload_clients().remove(key);
     if let Some(dirty) = dirty {
         warn!(cluster = %key, %why, "workload cluster not connected");
@@ -238,8 +228,8 @@ fn share_local_nodes(ctx: &Context, key: &str) {
 /// Whether the Cluster `namespace/name` exists (`None` while Clusters are not listed).
 fn cluster_exists(ctx: &Context, namespace: &str, name: &str) -> Option<bool> {
     let idx = ctx.read_index();
-    (idx.sources.clusters == SourceState::Synced)
-        .then(|| idx.clusters.contains_key(&WorkloadCluster::new(namespace, name)))
+    (idx.state(&Source::Clusters) == Some(&SourceState::Synced))
+        .then(|| idx.has_cluster(&WorkloadCluster::new(namespace, name)))
 }
 
 /// The right to write the checks of workload cluster `namespace/cluster` in sharded mode (its
@@ -280,12 +270,7 @@ async fn wait_wanted(ctx: &Context, namespace: &str, cluster: &str, period: Dura
 /// metrics; its checks are woken, so a replica that holds the shard again connects anew.
 async fn let_go(ctx: &Context, namespace: &str, cluster: &str) {
     let key = format!("{namespace}/{cluster}");
-    let dirty = {
-        let mut idx = ctx.write_index();
-        idx.nodes.remove(&key);
-        idx.hosting.forget(&WorkloadCluster::new(namespace, cluster));
-        idx.all_mhcs()
-    };
+    let dirty = ctx.write_index().forget_cluster(&WorkloadCluster::new(namespace, cluster));
     ctx.lock_workload_clients().remove(&key);
     let source = format!("Nodes of workload cluster {key}");
     ctx.sources.remove(&source);
@@ -381,7 +366,7 @@ async fn watch_nodes(ctx: &Arc<Context>, key: &str, client: Client) -> Option<to
     info!(cluster = %key, self_hosted = same, shared_node_cache = shared, "workload cluster connected");
     {
         if let Some(cluster) = WorkloadCluster::from_key(key) {
-            ctx.write_index().hosting.connected(&cluster, same);
+            ctx.write_index().connected(&cluster, same);
         }
     }
     ctx.metrics.workload_connected(key, true);

@@ -12,10 +12,9 @@ use serde_json::{Value, json};
 use std::hint::black_box;
 use vigil_api::MachineHealthCheck;
 use vigil_api::views::NodeView;
-use vigil_engine::holders::CheckRef;
-use vigil_index::index::Index;
+use vigil_index::index::{Index, Source};
 use vigil_index::sources::SourceState;
-use vigil_index::{claims, gather};
+use vigil_index::{decision, gather};
 
 const SIZES: [usize; 3] = [100, 300, 1_000];
 const NS: &str = "default";
@@ -61,9 +60,9 @@ fn node(name: String) -> NodeView {
 /// their Nodes, every source synced and every check decided once (so claims are cached).
 fn fleet(n: usize) -> Index {
     let mut idx = Index::default();
-    idx.sources.mhcs = SourceState::Synced;
-    idx.sources.machines = SourceState::Synced;
-    idx.sources.clusters = SourceState::Synced;
+    for source in [Source::Mhcs, Source::Machines, Source::Clusters] {
+        *idx.state_mut(&source) = SourceState::Synced;
+    }
     for i in 0..n {
         let c = cluster(i);
         let check: MachineHealthCheck = serde_json::from_value(json!({
@@ -87,26 +86,14 @@ fn fleet(n: usize) -> Index {
             idx.put_machine(Some(&machine(i, j, 1)), None);
             idx.put_node(&workload, Some(node(format!("{c}-n{j}"))), None, now());
         }
-        if let Some(cache) = idx.nodes.get_mut(&workload) {
-            cache.state = SourceState::Synced;
-        }
+        *idx.state_mut(&Source::Nodes(workload)) = SourceState::Synced;
     }
     for key in idx.all_checks() {
         let job = gather::job(&idx, &key, now()).expect("decided");
         assert!(job.plan.actions.is_empty(), "a healthy fleet needs no write: {:?}", job.plan.actions);
-        cache_claims(&mut idx, &key);
+        decision::cache_claims(&mut idx, &key);
     }
     idx
-}
-
-/// What the controller does after each decision: keeps the check's claims for the others'.
-fn cache_claims(idx: &mut Index, key: &CheckRef) {
-    let claims = claims::claims_of(idx, key);
-    if claims.is_empty() {
-        idx.claims.remove(key);
-    } else {
-        idx.claims.insert(key.clone(), claims);
-    }
 }
 
 fn machine_update(c: &mut Criterion) {
@@ -121,7 +108,7 @@ fn machine_update(c: &mut Criterion) {
                 let concerned = idx.put_machine(Some(&update), None);
                 for key in &concerned {
                     black_box(gather::job(&idx, key, now()));
-                    cache_claims(&mut idx, key);
+                    decision::cache_claims(&mut idx, key);
                 }
                 concerned.len()
             })
@@ -136,8 +123,9 @@ fn first_lists(c: &mut Criterion) {
     let mut group = c.benchmark_group("first_lists");
     group.sample_size(10);
     for n in SIZES {
-        group
-            .bench_with_input(BenchmarkId::new("checks_in_namespace", n), &n, |b, &n| b.iter(|| fleet(n).claims.len()));
+        group.bench_with_input(BenchmarkId::new("checks_in_namespace", n), &n, |b, &n| {
+            b.iter(|| fleet(n).claims().len())
+        });
     }
     group.finish();
 }

@@ -20,11 +20,11 @@ pub fn default_lease_namespace() -> String {
 #[derive(Debug)]
 pub struct Kept<V> {
     /// Whether the API server serves the kind (`None`: discovery has not answered yet).
-    pub served: Option<bool>,
+    pub(crate) served: Option<bool>,
     /// Whether the watch has listed.
-    pub state: SourceState,
+    pub(crate) state: SourceState,
     /// The objects by name.
-    pub items: BTreeMap<String, Arc<V>>,
+    pub(crate) items: BTreeMap<String, Arc<V>>,
 }
 
 impl<V> Default for Kept<V> {
@@ -34,6 +34,47 @@ impl<V> Default for Kept<V> {
 }
 
 impl<V> Kept<V> {
+    /// Whether the API server serves the kind (`None`: discovery has not answered yet).
+    pub fn served(&self) -> Option<bool> {
+        self.served
+    }
+
+    /// The objects by name.
+    pub fn items(&self) -> &BTreeMap<String, Arc<V>> {
+        &self.items
+    }
+
+    /// Discovery's answer (`None`: it could not be asked): a kind no longer served is emptied
+    /// and listed anew once served again. Returns whether its being served changed.
+    pub fn discovered(&mut self, answer: Option<bool>) -> bool {
+        let before = self.served;
+        if answer.is_some() {
+            self.served = answer;
+        }
+        if answer == Some(false) {
+            self.items.clear();
+            self.state = SourceState::Syncing;
+        }
+        before != self.served
+    }
+
+    /// Served or not, as a store that holds every object there is says (the simulator's: a kind
+    /// with no object counts as not served); listed either way.
+    pub fn listed_served(&mut self, served: bool) {
+        self.served = Some(served);
+        self.state = SourceState::Synced;
+    }
+
+    /// A complete list of the kind's objects, by name.
+    pub fn replace(&mut self, items: impl IntoIterator<Item = (String, V)>) {
+        self.items = items.into_iter().map(|(n, v)| (n, Arc::new(v))).collect();
+    }
+
+    /// Whether its watch has listed, to set.
+    pub fn state_mut(&mut self) -> &mut SourceState {
+        &mut self.state
+    }
+
     /// What a decision may read: none when not served, the objects once listed, else unknown
     /// (with why, for the operator).
     pub fn observed<'a>(&self, what: &str, list: &'a [&'a V], why: &'a mut String) -> Observed<'a, &'a [&'a V]> {
@@ -73,15 +114,15 @@ impl<V> Kept<V> {
 #[derive(Debug)]
 pub struct Around {
     /// Where the node Leases live.
-    pub lease_namespace: String,
+    pub(crate) lease_namespace: String,
     /// The lease namespace's Leases (always served).
-    pub leases: Kept<LeaseView>,
+    pub(crate) leases: Kept<LeaseView>,
     /// `NodeMaintenance`s.
-    pub maintenances: Kept<MaintenanceView>,
+    pub(crate) maintenances: Kept<MaintenanceView>,
     /// `ClusterVersion`s.
-    pub cluster_versions: Kept<ClusterVersionView>,
+    pub(crate) cluster_versions: Kept<ClusterVersionView>,
     /// OpenShift Machine API `Machine`s (by `namespace/name`).
-    pub openshift_machines: Kept<OpenShiftMachineView>,
+    pub(crate) openshift_machines: Kept<OpenShiftMachineView>,
 }
 
 impl Default for Around {
@@ -97,6 +138,26 @@ impl Default for Around {
 }
 
 impl Around {
+    /// Where the node Leases live.
+    pub fn lease_namespace(&self) -> &str {
+        &self.lease_namespace
+    }
+
+    /// medik8s `NodeMaintenance`s ([`crate::index::Index::surrounding_mut`]).
+    pub fn maintenances(&mut self) -> &mut Kept<MaintenanceView> {
+        &mut self.maintenances
+    }
+
+    /// OpenShift `ClusterVersion`s.
+    pub fn cluster_versions(&mut self) -> &mut Kept<ClusterVersionView> {
+        &mut self.cluster_versions
+    }
+
+    /// OpenShift Machine API `Machine`s.
+    pub fn openshift_machines(&mut self) -> &mut Kept<OpenShiftMachineView> {
+        &mut self.openshift_machines
+    }
+
     /// Puts the API server's answer about a Lease (`None`: it is gone) into the index.
     pub fn put_lease(&mut self, name: &str, lease: Option<&Value>) {
         self.leases.put(name.to_string(), lease.and_then(LeaseView::read));

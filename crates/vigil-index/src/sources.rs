@@ -30,3 +30,31 @@ pub enum Need {
     /// The Nodes of a workload cluster (`namespace`, `clusterName`).
     WorkloadCluster(String, String),
 }
+
+/// Where Nodes come from: the management cluster's key (empty) or a workload cluster's
+/// `namespace/clusterName`.
+pub type ClusterKey = String;
+
+/// Group and kind of a dynamic kind.
+pub type GroupKind = (String, String);
+
+/// A source of the index whose state its watch reports: a decision reads only synced sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Vigil's MachineHealthChecks.
+    Mhcs,
+    /// Vigil's NodeHealthChecks.
+    Nhcs,
+    /// Cluster API Machines.
+    Machines,
+    /// Cluster API Clusters.
+    Clusters,
+    /// The Nodes of a cluster (the management cluster's key, or a workload cluster's).
+    Nodes(ClusterKey),
+    /// The objects of a template or remediation kind.
+    Kind(GroupKind),
+    /// The node Leases of the lease namespace.
+    Leases,
+    /// medik8s' NodeHealthChecks (`--serve-medik8s`).
+    Medik8s,
+}

@@ -73,15 +73,15 @@ impl Stop {
 #[derive(Debug)]
 pub struct Upstream {
     /// Every medik8s NodeHealthCheck as read, by name, served or not.
-    pub checks: BTreeMap<String, Entry>,
+    pub(crate) checks: BTreeMap<String, Entry>,
     /// Whether the watch of them can be trusted.
-    pub state: SourceState,
+    pub(crate) state: SourceState,
     /// Names of Vigil's own NodeHealthChecks (such a check wins over a medik8s one of its name).
-    pub vigil: BTreeSet<String>,
+    pub(crate) vigil: BTreeSet<String>,
     /// Names whose entry in `Index::nhcs` is the medik8s check.
-    pub served: BTreeSet<String>,
+    pub(crate) served: BTreeSet<String>,
     /// Why no medik8s check is decided now, if so.
-    pub stop: Option<Stop>,
+    pub(crate) stop: Option<Stop>,
 }
 
 impl Default for Upstream {
@@ -97,6 +97,16 @@ impl Default for Upstream {
 }
 
 impl Upstream {
+    /// Every medik8s NodeHealthCheck as read, by name, served or not.
+    pub fn checks(&self) -> &BTreeMap<String, Entry> {
+        &self.checks
+    }
+
+    /// Whether the medik8s check `name` is the one the index holds under its name.
+    pub fn is_served(&self, name: &str) -> bool {
+        self.served.contains(name)
+    }
+
     /// Whether the medik8s check `name` is decided now: it exists, no `vigil.dev` check has its
     /// name, and the operator is known not to run.
     pub fn serves(&self, name: &str) -> bool {

@@ -11,7 +11,7 @@ use vigil_api::GROUP;
 use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView, NodeView, OpenShiftMachineView};
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 use vigil_index::around::{Around, Kept};
-use vigil_index::index::{GroupKind, Index, WorkloadCluster};
+use vigil_index::index::{GroupKind, Index, Source, WorkloadCluster};
 use vigil_index::lenient;
 use vigil_index::sources::{Need, SourceState};
 
@@ -41,25 +41,18 @@ impl Feed {
     /// An index with every fixed source listed: the scenario is all there is.
     pub(crate) fn new(lease_namespace: &str, workload: BTreeSet<String>) -> Feed {
         let mut index = Index::default();
-        for state in
-            [&mut index.sources.mhcs, &mut index.sources.nhcs, &mut index.sources.machines, &mut index.sources.clusters]
-        {
-            *state = SourceState::Synced;
+        let local = Source::Nodes(LOCAL_CLUSTER.to_string());
+        for source in [Source::Mhcs, Source::Nhcs, Source::Machines, Source::Clusters, Source::Leases, local] {
+            *index.state_mut(&source) = SourceState::Synced;
         }
-        index.nodes.entry(LOCAL_CLUSTER.to_string()).or_default().state = SourceState::Synced;
-        index.around.lease_namespace = lease_namespace.to_string();
-        index.around.leases.state = SourceState::Synced;
-        for kept in [&mut index.around.maintenances.state, &mut index.around.cluster_versions.state] {
-            *kept = SourceState::Synced;
-        }
-        index.around.openshift_machines.state = SourceState::Synced;
-        index.around.maintenances.served = Some(false);
-        index.around.cluster_versions.served = Some(false);
-        index.around.openshift_machines.served = Some(false);
+        index.set_lease_namespace(lease_namespace.to_string());
+        index.surrounding_mut(Around::maintenances).listed_served(false);
+        index.surrounding_mut(Around::cluster_versions).listed_served(false);
+        index.surrounding_mut(Around::openshift_machines).listed_served(false);
         for cluster in &workload {
-            index.nodes.entry(cluster.clone()).or_default().state = SourceState::Synced;
+            *index.state_mut(&Source::Nodes(cluster.clone())) = SourceState::Synced;
             if let Some(w) = WorkloadCluster::from_key(cluster) {
-                index.hosting.connected(&w, false);
+                index.connected(&w, false);
             }
         }
         Feed { index, watched: BTreeMap::new(), workload }
@@ -89,17 +82,17 @@ impl Feed {
             (GROUP, "NodeHealthCheck") => {
                 self.index.put_nhc_read(object.map(|o| lenient::read_nhc(o.clone())), Some(key.name.clone()))
             }
-            (LEASE_GROUP, "Lease") if key.namespace == self.index.around.lease_namespace => {
+            (LEASE_GROUP, "Lease") if key.namespace == self.index.around().lease_namespace() => {
                 self.index.put_lease(key.name.clone(), object.and_then(LeaseView::read))
             }
             (MAINTENANCE_GROUP, "NodeMaintenance") => {
-                self.surrounding(|a| &mut a.maintenances, key, object.and_then(MaintenanceView::read))
+                self.surrounding(Around::maintenances, key, object.and_then(MaintenanceView::read))
             }
             (CLUSTER_VERSION_GROUP, "ClusterVersion") => {
-                self.surrounding(|a| &mut a.cluster_versions, key, object.and_then(ClusterVersionView::read))
+                self.surrounding(Around::cluster_versions, key, object.and_then(ClusterVersionView::read))
             }
             (OPENSHIFT_MACHINE_GROUP, "Machine") => {
-                self.surrounding(|a| &mut a.openshift_machines, key, object.and_then(OpenShiftMachineView::read))
+                self.surrounding(Around::openshift_machines, key, object.and_then(OpenShiftMachineView::read))
             }
             (group, kind) => {
                 let gk = (group.to_string(), kind.to_string());
@@ -121,8 +114,9 @@ impl Feed {
     ) -> BTreeSet<CheckRef> {
         let name = if key.namespace.is_empty() { key.name.clone() } else { key.object_name() };
         let concerned = self.index.put_surrounding(slot, name, view);
-        let kept = slot(&mut self.index.around);
-        kept.served = Some(!kept.items.is_empty());
+        let kept = self.index.surrounding_mut(slot);
+        let any = !kept.items().is_empty();
+        kept.listed_served(any);
         concerned
     }
 
@@ -131,10 +125,10 @@ impl Feed {
     /// is the management cluster, whose Nodes it reads through the shared cache.
     fn connect(&mut self, cluster: &WorkloadCluster) {
         let key = cluster.key();
-        if self.workload.contains(&key) || self.index.hosting.is_known(cluster) {
+        if self.workload.contains(&key) || self.index.hosting().is_known(cluster) {
             return;
         }
-        self.index.hosting.connected(cluster, true);
+        self.index.connected(cluster, true);
         self.index.share_local_nodes(cluster);
     }
 
@@ -154,7 +148,7 @@ impl Feed {
             for key in &keys {
                 self.put(store, key, now);
             }
-            self.index.objects.entry(gk).or_default().state = SourceState::Synced;
+            *self.index.state_mut(&Source::Kind(gk)) = SourceState::Synced;
             new = true;
         }
         new

@@ -64,7 +64,6 @@ fn colour_of(event: &str) -> Option<&'static str> {
         | "RemediationSkipped"
         | "RemediationTimedOut"
         | "NoDecision"
-        | "Invalid"
         | "RemediationFailed"
         | "FailureDomainShortCircuit"
         | "WriteFailed"

@@ -363,11 +363,17 @@ fn next_out(label: &str, events: &[Event], now: Timestamp) -> Option<NextOut> {
     })
 }
 
+/// Whether `e` says a check's spec cannot be read or is invalid: `NoDecision` with reason
+/// `InvalidSpec`, as `vigil run` tells it (the check's problem, not something that happened).
+fn invalid_spec(e: &Event) -> bool {
+    e.event == "NoDecision" && e.details.get("reason").and_then(Value::as_str) == Some("InvalidSpec")
+}
+
 /// The answer for one check as it stands at this instant (`next` is filled in from the run ahead).
 fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) -> CheckOut {
     let mine = |e: &&Event| e.check.as_deref() == Some(label);
     let now_events: Vec<&Event> = at_now.events.iter().filter(mine).collect();
-    let problem = now_events.iter().find(|e| e.event == "Invalid").map(|e| event_out(e).message);
+    let problem = now_events.iter().find(|e| invalid_spec(e)).map(|e| event_out(e).message);
     let requested_now =
         now_events.iter().any(|e| matches!(e.event.as_str(), "RemediationRequested" | "RemediationCreated"));
     let mut out = CheckOut {
@@ -383,7 +389,7 @@ fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) ->
         remediation_postponed: condition_out(status, vigil_api::well_known::REMEDIATION_POSTPONED),
         queued_count: int(status, "queuedCount"),
         queued: Vec::new(),
-        now: now_events.iter().filter(|e| e.event != "Invalid").map(|e| event_out(e)).collect(),
+        now: now_events.iter().filter(|e| !invalid_spec(e)).map(|e| event_out(e)).collect(),
         next: None,
         problem,
         remediating: requested_now,

@@ -57,7 +57,7 @@ use vigil_api::well_known::DISABLED;
 use vigil_engine::target::CheckRef;
 use vigil_engine::{Notice, NoticeKind, ObjectRef};
 use vigil_index::gather::{CheckStatus, Job, merge_diff};
-use vigil_index::index::Index;
+use vigil_index::index::{Index, Source};
 
 /// The NodeHealthCheck operator's leader-election Lease (`LeaderElectionID` in its
 /// `cmd/main.go`, v0.12.0); it lives in the namespace the operator runs in.
@@ -265,28 +265,15 @@ async fn watch_operator(ctx: Arc<Context>, told: Arc<tokio::sync::Notify>) {
 /// Records why medik8s checks are not decided (`None`: they are) when that changed in kind, and
 /// puts them into or takes them out of the decisions.
 fn set_stop(ctx: &Arc<Context>, stop: Option<Stop>, told: &tokio::sync::Notify) {
-    let dirty = {
-        let mut idx = ctx.write_index();
-        let Some(up) = idx.medik8s.as_mut() else { return };
-        let same = match (&up.stop, &stop) {
-            (Some(a), Some(b)) => a.same_kind(b),
-            (None, None) => true,
-            _ => false,
-        };
-        if same {
-            return;
+    let Some(dirty) = ctx.write_index().stop_medik8s(stop.clone()) else { return };
+    match &stop {
+        Some(Stop::Operator(what)) => {
+            warn!(lease = %what, "the NodeHealthCheck operator runs: medik8s NodeHealthChecks are not decided")
         }
-        match &stop {
-            Some(Stop::Operator(what)) => {
-                warn!(lease = %what, "the NodeHealthCheck operator runs: medik8s NodeHealthChecks are not decided")
-            }
-            Some(Stop::Unsure(why)) => warn!(%why, "medik8s NodeHealthChecks are not decided"),
-            Some(Stop::Starting) => {}
-            None => info!("the NodeHealthCheck operator does not run: medik8s NodeHealthChecks are decided"),
-        }
-        up.stop = stop;
-        idx.sync_all_medik8s()
-    };
+        Some(Stop::Unsure(why)) => warn!(%why, "medik8s NodeHealthChecks are not decided"),
+        Some(Stop::Starting) => {}
+        None => info!("the NodeHealthCheck operator does not run: medik8s NodeHealthChecks are decided"),
+    }
     ctx.scheduler.mark(dirty);
     told.notify_one();
 }
@@ -298,7 +285,7 @@ fn set_stop(ctx: &Arc<Context>, stop: Option<Stop>, told: &tokio::sync::Notify) 
 /// Starts serving medik8s' NodeHealthChecks: their watch, the watch of the operator's Lease,
 /// and the task that tells refused checks why.
 pub fn start(ctx: &Arc<Context>) {
-    ctx.write_index().medik8s.get_or_insert_with(Upstream::default);
+    ctx.write_index().serve_medik8s();
     let told = Arc::new(tokio::sync::Notify::new());
     let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &api_resource());
     let stream = sources::relisting(api, watcher::Config::default(), ctx.epoch());
@@ -319,7 +306,7 @@ pub fn start(ctx: &Arc<Context>) {
         },
         move |idx| {
             on_state.notify_one();
-            &mut idx.medik8s.get_or_insert_with(Upstream::default).state
+            idx.state_mut(&Source::Medik8s)
         },
         Index::all_nhcs,
     ));
@@ -345,12 +332,12 @@ impl Context {
     pub fn route(&self, key: &CheckRef, uid: Option<&str>) -> Route {
         let CheckRef::Node { name } = key else { return Route::Vigil };
         let idx = self.read_index();
-        let Some(up) = idx.medik8s.as_ref() else { return Route::Vigil };
+        let Some(up) = idx.medik8s() else { return Route::Vigil };
         let medik8s = up
-            .checks
+            .checks()
             .get(name)
             .is_some_and(|e| e.check.metadata.uid.is_some() && e.check.metadata.uid.as_deref() == uid);
-        match (medik8s, up.served.contains(name)) {
+        match (medik8s, up.is_served(name)) {
             (true, true) => Route::Medik8s,
             (true, false) => Route::Drop,
             (false, _) => Route::Vigil,
@@ -379,11 +366,11 @@ async fn tell_refusals(ctx: Arc<Context>, wake: Arc<tokio::sync::Notify>) {
         }
         let refused: Vec<Refused> = {
             let idx = ctx.read_index();
-            let Some(up) = idx.medik8s.as_ref() else { continue };
-            told.retain(|name, _| up.checks.contains_key(name) && !up.served.contains(name));
-            up.checks
+            let Some(up) = idx.medik8s() else { continue };
+            told.retain(|name, _| up.checks().contains_key(name) && !up.is_served(name));
+            up.checks()
                 .iter()
-                .filter(|(name, _)| !up.served.contains(*name))
+                .filter(|(name, _)| !up.is_served(name.as_str()))
                 .filter_map(|(name, e)| {
                     let (reason, message) = up.refusal(name)?;
                     let key = (e.check.metadata.uid.clone(), message.clone());
@@ -439,7 +426,7 @@ pub(crate) async fn write_status(ctx: &Arc<Context>, job: &Job) -> Result<(), Wr
     let (CheckStatus::Node(status), CheckRef::Node { name }) = (&job.plan.status, &job.key) else { return Ok(()) };
     let stored = {
         let idx = ctx.read_index();
-        idx.medik8s.as_ref().and_then(|u| u.checks.get(name)).map(|e| e.status.clone())
+        idx.medik8s().and_then(|u| u.checks().get(name)).map(|e| e.status.clone())
     };
     let Some(stored) = stored else { return Ok(()) };
     let storm = storm_configured(ctx, name);
@@ -845,7 +832,7 @@ mod tests {
     }
 
     fn served(idx: &Index, name: &str) -> Option<(String, &'static str)> {
-        let uid = idx.nhcs.get(name)?.metadata.uid.clone()?;
+        let uid = idx.nhc(name)?.metadata.uid.clone()?;
         let api = match idx.nhc_policy(name) {
             Some(Ok(p)) => p.api.api_version(),
             _ => "invalid",
@@ -858,21 +845,18 @@ mod tests {
     #[test]
     fn the_index_serves_a_medik8s_check_only_when_nothing_else_may_decide_it() {
         let mut idx = Index::default();
-        idx.medik8s = Some(Upstream::default());
+        idx.serve_medik8s();
         let key = CheckRef::Node { name: "workers".into() };
         assert!(idx.put_medik8s(entry("workers", "10")).is_empty(), "nothing before the operator's Lease is known");
         assert_eq!(served(&idx, "workers"), None);
-        if let Some(up) = idx.medik8s.as_mut() {
-            up.stop = None;
-        }
-        assert_eq!(idx.sync_all_medik8s(), BTreeSet::from([key.clone()]));
+        assert_eq!(idx.stop_medik8s(None), Some(BTreeSet::from([key.clone()])));
         let medik8s = Some(("medik8s-workers".to_string(), "remediation.medik8s.io/v1alpha1"));
         assert_eq!(served(&idx, "workers"), medik8s);
 
         // A vigil.dev check of the same name (an older resourceVersion) wins, and gives it back.
         assert!(idx.put_nhc(Some(vigil_check("workers", "5")), None).contains(&key));
         assert_eq!(served(&idx, "workers"), Some(("vigil-workers".to_string(), "vigil.dev/v1alpha1")));
-        let up = idx.medik8s.as_ref().expect("mode on");
+        let up = idx.medik8s().expect("mode on");
         assert!(up.refusal("workers").is_some_and(|(r, _)| r == Reason::NameTakenByVigilCheck));
         assert!(idx.put_medik8s(entry("workers", "11")).is_empty(), "still the vigil.dev one");
         idx.put_nhc(None, Some("workers".into()));
@@ -883,14 +867,12 @@ mod tests {
         assert_eq!(served(&idx, "workers"), medik8s);
 
         // The operator runs: taken out of the decisions, told why.
-        if let Some(up) = idx.medik8s.as_mut() {
-            up.stop = Some(Stop::Operator("Lease medik8s/e1f13584.medik8s.io held".into()));
-        }
-        assert!(idx.sync_all_medik8s().contains(&key));
+        let stopped = idx.stop_medik8s(Some(Stop::Operator("Lease medik8s/e1f13584.medik8s.io held".into())));
+        assert!(stopped.is_some_and(|d| d.contains(&key)));
         assert_eq!(served(&idx, "workers"), None);
-        let up = idx.medik8s.as_ref().expect("mode on");
+        let up = idx.medik8s().expect("mode on");
         assert!(up.refusal("workers").is_some_and(|(r, m)| r == Reason::OperatorRunning && m.contains("held")));
         assert!(idx.remove_medik8s("workers").is_empty());
-        assert_eq!(idx.medik8s.as_ref().and_then(|u| u.refusal("workers")), None);
+        assert_eq!(idx.medik8s().and_then(|u| u.refusal("workers")), None);
     }
 }

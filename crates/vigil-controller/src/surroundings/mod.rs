@@ -9,7 +9,6 @@
 pub use vigil_index::around::{Around, Kept, default_lease_namespace};
 
 use crate::context::Context;
-use crate::sources::SourceState;
 use crate::watch::{Op, feed};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -22,7 +21,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 use vigil_api::views::{ClusterVersionView, LeaseView, MaintenanceView, OpenShiftMachineView};
 use vigil_engine::target::CheckRef;
-use vigil_index::index::Index;
+use vigil_index::index::{Index, Source};
 
 /// How often discovery is asked whether an optional kind is served.
 pub const DISCOVERY_PERIOD: Duration = Duration::from_secs(60);
@@ -36,7 +35,7 @@ struct OptionalKind {
 /// Starts the watch of the lease namespace's Leases (after making sure the namespace exists,
 /// as medik8s' lease manager does) and the discovery loops of the optional kinds.
 pub async fn start(ctx: &Arc<Context>) {
-    let namespace = ctx.read_index().around.lease_namespace.clone();
+    let namespace = ctx.read_index().around().lease_namespace().to_string();
     tokio::spawn(keep_namespace(ctx.clone(), namespace.clone()));
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &namespace);
     let stream = crate::sources::relisting(api, kube::runtime::watcher::Config::default(), ctx.epoch());
@@ -52,31 +51,30 @@ pub async fn start(ctx: &Arc<Context>) {
                 Op::Upsert(None) => return BTreeSet::new(),
                 Op::Remove(l) => (l.metadata.name.unwrap_or_default(), None),
                 Op::Replace(list) => {
-                    idx.around.leases.items =
-                        list.into_iter().flatten().map(|l| (l.meta.name.clone(), Arc::new(l))).collect();
+                    idx.replace_leases(list.into_iter().flatten());
                     return BTreeSet::new();
                 }
             };
             idx.put_lease(name, new)
         },
-        |idx| &mut idx.around.leases.state,
+        |idx| idx.state_mut(&Source::Leases),
         Index::all_nhcs,
     ));
     let maintenance = OptionalKind {
         gvk: GroupVersionKind::gvk("nodemaintenance.medik8s.io", "v1beta1", "NodeMaintenance"),
         what: "NodeMaintenances",
     };
-    tokio::spawn(optional(ctx.clone(), maintenance, |a| &mut a.maintenances, MaintenanceView::read));
+    tokio::spawn(optional(ctx.clone(), maintenance, Around::maintenances, MaintenanceView::read));
     let versions = OptionalKind {
         gvk: GroupVersionKind::gvk("config.openshift.io", "v1", "ClusterVersion"),
         what: "ClusterVersions",
     };
-    tokio::spawn(optional(ctx.clone(), versions, |a| &mut a.cluster_versions, ClusterVersionView::read));
+    tokio::spawn(optional(ctx.clone(), versions, Around::cluster_versions, ClusterVersionView::read));
     let machines = OptionalKind {
         gvk: GroupVersionKind::gvk("machine.openshift.io", "v1beta1", "Machine"),
         what: "OpenShift Machines",
     };
-    tokio::spawn(optional(ctx.clone(), machines, |a| &mut a.openshift_machines, OpenShiftMachineView::read));
+    tokio::spawn(optional(ctx.clone(), machines, Around::openshift_machines, OpenShiftMachineView::read));
 }
 
 /// Makes sure the lease namespace exists, asking again (1 s, doubling up to a minute) until it
@@ -147,16 +145,7 @@ async fn optional<V: Send + Sync + 'static>(
         let answer = served(&ctx.client, &kind.gvk).await;
         let changed = {
             let mut idx = ctx.write_index();
-            let kept = around(&mut idx.around);
-            let before = kept.served;
-            if answer.is_some() {
-                kept.served = answer;
-            }
-            if answer == Some(false) {
-                kept.items.clear();
-                kept.state = SourceState::Syncing;
-            }
-            before != kept.served
+            idx.surrounding_mut(around).discovered(answer)
         };
         match (answer, &watching) {
             (Some(true), None) => {
@@ -177,12 +166,11 @@ async fn optional<V: Send + Sync + 'static>(
                         Op::Upsert(None) => BTreeSet::new(),
                         Op::Remove(o) => idx.put_surrounding(around, name_of(&o), None),
                         Op::Replace(list) => {
-                            around(&mut idx.around).items =
-                                list.into_iter().flatten().map(|(n, v)| (n, Arc::new(v))).collect();
+                            idx.surrounding_mut(around).replace(list.into_iter().flatten());
                             idx.all_nhcs().into_iter().collect::<BTreeSet<CheckRef>>()
                         }
                     },
-                    move |idx| &mut around(&mut idx.around).state,
+                    move |idx| idx.surrounding_mut(around).state_mut(),
                     Index::all_nhcs,
                 )));
             }

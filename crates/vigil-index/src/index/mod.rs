@@ -5,6 +5,7 @@
 
 mod by_node;
 mod checks;
+mod fill;
 mod hosting;
 
 pub use by_node::{MachineKey, MachinesByNode};
@@ -27,16 +28,15 @@ use vigil_engine::peers::{KeptPeers, MhcPeers};
 use vigil_engine::selector_index::SelectorIndex;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
-/// Where Nodes come from: [`LOCAL_CLUSTER`] or a workload cluster's `namespace/clusterName`.
-pub type ClusterKey = String;
+pub use crate::sources::{ClusterKey, GroupKind, Source};
 
 /// Nodes of one cluster.
 #[derive(Debug, Default)]
 pub struct NodeCache {
     /// Nodes by name, reduced to what the rules read.
-    pub nodes: HashMap<String, Arc<NodeView>>,
+    pub(crate) nodes: HashMap<String, Arc<NodeView>>,
     /// Whether they can be trusted.
-    pub state: SourceState,
+    pub(crate) state: SourceState,
 }
 
 /// A Machine as decisions and writes need it.
@@ -56,15 +56,12 @@ pub struct MachineEntry {
 #[derive(Debug, Default)]
 pub struct ObjectCache {
     /// Remediation views by namespace, then name.
-    pub remediations: BTreeMap<String, BTreeMap<String, Arc<RemediationView>>>,
+    pub(crate) remediations: BTreeMap<String, BTreeMap<String, Arc<RemediationView>>>,
     /// Template views by namespace, then name (only for template kinds).
-    pub templates: BTreeMap<String, BTreeMap<String, Arc<TemplateView>>>,
+    pub(crate) templates: BTreeMap<String, BTreeMap<String, Arc<TemplateView>>>,
     /// Whether they can be trusted.
-    pub state: SourceState,
+    pub(crate) state: SourceState,
 }
-
-/// Group and kind of a dynamic kind.
-pub type GroupKind = (String, String);
 
 /// MachineHealthChecks by (namespace, name), each with its target Machines by name (those
 /// `vigil_engine::target::is_target` selects, kept as Machines change: a decision reads its own
@@ -81,76 +78,76 @@ pub type NhcChecks = Checks<String, NodeHealthCheck, NhcPolicy, NhcNodes>;
 pub struct Sharding {
     /// `vigil run --shards N` (0 and 1: one shard): with more, a target selected by checks of
     /// different shards is left to the first of them (`vigil_engine::cross_shard`).
-    pub count: u32,
+    pub(crate) count: u32,
     /// The shards whose Machines and Clusters the caches keep (`None`: every
     /// shard). A Machine of another shard is kept only when it references a Node of the local
     /// cluster: the cross-shard rule reads which checks select a local Node
     /// (`claims::selections`), and another shard's MachineHealthCheck selects one through it.
-    pub held: Option<BTreeSet<u32>>,
+    pub(crate) held: Option<BTreeSet<u32>>,
     /// Held shards whose Machines were in the last complete list (a shard taken
     /// since waits for the next list: its checks decide nothing until then).
-    pub machines_listed: BTreeSet<u32>,
+    pub(crate) machines_listed: BTreeSet<u32>,
     /// Held shards whose Clusters were in the last complete list.
-    pub clusters_listed: BTreeSet<u32>,
+    pub(crate) clusters_listed: BTreeSet<u32>,
     /// A Machine list was asked for because the local Nodes changed (a Machine of
     /// another shard referencing a new local Node may have been left out); until it arrives,
     /// NodeHealthChecks decide nothing (the cross-shard rule would miss that Machine).
-    pub rule_machines_pending: bool,
+    pub(crate) rule_machines_pending: bool,
     /// A new Machine list is to be asked for (taken by the Node watch).
-    pub capi_relist_asked: bool,
+    pub(crate) capi_relist_asked: bool,
 }
 
 /// Whether each source every decision reads can be trusted.
 #[derive(Debug, Default)]
 pub struct FixedSources {
     /// The MachineHealthCheck watch.
-    pub mhcs: SourceState,
+    pub(crate) mhcs: SourceState,
     /// The NodeHealthCheck watch.
-    pub nhcs: SourceState,
+    pub(crate) nhcs: SourceState,
     /// The Machine watch (Failed when Cluster API is not installed).
-    pub machines: SourceState,
+    pub(crate) machines: SourceState,
     /// The Cluster watch.
-    pub clusters: SourceState,
+    pub(crate) clusters: SourceState,
 }
 
 /// Every index.
 #[derive(Debug, Default)]
 pub struct Index {
     /// `vigil run --dry-run`: every check is decided in dry-run, whatever its spec says.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// `vigil run --shards N`: the shards and what the caches wait for.
-    pub sharding: Sharding,
+    pub(crate) sharding: Sharding,
     /// Whether each fixed source can be trusted.
-    pub sources: FixedSources,
+    pub(crate) sources: FixedSources,
     /// MachineHealthChecks by (namespace, name), each validated when stored (decisions and
     /// claims read the policy instead of validating every check of the namespace again: the
     /// 10 000-Machine wave spent 44% of its CPU doing that). Written through
     /// [`Index::put_mhc`] only.
-    pub mhcs: MhcChecks,
+    pub(crate) mhcs: MhcChecks,
     /// NodeHealthChecks by name: Vigil's, and with `--serve-medik8s` the medik8s ones served
     /// in place (one name, one check: see the controller's `medik8s` module). Written through
     /// [`Index::put_nhc`] and the medik8s synchronisation only.
-    pub nhcs: NhcChecks,
+    pub(crate) nhcs: NhcChecks,
     /// `vigil run --serve-medik8s`: medik8s' NodeHealthChecks as read, and which of them `nhcs`
     /// holds (`None`: the mode is off).
-    pub medik8s: Option<Upstream>,
+    pub(crate) medik8s: Option<Upstream>,
     /// Machines by namespace, then name (sorted, as the engine prefers).
-    pub machines: BTreeMap<String, BTreeMap<String, MachineEntry>>,
+    pub(crate) machines: BTreeMap<String, BTreeMap<String, MachineEntry>>,
     /// Cluster API Clusters.
-    pub clusters: BTreeMap<WorkloadCluster, Arc<ClusterView>>,
+    pub(crate) clusters: BTreeMap<WorkloadCluster, Arc<ClusterView>>,
     /// Nodes by cluster.
-    pub nodes: BTreeMap<ClusterKey, NodeCache>,
+    pub(crate) nodes: BTreeMap<ClusterKey, NodeCache>,
     /// Machines (namespace, name) by (cluster, Node name) from their nodeRef.
-    pub machines_by_node: MachinesByNode,
+    pub(crate) machines_by_node: MachinesByNode,
     /// Templates and remediation objects by group and kind.
-    pub objects: BTreeMap<GroupKind, ObjectCache>,
+    pub(crate) objects: BTreeMap<GroupKind, ObjectCache>,
     /// Each check's claims on targets as of its last decision (who remediates what).
-    pub claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
+    pub(crate) claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
     /// What each workload cluster's connection found: self-hosted or not (unknown until it
     /// connects; with `--shards`, the cross-shard rule counts an unknown cluster as possibly
     /// self-hosted), and whether its Nodes are read from the management cluster's cache (see
     /// [`Index::node_source`]).
-    pub hosting: Hosting,
+    pub(crate) hosting: Hosting,
     /// Every check's `maxConditionAge`s by condition type, built when first needed after the
     /// checks changed (`None`: to be rebuilt); a heartbeat is measured against them.
     guarded_ages: Option<vigil_engine::concerns::GuardedAges>,
@@ -162,7 +159,7 @@ pub struct Index {
     /// target: such a Machine concerns them even when they no longer select it.
     listed_targets: HashMap<(String, String), Vec<String>>,
     /// Node Leases, planned maintenance and cluster versions (NodeHealthCheck decisions).
-    pub around: Around,
+    pub(crate) around: Around,
 }
 
 /// A namespace's MachineHealthChecks as decisions and Machine updates read them, each part made
