@@ -117,7 +117,7 @@ async fn refresh(ctx: &Arc<Context>, target: &Target) -> Result<(), String> {
             let client = if cluster == LOCAL_CLUSTER {
                 ctx.client.clone()
             } else {
-                let client = ctx.lock_workload_clients().get(cluster).cloned();
+                let client = ctx.workload_client(cluster);
                 client.ok_or_else(|| format!("workload cluster {cluster} is not connected"))?
             };
             let node = fetch_node(client, name).await?;
@@ -165,7 +165,7 @@ async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str) -> Res
     let node_read = match early {
         Some((c, n, read)) if c == cluster && n == node => read?,
         _ => {
-            let client = ctx.lock_workload_clients().get(&cluster).cloned();
+            let client = ctx.workload_client(&cluster);
             let client = client.ok_or_else(|| format!("workload cluster {cluster} is not connected"))?;
             fetch_node(client, &node).await?
         }
@@ -181,7 +181,7 @@ fn node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Option<(String, S
         let view = &idx.machine(namespace, name)?.view;
         (machine_cluster(view), view.node_name.clone()?)
     };
-    let client = ctx.lock_workload_clients().get(&cluster).cloned()?;
+    let client = ctx.workload_client(&cluster)?;
     Some((cluster, node, client))
 }
 

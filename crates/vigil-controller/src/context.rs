@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use tracing::warn;
 use vigil_engine::target::{CheckRef, Target};
-use vigil_index::index::Index;
+use vigil_index::index::{Index, WorkloadCluster};
 
 pub use crate::writer::EVENT_LANE;
 
@@ -42,7 +42,7 @@ pub struct Context {
     /// they hold (sharded mode: a shard taken, a local Node added).
     pub(crate) capi_relist: tokio::sync::watch::Sender<u64>,
     /// Clients of connected workload clusters by `namespace/clusterName`, for confirming reads.
-    pub(crate) workload_clients: std::sync::Mutex<HashMap<String, Client>>,
+    pub(crate) workload_clients: std::sync::Mutex<HashMap<WorkloadCluster, Client>>,
     /// Targets whose remediation is being confirmed and written, with the check doing it: a
     /// second check deciding on the same target at the same moment waits for the first.
     pub(crate) confirming: std::sync::Mutex<HashMap<Target, CheckRef>>,
@@ -135,8 +135,15 @@ impl Context {
         self.epoch.send_modify(|e| *e = e.wrapping_add(1));
     }
 
+    /// The client of the workload cluster a target's cluster key (`namespace/name`) names, when
+    /// connected.
+    pub fn workload_client(&self, cluster: &str) -> Option<Client> {
+        let cluster = WorkloadCluster::from_key(cluster)?;
+        self.lock_workload_clients().get(&cluster).cloned()
+    }
+
     /// Connected workload clusters' clients.
-    pub fn lock_workload_clients(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+    pub fn lock_workload_clients(&self) -> std::sync::MutexGuard<'_, HashMap<WorkloadCluster, Client>> {
         self.workload_clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 

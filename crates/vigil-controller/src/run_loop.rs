@@ -130,8 +130,8 @@ impl Context {
             sources::Need::Kind { group, version, kind, template } => {
                 tokio::spawn(async move { watch::watch_kind(ctx, group, version, kind, template).await });
             }
-            sources::Need::WorkloadCluster(namespace, cluster) => {
-                tokio::spawn(async move { workload::keep_connected(ctx, namespace, cluster).await });
+            sources::Need::WorkloadCluster(cluster) => {
+                tokio::spawn(async move { workload::keep_connected(ctx, cluster).await });
             }
         }
     }

@@ -201,11 +201,11 @@ async fn secret_version(client: &Client, namespace: &str, name: &str) -> Option<
 }
 
 /// Marks the workload cluster's Nodes untrusted for `why`; wakes its checks the first time.
-fn mark_unreachable(ctx: &Context, key: &str, why: &str) {
-    let dirty = { ctx.write_index().nodes_unreachable(key, why) };
-    ctx.lock_workload_clients().remove(key);
+fn mark_unreachable(ctx: &Context, cluster: &WorkloadCluster, why: &str) {
+    let dirty = { ctx.write_index().nodes_unreachable(cluster, why) };
+    ctx.lock_workload_clients().remove(cluster);
     if let Some(dirty) = dirty {
-        warn!(cluster = %key, %why, "workload cluster not connected");
+        warn!(%cluster, %why, "workload cluster not connected");
         ctx.scheduler.mark(dirty);
     }
 }
@@ -217,38 +217,35 @@ async fn can_list_nodes(client: &Client) -> bool {
     matches!(tokio::time::timeout(Duration::from_secs(10), api.list_metadata(&first)).await, Ok(Ok(_)))
 }
 
-/// Marks self-hosted workload cluster `key` as read through the management cluster's Node
+/// Marks self-hosted workload cluster `cluster` as read through the management cluster's Node
 /// cache ([`vigil_index::index::Index::node_source`]); wakes its checks.
-fn share_local_nodes(ctx: &Context, key: &str) {
-    let Some(cluster) = WorkloadCluster::from_key(key) else { return };
-    let dirty = ctx.write_index().share_local_nodes(&cluster);
+fn share_local_nodes(ctx: &Context, cluster: &WorkloadCluster) {
+    let dirty = ctx.write_index().share_local_nodes(cluster);
     ctx.scheduler.mark(dirty);
 }
 
-/// Whether the Cluster `namespace/name` exists (`None` while Clusters are not listed).
-fn cluster_exists(ctx: &Context, namespace: &str, name: &str) -> Option<bool> {
+/// Whether the Cluster of `cluster` exists (`None` while Clusters are not listed).
+fn cluster_exists(ctx: &Context, cluster: &WorkloadCluster) -> Option<bool> {
     let idx = ctx.read_index();
-    (idx.state(&Source::Clusters) == Some(&SourceState::Synced))
-        .then(|| idx.has_cluster(&WorkloadCluster::new(namespace, name)))
+    (idx.state(&Source::Clusters) == Some(&SourceState::Synced)).then(|| idx.has_cluster(cluster))
 }
 
-/// The right to write the checks of workload cluster `namespace/cluster` in sharded mode (its
-/// shard's; `None`: one shard, the connection is kept whoever leads).
-fn shard_right<'c>(ctx: &'c Context, namespace: &str, cluster: &str) -> Option<&'c crate::leader::Leadership> {
+/// The right to write the checks of workload cluster `cluster` in sharded mode (its shard's;
+/// `None`: one shard, the connection is kept whoever leads).
+fn shard_right<'c>(ctx: &'c Context, cluster: &WorkloadCluster) -> Option<&'c crate::leader::Leadership> {
     let shards = ctx.writer.shards()?;
-    let key = vigil_engine::shard::machine_check_key(namespace, cluster);
-    Some(shards.right(Some(vigil_engine::shard::shard_of(&key, shards.count()))))
+    Some(shards.right(Some(vigil_engine::shard::shard_of(&cluster.key(), shards.count()))))
 }
 
 /// Whether the connection is still wanted: one shard, or this replica holds the cluster's shard.
-fn wanted(ctx: &Context, namespace: &str, cluster: &str) -> bool {
-    shard_right(ctx, namespace, cluster).is_none_or(|r| r.is_leader())
+fn wanted(ctx: &Context, cluster: &WorkloadCluster) -> bool {
+    shard_right(ctx, cluster).is_none_or(|r| r.is_leader())
 }
 
 /// Waits `period`; false as soon as the connection is no longer wanted (the shard given back or
 /// lost), checked when its right changes and at the end.
-async fn wait_wanted(ctx: &Context, namespace: &str, cluster: &str, period: Duration) -> bool {
-    let Some(right) = shard_right(ctx, namespace, cluster) else {
+async fn wait_wanted(ctx: &Context, cluster: &WorkloadCluster, period: Duration) -> bool {
+    let Some(right) = shard_right(ctx, cluster) else {
         tokio::time::sleep(period).await;
         return true;
     };
@@ -265,19 +262,18 @@ async fn wait_wanted(ctx: &Context, namespace: &str, cluster: &str, period: Dura
     }
 }
 
-/// Forgets workload cluster `namespace/cluster` when this replica no longer holds its shard:
-/// its client, Node cache, what its connection told (self-hosted or not), its source and
-/// metrics; its checks are woken, so a replica that holds the shard again connects anew.
-async fn let_go(ctx: &Context, namespace: &str, cluster: &str) {
-    let key = format!("{namespace}/{cluster}");
-    let dirty = ctx.write_index().forget_cluster(&WorkloadCluster::new(namespace, cluster));
-    ctx.lock_workload_clients().remove(&key);
-    let source = format!("Nodes of workload cluster {key}");
+/// Forgets workload cluster `cluster` when this replica no longer holds its shard: its client,
+/// Node cache, what its connection told (self-hosted or not), its source and metrics; its checks
+/// are woken, so a replica that holds the shard again connects anew.
+async fn let_go(ctx: &Context, cluster: &WorkloadCluster) {
+    let dirty = ctx.write_index().forget_cluster(cluster);
+    ctx.lock_workload_clients().remove(cluster);
+    let source = format!("Nodes of workload cluster {cluster}");
     ctx.sources.remove(&source);
     ctx.metrics.forget_source(&source);
-    ctx.metrics.workload_connected(&key, false);
-    ctx.started.lock().await.remove(&crate::sources::Need::WorkloadCluster(namespace.to_string(), cluster.to_string()));
-    info!(cluster = %key, "workload cluster let go: its shard is not held here");
+    ctx.metrics.workload_connected(&cluster.key(), false);
+    ctx.started.lock().await.remove(&crate::sources::Need::WorkloadCluster(cluster.clone()));
+    info!(%cluster, "workload cluster let go: its shard is not held here");
     ctx.scheduler.mark(dirty);
 }
 
@@ -287,32 +283,32 @@ async fn let_go(ctx: &Context, namespace: &str, cluster: &str) {
 /// (1 s to 60 s); a changed Secret (rotated credentials) or a deleted Cluster ends the watch.
 /// With `--shards`, the connection lives only while this replica holds the cluster's shard
 /// ([`let_go`] when it gives the shard back or loses it).
-pub async fn keep_connected(ctx: Arc<Context>, namespace: String, cluster: String) {
-    stay_connected(&ctx, &namespace, &cluster).await;
-    let_go(&ctx, &namespace, &cluster).await;
+pub async fn keep_connected(ctx: Arc<Context>, cluster: WorkloadCluster) {
+    stay_connected(&ctx, &cluster).await;
+    let_go(&ctx, &cluster).await;
 }
 
 /// [`keep_connected`]'s loop; returns when the connection is no longer wanted.
-async fn stay_connected(ctx: &Arc<Context>, namespace: &str, cluster: &str) {
-    let key = format!("{namespace}/{cluster}");
-    let secret_name = format!("{cluster}-kubeconfig");
+async fn stay_connected(ctx: &Arc<Context>, cluster: &WorkloadCluster) {
+    let namespace = cluster.namespace();
+    let secret_name = format!("{}-kubeconfig", cluster.name());
     let mut delay = Duration::from_secs(1);
     loop {
-        if !wanted(ctx, namespace, cluster) {
+        if !wanted(ctx, cluster) {
             return;
         }
-        match cluster_exists(ctx, namespace, cluster) {
+        match cluster_exists(ctx, cluster) {
             Some(true) => {}
             Some(false) => {
-                let why = format!("Cluster {key} does not exist; its Secret {namespace}/{secret_name} is not read");
-                mark_unreachable(ctx, &key, &why);
-                if !wait_wanted(ctx, namespace, cluster, CLUSTER_RECHECK).await {
+                let why = format!("Cluster {cluster} does not exist; its Secret {namespace}/{secret_name} is not read");
+                mark_unreachable(ctx, cluster, &why);
+                if !wait_wanted(ctx, cluster, CLUSTER_RECHECK).await {
                     return;
                 }
                 continue;
             }
             None => {
-                if !wait_wanted(ctx, namespace, cluster, CLUSTER_RECHECK).await {
+                if !wait_wanted(ctx, cluster, CLUSTER_RECHECK).await {
                     return;
                 }
                 continue;
@@ -321,23 +317,23 @@ async fn stay_connected(ctx: &Arc<Context>, namespace: &str, cluster: &str) {
         let client = match connect(&ctx.client, namespace, &secret_name).await {
             Ok(c) => c,
             Err(why) => {
-                mark_unreachable(ctx, &key, &why);
-                if !wait_wanted(ctx, namespace, cluster, delay).await {
+                mark_unreachable(ctx, cluster, &why);
+                if !wait_wanted(ctx, cluster, delay).await {
                     return;
                 }
                 delay = (delay * 2).min(Duration::from_secs(60));
                 continue;
             }
         };
-        let handle = watch_nodes(ctx, &key, client).await;
+        let handle = watch_nodes(ctx, cluster, client).await;
         delay = Duration::from_secs(1);
         let connected_with = secret_version(&ctx.client, namespace, &secret_name).await;
         let still_wanted = loop {
-            if !wait_wanted(ctx, namespace, cluster, SECRET_RECHECK).await {
+            if !wait_wanted(ctx, cluster, SECRET_RECHECK).await {
                 break false;
             }
             if handle.as_ref().is_some_and(|h| h.is_finished())
-                || cluster_exists(ctx, namespace, cluster) == Some(false)
+                || cluster_exists(ctx, cluster) == Some(false)
                 || secret_version(&ctx.client, namespace, &secret_name).await != connected_with
             {
                 break true;
@@ -349,33 +345,33 @@ async fn stay_connected(ctx: &Arc<Context>, namespace: &str, cluster: &str) {
         if !still_wanted {
             return;
         }
-        ctx.sources.remove(&format!("Nodes of workload cluster {key}"));
-        mark_unreachable(ctx, &key, "the workload cluster's Secret or Cluster changed; connecting again");
+        ctx.sources.remove(&format!("Nodes of workload cluster {cluster}"));
+        mark_unreachable(ctx, cluster, "the workload cluster's Secret or Cluster changed; connecting again");
     }
 }
 
 /// Starts reading a connected workload cluster's Nodes: through the management cluster's cache
 /// when it is self-hosted and its credentials may list Nodes (`None` returned), through a Node
 /// watch of its own otherwise.
-async fn watch_nodes(ctx: &Arc<Context>, key: &str, client: Client) -> Option<tokio::task::JoinHandle<()>> {
+async fn watch_nodes(
+    ctx: &Arc<Context>,
+    cluster: &WorkloadCluster,
+    client: Client,
+) -> Option<tokio::task::JoinHandle<()>> {
     let same = same_cluster(&ctx.client, &client).await;
     // Self-hosted: the management cluster's Node cache serves the workload cluster too (one
     // list and one watch of every Node instead of two), but only when the Secret's own
     // credentials may list Nodes, so a tenant learns nothing its kubeconfig could not read.
     let shared = same && can_list_nodes(&client).await;
-    info!(cluster = %key, self_hosted = same, shared_node_cache = shared, "workload cluster connected");
-    {
-        if let Some(cluster) = WorkloadCluster::from_key(key) {
-            ctx.write_index().connected(&cluster, same);
-        }
-    }
-    ctx.metrics.workload_connected(key, true);
-    ctx.lock_workload_clients().insert(key.to_string(), client.clone());
+    info!(%cluster, self_hosted = same, shared_node_cache = shared, "workload cluster connected");
+    ctx.write_index().connected(cluster, same);
+    ctx.metrics.workload_connected(&cluster.key(), true);
+    ctx.lock_workload_clients().insert(cluster.clone(), client.clone());
     if shared {
-        share_local_nodes(ctx, key);
+        share_local_nodes(ctx, cluster);
         None
     } else {
-        Some(crate::watch::start_nodes(ctx, key.to_string(), client))
+        Some(crate::watch::start_nodes(ctx, cluster.key(), client))
     }
 }
 

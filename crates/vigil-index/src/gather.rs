@@ -271,7 +271,7 @@ fn mhc_sources<'i>(idx: &'i Index, namespace: &str, policy: &MhcPolicy) -> MhcSo
     // check's own namespace: a check naming any cluster must not make Vigil read any Secret.
     let mut needs = BTreeSet::new();
     if idx.clusters.contains_key(&WorkloadCluster::new(namespace, &policy.cluster_name)) {
-        needs.insert(Need::WorkloadCluster(namespace.to_string(), policy.cluster_name.clone()));
+        needs.insert(Need::WorkloadCluster(WorkloadCluster::new(namespace, &policy.cluster_name)));
     }
     let unsure = [
         waiting(&idx.sources.mhcs, "MachineHealthChecks"),

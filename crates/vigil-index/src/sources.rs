@@ -27,8 +27,8 @@ pub enum Need {
         /// Whether objects of this kind are templates (keep `spec.template`).
         template: bool,
     },
-    /// The Nodes of a workload cluster (`namespace`, `clusterName`).
-    WorkloadCluster(String, String),
+    /// The Nodes of a workload cluster.
+    WorkloadCluster(WorkloadCluster),
 }
 
 /// Where Nodes come from: the management cluster's key (empty) or a workload cluster's
@@ -57,4 +57,46 @@ pub enum Source {
     Leases,
     /// medik8s' NodeHealthChecks (`--serve-medik8s`).
     Medik8s,
+}
+
+/// A Cluster API workload cluster: the Cluster's namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkloadCluster {
+    namespace: String,
+    name: String,
+}
+
+impl WorkloadCluster {
+    /// The cluster `name` of namespace `namespace`.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        WorkloadCluster { namespace: namespace.to_string(), name: name.to_string() }
+    }
+
+    /// The cluster a Node-cache or shard key (`namespace/name`) names; `None` for the local
+    /// cluster's key and anything else without a namespace.
+    pub fn from_key(key: &str) -> Option<Self> {
+        let (namespace, name) = key.split_once('/')?;
+        (!namespace.is_empty() && !name.is_empty()).then(|| WorkloadCluster::new(namespace, name))
+    }
+
+    /// Its Cluster's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Its Cluster's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The key the engine and the Node caches know it by (`namespace/name`).
+    pub fn key(&self) -> String {
+        vigil_engine::shard::machine_check_key(&self.namespace, &self.name)
+    }
+}
+
+impl std::fmt::Display for WorkloadCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
 }

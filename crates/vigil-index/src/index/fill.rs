@@ -223,12 +223,10 @@ impl Index {
 
     /// `cluster`'s Nodes cannot be read (`why`): its own cache is emptied and untrusted, and it
     /// no longer reads the shared one; returns its checks to tell, the first time only.
-    pub fn nodes_unreachable(&mut self, cluster: &str, why: &str) -> Option<Vec<CheckRef>> {
-        if let Some(w) = WorkloadCluster::from_key(cluster) {
-            self.hosting.stop_sharing(&w);
-        }
+    pub fn nodes_unreachable(&mut self, cluster: &WorkloadCluster, why: &str) -> Option<Vec<CheckRef>> {
+        self.hosting.stop_sharing(cluster);
         let failed = SourceState::Failed(why.to_string());
-        let cache = self.nodes.entry(cluster.to_string()).or_default();
+        let cache = self.nodes.entry(cluster.key()).or_default();
         let changed = cache.state != failed;
         cache.state = failed;
         cache.nodes.clear();

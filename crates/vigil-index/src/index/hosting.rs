@@ -3,50 +3,8 @@
 //! cluster's Node cache. Before, the same `"namespace/name"` string keyed three sets that every
 //! caller kept in step by hand.
 
+pub use crate::sources::WorkloadCluster;
 use std::collections::BTreeMap;
-use std::fmt;
-
-/// A Cluster API workload cluster: the Cluster's namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WorkloadCluster {
-    namespace: String,
-    name: String,
-}
-
-impl WorkloadCluster {
-    /// The cluster `name` of namespace `namespace`.
-    pub fn new(namespace: &str, name: &str) -> Self {
-        WorkloadCluster { namespace: namespace.to_string(), name: name.to_string() }
-    }
-
-    /// The cluster a Node-cache or shard key (`namespace/name`) names; `None` for the local
-    /// cluster's key and anything else without a namespace.
-    pub fn from_key(key: &str) -> Option<Self> {
-        let (namespace, name) = key.split_once('/')?;
-        (!namespace.is_empty() && !name.is_empty()).then(|| WorkloadCluster::new(namespace, name))
-    }
-
-    /// Its Cluster's namespace.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// Its Cluster's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The key the engine and the Node caches know it by (`namespace/name`).
-    pub fn key(&self) -> String {
-        vigil_engine::shard::machine_check_key(&self.namespace, &self.name)
-    }
-}
-
-impl fmt::Display for WorkloadCluster {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// What one connection found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
