@@ -6,7 +6,7 @@
 use crate::feed::{CAPI_GROUP, Feed, check_key};
 use crate::output::{Event, seconds};
 use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
-use crate::store::{Key, Store};
+use crate::store::{Key, Store, api_time};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde::Deserialize as _;
@@ -372,7 +372,7 @@ impl Sim<'_> {
         message: Option<&str>,
     ) {
         let Some(mut node) = self.store.get(key).cloned() else { return };
-        let now = self.now.to_string();
+        let now = api_time(self.now);
         let conditions = node.pointer_mut("/status/conditions").and_then(Value::as_array_mut);
         let mut list = conditions.map(std::mem::take).unwrap_or_default();
         let fresh = json!({"type": type_, "status": status, "reason": reason.unwrap_or(""), "message": message.unwrap_or(""), "lastHeartbeatTime": now, "lastTransitionTime": now});
@@ -778,7 +778,7 @@ impl Sim<'_> {
     fn heartbeat(&mut self, i: usize) {
         let Some(h) = self.scenario.models.heartbeats.get(i).cloned() else { return };
         let cluster = h.cluster.clone().unwrap_or_else(|| LOCAL_CLUSTER.to_string());
-        let now = self.now.to_string();
+        let now = api_time(self.now);
         let keys: Vec<Key> = self
             .store
             .list(&cluster, "", "Node", None)
@@ -902,7 +902,7 @@ impl Sim<'_> {
         let cluster_name =
             text(&machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
         let node_cluster = self.node_cluster(&key.namespace, &cluster_name);
-        let now = self.now.to_string();
+        let now = api_time(self.now);
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": key.name},
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
         let node_key = self.store.apply(&node_cluster, node, self.now);
@@ -921,7 +921,7 @@ impl Sim<'_> {
     /// A remediator model acts on its object: the Node recovers, or the object reports failure.
     fn remediator_acts(&mut self, key: &Key, outcome: RemediatorOutcome) {
         let Some(object) = self.store.get(key).cloned() else { return };
-        let now = self.now.to_string();
+        let now = api_time(self.now);
         match outcome {
             RemediatorOutcome::Recovers(_) => {
                 let Some((cluster, node)) = self.node_of(&object) else { return };

@@ -10,6 +10,13 @@ use vigil_engine::concerns::group_of;
 use vigil_engine::machine_write::apply_merge_patch;
 use vigil_engine::target::LOCAL_CLUSTER as LOCAL_CLUSTER_KEY;
 
+/// A time as the API server keeps a `metav1.Time` (creation and deletion times, conditions'
+/// times): whole seconds, the rest dropped. Timed on a faster clock, two changes within one
+/// second are then as alike in the simulator as they are in a cluster.
+pub fn api_time(t: Timestamp) -> String {
+    Timestamp::from_second(t.as_second()).unwrap_or(t).to_string()
+}
+
 /// Where an object lives.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
@@ -74,7 +81,7 @@ impl Store {
             meta["uid"] = keep("uid").unwrap_or_else(|| json!(format!("uid-{rv}")));
         }
         if meta.get("creationTimestamp").is_none() {
-            meta["creationTimestamp"] = keep("creationTimestamp").unwrap_or_else(|| json!(now.to_string()));
+            meta["creationTimestamp"] = keep("creationTimestamp").unwrap_or_else(|| json!(api_time(now)));
         }
         let generation = match previous {
             Some(p) if p.get("spec") == object.get("spec") => {
@@ -116,7 +123,7 @@ impl Store {
         if before.pointer("/metadata/deletionTimestamp").is_none() {
             let rv = self.next();
             if let Some(object) = self.objects.get_mut(key) {
-                object["metadata"]["deletionTimestamp"] = json!(now.to_string());
+                object["metadata"]["deletionTimestamp"] = json!(api_time(now));
                 object["metadata"]["resourceVersion"] = json!(rv.to_string());
             }
         }
