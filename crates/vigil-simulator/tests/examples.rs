@@ -79,7 +79,7 @@ fn zone_outage_short_circuits_until_the_zone_returns() {
         blocked[0].details["message"]
             .as_str()
             .unwrap_or("")
-            .contains("exceeds maxUnhealthy (total: 5, unhealthy: 3, maxUnhealthy: 40%)")
+            .contains("exceeds maxUnhealthy (total: 5, unhealthy: 3, maxUnhealthy: 20%)")
     );
     // Health verdicts are still written while blocked, but nothing is requested until 20m.
     assert_eq!(events(&r, "MachineMarkedUnhealthy").len(), 3);
