@@ -9,8 +9,13 @@
 //! The scenarios are short (timeouts of seconds) and written with times long past, so both
 //! worlds read them alike. New scenarios join [`twin`] with a name; the comparison is generic.
 
+#[path = "../support/mod.rs"]
 mod support;
 use support::*;
+
+mod examples;
+mod owner;
+mod scaled;
 
 use anyhow::{Context as _, Result, ensure};
 use jiff::Timestamp;
@@ -401,15 +406,15 @@ models:
 "#
 );
 
-/// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes) and final
-/// statuses.
-fn simulated(scenario: &Scenario) -> Result<(Vec<Decision>, BTreeMap<String, Value>)> {
+/// The simulator's decisions (targets `ns/name` for Machines, `name` for Nodes), their times
+/// told from `offset` seconds after the start, and its final statuses.
+fn simulated(scenario: &Scenario, offset: f64) -> Result<(Vec<Decision>, BTreeMap<String, Value>)> {
     let report = simulate(scenario)?;
     let decisions = report
         .events
         .iter()
         .filter(|e| DECISIONS.contains(&e.event.as_str()))
-        .filter_map(|e| Some(Decision { t: e.t, event: e.event.clone(), target: e.target.clone()? }))
+        .filter_map(|e| Some(Decision { t: e.t - offset, event: e.event.clone(), target: e.target.clone()? }))
         .collect();
     Ok((decisions, report.final_statuses))
 }
@@ -451,10 +456,11 @@ fn node_of(o: &DynamicObject) -> String {
 
 /// Writes every object of the scenario. Its one workload cluster, if it has one, is an API
 /// server of its own holding that cluster's Nodes, reached through the kubeconfig Secret a
-/// Cluster API cluster has; without one, cluster `prod` is made self-hosted (as a scenario's
-/// cluster without workload Nodes is). The API server holding the Nodes is returned.
+/// Cluster API cluster has; every other Cluster of the scenario is made self-hosted (as a
+/// scenario's cluster without workload Nodes is). The API server holding the Nodes is returned.
 async fn load(env: &TestEnv, scenario: &Scenario) -> Result<Option<TestEnv>> {
     ensure!(scenario.workload_clusters.len() <= 1, "one workload cluster at most");
+    install_missing_kinds(env, scenario).await?;
     let workload = match scenario.workload_clusters.iter().next() {
         Some((key, nodes)) => {
             let (namespace, cluster) = key.split_once('/').context("a workload cluster's namespace/name")?;
@@ -465,22 +471,86 @@ async fn load(env: &TestEnv, scenario: &Scenario) -> Result<Option<TestEnv>> {
             env.apply(workload.kubeconfig_secret(namespace, cluster)).await?;
             Some(workload)
         }
-        None => {
-            self_hosted(env).await?;
-            None
-        }
+        None => None,
     };
+    for cluster in scenario.objects.iter().filter(|o| o["kind"] == "Cluster") {
+        let namespace = cluster.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+        let name = cluster["metadata"]["name"].as_str().context("a Cluster's name")?;
+        if !scenario.workload_clusters.contains_key(&format!("{namespace}/{name}")) {
+            env.apply(env.kubeconfig_secret(namespace, name)).await?;
+        }
+    }
     for object in &scenario.objects {
-        apply_object(env, object).await?;
+        apply_object(env, &as_stored(object)?).await?;
     }
     Ok(workload)
 }
 
+/// An object as the simulator stores it: a health check of an upstream apiVersion in Vigil's
+/// own form (what `vigil convert` writes), anything else as it is.
+fn as_stored(object: &Value) -> Result<Value> {
+    if object["kind"] != "MachineHealthCheck" && object["kind"] != "NodeHealthCheck" {
+        return Ok(object.clone());
+    }
+    let mut typed = match vigil_api::manifest::health_check_from_value(object)? {
+        vigil_api::manifest::HealthCheck::Machine(m) => serde_json::to_value(m)?,
+        vigil_api::manifest::HealthCheck::Node(n) => serde_json::to_value(n)?,
+    };
+    if let Some(map) = typed.as_object_mut() {
+        map.remove("status");
+    }
+    Ok(typed)
+}
+
+/// The remediation kinds (and their templates) a scenario uses that no installed CRD serves,
+/// as CRDs that take any content: the live API server must hold what the simulator's store
+/// holds, and these kinds' contents are the remediator's business, not Vigil's.
+async fn install_missing_kinds(env: &TestEnv, scenario: &Scenario) -> Result<()> {
+    const STANDINS: [(&str, &str); 1] = [("infrastructure.cluster.x-k8s.io", "Metal3Remediation")];
+    for (group, kind) in STANDINS {
+        let used = scenario.models.remediators.iter().any(|r| r.kind == kind);
+        if used {
+            env.install_crds(&[any_content_crd(group, kind), any_content_crd(group, &format!("{kind}Template"))])
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// A namespaced `v1beta1` CRD of `group`/`kind` that keeps any spec and status.
+fn any_content_crd(group: &str, kind: &str) -> Value {
+    let plural = format!("{}s", kind.to_lowercase());
+    let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1beta1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": open, "status": open}}}}]}})
+}
+
 /// Writes one object as the simulator takes it whole: its status through the status
 /// subresource.
+/// The API server gives each object its uid: a uid the scenario names is left out, and an owner
+/// reference's is the live owner's.
 async fn apply_object(env: &TestEnv, object: &Value) -> Result<()> {
     let mut spec = object.clone();
     let status = spec.as_object_mut().and_then(|o| o.remove("status"));
+    if let Some(metadata) = spec.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("uid");
+    }
+    let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str);
+    if let Some(owners) = spec.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
+        for owner in owners {
+            let (api_version, kind) =
+                (owner["apiVersion"].as_str().unwrap_or("v1"), owner["kind"].as_str().unwrap_or(""));
+            let owner_ns = if kind == "Node" { None } else { namespace };
+            let name = owner["name"].as_str().unwrap_or_default();
+            let live =
+                get(env, api_version, kind, owner_ns, name).await?.with_context(|| format!("owner {kind} {name}"))?;
+            owner["uid"] = live["metadata"]["uid"].clone();
+        }
+    }
     env.apply(spec).await?;
     if let Some(status) = status {
         let mut with_status = json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
@@ -601,6 +671,8 @@ fn gone_is_fine<T>(written: kube::Result<T>) -> Result<()> {
 /// the workload cluster goes to `nodes`.
 async fn replay(env: &TestEnv, nodes: &TestEnv, scenario: &Scenario, start: Instant) -> Result<Remediator> {
     let mut remediator = Remediator::default();
+    let mut owner = owner::Owner::default();
+    let mut heartbeats = owner::Heartbeats::new(scenario)?;
     let mut next = 0;
     let end = Duration::try_from(scenario.duration)?;
     while start.elapsed() < end {
@@ -613,13 +685,15 @@ async fn replay(env: &TestEnv, nodes: &TestEnv, scenario: &Scenario, start: Inst
                 Change::SetNodeCondition(c) => {
                     set_condition(there, &c.node, &c.type_, &c.status, c.reason.as_deref().unwrap_or("")).await?
                 }
-                Change::Apply(object) => apply_object(there, object).await?,
+                Change::Apply(object) => apply_object(there, &as_stored(object)?).await?,
                 Change::Delete(id) => {
                     there.delete(&id.api_version, &id.kind, id.namespace.as_deref(), &id.name).await?;
                 }
             }
         }
         remediator.look(env, nodes, scenario, start).await?;
+        owner.look(env, nodes, scenario).await?;
+        heartbeats.beat(env, nodes, scenario, start.elapsed()).await?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(remediator)
@@ -656,10 +730,15 @@ async fn decisions_of_events(env: &TestEnv, start: Timestamp) -> Result<Vec<Deci
 }
 
 /// Each target's decisions, in order.
+/// A replacement Machine (`<base>-r<n>`) counts as one target with every other replacement of
+/// its base: the owner names them by a counter of its own in each world.
 fn by_target(decisions: &[Decision]) -> BTreeMap<String, Vec<Decision>> {
     let mut out: BTreeMap<String, Vec<Decision>> = BTreeMap::new();
     for d in decisions {
-        out.entry(d.target.clone()).or_default().push(d.clone());
+        let replacement =
+            d.target.rsplit_once("-r").filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let target = replacement.map_or_else(|| d.target.clone(), |(base, _)| format!("{base}-r*"));
+        out.entry(target).or_default().push(d.clone());
     }
     out
 }
@@ -752,29 +831,52 @@ async fn twin(text: &str) -> Result<Remediator> {
     let micro = |t: Timestamp| format!("{}", t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ"));
     let since = now.checked_sub(jiff::SignedDuration::from_secs(10))?;
     let text = text.replace("{START}", &now.to_string()).replace("{SINCE}", &micro(since));
-    let scenario = Scenario::parse(&text)?;
-    let (simulated, final_statuses) = simulated(&scenario)?;
+    let mut scenario = Scenario::parse(&text)?;
+    scenario.start = now;
+    twin_scenario(&scenario).await
+}
+
+/// How long after the objects are written the timeline may start at the latest: the API
+/// servers start, the objects are written and every check's first decision is made before.
+const SET_UP: Duration = Duration::from_secs(60);
+
+/// Runs `scenario` (starting about now) both ways and compares. The live timeline begins once
+/// every check has made its first decision, some seconds after the objects were written at the
+/// scenario's start; the simulator runs the scenario with its timeline as much later, and its
+/// times are told from the timeline's beginning as the live ones are.
+async fn twin_scenario(scenario: &Scenario) -> Result<Remediator> {
     let env = env().await?;
     env.install_standin_crds().await?;
     env.install_openshift_crds().await?;
-    let workload = load(&env, &scenario).await?;
+    let workload = load(&env, scenario).await?;
     let nodes = workload.as_ref().unwrap_or(&env);
     let controller = Controller::start(&env);
-    // The controller's first decision of every check (everything healthy) before the timeline.
-    for check in final_statuses.keys() {
-        let (kind, name) = kind_and_name(check)?;
-        wait_for_decision(&env, kind, name).await?;
+    let checks =
+        scenario.objects.iter().filter(|o| o["kind"] == "MachineHealthCheck" || o["kind"] == "NodeHealthCheck");
+    for check in checks {
+        let name = check["metadata"]["name"].as_str().context("a check's name")?;
+        let namespace = check.pointer("/metadata/namespace").and_then(Value::as_str);
+        wait_for_decision(&env, check["kind"].as_str().unwrap_or_default(), namespace, name).await?;
     }
     let (start, started_at) = (Instant::now(), Timestamp::now());
-    let remediator = replay(&env, nodes, &scenario, start).await?;
+    let late = started_at.duration_since(scenario.start);
+    ensure!(late.unsigned_abs() < SET_UP, "{}: the objects took {late:#} to settle", scenario.name);
+    let (simulated, final_statuses) = simulated(&scaled::delayed(scenario.clone(), late), late.as_secs_f64())?;
+    let remediator = replay(&env, nodes, scenario, start).await?;
     let live = decisions_of_events(&env, started_at).await?;
     controller.stop().await;
     eprintln!("TWIN {}: simulated {simulated:?}\nTWIN live {live:?}", scenario.name);
     let different = differences(&simulated, &live);
     ensure!(different.is_empty(), "{}: the controller decided otherwise:\n{}", scenario.name, different.join("\n"));
-    for (check, sim_status) in &final_statuses {
-        let (kind, name) = kind_and_name(check)?;
-        let live_status = check_status(&env, kind, name).await?;
+    same_statuses(&env, &final_statuses).await?;
+    Ok(remediator)
+}
+
+/// Each check's final counts are the simulator's.
+async fn same_statuses(env: &TestEnv, final_statuses: &BTreeMap<String, Value>) -> Result<()> {
+    for (check, sim_status) in final_statuses {
+        let (kind, namespace, name) = parts_of(check)?;
+        let live_status = status_of(env, kind, namespace, name).await?;
         let fields: &[&str] = match kind {
             "MachineHealthCheck" => &["expectedMachines", "currentHealthy", "remediationsAllowed"],
             _ => &["observedNodes", "healthyNodes", "phase"],
@@ -788,19 +890,28 @@ async fn twin(text: &str) -> Result<Remediator> {
             );
         }
     }
-    Ok(remediator)
+    Ok(())
 }
 
-/// `MachineHealthCheck/<ns>/<name>` or `NodeHealthCheck/<name>` as kind and name.
-fn kind_and_name(check: &str) -> Result<(&str, &str)> {
+/// `MachineHealthCheck/<ns>/<name>` or `NodeHealthCheck/<name>` as kind, namespace and name.
+fn parts_of(check: &str) -> Result<(&str, Option<&str>, &str)> {
     let (kind, rest) = check.split_once('/').context("a check key")?;
-    Ok((kind, rest.rsplit('/').next().unwrap_or(rest)))
+    Ok(match rest.split_once('/') {
+        Some((namespace, name)) => (kind, Some(namespace), name),
+        None => (kind, None, rest),
+    })
+}
+
+/// A check's status (`null` before the first).
+async fn status_of(env: &TestEnv, kind: &str, namespace: Option<&str>, name: &str) -> Result<Value> {
+    let check = get(env, "vigil.dev/v1alpha1", kind, namespace, name).await?;
+    Ok(check.and_then(|o| o.get("status").cloned()).unwrap_or(Value::Null))
 }
 
 /// Waits until the controller has written a status with conditions on the check.
-async fn wait_for_decision(env: &TestEnv, kind: &str, name: &str) -> Result<()> {
+async fn wait_for_decision(env: &TestEnv, kind: &str, namespace: Option<&str>, name: &str) -> Result<()> {
     vigil_testenv::wait_for(&format!("{kind} {name} decided"), WAIT, || async {
-        let status = check_status(env, kind, name).await?;
+        let status = status_of(env, kind, namespace, name).await?;
         Ok(status["conditions"].as_array().is_some_and(|c| !c.is_empty()).then_some(()))
     })
     .await

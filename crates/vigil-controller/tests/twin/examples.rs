@@ -1,0 +1,64 @@
+//! Every file in `examples/`, run both ways: the stories the README and the docs tell with
+//! `vigil simulate` are what `vigil run` does. Each runs [`SPEED`] times faster (see
+//! [`crate::scaled`]) so that the forty-odd minutes of a story take forty-odd seconds; a few run
+//! at once, each with API servers of its own.
+
+use crate::{scaled, twin_scenario};
+use anyhow::{Context as _, Result, bail};
+use futures::StreamExt as _;
+use jiff::Timestamp;
+use std::path::PathBuf;
+use vigil_simulator::Scenario;
+
+/// How much faster than the files tell them the examples run: a minute becomes a second.
+const SPEED: i32 = 60;
+
+/// How many examples run at once: each mostly waits for its timeline.
+const AT_ONCE: usize = 4;
+
+/// The example files, in name order; `VIGIL_TWIN_EXAMPLES` (names without `.yaml`, by commas)
+/// keeps only some, to look at one while changing it.
+fn example_files() -> Result<Vec<PathBuf>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    files.retain(|f| f.extension().is_some_and(|e| e == "yaml"));
+    if let Ok(only) = std::env::var("VIGIL_TWIN_EXAMPLES") {
+        let only: Vec<&str> = only.split(',').collect();
+        files.retain(|f| f.file_stem().and_then(|s| s.to_str()).is_some_and(|s| only.contains(&s)));
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// One example, faster, both ways.
+async fn run(file: PathBuf) -> Result<()> {
+    let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    let scenario = Scenario::parse(&text).with_context(|| file.display().to_string())?;
+    let faster = scaled::faster(scenario, SPEED, Timestamp::now())?;
+    twin_scenario(&faster).await.map(drop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_example_is_the_same_in_both_worlds() -> Result<()> {
+    let files = example_files()?;
+    let narrowed = std::env::var_os("VIGIL_TWIN_EXAMPLES").is_some();
+    assert!(narrowed || files.len() >= 10, "the examples are found: {files:?}");
+    let results: Vec<(PathBuf, Result<()>)> = futures::stream::iter(files)
+        // Each on a task of its own: one example's simulation does not hold another's timeline.
+        .map(|file| async move {
+            let joined = tokio::spawn(run(file.clone())).await;
+            (file, joined.map_err(anyhow::Error::from).and_then(|r| r))
+        })
+        .buffer_unordered(AT_ONCE)
+        .collect()
+        .await;
+    let failed: Vec<String> =
+        results.iter().filter_map(|(file, r)| r.as_ref().err().map(|e| format!("{}: {e:#}", file.display()))).collect();
+    if !failed.is_empty() {
+        bail!("{} of {} examples differ:\n{}", failed.len(), results.len(), failed.join("\n\n"));
+    }
+    Ok(())
+}
