@@ -27,10 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
 use vigil_api::views::MachineView;
-use vigil_engine::target::{CheckRef, LOCAL_CLUSTER, Target};
+use vigil_engine::target::{CheckRef, Target};
 use vigil_index::decision::{confirmed_job, lock_target, targets_of};
 use vigil_index::gather::Job;
 use vigil_index::index::machine_cluster;
+use vigil_index::sources::ClusterRef;
 
 /// How long the confirming reads of one plan may take together.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
@@ -114,14 +115,10 @@ async fn read_all(ctx: &Arc<Context>, key: &CheckRef, targets: &[&(Target, Targe
 async fn refresh(ctx: &Arc<Context>, target: &Target) -> Result<(), String> {
     match target {
         Target::Node { cluster, name } => {
-            let client = if cluster == LOCAL_CLUSTER {
-                ctx.client.clone()
-            } else {
-                let client = ctx.workload_client(cluster);
-                client.ok_or_else(|| format!("workload cluster {cluster} is not connected"))?
-            };
+            let cluster = ClusterRef::from_key(cluster).ok_or_else(|| format!("no cluster is named {cluster:?}"))?;
+            let client = ctx.client_of(&cluster).ok_or_else(|| format!("{cluster} is not connected"))?;
             let node = fetch_node(client, name).await?;
-            store_node(ctx, cluster, name, node);
+            store_node(ctx, &cluster, name, node);
             Ok(())
         }
         Target::Machine { namespace, name } => refresh_machine(ctx, namespace, name).await,
@@ -161,12 +158,11 @@ async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str) -> Res
     ctx.write_index().put_machine(Some(&raw), None);
     let Some(view) = view else { return Ok(()) };
     let Some(node) = view.node_name.clone() else { return Ok(()) };
-    let cluster = machine_cluster(&view);
+    let cluster = node_cluster(&view)?;
     let node_read = match early {
         Some((c, n, read)) if c == cluster && n == node => read?,
         _ => {
-            let client = ctx.workload_client(&cluster);
-            let client = client.ok_or_else(|| format!("workload cluster {cluster} is not connected"))?;
+            let client = ctx.client_of(&cluster).ok_or_else(|| format!("{cluster} is not connected"))?;
             fetch_node(client, &node).await?
         }
     };
@@ -175,14 +171,20 @@ async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str) -> Res
 }
 
 /// The workload cluster, Node and client the cached view of a Machine names, if connected.
-fn node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Option<(String, String, kube::Client)> {
+fn node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Option<(ClusterRef, String, kube::Client)> {
     let (cluster, node) = {
         let idx = ctx.read_index();
         let view = &idx.machine(namespace, name)?.view;
-        (machine_cluster(view), view.node_name.clone()?)
+        (node_cluster(view).ok()?, view.node_name.clone()?)
     };
-    let client = ctx.workload_client(&cluster)?;
+    let client = ctx.client_of(&cluster)?;
     Some((cluster, node, client))
+}
+
+/// The workload cluster a Machine's Node lives in, by its cluster-name label.
+fn node_cluster(view: &MachineView) -> Result<ClusterRef, String> {
+    let key = machine_cluster(view);
+    ClusterRef::from_key(&key).ok_or_else(|| format!("Machine {} names no cluster", view.meta.name))
 }
 
 async fn fetch_node(client: kube::Client, name: &str) -> Result<Option<WireNode>, String> {
@@ -190,7 +192,8 @@ async fn fetch_node(client: kube::Client, name: &str) -> Result<Option<WireNode>
 }
 
 /// Puts a Node read again (or its absence) into the indexes.
-fn store_node(ctx: &Arc<Context>, cluster: &str, name: &str, node: Option<WireNode>) {
+fn store_node(ctx: &Arc<Context>, cluster: &ClusterRef, name: &str, node: Option<WireNode>) {
+    let cluster = &cluster.key();
     let mut idx = ctx.write_index();
     match node {
         Some(n) => {

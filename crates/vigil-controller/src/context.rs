@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use tracing::warn;
 use vigil_engine::target::{CheckRef, Target};
 use vigil_index::index::{Index, WorkloadCluster};
+use vigil_index::sources::ClusterRef;
 
 pub use crate::writer::EVENT_LANE;
 
@@ -47,7 +48,7 @@ pub struct Context {
     /// second check deciding on the same target at the same moment waits for the first.
     pub(crate) confirming: std::sync::Mutex<HashMap<Target, CheckRef>>,
     /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
-    pub(crate) reported: std::sync::Mutex<HashSet<(String, String, String)>>,
+    pub(crate) reported: std::sync::Mutex<HashSet<(ClusterRef, String, String)>>,
     /// Failed applies in a row per check (the retry delay grows with them).
     pub(crate) failures: std::sync::Mutex<HashMap<CheckRef, u32>>,
 }
@@ -135,11 +136,13 @@ impl Context {
         self.epoch.send_modify(|e| *e = e.wrapping_add(1));
     }
 
-    /// The client of the workload cluster a target's cluster key (`namespace/name`) names, when
+    /// The client that reads `cluster`'s Nodes: Vigil's own, or a workload cluster's when
     /// connected.
-    pub fn workload_client(&self, cluster: &str) -> Option<Client> {
-        let cluster = WorkloadCluster::from_key(cluster)?;
-        self.lock_workload_clients().get(&cluster).cloned()
+    pub fn client_of(&self, cluster: &ClusterRef) -> Option<Client> {
+        match cluster {
+            ClusterRef::Local => Some(self.client.clone()),
+            ClusterRef::Workload(w) => self.lock_workload_clients().get(w).cloned(),
+        }
     }
 
     /// Connected workload clusters' clients.
@@ -181,9 +184,9 @@ impl Context {
     }
 
     /// Reports a Node field no rule can read: once in the log and once as an event on the Node.
-    pub fn report_unreadable(self: &Arc<Self>, cluster: &str, problem: wire::Unreadable) {
+    pub fn report_unreadable(self: &Arc<Self>, cluster: &ClusterRef, problem: wire::Unreadable) {
         let first = self.reported.lock().unwrap_or_else(|p| p.into_inner()).insert((
-            cluster.to_string(),
+            cluster.clone(),
             problem.node.clone(),
             problem.field.clone(),
         ));
@@ -192,7 +195,7 @@ impl Context {
         }
         warn!(cluster = %cluster, "{problem}");
         self.metrics.unreadable_object();
-        if !cluster.is_empty() {
+        if !cluster.is_local() {
             // An event in the management cluster about a workload cluster's Node would name an
             // object that is not there; the log and the check's status say it.
             return;

@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
-use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
+use vigil_engine::target::CheckRef;
 use vigil_index::index::{Index, Source};
+use vigil_index::sources::ClusterRef;
 
 /// What one watch event does to the indexes. Objects arrive already reduced (`R`) to what the
 /// index keeps, so a complete list of 10 000 objects is never held in full.
@@ -184,7 +185,7 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         |idx| idx.state_mut(&Source::Nhcs),
         Index::all_nhcs,
     ));
-    start_nodes(ctx, LOCAL_CLUSTER.to_string(), client.clone());
+    start_nodes(ctx, ClusterRef::Local, client.clone());
     tokio::spawn(start_cluster_api(ctx.clone()));
 }
 
@@ -294,18 +295,19 @@ pub async fn capi_version(client: &Client) -> Result<String, String> {
 /// Watches the Nodes of `cluster` through `client`. Each Node is decoded leniently
 /// ([`crate::wire`]): a field no rule can read spoils only its own condition, which is reported
 /// once in the log and as an event on the Node.
-pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio::task::JoinHandle<()> {
+pub fn start_nodes(ctx: &Arc<Context>, cluster: ClusterRef, client: Client) -> tokio::task::JoinHandle<()> {
     let stream = watch(ctx, Api::<WireNode>::all(client));
+    let local = cluster.is_local();
+    let report_cluster = cluster.clone();
+    let cluster = cluster.key();
     let state_cluster = cluster.clone();
-    let dep_cluster = cluster.clone();
     let reporter = ctx.clone();
     let relister = ctx.clone();
-    let report_cluster = cluster.clone();
     let clock = ctx.clock.clone();
     tokio::spawn(feed(
         ctx.clone(),
-        if cluster.is_empty() { "Nodes".to_string() } else { format!("Nodes of workload cluster {cluster}") },
-        cluster.is_empty(),
+        if local { "Nodes".to_string() } else { format!("Nodes of {report_cluster}") },
+        local,
         stream,
         move |n: WireNode| {
             let (slim, problems) = crate::wire::slim(&n);
@@ -329,7 +331,7 @@ pub fn start_nodes(ctx: &Arc<Context>, cluster: String, client: Client) -> tokio
             dirty
         },
         move |idx| idx.state_mut(&Source::Nodes(state_cluster.clone())),
-        move |idx| if dep_cluster.is_empty() { idx.all_checks() } else { idx.all_mhcs() },
+        move |idx| if local { idx.all_checks() } else { idx.all_mhcs() },
     ))
 }
 

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 use vigil_index::index::{Source, WorkloadCluster};
+use vigil_index::sources::ClusterRef;
 
 /// How often a connected cluster's Secret is looked at again (rotated credentials).
 const SECRET_RECHECK: Duration = Duration::from_secs(30);
@@ -371,7 +372,7 @@ async fn watch_nodes(
         share_local_nodes(ctx, cluster);
         None
     } else {
-        Some(crate::watch::start_nodes(ctx, cluster.key(), client))
+        Some(crate::watch::start_nodes(ctx, ClusterRef::Workload(cluster.clone()), client))
     }
 }
 

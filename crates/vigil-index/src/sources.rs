@@ -95,8 +95,71 @@ impl WorkloadCluster {
     }
 }
 
+/// The cluster a Node lives in, as the controller's clients and watches know it: the one Vigil
+/// runs in, or a workload cluster. The engine and the Node caches key it by a string
+/// ([`ClusterRef::key`]); this is that key read once, at the edge.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClusterRef {
+    /// The cluster Vigil runs in.
+    Local,
+    /// A Cluster API workload cluster.
+    Workload(WorkloadCluster),
+}
+
+impl ClusterRef {
+    /// The cluster a Node-cache or target key names; `None` for a key that is neither the local
+    /// cluster's nor `namespace/name`.
+    pub fn from_key(key: &str) -> Option<Self> {
+        if key == vigil_engine::target::LOCAL_CLUSTER {
+            return Some(ClusterRef::Local);
+        }
+        WorkloadCluster::from_key(key).map(ClusterRef::Workload)
+    }
+
+    /// The key the engine and the Node caches know it by.
+    pub fn key(&self) -> ClusterKey {
+        match self {
+            ClusterRef::Local => vigil_engine::target::LOCAL_CLUSTER.to_string(),
+            ClusterRef::Workload(w) => w.key(),
+        }
+    }
+
+    /// Whether it is the cluster Vigil runs in.
+    pub fn is_local(&self) -> bool {
+        matches!(self, ClusterRef::Local)
+    }
+}
+
+impl std::fmt::Display for ClusterRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClusterRef::Local => f.write_str("the management cluster"),
+            ClusterRef::Workload(w) => write!(f, "workload cluster {w}"),
+        }
+    }
+}
+
 impl std::fmt::Display for WorkloadCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_key_reads_as_the_local_cluster_a_workload_cluster_or_nothing() {
+        let local = ClusterRef::from_key(vigil_engine::target::LOCAL_CLUSTER);
+        assert_eq!(local, Some(ClusterRef::Local));
+        let prod = ClusterRef::from_key("default/prod");
+        assert_eq!(prod, Some(ClusterRef::Workload(WorkloadCluster::new("default", "prod"))));
+        for malformed in ["prod", "/prod", "default/"] {
+            assert_eq!(ClusterRef::from_key(malformed), None, "{malformed:?}");
+        }
+        for cluster in [ClusterRef::Local, ClusterRef::Workload(WorkloadCluster::new("a", "b"))] {
+            assert_eq!(ClusterRef::from_key(&cluster.key()), Some(cluster));
+        }
     }
 }
