@@ -59,7 +59,7 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         targets.iter().map(|t| (t.clone(), lock_target(&idx, t))).collect()
     };
     let keys: BTreeSet<Target> = keyed.iter().map(|(_, k)| k.clone()).collect();
-    let locked_elsewhere = ctx.lock_targets(&key, &keys);
+    let locked_elsewhere = ctx.confirming.lock(&key, &keys);
     let locked: BTreeSet<Target> = keys.difference(&locked_elsewhere).cloned().collect();
     let to_read: Vec<&(Target, Target)> = keyed.iter().filter(|(_, k)| locked.contains(k)).collect();
     let read_started = std::time::Instant::now();
@@ -74,7 +74,7 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
         "confirmed"
     );
     let Some(fresh) = fresh else {
-        ctx.unlock_targets(&key, &locked);
+        ctx.confirming.unlock(&key, &locked);
         return Confirmed::Gone;
     };
     let sent = targets_of(&fresh).len();

@@ -6,13 +6,13 @@
 //! writes themselves are [`crate::writer`]).
 
 use crate::writer::Writer;
-use crate::{clock, leader, metrics, scheduler, sources, wire};
+use crate::{clock, guards, leader, metrics, scheduler, sources, wire};
 use kube::Client;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use tracing::warn;
-use vigil_engine::target::{CheckRef, Target};
-use vigil_index::index::{Index, WorkloadCluster};
+use vigil_engine::target::CheckRef;
+use vigil_index::index::Index;
 use vigil_index::sources::ClusterRef;
 
 pub use crate::writer::EVENT_LANE;
@@ -42,15 +42,14 @@ pub struct Context {
     /// Bumped when the Machine and Cluster watches must list again without distrusting what
     /// they hold (sharded mode: a shard taken, a local Node added).
     pub(crate) capi_relist: tokio::sync::watch::Sender<u64>,
-    /// Clients of connected workload clusters by `namespace/clusterName`, for confirming reads.
-    pub(crate) workload_clients: std::sync::Mutex<HashMap<WorkloadCluster, Client>>,
-    /// Targets whose remediation is being confirmed and written, with the check doing it: a
-    /// second check deciding on the same target at the same moment waits for the first.
-    pub(crate) confirming: std::sync::Mutex<HashMap<Target, CheckRef>>,
-    /// Unreadable Node fields already reported (cluster, Node, field), so each is told once.
-    pub(crate) reported: std::sync::Mutex<HashSet<(ClusterRef, String, String)>>,
+    /// Clients of connected workload clusters, for confirming reads.
+    pub(crate) workload_clients: guards::WorkloadClients,
+    /// Targets whose remediation is being confirmed and written, with the check doing it.
+    pub(crate) confirming: guards::TargetLocks,
+    /// Unreadable Node fields already reported, so each is told once.
+    pub(crate) reported: guards::ToldOnce<guards::UnreadableField>,
     /// Failed applies in a row per check (the retry delay grows with them).
-    pub(crate) failures: std::sync::Mutex<HashMap<CheckRef, u32>>,
+    pub(crate) failures: guards::Failures,
 }
 
 impl Context {
@@ -93,10 +92,10 @@ impl Context {
             ready_grace: std::sync::atomic::AtomicU64::new(sources::READY_GRACE.as_millis() as u64),
             epoch: tokio::sync::watch::Sender::new(0),
             capi_relist: tokio::sync::watch::Sender::new(0),
-            workload_clients: std::sync::Mutex::new(HashMap::new()),
-            confirming: std::sync::Mutex::new(HashMap::new()),
-            reported: std::sync::Mutex::new(HashSet::new()),
-            failures: std::sync::Mutex::new(HashMap::new()),
+            workload_clients: guards::WorkloadClients::default(),
+            confirming: guards::TargetLocks::default(),
+            reported: guards::ToldOnce::default(),
+            failures: guards::Failures::default(),
         })
     }
 
@@ -141,56 +140,13 @@ impl Context {
     pub fn client_of(&self, cluster: &ClusterRef) -> Option<Client> {
         match cluster {
             ClusterRef::Local => Some(self.client.clone()),
-            ClusterRef::Workload(w) => self.lock_workload_clients().get(w).cloned(),
-        }
-    }
-
-    /// Connected workload clusters' clients.
-    pub fn lock_workload_clients(&self) -> std::sync::MutexGuard<'_, HashMap<WorkloadCluster, Client>> {
-        self.workload_clients.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn lock_confirming(&self) -> std::sync::MutexGuard<'_, HashMap<Target, CheckRef>> {
-        self.confirming.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Locks `targets` for `key`'s confirmation (a confirmation lock, not a holder's claim: it
-    /// lasts from the confirming read to the write); returns the ones another check's
-    /// confirmation has locked right now (left out).
-    pub fn lock_targets(&self, key: &CheckRef, targets: &BTreeSet<Target>) -> BTreeSet<Target> {
-        let mut locks = self.lock_confirming();
-        let mut refused = BTreeSet::new();
-        for t in targets {
-            match locks.get(t) {
-                Some(holder) if holder != key => {
-                    refused.insert(t.clone());
-                }
-                _ => {
-                    locks.insert(t.clone(), key.clone());
-                }
-            }
-        }
-        refused
-    }
-
-    /// Unlocks what `key`'s confirmation locked.
-    pub fn unlock_targets(&self, key: &CheckRef, targets: &BTreeSet<Target>) {
-        let mut locks = self.lock_confirming();
-        for t in targets {
-            if locks.get(t) == Some(key) {
-                locks.remove(t);
-            }
+            ClusterRef::Workload(w) => self.workload_clients.get(w),
         }
     }
 
     /// Reports a Node field no rule can read: once in the log and once as an event on the Node.
     pub fn report_unreadable(self: &Arc<Self>, cluster: &ClusterRef, problem: wire::Unreadable) {
-        let first = self.reported.lock().unwrap_or_else(|p| p.into_inner()).insert((
-            cluster.clone(),
-            problem.node.clone(),
-            problem.field.clone(),
-        ));
-        if !first {
+        if !self.reported.first((cluster.clone(), problem.node.clone(), problem.field.clone())) {
             return;
         }
         warn!(cluster = %cluster, "{problem}");
@@ -240,10 +196,5 @@ impl Context {
     /// The indexes, for writing.
     pub fn write_index(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
         self.index.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Failed applies in a row per check, for the retry delay.
-    pub(crate) fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<CheckRef, u32>> {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

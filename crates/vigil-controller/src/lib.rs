@@ -10,6 +10,7 @@ pub mod confirm;
 pub mod context;
 pub mod events;
 pub mod fenced;
+pub mod guards;
 pub mod http;
 pub mod leader;
 pub mod medik8s;

@@ -51,7 +51,7 @@ impl Context {
         // What this check now remediates, for the others' decisions; updated before the
         // confirmation locks are released, so a check waiting on one sees it when it decides again.
         self.cache_claims(key);
-        self.unlock_targets(key, &locked);
+        self.confirming.unlock(key, &locked);
         self.tell_holders(held_elsewhere);
         if again {
             // Remediations left out while confirming (new targets, or held by another check).
@@ -59,7 +59,7 @@ impl Context {
         }
         match result {
             Ok(()) => {
-                self.lock_failures().remove(key);
+                self.failures.succeeded(key);
                 self.scheduler.wake_at(key, next_wake);
             }
             Err(e) => self.retry_later(key, next_wake, &e),
@@ -77,12 +77,7 @@ impl Context {
     /// with the failures in a row (1 s to 5 min), never sooner; a due verdict still wakes it at
     /// its own time.
     fn retry_later(&self, key: &CheckRef, next_wake: Option<jiff::Timestamp>, e: &writes::WriteError) {
-        let failures = {
-            let mut f = self.lock_failures();
-            let n = f.entry(key.clone()).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        };
+        let failures = self.failures.failed(key);
         let backoff =
             SignedDuration::from_secs(1i64 << failures.min(8).saturating_sub(1)).min(SignedDuration::from_secs(300));
         let retry = self.clock.now().checked_add(backoff).ok();

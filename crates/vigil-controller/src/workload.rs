@@ -204,7 +204,7 @@ async fn secret_version(client: &Client, namespace: &str, name: &str) -> Option<
 /// Marks the workload cluster's Nodes untrusted for `why`; wakes its checks the first time.
 fn mark_unreachable(ctx: &Context, cluster: &WorkloadCluster, why: &str) {
     let dirty = { ctx.write_index().nodes_unreachable(cluster, why) };
-    ctx.lock_workload_clients().remove(cluster);
+    ctx.workload_clients.gone(cluster);
     if let Some(dirty) = dirty {
         warn!(%cluster, %why, "workload cluster not connected");
         ctx.scheduler.mark(dirty);
@@ -268,7 +268,7 @@ async fn wait_wanted(ctx: &Context, cluster: &WorkloadCluster, period: Duration)
 /// are woken, so a replica that holds the shard again connects anew.
 async fn let_go(ctx: &Context, cluster: &WorkloadCluster) {
     let dirty = ctx.write_index().forget_cluster(cluster);
-    ctx.lock_workload_clients().remove(cluster);
+    ctx.workload_clients.gone(cluster);
     let source = format!("Nodes of workload cluster {cluster}");
     ctx.sources.remove(&source);
     ctx.metrics.forget_source(&source);
@@ -367,7 +367,7 @@ async fn watch_nodes(
     info!(%cluster, self_hosted = same, shared_node_cache = shared, "workload cluster connected");
     ctx.write_index().connected(cluster, same);
     ctx.metrics.workload_connected(&cluster.key(), true);
-    ctx.lock_workload_clients().insert(cluster.clone(), client.clone());
+    ctx.workload_clients.connected(cluster.clone(), client.clone());
     if shared {
         share_local_nodes(ctx, cluster);
         None

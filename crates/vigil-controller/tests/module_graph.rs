@@ -37,7 +37,7 @@ fn the_controller_folders_import_downwards_only() {
 /// Each floor and the modules it may import (besides its own floor's and the ones below).
 const FLOORS: [(&str, &[&str]); 7] = [
     ("bottom", &["wire", "writes", "fenced", "clock", "sources", "metrics"]),
-    ("state", &["scheduler", "leader"]),
+    ("state", &["scheduler", "leader", "guards"]),
     ("write", &["events", "writer"]),
     ("context", &["context", "http"]),
     ("feeds", &["watch", "surroundings", "workload"]),
