@@ -83,15 +83,22 @@ fn str_map(v: Option<&Value>) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// `v.pointer(path)` for a path of plain field names (no `~` escapes, no list positions) without
+/// the allocation serde_json's pointer makes for every step: every object of a fleet is read
+/// through here.
+fn at<'v>(v: &'v Value, path: &str) -> Option<&'v Value> {
+    path.split('/').skip(1).try_fold(v, |v, field| v.get(field))
+}
+
 fn text(v: &Value, pointer: &str) -> Option<String> {
-    v.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+    at(v, pointer).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
 }
 
 impl Meta {
     /// Reads metadata; an object without a name cannot be addressed and is refused.
     pub fn read(v: &Value, problems: &mut Vec<String>) -> Option<Meta> {
         let name = text(v, "/metadata/name")?;
-        let created = match v.pointer("/metadata/creationTimestamp") {
+        let created = match at(v, "/metadata/creationTimestamp") {
             None | Some(Value::Null) => None,
             Some(t) => match t.as_str().and_then(|s| s.parse::<Timestamp>().ok()) {
                 Some(t) => Some(t),
@@ -101,8 +108,7 @@ impl Meta {
                 }
             },
         };
-        let owners = v
-            .pointer("/metadata/ownerReferences")
+        let owners = at(v, "/metadata/ownerReferences")
             .and_then(Value::as_array)
             .map(|list| {
                 list.iter()
@@ -123,10 +129,10 @@ impl Meta {
             name,
             uid: text(v, "/metadata/uid"),
             resource_version: text(v, "/metadata/resourceVersion"),
-            labels: Labels::of(Some(&str_map(v.pointer("/metadata/labels")))),
-            annotations: str_map(v.pointer("/metadata/annotations")),
+            labels: Labels::of(Some(&str_map(at(v, "/metadata/labels")))),
+            annotations: str_map(at(v, "/metadata/annotations")),
             created,
-            deleting: v.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
+            deleting: at(v, "/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
             owners,
         })
     }
@@ -184,12 +190,12 @@ impl MachineView {
         // v1beta2 conditions are authoritative; a v1beta1 Machine keeps them in status.v1beta2 and
         // its legacy ones (no reason when True) in status.conditions, used only for other types.
         let (mut conditions, condition_problems) = match version {
-            CapiVersion::V1Beta2 => read_list(v.pointer("/status/conditions"), "status.conditions"),
-            CapiVersion::V1Beta1 => read_list(v.pointer("/status/v1beta2/conditions"), "status.v1beta2.conditions"),
+            CapiVersion::V1Beta2 => read_list(at(v, "/status/conditions"), "status.conditions"),
+            CapiVersion::V1Beta1 => read_list(at(v, "/status/v1beta2/conditions"), "status.v1beta2.conditions"),
         };
         problems.extend(condition_problems);
         if version == CapiVersion::V1Beta1 {
-            let (legacy, legacy_problems) = read_list(v.pointer("/status/conditions"), "status.conditions");
+            let (legacy, legacy_problems) = read_list(at(v, "/status/conditions"), "status.conditions");
             problems.extend(legacy_problems);
             for c in legacy {
                 if !conditions.iter().any(|n| n.type_ == c.type_) {
@@ -240,9 +246,9 @@ impl ClusterView {
     pub fn read(v: &Value) -> Option<ClusterView> {
         let mut problems = Vec::new();
         let meta = Meta::read(v, &mut problems)?;
-        let (conditions, condition_problems) = read_list(v.pointer("/status/conditions"), "status.conditions");
+        let (conditions, condition_problems) = read_list(at(v, "/status/conditions"), "status.conditions");
         problems.extend(condition_problems);
-        let flag = |pointer: &str| v.pointer(pointer).and_then(Value::as_bool).unwrap_or(false);
+        let flag = |pointer: &str| at(v, pointer).and_then(Value::as_bool).unwrap_or(false);
         let at = |type_: &str| {
             crate::conditions::find(&conditions, type_)
                 .filter(|c| c.status == crate::conditions::ConditionStatus::True)
@@ -282,7 +288,7 @@ impl TemplateView {
     /// Reads a template; `None` only when the object has no name.
     pub fn read(v: &Value) -> Option<TemplateView> {
         let meta = Meta::read(v, &mut Vec::new())?;
-        let template = v.pointer("/spec/template").filter(|t| t.is_object()).cloned();
+        let template = at(v, "/spec/template").filter(|t| t.is_object()).cloned();
         Some(TemplateView { meta, template })
     }
 }
@@ -301,7 +307,7 @@ impl RemediationView {
     pub fn read(v: &Value) -> Option<RemediationView> {
         let mut problems = Vec::new();
         let meta = Meta::read(v, &mut problems)?;
-        let (conditions, _) = read_list(v.pointer("/status/conditions"), "status.conditions");
+        let (conditions, _) = read_list(at(v, "/status/conditions"), "status.conditions");
         Some(RemediationView { meta, conditions })
     }
 }
@@ -332,7 +338,7 @@ impl LeaseView {
     pub fn read(v: &Value) -> Option<LeaseView> {
         let mut problems = Vec::new();
         let meta = Meta::read(v, &mut problems)?;
-        let mut time = |field: &str| match v.pointer(&format!("/spec/{field}")) {
+        let mut time = |field: &str| match at(v, &format!("/spec/{field}")) {
             None | Some(Value::Null) => None,
             Some(t) => match t.as_str().and_then(|s| s.parse::<Timestamp>().ok()) {
                 Some(t) => Some(t),
@@ -347,8 +353,8 @@ impl LeaseView {
         Some(LeaseView {
             resource_version: text(v, "/metadata/resourceVersion"),
             holder: text(v, "/spec/holderIdentity"),
-            duration_seconds: v.pointer("/spec/leaseDurationSeconds").and_then(Value::as_i64),
-            transitions: v.pointer("/spec/leaseTransitions").and_then(Value::as_i64),
+            duration_seconds: at(v, "/spec/leaseDurationSeconds").and_then(Value::as_i64),
+            transitions: at(v, "/spec/leaseTransitions").and_then(Value::as_i64),
             acquire_time,
             renew_time,
             meta,
@@ -393,7 +399,7 @@ impl ClusterVersionView {
     /// Reads a ClusterVersion; `None` only when the object has no name.
     pub fn read(v: &Value) -> Option<ClusterVersionView> {
         let meta = Meta::read(v, &mut Vec::new())?;
-        let (conditions, _) = read_list(v.pointer("/status/conditions"), "status.conditions");
+        let (conditions, _) = read_list(at(v, "/status/conditions"), "status.conditions");
         let progressing = conditions.into_iter().find(|c| *c.type_ == *crate::well_known::CLUSTER_VERSION_PROGRESSING);
         Some(ClusterVersionView { progressing, desired_version: text(v, "/status/desired/version"), meta })
     }
@@ -423,6 +429,26 @@ impl OpenShiftMachineView {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_plain_path_reads_what_serde_jsons_pointer_reads() {
+        let v = json!({"metadata": {"name": "m1", "labels": {"a": "b"}, "ownerReferences": [{"kind": "X"}]},
+                       "status": {"v1beta2": {"conditions": []}, "flag": null}});
+        for path in [
+            "",
+            "/metadata",
+            "/metadata/name",
+            "/metadata/labels/a",
+            "/metadata/ownerReferences",
+            "/status/v1beta2/conditions",
+            "/status/flag",
+            "/status/missing",
+            "/metadata/name/deeper",
+            "/nothing",
+        ] {
+            assert_eq!(at(&v, path), v.pointer(path), "{path:?}");
+        }
+    }
 
     #[test]
     fn reads_a_v1beta2_machine_with_deprecated_failure() {

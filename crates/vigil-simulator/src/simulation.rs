@@ -68,6 +68,15 @@ pub struct Report {
     pub history: Vec<(f64, String, Value)>,
 }
 
+impl Report {
+    /// Lets the report go without freeing its objects one by one, for a process that ends next
+    /// (`vigil simulate`, `vigil check`): the operating system takes the memory back at once,
+    /// while freeing a 10 000-Node store object by object took a sixth of the run.
+    pub fn discard(self) {
+        std::mem::forget(self);
+    }
+}
+
 struct Sim<'s> {
     scenario: &'s Scenario,
     store: Store,

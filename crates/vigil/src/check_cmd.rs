@@ -249,7 +249,7 @@ pub fn evaluate(
     for check in &mut checks {
         check.next = next_out(&check.check, &ahead.events, now);
     }
-    drop(ahead);
+    ahead.discard();
     checks.extend(problems.into_iter().map(|(label, problem)| unevaluated(label, problem)));
     checks.retain(|c| only.is_empty() || only.iter().any(|w| names(w, &c.check)));
     checks.sort_by(|a, b| a.check.cmp(&b.check));

@@ -305,6 +305,7 @@ fn simulate(
         let svg = plot::svg(&report).map_err(|e| anyhow::anyhow!("cannot draw the picture: {e}"))?;
         std::fs::write(&plot, svg).with_context(|| format!("cannot write {}", plot.display()))?;
     }
+    report.discard();
     Ok(ExitCode::SUCCESS)
 }
 
