@@ -73,6 +73,7 @@ else
   echo "!!!! podman cannot be installed here: the image test will report that it skipped !!!!"
 fi
 
-echo "== cargo test"
-# Every test binary runs even after one fails, so a red run names every failure at once.
-cargo test --workspace --locked --no-fail-fast
+echo "== cargo test, two test binaries at a time"
+# What `cargo test --workspace --locked --no-fail-fast` runs, two binaries at a time: every binary
+# runs even after one fails, so a red run names every failure at once.
+scripts/test-lanes.sh

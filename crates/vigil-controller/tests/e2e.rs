@@ -359,11 +359,16 @@ async fn nhc_min_healthy_blocks_and_then_remediates() -> Result<()> {
     assert_eq!(o["metadata"]["name"], "w2");
     assert_eq!(o["metadata"]["annotations"]["remediation.medik8s.io/template-name"], "reboot");
     assert_eq!(o["metadata"]["ownerReferences"][0]["kind"], "NodeHealthCheck");
-    let s = check_status(&env, "NodeHealthCheck", "workers").await?;
-    assert_eq!(
-        (s["observedNodes"].as_i64(), s["healthyNodes"].as_i64(), s["phase"].as_str()),
-        (Some(3), Some(2), Some("Remediating"))
-    );
+    // The status follows the create (it is written once the object exists).
+    let counts =
+        |s: &Value| (s["observedNodes"].as_i64(), s["healthyNodes"].as_i64(), s["phase"].as_str().map(str::to_string));
+    let want = (Some(3), Some(2), Some("Remediating".to_string()));
+    let seen = wait_for("the status saying w2 is being remediated", WAIT, || async {
+        let s = check_status(&env, "NodeHealthCheck", "workers").await?;
+        Ok((counts(&s) == want).then_some(s))
+    })
+    .await;
+    assert!(seen.is_ok(), "status: {:?}", check_status(&env, "NodeHealthCheck", "workers").await?);
     controller.stop().await;
     Ok(())
 }
