@@ -30,8 +30,7 @@ use vigil_api::views::MachineView;
 use vigil_engine::target::{CheckRef, Target};
 use vigil_index::decision::{confirmed_job, lock_target, targets_of};
 use vigil_index::gather::Job;
-use vigil_index::index::machine_cluster;
-use vigil_index::sources::ClusterRef;
+use vigil_index::sources::{ClusterRef, WorkloadCluster};
 
 /// How long the confirming reads of one plan may take together.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
@@ -183,8 +182,8 @@ fn node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Option<(ClusterRe
 
 /// The workload cluster a Machine's Node lives in, by its cluster-name label.
 fn node_cluster(view: &MachineView) -> Result<ClusterRef, String> {
-    let key = machine_cluster(view);
-    ClusterRef::from_key(&key).ok_or_else(|| format!("Machine {} names no cluster", view.meta.name))
+    let workload = WorkloadCluster::of_machine(view);
+    workload.map(ClusterRef::Workload).ok_or_else(|| format!("Machine {} names no cluster", view.meta.name))
 }
 
 async fn fetch_node(client: kube::Client, name: &str) -> Result<Option<WireNode>, String> {

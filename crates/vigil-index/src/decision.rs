@@ -31,9 +31,8 @@ pub fn targets_of(job: &Job) -> BTreeSet<Target> {
 pub fn lock_target(idx: &Index, target: &Target) -> Target {
     let Target::Machine { namespace, name } = target else { return target.clone() };
     let Some(entry) = idx.machines.get(namespace).and_then(|m| m.get(name)) else { return target.clone() };
-    let workload = machine_cluster(&entry.view);
-    let self_hosted = WorkloadCluster::from_key(&workload).is_some_and(|w| idx.hosting.is_self_hosted(&w));
-    let node_cluster = if self_hosted { LOCAL_CLUSTER.to_string() } else { workload };
+    let self_hosted = WorkloadCluster::of_machine(&entry.view).is_some_and(|w| idx.hosting.is_self_hosted(&w));
+    let node_cluster = if self_hosted { LOCAL_CLUSTER.to_string() } else { machine_cluster(&entry.view) };
     Target::of_machine(&node_cluster, &entry.view)
 }
 

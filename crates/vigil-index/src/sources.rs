@@ -79,6 +79,14 @@ impl WorkloadCluster {
         (!namespace.is_empty() && !name.is_empty()).then(|| WorkloadCluster::new(namespace, name))
     }
 
+    /// The workload cluster a Machine's Node lives in: its namespace's Cluster named by its
+    /// cluster-name label; `None` for a Machine without one.
+    pub fn of_machine(view: &vigil_api::views::MachineView) -> Option<Self> {
+        let cluster = view.meta.labels.get(vigil_api::well_known::CLUSTER_NAME_LABEL)?;
+        (!cluster.is_empty() && !view.meta.namespace.is_empty())
+            .then(|| WorkloadCluster::new(&view.meta.namespace, cluster))
+    }
+
     /// Its Cluster's namespace.
     pub fn namespace(&self) -> &str {
         &self.namespace

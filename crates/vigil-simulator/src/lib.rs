@@ -3,6 +3,7 @@
 
 mod feed;
 pub mod output;
+pub mod owner;
 pub mod scenario;
 pub mod simulation;
 pub mod store;

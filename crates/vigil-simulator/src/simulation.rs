@@ -5,6 +5,7 @@
 
 use crate::feed::{CAPI_GROUP, Feed, check_key};
 use crate::output::{Event, seconds};
+use crate::owner;
 use crate::scenario::{Change, RemediatorOutcome, Scenario, ScenarioError, Step};
 use crate::store::{Key, Store, api_time};
 use jiff::{SignedDuration, Timestamp};
@@ -16,11 +17,7 @@ use vigil_api::GROUP;
 use vigil_api::conditions::ConditionStatus;
 use vigil_api::manifest::{HealthCheck, health_check_from_value};
 use vigil_api::reason::Reason;
-use vigil_api::views::MachineView;
-use vigil_api::well_known::{
-    CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, NODE_NAME_ANNOTATION, OWNER_REMEDIATED, PAUSED_ANNOTATION,
-    REMEDIATE_MACHINE_ANNOTATION,
-};
+use vigil_api::well_known::{NODE_NAME_ANNOTATION, OWNER_REMEDIATED};
 use vigil_engine::assemble::{self};
 use vigil_engine::concerns::group_of;
 use vigil_engine::machine_write::machine_status_patch;
@@ -821,29 +818,21 @@ impl Sim<'_> {
     fn replace_machine(&mut self, key: &Key) {
         self.scheduled_replacements.remove(key);
         let Some(old) = self.store.get(key).cloned() else { return };
-        let still_asked = MachineView::read(&old).is_some_and(|m| {
-            let is_false = |t: &str| {
-                vigil_api::conditions::find(&m.conditions, t).is_some_and(|c| c.status == ConditionStatus::False)
-            };
-            is_false(HEALTH_CHECK_SUCCEEDED) && is_false(OWNER_REMEDIATED)
-        });
-        if !still_asked {
+        if !owner::asked(&old) {
             return;
         }
         if self.owner_paused(key, &old) {
-            if let Some(owner) = self.scenario.models.owner
+            if let Some(model) = self.scenario.models.owner
                 && self.scheduled_replacements.insert(key.clone())
             {
-                self.schedule(owner.replace_after, Task::ReplaceMachine(key.clone()));
+                self.schedule(model.replace_after, Task::ReplaceMachine(key.clone()));
             }
             return;
         }
         self.store.delete(key);
         self.changed(key);
         let node_name = text(&old, "/status/nodeRef/name").to_string();
-        let cluster_name =
-            text(&old, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
-        let node_cluster = self.node_cluster(&key.namespace, &cluster_name);
+        let node_cluster = self.node_cluster(&key.namespace, owner::cluster_name(&old));
         if !node_name.is_empty() {
             let node_key = Key {
                 cluster: node_cluster,
@@ -857,70 +846,38 @@ impl Sim<'_> {
             }
         }
         self.task_seq += 1;
-        let base = key
-            .name
-            .rsplit_once("-r")
-            .filter(|(_, n)| n.bytes().all(|b| b.is_ascii_digit()))
-            .map_or(key.name.as_str(), |(b, _)| b);
-        let new_name = format!("{base}-r{}", self.task_seq);
-        let mut fresh = json!({"apiVersion": old["apiVersion"], "kind": "Machine", "metadata": {"name": new_name, "namespace": key.namespace}});
-        let mut labels = old.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
-        if let Some(map) = labels.as_object_mut() {
-            map.remove(REMEDIATE_MACHINE_ANNOTATION);
-        }
-        fresh["metadata"]["labels"] = labels;
-        if let Some(spec) = old.get("spec") {
-            fresh["spec"] = spec.clone();
-        }
+        let new_name = owner::replacement_name(&key.name, self.task_seq);
+        let fresh = owner::replacement(&old, &new_name, &key.namespace);
         let new_key = self.store.apply(LOCAL_CLUSTER, fresh, self.now);
         let mut d = Map::new();
         d.insert("replacement".into(), json!(new_key.object_name()));
         self.emit("MachineReplaced", None, Some(key.object_name()), d);
         self.changed(&new_key);
-        if let Some(owner) = self.scenario.models.owner {
-            self.schedule(owner.node_ready_after, Task::JoinNode(new_key));
+        if let Some(model) = self.scenario.models.owner {
+            self.schedule(model.node_ready_after, Task::JoinNode(new_key));
         }
     }
 
-    /// Whether Cluster API's controllers leave `machine` alone for now: its Cluster has
-    /// `spec.paused` or either carries the `cluster.x-k8s.io/paused` annotation.
+    /// Whether Cluster API's controllers leave `machine` alone for now ([`owner::paused`]).
     fn owner_paused(&self, key: &Key, machine: &Value) -> bool {
-        let annotated = |o: &Value| {
-            o.pointer("/metadata/annotations")
-                .and_then(Value::as_object)
-                .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
-        };
-        let cluster_name = text(machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1")));
         let cluster_key = Key {
             cluster: key.cluster.clone(),
             group: key.group.clone(),
             kind: "Cluster".into(),
             namespace: key.namespace.clone(),
-            name: cluster_name.to_string(),
+            name: owner::cluster_name(machine).to_string(),
         };
-        let cluster_paused = self
-            .store
-            .get(&cluster_key)
-            .is_some_and(|c| c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) || annotated(c));
-        cluster_paused || annotated(machine)
+        owner::paused(machine, self.store.get(&cluster_key))
     }
 
     /// The new Machine's Node joins, Ready.
     fn join_node(&mut self, key: &Key) {
         let Some(machine) = self.store.get(key).cloned() else { return };
-        let cluster_name =
-            text(&machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1"))).to_string();
-        let node_cluster = self.node_cluster(&key.namespace, &cluster_name);
-        let now = api_time(self.now);
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": key.name},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+        let node_cluster = self.node_cluster(&key.namespace, owner::cluster_name(&machine));
+        let node = owner::joined_node(&key.name, &api_time(self.now));
         let node_key = self.store.apply(&node_cluster, node, self.now);
         self.changed(&node_key);
-        let node_ref = if text(&machine, "/apiVersion").ends_with("v1beta1") {
-            json!({"apiVersion": "v1", "kind": "Node", "name": key.name})
-        } else {
-            json!({"name": key.name})
-        };
+        let node_ref = owner::node_ref(text(&machine, "/apiVersion"), &key.name);
         if self.store.patch(key, &json!({"status": {"nodeRef": node_ref}})).is_ok() {
             self.changed(key);
         }
@@ -961,10 +918,7 @@ impl Sim<'_> {
             RemediatorOutcome::Fails(_) => {
                 let _ = self.store.patch(key, &json!({"status": {"conditions": [{"type": "Succeeded", "status": "False", "reason": "RemediationFailed", "message": "the remediator gave up", "lastTransitionTime": now}]}}));
                 self.changed(key);
-                let target = object
-                    .pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1")))
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
+                let target = object["metadata"]["annotations"][NODE_NAME_ANNOTATION].as_str().map(str::to_string);
                 self.emit("RemediationFailed", None, target, object_details(key));
             }
         }
@@ -973,10 +927,7 @@ impl Sim<'_> {
     /// The Node a remediation object is about: its node-name annotation (NodeHealthCheck), or
     /// the Node of the Machine that owns it (MachineHealthCheck).
     fn node_of(&self, object: &Value) -> Option<(String, String)> {
-        if let Some(node) = object
-            .pointer(&format!("/metadata/annotations/{}", NODE_NAME_ANNOTATION.replace('/', "~1")))
-            .and_then(Value::as_str)
-        {
+        if let Some(node) = object["metadata"]["annotations"][NODE_NAME_ANNOTATION].as_str() {
             return Some((LOCAL_CLUSTER.into(), node.to_string()));
         }
         let namespace = text(object, "/metadata/namespace");
@@ -989,7 +940,7 @@ impl Sim<'_> {
             namespace: namespace.into(),
             name: machine_name.into(),
         })?;
-        let cluster_name = text(machine, &format!("/metadata/labels/{}", CLUSTER_NAME_LABEL.replace('/', "~1")));
+        let cluster_name = owner::cluster_name(machine);
         let node = text(machine, "/status/nodeRef/name");
         let node = if node.is_empty() { machine_name } else { node };
         Some((self.node_cluster(namespace, cluster_name), node.to_string()))

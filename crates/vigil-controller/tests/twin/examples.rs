@@ -26,8 +26,12 @@ fn example_files() -> Result<Vec<PathBuf>> {
         .collect::<std::io::Result<_>>()?;
     files.retain(|f| f.extension().is_some_and(|e| e == "yaml"));
     if let Ok(only) = std::env::var("VIGIL_TWIN_EXAMPLES") {
-        let only: Vec<&str> = only.split(',').collect();
-        files.retain(|f| f.file_stem().and_then(|s| s.to_str()).is_some_and(|s| only.contains(&s)));
+        let stem = |f: &PathBuf| f.file_stem().and_then(|s| s.to_str()).map(str::to_string);
+        let only: Vec<&str> = only.split(',').map(str::trim).collect();
+        if let Some(unknown) = only.iter().find(|o| !files.iter().any(|f| stem(f).as_deref() == Some(**o))) {
+            bail!("VIGIL_TWIN_EXAMPLES names {unknown:?}, which is not an example under {}", dir.display());
+        }
+        files.retain(|f| stem(f).is_some_and(|s| only.contains(&s.as_str())));
     }
     files.sort();
     Ok(files)

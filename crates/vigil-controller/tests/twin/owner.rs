@@ -1,4 +1,5 @@
-//! The scenario's owner and heartbeat models, played live as the simulator plays them.
+//! The scenario's owner and heartbeat models, played live as the simulator plays them (the
+//! owner's rules are the simulator's own, `vigil_simulator::owner`).
 //!
 //! The owner (MachineSet-like) replaces a Machine whose `HealthCheckSucceeded` and
 //! `OwnerRemediated` are both `False` once `replaceAfter` has passed since it was asked (not
@@ -12,12 +13,9 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use vigil_api::conditions::{ConditionStatus, find};
-use vigil_api::views::MachineView;
-use vigil_api::well_known::{
-    CLUSTER_NAME_LABEL, HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED, PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION,
-};
 use vigil_simulator::Scenario;
+use vigil_simulator::owner;
+use vigil_simulator::store::api_time;
 use vigil_testenv::TestEnv;
 
 /// What the live owner knows: when each Machine was asked for, and which Nodes are to join.
@@ -28,7 +26,7 @@ pub struct Owner {
     /// Replacement Machines (`namespace/name`, apiVersion) and when their Nodes join.
     joining: Vec<(String, String, Instant)>,
     /// Replacements made so far (their names' suffix).
-    made: u32,
+    made: u64,
 }
 
 impl Owner {
@@ -40,7 +38,7 @@ impl Owner {
         for api_version in &machines {
             for machine in env.list_json(api_version, "Machine", None, "").await? {
                 let key = key_of(&machine);
-                if !asked(&machine) {
+                if !owner::asked(&machine) {
                     self.asked.remove(&key);
                     continue;
                 }
@@ -64,12 +62,7 @@ impl Owner {
     }
 
     fn replacement_name(&self, machine: &Value) -> String {
-        let name = machine["metadata"]["name"].as_str().unwrap_or_default();
-        let base = name
-            .rsplit_once("-r")
-            .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-            .map_or(name, |(b, _)| b);
-        format!("{base}-r{}", self.made)
+        owner::replacement_name(machine["metadata"]["name"].as_str().unwrap_or_default(), self.made)
     }
 
     /// The Machine and its Node go; a new Machine with its labels and spec comes.
@@ -81,14 +74,7 @@ impl Owner {
         if let Some(node) = old.pointer("/status/nodeRef/name").and_then(Value::as_str) {
             nodes.delete("v1", "Node", None, node).await?;
         }
-        let mut labels = old.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
-        if let Some(map) = labels.as_object_mut() {
-            map.remove(REMEDIATE_MACHINE_ANNOTATION);
-        }
-        let fresh = json!({"apiVersion": api_version, "kind": "Machine",
-            "metadata": {"name": self.replacement_name(old), "namespace": namespace, "labels": labels},
-            "spec": old["spec"]});
-        env.apply(fresh).await?;
+        env.apply(owner::replacement(old, &self.replacement_name(old), namespace)).await?;
         Ok(())
     }
 
@@ -99,17 +85,10 @@ impl Owner {
         self.joining = waiting;
         for (key, api_version, _) in due {
             let (namespace, name) = key.split_once('/').context("a Machine's namespace/name")?;
-            let stamp = Timestamp::now().to_string();
-            let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status", "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}});
+            let node = owner::joined_node(name, &api_time(Timestamp::now()));
             nodes.apply(node.clone()).await?;
             nodes.apply_status(node).await?;
-            let node_ref = if api_version.ends_with("v1beta1") {
-                json!({"apiVersion": "v1", "kind": "Node", "name": name})
-            } else {
-                json!({"name": name})
-            };
+            let node_ref = owner::node_ref(&api_version, name);
             env.apply_status(json!({"apiVersion": api_version, "kind": "Machine",
                 "metadata": {"name": name, "namespace": namespace}, "status": {"nodeRef": node_ref}}))
                 .await?;
@@ -139,29 +118,22 @@ fn key_of(o: &Value) -> String {
     format!("{}/{}", namespace_of(o), o["metadata"]["name"].as_str().unwrap_or_default())
 }
 
-/// Vigil asked the owner to replace this Machine.
-fn asked(machine: &Value) -> bool {
-    MachineView::read(machine).is_some_and(|m| {
-        let is_false = |t: &str| find(&m.conditions, t).is_some_and(|c| c.status == ConditionStatus::False);
-        is_false(HEALTH_CHECK_SUCCEEDED) && is_false(OWNER_REMEDIATED)
-    })
-}
-
-/// Cluster API's controllers leave the Machine alone: its Cluster is paused, or either carries
-/// the paused annotation.
+/// Cluster API's controllers leave the Machine alone ([`owner::paused`]); its Cluster is read live.
 async fn paused(env: &TestEnv, machine: &Value) -> Result<bool> {
-    let annotated = |o: &Value| o.pointer("/metadata/annotations").and_then(|a| a.get(PAUSED_ANNOTATION)).is_some();
-    if annotated(machine) {
-        return Ok(true);
-    }
-    let cluster = machine.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_NAME_LABEL)).and_then(Value::as_str);
-    let api_version = machine["apiVersion"].as_str().unwrap_or_default();
-    let Some(cluster) = cluster else { return Ok(false) };
-    let clusters = env.list_json(api_version, "Cluster", Some(namespace_of(machine)), "").await?;
-    Ok(clusters
-        .iter()
-        .filter(|c| c["metadata"]["name"] == cluster)
-        .any(|c| c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) || annotated(c)))
+    let cluster = owner::cluster_name(machine);
+    let clusters = match cluster {
+        "" => Vec::new(),
+        _ => {
+            env.list_json(
+                machine["apiVersion"].as_str().unwrap_or_default(),
+                "Cluster",
+                Some(namespace_of(machine)),
+                "",
+            )
+            .await?
+        }
+    };
+    Ok(owner::paused(machine, clusters.iter().find(|c| c["metadata"]["name"] == cluster)))
 }
 
 /// The heartbeat models' next renewals.
