@@ -6,7 +6,10 @@
 //!    target waits: one check remediates a target at a time),
 //! 2. the target is read again from the API server — a quorum read of that Machine and its Node,
 //!    or of that Node; a plan's targets are read together, [`CONFIRM_READS`] at a time, all
-//!    within [`CONFIRM_TIMEOUT`] — and what was read is put into the indexes,
+//!    within [`CONFIRM_TIMEOUT`] — and what was read is put into the indexes. A Machine whose
+//!    remediating writes all test the `resourceVersion` the decision read is not read (its Node
+//!    is): the API server refuses such a write whole if the Machine moved on, which proves more
+//!    than a read a moment before it ([`write_tests_version`]),
 //! 3. the check is decided again, once for the whole plan, on the indexes with what was read, at
 //!    the current time, with the other checks' claims about the confirmed targets derived anew
 //!    (only checks that can select one of them, looking only at the Machines and remediation
@@ -28,7 +31,7 @@ use std::time::Duration;
 use tracing::info;
 use vigil_api::views::MachineView;
 use vigil_engine::target::{CheckRef, Target};
-use vigil_index::decision::{confirmed_job, lock_target, targets_of};
+use vigil_index::decision::{confirmed_job, lock_target, targets_of, write_tests_version};
 use vigil_index::gather::Job;
 use vigil_index::sources::{ClusterRef, WorkloadCluster};
 
@@ -61,10 +64,12 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
     let locked_elsewhere = ctx.confirming.lock(&key, &keys);
     let locked: BTreeSet<Target> = keys.difference(&locked_elsewhere).cloned().collect();
     let to_read: Vec<&(Target, Target)> = keyed.iter().filter(|(_, k)| locked.contains(k)).collect();
+    let version_tested: BTreeSet<Target> =
+        to_read.iter().map(|(t, _)| t).filter(|t| write_tests_version(&job, t)).cloned().collect();
     let read_started = std::time::Instant::now();
-    let confirmed = read_all(ctx, &key, &to_read).await;
+    let confirmed = read_all(ctx, &key, &to_read, &version_tested).await;
     let read_took = read_started.elapsed();
-    let fresh = confirmed_job(&ctx.read_index(), &key, ctx.clock.now(), &keyed, &confirmed);
+    let fresh = confirmed_job(&ctx.read_index(), &key, ctx.clock.now(), &keyed, &confirmed, &version_tested);
     tracing::debug!(
         check = %key,
         targets = to_read.len(),
@@ -90,12 +95,18 @@ pub async fn confirm(ctx: &Arc<Context>, job: Job) -> Confirmed {
 }
 
 /// Reads the targets again, [`CONFIRM_READS`] at a time, all within [`CONFIRM_TIMEOUT`] of the
-/// first; returns those read.
-async fn read_all(ctx: &Arc<Context>, key: &CheckRef, targets: &[&(Target, Target)]) -> BTreeSet<Target> {
+/// first; returns those read. Of a Machine in `version_tested` only its Node is read.
+async fn read_all(
+    ctx: &Arc<Context>,
+    key: &CheckRef,
+    targets: &[&(Target, Target)],
+    version_tested: &BTreeSet<Target>,
+) -> BTreeSet<Target> {
     let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
     // Collected first: a stream over a borrowing iterator is not `Send` for the worker task.
     let reads: Vec<_> = targets.iter().map(|(t, k)| async move {
-        match tokio::time::timeout_at(deadline, refresh(ctx, t)).await {
+        let node_only = version_tested.contains(t);
+        match tokio::time::timeout_at(deadline, refresh(ctx, t, node_only)).await {
             Ok(Ok(())) => Some(t.clone()),
             Ok(Err(why)) => {
                 info!(check = %key, target = %k, %why, "remediation not confirmed: the target could not be read again");
@@ -110,8 +121,9 @@ async fn read_all(ctx: &Arc<Context>, key: &CheckRef, targets: &[&(Target, Targe
     futures::stream::iter(reads).buffer_unordered(CONFIRM_READS).filter_map(std::future::ready).collect().await
 }
 
-/// Reads a target again from the API server and puts what was read into the indexes.
-async fn refresh(ctx: &Arc<Context>, target: &Target) -> Result<(), String> {
+/// Reads a target again from the API server and puts what was read into the indexes; with
+/// `node_only`, of a Machine only the Node its cached view names (the write tests the Machine).
+async fn refresh(ctx: &Arc<Context>, target: &Target, node_only: bool) -> Result<(), String> {
     match target {
         Target::Node { cluster, name } => {
             let cluster = ClusterRef::from_key(cluster).ok_or_else(|| format!("no cluster is named {cluster:?}"))?;
@@ -120,8 +132,24 @@ async fn refresh(ctx: &Arc<Context>, target: &Target) -> Result<(), String> {
             store_node(ctx, &cluster, name, node);
             Ok(())
         }
+        Target::Machine { namespace, name } if node_only => refresh_node_of(ctx, namespace, name).await,
         Target::Machine { namespace, name } => refresh_machine(ctx, namespace, name).await,
     }
+}
+
+/// Reads again the Node the cached view of a Machine names, if it names one.
+async fn refresh_node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Result<(), String> {
+    let (cluster, node) = {
+        let idx = ctx.read_index();
+        let view =
+            &idx.machine(namespace, name).ok_or_else(|| format!("Machine {namespace}/{name} is not cached"))?.view;
+        let Some(node) = view.node_name.clone() else { return Ok(()) };
+        (node_cluster(view)?, node)
+    };
+    let client = ctx.client_of(&cluster).ok_or_else(|| format!("{cluster} is not connected"))?;
+    let read = fetch_node(client, &node).await?;
+    store_node(ctx, &cluster, &node, read);
+    Ok(())
 }
 
 /// The `apiVersion` to read a Machine in: the one its cached view was written in, else Cluster

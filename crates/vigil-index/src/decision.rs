@@ -51,17 +51,47 @@ fn about(idx: &Index, keyed: &[(Target, Target)], confirmed: &BTreeSet<Target>) 
 /// lock key, that was read again): the others' claims about them derived now, and only the
 /// remediations of confirmed targets kept (the job then says to decide the check again if any
 /// was left out). `None` when the check is gone.
+///
+/// `version_tested`: the confirmed Machine targets whose Machine was not read again because the
+/// plan's write proves it current ([`write_tests_version`]); a remediation of one of them is kept
+/// only if the new plan's write still does.
 pub fn confirmed_job(
     idx: &Index,
     key: &CheckRef,
     now: Timestamp,
     keyed: &[(Target, Target)],
     confirmed: &BTreeSet<Target>,
+    version_tested: &BTreeSet<Target>,
 ) -> Option<Job> {
     let about = about(idx, keyed, confirmed);
     let mut fresh = gather::job_with_fresh_holders(idx, key, now, &about)?;
     fresh.keep_confirmed(confirmed);
+    let untested: Vec<&Target> = version_tested.iter().filter(|t| !write_tests_version(&fresh, t)).collect();
+    if !untested.is_empty() {
+        let kept: BTreeSet<Target> = confirmed.iter().filter(|t| !untested.contains(t)).cloned().collect();
+        fresh.keep_confirmed(&kept);
+    }
     Some(fresh)
+}
+
+/// Whether the plan's own writes prove that a Machine target is as the decision read it, so that
+/// reading the Machine again to confirm the remediation adds nothing: every remediating action
+/// about it is a condition write sent as a JSON patch that first tests the `resourceVersion` the
+/// decision read (`WriteBasis::json_patch`), which the API server refuses whole, changing
+/// nothing, once the Machine has moved on. A remediation object to create, a Machine the plan
+/// holds no cached entry for, or a write the basis cannot express as that patch (the writer
+/// would read the Machine and merge-patch it) needs the read. Its Node is read in every case.
+pub fn write_tests_version(job: &Job, target: &Target) -> bool {
+    let Target::Machine { .. } = target else { return false };
+    let Some(entry) = job.machines.get(target) else { return false };
+    let mut remediating = job.plan.actions.iter().filter(|a| a.remediates().as_ref() == Some(target)).peekable();
+    remediating.peek().is_some()
+        && remediating.all(|action| match action {
+            Action::SetMachineConditions { version, conditions, .. } => {
+                entry.basis.json_patch(*version, entry.resource_version.as_deref(), conditions).is_some()
+            }
+            _ => false,
+        })
 }
 
 /// Puts a plan's remediating actions first and keeps at most `limit` of its verdict-only Machine
@@ -204,5 +234,44 @@ mod tests {
         pace_verdicts(&mut wave, 100);
         assert_eq!(wave.plan.actions.len(), 300);
         assert!(!wave.again);
+    }
+
+    /// A Machine is confirmed by its own write only when every remediating action about it is a
+    /// condition write that tests the `resourceVersion` the decision read; anything else reads it.
+    #[test]
+    fn only_a_write_that_tests_the_version_read_confirms_its_machine() {
+        let sick = set("sick", false);
+        let target = sick.remediates().expect("a remediating write");
+        let entry = |rv: Option<&str>| {
+            let mut raw = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "sick", "namespace": "ns"}, "spec": {"clusterName": "c"}});
+            if let Some(rv) = rv {
+                raw["metadata"]["resourceVersion"] = rv.into();
+            }
+            crate::index::machine_entry(&raw).expect("a Machine entry")
+        };
+        let with = |actions: Vec<Action>, rv: Option<&str>| {
+            let mut j = job(actions);
+            j.machines.insert(target.clone(), entry(rv));
+            j
+        };
+        assert!(write_tests_version(&with(vec![sick.clone()], Some("7")), &target));
+        // No resourceVersion to test: the writer would read and merge-patch.
+        assert!(!write_tests_version(&with(vec![sick.clone()], None), &target));
+        // No cached entry for it.
+        assert!(!write_tests_version(&job(vec![sick.clone()]), &target));
+        // A verdict is not a remediation: nothing about the target to prove.
+        assert!(!write_tests_version(&with(vec![set("sick", true)], Some("7")), &target));
+        // A remediation object about it needs the read, even beside a tested write.
+        let create = Action::CreateRemediation {
+            object: serde_json::json!({"kind": "Metal3Remediation"}),
+            target: target.clone(),
+            lease: None,
+            after: vec![],
+        };
+        assert!(!write_tests_version(&with(vec![sick, create], Some("7")), &target));
+        // A Node target is always read.
+        let node = Target::Node { cluster: LOCAL_CLUSTER.into(), name: "n".into() };
+        assert!(!write_tests_version(&with(vec![], Some("7")), &node));
     }
 }

@@ -462,7 +462,9 @@ impl Sim<'_> {
             let index = &self.feed.index;
             let keyed: Vec<(Target, Target)> =
                 targets.iter().map(|t| (t.clone(), decision::lock_target(index, t))).collect();
-            let Some(job) = decision::confirmed_job(index, id, self.now, &keyed, &targets) else {
+            // The store is the truth: every target is confirmed as if read again, none on the
+            // strength of its write alone.
+            let Some(job) = decision::confirmed_job(index, id, self.now, &keyed, &targets, &BTreeSet::new()) else {
                 self.wakeups.remove(id);
                 return;
             };
