@@ -16,6 +16,12 @@ mod run_cmd;
 mod snapshot_cmd;
 mod validate_cmd;
 
+/// The allocator of the build that runs the controller and reads live fleets: per-object and
+/// per-request allocations cost almost a third of the controller's CPU under glibc's allocator.
+#[cfg(feature = "cluster")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::io::Write;
