@@ -384,7 +384,10 @@ impl Context {
                 let basis = cached.as_ref().map(|e| (&e.basis, e.resource_version.as_deref()));
                 let write = ConditionsWrite { machine, version: *version, conditions, basis, remediating };
                 if let Some(written) = self.writer.set_machine_conditions(write).await? {
-                    self.remember(writer, &written, |idx, v| idx.put_machine(Some(v), None));
+                    // Its entry is built before the index is locked, as the watch builds one.
+                    let entry = vigil_index::index::machine_entry(&written);
+                    let concerned = self.write_index().put_machine_entry(entry, None);
+                    self.wake_others(writer, concerned);
                 }
                 Ok(None)
             }

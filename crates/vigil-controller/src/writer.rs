@@ -10,6 +10,7 @@
 use crate::events::{EventSeriesBook, Reporting};
 use crate::leader::{Leadership, ShardRights};
 use crate::metrics::Metrics;
+use crate::wire::WireObject;
 use crate::writes::{FIELD_MANAGER, VERDICT_WRITES_IN_FLIGHT, WRITE_TIMEOUT, WriteError, api_error, at_version};
 use crate::writes::{is_code, patch_params};
 use jiff::Timestamp;
@@ -364,8 +365,9 @@ impl Writer {
 
 /// What the first attempt of a Machine condition write left to do.
 enum FirstWrite {
-    /// Written (the Machine as written), or the Machine is gone (`None`).
-    Done(Option<Box<DynamicObject>>),
+    /// Written (the Machine as written, without its managed fields), or the Machine is gone
+    /// (`None`).
+    Done(Option<Box<Value>>),
     /// A merge patch on this Machine (its JSON as just read).
     Retry(Value),
 }
@@ -389,11 +391,9 @@ impl Writer {
     /// the test fails the whole patch (the API server answers 422, not 409): that is a conflict,
     /// told apart from a patch the server refuses for another reason by reading the Machine.
     /// Without a basis the Machine is read first. A retry sends the merge patch of the whole
-    /// condition lists of the Machine just read, with its `resourceVersion`.
-    pub async fn set_machine_conditions(
-        &self,
-        write: ConditionsWrite<'_>,
-    ) -> Result<Option<DynamicObject>, WriteError> {
+    /// condition lists of the Machine just read, with its `resourceVersion`. The Machine as
+    /// written is decoded as the watch decodes it (`WireObject`: no managed fields, no typed copy).
+    pub async fn set_machine_conditions(&self, write: ConditionsWrite<'_>) -> Result<Option<Value>, WriteError> {
         let machine = write.machine;
         let ar = self.resource(&machine.api_version, "Machine").await?;
         let api = self.dynamic(&ar, &machine.namespace);
@@ -420,7 +420,7 @@ impl Writer {
         };
         let refused = api_error(format!("conditions of {machine}"));
         let status = Some("status");
-        let written: Result<DynamicObject, _> = crate::fenced::patch(
+        let written: Result<WireObject, _> = crate::fenced::patch(
             &self.client,
             requests,
             &machine.name,
@@ -432,7 +432,7 @@ impl Writer {
         match written {
             Ok(written) => {
                 self.metrics.writes("machine_conditions");
-                Ok(FirstWrite::Done(Some(Box::new(written))))
+                Ok(FirstWrite::Done(Some(Box::new(written.raw))))
             }
             Err(e) if is_code(&e, 404) => Ok(FirstWrite::Done(None)),
             // The resourceVersion test failed, or the server refused the patch: the Machine's
@@ -453,17 +453,13 @@ impl Writer {
 
     /// The merge patches of [`Writer::set_machine_conditions`] after its first attempt, each
     /// on the Machine as just read (`current`).
-    async fn merge_patch_conditions(
-        &self,
-        phase: &Phase<'_>,
-        mut current: Value,
-    ) -> Result<Option<DynamicObject>, WriteError> {
+    async fn merge_patch_conditions(&self, phase: &Phase<'_>, mut current: Value) -> Result<Option<Value>, WriteError> {
         let Phase { api, requests, write } = *phase;
         let ConditionsWrite { machine, version, conditions, remediating, .. } = write;
         for attempt in 0..=CONFLICT_RETRIES {
             let conditions = recomputed(conditions, &current);
             let patch = machine_status_patch(&current, version, &conditions);
-            let written: Result<DynamicObject, _> = crate::fenced::patch(
+            let written: Result<WireObject, _> = crate::fenced::patch(
                 &self.client,
                 requests,
                 &machine.name,
@@ -475,7 +471,7 @@ impl Writer {
             match written {
                 Ok(written) => {
                     self.metrics.writes("machine_conditions");
-                    return Ok(Some(written));
+                    return Ok(Some(written.raw));
                 }
                 // A remediating write that conflicts is decided (and confirmed) again:
                 // the Machine changed since it was read.
