@@ -76,12 +76,13 @@ fn the_bottom_imports_nothing_of_the_controller_but_the_bottom() {
     }
 }
 
-/// The writer answers and keeps nothing of the cluster: it reaches the write vocabulary, the
-/// Event series, the metrics and the rights to write, never the index nor anything that decides.
+/// The writer answers and keeps nothing of the cluster: it reaches the write vocabulary, the wire
+/// form its answers are decoded in, the Event series, the metrics and the rights to write, never
+/// the index nor anything that decides.
 #[test]
 fn the_writer_reaches_only_what_a_write_needs() {
     let edges = graph();
-    let needs = ["writes", "fenced", "events", "metrics", "leader"];
+    let needs = ["writes", "wire", "fenced", "events", "metrics", "leader"];
     let reached: Vec<&String> =
         edges.get("writer").into_iter().flatten().filter(|m| !needs.contains(&m.as_str())).collect();
     assert!(reached.is_empty(), "writer imports {reached:?}: its callers put its answers into the index");
