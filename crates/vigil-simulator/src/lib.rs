@@ -9,4 +9,4 @@ pub mod simulation;
 pub mod store;
 
 pub use scenario::{Scenario, ScenarioError};
-pub use simulation::{Report, Start, simulate, simulate_owned};
+pub use simulation::{Report, Start, simulate, simulate_owned, simulate_packed};

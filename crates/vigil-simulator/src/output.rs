@@ -242,7 +242,7 @@ pub fn dump_yaml(store: &crate::store::Store) -> Result<String, serde_saphyr::Se
         if !key.cluster.is_empty() {
             out.push_str(&format!("# cluster: {}\n", key.cluster));
         }
-        out.push_str(&serde_saphyr::to_string(object)?);
+        out.push_str(&serde_saphyr::to_string(&*object)?);
     }
     Ok(out)
 }

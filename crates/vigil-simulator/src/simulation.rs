@@ -11,6 +11,7 @@ use crate::store::{Key, Store, api_time};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde::Deserialize as _;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use vigil_api::GROUP;
@@ -110,8 +111,10 @@ pub struct Start<'r> {
 
 /// Runs a scenario to its end.
 pub fn simulate(scenario: &Scenario) -> Result<Report, ScenarioError> {
+    let objects = scenario.objects.iter().cloned().map(Ok);
     let workload = scenario.workload_clusters.iter().map(|(cluster, nodes)| (cluster.clone(), nodes.clone()));
-    run_with(scenario, scenario.objects.iter().cloned(), workload.collect(), |_| ()).map(|(_, report)| report)
+    let workload = workload.map(|(cluster, nodes)| (cluster, nodes.into_iter().map(Ok)));
+    run_with(scenario, objects, workload.collect(), |_| ()).map(|(_, report)| report)
 }
 
 /// [`simulate`], taking the scenario's objects into the store instead of copying them (a caller
@@ -121,29 +124,59 @@ pub fn simulate_owned<T>(
     mut scenario: Scenario,
     at_start: impl FnOnce(Start<'_>) -> T,
 ) -> Result<(T, Report), ScenarioError> {
-    let objects = std::mem::take(&mut scenario.objects);
+    let objects = std::mem::take(&mut scenario.objects).into_iter().map(Ok);
     // The clusters stay named (where a check's Nodes live is read from them); their Nodes move.
     let workload =
         scenario.workload_clusters.iter_mut().map(|(cluster, nodes)| (cluster.clone(), std::mem::take(nodes)));
-    let workload: Vec<(String, Vec<Value>)> = workload.collect();
-    run_with(&scenario, objects.into_iter(), workload, at_start)
+    let workload: Vec<_> = workload.map(|(cluster, nodes)| (cluster, nodes.into_iter().map(Ok))).collect();
+    run_with(&scenario, objects, workload, at_start)
+}
+
+/// [`simulate_owned`] for objects read as JSON text (`vigil check`, from the list pages): each is
+/// read into a tree only to be stored, so the fleet is never in memory as trees all at once.
+/// `scenario`'s own objects and workload clusters' Nodes come first.
+pub fn simulate_packed<T>(
+    mut scenario: Scenario,
+    objects: Vec<Box<RawValue>>,
+    workload_clusters: BTreeMap<String, Vec<Box<RawValue>>>,
+    at_start: impl FnOnce(Start<'_>) -> T,
+) -> Result<(T, Report), ScenarioError> {
+    let read = |text: Box<RawValue>| serde_json::from_str::<Value>(text.get()).map_err(|e| e.to_string());
+    let objects = std::mem::take(&mut scenario.objects).into_iter().map(Ok).chain(objects.into_iter().map(read));
+    let mut packed = workload_clusters;
+    for cluster in packed.keys() {
+        scenario.workload_clusters.entry(cluster.clone()).or_default();
+    }
+    let workload: Vec<_> = scenario
+        .workload_clusters
+        .iter_mut()
+        .map(|(cluster, own)| {
+            let packed = packed.remove(cluster).unwrap_or_default().into_iter().map(read);
+            (cluster.clone(), std::mem::take(own).into_iter().map(Ok).chain(packed))
+        })
+        .collect();
+    run_with(&scenario, objects, workload, at_start)
 }
 
 /// Loads `objects` (management cluster) and each workload cluster's Nodes, then runs, showing
 /// `at_start` the start instant.
 fn run_with<T>(
     scenario: &Scenario,
-    objects: impl Iterator<Item = Value>,
-    workload: Vec<(String, Vec<Value>)>,
+    objects: impl Iterator<Item = Result<Value, String>>,
+    workload: Vec<(String, impl Iterator<Item = Result<Value, String>>)>,
     at_start: impl FnOnce(Start<'_>) -> T,
 ) -> Result<(T, Report), ScenarioError> {
     let mut sim = Sim::new(scenario);
     for (i, object) in objects.enumerate() {
-        sim.put(LOCAL_CLUSTER, object, &format!("objects[{i}]"))?;
+        let entry = format!("objects[{i}]");
+        let object = object.map_err(|message| ScenarioError::Entry { entry: entry.clone(), message })?;
+        sim.put(LOCAL_CLUSTER, object, &entry)?;
     }
     for (cluster, nodes) in workload {
-        for (i, node) in nodes.into_iter().enumerate() {
-            sim.put(&cluster, node, &format!("workloadClusters[{cluster:?}][{i}]"))?;
+        for (i, node) in nodes.enumerate() {
+            let entry = format!("workloadClusters[{cluster:?}][{i}]");
+            let node = node.map_err(|message| ScenarioError::Entry { entry: entry.clone(), message })?;
+            sim.put(&cluster, node, &entry)?;
         }
     }
     sim.loading = false;
@@ -328,7 +361,7 @@ impl Sim<'_> {
                     name: name.to_string(),
                 };
                 let names: Vec<String> = if c.node_selector.is_empty() {
-                    if self.store.get(&key(&c.node)).is_none() {
+                    if !self.store.contains(&key(&c.node)) {
                         return Err(err(format!("Node {} does not exist at this time", c.node)));
                     }
                     vec![c.node.clone()]
@@ -403,10 +436,12 @@ impl Sim<'_> {
     /// too, as the watch's delete event does in the controller.
     fn changed(&mut self, key: &Key) {
         let concerned = self.feed.put(&self.store, key, self.now);
+        // The index holds what the decisions read of it: the object itself is kept as its text.
+        self.store.pack(key);
         if self.loading {
             return;
         }
-        let writer = self.applying.as_ref().filter(|_| self.store.get(key).is_some());
+        let writer = self.applying.as_ref().filter(|_| self.store.contains(key));
         self.dirty.extend(concerned.into_iter().filter(|c| Some(c) != writer));
     }
 
@@ -715,7 +750,7 @@ impl Sim<'_> {
             namespace: object.namespace.clone(),
             name: object.name.clone(),
         };
-        if self.store.get(&key).is_none() {
+        if !self.store.contains(&key) {
             return false;
         }
         if self.store.patch(&key, &json!({"metadata": {"annotations": {annotation: value}}})).is_err() {
@@ -900,7 +935,7 @@ impl Sim<'_> {
                     namespace: String::new(),
                     name: node.clone(),
                 };
-                if self.store.get(&node_key).is_none() {
+                if !self.store.contains(&node_key) {
                     let fresh = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}, "status": {"conditions": []}});
                     self.store.apply(&node_key.cluster, fresh, self.now);
                 }

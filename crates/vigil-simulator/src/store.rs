@@ -4,7 +4,10 @@
 //! makes has a server-generated name.)
 
 use jiff::Timestamp;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use vigil_engine::concerns::group_of;
 use vigil_engine::machine_write::apply_merge_patch;
@@ -54,8 +57,53 @@ impl Key {
 /// The in-memory objects.
 #[derive(Debug, Default, Clone)]
 pub struct Store {
-    objects: BTreeMap<Key, Value>,
+    objects: BTreeMap<Key, Stored>,
     counter: u64,
+}
+
+/// Deeper than this an object stays a tree: JSON text is read back with serde_json's nesting
+/// limit (128), and a tree built from YAML has none.
+const MAX_PACKED_DEPTH: usize = 100;
+
+/// One object: a tree, or (once loaded and until changed) its compact JSON text, read back into
+/// a tree the first time it is asked for. At 10 000 Nodes and Machines the trees of objects
+/// nothing reads were most of `vigil check`'s memory; their text is a sixth of it.
+#[derive(Debug, Clone)]
+enum Stored {
+    Tree(Value),
+    Packed { text: Box<RawValue>, tree: OnceCell<Value> },
+}
+
+impl Stored {
+    fn tree(&self) -> &Value {
+        match self {
+            Stored::Tree(v) => v,
+            Stored::Packed { text, tree } => tree.get_or_init(|| read_back(text)),
+        }
+    }
+
+    fn into_tree(self) -> Value {
+        match self {
+            Stored::Tree(v) => v,
+            Stored::Packed { text, tree } => tree.into_inner().unwrap_or_else(|| read_back(&text)),
+        }
+    }
+}
+
+/// The tree of a packed object. The text was written by serde_json from a tree no deeper than
+/// [`MAX_PACKED_DEPTH`], so it reads back; were it ever not to, the object reads as `null`,
+/// which no rule takes for a target.
+fn read_back(text: &RawValue) -> Value {
+    serde_json::from_str(text.get()).unwrap_or(Value::Null)
+}
+
+/// How deeply `v` nests (a scalar is 0).
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// A create that found the name taken.
@@ -74,7 +122,7 @@ impl Store {
     pub fn apply(&mut self, cluster: &str, mut object: Value, now: Timestamp) -> Key {
         let key = Key::of(cluster, &object);
         let rv = self.next();
-        let previous = self.objects.get(&key);
+        let previous = self.objects.get(&key).map(Stored::tree);
         let meta = &mut object["metadata"];
         let keep = |field: &str| previous.and_then(|p| p.pointer(&format!("/metadata/{field}")).cloned());
         if meta.get("uid").is_none() {
@@ -92,8 +140,41 @@ impl Store {
         };
         object["metadata"]["generation"] = generation;
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
-        self.objects.insert(key.clone(), object);
+        self.objects.insert(key.clone(), Stored::Tree(object));
         key
+    }
+
+    /// An object to change in place: a packed one becomes a tree again.
+    fn object_mut(&mut self, key: &Key) -> Option<&mut Value> {
+        let stored = self.objects.get_mut(key)?;
+        if let Stored::Packed { text, tree } = stored {
+            let object = tree.take().unwrap_or_else(|| read_back(text));
+            *stored = Stored::Tree(object);
+        }
+        match stored {
+            Stored::Tree(object) => Some(object),
+            Stored::Packed { .. } => None,
+        }
+    }
+
+    /// Keeps an object as its compact JSON text until it is read or changed (a packed one lets go
+    /// of the tree it was read into): for what the simulator holds once its index has read it,
+    /// most of which no decision reads again whole.
+    pub fn pack(&mut self, key: &Key) {
+        let Some(stored) = self.objects.get_mut(key) else { return };
+        let object = match stored {
+            Stored::Packed { tree, .. } => {
+                tree.take();
+                return;
+            }
+            Stored::Tree(object) => object,
+        };
+        if depth(object) > MAX_PACKED_DEPTH {
+            return;
+        }
+        if let Ok(text) = serde_json::value::to_raw_value(object) {
+            *stored = Stored::Packed { text, tree: OnceCell::new() };
+        }
     }
 
     /// Creates an object, refused when one of that name exists (as the API server answers 409).
@@ -107,14 +188,14 @@ impl Store {
 
     /// Removes an object.
     pub fn delete(&mut self, key: &Key) -> Option<Value> {
-        self.objects.remove(key)
+        self.objects.remove(key).map(Stored::into_tree)
     }
 
     /// Deletes an object as the API server does: one with finalizers stays, with
     /// `deletionTimestamp`, until its last finalizer is removed ([`Store::remove_finalizer`]).
     /// Returns the object as it was, and whether it is gone.
     pub fn request_delete(&mut self, key: &Key, now: Timestamp) -> Option<(Value, bool)> {
-        let before = self.objects.get(key)?.clone();
+        let before = self.objects.get(key)?.tree().clone();
         let held = before.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
         if !held {
             self.objects.remove(key);
@@ -122,7 +203,7 @@ impl Store {
         }
         if before.pointer("/metadata/deletionTimestamp").is_none() {
             let rv = self.next();
-            if let Some(object) = self.objects.get_mut(key) {
+            if let Some(object) = self.object_mut(key) {
                 object["metadata"]["deletionTimestamp"] = json!(api_time(now));
                 object["metadata"]["resourceVersion"] = json!(rv.to_string());
             }
@@ -133,9 +214,9 @@ impl Store {
     /// Removes `finalizer` from an object; one being deleted goes once none is left. Returns the
     /// object as it was, and whether it is gone.
     pub fn remove_finalizer(&mut self, key: &Key, finalizer: &str) -> Option<(Value, bool)> {
-        let before = self.objects.get(key)?.clone();
+        let before = self.objects.get(key)?.tree().clone();
         let rv = self.next();
-        let object = self.objects.get_mut(key)?;
+        let object = self.object_mut(key)?;
         if let Some(list) = object.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
             list.retain(|f| f.as_str() != Some(finalizer));
         }
@@ -151,7 +232,7 @@ impl Store {
     /// Replaces an object only if it is still at `resource_version` (an update's precondition).
     pub fn replace_at(&mut self, object: Value, resource_version: &str, now: Timestamp) -> Result<Key, String> {
         let key = Key::of(LOCAL_CLUSTER_KEY, &object);
-        match self.objects.get(&key).and_then(|o| o.pointer("/metadata/resourceVersion")).and_then(Value::as_str) {
+        match self.get(&key).and_then(|o| o.pointer("/metadata/resourceVersion")).and_then(Value::as_str) {
             Some(rv) if rv == resource_version => Ok(self.apply(LOCAL_CLUSTER_KEY, object, now)),
             Some(_) => Err(format!("conflict on {} {}", key.kind, key.object_name())),
             None => Err(format!("{} {} not found", key.kind, key.object_name())),
@@ -159,15 +240,32 @@ impl Store {
     }
 
     /// The object under `key`.
+    /// An object, read back for this use only when packed: for a caller passing over many
+    /// objects once (a report), which [`Store::get`] would leave all read back.
+    pub fn read(&self, key: &Key) -> Option<Cow<'_, Value>> {
+        Some(match self.objects.get(key)? {
+            Stored::Tree(object) => Cow::Borrowed(object),
+            Stored::Packed { tree, text } => match tree.get() {
+                Some(object) => Cow::Borrowed(object),
+                None => Cow::Owned(read_back(text)),
+            },
+        })
+    }
+
+    /// Whether an object is stored (without reading a packed one back).
+    pub fn contains(&self, key: &Key) -> bool {
+        self.objects.contains_key(key)
+    }
+
     pub fn get(&self, key: &Key) -> Option<&Value> {
-        self.objects.get(key)
+        self.objects.get(key).map(Stored::tree)
     }
 
     /// Applies a JSON merge patch, bumping the resource version; refuses a stale
     /// `metadata.resourceVersion` like the API server does.
     pub fn patch(&mut self, key: &Key, patch: &Value) -> Result<(), String> {
         let rv = self.next();
-        let Some(object) = self.objects.get_mut(key) else {
+        let Some(object) = self.object_mut(key) else {
             return Err(format!("{} {} not found", key.kind, key.object_name()));
         };
         if let Some(expected) = patch.pointer("/metadata/resourceVersion")
@@ -183,7 +281,7 @@ impl Store {
     /// Replaces an object's status.
     pub fn set_status(&mut self, key: &Key, status: Value) {
         let rv = self.next();
-        if let Some(object) = self.objects.get_mut(key) {
+        if let Some(object) = self.object_mut(key) {
             object["status"] = status;
             object["metadata"]["resourceVersion"] = json!(rv.to_string());
         }
@@ -206,14 +304,20 @@ impl Store {
             namespace: namespace.unwrap_or("").to_string(),
             name: String::new(),
         };
-        self.objects.range(start..).take_while(move |(k, _)| {
-            k.cluster == cluster && k.group == group && k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns)
-        })
+        self.objects
+            .range(start..)
+            .take_while(move |(k, _)| {
+                k.cluster == cluster
+                    && k.group == group
+                    && k.kind == kind
+                    && namespace.is_none_or(|ns| k.namespace == ns)
+            })
+            .map(|(k, o)| (k, o.tree()))
     }
 
-    /// Every object, in key order.
-    pub fn all(&self) -> impl Iterator<Item = (&Key, &Value)> {
-        self.objects.iter()
+    /// Every object, in key order, read back one at a time (for a dump of the whole store).
+    pub fn all(&self) -> impl Iterator<Item = (&Key, Cow<'_, Value>)> {
+        self.objects.keys().filter_map(|k| Some((k, self.read(k)?)))
     }
 }
 
@@ -354,5 +458,47 @@ mod tests {
         assert!(s.patch(&k, &json!({"metadata": {"resourceVersion": "0"}, "status": {}})).is_err());
         let rv = s.get(&k).expect("stored")["metadata"]["resourceVersion"].clone();
         assert!(s.patch(&k, &json!({"metadata": {"resourceVersion": rv}, "status": {"x": 1}})).is_ok());
+    }
+
+    /// A packed object reads, lists, changes and deletes as the tree it was: packing is only
+    /// how it is held.
+    #[test]
+    fn a_packed_object_behaves_as_its_tree() {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2030-01-01T00:00:00Z"}]}});
+        let (mut plain, mut packed) = (Store::default(), Store::default());
+        let k = plain.apply(LOCAL_CLUSTER, node.clone(), now());
+        packed.apply(LOCAL_CLUSTER, node, now());
+        packed.pack(&k);
+        assert!(matches!(packed.objects[&k], Stored::Packed { .. }));
+        assert_eq!(packed.get(&k), plain.get(&k));
+        assert_eq!(packed.list(LOCAL_CLUSTER, "", "Node", None).count(), 1);
+        let patch = json!({"metadata": {"labels": {"zone": "b"}}});
+        plain.patch(&k, &patch).expect("patch");
+        packed.pack(&k);
+        packed.patch(&k, &patch).expect("patch of a packed object");
+        assert_eq!(packed.get(&k), plain.get(&k));
+        assert_eq!(packed.get(&k).and_then(|n| n.pointer("/metadata/labels/zone")), Some(&json!("b")));
+        packed.pack(&k);
+        assert_eq!(packed.delete(&k), plain.delete(&k));
+        assert_eq!(packed.get(&k), None);
+    }
+
+    /// An object nested deeper than JSON text reads back stays a tree.
+    #[test]
+    fn a_deep_object_is_not_packed() {
+        let mut deep = json!("leaf");
+        for _ in 0..200 {
+            deep = json!({"d": deep});
+        }
+        let mut s = Store::default();
+        let k = s.apply(
+            LOCAL_CLUSTER,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": deep}),
+            now(),
+        );
+        s.pack(&k);
+        assert!(matches!(s.objects[&k], Stored::Tree(_)));
+        assert!(s.get(&k).is_some_and(|o| o.get("data").is_some()));
     }
 }
