@@ -24,7 +24,7 @@ use vigil_engine::target::LOCAL_CLUSTER;
 use vigil_simulator::output::Event;
 use vigil_simulator::scenario::Models;
 use vigil_simulator::store::Key;
-use vigil_simulator::{Scenario, Start, simulate_owned};
+use vigil_simulator::{Scenario, Start, simulate_packed};
 
 /// How far ahead `vigil check` looks for the next change.
 pub const HORIZON: SignedDuration = SignedDuration::from_hours(24);
@@ -222,7 +222,7 @@ pub fn evaluate(
     if !candidates.is_empty() {
         put_candidates(&mut fleet, candidates);
     }
-    let labels: Vec<String> = fleet.objects.iter().filter(|o| is_check(o)).map(label_of).collect();
+    let labels: Vec<String> = fleet.checks.iter().filter(|o| is_check(o)).map(label_of).collect();
     for wanted in only {
         if !labels.iter().any(|l| names(wanted, l)) {
             anyhow::bail!("no health check named {wanted:?} (there are: {})", labels.join(", "));
@@ -233,8 +233,8 @@ pub fn evaluate(
         name: "vigil check".into(),
         start: now,
         duration: HORIZON,
-        objects: fleet.objects,
-        workload_clusters: fleet.workload_clusters,
+        objects: fleet.checks,
+        workload_clusters: BTreeMap::new(),
         lease_namespace: match fleet.lease_namespace.as_str() {
             "" => vigil_api::well_known::DEFAULT_LEASE_NAMESPACE.to_string(),
             ns => ns.to_string(),
@@ -243,7 +243,7 @@ pub fn evaluate(
         models: Models::default(),
     };
     // One run: what it shows once this instant settled is "now", what follows is "next".
-    let (mut checks, ahead) = simulate_owned(scenario, |at_now| {
+    let (mut checks, ahead) = simulate_packed(scenario, fleet.objects, fleet.workload_clusters, |at_now| {
         at_now.statuses.iter().map(|(label, status)| check_out(label, status, &at_now, now)).collect::<Vec<_>>()
     })?;
     for check in &mut checks {
@@ -261,17 +261,17 @@ pub fn evaluate(
 /// takes its status, as applying it would.
 fn put_candidates(fleet: &mut crate::live::Fleet, candidates: Vec<Value>) {
     let live: BTreeMap<String, Value> = fleet
-        .objects
+        .checks
         .iter()
         .filter(|o| is_check(o))
         .filter_map(|o| Some((label_of(o), o.get("status")?.clone())))
         .collect();
-    fleet.objects.retain(|o| !is_check(o));
+    fleet.checks.retain(|o| !is_check(o));
     for mut candidate in candidates {
         if let Some(status) = live.get(&label_of(&candidate)) {
             candidate["status"] = status.clone();
         }
-        fleet.objects.push(candidate);
+        fleet.checks.push(candidate);
     }
 }
 
@@ -279,7 +279,7 @@ fn put_candidates(fleet: &mut crate::live::Fleet, candidates: Vec<Value>) {
 /// no decision, as in the controller); returns why, by check label.
 fn set_aside_unreachable(fleet: &mut crate::live::Fleet) -> BTreeMap<String, String> {
     let mut problems: BTreeMap<String, String> = BTreeMap::new();
-    fleet.objects.retain(|o| {
+    fleet.checks.retain(|o| {
         if o["kind"] != "MachineHealthCheck" {
             return true;
         }
@@ -438,7 +438,7 @@ fn unhealthy_machine_out(
         namespace: namespace.into(),
         name: name.into(),
     };
-    let machine = at_now.store.get(&key).and_then(MachineView::read)?;
+    let machine = at_now.store.read(&key).and_then(|m| MachineView::read(&m))?;
     let verdict = find(&machine.conditions, "HealthCheckSucceeded").filter(|c| c.status == ConditionStatus::False)?;
     let remediation = [OWNER_REMEDIATED, EXTERNALLY_REMEDIATED].iter().find_map(|t| {
         find(&machine.conditions, t)
@@ -508,7 +508,7 @@ fn unhealthy_node_out(
         namespace: String::new(),
         name: node_name.clone(),
     };
-    let node = at_now.store.get(&node_key).and_then(vigil_api::views::NodeView::read);
+    let node = at_now.store.read(&node_key).and_then(|n| vigil_api::views::NodeView::read(&n));
     let because = match (&node, policy) {
         (Some(node), Some(policy)) => {
             vigil_engine::node::unhealthy_because(node, policy, now).map(|(rule, since)| (rule.clone(), since))
@@ -590,7 +590,7 @@ fn node_condition_since(at_now: &Start<'_>, label: &str, machine: &MachineView) 
         namespace: namespace.into(),
         name: name.into(),
     };
-    let check: vigil_api::MachineHealthCheck = serde_json::from_value(at_now.store.get(&key)?.clone()).ok()?;
+    let check: vigil_api::MachineHealthCheck = serde_json::from_value(at_now.store.read(&key)?.into_owned()).ok()?;
     let policy = validate::machine_health_check(&check).ok()?;
     let node_name = machine.node_name.as_deref()?;
     let workload = format!("{namespace}/{}", policy.cluster_name);
@@ -601,7 +601,7 @@ fn node_condition_since(at_now: &Start<'_>, label: &str, machine: &MachineView) 
         namespace: String::new(),
         name: node_name.into(),
     };
-    let node = at_now.store.get(&node_key(&workload)).or_else(|| at_now.store.get(&node_key(LOCAL_CLUSTER)))?;
+    let node = at_now.store.read(&node_key(&workload)).or_else(|| at_now.store.read(&node_key(LOCAL_CLUSTER)))?;
     node.pointer("/status/conditions")?
         .as_array()?
         .iter()
@@ -750,14 +750,14 @@ mod tests {
                     {"type": "DiskProblem", "status": "True", "duration": "5m", "reasons": ["DiskFailing"],
                      "remediationTemplate": reference("ReplaceTemplate", "replace")}]}});
         let fleet = crate::live::Fleet {
-            objects: vec![
-                check,
+            checks: vec![check],
+            objects: crate::live::packed(vec![
                 template("RebootTemplate", "reboot"),
                 template("ReplaceTemplate", "replace"),
                 node("w-1", "True"),
                 node("w-2", "False"),
                 node("w-3", "False"),
-            ],
+            ]),
             workload_clusters: BTreeMap::new(),
             unreachable: BTreeMap::new(),
             notes: Vec::new(),
@@ -806,7 +806,7 @@ mod tests {
                 "spec": {"holderIdentity": "node-maintenance", "leaseDurationSeconds": 3600,
                          "acquireTime": "2030-01-01T00:30:00.000000Z", "renewTime": "2030-01-01T00:30:00.000000Z"}}),
         ];
-        let fleet = crate::live::Fleet { objects: objects.clone(), ..Default::default() };
+        let fleet = crate::live::Fleet::of(objects.clone());
         let report = evaluate(fleet, Vec::new(), &[], now)?;
         let c = &report.checks[0];
         assert!(!c.remediating, "nothing is remediated under another holder's Lease");
@@ -822,7 +822,7 @@ mod tests {
         objects.push(json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
             "status": {"desired": {"version": "4.19.1"}, "conditions": [
                 {"type": "Progressing", "status": "True", "lastTransitionTime": "2030-01-01T00:50:00Z", "message": "Working towards 4.19.1"}]}}));
-        let report = evaluate(crate::live::Fleet { objects, ..Default::default() }, Vec::new(), &[], now)?;
+        let report = evaluate(crate::live::Fleet::of(objects), Vec::new(), &[], now)?;
         let c = &report.checks[0];
         assert!(!c.remediating);
         let out = text(&report);
@@ -854,7 +854,7 @@ mod tests {
             objects.push(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
                 "status": {"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": at, "lastHeartbeatTime": at}]}}));
         }
-        crate::live::Fleet { objects, ..Default::default() }
+        crate::live::Fleet::of(objects)
     }
 
     /// `vigil check` shows the pacing queue: what starts now (the two longest-unhealthy), who
