@@ -139,14 +139,7 @@ async fn refresh(ctx: &Arc<Context>, target: &Target, node_only: bool) -> Result
 
 /// Reads again the Node the cached view of a Machine names, if it names one.
 async fn refresh_node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Result<(), String> {
-    let (cluster, node) = {
-        let idx = ctx.read_index();
-        let view =
-            &idx.machine(namespace, name).ok_or_else(|| format!("Machine {namespace}/{name} is not cached"))?.view;
-        let Some(node) = view.node_name.clone() else { return Ok(()) };
-        (node_cluster(view)?, node)
-    };
-    let client = ctx.client_of(&cluster).ok_or_else(|| format!("{cluster} is not connected"))?;
+    let Some((cluster, node, client)) = node_of(ctx, namespace, name)? else { return Ok(()) };
     let read = fetch_node(client, &node).await?;
     store_node(ctx, &cluster, &node, read);
     Ok(())
@@ -167,7 +160,8 @@ async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str) -> Res
     let api_version = cached_api_version(ctx, namespace, name);
     let ar = ctx.writer.resource(&api_version, "Machine").await.map_err(|e| e.to_string())?;
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, &ar);
-    let cached = node_of(ctx, namespace, name);
+    // Read beside the Machine when it can be; else after it, from what the fresh Machine names.
+    let cached = node_of(ctx, namespace, name).ok().flatten();
     let read_machine = async { api.get_opt(name).await.map_err(|e| format!("get Machine {namespace}/{name}: {e}")) };
     let (machine, early) = match &cached {
         Some((cluster, node, client)) => {
@@ -197,15 +191,22 @@ async fn refresh_machine(ctx: &Arc<Context>, namespace: &str, name: &str) -> Res
     Ok(())
 }
 
-/// The workload cluster, Node and client the cached view of a Machine names, if connected.
-fn node_of(ctx: &Arc<Context>, namespace: &str, name: &str) -> Option<(ClusterRef, String, kube::Client)> {
+/// The workload cluster, Node and client the cached view of a Machine names (`None`: it names no
+/// Node); an error when the Machine is not cached, names no cluster, or its cluster is not
+/// connected.
+fn node_of(
+    ctx: &Arc<Context>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<(ClusterRef, String, kube::Client)>, String> {
     let (cluster, node) = {
         let idx = ctx.read_index();
-        let view = &idx.machine(namespace, name)?.view;
-        (node_cluster(view).ok()?, view.node_name.clone()?)
+        let entry = idx.machine(namespace, name).ok_or_else(|| format!("Machine {namespace}/{name} is not cached"))?;
+        let Some(node) = entry.view.node_name.clone() else { return Ok(None) };
+        (node_cluster(&entry.view)?, node)
     };
-    let client = ctx.client_of(&cluster)?;
-    Some((cluster, node, client))
+    let client = ctx.client_of(&cluster).ok_or_else(|| format!("{cluster} is not connected"))?;
+    Ok(Some((cluster, node, client)))
 }
 
 /// The workload cluster a Machine's Node lives in, by its cluster-name label.
