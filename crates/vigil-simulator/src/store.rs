@@ -65,8 +65,8 @@ pub struct Store {
 /// limit (128), and a tree built from YAML has none.
 const MAX_PACKED_DEPTH: usize = 100;
 
-/// One object: a tree, or (once loaded and until changed) its compact JSON text, read back into
-/// a tree the first time it is asked for. At 10 000 Nodes and Machines the trees of objects
+/// One object: a tree, or (once the simulator's index has read it) its compact JSON text, read
+/// back into a tree the first time it is asked for whole. At 10 000 Nodes and Machines the trees of objects
 /// nothing reads were most of `vigil check`'s memory; their text is a sixth of it.
 #[derive(Debug, Clone)]
 enum Stored {
@@ -239,7 +239,6 @@ impl Store {
         }
     }
 
-    /// The object under `key`.
     /// An object, read back for this use only when packed: for a caller passing over many
     /// objects once (a report), which [`Store::get`] would leave all read back.
     pub fn read(&self, key: &Key) -> Option<Cow<'_, Value>> {
@@ -257,6 +256,7 @@ impl Store {
         self.objects.contains_key(key)
     }
 
+    /// The object under `key` (a packed one is read back and kept until it next changes).
     pub fn get(&self, key: &Key) -> Option<&Value> {
         self.objects.get(key).map(Stored::tree)
     }

@@ -222,7 +222,7 @@ pub fn evaluate(
     if !candidates.is_empty() {
         put_candidates(&mut fleet, candidates);
     }
-    let labels: Vec<String> = fleet.checks.iter().filter(|o| is_check(o)).map(label_of).collect();
+    let labels: Vec<String> = fleet.checks.iter().map(label_of).collect();
     for wanted in only {
         if !labels.iter().any(|l| names(wanted, l)) {
             anyhow::bail!("no health check named {wanted:?} (there are: {})", labels.join(", "));
@@ -260,13 +260,10 @@ pub fn evaluate(
 /// otherwise contend with them over the same Machines. A candidate named like a live check
 /// takes its status, as applying it would.
 fn put_candidates(fleet: &mut crate::live::Fleet, candidates: Vec<Value>) {
-    let live: BTreeMap<String, Value> = fleet
-        .checks
-        .iter()
-        .filter(|o| is_check(o))
-        .filter_map(|o| Some((label_of(o), o.get("status")?.clone())))
+    let live: BTreeMap<String, Value> = std::mem::take(&mut fleet.checks)
+        .into_iter()
+        .filter_map(|mut o| Some((label_of(&o), o.get_mut("status")?.take())))
         .collect();
-    fleet.checks.retain(|o| !is_check(o));
     for mut candidate in candidates {
         if let Some(status) = live.get(&label_of(&candidate)) {
             candidate["status"] = status.clone();
@@ -320,10 +317,6 @@ fn unevaluated(label: String, problem: String) -> CheckOut {
         problem: Some(problem),
         remediating: false,
     }
-}
-
-fn is_check(o: &Value) -> bool {
-    o["kind"] == "MachineHealthCheck" || o["kind"] == "NodeHealthCheck"
 }
 
 fn event_out(e: &Event) -> EventOut {
