@@ -668,6 +668,7 @@ impl Index {
             return BTreeSet::new();
         };
         let cache = self.nodes.entry(cluster.to_string()).or_default();
+        let mut gone = None;
         let stored = match slim {
             Some(n) => {
                 let new = Arc::new(n);
@@ -686,7 +687,7 @@ impl Index {
                 Some(new)
             }
             None => {
-                cache.nodes.remove(&name);
+                gone = cache.nodes.remove(&name);
                 None
             }
         };
@@ -695,7 +696,24 @@ impl Index {
                 nodes.place(policy, &name, stored.as_deref());
             }
         }
-        self.checks_for_node(cluster, &name)
+        let mut checks = self.checks_for_node(cluster, &name);
+        if let Some(gone) = gone.filter(|_| cluster == LOCAL_CLUSTER) {
+            // A selected Node that is gone changes its checks' counts (the threshold) even when
+            // no status lists it.
+            checks.extend(self.nhcs_selecting(&gone));
+        }
+        checks
+    }
+
+    /// The NodeHealthChecks with a valid policy that select `node`.
+    fn nhcs_selecting(&self, node: &NodeView) -> Vec<CheckRef> {
+        self.nhcs
+            .entries()
+            .filter(|(_, entry)| {
+                entry.policy.as_ref().is_ok_and(|p| concerns::nhc_concerns_node(&entry.object, p, node))
+            })
+            .map(|(n, _)| CheckRef::Node { name: n.clone() })
+            .collect()
     }
 
     /// Every valid check's `maxConditionAge`s (rebuilt after the checks changed).
@@ -1287,7 +1305,9 @@ mod tests {
         let check: NodeHealthCheck = serde_json::from_value(json!({
             "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
             "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1, "remediationTemplate":
-                     {"apiVersion": "x.io/v1", "kind": "RebootTemplate", "name": "t", "namespace": "ns"}}}))
+                     {"apiVersion": "x.io/v1", "kind": "RebootTemplate", "name": "t", "namespace": "ns"}},
+            // decided before, with no Node listed
+            "status": {"phase": "Enabled", "observedNodes": 3, "healthyNodes": 3}}))
         .expect("check");
         validate::node_health_check(&check).expect("a valid check");
         idx.put_nhc(Some(check), None);
@@ -1297,8 +1317,13 @@ mod tests {
         // A label change moves a Node in or out; a deleted Node leaves.
         idx.put_node(LOCAL_CLUSTER, Some(node("db", json!({"role": "worker"}))), None, now);
         idx.put_node(LOCAL_CLUSTER, Some(node("w1", json!({"role": "spare"}))), None, now);
-        idx.put_node(LOCAL_CLUSTER, None, Some("w2".into()), now);
+        let woken = idx.put_node(LOCAL_CLUSTER, None, Some("w2".into()), now);
         assert_eq!(names(&idx.nhc_decision_nodes("workers", [])), ["cp", "db"]);
+        // A selected Node gone changes the check's counts though no status lists it: it wakes
+        // the check; a Node it never selected does not.
+        assert_eq!(woken, BTreeSet::from([CheckRef::Node { name: "workers".into() }]));
+        idx.put_node(LOCAL_CLUSTER, Some(node("spare", json!({"role": "spare"}))), None, now);
+        assert!(idx.put_node(LOCAL_CLUSTER, None, Some("spare".into()), now).is_empty());
         // A complete list replaces everything.
         idx.nodes.entry(LOCAL_CLUSTER.to_string()).or_default().nodes =
             [node("w9", json!({"role": "worker"}))].into_iter().map(|n| ("w9".to_string(), Arc::new(n))).collect();
