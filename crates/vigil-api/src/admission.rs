@@ -50,6 +50,8 @@ pub const DUPLICATE_REASON: &str = "must be unique: the same reason is listed tw
 /// Why a rule may not set both its own `remediationTemplate` and `escalatingRemediations`.
 pub const RULE_REMEDIATION_BOTH: &str =
     "only one of remediationTemplate and escalatingRemediations may be set on a rule (neither: the check's own)";
+/// Why a `voluntaryDisruptions` value is refused.
+pub const VOLUNTARY_DISRUPTIONS_MESSAGE: &str = "must be one of Ignore, Count";
 /// Why a `maxInFlight` of `0` or `0%` is refused.
 pub const MAX_IN_FLIGHT_ZERO: &str = "must be at least 1 (or 1%): 0 would never remediate anything; to stop remediation use maxUnhealthy or pause the check";
 /// Why a `maxConditionAge` below [`MIN_MAX_CONDITION_AGE`] is refused.

@@ -81,6 +81,14 @@ pub struct MachineHealthCheckSpec {
     #[schemars(transform = crate::schema::max_in_flight)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<IntOrString>,
+    /// Voluntary disruptions in the budget: with `Count`, Machines taken down on purpose (being
+    /// deleted, tainted for removal by the cluster autoscaler or Karpenter, cordoned for a kured
+    /// reboot or for node maintenance) count as unavailable in `maxUnhealthy` / `unhealthyRange`, the failure-domain
+    /// budgets and `maxInFlight`, so remediation and a rollout or a scale-down together never take
+    /// down more than the budget. `Ignore` (the default) counts health alone, as upstream.
+    #[schemars(transform = crate::schema::voluntary_disruptions)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voluntary_disruptions: Option<String>,
 }
 
 /// A condition and how long it must hold before the target counts as unhealthy.
@@ -153,6 +161,7 @@ impl MachineHealthCheckSpec {
             backoff: self.backoff.as_ref(),
             failure_domains: self.failure_domains.as_ref(),
             max_in_flight: self.max_in_flight.as_ref(),
+            voluntary_disruptions: self.voluntary_disruptions.as_deref(),
         }
     }
 }

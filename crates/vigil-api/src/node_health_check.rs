@@ -87,6 +87,14 @@ pub struct NodeHealthCheckSpec {
     #[schemars(transform = crate::schema::max_in_flight)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<IntOrString>,
+    /// Voluntary disruptions in the budget: with `Count`, Nodes taken down on purpose (being
+    /// deleted, tainted for removal by the cluster autoscaler or Karpenter, cordoned for a kured
+    /// reboot or for node maintenance) count as unavailable in `minHealthy` / `maxUnhealthy`, the failure-domain
+    /// budgets and `maxInFlight`, so remediation and a rollout or a scale-down together never take
+    /// down more than the budget. `Ignore` (the default) counts health alone, as upstream.
+    #[schemars(transform = crate::schema::voluntary_disruptions)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voluntary_disruptions: Option<String>,
     /// Planned maintenance: a Node under maintenance (a `NodeMaintenance` names it, or it is
     /// cordoned by a drain that says so: the node maintenance operator's `medik8s.io/drain`
     /// taint, kured's `weave.works/kured-reboot-in-progress` annotation) is not remediated while
@@ -297,6 +305,7 @@ impl NodeHealthCheckSpec {
             backoff: self.backoff.as_ref(),
             failure_domains: self.failure_domains.as_ref(),
             max_in_flight: self.max_in_flight.as_ref(),
+            voluntary_disruptions: self.voluntary_disruptions.as_deref(),
         }
     }
 }

@@ -1,14 +1,15 @@
 //! Nodes as the health-check rules read them, and nothing else: the caches of the controller and
 //! the simulator hold one per Node, so its size is paid 10 000 times. A kubelet's Node object is
 //! kilobytes (images, addresses, capacity, managed fields, condition messages); the rules read
-//! its name, uid, labels, a few annotations, whether it is cordoned, a maintenance taint, whether
+//! its name, uid, labels, a few annotations, whether it is cordoned, the maintenance and removal taints, whether
 //! it is being deleted and its conditions' type, status, reason and two times. Condition strings
 //! and label keys are shared ([`crate::intern`]).
 
 use crate::intern::intern;
 use crate::selector::Selector;
 use crate::well_known::{
-    CURRENT_MACHINE_CONFIG_ANNOTATION, DESIRED_MACHINE_CONFIG_ANNOTATION, KURED_REBOOT_IN_PROGRESS_ANNOTATION,
+    CLUSTER_AUTOSCALER_DELETE_TAINT, CURRENT_MACHINE_CONFIG_ANNOTATION, DESIRED_MACHINE_CONFIG_ANNOTATION,
+    KARPENTER_DISRUPTED_TAINT, KARPENTER_DISRUPTION_TAINT_V1BETA1, KURED_REBOOT_IN_PROGRESS_ANNOTATION,
     MANUALLY_CONFIRMED_HEALTHY_ANNOTATION, MEDIK8S_DRAIN_TAINT, OPENSHIFT_MACHINE_ANNOTATION,
 };
 use jiff::Timestamp;
@@ -27,7 +28,12 @@ pub const NODE_ANNOTATIONS_READ: [&str; 5] = [
 ];
 
 /// The Node taints (by key) a rule reads; the others are not kept.
-pub const NODE_TAINTS_READ: [&str; 1] = [MEDIK8S_DRAIN_TAINT];
+pub const NODE_TAINTS_READ: [&str; 4] = [
+    MEDIK8S_DRAIN_TAINT,
+    CLUSTER_AUTOSCALER_DELETE_TAINT,
+    KARPENTER_DISRUPTED_TAINT,
+    KARPENTER_DISRUPTION_TAINT_V1BETA1,
+];
 
 /// An object's labels, sorted by key, with shared keys (the same dozen keys on every Node).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -21,6 +21,7 @@ use crate::admission::{
     EMPTY_REASONS, MACHINE_DELETION_REMEDIATION_TEMPLATE, MAX_BACKOFF_REMEDIATIONS, MAX_CONDITION_AGE_ON_MACHINE,
     MAX_CONDITION_AGE_ON_READY, MAX_CONDITION_AGE_TOO_SHORT, MAX_IN_FLIGHT_ZERO, MHC_POOL_LABEL_MESSAGE,
     NHC_POOL_LABEL_MESSAGE, REASON_MAX_LENGTH, REASONS_MAX_ITEMS, RESERVED_MACHINE_CONDITIONS, RULE_REMEDIATION_BOTH,
+    VOLUNTARY_DISRUPTIONS_MESSAGE,
 };
 use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
 use crate::well_known::{CLUSTER_NAME_LABEL, MACHINE_FAILURE_DOMAIN_KEY};
@@ -232,6 +233,13 @@ pub(crate) fn max_in_flight(schema: &mut Schema) {
         object(schema),
         [Rule::new("type(self) == int ? self != 0 : !self.matches('^0+%$')", MAX_IN_FLIGHT_ZERO)],
     );
+}
+
+/// `voluntaryDisruptions` (either kind): `Ignore` or `Count`.
+pub(crate) fn voluntary_disruptions(schema: &mut Schema) {
+    let s = object(schema);
+    s.insert("maxLength".into(), ENUM_MAX_LENGTH.into());
+    push_rules(s, [Rule::new("self in ['Ignore', 'Count']", VOLUNTARY_DISRUPTIONS_MESSAGE)]);
 }
 
 /// `failureDomains.key`: a label key (on a MachineHealthCheck `spec.failureDomain` also passes:

@@ -156,6 +156,21 @@ pub struct FeatureStatus {
     /// (at most 1000).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chosen_remediations: Vec<ChosenRemediation>,
+    /// With `spec.voluntaryDisruptions: Count`: how many targets each disruption signal took out
+    /// of the budget (a target counts once, under its first signal), by signal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disruptions: Vec<DisruptionCount>,
+}
+
+/// How many of a check's targets one voluntary-disruption signal took out of the budget, so an
+/// operator sees why remediation waits while every target looks healthy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionCount {
+    /// The signal: `Deleting`, `ClusterAutoscaler`, `Karpenter`, `Kured` or `NodeMaintenance`.
+    pub signal: String,
+    /// How many targets it took out of the budget.
+    pub targets: i32,
 }
 
 /// The remediation one unhealthy target gets for its incident and the rule that chose it, so an
@@ -182,7 +197,7 @@ pub(crate) fn is_zero(n: &i32) -> bool {
 }
 
 /// The spec fields of Vigil's own features (`dryRun`, `backoff`, `failureDomains`,
-/// `maxInFlight`), as either kind writes them, so one validator reads both.
+/// `maxInFlight`, `voluntaryDisruptions`), as either kind writes them, so one validator reads both.
 ///
 /// The fields are declared in each spec rather than in one `#[serde(flatten)]` struct: a
 /// flattened struct hides unknown fields from the typo check of
@@ -198,4 +213,6 @@ pub struct FeatureSpec<'a> {
     pub failure_domains: Option<&'a FailureDomains>,
     /// `maxInFlight`.
     pub max_in_flight: Option<&'a IntOrString>,
+    /// `voluntaryDisruptions`.
+    pub voluntary_disruptions: Option<&'a str>,
 }

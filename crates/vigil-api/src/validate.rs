@@ -192,6 +192,9 @@ pub struct MhcPolicy {
     /// Pacing: most remediations in flight at once (a count or a percentage of the targets),
     /// when asked for.
     pub max_in_flight: Option<IntOrPercent>,
+    /// Whether targets taken down on purpose count as unavailable in every budget
+    /// (`voluntaryDisruptions: Count`).
+    pub count_disruptions: bool,
 }
 
 impl MhcPolicy {
@@ -356,6 +359,9 @@ pub struct NhcPolicy {
     /// Pacing: most remediations in flight at once (a count or a percentage of the selected
     /// Nodes), when asked for.
     pub max_in_flight: Option<IntOrPercent>,
+    /// Whether Nodes taken down on purpose count as unavailable in every budget
+    /// (`voluntaryDisruptions: Count`).
+    pub count_disruptions: bool,
     /// Planned maintenance: the grace after a Node's maintenance ends; `None` when the check
     /// does not leave Nodes under maintenance alone (`plannedMaintenance.enabled: false`).
     pub maintenance_grace: Option<SignedDuration>,
@@ -760,6 +766,18 @@ impl Collector {
         Some(limit)
     }
 
+    /// `spec.voluntaryDisruptions`: whether disruptions count (`Count`), `Ignore` or absent not.
+    fn voluntary_disruptions(&mut self, value: Option<&str>) -> Option<bool> {
+        match value {
+            None | Some("Ignore") => Some(false),
+            Some("Count") => Some(true),
+            Some(other) => {
+                self.push("spec.voluntaryDisruptions", other, VOLUNTARY_DISRUPTIONS_MESSAGE);
+                None
+            }
+        }
+    }
+
     /// A threshold as Cluster API reads it: a string is a percentage only ("10" is refused, not
     /// taken as 10). `label` starts the count hint in the message (e.g. `maxUnhealthy: `).
     fn capi_threshold(&mut self, path: &str, label: &str, value: &IntOrString) -> Option<IntOrPercent> {
@@ -791,9 +809,11 @@ struct Features {
     failure_domains: Option<FailureDomainPolicy>,
     /// `maxInFlight`, when asked for.
     max_in_flight: Option<IntOrPercent>,
+    /// `voluntaryDisruptions: Count`.
+    count_disruptions: bool,
 }
 
-/// `dryRun`, `backoff`, `failureDomains` and `maxInFlight`: one rule set for both kinds, so the
+/// `dryRun`, `backoff`, `failureDomains`, `maxInFlight` and `voluntaryDisruptions`: one rule set for both kinds, so the
 /// two cannot drift apart. `None` when any of them is refused.
 fn features(c: &mut Collector, kind: Kind, fields: FeatureSpec<'_>) -> Option<Features> {
     let backoff = backoff(c, fields.backoff, kind);
@@ -805,11 +825,13 @@ fn features(c: &mut Collector, kind: Kind, fields: FeatureSpec<'_>) -> Option<Fe
         None => Some(None),
         Some(v) => c.max_in_flight(v).map(Some),
     };
+    let count_disruptions = c.voluntary_disruptions(fields.voluntary_disruptions);
     Some(Features {
         dry_run: fields.dry_run,
         backoff: backoff?,
         failure_domains: failure_domains?,
         max_in_flight: max_in_flight?,
+        count_disruptions: count_disruptions?,
     })
 }
 
@@ -1018,7 +1040,7 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
     let features = features(&mut c, Kind::Machine, spec.features());
 
     let policy = (|| {
-        let Features { dry_run, backoff, failure_domains, max_in_flight } = features?;
+        let Features { dry_run, backoff, failure_domains, max_in_flight, count_disruptions } = features?;
         Some(MhcPolicy {
             cluster_name: spec.cluster_name.clone(),
             selector: selector?.with_label(CLUSTER_NAME_LABEL, &spec.cluster_name),
@@ -1031,6 +1053,7 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
             backoff,
             failure_domains,
             max_in_flight,
+            count_disruptions,
         })
     })();
     c.finish(object, policy)
@@ -1251,7 +1274,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     let features = features(&mut c, Kind::Node, spec.features());
 
     let policy = (|| {
-        let Features { dry_run, backoff, failure_domains, max_in_flight } = features?;
+        let Features { dry_run, backoff, failure_domains, max_in_flight, count_disruptions } = features?;
         Some(NhcPolicy {
             api: NhcApi::Vigil,
             selector: selector?,
@@ -1266,6 +1289,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             backoff,
             failure_domains,
             max_in_flight,
+            count_disruptions,
             maintenance_grace: maintenance_grace?,
         })
     })();

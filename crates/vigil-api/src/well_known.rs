@@ -63,6 +63,12 @@ pub const LEASE_NAMESPACE_ENV: &str = "LEASE_NAMESPACE";
 pub const NODE_MAINTENANCE_LEASE_HOLDER: &str = "node-maintenance";
 /// Taint the node maintenance operator puts on a Node it drains.
 pub const MEDIK8S_DRAIN_TAINT: &str = "medik8s.io/drain";
+/// Taint the cluster autoscaler puts on a Node it is about to delete (scale-down).
+pub const CLUSTER_AUTOSCALER_DELETE_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+/// Taint Karpenter (v1) puts on a Node it is disrupting (consolidation, drift, expiry).
+pub const KARPENTER_DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+/// Taint Karpenter's v1beta1 releases put on a Node they are disrupting.
+pub const KARPENTER_DISRUPTION_TAINT_V1BETA1: &str = "karpenter.sh/disruption";
 /// Node annotation kured sets (with `--annotate-nodes`) while it drains and reboots the Node.
 pub const KURED_REBOOT_IN_PROGRESS_ANNOTATION: &str = "weave.works/kured-reboot-in-progress";
 /// Node annotation: the machine config a Node runs (OpenShift's machine config operator).

@@ -221,6 +221,12 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
         (mhc(json!({"maxInFlight": "150%"})), "spec.maxInFlight", "between 0% and 100%"),
         (mhc(json!({"maxInFlight": "2"})), "spec.maxInFlight", "must be a percentage such as 40%"),
         (nhc(json!({"maxInFlight": "lots"})), "spec.maxInFlight", "a whole number or a percentage"),
+        (
+            mhc(json!({"voluntaryDisruptions": "Sometimes"})),
+            "spec.voluntaryDisruptions",
+            "must be one of Ignore, Count",
+        ),
+        (nhc(json!({"voluntaryDisruptions": "count"})), "spec.voluntaryDisruptions", "must be one of Ignore, Count"),
     ];
     let mut problems = Vec::new();
     for (manifest, field, words) in cases {
@@ -267,6 +273,14 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
     );
     good["metadata"]["name"] = json!("per-rule");
     env.apply(good).await?;
+    for (name, disruptions) in [("shared-budget", "Count"), ("own-budget", "Ignore")] {
+        let mut good = mhc(json!({"voluntaryDisruptions": disruptions}));
+        good["metadata"]["name"] = json!(name);
+        env.apply(good).await?;
+        let mut good = nhc(json!({"voluntaryDisruptions": disruptions}));
+        good["metadata"]["name"] = json!(name);
+        env.apply(good).await?;
+    }
     for (name, limit) in [("paced", json!(2)), ("paced-share", json!("10%"))] {
         let mut good = mhc(json!({"maxInFlight": limit}));
         good["metadata"]["name"] = json!(name);

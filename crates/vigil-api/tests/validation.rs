@@ -1232,6 +1232,35 @@ fn max_in_flight_is_off_by_default_a_positive_count_or_percentage_and_refused_na
     }
 }
 
+/// `spec.voluntaryDisruptions` on both kinds: off by default (upstream manifests keep their
+/// meaning), `Count` turns it on, `Ignore` keeps it off, anything else is refused naming the
+/// field and the value, and no policy comes of it (so nothing is remediated).
+#[test]
+fn voluntary_disruptions_are_off_by_default_and_refused_naming_field_and_value() {
+    assert!(!mhc_policy(&base_mhc()).expect("valid").count_disruptions, "upstream manifests keep their meaning");
+    assert!(!nhc_policy(&base_nhc()).expect("valid").count_disruptions);
+    for (value, want) in [("Count", true), ("Ignore", false)] {
+        let mhc = edit(base_mhc(), "/spec/voluntaryDisruptions", Some(json!(value)));
+        assert_eq!(mhc_policy(&mhc).expect("valid").count_disruptions, want, "{value}");
+        let nhc = edit(base_nhc(), "/spec/voluntaryDisruptions", Some(json!(value)));
+        assert_eq!(nhc_policy(&nhc).expect("valid").count_disruptions, want, "{value}");
+    }
+    for base in [base_mhc(), base_nhc()] {
+        for value in ["count", "Always", ""] {
+            let check = edit(base.clone(), "/spec/voluntaryDisruptions", Some(json!(value)));
+            let errors = errors_of(&check);
+            assert_eq!(errors.len(), 1, "{value}: one error: {errors:?}");
+            assert_eq!((errors[0].path.as_str(), errors[0].value.as_str()), ("spec.voluntaryDisruptions", value));
+            assert!(errors[0].message.contains("must be one of Ignore, Count"), "{errors:?}");
+            assert!(
+                value.is_empty() || errors[0].to_string().contains(&format!("{value:?}")),
+                "the value is quoted: {}",
+                errors[0]
+            );
+        }
+    }
+}
+
 // Over 80 lines on purpose: mostly a table of refused `spec.failureDomains` fields, one row each.
 #[test]
 fn failure_domains_are_off_by_default_and_validated_like_the_checks_thresholds() {

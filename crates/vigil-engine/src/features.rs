@@ -1,5 +1,5 @@
 //! The status block of Vigil's own features (dry-run, back-off, failure domains, the stale-signal
-//! guard, pacing, remediation per condition), built once for both kinds: each decision hands over what the features found
+//! guard, pacing, remediation per condition, voluntary disruptions), built once for both kinds: each decision hands over what the features found
 //! and gets
 //! the block its status carries (`vigil_api::shared::FeatureStatus`, flattened into
 //! both statuses). Dry-run's list is filled afterwards by [`crate::dry_run`], which needs the
@@ -7,7 +7,9 @@
 
 use crate::stale::Stale;
 use vigil_api::failure_domains::FailureDomainStatus;
-use vigil_api::shared::{BackedOffPool, ChosenRemediation, FeatureStatus, QueuedTarget, RemediationRecord};
+use vigil_api::shared::{
+    BackedOffPool, ChosenRemediation, DisruptionCount, FeatureStatus, QueuedTarget, RemediationRecord,
+};
 
 /// What the features found in one decision.
 pub(crate) struct Found<'a> {
@@ -22,6 +24,8 @@ pub(crate) struct Found<'a> {
     /// The targets waiting for a remediation slot (the listed ones) and how many wait
     /// ([`crate::pacing::PacingReport`]).
     pub(crate) queue: (Vec<QueuedTarget>, i32),
+    /// With `voluntaryDisruptions: Count`: the targets each signal took out of the budget.
+    pub(crate) disruptions: Vec<DisruptionCount>,
 }
 
 /// The feature block of a status.
@@ -38,5 +42,6 @@ pub(crate) fn status(found: Found<'_>) -> FeatureStatus {
         chosen_remediations: crate::chosen::listed(found.chosen),
         queued,
         queued_count,
+        disruptions: found.disruptions,
     }
 }

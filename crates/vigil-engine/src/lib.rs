@@ -11,6 +11,7 @@ pub mod chosen;
 pub mod concerns;
 pub mod cross_shard;
 pub(crate) mod decision;
+pub mod disruptions;
 pub mod domains;
 pub mod dry_run;
 pub mod expiry;

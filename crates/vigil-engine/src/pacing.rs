@@ -63,6 +63,9 @@ pub(crate) struct Pacer {
     limit: Option<u64>,
     /// The targets in flight before this decision, by name.
     in_flight: Vec<String>,
+    /// The targets taken down on purpose that hold a slot (`voluntaryDisruptions: Count`), by
+    /// name, none of them in `in_flight`.
+    disrupted: Vec<String>,
     started: Vec<String>,
     queue: Vec<(String, Timestamp)>,
 }
@@ -72,7 +75,28 @@ impl Pacer {
     /// this check is remediating already.
     pub(crate) fn new(max: Option<IntOrPercent>, targets: usize, mut in_flight: Vec<String>) -> Self {
         in_flight.sort();
-        Pacer { max, limit: max.map(|m| limit(m, targets)), in_flight, started: Vec::new(), queue: Vec::new() }
+        Pacer {
+            max,
+            limit: max.map(|m| limit(m, targets)),
+            in_flight,
+            disrupted: Vec::new(),
+            started: Vec::new(),
+            queue: Vec::new(),
+        }
+    }
+
+    /// The pacer with the targets taken down on purpose each holding a slot, as a remediation in
+    /// flight does (`voluntaryDisruptions: Count`); one already in flight holds one slot.
+    pub(crate) fn with_disrupted(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        if self.limit.is_none() {
+            return self;
+        }
+        let mut disrupted: Vec<String> =
+            names.into_iter().filter(|n| self.in_flight.binary_search(n).is_err()).collect();
+        disrupted.sort();
+        disrupted.dedup();
+        self.disrupted = disrupted;
+        self
     }
 
     /// No pacing at all (the check has no `maxInFlight`, or starts nothing in this decision).
@@ -82,7 +106,7 @@ impl Pacer {
 
     /// How many remediations are in flight now: before this decision and started in it.
     fn busy(&self) -> u64 {
-        (self.in_flight.len() + self.started.len()) as u64
+        (self.in_flight.len() + self.disrupted.len() + self.started.len()) as u64
     }
 
     /// Whether a remediation of `name`, unhealthy since `since`, may start now: a slot is free.
@@ -90,7 +114,8 @@ impl Pacer {
     /// the queue is in order. [`Pacer::record`] the start once it is asked for.
     pub(crate) fn gate(&mut self, name: &str, since: Timestamp) -> bool {
         let Some(limit) = self.limit else { return true };
-        if self.busy() < limit {
+        // a target taken down on purpose holds its slot already
+        if self.busy() < limit || self.disrupted.binary_search_by(|d| d.as_str().cmp(name)).is_ok() {
             return true;
         }
         self.queue.push((name.to_string(), since));
@@ -99,7 +124,7 @@ impl Pacer {
 
     /// Records a remediation started now (after [`Pacer::gate`] let it through).
     pub(crate) fn record(&mut self, name: &str) {
-        if self.limit.is_some() {
+        if self.limit.is_some() && self.disrupted.binary_search_by(|d| d.as_str().cmp(name)).is_err() {
             self.started.push(name.to_string());
         }
     }
@@ -146,19 +171,28 @@ impl Pacer {
             };
         }
         let next = self.queue.iter().map(|(name, since)| format!("{} (unhealthy since {since})", key(name).0.key()));
-        let mut busy: Vec<&String> = self.in_flight.iter().chain(&self.started).collect();
+        let mut busy: Vec<&String> = self.in_flight.iter().chain(&self.disrupted).chain(&self.started).collect();
         busy.sort();
         Change::Set(DesiredCondition::true_(
             CONDITION,
             Reason::RemediationQueued,
             format!(
-                "{} target(s) wait for a remediation slot: {} of {limit} in flight (maxInFlight {max}): {}; next: {}",
+                "{} target(s) wait for a remediation slot: {} of {limit} in flight (maxInFlight {max}{}): {}; next: {}",
                 self.queue.len(),
                 self.busy(),
+                self.disrupted_phrase(),
                 named(busy.into_iter().map(|name| key(name).0.key())),
                 named(next)
             ),
         ))
+    }
+
+    /// `, 2 of them taken down on purpose`, or nothing.
+    fn disrupted_phrase(&self) -> String {
+        match self.disrupted.len() {
+            0 => String::new(),
+            n => format!(", {n} of them taken down on purpose"),
+        }
     }
 
     /// A notice for each listed target that was not listed before, and one for each target that

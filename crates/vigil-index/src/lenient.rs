@@ -31,6 +31,7 @@ pub fn read_mhc(value: Value) -> (MachineHealthCheck, Option<String>) {
                 backoff: None,
                 failure_domains: None,
                 max_in_flight: None,
+                voluntary_disruptions: None,
             };
             let mut c = MachineHealthCheck::new("", spec);
             c.metadata = metadata(&value);
@@ -57,6 +58,7 @@ pub fn empty_nhc_spec() -> NodeHealthCheckSpec {
         backoff: None,
         failure_domains: None,
         max_in_flight: None,
+        voluntary_disruptions: None,
         planned_maintenance: None,
     }
 }

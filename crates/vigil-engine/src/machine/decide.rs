@@ -10,6 +10,7 @@ use super::status::{
 };
 use crate::backoff::Ledger;
 use crate::decision::{Choices, Context, Features, Overlap};
+use crate::disruptions::{self, Signal};
 use crate::domains::Budgets;
 use crate::domains::Tally;
 use crate::features::{self, Found};
@@ -89,9 +90,10 @@ pub fn decide_among_peers(
     let budgets = domain_budgets(input.policy, &targets, &judged);
     let me = CheckRef::of_mhc(input.check);
     let stale = stale_targets(&mut b, input, &targets, nodes, peers, &me);
-    let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.healthy);
+    let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.available, &judged.disrupted);
 
     let (pacing, pacer) = pacing(input, peers, &me, &targets, &judged.verdicts, now);
+    let pacer = pacer.with_disrupted(judged.disrupted_names(&targets));
     let features = features_of(input, pacer, budgets.as_ref(), now);
     let overlap = Overlap::new(holders, me.clone(), input.check.status.as_ref().map_or(&[][..], |p| &p.conditions));
     let mut writer =
@@ -107,7 +109,8 @@ pub fn decide_among_peers(
     let remediating = writer.remediating;
     let Written { held_elsewhere, backoff, queue, chosen } = writer.report(&mut b);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
-    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, chosen, queue });
+    let disruptions = judged.disrupted.status();
+    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, chosen, queue, disruptions });
     let mut plan = b.finish();
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
@@ -180,6 +183,14 @@ struct JudgedTargets<'a> {
     /// for it is being deleted (a finalizer holds it). Empty when the check makes no objects.
     finishing: Vec<bool>,
     healthy: usize,
+    /// How many targets count as available in the budgets: healthy and, with
+    /// `voluntaryDisruptions: Count`, not taken down on purpose.
+    available: usize,
+    /// With `voluntaryDisruptions: Count`: the signal of each target taken out of the budget by
+    /// one (else empty).
+    disrupted_at: Vec<Option<Signal>>,
+    /// Those targets, counted by signal.
+    disrupted: disruptions::Disrupted,
     /// Each target's failure domain (empty without `spec.failureDomains`).
     domain_of: Vec<Option<&'a str>>,
     /// Whether a healthy target already says `HealthCheckSucceeded=True` as it would be written.
@@ -202,12 +213,17 @@ fn judge_targets<'a>(
     let verdicts: Vec<Verdict> =
         targets.iter().zip(&target_nodes).map(|(m, node)| evaluate_with_node(m, *node, cluster, policy, now)).collect();
     let finishing = remediators_finishing(input, targets);
-    let mut healthy = 0usize;
+    let disrupted_at = disrupted_targets(policy, targets, &target_nodes, &verdicts, &finishing);
+    let mut disrupted = disruptions::Disrupted::default();
+    disrupted_at.iter().flatten().for_each(|s| disrupted.add(*s));
+    let (mut healthy, mut available) = (0usize, 0usize);
     for (k, (machine, verdict)) in targets.iter().zip(&verdicts).enumerate() {
         if let Verdict::Pending { until } = verdict {
             wake.offer(*until);
         }
-        healthy += usize::from(counts_healthy(machine, verdict, finishing.get(k).copied().unwrap_or(false)));
+        let counts = counts_healthy(machine, verdict, finishing.get(k).copied().unwrap_or(false));
+        healthy += usize::from(counts);
+        available += usize::from(counts && disrupted_at.get(k).is_none_or(Option::is_none));
     }
     let domain_of = match &policy.failure_domains {
         Some(fd) => targets.iter().map(|m| machine_domain(fd, m, nodes)).collect(),
@@ -222,7 +238,46 @@ fn judge_targets<'a>(
                 && healthy_condition.is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
         })
         .collect();
-    JudgedTargets { verdicts, finishing, healthy, domain_of, already_healthy }
+    JudgedTargets { verdicts, finishing, healthy, available, disrupted_at, disrupted, domain_of, already_healthy }
+}
+
+/// With `voluntaryDisruptions: Count`, the signal of each target that is healthy by its verdict
+/// (a Machine being deleted included) and taken down on purpose (see [`crate::disruptions`]);
+/// empty otherwise.
+fn disrupted_targets(
+    policy: &MhcPolicy,
+    targets: &[&MachineView],
+    nodes: &[Option<&NodeView>],
+    verdicts: &[Verdict],
+    finishing: &[bool],
+) -> Vec<Option<Signal>> {
+    if !policy.count_disruptions {
+        return Vec::new();
+    }
+    targets
+        .iter()
+        .zip(nodes)
+        .zip(verdicts)
+        .enumerate()
+        .map(|(k, ((machine, node), verdict))| {
+            let by_verdict = matches!(verdict, Verdict::Healthy | Verdict::NotEvaluated { counts_healthy: true, .. });
+            let finishing = finishing.get(k).copied().unwrap_or(false);
+            disruptions::of_machine(machine, *node).filter(|_| by_verdict && !finishing)
+        })
+        .collect()
+}
+
+impl JudgedTargets<'_> {
+    /// The names of the targets taken down on purpose, for pacing.
+    fn disrupted_names(&self, targets: &[&MachineView]) -> Vec<String> {
+        targets.iter().zip(&self.disrupted_at).filter(|(_, s)| s.is_some()).map(|(m, _)| m.meta.name.clone()).collect()
+    }
+
+    /// Whether target `k` counts as available in the budgets.
+    fn available_at(&self, k: usize, machine: &MachineView) -> bool {
+        let finishing = self.finishing.get(k).copied().unwrap_or(false);
+        counts_healthy(machine, &self.verdicts[k], finishing) && self.disrupted_at.get(k).is_none_or(Option::is_none)
+    }
 }
 
 /// Whether each target's remediator is still finishing ([`MhcInput::remediator_finishing`];
@@ -239,14 +294,13 @@ fn healthy_condition() -> DesiredCondition {
     DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, "")
 }
 
-/// Failure-domain budgets, judged on the same counts as the short-circuit and rounded down as it.
+/// Failure-domain budgets, judged on the same counts as the short-circuit (targets taken down on
+/// purpose included, when they count) and rounded down as it.
 fn domain_budgets(policy: &MhcPolicy, targets: &[&MachineView], judged: &JudgedTargets<'_>) -> Option<Budgets> {
     policy.failure_domains.as_ref().map(|fd| {
         let mut tally = Tally::default();
-        for (k, ((machine, verdict), domain)) in targets.iter().zip(&judged.verdicts).zip(&judged.domain_of).enumerate()
-        {
-            let finishing = judged.finishing.get(k).copied().unwrap_or(false);
-            tally.add(*domain, counts_healthy(machine, verdict, finishing));
+        for (k, (machine, domain)) in targets.iter().zip(&judged.domain_of).enumerate() {
+            tally.add(*domain, judged.available_at(k, machine));
         }
         tally.judge(fd, Rounding::Down)
     })

@@ -359,8 +359,15 @@ pub(super) fn report_no_decision(mut b: Builder<'_>, why: Reason, message: Strin
 }
 
 /// Rule 3, the short-circuit, as `remediationsAllowed` and `RemediationAllowed` (told when it
-/// flips); returns whether remediation may start.
-pub(super) fn report_short_circuit(b: &mut Builder<'_>, policy: &MhcPolicy, total: usize, healthy: usize) -> bool {
+/// flips); returns whether remediation may start. `healthy`: the targets available (healthy and,
+/// when they count, not taken down on purpose; `disrupted`: those that were).
+pub(super) fn report_short_circuit(
+    b: &mut Builder<'_>,
+    policy: &MhcPolicy,
+    total: usize,
+    healthy: usize,
+    disrupted: &crate::disruptions::Disrupted,
+) -> bool {
     let unhealthy = total - healthy;
     let (allowed, left, (limit, limit_value)) = remediation_budget(policy.short_circuit, total, unhealthy);
     b.status.remediations_allowed = i32::try_from(left).unwrap_or(i32::MAX);
@@ -376,7 +383,8 @@ pub(super) fn report_short_circuit(b: &mut Builder<'_>, policy: &MhcPolicy, tota
                 REMEDIATION_ALLOWED,
                 Reason::TooManyUnhealthy,
                 format!(
-                    "Remediation is not allowed, the number of not started or unhealthy machines {limit} (total: {total}, unhealthy: {unhealthy}, {limit_value})"
+                    "Remediation is not allowed, the number of not started or unhealthy machines {limit} (total: {total}, unhealthy: {unhealthy}, {limit_value}{})",
+                    disrupted.phrase()
                 ),
             ),
             None,

@@ -1,6 +1,7 @@
 //! The check-wide short-circuit: `minHealthy` / `maxUnhealthy` (a percentage rounds up, as
 //! medik8s) and the storm cool-down, as the `RemediationAllowed` condition.
 
+use crate::disruptions::Disrupted;
 use crate::plan::Earliest;
 use crate::plan::after;
 use jiff::Timestamp;
@@ -41,19 +42,23 @@ pub fn threshold_met(t: NhcThreshold, observed: usize, healthy: usize) -> bool {
 }
 
 /// Budget: whether the threshold lets remediation start (`RemediationAllowed`), held back by a
-/// storm cool-down after it was not met; offers the cool-down's end and returns its start.
+/// storm cool-down after it was not met; offers the cool-down's end and returns its start. The
+/// healthy Nodes taken down on purpose (`disrupted`, when they count) are not available.
 pub(super) fn budget(
     policy: &NhcPolicy,
     prev: &NodeHealthCheckStatus,
     observed: usize,
-    healthy: usize,
+    (healthy, disrupted): (usize, &Disrupted),
     now: Timestamp,
     wake: &mut Earliest,
 ) -> (DesiredCondition, Option<Timestamp>) {
-    let met = threshold_met(policy.threshold, observed, healthy);
+    let available = healthy.saturating_sub(disrupted.total());
+    let met = threshold_met(policy.threshold, observed, available);
+    let leaving = if disrupted.total() > 0 { format!(", leaving {available} available") } else { String::new() };
     let counts = format!(
-        "{observed} nodes observed, {healthy} healthy, {} not healthy; {}",
+        "{observed} nodes observed, {healthy} healthy, {} not healthy{}{leaving}; {}",
         observed - healthy,
+        disrupted.phrase(),
         threshold_text(policy.threshold, observed)
     );
     let prev_allowed = get_condition(&prev.conditions, REMEDIATION_ALLOWED);

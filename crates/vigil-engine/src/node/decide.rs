@@ -46,18 +46,18 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
 
     let owned = own_objects(input, check_name, check_uid);
     let (all, scan) = judge_nodes(input, &owned, now);
-    let Scan { subjects, healthy_at, observed, healthy, cp_names, stale, wake: scan_wake, tally, .. } = scan;
+    let Scan { subjects, healthy_at, observed, healthy, taken, cp_names, stale, wake: scan_wake, tally, .. } = scan;
     let budgets = tally.zip(policy.failure_domains.as_ref()).map(|(t, fd)| t.judge(fd, Rounding::Up));
     let mut out = Outputs::default();
     if let Some(t) = scan_wake.0 {
         out.wake_at(t);
     }
-    let (allowed_condition, storm_start) = budget(policy, prev, observed, healthy, now, out.wake());
+    let (allowed_condition, storm_start) = budget(policy, prev, observed, (healthy, &taken.by_signal), now, out.wake());
     let templates = template_state(input, prev);
     let prev_entries = previous_entries(prev);
     let cp_busy = busy_control_planes(&cp_names, input.remediations, &prev_entries);
     let allowed = allowed_condition.status == ConditionStatus::True;
-    let (pacing, pacer) = pacing(input, &subjects, observed, now);
+    let (pacing, pacer) = pacing(input, &subjects, observed, &taken.names, now);
     let to_remediate =
         subjects.iter().filter(|s| matches!(s.verdict, Some(Finding::Unhealthy(_)))).filter_map(|s| s.node);
     let upgrade = crate::upgrade::cluster_upgrade(input.around.cluster_versions, to_remediate);
@@ -98,6 +98,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         chosen,
         pacing: pacer
             .report(&prev.features.queued, &prev.conditions, |name| (Target::local_node(name), format!("Node {name}"))),
+        disruptions: taken.by_signal.status(),
     };
     let status = build_status(input, prev, outcome, budgets.as_ref(), now, &mut out);
     let mut plan = out.plan(status);

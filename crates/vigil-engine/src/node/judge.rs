@@ -3,14 +3,16 @@
 
 use super::input::NhcInput;
 use super::objects::Owned;
+use crate::disruptions;
 use crate::domains::Tally;
+use crate::lookup::Observed;
 use crate::plan::Earliest;
 use crate::plan::{ONE_NS, after};
 use crate::target::is_control_plane;
 use jiff::Timestamp;
 use std::ops::Range;
 use vigil_api::validate::{ConditionRule, DomainKey, NhcPolicy};
-use vigil_api::views::NodeView;
+use vigil_api::views::{MaintenanceView, NodeView};
 
 /// What a Node's conditions show against the rules alone (remediation objects not considered);
 /// named apart from the MachineHealthCheck [`crate::machine::Verdict`], which is a full verdict.
@@ -128,6 +130,9 @@ pub(super) struct Scan<'a> {
     pub(super) healthy_at: Vec<bool>,
     pub(super) observed: usize,
     pub(super) healthy: usize,
+    /// With `voluntaryDisruptions: Count`: the healthy Nodes without objects taken down on
+    /// purpose (counted in `healthy`, not available to the budgets).
+    pub(super) taken: Taken<'a>,
     /// Control-plane Nodes, sorted.
     pub(super) cp_names: Vec<&'a str>,
     /// Selected Nodes with a matching condition set aside as stale, in name order.
@@ -137,6 +142,15 @@ pub(super) struct Scan<'a> {
     pub(super) tally: Option<Tally>,
 }
 
+/// Healthy Nodes taken down on purpose (`voluntaryDisruptions: Count`).
+#[derive(Default)]
+pub(super) struct Taken<'a> {
+    /// By name, in name order.
+    pub(super) names: Vec<&'a str>,
+    /// Counted by signal.
+    pub(super) by_signal: disruptions::Disrupted,
+}
+
 /// Pass 1: one look at every Node (name order, labels, conditions), merged with the check's
 /// objects by Node name. Healthy Nodes without objects are only counted: nothing is decided for
 /// them, which keeps the common case to a few comparisons a Node.
@@ -144,6 +158,7 @@ pub(super) fn scan_nodes<'a>(
     all: &[&'a NodeView],
     owned: &[Owned<'a>],
     policy: &NhcPolicy,
+    disrupting: Option<&Maintained<'_>>,
     now: Timestamp,
 ) -> Scan<'a> {
     let mut scan = Scan {
@@ -152,6 +167,7 @@ pub(super) fn scan_nodes<'a>(
         healthy_at: vec![false; all.len()],
         observed: 0,
         healthy: 0,
+        taken: Taken::default(),
         cp_names: Vec::new(),
         stale: Vec::new(),
         wake: Earliest::default(),
@@ -183,10 +199,16 @@ pub(super) fn scan_nodes<'a>(
             if let Some(stale) = stale {
                 scan.stale.push((name.to_string(), stale));
             }
-            if let Some(tally) = &mut scan.tally {
-                tally.add(domain_key.and_then(|k| node_domain(node, k)), verdict == Finding::Clear && start == b);
+            let clear = verdict == Finding::Clear && start == b;
+            let signal = disrupting.filter(|_| clear).and_then(|m| disruptions::of_node(node, m.names(name)));
+            if let Some(signal) = signal {
+                scan.taken.names.push(name);
+                scan.taken.by_signal.add(signal);
             }
-            if verdict == Finding::Clear && start == b {
+            if let Some(tally) = &mut scan.tally {
+                tally.add(domain_key.and_then(|k| node_domain(node, k)), clear && signal.is_none());
+            }
+            if clear {
                 scan.healthy += 1;
                 scan.healthy_at[i] = true;
             } else {
@@ -243,15 +265,36 @@ pub(super) fn judge_nodes<'a>(
     owned: &[Owned<'a>],
     now: Timestamp,
 ) -> (std::borrow::Cow<'a, [&'a NodeView]>, Scan<'a>) {
-    let scan = scan_nodes(input.nodes, owned, input.policy, now);
+    let maintained = input.policy.count_disruptions.then(|| Maintained::of(input.around.maintenances));
+    let scan = scan_nodes(input.nodes, owned, input.policy, maintained.as_ref(), now);
     if scan.sorted {
         return (std::borrow::Cow::Borrowed(input.nodes), scan);
     }
     let mut copy: Vec<&NodeView> = input.nodes.iter().copied().filter(|n| !n.name.is_empty()).collect();
     copy.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
     copy.dedup_by(|a, b| a.name.as_str() == b.name.as_str());
-    let scan = scan_nodes(&copy, owned, input.policy, now);
+    let scan = scan_nodes(&copy, owned, input.policy, maintained.as_ref(), now);
     (std::borrow::Cow::Owned(copy), scan)
+}
+
+/// The Nodes a `NodeMaintenance` names, sorted (none when they cannot be read: a Node is then
+/// counted by what it carries itself), for counting voluntary disruptions.
+pub(super) struct Maintained<'a>(Vec<&'a str>);
+
+impl<'a> Maintained<'a> {
+    fn of(maintenances: Observed<'a, &'a [&'a MaintenanceView]>) -> Self {
+        let mut names: Vec<&str> = match maintenances {
+            Observed::Known(list) => list.iter().filter_map(|m| m.node_name.as_deref()).collect(),
+            _ => Vec::new(),
+        };
+        names.sort_unstable();
+        Maintained(names)
+    }
+
+    /// Whether a `NodeMaintenance` names Node `name`.
+    fn names(&self, name: &str) -> bool {
+        self.0.binary_search(&name).is_ok()
+    }
 }
 
 /// A rule as people read it: `Ready=False`.

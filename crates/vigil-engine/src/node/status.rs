@@ -53,6 +53,8 @@ pub(super) struct Outcome<'a> {
     pub(super) chosen: Vec<ChosenRemediation>,
     /// The pacing queue, its condition and notices.
     pub(super) pacing: crate::pacing::PacingReport,
+    /// With `voluntaryDisruptions: Count`: the Nodes each signal took out of the budget.
+    pub(super) disruptions: Vec<vigil_api::shared::DisruptionCount>,
 }
 
 /// `RemediationAllowed` / `RemediationBlocked` when the condition's status or reason changed (a
@@ -204,6 +206,7 @@ pub(super) fn build_status(
         stale: &outcome.stale,
         chosen: outcome.chosen,
         queue,
+        disruptions: std::mem::take(&mut outcome.disruptions),
     });
     let mut status = NodeHealthCheckStatus {
         observed_nodes: count(outcome.observed),

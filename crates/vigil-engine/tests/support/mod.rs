@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -388,11 +388,22 @@ pub struct NodeBuilder {
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
     conditions: Vec<NodeCondition>,
+    taints: Vec<String>,
+    unschedulable: bool,
+    deleting: bool,
 }
 
 /// A Node named `name` with no labels and no conditions.
 pub fn node(name: &str) -> NodeBuilder {
-    NodeBuilder { name: name.into(), labels: BTreeMap::new(), annotations: BTreeMap::new(), conditions: Vec::new() }
+    NodeBuilder {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        conditions: Vec::new(),
+        taints: Vec::new(),
+        unschedulable: false,
+        deleting: false,
+    }
 }
 
 impl NodeBuilder {
@@ -448,6 +459,24 @@ impl NodeBuilder {
         self
     }
 
+    /// Adds a `NoSchedule` taint of `key`.
+    pub fn taint(mut self, key: &str) -> Self {
+        self.taints.push(key.into());
+        self
+    }
+
+    /// Cordons the Node (`spec.unschedulable`).
+    pub fn cordoned(mut self) -> Self {
+        self.unschedulable = true;
+        self
+    }
+
+    /// Starts the Node's deletion (`metadata.deletionTimestamp`).
+    pub fn deleting(mut self) -> Self {
+        self.deleting = true;
+        self
+    }
+
     /// The Node, as the engine reads it.
     pub fn build(&self) -> NodeView {
         NodeView::from(self.build_k8s())
@@ -462,9 +491,19 @@ impl NodeBuilder {
                 labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
                 annotations: (!self.annotations.is_empty()).then(|| self.annotations.clone()),
                 creation_timestamp: Some(Time(t0())),
+                deletion_timestamp: self.deleting.then(|| Time(t0())),
                 ..ObjectMeta::default()
             },
-            spec: None,
+            spec: (self.unschedulable || !self.taints.is_empty()).then(|| NodeSpec {
+                unschedulable: self.unschedulable.then_some(true),
+                taints: Some(
+                    self.taints
+                        .iter()
+                        .map(|k| Taint { key: k.clone(), effect: "NoSchedule".into(), ..Taint::default() })
+                        .collect(),
+                ),
+                ..NodeSpec::default()
+            }),
             status: Some(NodeStatus { conditions: Some(self.conditions.clone()), ..NodeStatus::default() }),
         }
     }

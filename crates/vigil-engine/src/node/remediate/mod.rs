@@ -169,11 +169,13 @@ pub(super) struct Incident<'p> {
 /// Pacing for a NodeHealthCheck decision among `observed` selected Nodes: the Nodes this check has
 /// in flight — those it holds (its own remediation objects not given up on, its requests not
 /// seen yet: the one reading of [`nhc_held`], as for the overlap rule) that are not healthy
-/// again (a Node gone counts until its objects are) — and the queue order.
+/// again (a Node gone counts until its objects are) — and the queue order; the healthy Nodes
+/// taken down on purpose (`disrupted`, when they count) each hold a slot too.
 pub(super) fn pacing(
     input: &NhcInput<'_>,
     subjects: &[Subject<'_>],
     observed: usize,
+    disrupted: &[&str],
     now: Timestamp,
 ) -> (Pacing, Pacer) {
     let Some(max) = input.policy.max_in_flight else {
@@ -197,7 +199,8 @@ pub(super) fn pacing(
         .map(|s| s.name.to_string())
         .collect();
     let pacing = Pacing::paced(since, subjects.iter().map(|s| s.name), Vec::new());
-    (pacing, Pacer::new(Some(max), observed, in_flight))
+    let pacer = Pacer::new(Some(max), observed, in_flight).with_disrupted(disrupted.iter().map(|n| n.to_string()));
+    (pacing, pacer)
 }
 
 impl<'a> Pass<'a> {
