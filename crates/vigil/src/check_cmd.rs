@@ -136,6 +136,10 @@ pub struct CheckOut {
     pub queued_count: i64,
     /// The first of them (at most 100), next first.
     pub queued: Vec<QueuedOut>,
+    /// With `voluntaryDisruptions: Count`: how many targets each signal takes out of the
+    /// budget (`status.disruptions`), by signal.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub disruptions: Vec<DisruptionOut>,
     /// What Vigil would do at this instant (empty when the cluster already shows its decision).
     pub now: Vec<EventOut>,
     /// The next change within the horizon if nothing else changes.
@@ -144,6 +148,15 @@ pub struct CheckOut {
     pub problem: Option<String>,
     /// Whether a target is being or would be remediated now.
     pub remediating: bool,
+}
+
+/// Targets one voluntary-disruption signal takes out of a check's budget.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DisruptionOut {
+    /// `Deleting`, `ClusterAutoscaler`, `Karpenter`, `Kured` or `NodeMaintenance`.
+    pub signal: String,
+    /// How many targets.
+    pub targets: i64,
 }
 
 /// The whole answer.
@@ -312,6 +325,7 @@ fn unevaluated(label: String, problem: String) -> CheckOut {
         remediation_postponed: None,
         queued_count: 0,
         queued: Vec::new(),
+        disruptions: Vec::new(),
         now: Vec::new(),
         next: None,
         problem: Some(problem),
@@ -382,6 +396,7 @@ fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) ->
         remediation_postponed: condition_out(status, vigil_api::well_known::REMEDIATION_POSTPONED),
         queued_count: int(status, "queuedCount"),
         queued: Vec::new(),
+        disruptions: disruptions_out(status),
         now: now_events.iter().filter(|e| !invalid_spec(e)).map(|e| event_out(e)).collect(),
         next: None,
         problem,
@@ -394,6 +409,15 @@ fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) ->
         node_check_out(&mut out, status, at_now, now);
     }
     out
+}
+
+/// `status.disruptions`.
+fn disruptions_out(status: &Value) -> Vec<DisruptionOut> {
+    let list = status.get("disruptions").and_then(Value::as_array);
+    list.into_iter()
+        .flatten()
+        .map(|d| DisruptionOut { signal: d["signal"].as_str().unwrap_or("").to_string(), targets: int(d, "targets") })
+        .collect()
 }
 
 /// The integer `status.<k>` (0 when absent).
@@ -634,6 +658,14 @@ pub fn text(report: &CheckReport) -> String {
         if let Some(ra) = &c.remediation_allowed {
             let detail = if ra.message.is_empty() { String::new() } else { format!(": {}", ra.message) };
             out.push_str(&format!("  RemediationAllowed={} {}{detail}\n", ra.status, ra.reason));
+        }
+        if !c.disruptions.is_empty() {
+            let total: i64 = c.disruptions.iter().map(|d| d.targets).sum();
+            let each: Vec<String> = c.disruptions.iter().map(|d| format!("{} {}", d.signal, d.targets)).collect();
+            out.push_str(&format!(
+                "  taken down on purpose: {total} ({}), counted in the budget (voluntaryDisruptions: Count)\n",
+                each.join(", ")
+            ));
         }
         if let Some(p) = c.remediation_postponed.as_ref().filter(|p| p.status == "True") {
             let what = match p.reason.as_str() {

@@ -227,6 +227,24 @@ async fn check_says_what_vigil_would_do_with_get_list_only_and_exits_2() -> Resu
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains(r#"spec.maxUnhealthy: invalid value "140%""#), "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
+
+    // Karpenter takes w-1 down on purpose: a check counting voluntary disruptions sees three of
+    // three out of a budget of 2 and requests nothing; the same check ignoring them remediates w-3.
+    env.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w-1", "labels": {"zone": "b"}},
+        "spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}}))
+        .await?;
+    for (name, disruptions, code) in [("shared", "Count", 0), ("own", "Ignore", 2)] {
+        let mut candidate = mhc(name, "5m");
+        candidate["spec"]["maxUnhealthy"] = json!(2);
+        candidate["spec"]["voluntaryDisruptions"] = json!(disruptions);
+        let file = write(&dir, &format!("{name}.yaml"), &serde_json::to_string(&candidate)?)?;
+        let out = vigil(&["check", "--kubeconfig", kubeconfig, "--policy", file.to_str().context("utf-8")?, name]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(code), "{disruptions}: {stdout}\n{stderr}");
+        let said = stdout.contains("taken down on purpose: 1 (Karpenter 1), counted in the budget");
+        assert_eq!(said, disruptions == "Count", "{stdout}");
+        assert_eq!(stdout.contains("RemediationRequested default/w-3"), disruptions == "Ignore", "{stdout}");
+    }
     Ok(())
 }
 
