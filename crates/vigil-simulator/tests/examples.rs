@@ -618,3 +618,27 @@ fn max_in_flight_replaces_a_wave_two_at_a_time_longest_unhealthy_first() {
     );
     snapshot("max-in-flight", &r);
 }
+
+#[test]
+fn a_scale_down_and_a_failure_share_one_budget() {
+    let r = run("shared-disruption-budget");
+    // w-1 fails at 2m while the autoscaler removes w-5 and w-6: three out, over maxUnhealthy 2.
+    let blocked = events(&r, "RemediationRestricted");
+    assert_eq!(blocked.iter().map(|e| e.t).collect::<Vec<_>>(), [120.0]);
+    let message = blocked[0].details["message"].as_str().unwrap_or("");
+    assert!(message.contains("2 taken down on purpose (ClusterAutoscaler 2)"), "{message}");
+    // Unhealthy at 7m, rebooted only when the autoscaler has deleted w-6 at 10m.
+    assert_eq!(events(&r, "DetectedUnhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(), [(420.0, Some("w-1"))]);
+    assert_eq!(events(&r, "RemediationCreated").iter().map(|e| at(e)).collect::<Vec<_>>(), [(600.0, Some("w-1"))]);
+    let s = status(&r, "NodeHealthCheck/workers");
+    assert_eq!((s["observedNodes"].as_i64(), s["healthyNodes"].as_i64()), (Some(4), Some(4)));
+    assert!(s.get("disruptions").is_none(), "nothing is taken down at the end: {s}");
+    snapshot("shared-disruption-budget", &r);
+}
+
+#[test]
+fn without_the_shared_budget_the_same_failure_is_remediated_during_the_scale_down() {
+    let text = text("shared-disruption-budget").replace("      voluntaryDisruptions: Count\n", "");
+    let r = run_text(&text);
+    assert_eq!(events(&r, "RemediationCreated").iter().map(|e| at(e)).collect::<Vec<_>>(), [(420.0, Some("w-1"))]);
+}
