@@ -642,3 +642,24 @@ fn without_the_shared_budget_the_same_failure_is_remediated_during_the_scale_dow
     let r = run_text(&text);
     assert_eq!(events(&r, "RemediationCreated").iter().map(|e| at(e)).collect::<Vec<_>>(), [(420.0, Some("w-1"))]);
 }
+
+#[test]
+fn a_machine_is_replaced_only_once_the_scale_down_is_done() {
+    let r = run("scale-down-and-repair");
+    let blocked = events(&r, "RemediationRestricted");
+    assert_eq!(blocked.iter().map(|e| e.t).collect::<Vec<_>>(), [120.0]);
+    let message = blocked[0].details["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("(total: 5, unhealthy: 2, maxUnhealthy: 1; 1 taken down on purpose (ClusterAutoscaler 1))"),
+        "{message}"
+    );
+    assert_eq!(
+        events(&r, "MachineMarkedUnhealthy").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(420.0, Some("default/workers-b"))]
+    );
+    assert_eq!(
+        events(&r, "RemediationRequested").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(720.0, Some("default/workers-b"))]
+    );
+    snapshot("scale-down-and-repair", &r);
+}
