@@ -9,7 +9,6 @@ mod support;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::*;
-use vigil_api::MachineHealthCheckStatus;
 use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::views::{MaintenanceView, NodeView, TemplateView};
@@ -277,20 +276,12 @@ fn machines(w: MhcWorld, second: NodeBuilder) -> MhcWorld {
         .machine_with_node(machine("m4"), "True", t0())
 }
 
-fn asked(plan: &Plan<MachineHealthCheckStatus>) -> Vec<String> {
-    machine_writes(plan)
-        .into_iter()
-        .filter(|(_, cs)| cs.iter().any(|(t, s, _)| t == "OwnerRemediated" && s == "False"))
-        .map(|(m, _)| m)
-        .collect()
-}
-
 #[test]
 fn a_machine_health_check_counts_machines_taken_down_on_purpose_only_when_asked() {
     let karpenter = node("m2").ready("True", t0()).taint(KARPENTER);
     let ignore = machines(MhcWorld::new().spec("maxUnhealthy", json!(1)), karpenter.clone());
     let plan = ignore.decide(at(301));
-    assert_eq!(asked(&plan), ["m1"]);
+    assert_eq!(owner_asked(&plan), ["m1"]);
     assert!(plan.status.features.disruptions.is_empty());
 
     let count = machines(
@@ -298,7 +289,7 @@ fn a_machine_health_check_counts_machines_taken_down_on_purpose_only_when_asked(
         karpenter.clone(),
     );
     let plan = count.decide(at(301));
-    assert_eq!(asked(&plan), Vec::<String>::new(), "m1 and m2 are two, over maxUnhealthy 1");
+    assert_eq!(owner_asked(&plan), Vec::<String>::new(), "m1 and m2 are two, over maxUnhealthy 1");
     assert_eq!(counted(&plan.status.features.disruptions), ["Karpenter 1"]);
     assert_eq!(plan.status.current_healthy, 3, "currentHealthy is health alone");
     assert_eq!(plan.status.remediations_allowed, 0);
@@ -315,7 +306,7 @@ fn a_machine_health_check_counts_machines_taken_down_on_purpose_only_when_asked(
         MhcWorld::new().spec("maxUnhealthy", json!(2)).spec("voluntaryDisruptions", json!("Count")),
         karpenter,
     );
-    assert_eq!(asked(&roomy.decide(at(301))), ["m1"]);
+    assert_eq!(owner_asked(&roomy.decide(at(301))), ["m1"]);
 }
 
 #[test]
@@ -327,13 +318,13 @@ fn a_machine_being_deleted_is_out_of_the_budget_either_way_and_counted_when_aske
     };
     let ignore = deleting(MhcWorld::new().spec("maxUnhealthy", json!(1)));
     assert_eq!(
-        asked(&ignore.decide(at(301))),
+        owner_asked(&ignore.decide(at(301))),
         Vec::<String>::new(),
         "as Cluster API: a deleting Machine is not healthy"
     );
     let count = deleting(MhcWorld::new().spec("maxUnhealthy", json!(2)).spec("voluntaryDisruptions", json!("Count")));
     let plan = count.decide(at(301));
-    assert_eq!(asked(&plan), ["m1"]);
+    assert_eq!(owner_asked(&plan), ["m1"]);
     assert_eq!(counted(&plan.status.features.disruptions), ["Deleting 1"]);
 }
 
@@ -347,9 +338,9 @@ fn a_machine_whose_node_is_removed_holds_a_remediation_slot() {
         }
         machines(w, removed.clone())
     };
-    assert_eq!(asked(&w(false).decide(at(301))), ["m1"]);
+    assert_eq!(owner_asked(&w(false).decide(at(301))), ["m1"]);
     let plan = w(true).decide(at(301));
-    assert_eq!(asked(&plan), Vec::<String>::new(), "m2's Node holds the only slot");
+    assert_eq!(owner_asked(&plan), Vec::<String>::new(), "m2's Node holds the only slot");
     assert_eq!(plan.status.features.queued.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), ["m1"]);
 }
 
@@ -371,6 +362,32 @@ fn with_signal(b: NodeBuilder, signal: u8) -> NodeBuilder {
         4 => b.deleting(),
         _ => b,
     }
+}
+
+/// The property, given what the targets carry, how many started and the status' counts: when
+/// anything starts, the targets not healthy plus the healthy ones taken down on purpose are within
+/// `maxUnhealthy`, and what starts plus those are within `maxInFlight`; the status counts exactly
+/// the targets taken down on purpose.
+fn within_budget(
+    targets: &[(bool, u8)],
+    started: usize,
+    counted: &[vigil_api::shared::DisruptionCount],
+    (max_unhealthy, max_in_flight): (u32, Option<u32>),
+) -> Result<(), TestCaseError> {
+    let sick = targets.iter().filter(|(s, _)| *s).count();
+    let disrupted = targets.iter().filter(|(s, signal)| !*s && *signal != 0).count();
+    if started > 0 {
+        prop_assert!(
+            sick + disrupted <= max_unhealthy as usize,
+            "{sick} sick + {disrupted} disrupted > {max_unhealthy}"
+        );
+        if let Some(m) = max_in_flight {
+            prop_assert!(started + disrupted <= m as usize, "{started} started + {disrupted} disrupted > {m}");
+        }
+    }
+    let total: i32 = counted.iter().map(|d| d.targets).sum();
+    prop_assert_eq!(total as usize, disrupted);
+    Ok(())
 }
 
 proptest! {
@@ -396,17 +413,7 @@ proptest! {
             .map(|(i, (sick, signal))| with_signal(n(&format!("n{i:02}"), *sick), *signal).build())
             .collect();
         let plan = decide_nhc(&spec, &nodes, &[]);
-        let sick = targets.iter().filter(|(s, _)| *s).count();
-        let disrupted = targets.iter().filter(|(s, signal)| !*s && *signal != 0).count();
-        let started = created_names(&plan).len();
-        if started > 0 {
-            prop_assert!(sick + disrupted <= max_unhealthy as usize, "{sick} sick + {disrupted} disrupted > {max_unhealthy}");
-            if let Some(m) = max_in_flight {
-                prop_assert!(started + disrupted <= m as usize, "{started} started + {disrupted} disrupted > {m}");
-            }
-        }
-        let total: i32 = plan.status.features.disruptions.iter().map(|d| d.targets).sum();
-        prop_assert_eq!(total as usize, disrupted);
+        within_budget(&targets, created_names(&plan).len(), &plan.status.features.disruptions, (max_unhealthy, max_in_flight))?;
         prop_assert_eq!(format!("{:?}", decide_nhc(&spec, &nodes, &[])), format!("{plan:?}"));
     }
 
@@ -431,17 +438,7 @@ proptest! {
             }
         }
         let plan = w.decide(at(301));
-        let sick = targets.iter().filter(|(s, _)| *s).count();
-        let disrupted = targets.iter().filter(|(s, signal)| !*s && *signal != 0).count();
-        let started = asked(&plan).len();
-        if started > 0 {
-            prop_assert!(sick + disrupted <= max_unhealthy as usize, "{sick} sick + {disrupted} disrupted > {max_unhealthy}");
-            if let Some(m) = max_in_flight {
-                prop_assert!(started + disrupted <= m as usize, "{started} started + {disrupted} disrupted > {m}");
-            }
-        }
-        let total: i32 = plan.status.features.disruptions.iter().map(|d| d.targets).sum();
-        prop_assert_eq!(total as usize, disrupted);
+        within_budget(&targets, owner_asked(&plan).len(), &plan.status.features.disruptions, (max_unhealthy, max_in_flight))?;
         prop_assert_eq!(format!("{:?}", w.decide(at(301))), format!("{plan:?}"));
     }
 }

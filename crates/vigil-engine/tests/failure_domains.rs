@@ -360,15 +360,6 @@ fn machine_in(w: MhcWorld, name: &str, fd: &str, zone: &str, sick: bool) -> MhcW
     w
 }
 
-/// Machines asked to be remediated by their owner (`OwnerRemediated=False`).
-fn owner_asked(plan: &Plan<vigil_api::MachineHealthCheckStatus>) -> Vec<String> {
-    machine_writes(plan)
-        .into_iter()
-        .filter(|(_, cs)| cs.iter().any(|(t, s, _)| t == "OwnerRemediated" && s == "False"))
-        .map(|(m, _)| m)
-        .collect()
-}
-
 #[test]
 fn machine_health_check_budgets_domains_by_spec_failure_domain_or_node_label() {
     struct Row {

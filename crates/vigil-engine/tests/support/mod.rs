@@ -851,6 +851,15 @@ impl Default for MhcWorld {
 // Reading plans
 // ----------------------------------------------------------------------------------------------
 
+/// Machines asked to be remediated by their owner (`OwnerRemediated=False`), by name.
+pub fn owner_asked<S>(plan: &Plan<S>) -> Vec<String> {
+    machine_writes(plan)
+        .into_iter()
+        .filter(|(_, cs)| cs.iter().any(|(t, s, _)| t == "OwnerRemediated" && s == "False"))
+        .map(|(m, _)| m)
+        .collect()
+}
+
 /// Conditions written per Machine name, as `(type, status, reason)`, sorted.
 pub fn machine_writes<S>(plan: &Plan<S>) -> BTreeMap<String, Vec<(String, String, String)>> {
     let mut out: BTreeMap<String, Vec<(String, String, String)>> = BTreeMap::new();
