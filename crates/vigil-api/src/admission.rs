@@ -50,6 +50,16 @@ pub const DUPLICATE_REASON: &str = "must be unique: the same reason is listed tw
 /// Why a rule may not set both its own `remediationTemplate` and `escalatingRemediations`.
 pub const RULE_REMEDIATION_BOTH: &str =
     "only one of remediationTemplate and escalatingRemediations may be set on a rule (neither: the check's own)";
+/// Fewest `flapping.episodes`: one episode is an ordinary incident, not a flap.
+pub const MIN_FLAPPING_EPISODES: i32 = 2;
+/// Most `flapping.episodes`: the status keeps that many episodes per target.
+pub const MAX_FLAPPING_EPISODES: i32 = 20;
+/// Why a `flapping.episodes` out of bounds is refused.
+pub const FLAPPING_EPISODES_MESSAGE: &str = "must be at least 2 and at most 20";
+/// Why a `flapping.window` out of bounds is refused.
+pub const FLAPPING_WINDOW_BOUNDS: &str = "must be at least 1m and at most 24h";
+/// Why a `flapping.window` shorter than a rule's duration is refused (the longest is named).
+pub const FLAPPING_WINDOW_SHORT: &str = "must not be shorter than the longest rule duration";
 /// Why a `voluntaryDisruptions` value is refused.
 pub const VOLUNTARY_DISRUPTIONS_MESSAGE: &str = "must be one of Ignore, Count";
 /// Why a `maxInFlight` of `0` or `0%` is refused.

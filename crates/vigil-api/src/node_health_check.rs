@@ -95,6 +95,12 @@ pub struct NodeHealthCheckSpec {
     #[schemars(transform = crate::schema::voluntary_disruptions)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub voluntary_disruptions: Option<String>,
+    /// Flapping targets: a Node whose rules match and clear again `episodes` times within
+    /// `window` counts as unhealthy (reason `Flapping`), though no episode lasted a rule's
+    /// `duration`. Off when absent, as upstream.
+    #[schemars(transform = crate::schema::flapping)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flapping: Option<crate::shared::Flapping>,
     /// Planned maintenance: a Node under maintenance (a `NodeMaintenance` names it, or it is
     /// cordoned by a drain that says so: the node maintenance operator's `medik8s.io/drain`
     /// taint, kured's `weave.works/kured-reboot-in-progress` annotation) is not remediated while

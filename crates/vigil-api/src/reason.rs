@@ -76,6 +76,8 @@ reasons! {
     /// The check was resumed.
     Resumed = "Resumed",
     // NodeHealthCheck.
+    /// A Node matched its rules and cleared again `flapping.episodes` times within the window.
+    Flapping = "Flapping",
     /// The NodeHealthCheck's short-circuit tripped: fewer healthy Nodes than `minHealthy`.
     TooFewHealthy = "TooFewHealthy",
     /// The NodeHealthCheck waits for its storm cool-down to pass.

@@ -23,6 +23,10 @@ use crate::admission::{
     NHC_POOL_LABEL_MESSAGE, REASON_MAX_LENGTH, REASONS_MAX_ITEMS, RESERVED_MACHINE_CONDITIONS, RULE_REMEDIATION_BOTH,
     VOLUNTARY_DISRUPTIONS_MESSAGE,
 };
+use crate::admission::{
+    FLAPPING_EPISODES_MESSAGE, FLAPPING_WINDOW_BOUNDS, FLAPPING_WINDOW_SHORT, MAX_FLAPPING_EPISODES,
+    MIN_FLAPPING_EPISODES,
+};
 use crate::selector::{LABEL_KEY_RULE, LABEL_VALUE_RULE};
 use crate::well_known::{CLUSTER_NAME_LABEL, MACHINE_FAILURE_DOMAIN_KEY};
 use serde_json::{Map, Value, json};
@@ -240,6 +244,27 @@ pub(crate) fn voluntary_disruptions(schema: &mut Schema) {
     let s = object(schema);
     s.insert("maxLength".into(), ENUM_MAX_LENGTH.into());
     push_rules(s, [Rule::new("self in ['Ignore', 'Count']", VOLUNTARY_DISRUPTIONS_MESSAGE)]);
+}
+
+/// `flapping`: `episodes` from 2 to 20.
+pub(crate) fn flapping(schema: &mut Schema) {
+    push_rules(
+        object(schema),
+        [Rule::new(
+            &format!("self.episodes >= {MIN_FLAPPING_EPISODES} && self.episodes <= {MAX_FLAPPING_EPISODES}"),
+            FLAPPING_EPISODES_MESSAGE,
+        )
+        .at(".episodes")],
+    );
+}
+
+/// `flapping.window`: a Go duration from 1m to 24h (not shorter than the longest rule duration:
+/// [`nhc_spec`]).
+pub(crate) fn flapping_window(schema: &mut Schema) {
+    go_duration(schema);
+    let rule =
+        format!("!{0} || (duration(self) >= duration('1m') && duration(self) <= duration('24h'))", is_duration());
+    push_rules(object(schema), [Rule::new(&rule, FLAPPING_WINDOW_BOUNDS)]);
 }
 
 /// `failureDomains.key`: a label key (on a MachineHealthCheck `spec.failureDomain` also passes:
@@ -601,6 +626,16 @@ pub(crate) fn nhc_spec(schema: &mut Schema) {
     push_rules(
         object(schema),
         [
+            Rule::new(
+                &format!(
+                    "!has(self.flapping) || !self.flapping.window.matches('{P}') || \
+                     !has(self.unhealthyConditions) || self.unhealthyConditions.all(r, \
+                     !r.duration.matches('{P}') || duration(r.duration) <= duration(self.flapping.window))",
+                    P = GO_DURATION_PATTERN
+                ),
+                &format!("window {FLAPPING_WINDOW_SHORT}"),
+            )
+            .at(".flapping"),
             Rule::new(
                 "!has(self.minHealthy) || !has(self.maxUnhealthy)",
                 "only one of minHealthy and maxUnhealthy may be set",

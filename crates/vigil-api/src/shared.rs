@@ -160,6 +160,46 @@ pub struct FeatureStatus {
     /// of the budget (a target counts once, under its first signal), by signal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disruptions: Vec<DisruptionCount>,
+    /// With `spec.flapping`: each target's episodes on Vigil's own clock, by name (at most 1000
+    /// targets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flapping: Vec<FlappingTarget>,
+}
+
+/// `spec.flapping`: a target whose conditions match and clear again `episodes` times within
+/// `window` counts as unhealthy, however short each episode was.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Flapping {
+    /// How many episodes within `window` make a target flapping (2 to 20).
+    pub episodes: i32,
+    /// How far back episodes count, a Go duration from 1m to 24h, not shorter than the longest
+    /// rule `duration`.
+    #[schemars(transform = crate::schema::flapping_window)]
+    pub window: String,
+}
+
+/// One target's episodes on Vigil's own clock (`status.flapping`), so a restart or another
+/// replica counts the same flaps.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlappingTarget {
+    /// The target: a Node name.
+    pub name: String,
+    /// Its episodes, oldest first: those that ended within the window and the open one.
+    pub episodes: Vec<FlapEpisode>,
+}
+
+/// One episode: from when Vigil first saw a rule match the target to when it first saw none
+/// match (absent while it goes on).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlapEpisode {
+    /// When Vigil first saw a rule match.
+    pub start: Time,
+    /// When Vigil first saw no rule match again; absent while the episode goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<Time>,
 }
 
 /// How many of a check's targets one voluntary-disruption signal took out of the budget, so an

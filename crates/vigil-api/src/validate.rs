@@ -329,6 +329,15 @@ impl NhcApi {
     }
 }
 
+/// A validated `spec.flapping`: so many episodes within the window make a target unhealthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlappingPolicy {
+    /// Episodes within `window` that make a target flapping (2 to 20).
+    pub episodes: usize,
+    /// How far back episodes count (1m to 24h, not shorter than the longest rule duration).
+    pub window: SignedDuration,
+}
+
 /// A validated NodeHealthCheck spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NhcPolicy {
@@ -362,6 +371,8 @@ pub struct NhcPolicy {
     /// Whether Nodes taken down on purpose count as unavailable in every budget
     /// (`voluntaryDisruptions: Count`).
     pub count_disruptions: bool,
+    /// Flapping targets (`spec.flapping`), when asked for.
+    pub flapping: Option<FlappingPolicy>,
     /// Planned maintenance: the grace after a Node's maintenance ends; `None` when the check
     /// does not leave Nodes under maintenance alone (`plannedMaintenance.enabled: false`).
     pub maintenance_grace: Option<SignedDuration>,
@@ -1220,6 +1231,41 @@ fn recovery_delays(c: &mut Collector, spec: &NodeHealthCheckSpec) -> (Option<Hea
     (healthy_delay, storm_cooldown)
 }
 
+/// `spec.flapping`: `episodes` from 2 to 20, `window` from 1m to 24h and not shorter than the
+/// longest rule duration (`longest`, when a rule was read). `Some(None)` when off, `None` when
+/// refused.
+fn flapping(
+    c: &mut Collector,
+    spec: &NodeHealthCheckSpec,
+    longest: Option<SignedDuration>,
+) -> Option<Option<FlappingPolicy>> {
+    let Some(f) = spec.flapping.as_ref() else {
+        return Some(None);
+    };
+    let episodes = if (MIN_FLAPPING_EPISODES..=MAX_FLAPPING_EPISODES).contains(&f.episodes) {
+        usize::try_from(f.episodes).ok()
+    } else {
+        c.push("spec.flapping.episodes", f.episodes.to_string(), FLAPPING_EPISODES_MESSAGE);
+        None
+    };
+    let window = match c.duration("spec.flapping.window", &f.window) {
+        Some(w) if w < SignedDuration::from_mins(1) || w > SignedDuration::from_hours(24) => {
+            c.push("spec.flapping.window", &f.window, FLAPPING_WINDOW_BOUNDS);
+            None
+        }
+        Some(w) => match longest.filter(|l| w < *l) {
+            Some(l) => {
+                let message = format!("{FLAPPING_WINDOW_SHORT} (the longest is {})", format_go_duration(l));
+                c.push("spec.flapping.window", &f.window, message);
+                None
+            }
+            None => Some(w),
+        },
+        None => None,
+    };
+    Some(Some(FlappingPolicy { episodes: episodes?, window: window? }))
+}
+
 /// `spec.plannedMaintenance`: on with [`DEFAULT_MAINTENANCE_GRACE`] unless `enabled: false`;
 /// `Some(None)` when off, `None` when the grace is invalid.
 fn maintenance_grace(c: &mut Collector, spec: &NodeHealthCheckSpec) -> Option<Option<SignedDuration>> {
@@ -1272,6 +1318,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     let (healthy_delay, storm_cooldown) = recovery_delays(&mut c, spec);
     let maintenance_grace = maintenance_grace(&mut c, spec);
     let features = features(&mut c, Kind::Node, spec.features());
+    let flapping = flapping(&mut c, spec, conditions.iter().map(|r| r.timeout).max());
 
     let policy = (|| {
         let Features { dry_run, backoff, failure_domains, max_in_flight, count_disruptions } = features?;
@@ -1290,6 +1337,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             failure_domains,
             max_in_flight,
             count_disruptions,
+            flapping: flapping?,
             maintenance_grace: maintenance_grace?,
         })
     })();

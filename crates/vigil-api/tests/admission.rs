@@ -227,6 +227,34 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
             "must be one of Ignore, Count",
         ),
         (nhc(json!({"voluntaryDisruptions": "count"})), "spec.voluntaryDisruptions", "must be one of Ignore, Count"),
+        (
+            nhc(json!({"flapping": {"episodes": 1, "window": "1h"}})),
+            "spec.flapping.episodes",
+            "at least 2 and at most 20",
+        ),
+        (
+            nhc(json!({"flapping": {"episodes": 21, "window": "1h"}})),
+            "spec.flapping.episodes",
+            "at least 2 and at most 20",
+        ),
+        (
+            nhc(json!({"flapping": {"episodes": 3, "window": "30s"}})),
+            "spec.flapping.window",
+            "at least 1m and at most 24h",
+        ),
+        (
+            nhc(json!({"flapping": {"episodes": 3, "window": "25h"}})),
+            "spec.flapping.window",
+            "at least 1m and at most 24h",
+        ),
+        (
+            nhc(json!({
+                "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "10m"}],
+                "flapping": {"episodes": 3, "window": "5m"},
+            })),
+            "spec.flapping",
+            "window must not be shorter than the longest rule duration",
+        ),
     ];
     let mut problems = Vec::new();
     for (manifest, field, words) in cases {
@@ -272,6 +300,12 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
         "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3RemediationTemplate", "name": "m3"}}]}),
     );
     good["metadata"]["name"] = json!("per-rule");
+    env.apply(good).await?;
+    let mut good = nhc(json!({
+        "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "5m"}],
+        "flapping": {"episodes": 3, "window": "1h"},
+    }));
+    good["metadata"]["name"] = json!("flapping");
     env.apply(good).await?;
     for (name, disruptions) in [("shared-budget", "Count"), ("own-budget", "Ignore")] {
         let mut good = mhc(json!({"voluntaryDisruptions": disruptions}));

@@ -1757,3 +1757,49 @@ fn a_rules_own_remediation_is_opt_in_and_validated_as_the_checks_own() {
     let err = manifest::health_check_from_value(&escalating).expect_err("unknown field");
     assert!(err.to_string().contains("spec.unhealthyConditions.0.escalatingRemediations: unknown field"), "{err}");
 }
+
+/// `spec.flapping` (NodeHealthCheck): off when absent (upstream manifests keep their meaning);
+/// `episodes` from 2 to 20, `window` a Go duration from 1m to 24h and not shorter than the
+/// longest rule duration; each refusal names the field and the value, and no policy comes of it.
+#[test]
+fn flapping_is_off_by_default_and_refused_naming_field_and_value() {
+    assert_eq!(nhc_policy(&base_nhc()).expect("valid").flapping, None, "upstream manifests keep their meaning");
+    let on = edit(base_nhc(), "/spec/flapping", Some(json!({"episodes": 3, "window": "1h"})));
+    let f = nhc_policy(&on).expect("valid").flapping.expect("on");
+    assert_eq!((f.episodes, f.window), (3, secs(3600)));
+    for (episodes, window) in [(2, "5m"), (20, "24h")] {
+        let ok = edit(base_nhc(), "/spec/flapping", Some(json!({"episodes": episodes, "window": window})));
+        assert!(nhc_policy(&ok).is_ok(), "{episodes} {window}");
+    }
+    let rows = [
+        (json!({"episodes": 1, "window": "1h"}), "spec.flapping.episodes", "1", "at least 2 and at most 20"),
+        (json!({"episodes": 21, "window": "1h"}), "spec.flapping.episodes", "21", "at least 2 and at most 20"),
+        (json!({"episodes": 3, "window": "soon"}), "spec.flapping.window", "soon", "duration"),
+        (json!({"episodes": 3, "window": "30s"}), "spec.flapping.window", "30s", "at least 1m and at most 24h"),
+        (json!({"episodes": 3, "window": "25h"}), "spec.flapping.window", "25h", "at least 1m and at most 24h"),
+        (
+            json!({"episodes": 3, "window": "4m"}),
+            "spec.flapping.window",
+            "4m",
+            "not be shorter than the longest rule duration (the longest is 5m0s)",
+        ),
+    ];
+    for (flapping, path, value, words) in rows {
+        let check = edit(base_nhc(), "/spec/flapping", Some(flapping.clone()));
+        let errors = errors_of(&check);
+        assert_eq!(errors.len(), 1, "{flapping}: one error: {errors:?}");
+        assert_eq!((errors[0].path.as_str(), errors[0].value.as_str()), (path, value), "{flapping}");
+        assert!(errors[0].message.contains(words), "{flapping}: {errors:?}");
+        assert!(errors[0].to_string().contains(&format!("{value:?}")), "the value is quoted: {}", errors[0]);
+    }
+    let long_rule = edits(
+        base_nhc(),
+        &[
+            ("/spec/unhealthyConditions", Some(json!([{"type": "Ready", "status": "False", "duration": "2h"}]))),
+            ("/spec/flapping", Some(json!({"episodes": 3, "window": "1h"}))),
+        ],
+    );
+    let errors = errors_of(&long_rule);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].message.contains("(the longest is 2h0m0s)"), "{errors:?}");
+}

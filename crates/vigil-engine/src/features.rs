@@ -1,5 +1,5 @@
 //! The status block of Vigil's own features (dry-run, back-off, failure domains, the stale-signal
-//! guard, pacing, remediation per condition, voluntary disruptions), built once for both kinds: each decision hands over what the features found
+//! guard, pacing, remediation per condition, voluntary disruptions, flapping), built once for both kinds: each decision hands over what the features found
 //! and gets
 //! the block its status carries (`vigil_api::shared::FeatureStatus`, flattened into
 //! both statuses). Dry-run's list is filled afterwards by [`crate::dry_run`], which needs the
@@ -8,7 +8,7 @@
 use crate::stale::Stale;
 use vigil_api::failure_domains::FailureDomainStatus;
 use vigil_api::shared::{
-    BackedOffPool, ChosenRemediation, DisruptionCount, FeatureStatus, QueuedTarget, RemediationRecord,
+    BackedOffPool, ChosenRemediation, DisruptionCount, FeatureStatus, FlappingTarget, QueuedTarget, RemediationRecord,
 };
 
 /// What the features found in one decision.
@@ -26,6 +26,8 @@ pub(crate) struct Found<'a> {
     pub(crate) queue: (Vec<QueuedTarget>, i32),
     /// With `voluntaryDisruptions: Count`: the targets each signal took out of the budget.
     pub(crate) disruptions: Vec<DisruptionCount>,
+    /// With `spec.flapping`: each target's episodes ([`crate::flapping`]).
+    pub(crate) flapping: Vec<FlappingTarget>,
 }
 
 /// The feature block of a status.
@@ -43,5 +45,6 @@ pub(crate) fn status(found: Found<'_>) -> FeatureStatus {
         queued,
         queued_count,
         disruptions: found.disruptions,
+        flapping: found.flapping,
     }
 }

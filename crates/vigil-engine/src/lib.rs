@@ -16,6 +16,7 @@ pub mod domains;
 pub mod dry_run;
 pub mod expiry;
 pub(crate) mod features;
+pub mod flapping;
 pub mod holders;
 pub mod lookup;
 pub mod machine;

@@ -293,12 +293,14 @@ pub enum NoticeKind {
     RemediationPostponed,
     /// New remediations may start again after an upgrade or a Node's maintenance.
     RemediationResumed,
+    /// A target was found unhealthy for flapping (see [`crate::flapping`]).
+    Flapping,
 }
 
 impl NoticeKind {
     /// Every kind, for tests that must cover them all (a new kind fails to compile in
     /// [`NoticeKind::event_reason`] until it has a reason, and in this module's test of the list).
-    pub const ALL: [NoticeKind; 27] = [
+    pub const ALL: [NoticeKind; 28] = [
         NoticeKind::Unhealthy,
         NoticeKind::RemediationRequested,
         NoticeKind::RemediationCreated,
@@ -326,6 +328,7 @@ impl NoticeKind {
         NoticeKind::RemediationDequeued,
         NoticeKind::RemediationPostponed,
         NoticeKind::RemediationResumed,
+        NoticeKind::Flapping,
     ];
 
     /// The reason an operator reads, in the controller's Events and in the simulator's output
@@ -364,6 +367,7 @@ impl NoticeKind {
             // medik8s tells an upgrade's postponement as a skipped remediation.
             NoticeKind::RemediationPostponed => "RemediationSkipped",
             NoticeKind::RemediationResumed => "RemediationResumed",
+            NoticeKind::Flapping => "Flapping",
         }
     }
 
@@ -372,6 +376,7 @@ impl NoticeKind {
         matches!(
             self,
             NoticeKind::Unhealthy
+                | NoticeKind::Flapping
                 | NoticeKind::NoTemplateLeft
                 | NoticeKind::RemediationSkipped
                 | NoticeKind::RemediationBlocked
@@ -560,7 +565,8 @@ mod tests {
             | NoticeKind::RemediationQueued
             | NoticeKind::RemediationDequeued
             | NoticeKind::RemediationPostponed
-            | NoticeKind::RemediationResumed => NoticeKind::ALL.contains(&kind),
+            | NoticeKind::RemediationResumed
+            | NoticeKind::Flapping => NoticeKind::ALL.contains(&kind),
         }
     }
 

@@ -59,6 +59,7 @@ pub fn empty_nhc_spec() -> NodeHealthCheckSpec {
         failure_domains: None,
         max_in_flight: None,
         voluntary_disruptions: None,
+        flapping: None,
         planned_maintenance: None,
     }
 }

@@ -532,8 +532,14 @@ fn unhealthy_node_out(
         }
         _ => None,
     };
+    let flaps = flaps_of(status, &node_name, policy, now).filter(|_| because.is_none());
     let (reason, message, since) = match (&node, because) {
         (None, _) => ("NodeDeleted".to_string(), format!("Node {node_name} no longer exists"), None),
+        (Some(_), None) if let Some((count, window)) = flaps => (
+            vigil_api::reason::Reason::Flapping.as_str().to_string(),
+            format!("{count} episodes within {window}: a rule matched and cleared again each time"),
+            None,
+        ),
         (Some(_), Some((rule, since))) => (
             "UnhealthyNode".to_string(),
             format!("{} for more than {}", rule.describe(), vigil_api::duration::format_go_duration(rule.timeout)),
@@ -557,6 +563,16 @@ fn unhealthy_node_out(
             .get("waiting")
             .map(|w| format!("{}: {}", w["reason"].as_str().unwrap_or(""), w["message"].as_str().unwrap_or(""))),
     }
+}
+
+/// A flapping Node's episodes within the window and the window (`status.flapping`, counted as
+/// the engine counts them), when it has at least `flapping.episodes` of them.
+fn flaps_of(status: &Value, name: &str, policy: Option<&NhcPolicy>, now: Timestamp) -> Option<(usize, String)> {
+    let f = policy?.flapping?;
+    let record: Vec<vigil_api::shared::FlappingTarget> =
+        serde_json::from_value(status.get("flapping")?.clone()).ok()?;
+    let count = vigil_engine::flapping::flapping(&record, name, f, now)?;
+    Some((count, vigil_api::duration::format_go_duration(f.window)))
 }
 
 /// An unhealthy Node's remediation objects, for a person: `Kind namespace/name since T`.

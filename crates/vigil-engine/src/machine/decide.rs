@@ -110,7 +110,9 @@ pub fn decide_among_peers(
     let Written { held_elsewhere, backoff, queue, chosen } = writer.report(&mut b);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
     let disruptions = judged.disrupted.status();
-    b.status.features = features::status(Found { backoff, failure_domains, stale: &stale, chosen, queue, disruptions });
+    let flapping = Vec::new();
+    b.status.features =
+        features::status(Found { backoff, failure_domains, stale: &stale, chosen, queue, disruptions, flapping });
     let mut plan = b.finish();
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;

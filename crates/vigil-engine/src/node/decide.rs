@@ -4,7 +4,7 @@
 use super::budget::budget;
 use super::gates::Gates;
 use super::input::NhcInput;
-use super::judge::{Finding, Scan, judge_nodes};
+use super::judge::{Finding, Scan, flaps, judge_nodes};
 use super::objects::own_objects;
 use super::remediate::{Pass, Setting, busy_control_planes, pacing};
 use super::status::{Outcome, allowance_notice, build_status};
@@ -19,6 +19,7 @@ use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition};
 use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
+use vigil_api::shared::FlappingTarget;
 use vigil_api::threshold::Rounding;
 use vigil_api::validate::NhcPolicy;
 use vigil_api::well_known::REMEDIATION_POSTPONED;
@@ -45,7 +46,8 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let prev = check.status.as_ref().unwrap_or(&default_status);
 
     let owned = own_objects(input, check_name, check_uid);
-    let (all, scan) = judge_nodes(input, &owned, now);
+    let (all, mut scan) = judge_nodes(input, &owned, now);
+    let flapping = flaps(policy, &prev.features.flapping, &mut scan.subjects, now);
     let Scan { subjects, healthy_at, observed, healthy, taken, cp_names, stale, wake: scan_wake, tally, .. } = scan;
     let budgets = tally.zip(policy.failure_domains.as_ref()).map(|(t, fd)| t.judge(fd, Rounding::Up));
     let mut out = Outputs::default();
@@ -73,6 +75,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let mut pass = Pass::new((cx, out, features, overlap), setting, gates, cp_busy);
 
     let (entries, undecided) = pass.remediate(&subjects, &owned, &prev_entries, &all, &healthy_at, &pacing);
+    let flapping = unflapped(flapping, &entries);
     let (mut out, features, overlap) = pass.finish();
     out.tell_all(crate::stale::notices(
         &format!("NodeHealthCheck/{check_name}"),
@@ -99,6 +102,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
         pacing: pacer
             .report(&prev.features.queued, &prev.conditions, |name| (Target::local_node(name), format!("Node {name}"))),
         disruptions: taken.by_signal.status(),
+        flapping,
     };
     let status = build_status(input, prev, outcome, budgets.as_ref(), now, &mut out);
     let mut plan = out.plan(status);
@@ -107,6 +111,13 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let mut plan = if policy.dry_run { crate::dry_run::nhc(plan, check.status.as_ref(), now) } else { plan };
     plan.remediating = plan.status.unhealthy_nodes.iter().filter(|n| !n.remediations.is_empty()).count();
     plan
+}
+
+/// The flapping record without the Nodes being remediated: a remediation's start clears the
+/// episodes that led to it, so the recovered Node is not remediated again for the same flaps.
+fn unflapped(mut record: Vec<FlappingTarget>, entries: &[UnhealthyNode]) -> Vec<FlappingTarget> {
+    crate::flapping::clear(&mut record, |name| entries.iter().any(|e| e.name == name && !e.remediations.is_empty()));
+    record
 }
 
 /// The previous entries by name, walked alongside the subjects (Vigil writes them sorted).

@@ -11,6 +11,7 @@ use crate::plan::{ONE_NS, after};
 use crate::target::is_control_plane;
 use jiff::Timestamp;
 use std::ops::Range;
+use vigil_api::shared::FlappingTarget;
 use vigil_api::validate::{ConditionRule, DomainKey, NhcPolicy};
 use vigil_api::views::{MaintenanceView, NodeView};
 
@@ -118,6 +119,8 @@ pub(super) struct Subject<'a> {
     /// `Some` for a selected Node.
     pub(super) verdict: Option<Finding>,
     pub(super) objs: Range<usize>,
+    /// Unhealthy for flapping (`spec.flapping`): its episodes within the window.
+    pub(super) flaps: Option<usize>,
 }
 
 /// What pass 1 found.
@@ -212,10 +215,16 @@ pub(super) fn scan_nodes<'a>(
                 scan.healthy += 1;
                 scan.healthy_at[i] = true;
             } else {
-                scan.subjects.push(Subject { name, node: Some(node), verdict: Some(verdict), objs: start..b });
+                scan.subjects.push(Subject {
+                    name,
+                    node: Some(node),
+                    verdict: Some(verdict),
+                    objs: start..b,
+                    flaps: None,
+                });
             }
         } else if start < b {
-            scan.subjects.push(Subject { name, node: Some(node), verdict: None, objs: start..b });
+            scan.subjects.push(Subject { name, node: Some(node), verdict: None, objs: start..b, flaps: None });
         }
     }
     gone_before(owned, &mut b, None, &mut scan.subjects);
@@ -252,7 +261,7 @@ pub(super) fn gone_before<'a>(
         while *b < owned.len() && owned[*b].node == gone {
             *b += 1;
         }
-        subjects.push(Subject { name: gone, node: None, verdict: None, objs: start..*b });
+        subjects.push(Subject { name: gone, node: None, verdict: None, objs: start..*b, flaps: None });
     }
 }
 
@@ -275,6 +284,37 @@ pub(super) fn judge_nodes<'a>(
     copy.dedup_by(|a, b| a.name.as_str() == b.name.as_str());
     let scan = scan_nodes(&copy, owned, input.policy, maintained.as_ref(), now);
     (std::borrow::Cow::Owned(copy), scan)
+}
+
+/// Flapping (`spec.flapping`): advances the check's record of episodes by what the scan saw (a
+/// selected Node some rule matches, however briefly, is in an episode) and judges a Node that
+/// matches a rule not past its duration yet as unhealthy by that rule when at least
+/// `episodes` of its episodes started within the window. The record, empty when off.
+pub(super) fn flaps(
+    policy: &NhcPolicy,
+    prev: &[FlappingTarget],
+    subjects: &mut [Subject<'_>],
+    now: Timestamp,
+) -> Vec<FlappingTarget> {
+    let Some(f) = policy.flapping else {
+        return Vec::new();
+    };
+    let matching: Vec<&str> = subjects
+        .iter()
+        .filter(|s| s.node.is_some() && !matches!(s.verdict, None | Some(Finding::Clear)))
+        .map(|s| s.name)
+        .collect();
+    let record = crate::flapping::advance(prev, &matching, f, now);
+    for s in subjects.iter_mut().filter(|s| s.verdict == Some(Finding::Pending)) {
+        let Some(node) = s.node else { continue };
+        let Some(count) = crate::flapping::flapping(&record, s.name, f, now) else { continue };
+        let rule = policy.conditions.iter().position(|r| node.conditions.iter().any(|c| crate::stale::matches(c, r)));
+        if let Some(rule) = rule {
+            s.verdict = Some(Finding::Unhealthy(rule));
+            s.flaps = Some(count);
+        }
+    }
+    record
 }
 
 /// The Nodes a `NodeMaintenance` names, sorted (none when they cannot be read: a Node is then

@@ -55,6 +55,8 @@ pub(super) struct Outcome<'a> {
     pub(super) pacing: crate::pacing::PacingReport,
     /// With `voluntaryDisruptions: Count`: the Nodes each signal took out of the budget.
     pub(super) disruptions: Vec<vigil_api::shared::DisruptionCount>,
+    /// With `spec.flapping`: the Nodes' episodes.
+    pub(super) flapping: Vec<vigil_api::shared::FlappingTarget>,
 }
 
 /// `RemediationAllowed` / `RemediationBlocked` when the condition's status or reason changed (a
@@ -207,6 +209,7 @@ pub(super) fn build_status(
         chosen: outcome.chosen,
         queue,
         disruptions: std::mem::take(&mut outcome.disruptions),
+        flapping: std::mem::take(&mut outcome.flapping),
     });
     let mut status = NodeHealthCheckStatus {
         observed_nodes: count(outcome.observed),

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::duration::format_go_duration;
 use vigil_api::node_health_check::UnhealthyNode;
 use vigil_api::reason::Reason;
-use vigil_api::validate::ConditionRule;
+use vigil_api::validate::{ConditionRule, NhcPolicy};
 use vigil_api::views::NodeView;
 use vigil_api::well_known::EXCLUDE_FROM_REMEDIATION_LABEL;
 
@@ -122,7 +122,10 @@ impl<'a> Pass<'a> {
                 if prev_entry.is_none()
                     && let Some(r) = self.cx.policy.conditions.get(rule)
                 {
-                    self.out.tell(unhealthy_notice(node, r, s.name));
+                    self.out.tell(match s.flaps {
+                        Some(count) => flapping_notice(self.cx.policy, count, s.name),
+                        None => unhealthy_notice(node, r, s.name),
+                    });
                 }
                 let incident = self.incident(s.name, objs, rule);
                 chose = true;
@@ -208,6 +211,20 @@ fn unhealthy_notice(node: &NodeView, rule: &ConditionRule, name: &str) -> Notice
             "Node {name} has had condition {}{why} for more than {}",
             rule_text(rule),
             format_go_duration(rule.timeout)
+        ),
+    )
+}
+
+/// The `Flapping` notice of a Node newly found unhealthy for flapping: how many episodes within
+/// which window.
+fn flapping_notice(policy: &NhcPolicy, count: usize, name: &str) -> Notice {
+    let window = policy.flapping.map_or_else(String::new, |f| format_go_duration(f.window));
+    Notice::about_node(
+        NoticeKind::Flapping,
+        name,
+        Reason::Flapping,
+        format!(
+            "Node {name} is flapping: its conditions matched a rule and cleared again {count} times within {window}"
         ),
     )
 }
