@@ -47,7 +47,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
 
     let owned = own_objects(input, check_name, check_uid);
     let (all, mut scan) = judge_nodes(input, &owned, now);
-    let flapping = flaps(policy, &prev.features.flapping, &mut scan.subjects, now);
+    let flapping = flaps(policy, prev, &mut scan.subjects, now);
     let Scan { subjects, healthy_at, observed, healthy, taken, cp_names, stale, wake: scan_wake, tally, .. } = scan;
     let budgets = tally.zip(policy.failure_domains.as_ref()).map(|(t, fd)| t.judge(fd, Rounding::Up));
     let mut out = Outputs::default();

@@ -11,6 +11,7 @@ use crate::plan::{ONE_NS, after};
 use crate::target::is_control_plane;
 use jiff::Timestamp;
 use std::ops::Range;
+use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::shared::FlappingTarget;
 use vigil_api::validate::{ConditionRule, DomainKey, NhcPolicy};
 use vigil_api::views::{MaintenanceView, NodeView};
@@ -289,22 +290,26 @@ pub(super) fn judge_nodes<'a>(
 /// Flapping (`spec.flapping`): advances the check's record of episodes by what the scan saw (a
 /// selected Node some rule matches, however briefly, is in an episode) and judges a Node that
 /// matches a rule not past its duration yet as unhealthy by that rule when at least
-/// `episodes` of its episodes started within the window. The record, empty when off.
+/// `episodes` of its episodes started within the window. A Node the previous status lists with
+/// remediations is being remediated: no episode is counted for it until its remediation ends.
+/// The record, empty when off.
 pub(super) fn flaps(
     policy: &NhcPolicy,
-    prev: &[FlappingTarget],
+    prev: &NodeHealthCheckStatus,
     subjects: &mut [Subject<'_>],
     now: Timestamp,
 ) -> Vec<FlappingTarget> {
     let Some(f) = policy.flapping else {
         return Vec::new();
     };
+    let remediated = |name: &str| prev.unhealthy_nodes.iter().any(|e| e.name == name && !e.remediations.is_empty());
     let matching: Vec<&str> = subjects
         .iter()
         .filter(|s| s.node.is_some() && !matches!(s.verdict, None | Some(Finding::Clear)))
         .map(|s| s.name)
+        .filter(|name| !remediated(name))
         .collect();
-    let record = crate::flapping::advance(prev, &matching, f, now);
+    let record = crate::flapping::advance(&prev.features.flapping, &matching, f, now);
     for s in subjects.iter_mut().filter(|s| s.verdict == Some(Finding::Pending)) {
         let Some(node) = s.node else { continue };
         let Some(count) = crate::flapping::flapping(&record, s.name, f, now) else { continue };
