@@ -663,3 +663,33 @@ fn a_machine_is_replaced_only_once_the_scale_down_is_done() {
     );
     snapshot("scale-down-and-repair", &r);
 }
+
+#[test]
+fn a_node_that_flaps_three_times_within_the_hour_is_remediated_at_its_third_episode() {
+    let r = run("flapping-node");
+    // f-1 is NotReady 3m at a time, never its rule's 5m: only its third episode (21m) counts.
+    let flapping = events(&r, "Flapping");
+    assert_eq!(flapping.iter().map(|e| at(e)).collect::<Vec<_>>(), [(1260.0, Some("f-1"))]);
+    let message = flapping[0].details["message"].as_str().unwrap_or("");
+    assert!(message.contains("3 times within 1h0m0s"), "{message}");
+    // once, though f-1 flaps twice more after its remediation; f-2 flaps twice, never
+    assert_eq!(events(&r, "RemediationCreated").iter().map(|e| at(e)).collect::<Vec<_>>(), [(1260.0, Some("f-1"))]);
+    assert!(events(&r, "DetectedUnhealthy").is_empty(), "no episode lasted the rule's duration");
+    let s = status(&r, "NodeHealthCheck/workers");
+    let listed: Vec<(&str, usize)> = s["flapping"]
+        .as_array()
+        .map(|l| {
+            l.iter().map(|t| (t["name"].as_str().unwrap_or(""), t["episodes"].as_array().map_or(0, Vec::len))).collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(listed, [("f-1", 2), ("f-2", 2)], "the episodes since the remediation, and f-2's: {s}");
+    snapshot("flapping-node", &r);
+}
+
+#[test]
+fn without_flapping_the_same_flaps_are_never_remediated() {
+    let text = text("flapping-node").replace("      flapping: {episodes: 3, window: 1h}\n", "");
+    let r = run_text(&text);
+    assert!(events(&r, "RemediationCreated").is_empty());
+    assert!(status(&r, "NodeHealthCheck/workers").get("flapping").is_none());
+}
