@@ -140,6 +140,10 @@ pub struct CheckOut {
     /// budget (`status.disruptions`), by signal.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub disruptions: Vec<DisruptionOut>,
+    /// NodeHealthCheck with `spec.flapping`: each Node with episodes within the window
+    /// (`status.flapping`), by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flapping: Vec<FlappingOut>,
     /// What Vigil would do at this instant (empty when the cluster already shows its decision).
     pub now: Vec<EventOut>,
     /// The next change within the horizon if nothing else changes.
@@ -157,6 +161,16 @@ pub struct DisruptionOut {
     pub signal: String,
     /// How many targets.
     pub targets: i64,
+}
+
+/// A Node's episodes within the window of `spec.flapping`, so an operator sees a flapping Node
+/// before it is remediated.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FlappingOut {
+    /// The Node.
+    pub target: String,
+    /// Its episodes started within the window.
+    pub episodes: usize,
 }
 
 /// The whole answer.
@@ -326,6 +340,7 @@ fn unevaluated(label: String, problem: String) -> CheckOut {
         queued_count: 0,
         queued: Vec::new(),
         disruptions: Vec::new(),
+        flapping: Vec::new(),
         now: Vec::new(),
         next: None,
         problem: Some(problem),
@@ -397,6 +412,7 @@ fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) ->
         queued_count: int(status, "queuedCount"),
         queued: Vec::new(),
         disruptions: disruptions_out(status),
+        flapping: Vec::new(),
         now: now_events.iter().filter(|e| !invalid_spec(e)).map(|e| event_out(e)).collect(),
         next: None,
         problem,
@@ -499,6 +515,7 @@ fn node_check_out(out: &mut CheckOut, status: &Value, at_now: &Start<'_>, now: T
         .get(&check_key)
         .and_then(|v| serde_json::from_value::<NodeHealthCheck>(v.clone()).ok())
         .and_then(|c| validate::node_health_check(&c).ok());
+    out.flapping = flapping_out(status, policy.as_ref(), now);
     for entry in status.get("unhealthyNodes").and_then(Value::as_array).into_iter().flatten() {
         out.remediating |= entry
             .get("remediations")
@@ -563,6 +580,19 @@ fn unhealthy_node_out(
             .get("waiting")
             .map(|w| format!("{}: {}", w["reason"].as_str().unwrap_or(""), w["message"].as_str().unwrap_or(""))),
     }
+}
+
+/// `status.flapping`: each Node's episodes within the window at `now`, those with none left out.
+fn flapping_out(status: &Value, policy: Option<&NhcPolicy>, now: Timestamp) -> Vec<FlappingOut> {
+    let (Some(f), Some(list)) = (policy.and_then(|p| p.flapping), status.get("flapping")) else {
+        return Vec::new();
+    };
+    let record: Vec<vigil_api::shared::FlappingTarget> = serde_json::from_value(list.clone()).unwrap_or_default();
+    record
+        .iter()
+        .map(|t| FlappingOut { target: t.name.clone(), episodes: vigil_engine::flapping::within(t, f.window, now) })
+        .filter(|o| o.episodes > 0)
+        .collect()
 }
 
 /// A flapping Node's episodes within the window and the window (`status.flapping`, counted as
@@ -682,6 +712,10 @@ pub fn text(report: &CheckReport) -> String {
                 "  taken down on purpose: {total} ({}), counted in the budget (voluntaryDisruptions: Count)\n",
                 each.join(", ")
             ));
+        }
+        if !c.flapping.is_empty() {
+            let each: Vec<String> = c.flapping.iter().map(|f| format!("{} {}", f.target, f.episodes)).collect();
+            out.push_str(&format!("  flapping: episodes within the window: {}\n", each.join(", ")));
         }
         if let Some(p) = c.remediation_postponed.as_ref().filter(|p| p.status == "True") {
             let what = match p.reason.as_str() {
@@ -823,6 +857,36 @@ mod tests {
             out.contains("remediation: Replace ops/w-1 since"),
             "the rule's own remediation is what is created: {out}"
         );
+    }
+
+    /// `vigil check` shows how many episodes within the window each flapping Node has, from the
+    /// check's `status.flapping`, before it is remediated for them.
+    #[test]
+    fn check_shows_a_flapping_nodes_episodes() -> Result<()> {
+        let now: Timestamp = "2030-01-01T00:30:00Z".parse()?;
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w-1", "labels": {"role": "worker"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": "2030-01-01T00:14:00Z"}]}});
+        let template = json!({"apiVersion": "remediation.example.io/v1", "kind": "RebootTemplate", "metadata": {"name": "reboot", "namespace": "ops"},
+            "spec": {"template": {"spec": {}}}});
+        let episodes = json!([
+            {"start": "2029-12-31T23:00:00Z", "end": "2029-12-31T23:03:00Z"},
+            {"start": "2030-01-01T00:01:00Z", "end": "2030-01-01T00:04:00Z"},
+            {"start": "2030-01-01T00:11:00Z", "end": "2030-01-01T00:14:00Z"}]);
+        let check = json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers"},
+            "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1,
+                "remediationTemplate": {"apiVersion": "remediation.example.io/v1", "kind": "RebootTemplate", "name": "reboot", "namespace": "ops"},
+                "unhealthyConditions": [{"type": "Ready", "status": "False", "duration": "5m"}],
+                "flapping": {"episodes": 3, "window": "1h"}},
+            "status": {"flapping": [{"name": "w-1", "episodes": episodes}]}});
+        let mut fleet = crate::live::Fleet::of(vec![template, node]);
+        fleet.checks = vec![check];
+        let report = evaluate(fleet, Vec::new(), &[], now)?;
+        let c = &report.checks[0];
+        let flapping: Vec<(&str, usize)> = c.flapping.iter().map(|f| (f.target.as_str(), f.episodes)).collect();
+        assert_eq!(flapping, [("w-1", 2)], "the episode of 23:00 is out of the window");
+        let out = text(&report);
+        assert!(out.contains("  flapping: episodes within the window: w-1 2\n"), "{out}");
+        Ok(())
     }
 
     /// `vigil check` says who else holds a Node (its medik8s Lease, naming the holder) and that
