@@ -171,6 +171,19 @@ fn a_remediation_start_clears_the_episodes() {
     assert!(plan.status.features.flapping.iter().all(|t| t.name != "a"), "{:?}", plan.status.features.flapping);
 }
 
+#[test]
+fn no_episode_is_counted_while_the_node_is_being_remediated() {
+    let spec = spec(json!({}));
+    let timeline = every_ten(0, 3);
+    let before = run(&spec, &[("a", timeline.clone())], 19 * 60, 30);
+    let started = decide(&spec, Some(&before.status), &[node_at("a", &timeline, 20 * 60)], at(20 * 60));
+    assert_eq!(created_names(&started), ["a"]);
+    let status = serde_json::to_string(&started.status).expect("status");
+    // still NotReady half a minute later, its remediation listed: no new episode opens
+    let later = decide(&spec, Some(&status), &[node_at("a", &timeline, 20 * 60 + 30)], at(20 * 60 + 30));
+    assert!(later.status.features.flapping.is_empty(), "{:?}", later.status.features.flapping);
+}
+
 /// Starts of episodes such that no `n` of them start within an hour, each shorter than the
 /// rule's 5 minutes and than the gap to the next.
 fn sparse_timeline(n: usize) -> impl Strategy<Value = Timeline> {
