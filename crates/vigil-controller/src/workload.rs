@@ -211,6 +211,13 @@ fn mark_unreachable(ctx: &Context, cluster: &WorkloadCluster, why: &str) {
     }
 }
 
+/// Whether a self-hosted workload cluster's Nodes may be read from the management cluster's:
+/// `workload` reaches the cluster `management` does and its own credentials may list Nodes, so a
+/// tenant learns nothing its kubeconfig could not read.
+pub async fn shares_management_nodes(management: &Client, workload: &Client) -> bool {
+    same_cluster(management, workload).await && can_list_nodes(workload).await
+}
+
 /// Whether `client` (a workload cluster's own credentials) may list Nodes.
 async fn can_list_nodes(client: &Client) -> bool {
     let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());

@@ -148,8 +148,7 @@ fn pack(object: &Value) -> Result<Box<RawValue>, kube::Error> {
 /// Drops what the API server keeps for itself (managed fields, resource versions) and, for
 /// Nodes, everything of the status but the conditions (images, addresses, capacity): the
 /// rules read labels, annotations and conditions only, and a 10 000-Node snapshot stays small.
-/// A check keeps of a Node only what the rules read ([`vigil_api::node_view::retain_read`]): it
-/// holds each Node twice when a workload cluster hosts itself.
+/// A check keeps of a Node only what the rules read ([`vigil_api::node_view::retain_read`]).
 pub(crate) fn clean(mut v: Value, purpose: Purpose) -> Value {
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         for field in ["managedFields", "resourceVersion", "selfLink", "generation"] {
@@ -307,7 +306,7 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
                 false => Ok(Vec::new()),
             }
         },
-        async { Ok(read_workload(client, named.workload, purpose).await) },
+        async { Ok(read_workload(client, named.workload, purpose, management_nodes).await) },
         read_templates(client, &named.templates, purpose),
         read_around(client, purpose),
     )?;
@@ -325,9 +324,11 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
     };
     for (key, read) in workload {
         match read {
-            Ok(nodes) => {
+            Ok(Some(nodes)) => {
                 fleet.workload_clusters.insert(key, nodes);
             }
+            // Self-hosted: its Nodes are the management cluster's, read once.
+            Ok(None) => {}
             Err(why) => {
                 fleet.unreachable.insert(key, why);
             }
@@ -344,12 +345,16 @@ pub async fn read(client: &Client, namespace: Option<&str>, candidates: &[Value]
 }
 
 /// The Nodes of each workload cluster (keyed `namespace/clusterName`), or why it could not be
-/// read. Each is its own API server: they are read a few at a time.
+/// read. Each is its own API server: they are read a few at a time. For a check that reads the
+/// management cluster's Nodes anyway (`management_nodes`), a self-hosted workload cluster whose
+/// own credentials may list Nodes is not read again (`None`): the management cluster's Nodes
+/// serve it, as in the controller. A snapshot keeps each cluster's Nodes apart.
 async fn read_workload(
     client: &Client,
     clusters: BTreeSet<(String, String)>,
     purpose: Purpose,
-) -> Vec<(String, Result<Vec<Box<RawValue>>, String>)> {
+    management_nodes: bool,
+) -> Vec<(String, Result<Option<Vec<Box<RawValue>>>, String>)> {
     let node = resource("", "v1", "Node", "nodes");
     futures::stream::iter(clusters)
         .map(|(ns, cluster)| {
@@ -358,8 +363,16 @@ async fn read_workload(
                 let key = format!("{ns}/{cluster}");
                 let secret = format!("{cluster}-kubeconfig");
                 let read = match vigil_controller::workload::connect(client, &ns, &secret).await {
+                    Ok(workload_client)
+                        if purpose == Purpose::Check
+                            && management_nodes
+                            && vigil_controller::workload::shares_management_nodes(client, &workload_client).await =>
+                    {
+                        Ok(None)
+                    }
                     Ok(workload_client) => list_packed(&workload_client, node, None, purpose)
                         .await
+                        .map(Some)
                         .map_err(|e| format!("cannot list its Nodes: {e}")),
                     Err(why) => Err(why),
                 };

@@ -211,12 +211,25 @@ async fn check_says_what_vigil_would_do_with_get_list_only_and_exits_2() -> Resu
             "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
                 "kind": "SelfNodeRemediationTemplate", "name": "snr", "namespace": NS}}});
     let nhc = write(&dir, "nhc.yaml", &serde_json::to_string(&nhc)?)?;
-    let out =
-        vigil(&["check", "--kubeconfig", kubeconfig, "--output", "json", "--policy", nhc.to_str().context("utf-8")?]);
+    // Beside it, the same MachineHealthCheck as `workers`: the cluster hosts itself and its
+    // credentials may list Nodes, so it reads the management cluster's Nodes, read once for both.
+    let again = write(&dir, "again.yaml", &serde_json::to_string(&mhc("again", "5m"))?)?;
+    let (nhc, again) = (nhc.to_str().context("utf-8")?, again.to_str().context("utf-8")?);
+    let out = vigil(&["check", "--kubeconfig", kubeconfig, "--output", "json", "--policy", nhc, "--policy", again]);
     let report: Value = serde_json::from_slice(&out.stdout)?;
-    let check = &report["checks"][0];
+    let check = report["checks"].as_array().into_iter().flatten().find(|c| c["check"] == "NodeHealthCheck/zone-b");
+    let check = check.context("the NodeHealthCheck candidate is reported")?;
     assert_eq!(check["check"], "NodeHealthCheck/zone-b", "{report}");
     assert_eq!((check["targets"].as_i64(), check["unhealthy"].as_i64()), (Some(3), Some(2)), "{report}");
+    let workers =
+        report["checks"].as_array().into_iter().flatten().find(|c| c["check"] == "MachineHealthCheck/default/again");
+    let workers = workers.context("the MachineHealthCheck candidate is reported")?;
+    assert_eq!(
+        (workers["targets"].as_i64(), workers["healthy"].as_i64(), workers["unhealthy"].as_i64()),
+        (Some(3), Some(1), Some(2)),
+        "{report}"
+    );
+    assert_eq!(workers["unhealthyTargets"][0]["since"], w3_since.to_string());
 
     // An invalid candidate is refused with its field and value, and nothing is evaluated.
     let mut bad = mhc("bad", "5m");
