@@ -148,6 +148,27 @@ impl ExprError {
             | ExprError::TooCostly { field, .. } => field,
         }
     }
+
+    /// The source that was refused, for callers that report field and value apart.
+    pub fn value(&self) -> &str {
+        match self {
+            ExprError::TooLong { value, .. }
+            | ExprError::TooDeep { value, .. }
+            | ExprError::Syntax { value, .. }
+            | ExprError::UnknownVariable { value, .. }
+            | ExprError::UnknownFunction { value, .. }
+            | ExprError::Type { value, .. }
+            | ExprError::TooCostly { value, .. } => value,
+        }
+    }
+
+    /// Why it was refused, without the field and the value: for callers (the policy validator)
+    /// whose own message already names both.
+    pub fn reason(&self) -> String {
+        let full = self.to_string();
+        let head = format!("{}: {} ", self.field(), shown(self.value()));
+        full.strip_prefix(&head).map_or_else(|| full.clone(), str::to_owned)
+    }
 }
 
 /// The value as a message shows it: quoted and escaped, and cut when long.
@@ -181,6 +202,16 @@ pub struct Expression {
     reads_machine: bool,
     iterates: bool,
 }
+
+/// Two expressions are equal when compiled from the same source: compiling is deterministic, so
+/// a policy holding one compares by what the operator wrote.
+impl PartialEq for Expression {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for Expression {}
 
 /// The standard library, built once: the functions the allow-list lets through are in it.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));

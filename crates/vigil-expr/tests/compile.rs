@@ -109,3 +109,18 @@ fn cost_grows_with_nested_iteration() {
     assert!(flat > limits::COLLECTION_SIZE_BOUND, "{flat}");
     assert!(flat < limits::MAX_COST, "{flat}");
 }
+
+/// A refusal's reason alone leaves out the field and the value (a validator names both itself),
+/// and two expressions of one source are equal, so a policy holding them compares as written.
+#[test]
+fn a_refusals_reason_leaves_field_and_value_out_and_equal_sources_are_equal() {
+    let e = refused("node.labels[");
+    assert_eq!(e.value(), "node.labels[");
+    assert!(e.reason().starts_with("does not compile: "), "{}", e.reason());
+    assert!(!e.reason().contains(FIELD), "{}", e.reason());
+    let a = Expression::compile(FIELD, "node.unschedulable").expect("compiles");
+    let b = Expression::compile("elsewhere", "node.unschedulable").expect("compiles");
+    let c = Expression::compile(FIELD, "!node.unschedulable").expect("compiles");
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
