@@ -60,6 +60,12 @@ pub const FLAPPING_EPISODES_MESSAGE: &str = "must be at least 2 and at most 20";
 pub const FLAPPING_WINDOW_BOUNDS: &str = "must be at least 1m and at most 24h";
 /// Why a `flapping.window` shorter than a rule's duration is refused (the longest is named).
 pub const FLAPPING_WINDOW_SHORT: &str = "must not be shorter than the longest rule duration";
+/// Most `unhealthyExpressions`: each is evaluated for every selected Node at every decision.
+pub const MAX_EXPRESSIONS: usize = 16;
+/// Why a list of more than [`MAX_EXPRESSIONS`] expressions is refused.
+pub const TOO_MANY_EXPRESSIONS: &str = "must have at most 16 items";
+/// Longest `unhealthyExpressions[].expression`, the expression compiler's own bound.
+pub const EXPRESSION_MAX_LENGTH: usize = vigil_expr::limits::MAX_SOURCE_BYTES;
 /// Why a `voluntaryDisruptions` value is refused.
 pub const VOLUNTARY_DISRUPTIONS_MESSAGE: &str = "must be one of Ignore, Count";
 /// Why a `maxInFlight` of `0` or `0%` is refused.

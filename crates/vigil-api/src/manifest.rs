@@ -24,6 +24,9 @@ pub const ACCEPTED: [(&str, &str); 5] = [
 ];
 
 /// A health check read from a manifest, of either kind, so callers can handle a mixed file.
+// One value per manifest read, validated and dropped or unwrapped at once (never held in bulk),
+// so the two kinds' difference in size costs nothing that boxing one would save.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum HealthCheck {
     /// A MachineHealthCheck (Vigil's own or Cluster API's).

@@ -101,6 +101,12 @@ pub struct NodeHealthCheckSpec {
     #[schemars(transform = crate::schema::flapping)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flapping: Option<crate::shared::Flapping>,
+    /// CEL expressions over each selected Node (`node.labels`, `node.annotations`,
+    /// `node.taints`, `node.unschedulable`, `node.conditions`): a Node for which one holds for
+    /// its `duration` is unhealthy (ORed with `unhealthyConditions`). None by default.
+    #[schemars(transform = crate::schema::expression_list)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_expressions: Vec<UnhealthyExpression>,
     /// Planned maintenance: a Node under maintenance (a `NodeMaintenance` names it, or it is
     /// cordoned by a drain that says so: the node maintenance operator's `medik8s.io/drain`
     /// taint, kured's `weave.works/kured-reboot-in-progress` annotation) is not remediated while
@@ -139,6 +145,20 @@ pub fn default_unhealthy_conditions() -> Vec<NodeUnhealthyCondition> {
             escalating_remediations: Vec::new(),
         })
         .collect()
+}
+
+/// A CEL expression over a Node and how long it must hold before the Node counts as unhealthy,
+/// for what no single condition says (a label, a taint, several conditions together).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnhealthyExpression {
+    /// A CEL expression over `node` that is true when the Node is unhealthy; refused when it does
+    /// not compile, reads anything but `node`, or may cost too much.
+    #[schemars(transform = crate::schema::expression)]
+    pub expression: String,
+    /// How long the expression must hold, on Vigil's own clock (`status.expressionMatches`).
+    #[schemars(transform = crate::schema::non_negative_duration)]
+    pub duration: String,
 }
 
 /// A Node condition and how long it must hold before the Node counts as unhealthy.
@@ -230,6 +250,23 @@ pub struct NodeHealthCheckStatus {
     /// the same on both kinds.
     #[serde(flatten)]
     pub features: FeatureStatus,
+    /// With `spec.unhealthyExpressions`: since when Vigil has seen each expression hold for each
+    /// Node (its own clock: an expression has no `lastTransitionTime`), at most 1000 entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expression_matches: Vec<ExpressionMatch>,
+}
+
+/// Since when Vigil has seen one expression hold for one Node, so a restart or another replica
+/// keeps the same clock.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpressionMatch {
+    /// The Node.
+    pub name: String,
+    /// Which expression: its index in `spec.unhealthyExpressions`.
+    pub expression: i32,
+    /// When a decision first saw it hold (whole seconds, rounded down).
+    pub since: Time,
 }
 
 /// What an unhealthy Node's remediation waits for, so the status says who or what holds it.

@@ -78,6 +78,8 @@ reasons! {
     // NodeHealthCheck.
     /// A Node matched its rules and cleared again `flapping.episodes` times within the window.
     Flapping = "Flapping",
+    /// A Node matched an `unhealthyExpressions` rule for longer than its duration.
+    ExpressionMatched = "ExpressionMatched",
     /// The NodeHealthCheck's short-circuit tripped: fewer healthy Nodes than `minHealthy`.
     TooFewHealthy = "TooFewHealthy",
     /// The NodeHealthCheck waits for its storm cool-down to pass.

@@ -23,6 +23,7 @@ use crate::admission::{
     NHC_POOL_LABEL_MESSAGE, REASON_MAX_LENGTH, REASONS_MAX_ITEMS, RESERVED_MACHINE_CONDITIONS, RULE_REMEDIATION_BOTH,
     VOLUNTARY_DISRUPTIONS_MESSAGE,
 };
+use crate::admission::{EXPRESSION_MAX_LENGTH, MAX_EXPRESSIONS};
 use crate::admission::{
     FLAPPING_EPISODES_MESSAGE, FLAPPING_WINDOW_BOUNDS, FLAPPING_WINDOW_SHORT, MAX_FLAPPING_EPISODES,
     MIN_FLAPPING_EPISODES,
@@ -605,6 +606,20 @@ pub(crate) fn escalation_order(schema: &mut Schema) {
         object(schema),
         [Rule::new("self >= 0", "must not be negative"), Rule::new("self <= 2147483647", "must be at most 2147483647")],
     );
+}
+
+/// `unhealthyExpressions`: at most [`MAX_EXPRESSIONS`] (each is evaluated for every Node at
+/// every decision); what each may say is checked by the controller's compiler alone.
+pub(crate) fn expression_list(schema: &mut Schema) {
+    object(schema).insert("maxItems".into(), MAX_EXPRESSIONS.into());
+}
+
+/// `unhealthyExpressions[].expression`: not blank, and no longer than the compiler accepts (the
+/// API server's own CEL cannot check it: it has no `node` binding of Vigil's shape).
+pub(crate) fn expression(schema: &mut Schema) {
+    let s = object(schema);
+    s.insert("maxLength".into(), EXPRESSION_MAX_LENGTH.into());
+    s.insert("minLength".into(), 1.into());
 }
 
 /// `pauseRequests`: bounded, and no entry blank (a pause must say who paused the check and why).

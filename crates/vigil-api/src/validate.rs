@@ -6,7 +6,9 @@ use crate::admission::*;
 use crate::duration::{format_go_duration, parse_go_duration};
 use crate::failure_domains::FailureDomains;
 use crate::machine_health_check::{MachineHealthCheck, MachineHealthCheckSpec, UnhealthyCondition};
-use crate::node_health_check::{EscalatingRemediation, NodeHealthCheck, NodeHealthCheckSpec, NodeUnhealthyCondition};
+use crate::node_health_check::{
+    EscalatingRemediation, NodeHealthCheck, NodeHealthCheckSpec, NodeUnhealthyCondition, UnhealthyExpression,
+};
 use crate::selector::{Selector, check_label_key};
 use crate::shared::{FeatureSpec, RemediationBackoff, TemplateReference};
 use crate::threshold::{IntOrPercent, UnhealthyRange};
@@ -338,6 +340,18 @@ pub struct FlappingPolicy {
     pub window: SignedDuration,
 }
 
+/// A validated `spec.unhealthyExpressions` entry: compiled once with the policy, so deciding
+/// never parses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpressionRule {
+    /// The compiled expression (it keeps its source for messages).
+    pub expression: vigil_expr::Expression,
+    /// How long it must hold for a Node to be unhealthy.
+    pub duration: SignedDuration,
+    /// Where it is written, e.g. `spec.unhealthyExpressions[1]`: how status and events name it.
+    pub path: String,
+}
+
 /// A validated NodeHealthCheck spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NhcPolicy {
@@ -347,6 +361,8 @@ pub struct NhcPolicy {
     pub selector: Selector,
     /// Node condition rules.
     pub conditions: Vec<ConditionRule>,
+    /// CEL expression rules (`spec.unhealthyExpressions`), ORed with the condition rules.
+    pub expressions: Vec<ExpressionRule>,
     /// When remediation stops.
     pub threshold: NhcThreshold,
     /// Remediators, lowest order first.
@@ -1266,6 +1282,35 @@ fn flapping(
     Some(Some(FlappingPolicy { episodes: episodes?, window: window? }))
 }
 
+/// `spec.unhealthyExpressions`: at most [`MAX_EXPRESSIONS`], each compiled (a refusal names
+/// `…expression` and the source) with a non-negative Go `duration`. `None` when any is refused.
+fn expressions(c: &mut Collector, list: &[UnhealthyExpression]) -> Option<Vec<ExpressionRule>> {
+    if list.len() > MAX_EXPRESSIONS {
+        c.push("spec.unhealthyExpressions", format!("{} items", list.len()), TOO_MANY_EXPRESSIONS);
+        return None;
+    }
+    let mut rules = Some(Vec::with_capacity(list.len()));
+    for (i, e) in list.iter().enumerate() {
+        let path = format!("spec.unhealthyExpressions[{i}]");
+        let field = format!("{path}.expression");
+        let compiled = match vigil_expr::Expression::compile(&field, &e.expression) {
+            Ok(x) => Some(x),
+            Err(refusal) => {
+                c.push(field, refusal.value(), refusal.reason());
+                None
+            }
+        };
+        let duration = c.non_negative_duration(&format!("{path}.duration"), &e.duration);
+        match (compiled, duration, rules.as_mut()) {
+            (Some(expression), Some(duration), Some(rules)) => {
+                rules.push(ExpressionRule { expression, duration, path })
+            }
+            _ => rules = None,
+        }
+    }
+    rules
+}
+
 /// `spec.plannedMaintenance`: on with [`DEFAULT_MAINTENANCE_GRACE`] unless `enabled: false`;
 /// `Some(None)` when off, `None` when the grace is invalid.
 fn maintenance_grace(c: &mut Collector, spec: &NodeHealthCheckSpec) -> Option<Option<SignedDuration>> {
@@ -1319,6 +1364,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     let maintenance_grace = maintenance_grace(&mut c, spec);
     let features = features(&mut c, Kind::Node, spec.features());
     let flapping = flapping(&mut c, spec, conditions.iter().map(|r| r.timeout).max());
+    let expressions = expressions(&mut c, &spec.unhealthy_expressions);
 
     let policy = (|| {
         let Features { dry_run, backoff, failure_domains, max_in_flight, count_disruptions } = features?;
@@ -1326,6 +1372,7 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
             api: NhcApi::Vigil,
             selector: selector?,
             conditions,
+            expressions: expressions?,
             threshold: threshold?,
             escalating: !spec.escalating_remediations.is_empty(),
             steps: steps?,

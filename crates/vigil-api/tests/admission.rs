@@ -255,6 +255,23 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
             "spec.flapping",
             "window must not be shorter than the longest rule duration",
         ),
+        (
+            nhc(json!({"unhealthyExpressions": [{"expression": "", "duration": "5m"}]})),
+            "spec.unhealthyExpressions[0].expression",
+            "at least 1 chars long",
+        ),
+        (
+            nhc(json!({"unhealthyExpressions": [{"expression": "node.unschedulable", "duration": "-5m"}]})),
+            "spec.unhealthyExpressions[0].duration",
+            "must not be negative",
+        ),
+        (
+            nhc(json!({"unhealthyExpressions": (0..17)
+                .map(|_| json!({"expression": "node.unschedulable", "duration": "5m"}))
+                .collect::<Vec<_>>()})),
+            "spec.unhealthyExpressions",
+            "must have at most 16 items",
+        ),
     ];
     let mut problems = Vec::new();
     for (manifest, field, words) in cases {
@@ -306,6 +323,10 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
         "flapping": {"episodes": 3, "window": "1h"},
     }));
     good["metadata"]["name"] = json!("flapping");
+    env.apply(good).await?;
+    let mut good = nhc(json!({"unhealthyExpressions": [
+        {"expression": "node.unschedulable && node.conditions['Ready'].status != 'True'", "duration": "10m"}]}));
+    good["metadata"]["name"] = json!("expressions");
     env.apply(good).await?;
     for (name, disruptions) in [("shared-budget", "Count"), ("own-budget", "Ignore")] {
         let mut good = mhc(json!({"voluntaryDisruptions": disruptions}));

@@ -1803,3 +1803,44 @@ fn flapping_is_off_by_default_and_refused_naming_field_and_value() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].message.contains("(the longest is 2h0m0s)"), "{errors:?}");
 }
+
+/// `spec.unhealthyExpressions` (NodeHealthCheck): none by default; each expression is compiled
+/// with the policy and each duration parsed as a condition rule's; a refusal names the field
+/// (`spec.unhealthyExpressions[i].expression` or `.duration`) and the value, and no policy comes
+/// of it (an invalid policy remediates nothing).
+#[test]
+fn expressions_are_compiled_with_the_policy_and_refused_naming_field_and_value() {
+    assert!(nhc_policy(&base_nhc()).expect("valid").expressions.is_empty(), "none by default");
+    let good = json!([{"expression": "node.unschedulable", "duration": "5m"}]);
+    let on = edit(base_nhc(), "/spec/unhealthyExpressions", Some(good));
+    let rules = nhc_policy(&on).expect("valid").expressions;
+    assert_eq!(rules.len(), 1);
+    assert_eq!((rules[0].expression.source(), rules[0].duration), ("node.unschedulable", secs(300)));
+    assert_eq!(rules[0].path, "spec.unhealthyExpressions[0]");
+    let costly = "node.taints.all(t, node.labels.exists(k, k == t.key))";
+    let rows = [
+        ("node.labels[", "5m", "spec.unhealthyExpressions[1].expression", "node.labels[", "does not compile"),
+        (costly, "5m", "spec.unhealthyExpressions[1].expression", costly, "over the limit of 100000"),
+        ("pod.ready", "5m", "spec.unhealthyExpressions[1].expression", "pod.ready", "unknown variable \"pod\""),
+        ("node.unschedulable", "soon", "spec.unhealthyExpressions[1].duration", "soon", "duration"),
+        ("node.unschedulable", "-1m", "spec.unhealthyExpressions[1].duration", "-1m", "must not be negative"),
+    ];
+    for (expression, duration, path, value, words) in rows {
+        let list = json!([
+            {"expression": "node.unschedulable", "duration": "5m"},
+            {"expression": expression, "duration": duration},
+        ]);
+        let check = edit(base_nhc(), "/spec/unhealthyExpressions", Some(list));
+        let errors = errors_of(&check);
+        assert_eq!(errors.len(), 1, "{expression} {duration}: one error: {errors:?}");
+        assert_eq!((errors[0].path.as_str(), errors[0].value.as_str()), (path, value), "{expression}");
+        assert!(errors[0].message.contains(words), "{expression}: {errors:?}");
+        assert!(!errors[0].message.contains(path), "the path is said once: {}", errors[0]);
+        assert!(errors[0].to_string().contains(&format!("{value:?}")), "the value is quoted: {}", errors[0]);
+    }
+    let many: Vec<Value> = (0..17).map(|_| json!({"expression": "node.unschedulable", "duration": "1m"})).collect();
+    let errors = errors_of(&edit(base_nhc(), "/spec/unhealthyExpressions", Some(Value::Array(many))));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].path, "spec.unhealthyExpressions");
+    assert!(errors[0].message.contains("at most 16"), "{errors:?}");
+}

@@ -60,6 +60,7 @@ pub fn empty_nhc_spec() -> NodeHealthCheckSpec {
         max_in_flight: None,
         voluntary_disruptions: None,
         flapping: None,
+        unhealthy_expressions: Vec::new(),
         planned_maintenance: None,
     }
 }

@@ -222,6 +222,7 @@ pub(super) fn build_status(
         storm_recovery_start_time: outcome.storm_start.map(Time),
         observed_generation: generation,
         features,
+        expression_matches: Vec::new(),
     };
     if let Some(report) = domains_report {
         out.tell_all(report.notices);
