@@ -92,6 +92,8 @@ reasons! {
     NoTemplateLeft = "NoTemplateLeft",
     /// A matching condition has no `lastTransitionTime`: no decision for its Node.
     MissingLastTransitionTime = "MissingLastTransitionTime",
+    /// An `unhealthyExpressions` expression could not be evaluated for a Node: no decision.
+    ExpressionUnknown = "ExpressionUnknown",
     /// A Node that was unhealthy is healthy again.
     NodeHealthy = "NodeHealthy",
     /// Every template was found and is valid (`Disabled=False`).

@@ -15,6 +15,7 @@ pub mod disruptions;
 pub mod domains;
 pub mod dry_run;
 pub mod expiry;
+pub mod expressions;
 pub(crate) mod features;
 pub mod flapping;
 pub mod holders;

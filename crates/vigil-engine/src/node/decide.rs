@@ -47,8 +47,9 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
 
     let owned = own_objects(input, check_name, check_uid);
     let (all, mut scan) = judge_nodes(input, &owned, now);
-    let flapping = flaps(policy, prev, &mut scan.subjects, now);
+    let flapping = flaps(policy, prev, &mut scan.subjects, &scan.clock.next, now);
     let Scan { subjects, healthy_at, observed, healthy, taken, cp_names, stale, wake: scan_wake, tally, .. } = scan;
+    let expressions = (scan.clock.next, scan.unknown);
     let budgets = tally.zip(policy.failure_domains.as_ref()).map(|(t, fd)| t.judge(fd, Rounding::Up));
     let mut out = Outputs::default();
     if let Some(t) = scan_wake.0 {
@@ -60,8 +61,10 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
     let cp_busy = busy_control_planes(&cp_names, input.remediations, &prev_entries);
     let allowed = allowed_condition.status == ConditionStatus::True;
     let (pacing, pacer) = pacing(input, &subjects, observed, &taken.names, now);
-    let to_remediate =
-        subjects.iter().filter(|s| matches!(s.verdict, Some(Finding::Unhealthy(_)))).filter_map(|s| s.node);
+    let to_remediate = subjects
+        .iter()
+        .filter(|s| matches!(s.verdict, Some(Finding::Unhealthy(_) | Finding::Expression(_))))
+        .filter_map(|s| s.node);
     let upgrade = crate::upgrade::cluster_upgrade(input.around.cluster_versions, to_remediate);
     let postponed = upgrade
         .as_ref()
@@ -103,6 +106,7 @@ pub fn decide_among(input: &NhcInput<'_>, holders: &Holders, now: Timestamp) -> 
             .report(&prev.features.queued, &prev.conditions, |name| (Target::local_node(name), format!("Node {name}"))),
         disruptions: taken.by_signal.status(),
         flapping,
+        expressions,
     };
     let status = build_status(input, prev, outcome, budgets.as_ref(), now, &mut out);
     let mut plan = out.plan(status);

@@ -5,13 +5,14 @@ use super::input::NhcInput;
 use super::objects::Owned;
 use crate::disruptions;
 use crate::domains::Tally;
+use crate::expressions::{self, Clock, Judged};
 use crate::lookup::Observed;
 use crate::plan::Earliest;
 use crate::plan::{ONE_NS, after};
 use crate::target::is_control_plane;
 use jiff::Timestamp;
 use std::ops::Range;
-use vigil_api::node_health_check::NodeHealthCheckStatus;
+use vigil_api::node_health_check::{ExpressionMatch, NodeHealthCheckStatus};
 use vigil_api::shared::FlappingTarget;
 use vigil_api::validate::{ConditionRule, DomainKey, NhcPolicy};
 use vigil_api::views::{MaintenanceView, NodeView};
@@ -28,6 +29,12 @@ pub(super) enum Finding {
     Undecided(usize),
     /// Has matched this rule for longer than its duration.
     Unhealthy(usize),
+    /// Has matched this expression (`spec.unhealthyExpressions`) for its duration, on Vigil's
+    /// clock, and no condition rule for longer than its duration.
+    Expression(usize),
+    /// This expression could not be evaluated for it, and nothing else decides: no decision
+    /// (never remediated for it, not counted healthy).
+    Unevaluated(usize),
 }
 
 /// Judges a Node against the rules; offers the instant its verdict can change. A matching
@@ -122,6 +129,8 @@ pub(super) struct Subject<'a> {
     pub(super) objs: Range<usize>,
     /// Unhealthy for flapping (`spec.flapping`): its episodes within the window.
     pub(super) flaps: Option<usize>,
+    /// Unhealthy by an expression: since when Vigil has seen it hold.
+    pub(super) since: Option<Timestamp>,
 }
 
 /// What pass 1 found.
@@ -144,6 +153,10 @@ pub(super) struct Scan<'a> {
     pub(super) wake: Earliest,
     /// Per failure domain, with `spec.failureDomains`.
     pub(super) tally: Option<Tally>,
+    /// The expressions' clock (`status.expressionMatches`).
+    pub(super) clock: Clock<'a>,
+    /// Selected Nodes an expression could not be evaluated for: name, expression, why.
+    pub(super) unknown: Vec<(&'a str, usize, String)>,
 }
 
 /// Healthy Nodes taken down on purpose (`voluntaryDisruptions: Count`).
@@ -163,6 +176,7 @@ pub(super) fn scan_nodes<'a>(
     owned: &[Owned<'a>],
     policy: &NhcPolicy,
     disrupting: Option<&Maintained<'_>>,
+    clock: Clock<'a>,
     now: Timestamp,
 ) -> Scan<'a> {
     let mut scan = Scan {
@@ -176,6 +190,8 @@ pub(super) fn scan_nodes<'a>(
         stale: Vec::new(),
         wake: Earliest::default(),
         tally: policy.failure_domains.as_ref().map(|_| Tally::default()),
+        clock,
+        unknown: Vec::new(),
     };
     let domain_key = domain_label(policy);
     let mut b = 0usize;
@@ -198,11 +214,7 @@ pub(super) fn scan_nodes<'a>(
         }
         if node.labels.selected_by(&policy.selector) {
             scan.observed += 1;
-            let mut stale = None;
-            let verdict = judge(node, &policy.conditions, now, &mut scan.wake, &mut stale);
-            if let Some(stale) = stale {
-                scan.stale.push((name.to_string(), stale));
-            }
+            let (verdict, since) = verdict_of(node, policy, &mut scan, now);
             let clear = verdict == Finding::Clear && start == b;
             let signal = disrupting.filter(|_| clear).and_then(|m| disruptions::of_node(node, m.names(name)));
             if let Some(signal) = signal {
@@ -222,14 +234,48 @@ pub(super) fn scan_nodes<'a>(
                     verdict: Some(verdict),
                     objs: start..b,
                     flaps: None,
+                    since,
                 });
             }
         } else if start < b {
-            scan.subjects.push(Subject { name, node: Some(node), verdict: None, objs: start..b, flaps: None });
+            let objs = start..b;
+            scan.subjects.push(Subject { name, node: Some(node), verdict: None, objs, flaps: None, since: None });
         }
     }
     gone_before(owned, &mut b, None, &mut scan.subjects);
     scan
+}
+
+/// A selected Node's verdict: by its conditions (with the stale-signal guard), then by its
+/// expressions; a condition rule past its duration first, then an expression past its
+/// duration, then a condition that cannot be timed, then an expression that cannot be
+/// evaluated (no decision, told with why), then anything matching at all (pending). Returns
+/// since when an expression that made it unhealthy has held.
+fn verdict_of<'a>(
+    node: &'a NodeView,
+    policy: &NhcPolicy,
+    scan: &mut Scan<'a>,
+    now: Timestamp,
+) -> (Finding, Option<Timestamp>) {
+    let mut stale = None;
+    let by_conditions = judge(node, &policy.conditions, now, &mut scan.wake, &mut stale);
+    if let Some(stale) = stale {
+        scan.stale.push((node.name.to_string(), stale));
+    }
+    let by_expressions = expressions::judge(&policy.expressions, node, &mut scan.clock, now, &mut scan.wake);
+    match (by_conditions, by_expressions) {
+        (f @ Finding::Unhealthy(_), _) => (f, None),
+        (_, Judged::Matched(i)) => {
+            (Finding::Expression(i), expressions::held_since(&scan.clock.next, node.name.as_str(), i))
+        }
+        (f @ Finding::Undecided(_), _) => (f, None),
+        (_, Judged::Unknown(i, why)) => {
+            scan.unknown.push((node.name.as_str(), i, why));
+            (Finding::Unevaluated(i), None)
+        }
+        (Finding::Clear, Judged::Pending) => (Finding::Pending, None),
+        (f, _) => (f, None),
+    }
 }
 
 /// The Node label naming failure domains, with `spec.failureDomains` (validation admits only a
@@ -262,7 +308,7 @@ pub(super) fn gone_before<'a>(
         while *b < owned.len() && owned[*b].node == gone {
             *b += 1;
         }
-        subjects.push(Subject { name: gone, node: None, verdict: None, objs: start..*b, flaps: None });
+        subjects.push(Subject { name: gone, node: None, verdict: None, objs: start..*b, flaps: None, since: None });
     }
 }
 
@@ -276,14 +322,19 @@ pub(super) fn judge_nodes<'a>(
     now: Timestamp,
 ) -> (std::borrow::Cow<'a, [&'a NodeView]>, Scan<'a>) {
     let maintained = input.policy.count_disruptions.then(|| Maintained::of(input.around.maintenances));
-    let scan = scan_nodes(input.nodes, owned, input.policy, maintained.as_ref(), now);
+    let clock = || match input.check.status.as_ref() {
+        // a spec changed since the status may have moved the expressions: every clock restarts
+        Some(s) => Clock::new(&s.expression_matches, s.observed_generation != input.check.metadata.generation),
+        None => Clock::default(),
+    };
+    let scan = scan_nodes(input.nodes, owned, input.policy, maintained.as_ref(), clock(), now);
     if scan.sorted {
         return (std::borrow::Cow::Borrowed(input.nodes), scan);
     }
     let mut copy: Vec<&NodeView> = input.nodes.iter().copied().filter(|n| !n.name.is_empty()).collect();
     copy.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
     copy.dedup_by(|a, b| a.name.as_str() == b.name.as_str());
-    let scan = scan_nodes(&copy, owned, input.policy, maintained.as_ref(), now);
+    let scan = scan_nodes(&copy, owned, input.policy, maintained.as_ref(), clock(), now);
     (std::borrow::Cow::Owned(copy), scan)
 }
 
@@ -297,6 +348,7 @@ pub(super) fn flaps(
     policy: &NhcPolicy,
     prev: &NodeHealthCheckStatus,
     subjects: &mut [Subject<'_>],
+    held: &[ExpressionMatch],
     now: Timestamp,
 ) -> Vec<FlappingTarget> {
     let Some(f) = policy.flapping else {
@@ -305,7 +357,7 @@ pub(super) fn flaps(
     let remediated = |name: &str| prev.unhealthy_nodes.iter().any(|e| e.name == name && !e.remediations.is_empty());
     let matching: Vec<&str> = subjects
         .iter()
-        .filter(|s| s.node.is_some() && !matches!(s.verdict, None | Some(Finding::Clear)))
+        .filter(|s| s.node.is_some() && !matches!(s.verdict, None | Some(Finding::Clear | Finding::Unevaluated(_))))
         .map(|s| s.name)
         .filter(|name| !remediated(name))
         .collect();
@@ -314,10 +366,20 @@ pub(super) fn flaps(
         let Some(node) = s.node else { continue };
         let Some(count) = crate::flapping::flapping(&record, s.name, f, now) else { continue };
         let rule = policy.conditions.iter().position(|r| node.conditions.iter().any(|c| crate::stale::matches(c, r)));
-        if let Some(rule) = rule {
-            s.verdict = Some(Finding::Unhealthy(rule));
-            s.flaps = Some(count);
-        }
+        let holding = held.iter().find(|m| m.name == s.name);
+        let verdict = match (rule, holding) {
+            (Some(rule), _) => Finding::Unhealthy(rule),
+            (None, Some(m)) => match usize::try_from(m.expression) {
+                Ok(i) => {
+                    s.since = Some(m.since.0);
+                    Finding::Expression(i)
+                }
+                Err(_) => continue,
+            },
+            (None, None) => continue,
+        };
+        s.verdict = Some(verdict);
+        s.flaps = Some(count);
     }
     record
 }

@@ -23,6 +23,20 @@ use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED, REMEDIATION_POSTPONED
 /// Phase while a step's template is missing or invalid.
 const PHASE_DISABLED: &str = "Disabled";
 
+/// The `NoDecision` notice of a Node expression `i` could not be evaluated for: which
+/// expression, and why; the Node is neither healthy nor remediated for it.
+fn unevaluated_notice(policy: &vigil_api::validate::NhcPolicy, name: &str, i: usize, why: &str) -> Notice {
+    let path = policy.expressions.get(i).map_or("spec.unhealthyExpressions", |r| r.path.as_str());
+    Notice::about_node(
+        NoticeKind::NoDecision,
+        name,
+        Reason::ExpressionUnknown,
+        format!(
+            "expression {path}.expression could not be evaluated for Node {name}: {why}; no decision is made for this node by it"
+        ),
+    )
+}
+
 /// Phase while pause requests are present.
 pub(super) const PHASE_PAUSED: &str = "Paused";
 
@@ -57,6 +71,9 @@ pub(super) struct Outcome<'a> {
     pub(super) disruptions: Vec<vigil_api::shared::DisruptionCount>,
     /// With `spec.flapping`: the Nodes' episodes.
     pub(super) flapping: Vec<vigil_api::shared::FlappingTarget>,
+    /// With `spec.unhealthyExpressions`: the new clock, and the Nodes an expression could not
+    /// be evaluated for (name, expression, why).
+    pub(super) expressions: (Vec<vigil_api::node_health_check::ExpressionMatch>, Vec<(&'a str, usize, String)>),
 }
 
 /// `RemediationAllowed` / `RemediationBlocked` when the condition's status or reason changed (a
@@ -222,7 +239,7 @@ pub(super) fn build_status(
         storm_recovery_start_time: outcome.storm_start.map(Time),
         observed_generation: generation,
         features,
-        expression_matches: Vec::new(),
+        expression_matches: std::mem::take(&mut outcome.expressions.0),
     };
     if let Some(report) = domains_report {
         out.tell_all(report.notices);
@@ -239,6 +256,9 @@ pub(super) fn build_status(
                     "Node {name} has condition {what} without lastTransitionTime: cannot tell how long it has held, so no decision is made for this node"
                 ),
             ));
+        }
+        for (name, i, why) in &outcome.expressions.1 {
+            out.tell(unevaluated_notice(input.policy, name, *i, why));
         }
     }
     status

@@ -187,6 +187,7 @@ pub(super) fn pacing(
             (Some(Finding::Unhealthy(rule)), Some(node)) if s.objs.is_empty() => {
                 Some(input.policy.conditions.get(rule).and_then(|r| unhealthy_since(node, r)).unwrap_or(now))
             }
+            (Some(Finding::Expression(_)), Some(_)) if s.objs.is_empty() => Some(s.since.unwrap_or(now)),
             _ => None,
         })
         .collect();
@@ -237,11 +238,12 @@ impl<'a> Pass<'a> {
         (self.out, self.features, self.overlap)
     }
 
-    /// The incident of a Node that rule `rule` finds unhealthy now: the check's own remediation,
+    /// The incident of a Node that `verdict` finds unhealthy now: the check's own remediation,
     /// or with remediation per condition the rule recorded on its objects, else in the previous
-    /// status, else `rule` (the first rule in spec order past its duration); recorded for the
-    /// status and told when it is news.
-    pub(super) fn incident(&mut self, name: &str, objs: &[Owned<'_>], rule: usize) -> Incident<'a> {
+    /// status, else the verdict's rule (the first rule in spec order past its duration; an
+    /// expression has no remediation of its own, so it takes the check's, recorded under the
+    /// expression's path); recorded for the status and told when it is news.
+    pub(super) fn incident(&mut self, name: &str, objs: &[Owned<'_>], verdict: Finding) -> Incident<'a> {
         let (policy, now) = (self.cx.policy, self.cx.now);
         let Some(choices) = self.features.choices() else {
             return Incident { ladder: policy.ladder(None), rule: None };
@@ -249,7 +251,12 @@ impl<'a> Pass<'a> {
         let annotated = objs.iter().find_map(|o| entry(&o.view.meta.annotations, RULE_ANNOTATION));
         let before = choices.before(name);
         let recorded = [annotated, before.map(|p| p.rule.as_str())];
-        let choice = crate::chosen::choose(&recorded, policy.conditions.iter(), &[], Some(rule), "");
+        let (rule, label) = match verdict {
+            Finding::Unhealthy(rule) => (Some(rule), ""),
+            Finding::Expression(i) => (None, policy.expressions.get(i).map_or("", |r| r.path.as_str())),
+            _ => (None, ""),
+        };
+        let choice = crate::chosen::choose(&recorded, policy.conditions.iter(), &[], rule, label);
         let ladder = policy.ladder(choice.rule);
         let record = crate::chosen::record(
             name,

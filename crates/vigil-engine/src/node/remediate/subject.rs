@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::duration::format_go_duration;
 use vigil_api::node_health_check::UnhealthyNode;
 use vigil_api::reason::Reason;
-use vigil_api::validate::{ConditionRule, NhcPolicy};
+use vigil_api::validate::{ConditionRule, ExpressionRule, NhcPolicy};
 use vigil_api::views::NodeView;
 use vigil_api::well_known::EXCLUDE_FROM_REMEDIATION_LABEL;
 
@@ -118,16 +118,11 @@ impl<'a> Pass<'a> {
                 delayed = wait;
                 !objs.is_empty()
             }
-            (Some(Finding::Unhealthy(rule)), Some(node)) => {
-                if prev_entry.is_none()
-                    && let Some(r) = self.cx.policy.conditions.get(rule)
-                {
-                    self.out.tell(match s.flaps {
-                        Some(count) => flapping_notice(self.cx.policy, count, s.name),
-                        None => unhealthy_notice(node, r, s.name),
-                    });
+            (Some(verdict @ (Finding::Unhealthy(_) | Finding::Expression(_))), Some(node)) => {
+                if prev_entry.is_none() {
+                    self.tell_unhealthy(s, node, verdict);
                 }
-                let incident = self.incident(s.name, objs, rule);
+                let incident = self.incident(s.name, objs, verdict);
                 chose = true;
                 let maintenance = self.gates.maintenance(node, self.waiting.before, self.out.wake());
                 if let Some(wait) = maintenance_wait(s.name, &maintenance) {
@@ -174,6 +169,38 @@ impl<'a> Pass<'a> {
             waiting,
         })
     }
+}
+
+impl Pass<'_> {
+    /// Tells that a subject is newly found unhealthy: by which rule or expression, or flapping.
+    fn tell_unhealthy(&mut self, s: &Subject<'_>, node: &NodeView, verdict: Finding) {
+        let policy = self.cx.policy;
+        let notice = match (s.flaps, verdict) {
+            (Some(count), _) => Some(flapping_notice(policy, count, s.name)),
+            (None, Finding::Unhealthy(rule)) => policy.conditions.get(rule).map(|r| unhealthy_notice(node, r, s.name)),
+            (None, Finding::Expression(i)) => policy.expressions.get(i).map(|r| expression_notice(r, s.name)),
+            _ => None,
+        };
+        if let Some(notice) = notice {
+            self.out.tell(notice);
+        }
+    }
+}
+
+/// The `Unhealthy` notice of a Node newly found unhealthy by an expression: which one, written
+/// where, and for how long it has held.
+fn expression_notice(rule: &ExpressionRule, name: &str) -> Notice {
+    Notice::about_node(
+        NoticeKind::Unhealthy,
+        name,
+        Reason::ExpressionMatched,
+        format!(
+            "Node {name} has matched expression {}.expression ({}) for {} or more",
+            rule.path,
+            rule.expression.source(),
+            format_go_duration(rule.duration)
+        ),
+    )
 }
 
 /// The wait of a Node whose remediation objects are all being deleted: their remediators still
