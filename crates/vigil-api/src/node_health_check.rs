@@ -254,6 +254,23 @@ pub struct NodeHealthCheckStatus {
     /// Node (its own clock: an expression has no `lastTransitionTime`), at most 1000 entries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expression_matches: Vec<ExpressionMatch>,
+    /// With `spec.unhealthyExpressions`: the Nodes an expression could not be evaluated for, and
+    /// why (no decision is made for them by it; they are not counted healthy), at most 1000.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unevaluated_expressions: Vec<UnevaluatedExpression>,
+}
+
+/// An expression that could not be evaluated for a Node, so the status says why the Node has no
+/// verdict.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnevaluatedExpression {
+    /// The Node.
+    pub name: String,
+    /// Which expression: its index in `spec.unhealthyExpressions`.
+    pub expression: i32,
+    /// Why, as the evaluator said it.
+    pub message: String,
 }
 
 /// Since when Vigil has seen one expression hold for one Node, so a restart or another replica

@@ -158,6 +158,13 @@ fn an_expression_that_cannot_be_evaluated_never_remediates_and_says_why() {
         "{}",
         told[0].message
     );
+    let status: Value = serde_json::to_value(&first.status).expect("json");
+    let listed = &status["unevaluatedExpressions"];
+    assert_eq!((&listed[0]["name"], &listed[0]["expression"]), (&json!("a"), &json!(0)), "{status}");
+    assert!(listed[0]["message"].as_str().is_some_and(|m| !m.is_empty()), "the status says why: {status}");
+    let text = serde_json::to_string(&first.status).expect("json");
+    let again = decide(&spec(INDEXES_MISSING, "1m"), 1, Some(&text), &[node_at("a", false)], at(60));
+    assert!(again.notices.iter().all(|n| n.reason != Reason::ExpressionUnknown), "told once: {:?}", again.notices);
     // Once it can be evaluated, it is judged as any other expression.
     let r = run(&spec(INDEXES_MISSING, "1m"), Some(r.status), (3660, 3780, 30), |_| true);
     assert_eq!(r.created, Some(3720));

@@ -15,13 +15,38 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use vigil_api::NodeHealthCheck;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition, get_condition, set_condition};
-use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
+use vigil_api::node_health_check::{NodeHealthCheckStatus, UnevaluatedExpression, UnhealthyNode};
 use vigil_api::reason::Reason;
 use vigil_api::shared::{BackedOffPool, ChosenRemediation, RemediationRecord};
 use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED, REMEDIATION_POSTPONED};
 
 /// Phase while a step's template is missing or invalid.
 const PHASE_DISABLED: &str = "Disabled";
+
+/// `status.unevaluatedExpressions` from what the scan found (name order, at most
+/// [`crate::expressions::MAX_TRACKED`], each reason cut to [`UNEVALUATED_MESSAGE_CHARS`]); an
+/// entry not in the previous status (or with another reason) is told once.
+fn unevaluated(
+    policy: &vigil_api::validate::NhcPolicy,
+    prev: &NodeHealthCheckStatus,
+    found: &[(&str, usize, String)],
+    out: &mut Outputs,
+) -> Vec<UnevaluatedExpression> {
+    let mut list = Vec::new();
+    for (name, i, why) in found.iter().take(crate::expressions::MAX_TRACKED) {
+        let Ok(expression) = i32::try_from(*i) else { continue };
+        let message: String = why.chars().take(UNEVALUATED_MESSAGE_CHARS).collect();
+        let entry = UnevaluatedExpression { name: name.to_string(), expression, message };
+        if !prev.unevaluated_expressions.contains(&entry) {
+            out.tell(unevaluated_notice(policy, name, *i, why));
+        }
+        list.push(entry);
+    }
+    list
+}
+
+/// The longest reason `status.unevaluatedExpressions` keeps of an evaluator's error.
+const UNEVALUATED_MESSAGE_CHARS: usize = 256;
 
 /// The `NoDecision` notice of a Node expression `i` could not be evaluated for: which
 /// expression, and why; the Node is neither healthy nor remediated for it.
@@ -240,6 +265,7 @@ pub(super) fn build_status(
         observed_generation: generation,
         features,
         expression_matches: std::mem::take(&mut outcome.expressions.0),
+        unevaluated_expressions: unevaluated(input.policy, prev, &outcome.expressions.1, out),
     };
     if let Some(report) = domains_report {
         out.tell_all(report.notices);
@@ -256,9 +282,6 @@ pub(super) fn build_status(
                     "Node {name} has condition {what} without lastTransitionTime: cannot tell how long it has held, so no decision is made for this node"
                 ),
             ));
-        }
-        for (name, i, why) in &outcome.expressions.1 {
-            out.tell(unevaluated_notice(input.policy, name, *i, why));
         }
     }
     status
