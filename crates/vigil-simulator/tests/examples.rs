@@ -693,3 +693,29 @@ fn without_flapping_the_same_flaps_are_never_remediated() {
     assert!(events(&r, "RemediationCreated").is_empty());
     assert!(status(&r, "NodeHealthCheck/workers").get("flapping").is_none());
 }
+
+#[test]
+fn an_expression_rule_remediates_a_node_once_it_held_for_its_duration_on_vigils_clock() {
+    let r = run("expression-rule");
+    // e-1 labelled failing at 2m: unhealthy at 12m; e-2's six minutes never count; e-3 at 35m,
+    // 10m after its temperature became a number over 90
+    let unhealthy = events(&r, "DetectedUnhealthy");
+    assert_eq!(unhealthy.iter().map(|e| at(e)).collect::<Vec<_>>(), [(720.0, Some("e-1")), (2100.0, Some("e-3"))]);
+    assert!(unhealthy.iter().all(|e| e.details["reason"] == "ExpressionMatched"), "{unhealthy:?}");
+    let message = unhealthy[0].details["message"].as_str().unwrap_or("");
+    assert!(message.contains("spec.unhealthyExpressions[0].expression"), "{message}");
+    assert_eq!(
+        events(&r, "RemediationCreated").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(720.0, Some("e-1")), (2100.0, Some("e-3"))]
+    );
+    // e-3's "hot" cannot be evaluated: no decision, and why
+    let unknown: Vec<&Event> =
+        events(&r, "NoDecision").into_iter().filter(|e| e.details["reason"] == "ExpressionUnknown").collect();
+    assert!(!unknown.is_empty() && unknown.iter().all(|e| e.target.as_deref() == Some("e-3")), "{unknown:?}");
+    let message = unknown[0].details["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("spec.unhealthyExpressions[1].expression could not be evaluated for Node e-3"),
+        "{message}"
+    );
+    snapshot("expression-rule", &r);
+}
