@@ -3,7 +3,7 @@
 //! keeps it, so every step is also a restart). An expression true for less than its duration
 //! never remediates, true past it does (its notice names the expression), one that cannot be
 //! evaluated never does and says why, the clock survives a restart but not a false reading or a
-//! spec change; then the property over random timelines.
+//! spec change, a match opens a flapping episode; then the property over random timelines.
 
 mod support;
 
@@ -189,6 +189,18 @@ fn an_expression_that_became_false_starts_its_clock_again() {
     // on 0..8m, off at 8m, on again from 8m30s: 10m from 8m30s is 18m30s
     let r = run(&spec(BAD, "10m"), None, (0, 3600, 30), |s| !(480..510).contains(&s));
     assert_eq!(r.created, Some(1110));
+}
+
+#[test]
+fn an_expression_that_holds_and_clears_again_opens_flapping_episodes() {
+    let mut flapping = spec(BAD, "10m");
+    flapping["flapping"] = json!({"episodes": 3, "window": "1h"});
+    // labelled bad for 3m every 10m: never 10m in a row, the third episode at 20m is a flap
+    let bad = |s: i64| s % 600 < 180;
+    let r = run(&flapping, None, (0, 3600, 30), bad);
+    assert_eq!(r.created, Some(1200), "{}", r.status);
+    let r = run(&spec(BAD, "10m"), None, (0, 3600, 30), bad);
+    assert_eq!(r.created, None, "without flapping never");
 }
 
 proptest! {
