@@ -550,8 +550,12 @@ fn unhealthy_node_out(
         _ => None,
     };
     let flaps = flaps_of(status, &node_name, policy, now).filter(|_| because.is_none());
+    let matched = expression_of(status, &node_name, policy, now).filter(|_| because.is_none());
     let (reason, message, since) = match (&node, because) {
         (None, _) => ("NodeDeleted".to_string(), format!("Node {node_name} no longer exists"), None),
+        (Some(_), None) if let Some((message, since)) = matched => {
+            (vigil_api::reason::Reason::ExpressionMatched.as_str().to_string(), message, Some(since))
+        }
         (Some(_), None) if let Some((count, window)) = flaps => (
             vigil_api::reason::Reason::Flapping.as_str().to_string(),
             format!("{count} episodes within {window}: a rule matched and cleared again each time"),
@@ -603,6 +607,27 @@ fn flaps_of(status: &Value, name: &str, policy: Option<&NhcPolicy>, now: Timesta
         serde_json::from_value(status.get("flapping")?.clone()).ok()?;
     let count = vigil_engine::flapping::flapping(&record, name, f, now)?;
     Some((count, vigil_api::duration::format_go_duration(f.window)))
+}
+
+/// The expression a Node has matched for its duration at `now` (`status.expressionMatches`,
+/// read as the engine reads it): which one, for how long, and since when.
+fn expression_of(status: &Value, name: &str, policy: Option<&NhcPolicy>, now: Timestamp) -> Option<(String, String)> {
+    let policy = policy?;
+    let record: Vec<vigil_api::node_health_check::ExpressionMatch> =
+        serde_json::from_value(status.get("expressionMatches")?.clone()).ok()?;
+    policy.expressions.iter().enumerate().find_map(|(i, rule)| {
+        let since = vigil_engine::expressions::held_since(&record, name, i)?;
+        let due = since.checked_add(rule.duration).ok()?;
+        (due <= now).then(|| {
+            let message = format!(
+                "expression {}.expression ({}) held for {} or more",
+                rule.path,
+                rule.expression.source(),
+                vigil_api::duration::format_go_duration(rule.duration)
+            );
+            (message, since.to_string())
+        })
+    })
 }
 
 /// An unhealthy Node's remediation objects, for a person: `Kind namespace/name since T`.
@@ -886,6 +911,31 @@ mod tests {
         assert_eq!(flapping, [("w-1", 2)], "the episode of 23:00 is out of the window");
         let out = text(&report);
         assert!(out.contains("  flapping: episodes within the window: w-1 2\n"), "{out}");
+        Ok(())
+    }
+
+    /// `vigil check` names the expression a Node is unhealthy by, and since when it has held,
+    /// from the check's `status.expressionMatches`.
+    #[test]
+    fn check_names_the_expression_a_node_matched() -> Result<()> {
+        let now: Timestamp = "2030-01-01T00:30:00Z".parse()?;
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w-1", "labels": {"role": "worker", "disk": "failing"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": "2030-01-01T00:00:00Z"}]}});
+        let template = json!({"apiVersion": "remediation.example.io/v1", "kind": "RebootTemplate", "metadata": {"name": "reboot", "namespace": "ops"},
+            "spec": {"template": {"spec": {}}}});
+        let check = json!({"apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck", "metadata": {"name": "workers", "generation": 1},
+            "spec": {"selector": {"matchLabels": {"role": "worker"}}, "minHealthy": 1,
+                "remediationTemplate": {"apiVersion": "remediation.example.io/v1", "kind": "RebootTemplate", "name": "reboot", "namespace": "ops"},
+                "unhealthyExpressions": [{"expression": "'disk' in node.labels && node.labels['disk'] == 'failing'", "duration": "10m"}]},
+            "status": {"unhealthyNodes": [{"name": "w-1"}], "observedGeneration": 1,
+                "expressionMatches": [{"name": "w-1", "expression": 0, "since": "2030-01-01T00:05:00Z"}]}});
+        let mut fleet = crate::live::Fleet::of(vec![template, node]);
+        fleet.checks = vec![check];
+        let report = evaluate(fleet, Vec::new(), &[], now)?;
+        let out = text(&report);
+        assert!(out.contains("ExpressionMatched"), "{out}");
+        assert!(out.contains("expression spec.unhealthyExpressions[0].expression ("), "{out}");
+        assert!(out.contains("held for 10m0s or more"), "{out}");
         Ok(())
     }
 
