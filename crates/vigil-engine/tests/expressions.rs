@@ -10,14 +10,12 @@ mod support;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::*;
-use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
 use vigil_api::reason::Reason;
-use vigil_api::views::{NodeView, TemplateView};
-use vigil_engine::node::{self, NhcInput};
+use vigil_api::views::NodeView;
 use vigil_engine::plan::{NoticeKind, Plan};
 
-const SNR_NS: &str = "medik8s";
+const SNR_NS: &str = NHC_SNR_NS;
 /// True while the Node carries `health=bad`; false (never unknown) without the label.
 const BAD: &str = "'health' in node.labels && node.labels['health'] == 'bad'";
 /// Unknown for a Node without the `health` label: indexing a missing key is a run-time error.
@@ -42,32 +40,7 @@ fn decide(
     nodes: &[NodeView],
     now: jiff::Timestamp,
 ) -> Plan<NodeHealthCheckStatus> {
-    let mut check = json!({
-        "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
-        "metadata": {"name": "nhc", "uid": "nhc-uid", "generation": generation},
-        "spec": spec,
-    });
-    if let Some(text) = status {
-        check["status"] = serde_json::from_str(text).expect("status JSON");
-    }
-    let check: NodeHealthCheck = serde_json::from_value(check).expect("check");
-    let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-    let refs: Vec<&NodeView> = nodes.iter().collect();
-    let template = TemplateView::read(&json!({
-        "apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate",
-        "metadata": {"name": "snr", "namespace": SNR_NS},
-        "spec": {"template": {"spec": {}}}
-    }))
-    .expect("template");
-    let input = NhcInput {
-        check: &check,
-        policy: &policy,
-        nodes: &refs,
-        templates: &[Some(&template)],
-        remediations: &[],
-        around: node::Around::default(),
-    };
-    node::decide(&input, now)
+    decide_nhc_from(spec, generation, status, nodes, now)
 }
 
 /// Ready, labelled `health=bad` when `bad`.

@@ -10,13 +10,11 @@ mod support;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::*;
-use vigil_api::NodeHealthCheck;
 use vigil_api::node_health_check::NodeHealthCheckStatus;
-use vigil_api::views::{NodeView, TemplateView};
-use vigil_engine::node::{self, NhcInput};
+use vigil_api::views::NodeView;
 use vigil_engine::plan::{NoticeKind, Plan};
 
-const SNR_NS: &str = "medik8s";
+const SNR_NS: &str = NHC_SNR_NS;
 
 fn spec(extra: Value) -> Value {
     let mut spec = json!({
@@ -35,32 +33,7 @@ fn spec(extra: Value) -> Value {
 
 /// One decision of the check with `status` (its JSON text, as stored) at `now`.
 fn decide(spec: &Value, status: Option<&str>, nodes: &[NodeView], now: jiff::Timestamp) -> Plan<NodeHealthCheckStatus> {
-    let mut check = json!({
-        "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
-        "metadata": {"name": "nhc", "uid": "nhc-uid", "generation": 1},
-        "spec": spec,
-    });
-    if let Some(text) = status {
-        check["status"] = serde_json::from_str(text).expect("status JSON");
-    }
-    let check: NodeHealthCheck = serde_json::from_value(check).expect("check");
-    let policy = vigil_api::validate::node_health_check(&check).expect("valid");
-    let refs: Vec<&NodeView> = nodes.iter().collect();
-    let template = TemplateView::read(&json!({
-        "apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate",
-        "metadata": {"name": "snr", "namespace": SNR_NS},
-        "spec": {"template": {"spec": {}}}
-    }))
-    .expect("template");
-    let input = NhcInput {
-        check: &check,
-        policy: &policy,
-        nodes: &refs,
-        templates: &[Some(&template)],
-        remediations: &[],
-        around: node::Around::default(),
-    };
-    node::decide(&input, now)
+    decide_nhc_from(spec, 1, status, nodes, now)
 }
 
 /// A Node's episodes: (start minute, minutes NotReady).

@@ -932,3 +932,48 @@ pub fn check_condition<'c>(conditions: &'c [Condition], type_: &str) -> Option<&
 pub fn key(name: &str) -> String {
     format!("{NS}/{name}")
 }
+
+// ----------------------------------------------------------------------------------------------
+// NodeHealthCheck decisions from a stored status
+// ----------------------------------------------------------------------------------------------
+
+/// The namespace of the SelfNodeRemediationTemplate `snr` [`decide_nhc_from`] offers.
+pub const NHC_SNR_NS: &str = "medik8s";
+
+/// One decision of NodeHealthCheck `nhc` (`spec`, at `generation`) with `status` (its JSON text,
+/// as the API server stores it) at `now`, the template `snr` in [`NHC_SNR_NS`] offered: each call
+/// reads the previous status back as a restarted controller would.
+pub fn decide_nhc_from(
+    spec: &Value,
+    generation: i64,
+    status: Option<&str>,
+    nodes: &[NodeView],
+    now: Timestamp,
+) -> Plan<vigil_api::node_health_check::NodeHealthCheckStatus> {
+    let mut check = json!({
+        "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
+        "metadata": {"name": "nhc", "uid": "nhc-uid", "generation": generation},
+        "spec": spec,
+    });
+    if let Some(text) = status {
+        check["status"] = serde_json::from_str(text).expect("status JSON");
+    }
+    let check: vigil_api::NodeHealthCheck = serde_json::from_value(check).expect("check");
+    let policy = validate::node_health_check(&check).expect("valid");
+    let refs: Vec<&NodeView> = nodes.iter().collect();
+    let template = TemplateView::read(&json!({
+        "apiVersion": "self-node-remediation.medik8s.io/v1alpha1", "kind": "SelfNodeRemediationTemplate",
+        "metadata": {"name": "snr", "namespace": NHC_SNR_NS},
+        "spec": {"template": {"spec": {}}}
+    }))
+    .expect("template");
+    let input = vigil_engine::node::NhcInput {
+        check: &check,
+        policy: &policy,
+        nodes: &refs,
+        templates: &[Some(&template)],
+        remediations: &[],
+        around: vigil_engine::node::Around::default(),
+    };
+    vigil_engine::node::decide(&input, now)
+}
