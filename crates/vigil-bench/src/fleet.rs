@@ -94,7 +94,18 @@ pub enum NodeChecks {
     Vigil,
     /// medik8s' own `remediation.medik8s.io/v1alpha1` NodeHealthChecks: the same spec, another group.
     Medik8s,
+    /// Vigil's checks, each with [`EXPRESSIONS`] beside its conditions (`--expressions`): what
+    /// evaluating CEL rules for every Node at every decision costs.
+    VigilWithExpressions,
 }
+
+/// The CEL rules of `--expressions`: one over a label no Node of the fleet has, one over the
+/// cordon and the Ready condition (no failed Node is cordoned); neither ever holds, so the
+/// remediations are the same as without them.
+pub const EXPRESSIONS: [&str; 2] = [
+    "'example.com/disk' in node.labels && node.labels['example.com/disk'] == 'failing'",
+    "node.unschedulable && 'Ready' in node.conditions && node.conditions['Ready'].status != 'True'",
+];
 
 /// Splits `n` targets into checks (see the module doc).
 pub fn layout(n: usize, fleet: Fleet) -> Vec<Group> {
@@ -383,15 +394,21 @@ pub async fn create(
 /// group differs).
 pub fn node_health_check(g: &Group, checks: NodeChecks, timeout_secs: u64) -> Value {
     let api_version = match checks {
-        NodeChecks::Vigil => "vigil.dev/v1alpha1",
+        NodeChecks::Vigil | NodeChecks::VigilWithExpressions => "vigil.dev/v1alpha1",
         NodeChecks::Medik8s => "remediation.medik8s.io/v1alpha1",
     };
-    json!({"apiVersion": api_version, "kind": "NodeHealthCheck",
+    let mut check = json!({"apiVersion": api_version, "kind": "NodeHealthCheck",
         "metadata": {"name": g.name},
         "spec": {"selector": {"matchLabels": {GROUP_LABEL: g.name}}, "minHealthy": "51%",
                  "unhealthyConditions": unhealthy_conditions("duration", json!(format!("{timeout_secs}s"))),
                  "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
-                                         "kind": "SelfNodeRemediationTemplate", "name": TEMPLATE, "namespace": NS}}})
+                                         "kind": "SelfNodeRemediationTemplate", "name": TEMPLATE, "namespace": NS}}});
+    if checks == NodeChecks::VigilWithExpressions {
+        let rules: Vec<Value> =
+            EXPRESSIONS.iter().map(|e| json!({"expression": e, "duration": format!("{timeout_secs}s")})).collect();
+        check["spec"]["unhealthyExpressions"] = json!(rules);
+    }
+    check
 }
 
 #[cfg(test)]
@@ -444,6 +461,17 @@ mod tests {
         assert_eq!(medik8s["apiVersion"], "remediation.medik8s.io/v1alpha1");
         assert_eq!((&medik8s["metadata"], &medik8s["spec"]), (&vigil["metadata"], &vigil["spec"]));
         assert_eq!(vigil["spec"]["unhealthyConditions"][0]["duration"], "5s");
+    }
+
+    #[test]
+    fn the_expressions_are_valid_rules_beside_the_same_conditions() {
+        let g = Group { name: "nhc-small-003".into(), kind: Kind::Node, start: 0, end: 50 };
+        let plain = node_health_check(&g, NodeChecks::Vigil, 5);
+        let with = node_health_check(&g, NodeChecks::VigilWithExpressions, 5);
+        assert_eq!(with["spec"]["unhealthyConditions"], plain["spec"]["unhealthyConditions"]);
+        let check: vigil_api::NodeHealthCheck = serde_json::from_value(with).expect("check");
+        let policy = vigil_api::validate::node_health_check(&check).expect("the expressions compile");
+        assert_eq!(policy.expressions.len(), EXPRESSIONS.len());
     }
 
     #[test]

@@ -67,6 +67,11 @@ struct Args {
     /// [default: mixed; with --against capi: mhc; with --against medik8s: nhc].
     #[arg(long, value_enum)]
     fleet: Option<fleet::Fleet>,
+    /// Give each of Vigil's NodeHealthChecks two CEL expression rules beside its conditions,
+    /// evaluated for every Node at every decision; they never hold, so the remediations stay the
+    /// same (not with --fleet mhc: a MachineHealthCheck has no expressions).
+    #[arg(long)]
+    expressions: bool,
     /// Run Vigil, then another controller on a fresh API server with the same fleet, and print
     /// both summaries and their ratios: `capi` is Cluster API's MachineHealthCheck controller,
     /// `medik8s` medik8s' NodeHealthCheck operator.
@@ -163,6 +168,8 @@ struct Plan {
     steady: Duration,
     wave: Duration,
     timeout_secs: u64,
+    /// Vigil's NodeHealthChecks carry expression rules (`--expressions`).
+    expressions: bool,
     /// How long the wave waits for every remediation.
     wave_limit: Duration,
     workers: usize,
@@ -218,6 +225,7 @@ impl Args {
             timeout_secs: self.timeout_secs.unwrap_or(if short { 3 } else { 5 }),
             wave_limit: Duration::ZERO,
             workers: self.workers,
+            expressions: self.expressions,
         };
         let mut plan = plan;
         let wave_limit = self.wave_limit_secs.unwrap_or(plan.timeout_secs + 60);
@@ -239,6 +247,10 @@ impl Args {
             plan.timeout_secs
         );
         ensure!((1..=64).contains(&plan.workers), "--workers must be in 1..=64, got {}", plan.workers);
+        ensure!(
+            !(plan.expressions && plan.fleet == fleet::Fleet::Mhc),
+            "--expressions gives NodeHealthChecks expression rules: --fleet mhc has none"
+        );
         if let Some(against) = self.against {
             ensure!(
                 plan.fleet == against.fleet(),
@@ -441,6 +453,15 @@ impl Contender {
         match self {
             Contender::Vigil { .. } | Contender::Capi { .. } | Contender::Floor { .. } => fleet::NodeChecks::Vigil,
             Contender::Medik8s { .. } => fleet::NodeChecks::Medik8s,
+        }
+    }
+
+    /// [`Contender::node_checks`], with expression rules when the plan asks for them and the
+    /// contender is Vigil (no other contender has them).
+    fn node_checks_for(&self, plan: &Plan) -> fleet::NodeChecks {
+        match self {
+            Contender::Vigil { .. } if plan.expressions => fleet::NodeChecks::VigilWithExpressions,
+            _ => self.node_checks(),
         }
     }
 
@@ -655,7 +676,8 @@ async fn set_up(plan: &Plan, contender: &Contender) -> Result<Stage> {
     // One instant for the fleet and the kubelets: if the heartbeats carried another
     // `lastTransitionTime`, the first heartbeat of each Node would be a real condition change.
     let since = fleet::time(Timestamp::now() - SignedDuration::from_hours(24));
-    fleet::create(&env, n, &groups, plan.timeout_secs, contender.checks(), contender.node_checks(), &since).await?;
+    let node_checks = contender.node_checks_for(plan);
+    fleet::create(&env, n, &groups, plan.timeout_secs, contender.checks(), node_checks, &since).await?;
     let fleet_ms = t1.elapsed().as_secs_f64() * 1000.0;
     let group_of = fleet::group_of(&groups, n);
     Ok(Stage { env, groups, group_of, since, apiserver_ms, fleet_ms })
@@ -925,6 +947,7 @@ fn config(plan: &Plan, contender: &Contender) -> Config {
         timeout_secs: plan.timeout_secs,
         wave_limit_secs: plan.wave_limit.as_secs(),
         failed_percent: plan.failed_percent,
+        expressions: contender.node_checks_for(plan) == fleet::NodeChecks::VigilWithExpressions,
         workers: contender.concurrency(),
         profile: profile().to_string(),
     }

@@ -212,6 +212,9 @@ pub struct Config {
     pub wave_limit_secs: u64,
     /// Share of the targets that fail.
     pub failed_percent: f64,
+    /// Vigil's NodeHealthChecks carried CEL expression rules (`--expressions`).
+    #[serde(default)]
+    pub expressions: bool,
     /// The controller's concurrency: `vigil run --workers`, Cluster API's
     /// `--machinehealthcheck-concurrency`, or medik8s' reconciler concurrency (1, as shipped).
     pub workers: usize,
@@ -360,6 +363,7 @@ mod tests {
                 timeout_secs: 5,
                 wave_limit_secs: 65,
                 failed_percent: 5.0,
+                expressions: false,
                 workers: 16,
                 profile: "release".into(),
             },
