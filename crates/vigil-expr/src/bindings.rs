@@ -1,5 +1,6 @@
 //! What an expression reads: a Node and, for a MachineHealthCheck, its Machine, as plain data.
 
+use crate::check::NodeFields;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -106,35 +107,40 @@ fn string_map(m: &BTreeMap<String, String>) -> Value {
     Value::Map(Map::from(map))
 }
 
-/// `node` as a CEL value: a map of the fields the checker knows (see `check.rs`).
-pub(crate) fn node_value(node: &NodeFacts) -> Value {
-    let taints = node
-        .taints
-        .iter()
-        .map(|t| record(vec![("key", string(&t.key)), ("value", string(&t.value)), ("effect", string(&t.effect))]))
-        .collect::<Vec<_>>();
+/// `node` as a CEL value: a map of the fields the checker knows (see `check.rs`), of them only
+/// those in `fields` (the expression reads no other: building the rest for every Node was most
+/// of an evaluation's cost).
+pub(crate) fn node_value(node: &NodeFacts, fields: NodeFields) -> Value {
+    let mut record_fields = Vec::with_capacity(NodeFields::NAMES.len());
+    for field in NodeFields::NAMES.into_iter().filter(|f| fields.has(f)) {
+        let value = match field {
+            "name" => string(&node.name),
+            "labels" => string_map(&node.labels),
+            "annotations" => string_map(&node.annotations),
+            "taints" => Value::List(Arc::new(node.taints.iter().map(taint_value).collect())),
+            "unschedulable" => Value::Bool(node.unschedulable),
+            _ => conditions_value(node),
+        };
+        record_fields.push((field, value));
+    }
+    record(record_fields)
+}
+
+fn taint_value(t: &Taint) -> Value {
+    record(vec![("key", string(&t.key)), ("value", string(&t.value)), ("effect", string(&t.effect))])
+}
+
+fn conditions_value(node: &NodeFacts) -> Value {
     let conditions: HashMap<Key, Value> = node
         .conditions
         .iter()
         .map(|(kind, c)| {
-            (
-                Key::from(kind.clone()),
-                record(vec![
-                    ("status", string(&c.status)),
-                    ("reason", string(&c.reason)),
-                    ("message", string(&c.message)),
-                ]),
-            )
+            let fields =
+                vec![("status", string(&c.status)), ("reason", string(&c.reason)), ("message", string(&c.message))];
+            (Key::from(kind.clone()), record(fields))
         })
         .collect();
-    record(vec![
-        ("name", string(&node.name)),
-        ("labels", string_map(&node.labels)),
-        ("annotations", string_map(&node.annotations)),
-        ("taints", Value::List(Arc::new(taints))),
-        ("unschedulable", Value::Bool(node.unschedulable)),
-        ("conditions", Value::Map(Map::from(conditions))),
-    ])
+    Value::Map(Map::from(conditions))
 }
 
 /// `machine` as a CEL value: a map of the fields the checker knows (see `check.rs`).

@@ -201,11 +201,47 @@ pub(crate) struct Checked {
     pub reads_machine: bool,
     /// Whether it iterates over a collection (so the size bound matters at run time).
     pub iterates: bool,
+    /// The fields of `node` it reads, when it reads them only as `node.<field>` (`None`: it uses
+    /// `node` whole, so every field is bound).
+    pub node_fields: Option<NodeFields>,
+}
+
+/// The fields of `node` an expression reads: only these are built for each target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NodeFields(u8);
+
+impl NodeFields {
+    /// Every field of `node` the checker knows, in the order of [`NodeFields::bit`].
+    pub(crate) const NAMES: [&'static str; 6] =
+        ["name", "labels", "annotations", "taints", "unschedulable", "conditions"];
+
+    /// All fields.
+    pub(crate) const ALL: NodeFields = NodeFields(0b11_1111);
+
+    fn bit(field: &str) -> Option<u8> {
+        Self::NAMES.iter().position(|n| *n == field).map(|i| 1 << i)
+    }
+
+    fn add(&mut self, field: &str) {
+        // A field the checker does not know is refused by `select_field`; all are kept then.
+        self.0 |= Self::bit(field).unwrap_or(Self::ALL.0);
+    }
+
+    /// Whether `field` is read.
+    pub(crate) fn has(self, field: &str) -> bool {
+        Self::bit(field).is_some_and(|b| self.0 & b != 0)
+    }
 }
 
 /// Checks a parsed tree: names, types, depth and estimated cost.
 pub(crate) fn check(root: &IdedExpr) -> Result<Checked, Refusal> {
-    let mut checker = Checker { scope: Vec::new(), reads_machine: false, iterates: false };
+    let mut checker = Checker {
+        scope: Vec::new(),
+        reads_machine: false,
+        iterates: false,
+        node_fields: NodeFields::default(),
+        node_whole: false,
+    };
     let facts = checker.expr(root, 0)?;
     if !facts.ty.is(&Ty::Bool) {
         return Err(Refusal::Type(format!("it evaluates to a {}, not a bool", facts.ty.describe())));
@@ -213,7 +249,8 @@ pub(crate) fn check(root: &IdedExpr) -> Result<Checked, Refusal> {
     if facts.cost > MAX_COST {
         return Err(Refusal::Cost(facts.cost));
     }
-    Ok(Checked { cost: facts.cost, reads_machine: checker.reads_machine, iterates: checker.iterates })
+    let node_fields = (!checker.node_whole).then_some(checker.node_fields);
+    Ok(Checked { cost: facts.cost, reads_machine: checker.reads_machine, iterates: checker.iterates, node_fields })
 }
 
 struct Checker {
@@ -221,6 +258,10 @@ struct Checker {
     scope: Vec<(String, Facts)>,
     reads_machine: bool,
     iterates: bool,
+    /// The fields read as `node.<field>`.
+    node_fields: NodeFields,
+    /// Whether `node` is read otherwise (whole).
+    node_whole: bool,
 }
 
 fn add(a: u64, b: u64) -> u64 {
@@ -246,7 +287,18 @@ impl Checker {
             })),
             Expr::Ident(name) => self.ident(name),
             Expr::Select(select) => {
-                let operand = self.expr(&select.operand, depth)?;
+                let operand = match &select.operand.expr {
+                    // `node.<field>` of the binding (not of a comprehension variable named
+                    // `node`): only that field is read.
+                    Expr::Ident(name) if name == "node" && !self.scope.iter().any(|(n, _)| n == "node") => {
+                        if depth > MAX_AST_DEPTH {
+                            return Err(Refusal::Depth);
+                        }
+                        self.node_fields.add(&select.field);
+                        Facts::leaf(Ty::Object(Object::Node))
+                    }
+                    _ => self.expr(&select.operand, depth)?,
+                };
                 let ty = if select.test { Ty::Bool } else { select_field(&operand.ty, &select.field)? };
                 if select.test {
                     select_field(&operand.ty, &select.field)?;
@@ -362,7 +414,10 @@ impl Checker {
             return Ok(facts);
         }
         match name {
-            "node" => Ok(Facts::leaf(Ty::Object(Object::Node))),
+            "node" => {
+                self.node_whole = true;
+                Ok(Facts::leaf(Ty::Object(Object::Node)))
+            }
             "machine" => {
                 self.reads_machine = true;
                 Ok(Facts::leaf(Ty::Object(Object::Machine)))

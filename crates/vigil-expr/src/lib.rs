@@ -201,6 +201,8 @@ pub struct Expression {
     cost: u64,
     reads_machine: bool,
     iterates: bool,
+    /// The fields of `node` to bind for it (the others are never read).
+    node_fields: check::NodeFields,
 }
 
 /// Two expressions are equal when compiled from the same source: compiling is deterministic, so
@@ -266,6 +268,7 @@ impl Expression {
             cost: checked.cost,
             reads_machine: checked.reads_machine,
             iterates: checked.iterates,
+            node_fields: checked.node_fields.unwrap_or(check::NodeFields::ALL),
         })
     }
 
@@ -304,7 +307,7 @@ impl Expression {
 
     fn run(&self, bindings: &Bindings) -> Outcome {
         let mut context = Context::with_env(Arc::clone(&ENV));
-        let mut variables = vec![("node", bindings::node_value(&bindings.node))];
+        let mut variables = vec![("node", bindings::node_value(&bindings.node, self.node_fields))];
         if let Some(machine) = &bindings.machine {
             variables.push(("machine", bindings::machine_value(machine)));
         }

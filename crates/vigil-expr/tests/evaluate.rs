@@ -126,3 +126,22 @@ fn the_deepest_accepted_expression_evaluates_on_a_small_stack() {
         .map(|h| h.join());
     assert!(matches!(outcome, Ok(Ok(Outcome::True))), "{outcome:?}");
 }
+
+/// Only the fields an expression reads are bound for a target: whatever it reads, and however
+/// (`has`, a comprehension whose variable is also called `node`, several fields at once), it
+/// sees what it would see with every field bound.
+#[test]
+fn an_expression_sees_every_field_it_reads() {
+    let plain = Bindings::node(node());
+    let cases: Vec<(&str, Outcome)> = vec![
+        ("node.labels.exists(node, node == 'storage-migration')", Outcome::True),
+        ("node.taints.exists(node, node.key == 'x') && node.name == 'worker-1'", Outcome::True),
+        ("has(node.annotations.a) && !node.unschedulable", Outcome::True),
+        ("node.conditions.Ready.reason == 'KubeletNotReady' && 'a' in node.annotations", Outcome::True),
+        ("[node.name, node.name].all(n, n == 'worker-1')", Outcome::True),
+        ("node.labels.all(k, k in node.labels) && size(node.conditions) == 2", Outcome::True),
+    ];
+    for (source, want) in cases {
+        assert_eq!(eval(source, &plain), want, "{source}");
+    }
+}
