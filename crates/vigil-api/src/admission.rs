@@ -64,6 +64,9 @@ pub const FLAPPING_WINDOW_SHORT: &str = "must not be shorter than the longest ru
 pub const MAX_EXPRESSIONS: usize = 16;
 /// Why a list of more than [`MAX_EXPRESSIONS`] expressions is refused.
 pub const TOO_MANY_EXPRESSIONS: &str = "must have at most 16 items";
+/// Why a NodeHealthCheck expression that reads `machine` is refused.
+pub const NO_MACHINE_ON_NODE_CHECK: &str =
+    "reads `machine`, and a NodeHealthCheck's targets are Nodes without a Machine: read `node` only";
 /// Longest `unhealthyExpressions[].expression`, the expression compiler's own bound.
 pub const EXPRESSION_MAX_LENGTH: usize = vigil_expr::limits::MAX_SOURCE_BYTES;
 /// Why a `voluntaryDisruptions` value is refused.

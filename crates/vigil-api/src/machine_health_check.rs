@@ -89,6 +89,39 @@ pub struct MachineHealthCheckSpec {
     #[schemars(transform = crate::schema::voluntary_disruptions)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub voluntary_disruptions: Option<String>,
+    /// Flapping targets: a Machine whose rules match and clear again `episodes` times within
+    /// `window` counts as unhealthy (reason `Flapping`), though no episode lasted a rule's
+    /// `timeout`. Off when absent (upstream has no such field).
+    #[schemars(transform = crate::schema::flapping)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flapping: Option<crate::shared::Flapping>,
+    /// CEL expressions over each target's Node (`node.labels`, `node.annotations`, `node.taints`,
+    /// `node.unschedulable`, `node.conditions`) and its Machine (`machine.labels`,
+    /// `machine.annotations`, `machine.phase`, `machine.deleting`): a Machine with a Node for
+    /// which one holds for its `timeout` is unhealthy (ORed with the condition rules). None by
+    /// default (upstream has no such field).
+    #[schemars(transform = crate::schema::expression_list)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_expressions: Vec<MachineUnhealthyExpression>,
+}
+
+/// A CEL expression over a Machine and its Node, and how long it must hold before the Machine
+/// counts as unhealthy, for what no single condition says.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineUnhealthyExpression {
+    /// A CEL expression over `node` and `machine` that is true when the Machine is unhealthy;
+    /// refused when it does not compile, reads anything else, or may cost too much.
+    #[schemars(transform = crate::schema::expression)]
+    pub expression: String,
+    /// How long the expression must hold, on Vigil's own clock (`status.expressionMatches`).
+    #[schemars(transform = crate::schema::non_negative_duration)]
+    pub timeout: String,
+    /// The expression's own remediation: the Machines it made unhealthy get an external
+    /// remediation object from this template (in the check's namespace) instead of the check's
+    /// default (its own `remediationTemplate`, else the owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation_template: Option<TemplateReference>,
 }
 
 /// A condition and how long it must hold before the target counts as unhealthy.

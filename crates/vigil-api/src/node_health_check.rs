@@ -1,6 +1,8 @@
 //! NodeHealthCheck: medik8s' health check for plain Nodes, with the
 //! `remediation.medik8s.io/v1alpha1` field names so upstream manifests carry over.
 
+/// The expression records live with the other feature status both kinds share.
+pub use crate::shared::{ExpressionMatch, UnevaluatedExpression};
 use crate::shared::{FeatureSpec, FeatureStatus, RemediationBackoff, TemplateReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -159,6 +161,16 @@ pub struct UnhealthyExpression {
     /// How long the expression must hold, on Vigil's own clock (`status.expressionMatches`).
     #[schemars(transform = crate::schema::non_negative_duration)]
     pub duration: String,
+    /// The expression's own remediator for the Nodes it made unhealthy, instead of the check's.
+    /// At most one of this / `escalatingRemediations`; neither: the check's own.
+    #[schemars(transform = crate::schema::nhc_template)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation_template: Option<TemplateReference>,
+    /// The expression's own remediators, tried in `order`, for the Nodes it made unhealthy
+    /// (the same rules as the check's own).
+    #[schemars(transform = crate::schema::escalating_remediations)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalating_remediations: Vec<EscalatingRemediation>,
 }
 
 /// A Node condition and how long it must hold before the Node counts as unhealthy.
@@ -250,40 +262,6 @@ pub struct NodeHealthCheckStatus {
     /// the same on both kinds.
     #[serde(flatten)]
     pub features: FeatureStatus,
-    /// With `spec.unhealthyExpressions`: since when Vigil has seen each expression hold for each
-    /// Node (its own clock: an expression has no `lastTransitionTime`), at most 1000 entries.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub expression_matches: Vec<ExpressionMatch>,
-    /// With `spec.unhealthyExpressions`: the Nodes an expression could not be evaluated for, and
-    /// why (no decision is made for them by it; they are not counted healthy), at most 1000.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unevaluated_expressions: Vec<UnevaluatedExpression>,
-}
-
-/// An expression that could not be evaluated for a Node, so the status says why the Node has no
-/// verdict.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct UnevaluatedExpression {
-    /// The Node.
-    pub name: String,
-    /// Which expression: its index in `spec.unhealthyExpressions`.
-    pub expression: i32,
-    /// Why, as the evaluator said it.
-    pub message: String,
-}
-
-/// Since when Vigil has seen one expression hold for one Node, so a restart or another replica
-/// keeps the same clock.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ExpressionMatch {
-    /// The Node.
-    pub name: String,
-    /// Which expression: its index in `spec.unhealthyExpressions`.
-    pub expression: i32,
-    /// When a decision first saw it hold (whole seconds, rounded down).
-    pub since: Time,
 }
 
 /// What an unhealthy Node's remediation waits for, so the status says who or what holds it.

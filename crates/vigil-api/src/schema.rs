@@ -314,19 +314,44 @@ pub(crate) fn mhc_spec(schema: &mut Schema) {
     let label = format!("self.selector.matchLabels['{CLUSTER_NAME_LABEL}']");
     push_rules(
         object(schema),
-        [Rule::new(
-            &format!(
-                "!has(self.selector.matchLabels) || !('{CLUSTER_NAME_LABEL}' in self.selector.matchLabels) || \
+        [
+            flapping_window_covers(&[
+                ("unhealthyConditions", "timeout"),
+                ("unhealthyMachineConditions", "timeout"),
+                ("unhealthyExpressions", "timeout"),
+            ]),
+            Rule::new(
+                &format!(
+                    "!has(self.selector.matchLabels) || !('{CLUSTER_NAME_LABEL}' in self.selector.matchLabels) || \
                  {label} == self.clusterName"
-            ),
-            "the cluster.x-k8s.io/cluster-name label must equal clusterName",
-        )
-        .at(".selector")
-        .message_expression(&format!(
-            "'matchLabels {CLUSTER_NAME_LABEL} ' + {label} + ' must equal spec.clusterName ' + self.clusterName + \
+                ),
+                "the cluster.x-k8s.io/cluster-name label must equal clusterName",
+            )
+            .at(".selector")
+            .message_expression(&format!(
+                "'matchLabels {CLUSTER_NAME_LABEL} ' + {label} + ' must equal spec.clusterName ' + self.clusterName + \
              ': the check only looks at the Machines of that cluster'"
-        ))],
+            )),
+        ],
     );
+}
+
+/// `flapping.window` not shorter than any rule's timeout, for each `(list, timeout field)` of
+/// rules: an episode that lasts a rule's timeout is an incident already, not a flap.
+fn flapping_window_covers(lists: &[(&str, &str)]) -> Rule {
+    let each = lists
+        .iter()
+        .map(|(list, field)| {
+            format!(
+                "(!has(self.{list}) || self.{list}.all(r, !r.{field}.matches('{P}') || \
+                 duration(r.{field}) <= duration(self.flapping.window)))",
+                P = GO_DURATION_PATTERN
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let rule = format!("!has(self.flapping) || !self.flapping.window.matches('{GO_DURATION_PATTERN}') || ({each})");
+    Rule::new(&rule, &format!("window {FLAPPING_WINDOW_SHORT}")).at(".flapping")
 }
 
 /// `unhealthyRange`: `[min-max]` with min ≤ max (CEL, with the strings
@@ -641,16 +666,7 @@ pub(crate) fn nhc_spec(schema: &mut Schema) {
     push_rules(
         object(schema),
         [
-            Rule::new(
-                &format!(
-                    "!has(self.flapping) || !self.flapping.window.matches('{P}') || \
-                     !has(self.unhealthyConditions) || self.unhealthyConditions.all(r, \
-                     !r.duration.matches('{P}') || duration(r.duration) <= duration(self.flapping.window))",
-                    P = GO_DURATION_PATTERN
-                ),
-                &format!("window {FLAPPING_WINDOW_SHORT}"),
-            )
-            .at(".flapping"),
+            flapping_window_covers(&[("unhealthyConditions", "duration"), ("unhealthyExpressions", "duration")]),
             Rule::new(
                 "!has(self.minHealthy) || !has(self.maxUnhealthy)",
                 "only one of minHealthy and maxUnhealthy may be set",
@@ -684,6 +700,10 @@ pub(crate) fn nhc_spec(schema: &mut Schema) {
                      (!has(self.escalatingRemediations) || \
                      !self.escalatingRemediations.exists(e, e.remediationTemplate.kind == '{M}')) && \
                      (!has(self.unhealthyConditions) || !self.unhealthyConditions.exists(r, \
+                     (has(r.remediationTemplate) && r.remediationTemplate.kind == '{M}') || \
+                     (has(r.escalatingRemediations) && \
+                     r.escalatingRemediations.exists(e, e.remediationTemplate.kind == '{M}')))) && \
+                     (!has(self.unhealthyExpressions) || !self.unhealthyExpressions.exists(r, \
                      (has(r.remediationTemplate) && r.remediationTemplate.kind == '{M}') || \
                      (has(r.escalatingRemediations) && \
                      r.escalatingRemediations.exists(e, e.remediationTemplate.kind == '{M}')))))",

@@ -164,6 +164,40 @@ pub struct FeatureStatus {
     /// targets).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flapping: Vec<FlappingTarget>,
+    /// With `spec.unhealthyExpressions`: since when Vigil has seen each expression hold for each
+    /// target (its own clock: an expression has no `lastTransitionTime`), at most 1000 entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expression_matches: Vec<ExpressionMatch>,
+    /// With `spec.unhealthyExpressions`: the targets an expression could not be evaluated for,
+    /// and why (no decision is made for them by it; they are not counted healthy), at most 1000.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unevaluated_expressions: Vec<UnevaluatedExpression>,
+}
+
+/// An expression that could not be evaluated for a target, so the status says why the target
+/// has no verdict.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnevaluatedExpression {
+    /// The target: a Node name (NodeHealthCheck) or a Machine name (MachineHealthCheck).
+    pub name: String,
+    /// Which expression: its index in `spec.unhealthyExpressions`.
+    pub expression: i32,
+    /// Why, as the evaluator said it.
+    pub message: String,
+}
+
+/// Since when Vigil has seen one expression hold for one target, so a restart or another replica
+/// keeps the same clock.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpressionMatch {
+    /// The target: a Node name (NodeHealthCheck) or a Machine name (MachineHealthCheck).
+    pub name: String,
+    /// Which expression: its index in `spec.unhealthyExpressions`.
+    pub expression: i32,
+    /// When a decision first saw it hold (whole seconds, rounded down).
+    pub since: Time,
 }
 
 /// `spec.flapping`: a target whose conditions match and clear again `episodes` times within
@@ -184,7 +218,7 @@ pub struct Flapping {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlappingTarget {
-    /// The target: a Node name.
+    /// The target: a Node name (NodeHealthCheck) or a Machine name (MachineHealthCheck).
     pub name: String,
     /// Its episodes, oldest first: those that ended within the window and the open one.
     pub episodes: Vec<FlapEpisode>,

@@ -5,7 +5,9 @@
 use crate::admission::*;
 use crate::duration::{format_go_duration, parse_go_duration};
 use crate::failure_domains::FailureDomains;
-use crate::machine_health_check::{MachineHealthCheck, MachineHealthCheckSpec, UnhealthyCondition};
+use crate::machine_health_check::{
+    MachineHealthCheck, MachineHealthCheckSpec, MachineUnhealthyExpression, UnhealthyCondition,
+};
 use crate::node_health_check::{
     EscalatingRemediation, NodeHealthCheck, NodeHealthCheckSpec, NodeUnhealthyCondition, UnhealthyExpression,
 };
@@ -197,18 +199,29 @@ pub struct MhcPolicy {
     /// Whether targets taken down on purpose count as unavailable in every budget
     /// (`voluntaryDisruptions: Count`).
     pub count_disruptions: bool,
+    /// CEL expression rules (`spec.unhealthyExpressions`) over a Machine and its Node, ORed with
+    /// the condition rules.
+    pub expressions: Vec<ExpressionRule>,
+    /// Flapping targets (`spec.flapping`), when asked for.
+    pub flapping: Option<FlappingPolicy>,
 }
 
 impl MhcPolicy {
-    /// Every rule in the order a verdict reads them: the Machine condition rules, then the Node
-    /// condition rules (a verdict's rule is an index into this order).
-    pub fn rules(&self) -> impl Iterator<Item = &ConditionRule> + Clone {
-        self.machine_conditions.iter().chain(&self.node_conditions)
+    /// Every rule in the order a verdict reads them: the Machine condition rules, the Node
+    /// condition rules, then the expressions (a verdict's rule is an index into this order).
+    pub fn rules(&self) -> impl Iterator<Item = RuleRef<'_>> + Clone {
+        let conditions = self.machine_conditions.iter().chain(&self.node_conditions).map(RuleRef::Condition);
+        conditions.chain(self.expressions.iter().map(RuleRef::Expression))
     }
 
-    /// Whether some rule names its own remediation (remediation per condition is on).
+    /// Where expression `i` is in [`Self::rules`].
+    pub fn expression_rule(&self, i: usize) -> usize {
+        self.machine_conditions.len() + self.node_conditions.len() + i
+    }
+
+    /// Whether some rule names its own remediation (remediation per rule is on).
     pub fn per_rule_remediation(&self) -> bool {
-        self.rules().any(|r| r.remediation.is_some())
+        self.rules().any(|r| r.remediation().is_some())
     }
 
     /// Every template the check may use, each once: its own, then each rule's in [`Self::rules`]
@@ -216,7 +229,7 @@ impl MhcPolicy {
     /// and `MhcInput::remediations` follow this order).
     pub fn templates(&self) -> Vec<&TemplateRef> {
         let mut out: Vec<&TemplateRef> = Vec::new();
-        let rule_templates = self.rules().filter_map(|r| r.remediation.as_ref()).flat_map(|r| &r.steps);
+        let rule_templates = self.rules().filter_map(|r| r.remediation()).flat_map(|r| &r.steps);
         for t in self.remediation_template.iter().chain(rule_templates.map(|s| &s.template)) {
             if !out.contains(&t) {
                 out.push(t);
@@ -229,10 +242,10 @@ impl MhcPolicy {
     /// `None`: no condition rule) gets: the rule's own template, else the check's (`None`: the
     /// owner), with where it is written.
     pub fn remediation_of(&self, rule: Option<usize>) -> (Option<&TemplateRef>, String) {
-        let own = rule.and_then(|i| self.rules().nth(i)).and_then(|r| Some((r, r.remediation.as_ref()?)));
+        let own = rule.and_then(|i| self.rules().nth(i)).and_then(|r| Some((r, r.remediation()?)));
         match (own, &self.remediation_template) {
             (Some((r, rem)), _) => {
-                (rem.steps.first().map(|s| &s.template), describe_remediation(&rem.field(&r.path), &rem.steps))
+                (rem.steps.first().map(|s| &s.template), describe_remediation(&rem.field(r.path()), &rem.steps))
             }
             (None, Some(t)) => (Some(t), format!("spec.remediationTemplate ({t})")),
             (None, None) => (None, "owner".to_string()),
@@ -350,6 +363,67 @@ pub struct ExpressionRule {
     pub duration: SignedDuration,
     /// Where it is written, e.g. `spec.unhealthyExpressions[1]`: how status and events name it.
     pub path: String,
+    /// The expression's own remediation for the targets it made unhealthy (`None`: the check's).
+    pub remediation: Option<RuleRemediation>,
+}
+
+/// Longest expression source a rule's label carries whole; a longer one is cut and named by a
+/// digest of its source.
+const LABEL_SOURCE_CHARS: usize = 64;
+
+impl ExpressionRule {
+    /// How status, events and remediation objects name the rule: its place and its source (cut
+    /// to [`LABEL_SOURCE_CHARS`] with a digest of the whole when longer), so an edit that puts
+    /// another expression in this place mid-incident is told apart.
+    pub fn label(&self) -> String {
+        let source: String = self.expression.source().split_whitespace().collect::<Vec<_>>().join(" ");
+        if source.chars().count() <= LABEL_SOURCE_CHARS {
+            return format!("{} {source}", self.path);
+        }
+        let cut: String = source.chars().take(LABEL_SOURCE_CHARS - 8).collect();
+        format!("{} {cut}… #{:016x}", self.path, fnv1a(self.expression.source().as_bytes()))
+    }
+}
+
+/// FNV-1a, 64 bits: a digest that stays the same across builds and versions (a label written on
+/// an object must read the same after an upgrade; std's hasher makes no such promise).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// One rule of a check, of either form: what remediation per rule reads of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleRef<'p> {
+    /// A condition rule.
+    Condition(&'p ConditionRule),
+    /// An expression rule.
+    Expression(&'p ExpressionRule),
+}
+
+impl<'p> RuleRef<'p> {
+    /// How status, events and remediation objects name it.
+    pub fn label(&self) -> String {
+        match self {
+            RuleRef::Condition(r) => r.label(),
+            RuleRef::Expression(r) => r.label(),
+        }
+    }
+
+    /// Where it is written, e.g. `spec.unhealthyConditions[1]`.
+    pub fn path(&self) -> &'p str {
+        match self {
+            RuleRef::Condition(r) => &r.path,
+            RuleRef::Expression(r) => &r.path,
+        }
+    }
+
+    /// Its own remediation, if it names one.
+    pub fn remediation(&self) -> Option<&'p RuleRemediation> {
+        match self {
+            RuleRef::Condition(r) => r.remediation.as_ref(),
+            RuleRef::Expression(r) => r.remediation.as_ref(),
+        }
+    }
 }
 
 /// A validated NodeHealthCheck spec.
@@ -395,26 +469,33 @@ pub struct NhcPolicy {
 }
 
 impl NhcPolicy {
-    /// Whether some rule names its own remediation (remediation per condition is on).
-    pub fn per_rule_remediation(&self) -> bool {
-        self.conditions.iter().any(|r| r.remediation.is_some())
+    /// Every rule in spec order: the condition rules, then the expressions (an incident's rule
+    /// is an index into this order).
+    pub fn rules(&self) -> impl Iterator<Item = RuleRef<'_>> + Clone {
+        self.conditions.iter().map(RuleRef::Condition).chain(self.expressions.iter().map(RuleRef::Expression))
     }
 
-    /// Every remediation step the check may use: its own (`steps`), then each rule's own in spec
-    /// order. Adapters read the templates and remediation objects of all of them
+    /// Whether some rule names its own remediation (remediation per rule is on).
+    pub fn per_rule_remediation(&self) -> bool {
+        self.rules().any(|r| r.remediation().is_some())
+    }
+
+    /// Every remediation step the check may use: its own (`steps`), then each rule's own in
+    /// [`Self::rules`] order. Adapters read the templates and remediation objects of all of them
     /// (`NhcInput::templates` follows this order); a template may appear more than once.
     pub fn all_steps(&self) -> impl Iterator<Item = &RemediationStep> {
-        self.steps.iter().chain(self.conditions.iter().filter_map(|r| r.remediation.as_ref()).flat_map(|r| &r.steps))
+        self.steps.iter().chain(self.rules().filter_map(|r| r.remediation()).flat_map(|r| &r.steps))
     }
 
-    /// The remediation of the Nodes rule `rule` made unhealthy (`None`: the check's own): its
-    /// steps, where the first of them is in [`Self::all_steps`], and where it is written.
+    /// The remediation of the Nodes rule `rule` (an index into [`Self::rules`]) made unhealthy
+    /// (`None`: the check's own): its steps, where the first of them is in [`Self::all_steps`],
+    /// and where it is written.
     pub fn ladder(&self, rule: Option<usize>) -> Ladder<'_> {
         let mut offset = self.steps.len();
-        for (i, r) in self.conditions.iter().enumerate() {
-            let Some(rem) = &r.remediation else { continue };
+        for (i, r) in self.rules().enumerate() {
+            let Some(rem) = r.remediation() else { continue };
             if Some(i) == rule {
-                return Ladder { steps: &rem.steps, offset, field: rem.field(&r.path) };
+                return Ladder { steps: &rem.steps, offset, field: rem.field(r.path()) };
             }
             offset += rem.steps.len();
         }
@@ -1065,6 +1146,9 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
         Some(t) => c.template("spec.remediationTemplate", t, Some(namespace)).map(Some),
     };
     let features = features(&mut c, Kind::Machine, spec.features());
+    let expressions = expressions(&mut c, &spec.unhealthy_expressions, Some(namespace));
+    let rules: Vec<ConditionRule> = machine_conditions.iter().chain(&node_conditions).cloned().collect();
+    let flapping = flapping(&mut c, spec.flapping.as_ref(), longest_timeout(&rules, expressions.as_deref()));
 
     let policy = (|| {
         let Features { dry_run, backoff, failure_domains, max_in_flight, count_disruptions } = features?;
@@ -1081,9 +1165,18 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
             failure_domains,
             max_in_flight,
             count_disruptions,
+            expressions: expressions?,
+            flapping: flapping?,
         })
     })();
     c.finish(object, policy)
+}
+
+/// The longest time any rule must hold (conditions, and the expressions when they were read):
+/// `spec.flapping.window` may not be shorter.
+fn longest_timeout(conditions: &[ConditionRule], expressions: Option<&[ExpressionRule]>) -> Option<SignedDuration> {
+    let by_expressions = expressions.unwrap_or_default().iter().map(|e| e.duration);
+    conditions.iter().map(|r| r.timeout).chain(by_expressions).max()
 }
 
 /// A NodeHealthCheck's threshold: exactly one of `minHealthy` and `maxUnhealthy`.
@@ -1196,6 +1289,10 @@ fn deletion_needs_min_healthy(c: &mut Collector, spec: &NodeHealthCheckSpec) {
         let prefix = format!("spec.unhealthyConditions[{i}]");
         with_paths(&prefix, r.remediation_template.as_ref(), &r.escalating_remediations, &mut templates);
     }
+    for (i, r) in spec.unhealthy_expressions.iter().enumerate() {
+        let prefix = format!("spec.unhealthyExpressions[{i}]");
+        with_paths(&prefix, r.remediation_template.as_ref(), &r.escalating_remediations, &mut templates);
+    }
     let deleting = templates.into_iter().find(|(_, t)| t.kind == MACHINE_DELETION_REMEDIATION_TEMPLATE);
     if let Some((path, _)) = deleting {
         c.push(
@@ -1252,10 +1349,10 @@ fn recovery_delays(c: &mut Collector, spec: &NodeHealthCheckSpec) -> (Option<Hea
 /// refused.
 fn flapping(
     c: &mut Collector,
-    spec: &NodeHealthCheckSpec,
+    spec: Option<&crate::shared::Flapping>,
     longest: Option<SignedDuration>,
 ) -> Option<Option<FlappingPolicy>> {
-    let Some(f) = spec.flapping.as_ref() else {
+    let Some(f) = spec else {
         return Some(None);
     };
     let episodes = if (MIN_FLAPPING_EPISODES..=MAX_FLAPPING_EPISODES).contains(&f.episodes) {
@@ -1282,28 +1379,70 @@ fn flapping(
     Some(Some(FlappingPolicy { episodes: episodes?, window: window? }))
 }
 
+/// One `spec.unhealthyExpressions` entry as written, of either kind.
+struct ExpressionFields<'a> {
+    expression: &'a str,
+    /// What the kind calls the time it must hold (`duration`, `timeout`), and its value.
+    timeout: (&'static str, &'a str),
+    template: Option<&'a TemplateReference>,
+    escalating: &'a [EscalatingRemediation],
+}
+
+impl<'a> From<&'a UnhealthyExpression> for ExpressionFields<'a> {
+    fn from(e: &'a UnhealthyExpression) -> Self {
+        ExpressionFields {
+            expression: &e.expression,
+            timeout: ("duration", &e.duration),
+            template: e.remediation_template.as_ref(),
+            escalating: &e.escalating_remediations,
+        }
+    }
+}
+
+impl<'a> From<&'a MachineUnhealthyExpression> for ExpressionFields<'a> {
+    fn from(e: &'a MachineUnhealthyExpression) -> Self {
+        ExpressionFields {
+            expression: &e.expression,
+            timeout: ("timeout", &e.timeout),
+            template: e.remediation_template.as_ref(),
+            escalating: &[],
+        }
+    }
+}
+
 /// `spec.unhealthyExpressions`: at most [`MAX_EXPRESSIONS`], each compiled (a refusal names
-/// `…expression` and the source) with a non-negative Go `duration`. `None` when any is refused.
-fn expressions(c: &mut Collector, list: &[UnhealthyExpression]) -> Option<Vec<ExpressionRule>> {
+/// `…expression` and the source) with a non-negative Go duration and at most one remediation of
+/// its own (`namespace`: a MachineHealthCheck's own, where its templates live). A
+/// NodeHealthCheck's expression reads `node` alone (it has no Machine). `None` when any is refused.
+fn expressions<'a, T>(c: &mut Collector, list: &'a [T], namespace: Option<&str>) -> Option<Vec<ExpressionRule>>
+where
+    ExpressionFields<'a>: From<&'a T>,
+{
     if list.len() > MAX_EXPRESSIONS {
         c.push("spec.unhealthyExpressions", format!("{} items", list.len()), TOO_MANY_EXPRESSIONS);
         return None;
     }
     let mut rules = Some(Vec::with_capacity(list.len()));
     for (i, e) in list.iter().enumerate() {
+        let e = ExpressionFields::from(e);
         let path = format!("spec.unhealthyExpressions[{i}]");
         let field = format!("{path}.expression");
-        let compiled = match vigil_expr::Expression::compile(&field, &e.expression) {
+        let compiled = match vigil_expr::Expression::compile(&field, e.expression) {
+            Ok(x) if x.reads_machine() && namespace.is_none() => {
+                c.push(field, e.expression, NO_MACHINE_ON_NODE_CHECK);
+                None
+            }
             Ok(x) => Some(x),
             Err(refusal) => {
                 c.push(field, refusal.value(), refusal.reason());
                 None
             }
         };
-        let duration = c.non_negative_duration(&format!("{path}.duration"), &e.duration);
-        match (compiled, duration, rules.as_mut()) {
-            (Some(expression), Some(duration), Some(rules)) => {
-                rules.push(ExpressionRule { expression, duration, path })
+        let duration = c.non_negative_duration(&format!("{path}.{}", e.timeout.0), e.timeout.1);
+        let remediation = c.remediation(&path, e.template, e.escalating, false, namespace);
+        match (compiled, duration, remediation, rules.as_mut()) {
+            (Some(expression), Some(duration), Some(remediation), Some(rules)) => {
+                rules.push(ExpressionRule { expression, duration, path, remediation })
             }
             _ => rules = None,
         }
@@ -1363,8 +1502,9 @@ pub fn node_health_check(nhc: &NodeHealthCheck) -> Result<NhcPolicy, ValidationE
     let (healthy_delay, storm_cooldown) = recovery_delays(&mut c, spec);
     let maintenance_grace = maintenance_grace(&mut c, spec);
     let features = features(&mut c, Kind::Node, spec.features());
-    let flapping = flapping(&mut c, spec, conditions.iter().map(|r| r.timeout).max());
-    let expressions = expressions(&mut c, &spec.unhealthy_expressions);
+    let expressions = expressions(&mut c, &spec.unhealthy_expressions, None);
+    let longest = longest_timeout(&conditions, expressions.as_deref());
+    let flapping = flapping(&mut c, spec.flapping.as_ref(), longest);
 
     let policy = (|| {
         let Features { dry_run, backoff, failure_domains, max_in_flight, count_disruptions } = features?;

@@ -161,6 +161,8 @@ pub struct MachineView {
     pub conditions: Vec<ObservedCondition>,
     /// Fields that could not be read; a Machine with problems gets no verdict.
     pub problems: Vec<String>,
+    /// `status.phase` (what an expression reads as `machine.phase`).
+    pub phase: Option<String>,
 }
 
 impl MachineView {
@@ -208,6 +210,7 @@ impl MachineView {
         Some(MachineView {
             node_name: text(v, "/status/nodeRef/name"),
             failure_domain: text(v, "/spec/failureDomain"),
+            phase: text(v, "/status/phase"),
             meta,
             version,
             failure,

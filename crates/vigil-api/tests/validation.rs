@@ -1523,7 +1523,12 @@ fn reasons_are_opt_in_never_empty_or_repeated_and_match_only_what_they_list() {
     let nhc_rule =
         |reasons: Value| json!([{"type": "KernelDeadlock", "status": "True", "duration": "5m", "reasons": reasons}]);
     // Off by default on both kinds: upstream manifests keep their meaning (any reason matches).
-    assert!(mhc_policy(&base_mhc()).expect("valid").rules().all(|r| r.reasons.is_none()));
+    assert!(
+        mhc_policy(&base_mhc())
+            .expect("valid")
+            .rules()
+            .all(|r| matches!(r, vigil_api::validate::RuleRef::Condition(c) if c.reasons.is_none()))
+    );
     assert!(nhc_policy(&base_nhc()).expect("valid").conditions.iter().all(|r| r.reasons.is_none()));
     let listed = json!(["KernelHasDeadlock", "DockerHung"]);
     let mhc =

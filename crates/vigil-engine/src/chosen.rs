@@ -12,8 +12,9 @@
 //! - in the check's status (`status.chosenRemediations`), which also covers an incident whose
 //!   remediation has not started yet (the short-circuit holds it, say).
 //!
-//! A record names its rule by place and condition ([`ConditionRule::label`]); when the spec was
-//! edited so that no rule has that place and condition any more, the rule is chosen anew.
+//! A record names its rule by place and what it matches ([`RuleRef::label`]: the condition, or the
+//! expression's source); when the spec was edited so that no rule has that place and match any
+//! more, the rule is chosen anew.
 
 use crate::plan::{Notice, NoticeKind};
 use crate::target::Target;
@@ -21,7 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use vigil_api::reason::Reason;
 use vigil_api::shared::ChosenRemediation;
-use vigil_api::validate::ConditionRule;
+use vigil_api::validate::RuleRef;
 
 pub use vigil_api::well_known::RULE_ANNOTATION;
 
@@ -35,7 +36,7 @@ pub struct Choice {
     /// The rule, as an index into the rules in spec order; `None` when no condition rule made the
     /// target unhealthy (a MachineHealthCheck's `nodeStartupTimeout`, say): the check's own.
     pub rule: Option<usize>,
-    /// How status, events and objects name it ([`ConditionRule::label`], or the verdict's reason).
+    /// How status, events and objects name it ([`RuleRef::label`], or the verdict's reason).
     pub label: String,
 }
 
@@ -44,7 +45,7 @@ pub struct Choice {
 /// verdict's rule (`now`, an index into `rules`) or, without one, its reason `now_reason`.
 pub fn choose<'r>(
     recorded: &[Option<&str>],
-    rules: impl Iterator<Item = &'r ConditionRule> + Clone,
+    rules: impl Iterator<Item = RuleRef<'r>> + Clone,
     fixed: &[Reason],
     now: Option<usize>,
     now_reason: &str,
@@ -105,7 +106,7 @@ pub fn kept<'r>(
     name: &str,
     previous: Option<&ChosenRemediation>,
     annotated: Option<&str>,
-    mut rules: impl Iterator<Item = &'r ConditionRule>,
+    mut rules: impl Iterator<Item = RuleRef<'r>>,
     remediation: impl FnOnce(usize) -> String,
     now: Timestamp,
 ) -> Option<ChosenRemediation> {
@@ -135,6 +136,7 @@ pub fn listed(mut entries: Vec<ChosenRemediation>) -> Vec<ChosenRemediation> {
 mod tests {
     use super::*;
     use jiff::SignedDuration;
+    use vigil_api::validate::ConditionRule;
 
     fn rule(path: &str, type_: &str) -> ConditionRule {
         ConditionRule {
@@ -163,7 +165,7 @@ mod tests {
             (&[None], None, None, "NodeDeleted"),
         ];
         for (recorded, now, rule, label) in cases {
-            let got = choose(recorded, rules.iter(), &fixed, now, "NodeDeleted");
+            let got = choose(recorded, rules.iter().map(RuleRef::Condition), &fixed, now, "NodeDeleted");
             assert_eq!(got, Choice { rule, label: label.to_string() }, "{recorded:?} {now:?}");
         }
     }

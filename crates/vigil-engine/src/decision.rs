@@ -31,7 +31,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use vigil_api::conditions::DesiredCondition;
 use vigil_api::shared::ChosenRemediation;
-use vigil_api::validate::ConditionRule;
+use vigil_api::validate::RuleRef;
 
 /// What every step of a decision reads and none changes, so it is passed by value.
 #[derive(Clone, Copy)]
@@ -144,7 +144,7 @@ impl<'a> Choices<'a> {
         &mut self,
         name: &str,
         annotated: Option<&str>,
-        rules: impl Iterator<Item = &'r ConditionRule>,
+        rules: impl Iterator<Item = RuleRef<'r>>,
         remediation: impl FnOnce(usize) -> String,
         now: Timestamp,
     ) {

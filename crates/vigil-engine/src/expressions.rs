@@ -1,34 +1,38 @@
-//! CEL expression rules (`spec.unhealthyExpressions`) on Vigil's own clock. An expression has no
-//! `lastTransitionTime`, so Vigil keeps one: the instant a decision first saw an expression hold
-//! for a Node is written in the check's `status.expressionMatches`, and the Node is unhealthy by
-//! that expression once it has held for the expression's `duration` since. The record is derived
-//! from the previous status, what is observed and `now` alone (no clock is read), so a restart
-//! or another replica keeps the same clock; an expression seen false (or not decidable) for a
-//! Node starts its clock again.
+//! CEL expression rules (`spec.unhealthyExpressions`, both kinds) on Vigil's own clock. An
+//! expression has no `lastTransitionTime`, so Vigil keeps one: the instant a decision first saw
+//! an expression hold for a target (a Node, or a Machine with its Node) is written in the check's
+//! `status.expressionMatches`, and the target is unhealthy by that expression once it has held
+//! for the expression's duration since. The record is derived from the previous status, what is
+//! observed and `now` alone (no clock is read), so a restart or another replica keeps the same
+//! clock; an expression seen false (or not decidable) for a target starts its clock again.
 //!
 //! Bounded: at most [`MAX_TRACKED`] entries, in name order; a match beyond them is not tracked,
 //! so it never becomes unhealthy (the safe side). An expression that cannot be evaluated for a
-//! Node ([`vigil_expr::Outcome::Unknown`]) never makes it unhealthy: the Node gets no verdict.
+//! target ([`vigil_expr::Outcome::Unknown`]) never makes it unhealthy: it gets no verdict.
 
-use crate::plan::Earliest;
+use crate::decision::Outputs;
+use crate::plan::{Earliest, Notice, NoticeKind};
+use crate::target::Target;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::BTreeMap;
-use vigil_api::node_health_check::ExpressionMatch;
+use vigil_api::reason::Reason;
+use vigil_api::shared::{ExpressionMatch, FeatureStatus, UnevaluatedExpression};
 use vigil_api::validate::ExpressionRule;
-use vigil_api::views::NodeView;
-use vigil_expr::{Bindings, Condition, NodeFacts, Outcome, Taint};
+use vigil_api::views::{MachineView, NodeView};
+use vigil_expr::{Bindings, Condition, MachineFacts, NodeFacts, Outcome, Taint};
 
 /// Most entries `status.expressionMatches` holds (name order); keeps the status object small.
 pub const MAX_TRACKED: usize = 1000;
 
-/// What one Node's expressions say at `now`.
+/// What one target's expressions say at `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Judged {
     /// None holds.
     Clear,
-    /// One holds, not yet for its duration.
-    Pending,
+    /// One holds, not yet for its duration; the first holds for its duration at this instant
+    /// (`None`: never, the record being full).
+    Pending(Option<Timestamp>),
     /// Expression `usize` (the first in spec order) has held for its duration.
     Matched(usize),
     /// Expression `usize` (the first in spec order) could not be evaluated, and why; no
@@ -36,8 +40,8 @@ pub(crate) enum Judged {
     Unknown(usize, String),
 }
 
-/// The clock of every expression for every Node: the previous record, and the new one being
-/// written as the Nodes are judged in name order.
+/// The clock of every expression for every target: the previous record, and the new one being
+/// written as the targets are judged in name order.
 #[derive(Debug, Default)]
 pub(crate) struct Clock<'p> {
     prev: &'p [ExpressionMatch],
@@ -46,14 +50,15 @@ pub(crate) struct Clock<'p> {
 }
 
 impl<'p> Clock<'p> {
-    /// A clock that goes on from `prev`, the previous status' record; `restart` (the spec
-    /// changed since that status, so indexes may name other expressions) starts every clock
-    /// again.
-    pub(crate) fn new(prev: &'p [ExpressionMatch], restart: bool) -> Self {
-        Clock { prev: if restart { &[] } else { prev }, next: Vec::new() }
+    /// A clock that goes on from the previous status' record (`prev`); a spec changed since that
+    /// status (`generation` differs from the status' `observed`: indexes may name other
+    /// expressions) starts every clock again.
+    pub(crate) fn new(prev: &'p FeatureStatus, observed: Option<i64>, generation: Option<i64>) -> Self {
+        let record = if observed == generation { &prev.expression_matches[..] } else { &[] };
+        Clock { prev: record, next: Vec::new() }
     }
 
-    /// Since when expression `index` has held for Node `name`: the previous record's instant,
+    /// Since when expression `index` has held for target `name`: the previous record's instant,
     /// else `now` rounded up to a whole second (status times are whole seconds, and a clock
     /// started early would remediate early). `None` when the record is full.
     fn since(&mut self, name: &str, index: usize, now: Timestamp) -> Option<Timestamp> {
@@ -67,12 +72,13 @@ impl<'p> Clock<'p> {
     }
 }
 
-/// Judges Node `node` by every expression at `now`, advancing `clock` and offering the instant
-/// a pending expression reaches its duration to `wake`. A Node is unhealthy by an expression
-/// once `now - since >= duration`.
+/// Judges target `name` (its facts made by `bindings`, only when there are rules) by every
+/// expression at `now`, advancing `clock` and offering the instant a pending expression reaches
+/// its duration to `wake`. A target is unhealthy by an expression once `now - since >= duration`.
 pub(crate) fn judge(
     rules: &[ExpressionRule],
-    node: &NodeView,
+    name: &str,
+    bindings: impl FnOnce() -> Bindings,
     clock: &mut Clock<'_>,
     now: Timestamp,
     wake: &mut Earliest,
@@ -80,18 +86,21 @@ pub(crate) fn judge(
     if rules.is_empty() {
         return Judged::Clear;
     }
-    let bindings = Bindings::node(facts(node));
-    let (mut matched, mut unknown, mut pending) = (None, None, false);
+    let bindings = bindings();
+    let (mut matched, mut unknown, mut pending) = (None, None, None);
     for (i, rule) in rules.iter().enumerate() {
         match rule.expression.evaluate(&bindings) {
             Outcome::True => {
-                pending = true;
-                let Some(since) = clock.since(&node.name, i, now) else { continue };
+                let first = pending.get_or_insert(Earliest::default());
+                let Some(since) = clock.since(name, i, now) else { continue };
                 match crate::plan::after(since, rule.duration) {
                     Some(deadline) if deadline <= now => {
                         matched.get_or_insert(i);
                     }
-                    Some(deadline) => wake.offer(deadline),
+                    Some(deadline) => {
+                        first.offer(deadline);
+                        wake.offer(deadline);
+                    }
                     None => {}
                 }
             }
@@ -104,10 +113,46 @@ pub(crate) fn judge(
     match (matched, unknown, pending) {
         (Some(i), _, _) => Judged::Matched(i),
         (None, Some((i, why)), _) => Judged::Unknown(i, why),
-        (None, None, true) => Judged::Pending,
-        (None, None, false) => Judged::Clear,
+        (None, None, Some(first)) => Judged::Pending(first.0),
+        (None, None, None) => Judged::Clear,
     }
 }
+
+/// `status.unevaluatedExpressions` from what a decision found (`found`: target name,
+/// expression, why; name order; at most [`MAX_TRACKED`], each reason cut to
+/// [`UNEVALUATED_MESSAGE_CHARS`]); an entry not in the previous status (`prev`, or with another
+/// reason) is told once, about the target `target` makes of a name (`what`: `Node`, `Machine`).
+pub(crate) fn unevaluated(
+    rules: &[ExpressionRule],
+    prev: &[UnevaluatedExpression],
+    found: &[(&str, usize, String)],
+    (what, target): (&str, &dyn Fn(&str) -> Target),
+    out: &mut Outputs,
+) -> Vec<UnevaluatedExpression> {
+    let mut list = Vec::new();
+    for (name, i, why) in found.iter().take(MAX_TRACKED) {
+        let Ok(expression) = i32::try_from(*i) else { continue };
+        let message: String = why.chars().take(UNEVALUATED_MESSAGE_CHARS).collect();
+        let entry = UnevaluatedExpression { name: name.to_string(), expression, message };
+        if !prev.contains(&entry) {
+            let path = rules.get(*i).map_or("spec.unhealthyExpressions", |r| r.path.as_str());
+            let lower = what.to_lowercase();
+            out.tell(Notice {
+                kind: NoticeKind::NoDecision,
+                target: Some(target(name)),
+                reason: Reason::ExpressionUnknown,
+                message: format!(
+                    "expression {path}.expression could not be evaluated for {what} {name}: {why}; no decision is made for this {lower} by it"
+                ),
+            });
+        }
+        list.push(entry);
+    }
+    list
+}
+
+/// The longest reason `status.unevaluatedExpressions` keeps of an evaluator's error.
+const UNEVALUATED_MESSAGE_CHARS: usize = 256;
 
 /// Since when the record says expression `index` has held for Node `name` (Vigil writes the
 /// record sorted; one written otherwise is searched in full).
@@ -140,6 +185,18 @@ pub fn facts(node: &NodeView) -> NodeFacts {
         taints: node.taints.iter().map(|k| Taint { key: k.to_string(), ..Taint::default() }).collect(),
         unschedulable: node.unschedulable,
         conditions,
+    }
+}
+
+/// What an expression reads of a Machine: its name, labels and annotations, `status.phase` and
+/// whether it is being deleted.
+pub fn machine_facts(machine: &MachineView) -> MachineFacts {
+    MachineFacts {
+        name: machine.meta.name.clone(),
+        labels: machine.meta.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        annotations: machine.meta.annotations.clone(),
+        phase: machine.phase.clone().unwrap_or_default(),
+        deleting: machine.meta.deleting,
     }
 }
 

@@ -1,14 +1,14 @@
 //! The status block of Vigil's own features (dry-run, back-off, failure domains, the stale-signal
-//! guard, pacing, remediation per condition, voluntary disruptions, flapping), built once for both kinds: each decision hands over what the features found
-//! and gets
-//! the block its status carries (`vigil_api::shared::FeatureStatus`, flattened into
-//! both statuses). Dry-run's list is filled afterwards by [`crate::dry_run`], which needs the
-//! finished plan.
+//! guard, pacing, remediation per rule, voluntary disruptions, flapping, expressions), built once
+//! for both kinds: each decision hands over what the features found and gets the block its
+//! status carries (`vigil_api::shared::FeatureStatus`, flattened into both statuses). Dry-run's
+//! list is filled afterwards by [`crate::dry_run`], which needs the finished plan.
 
 use crate::stale::Stale;
 use vigil_api::failure_domains::FailureDomainStatus;
 use vigil_api::shared::{
-    BackedOffPool, ChosenRemediation, DisruptionCount, FeatureStatus, FlappingTarget, QueuedTarget, RemediationRecord,
+    BackedOffPool, ChosenRemediation, DisruptionCount, ExpressionMatch, FeatureStatus, FlappingTarget, QueuedTarget,
+    RemediationRecord, UnevaluatedExpression,
 };
 
 /// What the features found in one decision.
@@ -28,6 +28,9 @@ pub(crate) struct Found<'a> {
     pub(crate) disruptions: Vec<DisruptionCount>,
     /// With `spec.flapping`: each target's episodes ([`crate::flapping`]).
     pub(crate) flapping: Vec<FlappingTarget>,
+    /// With `spec.unhealthyExpressions`: the expressions' clock and the targets one could not be
+    /// evaluated for ([`crate::expressions`]).
+    pub(crate) expressions: (Vec<ExpressionMatch>, Vec<UnevaluatedExpression>),
 }
 
 /// The feature block of a status.
@@ -46,5 +49,7 @@ pub(crate) fn status(found: Found<'_>) -> FeatureStatus {
         queued_count,
         disruptions: found.disruptions,
         flapping: found.flapping,
+        expression_matches: found.expressions.0,
+        unevaluated_expressions: found.expressions.1,
     }
 }

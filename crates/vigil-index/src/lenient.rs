@@ -32,6 +32,8 @@ pub fn read_mhc(value: Value) -> (MachineHealthCheck, Option<String>) {
                 failure_domains: None,
                 max_in_flight: None,
                 voluntary_disruptions: None,
+                flapping: None,
+                unhealthy_expressions: Vec::new(),
             };
             let mut c = MachineHealthCheck::new("", spec);
             c.metadata = metadata(&value);

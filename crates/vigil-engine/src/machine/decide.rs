@@ -3,6 +3,7 @@
 
 use super::input::{MhcInput, NodeSource};
 use super::judge::{Verdict, counts_healthy, evaluate_with_node, machine_domain};
+use super::own_clock::{self, OwnClock};
 use super::remediate::{Place, Request, Started, pacing, remediate};
 use super::status::{
     Builder, MachineWrites, backoff_status, pacing_status, report_domains, report_no_decision, report_pause,
@@ -85,7 +86,7 @@ pub fn decide_among_peers(
             return report_no_decision(b, why, message);
         }
     };
-    let judged = judge_targets(input, &targets, (cluster, nodes), now, b.out.wake());
+    let mut judged = judge_targets(input, &targets, (cluster, nodes), now, b.out.wake());
     b.status.current_healthy = count(judged.healthy);
     let budgets = domain_budgets(input.policy, &targets, &judged);
     let me = CheckRef::of_mhc(input.check);
@@ -107,12 +108,25 @@ pub fn decide_among_peers(
         writer.write(&mut b, machine, verdict, allowed && domain_open, judged.already_healthy[i], place);
     }
     let remediating = writer.remediating;
+    let mut remediated = std::mem::take(&mut writer.remediated);
     let Written { held_elsewhere, backoff, queue, chosen } = writer.report(&mut b);
     let failure_domains = report_domains(&mut b, budgets.as_ref());
     let disruptions = judged.disrupted.status();
-    let flapping = Vec::new();
-    b.status.features =
-        features::status(Found { backoff, failure_domains, stale: &stale, chosen, queue, disruptions, flapping });
+    let own = std::mem::take(&mut judged.own);
+    remediated.sort_unstable();
+    let mut flapping = own.flapping;
+    crate::flapping::clear(&mut flapping, |name| remediated.binary_search(&name).is_ok());
+    let expressions = (own.matches, unevaluated(input, &own.unknown, &mut b));
+    b.status.features = features::status(Found {
+        backoff,
+        failure_domains,
+        stale: &stale,
+        chosen,
+        queue,
+        disruptions,
+        flapping,
+        expressions,
+    });
     let mut plan = b.finish();
     plan.held_elsewhere = held_elsewhere;
     plan.short_circuited = !allowed;
@@ -122,6 +136,19 @@ pub fn decide_among_peers(
         plan = crate::dry_run::mhc(plan, input.check.status.as_ref(), namespace, now);
     }
     plan
+}
+
+/// `status.unevaluatedExpressions` of the targets an expression could not be evaluated for
+/// (`found`), each told once.
+fn unevaluated(
+    input: &MhcInput<'_>,
+    found: &[(&str, usize, String)],
+    b: &mut Builder<'_>,
+) -> Vec<vigil_api::shared::UnevaluatedExpression> {
+    let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
+    let prev = input.check.status.as_ref().map_or(&[][..], |s| s.features.unevaluated_expressions.as_slice());
+    let target = |name: &str| Target::Machine { namespace: namespace.to_string(), name: name.to_string() };
+    crate::expressions::unevaluated(&input.policy.expressions, prev, found, ("Machine", &target), &mut b.out)
 }
 
 /// The verdicts no condition rule makes: their incidents get the check's own remediation, and a
@@ -197,6 +224,8 @@ struct JudgedTargets<'a> {
     domain_of: Vec<Option<&'a str>>,
     /// Whether a healthy target already says `HealthCheckSucceeded=True` as it would be written.
     already_healthy: Vec<bool>,
+    /// What the rules on Vigil's own clock found (expressions, flapping).
+    own: OwnClock<'a>,
 }
 
 /// Judges every target. Nodes are looked up in one tight pass first, and "already healthy?" in
@@ -212,8 +241,17 @@ fn judge_targets<'a>(
     let policy = input.policy;
     let target_nodes: Vec<Option<&NodeView>> =
         targets.iter().map(|m| m.node_name.as_deref().and_then(|n| nodes.lookup(n))).collect();
-    let verdicts: Vec<Verdict> =
+    let mut verdicts: Vec<Verdict> =
         targets.iter().zip(&target_nodes).map(|(m, node)| evaluate_with_node(m, *node, cluster, policy, now)).collect();
+    let own = own_clock::apply(
+        input.check,
+        policy,
+        (targets, &target_nodes),
+        &mut verdicts,
+        |m| under_way(input, m),
+        now,
+        wake,
+    );
     let finishing = remediators_finishing(input, targets);
     let disrupted_at = disrupted_targets(policy, targets, &target_nodes, &verdicts, &finishing);
     let mut disrupted = disruptions::Disrupted::default();
@@ -240,7 +278,7 @@ fn judge_targets<'a>(
                 && healthy_condition.is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
         })
         .collect();
-    JudgedTargets { verdicts, finishing, healthy, available, disrupted_at, disrupted, domain_of, already_healthy }
+    JudgedTargets { verdicts, finishing, healthy, available, disrupted_at, disrupted, domain_of, already_healthy, own }
 }
 
 /// With `voluntaryDisruptions: Count`, the signal of each target that is healthy by its verdict
@@ -327,6 +365,8 @@ struct TargetWriter<'i, 'h> {
     /// Targets this check writes whose remediation is under way: observed ([`under_way`]) or
     /// started by this plan.
     remediating: usize,
+    /// Their names (a flapping record forgets them).
+    remediated: Vec<&'i str>,
 }
 
 impl<'i, 'h> TargetWriter<'i, 'h> {
@@ -350,6 +390,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             healthy_condition: healthy_condition(),
             templates: input.policy.templates(),
             remediating: 0,
+            remediated: Vec::new(),
         }
     }
 
@@ -380,7 +421,10 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         }
         // A check in dry-run sends none of its writes: only what was observed counts there.
         let starts = !self.input.policy.dry_run && (writes.asks_owner() || b.out.creates_since(mark));
-        self.remediating += usize::from(starts || under_way(self.input, machine));
+        if starts || under_way(self.input, machine) {
+            self.remediating += 1;
+            self.remediated.push(&machine.meta.name);
+        }
         if let Some(action) = writes.into_action() {
             b.out.act(action);
         }

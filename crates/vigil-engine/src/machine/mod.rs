@@ -9,6 +9,7 @@ mod budget;
 mod decide;
 mod input;
 mod judge;
+mod own_clock;
 mod remediate;
 mod status;
 

@@ -262,7 +262,9 @@ fn verdict_of<'a>(
     if let Some(stale) = stale {
         scan.stale.push((node.name.to_string(), stale));
     }
-    let by_expressions = expressions::judge(&policy.expressions, node, &mut scan.clock, now, &mut scan.wake);
+    let bindings = || vigil_expr::Bindings::node(expressions::facts(node));
+    let by_expressions =
+        expressions::judge(&policy.expressions, &node.name, bindings, &mut scan.clock, now, &mut scan.wake);
     match (by_conditions, by_expressions) {
         (f @ Finding::Unhealthy(_), _) => (f, None),
         (_, Judged::Matched(i)) => {
@@ -273,7 +275,7 @@ fn verdict_of<'a>(
             scan.unknown.push((node.name.as_str(), i, why));
             (Finding::Unevaluated(i), None)
         }
-        (Finding::Clear, Judged::Pending) => (Finding::Pending, None),
+        (Finding::Clear, Judged::Pending(_)) => (Finding::Pending, None),
         (f, _) => (f, None),
     }
 }
@@ -324,7 +326,7 @@ pub(super) fn judge_nodes<'a>(
     let maintained = input.policy.count_disruptions.then(|| Maintained::of(input.around.maintenances));
     let clock = || match input.check.status.as_ref() {
         // a spec changed since the status may have moved the expressions: every clock restarts
-        Some(s) => Clock::new(&s.expression_matches, s.observed_generation != input.check.metadata.generation),
+        Some(s) => Clock::new(&s.features, s.observed_generation, input.check.metadata.generation),
         None => Clock::default(),
     };
     let scan = scan_nodes(input.nodes, owned, input.policy, maintained.as_ref(), clock(), now);

@@ -11,56 +11,18 @@ use crate::features::{self, Found};
 use crate::partial::remediation_phase;
 use crate::plan::count;
 use crate::plan::{Notice, NoticeKind, Plan};
+use crate::target::Target;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use vigil_api::NodeHealthCheck;
 use vigil_api::conditions::{ConditionStatus, DesiredCondition, get_condition, set_condition};
-use vigil_api::node_health_check::{NodeHealthCheckStatus, UnevaluatedExpression, UnhealthyNode};
+use vigil_api::node_health_check::{NodeHealthCheckStatus, UnhealthyNode};
 use vigil_api::reason::Reason;
 use vigil_api::shared::{BackedOffPool, ChosenRemediation, RemediationRecord};
 use vigil_api::well_known::{DISABLED, REMEDIATION_ALLOWED, REMEDIATION_POSTPONED};
 
 /// Phase while a step's template is missing or invalid.
 const PHASE_DISABLED: &str = "Disabled";
-
-/// `status.unevaluatedExpressions` from what the scan found (name order, at most
-/// [`crate::expressions::MAX_TRACKED`], each reason cut to [`UNEVALUATED_MESSAGE_CHARS`]); an
-/// entry not in the previous status (or with another reason) is told once.
-fn unevaluated(
-    policy: &vigil_api::validate::NhcPolicy,
-    prev: &NodeHealthCheckStatus,
-    found: &[(&str, usize, String)],
-    out: &mut Outputs,
-) -> Vec<UnevaluatedExpression> {
-    let mut list = Vec::new();
-    for (name, i, why) in found.iter().take(crate::expressions::MAX_TRACKED) {
-        let Ok(expression) = i32::try_from(*i) else { continue };
-        let message: String = why.chars().take(UNEVALUATED_MESSAGE_CHARS).collect();
-        let entry = UnevaluatedExpression { name: name.to_string(), expression, message };
-        if !prev.unevaluated_expressions.contains(&entry) {
-            out.tell(unevaluated_notice(policy, name, *i, why));
-        }
-        list.push(entry);
-    }
-    list
-}
-
-/// The longest reason `status.unevaluatedExpressions` keeps of an evaluator's error.
-const UNEVALUATED_MESSAGE_CHARS: usize = 256;
-
-/// The `NoDecision` notice of a Node expression `i` could not be evaluated for: which
-/// expression, and why; the Node is neither healthy nor remediated for it.
-fn unevaluated_notice(policy: &vigil_api::validate::NhcPolicy, name: &str, i: usize, why: &str) -> Notice {
-    let path = policy.expressions.get(i).map_or("spec.unhealthyExpressions", |r| r.path.as_str());
-    Notice::about_node(
-        NoticeKind::NoDecision,
-        name,
-        Reason::ExpressionUnknown,
-        format!(
-            "expression {path}.expression could not be evaluated for Node {name}: {why}; no decision is made for this node by it"
-        ),
-    )
-}
 
 /// Phase while pause requests are present.
 pub(super) const PHASE_PAUSED: &str = "Paused";
@@ -98,7 +60,7 @@ pub(super) struct Outcome<'a> {
     pub(super) flapping: Vec<vigil_api::shared::FlappingTarget>,
     /// With `spec.unhealthyExpressions`: the new clock, and the Nodes an expression could not
     /// be evaluated for (name, expression, why).
-    pub(super) expressions: (Vec<vigil_api::node_health_check::ExpressionMatch>, Vec<(&'a str, usize, String)>),
+    pub(super) expressions: (Vec<vigil_api::shared::ExpressionMatch>, Vec<(&'a str, usize, String)>),
 }
 
 /// `RemediationAllowed` / `RemediationBlocked` when the condition's status or reason changed (a
@@ -252,6 +214,16 @@ pub(super) fn build_status(
         queue,
         disruptions: std::mem::take(&mut outcome.disruptions),
         flapping: std::mem::take(&mut outcome.flapping),
+        expressions: (
+            std::mem::take(&mut outcome.expressions.0),
+            crate::expressions::unevaluated(
+                &input.policy.expressions,
+                &prev.features.unevaluated_expressions,
+                &outcome.expressions.1,
+                ("Node", &Target::local_node),
+                out,
+            ),
+        ),
     });
     let mut status = NodeHealthCheckStatus {
         observed_nodes: count(outcome.observed),
@@ -264,8 +236,6 @@ pub(super) fn build_status(
         storm_recovery_start_time: outcome.storm_start.map(Time),
         observed_generation: generation,
         features,
-        expression_matches: std::mem::take(&mut outcome.expressions.0),
-        unevaluated_expressions: unevaluated(input.policy, prev, &outcome.expressions.1, out),
     };
     if let Some(report) = domains_report {
         out.tell_all(report.notices);

@@ -240,9 +240,9 @@ impl<'a> Pass<'a> {
 
     /// The incident of a Node that `verdict` finds unhealthy now: the check's own remediation,
     /// or with remediation per condition the rule recorded on its objects, else in the previous
-    /// status, else the verdict's rule (the first rule in spec order past its duration; an
-    /// expression has no remediation of its own, so it takes the check's, recorded under the
-    /// expression's path); recorded for the status and told when it is news.
+    /// status, else the verdict's rule (the first condition rule in spec order past its duration,
+    /// else the first expression held for its duration); recorded for the status and told when
+    /// it is news.
     pub(super) fn incident(&mut self, name: &str, objs: &[Owned<'_>], verdict: Finding) -> Incident<'a> {
         let (policy, now) = (self.cx.policy, self.cx.now);
         let Some(choices) = self.features.choices() else {
@@ -251,12 +251,12 @@ impl<'a> Pass<'a> {
         let annotated = objs.iter().find_map(|o| entry(&o.view.meta.annotations, RULE_ANNOTATION));
         let before = choices.before(name);
         let recorded = [annotated, before.map(|p| p.rule.as_str())];
-        let (rule, label) = match verdict {
-            Finding::Unhealthy(rule) => (Some(rule), ""),
-            Finding::Expression(i) => (None, policy.expressions.get(i).map_or("", |r| r.path.as_str())),
-            _ => (None, ""),
+        let rule = match verdict {
+            Finding::Unhealthy(rule) => Some(rule),
+            Finding::Expression(i) => Some(policy.conditions.len() + i),
+            _ => None,
         };
-        let choice = crate::chosen::choose(&recorded, policy.conditions.iter(), &[], rule, label);
+        let choice = crate::chosen::choose(&recorded, policy.rules(), &[], rule, "");
         let ladder = policy.ladder(choice.rule);
         let record = crate::chosen::record(
             name,
@@ -277,7 +277,7 @@ impl<'a> Pass<'a> {
         let (policy, now) = (self.cx.policy, self.cx.now);
         if let Some(choices) = self.features.choices() {
             let annotated = objs.iter().find_map(|o| entry(&o.view.meta.annotations, RULE_ANNOTATION));
-            choices.keep(name, annotated, policy.conditions.iter(), |i| policy.ladder(Some(i)).describe(), now);
+            choices.keep(name, annotated, policy.rules(), |i| policy.ladder(Some(i)).describe(), now);
         }
     }
 
