@@ -75,11 +75,12 @@ reasons! {
     NotPaused = "NotPaused",
     /// The check was resumed.
     Resumed = "Resumed",
-    // NodeHealthCheck.
-    /// A Node matched its rules and cleared again `flapping.episodes` times within the window.
+    /// A target matched its rules and cleared again `flapping.episodes` times within the window
+    /// (both kinds).
     Flapping = "Flapping",
-    /// A Node matched an `unhealthyExpressions` rule for longer than its duration.
+    /// A target matched an `unhealthyExpressions` rule for its duration (both kinds).
     ExpressionMatched = "ExpressionMatched",
+    // NodeHealthCheck.
     /// The NodeHealthCheck's short-circuit tripped: fewer healthy Nodes than `minHealthy`.
     TooFewHealthy = "TooFewHealthy",
     /// The NodeHealthCheck waits for its storm cool-down to pass.

@@ -256,6 +256,47 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
             "window must not be shorter than the longest rule duration",
         ),
         (
+            nhc(json!({
+                "unhealthyExpressions": [{"expression": "node.unschedulable", "duration": "10m"}],
+                "flapping": {"episodes": 3, "window": "5m"},
+            })),
+            "spec.flapping",
+            "window must not be shorter than the longest rule duration",
+        ),
+        (
+            mhc(json!({
+                "unhealthyExpressions": [{"expression": "node.unschedulable", "timeout": "10m"}],
+                "flapping": {"episodes": 3, "window": "5m"},
+            })),
+            "spec.flapping",
+            "window must not be shorter than the longest rule duration",
+        ),
+        (
+            mhc(json!({
+                "unhealthyMachineConditions": [{"type": "Stuck", "status": "True", "timeout": "10m"}],
+                "flapping": {"episodes": 3, "window": "5m"},
+            })),
+            "spec.flapping",
+            "window must not be shorter than the longest rule duration",
+        ),
+        (
+            mhc(json!({"flapping": {"episodes": 1, "window": "1h"}})),
+            "spec.flapping.episodes",
+            "at least 2 and at most 20",
+        ),
+        (
+            mhc(json!({"unhealthyExpressions": [{"expression": "node.unschedulable", "timeout": "-5m"}]})),
+            "spec.unhealthyExpressions[0].timeout",
+            "must not be negative",
+        ),
+        (
+            nhc(json!({"maxUnhealthy": 1, "minHealthy": null, "unhealthyExpressions": [{
+                "expression": "node.unschedulable", "duration": "5m",
+                "remediationTemplate": template("MachineDeletionRemediationTemplate")}]})),
+            "spec.maxUnhealthy",
+            "cannot be combined with a MachineDeletionRemediationTemplate",
+        ),
+        (
             nhc(json!({"unhealthyExpressions": [{"expression": "", "duration": "5m"}]})),
             "spec.unhealthyExpressions[0].expression",
             "at least 1 chars long",
@@ -296,6 +337,13 @@ async fn upstream_webhook_rules_are_refused_by_the_api_server_naming_the_field()
     env.apply(nhc(json!({"minHealthy": 2, "remediationTemplate": template("MachineDeletionRemediationTemplate")})))
         .await?;
     env.apply(mhc(json!({"backoff": {"maxRemediations": 2, "window": "30m"}}))).await?;
+    env.apply(mhc(json!({
+        "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5m"}],
+        "unhealthyExpressions": [{"expression": "node.unschedulable", "timeout": "10m",
+            "remediationTemplate": {"apiVersion": "x.io/v1", "kind": "RebootTemplate", "name": "r"}}],
+        "flapping": {"episodes": 3, "window": "10m"},
+    })))
+    .await?;
     env.apply(nhc(json!({"backoff": {"maxRemediations": 2, "window": "30m", "poolLabel": "karpenter.sh/nodepool"}})))
         .await?;
     let mut good = nhc(json!({"failureDomains": {"key": "topology.kubernetes.io/zone", "maxUnhealthy": "30%"}}));

@@ -1849,3 +1849,75 @@ fn expressions_are_compiled_with_the_policy_and_refused_naming_field_and_value()
     assert_eq!(errors[0].path, "spec.unhealthyExpressions");
     assert!(errors[0].message.contains("at most 16"), "{errors:?}");
 }
+
+/// A MachineHealthCheck's `spec.unhealthyExpressions` (over `node` and `machine`, each with a
+/// `timeout` and at most an own `remediationTemplate`) and `spec.flapping`: the same rules as a
+/// NodeHealthCheck's, each refusal naming the field and the value; the flapping window covers
+/// every rule's timeout, expressions included. A NodeHealthCheck's expression may not read
+/// `machine` (its targets have none) and its window covers its expressions' durations too.
+#[test]
+fn a_machine_health_checks_expressions_and_flapping_are_checked_as_a_node_health_checks() {
+    let good = json!([{"expression": "machine.phase == 'Failed' || node.unschedulable", "timeout": "5m"}]);
+    let on = edit(base_mhc(), "/spec/unhealthyExpressions", Some(good));
+    let policy = mhc_policy(&on).expect("valid");
+    assert_eq!(policy.expressions.len(), 1);
+    assert_eq!(policy.expressions[0].path, "spec.unhealthyExpressions[0]");
+    assert_eq!(policy.expression_rule(0), policy.machine_conditions.len() + policy.node_conditions.len());
+    assert_eq!(mhc_policy(&base_mhc()).expect("valid").flapping, None, "off by default");
+    let rows = [
+        (
+            "/spec/unhealthyExpressions",
+            json!([{"expression": "machine.labels[", "timeout": "5m"}]),
+            "spec.unhealthyExpressions[0].expression",
+            "machine.labels[",
+            "does not compile",
+        ),
+        (
+            "/spec/unhealthyExpressions",
+            json!([{"expression": "node.unschedulable", "timeout": "soon"}]),
+            "spec.unhealthyExpressions[0].timeout",
+            "soon",
+            "duration",
+        ),
+        (
+            "/spec/unhealthyExpressions",
+            json!([{"expression": "node.unschedulable", "timeout": "1m",
+                    "remediationTemplate": {"apiVersion": "x.io/v1", "kind": "Reboot", "name": "r"}}]),
+            "spec.unhealthyExpressions[0].remediationTemplate.kind",
+            "Reboot",
+            "ending in Template",
+        ),
+        ("/spec/flapping", json!({"episodes": 1, "window": "1h"}), "spec.flapping.episodes", "1", "at least 2"),
+        ("/spec/flapping", json!({"episodes": 3, "window": "4m"}), "spec.flapping.window", "4m", "the longest is"),
+    ];
+    for (pointer, value, path, shown, words) in rows {
+        let errors = errors_of(&edit(base_mhc(), pointer, Some(value.clone())));
+        assert_eq!(errors.len(), 1, "{value}: one error: {errors:?}");
+        assert_eq!((errors[0].path.as_str(), errors[0].value.as_str()), (path, shown), "{value}");
+        assert!(errors[0].message.contains(words), "{value}: {errors:?}");
+    }
+    // the window covers an expression's timeout
+    let long_expression = edits(
+        base_mhc(),
+        &[
+            ("/spec/unhealthyExpressions", Some(json!([{"expression": "node.unschedulable", "timeout": "2h"}]))),
+            ("/spec/flapping", Some(json!({"episodes": 3, "window": "1h"}))),
+        ],
+    );
+    let errors = errors_of(&long_expression);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].message.contains("(the longest is 2h0m0s)"), "{errors:?}");
+    let long_nhc = edits(
+        base_nhc(),
+        &[
+            ("/spec/unhealthyExpressions", Some(json!([{"expression": "node.unschedulable", "duration": "2h"}]))),
+            ("/spec/flapping", Some(json!({"episodes": 3, "window": "1h"}))),
+        ],
+    );
+    assert!(errors_of(&long_nhc)[0].message.contains("(the longest is 2h0m0s)"));
+    let reads_machine = json!([{"expression": "machine.phase == 'Failed'", "duration": "1m"}]);
+    let errors = errors_of(&edit(base_nhc(), "/spec/unhealthyExpressions", Some(reads_machine)));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].path, "spec.unhealthyExpressions[0].expression");
+    assert!(errors[0].message.contains("reads `machine`"), "{errors:?}");
+}

@@ -70,6 +70,10 @@ impl NodeB {
     fn ready(self, status: &str, since: Timestamp) -> Self {
         self.cond("Ready", status, Some(since))
     }
+    fn cordoned(mut self) -> Self {
+        self.0["spec"] = json!({"unschedulable": true});
+        self
+    }
     fn build(self) -> NodeView {
         NodeView::from(serde_json::from_value::<Node>(self.0).expect("node"))
     }
@@ -1704,6 +1708,67 @@ fn remediating_counts_nodes_listed_with_remediation_objects() {
 /// Pacing applies to a rule's own remediation as to the check's (a start is a start): with
 /// `maxInFlight: 1`, two Nodes the same rule made unhealthy get its template one at a time,
 /// longest-unhealthy first, and the rule's object holds the slot until its Node is healthy.
+/// A Node carrying `health=bad`.
+const BAD_LABEL: &str = "'health' in node.labels && node.labels['health'] == 'bad'";
+
+#[test]
+fn an_expressions_own_remediation_is_used_for_the_nodes_it_made_unhealthy() {
+    let mut spec = per_rule_spec();
+    spec["unhealthyExpressions"] = json!([
+        {"expression": BAD_LABEL, "duration": "0s", "remediationTemplate": far_ref()},
+        {"expression": "node.unschedulable", "duration": "0s", "escalatingRemediations": [
+            {"remediationTemplate": snr_ref(), "order": 1, "timeout": "5m"},
+            {"remediationTemplate": mdr_ref(), "order": 2, "timeout": "10m"}]},
+    ]);
+    let bad_rule = format!("spec.unhealthyExpressions[0] {BAD_LABEL}");
+    let far = "spec.unhealthyExpressions[0].remediationTemplate (FenceAgentsRemediationTemplate medik8s/far)";
+    let cordoned_rule = "spec.unhealthyExpressions[1] node.unschedulable";
+    let ladder = "spec.unhealthyExpressions[1].escalatingRemediations (SelfNodeRemediationTemplate medik8s/snr, then MachineDeletionRemediationTemplate medik8s/replace)";
+    // (what, n1, what is created, the chosen rule and remediation)
+    let rows: [(&str, NodeView, &str, &str, &str); 3] = [
+        (
+            "the expression's template",
+            node("n1").ready("True", t0()).label("health", "bad").build(),
+            "FenceAgentsRemediation",
+            &bad_rule,
+            far,
+        ),
+        (
+            "the expression's escalation",
+            node("n1").ready("True", t0()).cordoned().build(),
+            "SelfNodeRemediation",
+            cordoned_rule,
+            ladder,
+        ),
+        (
+            "a condition rule before an expression",
+            node("n1").ready("False", t0()).label("health", "bad").build(),
+            "SelfNodeRemediation",
+            READY,
+            OWN_REMEDIATION,
+        ),
+    ];
+    for (what, n1, kind, rule, remediation) in rows {
+        let w = world(spec.clone(), vec![n1, healthy("n2"), healthy("n3")]);
+        let plan = w.decide(at(301));
+        assert_eq!(created(&plan), [(kind.to_string(), "n1".to_string())], "{what}");
+        assert_eq!(rule_annotations(&plan), [rule], "{what}: the choice is on the object");
+        assert_eq!(chosen(&plan), [("n1".to_string(), rule.to_string(), remediation.to_string())], "{what}");
+    }
+    // An expression's MachineDeletion template cannot be combined with maxUnhealthy, as a
+    // condition rule's cannot.
+    let refused = self::spec(json!({"maxUnhealthy": 1, "unhealthyExpressions": [
+        {"expression": "node.unschedulable", "duration": "0s", "escalatingRemediations": [
+            {"remediationTemplate": mdr_ref(), "order": 1, "timeout": "5m"}]}]}));
+    let check: NodeHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "vigil.dev/v1alpha1", "kind": "NodeHealthCheck",
+        "metadata": {"name": "nhc"}, "spec": refused,
+    }))
+    .expect("check");
+    let err = vigil_api::validate::node_health_check(&check).expect_err("refused");
+    assert!(err.to_string().contains("spec.unhealthyExpressions[0].escalatingRemediations[0]"), "{err}");
+}
+
 #[test]
 fn pacing_applies_to_a_rules_own_remediation() {
     let mut s = per_rule_spec();

@@ -447,7 +447,8 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         let was_unhealthy = writes.current(HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
         writes.set(DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, reason.clone(), message), self.cx.now);
         if !was_unhealthy {
-            b.notice(NoticeKind::Unhealthy, Some(Target::machine(machine)), reason.clone(), message);
+            let kind = if *reason == Reason::Flapping { NoticeKind::Flapping } else { NoticeKind::Unhealthy };
+            b.notice(kind, Some(Target::machine(machine)), reason.clone(), message);
         }
         let request = self.request(b, machine, &key, reason, rule);
         if let Some(place) = start {

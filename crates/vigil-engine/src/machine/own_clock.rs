@@ -166,7 +166,7 @@ fn flaps(
         *verdict = Verdict::Unhealthy {
             reason: Reason::Flapping,
             message: format!(
-                "Health check failed: Machine {name} matched its rules and cleared again: {count} episodes within {}",
+                "Health check failed: Machine {name} is flapping: its rules matched and cleared again {count} times within {}",
                 format_go_duration(f.window)
             ),
             rule: Some(rule),
