@@ -419,8 +419,11 @@ fn check_out(label: &str, status: &Value, at_now: &Start<'_>, now: Timestamp) ->
         remediating: requested_now,
     };
     if let Some(rest) = label.strip_prefix("MachineHealthCheck/") {
-        let namespace = rest.split_once('/').map_or("", |(ns, _)| ns);
-        machine_check_out(&mut out, namespace, status, at_now);
+        let (namespace, name) = rest.split_once('/').unwrap_or(("", rest));
+        let policy = mhc_policy(at_now, namespace, name);
+        out.flapping = flapping_out(status, policy.as_ref().and_then(|p| p.flapping), now);
+        let expressions = policy.as_ref().map_or(&[][..], |p| p.expressions.as_slice());
+        machine_check_out(&mut out, namespace, status, at_now, (expressions, now));
     } else {
         node_check_out(&mut out, status, at_now, now);
     }
@@ -441,15 +444,40 @@ fn int(status: &Value, k: &str) -> i64 {
     status.get(k).and_then(Value::as_i64).unwrap_or(0)
 }
 
-/// Fills in a MachineHealthCheck's counts, queue and unhealthy Machines (in `namespace`).
-fn machine_check_out(out: &mut CheckOut, namespace: &str, status: &Value, at_now: &Start<'_>) {
+/// The validated policy of MachineHealthCheck `namespace/name`, when it is valid.
+fn mhc_policy(at_now: &Start<'_>, namespace: &str, name: &str) -> Option<vigil_api::validate::MhcPolicy> {
+    let key = Key {
+        cluster: LOCAL_CLUSTER.into(),
+        group: GROUP.into(),
+        kind: "MachineHealthCheck".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let check = at_now.store.get(&key).and_then(|v| serde_json::from_value(v.clone()).ok())?;
+    validate::machine_health_check(&check).ok()
+}
+
+/// Fills in a MachineHealthCheck's counts, queue and unhealthy Machines (in `namespace`); one
+/// unhealthy by an expression (of `expressions`) shows since when it has held at `now`.
+fn machine_check_out(
+    out: &mut CheckOut,
+    namespace: &str,
+    status: &Value,
+    at_now: &Start<'_>,
+    (expressions, now): (&[vigil_api::validate::ExpressionRule], Timestamp),
+) {
     out.queued = queued_out(status, |name| format!("{namespace}/{name}"));
     out.targets = int(status, "expectedMachines");
     out.healthy = int(status, "currentHealthy");
     out.unhealthy = out.targets - out.healthy;
     out.remediations_allowed = Some(int(status, "remediationsAllowed"));
     for name in status.get("targets").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
-        let Some(target) = unhealthy_machine_out(&out.check, namespace, name, status, at_now) else { continue };
+        let Some(mut target) = unhealthy_machine_out(&out.check, namespace, name, status, at_now) else { continue };
+        if target.reason == vigil_api::reason::Reason::ExpressionMatched.as_str()
+            && let Some((_, since)) = expression_of(status, name, expressions, now)
+        {
+            target.since = Some(since);
+        }
         out.remediating |= target.remediation.as_deref().is_some_and(|r| r.contains("WaitingForRemediation"));
         out.unhealthy_targets.push(target);
     }
@@ -515,7 +543,7 @@ fn node_check_out(out: &mut CheckOut, status: &Value, at_now: &Start<'_>, now: T
         .get(&check_key)
         .and_then(|v| serde_json::from_value::<NodeHealthCheck>(v.clone()).ok())
         .and_then(|c| validate::node_health_check(&c).ok());
-    out.flapping = flapping_out(status, policy.as_ref(), now);
+    out.flapping = flapping_out(status, policy.as_ref().and_then(|p| p.flapping), now);
     for entry in status.get("unhealthyNodes").and_then(Value::as_array).into_iter().flatten() {
         out.remediating |= entry
             .get("remediations")
@@ -550,7 +578,8 @@ fn unhealthy_node_out(
         _ => None,
     };
     let flaps = flaps_of(status, &node_name, policy, now).filter(|_| because.is_none());
-    let matched = expression_of(status, &node_name, policy, now).filter(|_| because.is_none());
+    let expressions = policy.map_or(&[][..], |p| p.expressions.as_slice());
+    let matched = expression_of(status, &node_name, expressions, now).filter(|_| because.is_none());
     let (reason, message, since) = match (&node, because) {
         (None, _) => ("NodeDeleted".to_string(), format!("Node {node_name} no longer exists"), None),
         (Some(_), None) if let Some((message, since)) = matched => {
@@ -586,9 +615,14 @@ fn unhealthy_node_out(
     }
 }
 
-/// `status.flapping`: each Node's episodes within the window at `now`, those with none left out.
-fn flapping_out(status: &Value, policy: Option<&NhcPolicy>, now: Timestamp) -> Vec<FlappingOut> {
-    let (Some(f), Some(list)) = (policy.and_then(|p| p.flapping), status.get("flapping")) else {
+/// `status.flapping`: each target's episodes within the window at `now`, those with none left
+/// out.
+fn flapping_out(
+    status: &Value,
+    policy: Option<vigil_api::validate::FlappingPolicy>,
+    now: Timestamp,
+) -> Vec<FlappingOut> {
+    let (Some(f), Some(list)) = (policy, status.get("flapping")) else {
         return Vec::new();
     };
     let record: Vec<vigil_api::shared::FlappingTarget> = serde_json::from_value(list.clone()).unwrap_or_default();
@@ -609,13 +643,17 @@ fn flaps_of(status: &Value, name: &str, policy: Option<&NhcPolicy>, now: Timesta
     Some((count, vigil_api::duration::format_go_duration(f.window)))
 }
 
-/// The expression a Node has matched for its duration at `now` (`status.expressionMatches`,
+/// The expression a target has matched for its duration at `now` (`status.expressionMatches`,
 /// read as the engine reads it): which one, for how long, and since when.
-fn expression_of(status: &Value, name: &str, policy: Option<&NhcPolicy>, now: Timestamp) -> Option<(String, String)> {
-    let policy = policy?;
-    let record: Vec<vigil_api::node_health_check::ExpressionMatch> =
+fn expression_of(
+    status: &Value,
+    name: &str,
+    expressions: &[vigil_api::validate::ExpressionRule],
+    now: Timestamp,
+) -> Option<(String, String)> {
+    let record: Vec<vigil_api::shared::ExpressionMatch> =
         serde_json::from_value(status.get("expressionMatches")?.clone()).ok()?;
-    policy.expressions.iter().enumerate().find_map(|(i, rule)| {
+    expressions.iter().enumerate().find_map(|(i, rule)| {
         let since = vigil_engine::expressions::held_since(&record, name, i)?;
         let due = since.checked_add(rule.duration).ok()?;
         (due <= now).then(|| {
@@ -991,6 +1029,11 @@ mod tests {
     /// A fleet of four workers whose Nodes went `Ready=Unknown` at the given instants (`None`:
     /// healthy), checked by a MachineHealthCheck with `maxInFlight: 2`.
     fn paced_fleet(failed: &[(&str, Option<&str>)]) -> crate::live::Fleet {
+        crate::live::Fleet::of(paced_objects(failed))
+    }
+
+    /// The objects of [`paced_fleet`].
+    fn paced_objects(failed: &[(&str, Option<&str>)]) -> Vec<Value> {
         let mut objects = vec![
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "prod", "namespace": "default"}, "spec": {},
                    "status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}}),
@@ -1009,7 +1052,43 @@ mod tests {
             objects.push(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
                 "status": {"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": at, "lastHeartbeatTime": at}]}}));
         }
-        crate::live::Fleet::of(objects)
+        objects
+    }
+
+    /// `vigil check` on a MachineHealthCheck with an expression and flapping: the Machine an
+    /// expression made unhealthy shows the expression and since when it has held (its status'
+    /// clock), and each Machine's episodes within the window are listed.
+    #[test]
+    fn check_shows_a_machines_expression_and_its_flaps() -> Result<()> {
+        let bad = "'health' in node.labels && node.labels['health'] == 'bad'";
+        let mut objects = paced_objects(&[("w-1", None), ("w-2", None)]);
+        for o in objects.iter_mut() {
+            if o["kind"] == "MachineHealthCheck" {
+                o["spec"]["unhealthyExpressions"] = json!([{"expression": bad, "timeout": "10m"}]);
+                o["spec"]["flapping"] = json!({"episodes": 3, "window": "1h"});
+                // the clock belongs to the spec it was kept under
+                o["metadata"]["generation"] = json!(1);
+                o["status"] = json!({"observedGeneration": 1,
+                    "expressionMatches": [{"name": "w-1", "expression": 0, "since": "2030-01-01T00:05:00Z"}],
+                    "flapping": [{"name": "w-2", "episodes": [
+                        {"start": "2030-01-01T00:10:00Z", "end": "2030-01-01T00:13:00Z"},
+                        {"start": "2030-01-01T00:20:00Z", "end": "2030-01-01T00:23:00Z"}]}]});
+            }
+            if o["kind"] == "Node" && o["metadata"]["name"] == "w-1" {
+                o["metadata"]["labels"] = json!({"health": "bad"});
+            }
+        }
+        let report = evaluate(crate::live::Fleet::of(objects), Vec::new(), &[], "2030-01-01T00:30:00Z".parse()?)?;
+        let c = &report.checks[0];
+        let target = &c.unhealthy_targets[0];
+        assert_eq!((target.target.as_str(), target.reason.as_str()), ("default/w-1", "ExpressionMatched"));
+        assert!(target.message.contains("spec.unhealthyExpressions[0].expression"), "{}", target.message);
+        assert_eq!(target.since.as_deref(), Some("2030-01-01T00:05:00Z"), "the expression's own clock");
+        let flaps: Vec<(&str, usize)> = c.flapping.iter().map(|f| (f.target.as_str(), f.episodes)).collect();
+        assert_eq!(flaps, [("w-2", 2)]);
+        let out = text(&report);
+        assert!(out.contains("  flapping: episodes within the window: w-2 2\n"), "{out}");
+        Ok(())
     }
 
     /// `vigil check` shows the pacing queue: what starts now (the two longest-unhealthy), who
