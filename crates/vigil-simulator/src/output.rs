@@ -59,6 +59,7 @@ fn colour_of(event: &str) -> Option<&'static str> {
     match event {
         "MachineMarkedUnhealthy"
         | "DetectedUnhealthy"
+        | "Flapping"
         | "RemediationRestricted"
         | "NoTemplateLeft"
         | "RemediationSkipped"
@@ -97,7 +98,8 @@ fn summary(events: &[Event], final_statuses: &BTreeMap<String, Value>) -> String
         };
         out.push_str(&format!(
             "  {check}: {} unhealthy, {} remediations, {} short-circuits, {} healthy again\n",
-            count(&["MachineMarkedUnhealthy", "DetectedUnhealthy"]),
+            // a flapping target is found unhealthy by its flaps
+            count(&["MachineMarkedUnhealthy", "DetectedUnhealthy", "Flapping"]),
             count(&["RemediationRequested", "RemediationCreated"]),
             count(&["RemediationRestricted"]),
             count(&["MachineHealthy", "NodeHealthy"]),

@@ -695,6 +695,40 @@ fn without_flapping_the_same_flaps_are_never_remediated() {
 }
 
 #[test]
+fn a_machine_health_check_remediates_by_an_expression_with_its_own_template_and_for_flapping() {
+    let r = run("machine-expression-and-flapping");
+    // g-1 labelled at 2m, unhealthy at 4m by the expression; g-3's one minute never counts
+    let unhealthy = events(&r, "MachineMarkedUnhealthy");
+    assert_eq!(unhealthy.iter().map(|e| at(e)).collect::<Vec<_>>(), [(240.0, Some("ml/g-1"))]);
+    assert_eq!(unhealthy[0].details["reason"], "ExpressionMatched");
+    // the expression's own template, not the owner
+    let created = events(&r, "RemediationCreated");
+    assert_eq!(created.iter().map(|e| at(e)).collect::<Vec<_>>(), [(240.0, Some("ml/g-1"))]);
+    assert_eq!(created[0].details["kind"], "Metal3Remediation", "{created:?}");
+    // g-2 is NotReady 3m at a time, never the 5m timeout: its third episode (25m) is a flap
+    let flapping = events(&r, "Flapping");
+    assert_eq!(flapping.iter().map(|e| at(e)).collect::<Vec<_>>(), [(1500.0, Some("ml/g-2"))]);
+    assert_eq!(
+        events(&r, "RemediationRequested").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(1500.0, Some("ml/g-2"))],
+        "the owner replaces g-2"
+    );
+    snapshot("machine-expression-and-flapping", &r);
+}
+
+#[test]
+fn without_flapping_the_machines_short_flaps_are_never_remediated() {
+    let text = text("machine-expression-and-flapping").replace("      flapping: {episodes: 3, window: 1h}\n", "");
+    let r = run_text(&text);
+    assert!(events(&r, "Flapping").is_empty());
+    // only g-2's last episode, which lasts, is remediated once it outlasts the 5m timeout
+    assert_eq!(
+        events(&r, "RemediationRequested").iter().map(|e| at(e)).collect::<Vec<_>>(),
+        [(1800.0, Some("ml/g-2"))]
+    );
+}
+
+#[test]
 fn an_expression_rule_remediates_a_node_once_it_held_for_its_duration_on_vigils_clock() {
     let r = run("expression-rule");
     // e-1 labelled failing at 2m: unhealthy at 12m; e-2's six minutes never count; e-3 at 35m,
