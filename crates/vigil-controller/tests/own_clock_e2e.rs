@@ -11,12 +11,14 @@ use vigil_testenv::{TestEnv, wait_for};
 mod support;
 use support::*;
 
-/// The check's `status.flapping` entry of `node`, once `ready` says an episode is open
-/// (`false`) or closed (`true`), with `episodes` episodes recorded.
-async fn wait_episodes(env: &TestEnv, node: &str, episodes: usize, open: bool) -> Result<Value> {
-    let what = format!("{node} with {episodes} episodes, the last one {}", if open { "open" } else { "closed" });
+/// The check's `status.flapping` entry of `target` (a Node of the NodeHealthCheck `workers`, or
+/// a Machine of the MachineHealthCheck `workers` when `kind` says so), once the last of its
+/// `episodes` episodes is open (`open`) or closed.
+async fn wait_episodes(env: &TestEnv, (kind, target): (&str, &str), episodes: usize, open: bool) -> Result<Value> {
+    let what = format!("{target} with {episodes} episodes, the last one {}", if open { "open" } else { "closed" });
+    let node = target;
     wait_for(&what, WAIT, || async {
-        let s = check_status(env, "NodeHealthCheck", "workers").await?;
+        let s = check_status(env, kind, "workers").await?;
         let entry = s["flapping"].as_array().into_iter().flatten().find(|t| t["name"] == node).cloned();
         let hit = entry
             .as_ref()
@@ -27,12 +29,18 @@ async fn wait_episodes(env: &TestEnv, node: &str, episodes: usize, open: bool) -
     .await
 }
 
-/// One flap of `node`: NotReady (the condition's transition now), seen by the check, then Ready.
+/// One flap of `node`: NotReady (the condition's transition now), seen by the NodeHealthCheck,
+/// then Ready.
 async fn flap(env: &TestEnv, node: &str, nth: usize) -> Result<()> {
+    flap_target(env, node, ("NodeHealthCheck", node), nth).await
+}
+
+/// One flap of `node`, seen by the check as an episode of `target` (`kind`, target name).
+async fn flap_target(env: &TestEnv, node: &str, target: (&str, &str), nth: usize) -> Result<()> {
     set_ready(env, node, "False", &secs_ago(0)).await?;
-    wait_episodes(env, node, nth, true).await?;
+    wait_episodes(env, target, nth, true).await?;
     set_ready(env, node, "True", &secs_ago(0)).await?;
-    wait_episodes(env, node, nth, false).await?;
+    wait_episodes(env, target, nth, false).await?;
     Ok(())
 }
 
@@ -136,6 +144,58 @@ async fn an_expressions_clock_survives_a_restart_and_remediates_on_time() -> Res
     eprintln!("{note}");
     let snrs = list_snr(&env, MEDIK8S).await?;
     assert_eq!((for_node(&snrs, "w2").len(), for_node(&snrs, "w3").len()), (0, 0));
+    second.stop().await;
+    Ok(())
+}
+
+/// A MachineHealthCheck's own clocks across a restart: an expression over a Machine's Node held
+/// for its timeout on the first instance's clock, and a Machine's flaps counted by both instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_health_checks_expression_clock_and_flaps_survive_a_restart() -> Result<()> {
+    const DISK: &str = "'example.com/disk' in node.labels && node.labels['example.com/disk'] == 'failing'";
+    let env = env().await?;
+    healthy_fleet(&env, 3).await?;
+    mhc(
+        &env,
+        "workers",
+        json!({"unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "1m"}],
+               "unhealthyExpressions": [{"expression": DISK, "timeout": "8s"}],
+               "flapping": {"episodes": 3, "window": "10m"}}),
+    )
+    .await?;
+    let controller = Controller::start(&env);
+    flap_target(&env, "n2", ("MachineHealthCheck", "m2"), 1).await?;
+    flap_target(&env, "n2", ("MachineHealthCheck", "m2"), 2).await?;
+    env.apply(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"example.com/disk": "failing"}}}))
+        .await?;
+    let since = wait_for("the expression's clock for m1", WAIT, || async {
+        let s = check_status(&env, "MachineHealthCheck", "workers").await?;
+        let m = s["expressionMatches"].as_array().into_iter().flatten().find(|m| m["name"] == "m1").cloned();
+        Ok(m.and_then(|m| m["since"].as_str().map(str::to_string)))
+    })
+    .await?;
+    let since: Timestamp = since.parse()?;
+    // Down for five of the eight seconds: a clock started again by the new instance would ask
+    // for m1's remediation at the earliest 13 s after `since`.
+    controller.stop().await;
+    let up_again = since.checked_add(SignedDuration::from_secs(5))?;
+    tokio::time::sleep(Duration::try_from(Timestamp::now().duration_until(up_again)).unwrap_or_default()).await;
+    assert_eq!(machine_condition(&env, "m1", "OwnerRemediated").await?, None, "nothing while no instance runs");
+    let second = Controller::start(&env);
+    wait_machine_condition(&env, "m1", "HealthCheckSucceeded", "False", "ExpressionMatched").await?;
+    let m1 = get(&env, "cluster.x-k8s.io/v1beta2", "Machine", Some(NS), "m1").await?.context("m1")?;
+    let asked = condition(&m1, "OwnerRemediated").context("m1's owner is asked")?;
+    let asked: Timestamp = asked["lastTransitionTime"].as_str().context("a transition time")?.parse()?;
+    let held = asked.duration_since(since);
+    assert!(held >= SignedDuration::from_secs(7), "asked {held:?} after the expression first held");
+    assert!(held <= SignedDuration::from_secs(12), "asked {held:?} after the expression first held");
+    // m2's two flaps are known to the new instance from the status alone: the third counts.
+    assert_eq!(machine_condition(&env, "m2", "OwnerRemediated").await?, None, "two flaps never remediate");
+    set_ready(&env, "n2", "False", &secs_ago(0)).await?;
+    wait_machine_condition(&env, "m2", "HealthCheckSucceeded", "False", "Flapping").await?;
+    wait_machine_condition(&env, "m2", "OwnerRemediated", "False", "WaitingForRemediation").await?;
+    assert_eq!(machine_condition(&env, "m3", "OwnerRemediated").await?, None, "m3 stayed healthy");
     second.stop().await;
     Ok(())
 }

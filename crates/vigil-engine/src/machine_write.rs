@@ -28,6 +28,10 @@ pub fn legacy_form(c: &DesiredCondition) -> Option<(&'static str, &'static str)>
             Reason::NodeStartupTimeout => Reason::NodeStartupTimeout.as_str(),
             Reason::MachineHasFailure => Reason::MachineHasFailure.as_str(),
             Reason::WaitingForRemediation => Reason::WaitingForRemediation.as_str(),
+            // Vigil's own verdicts: Cluster API's v1beta1 schema refuses a False condition
+            // without a reason, so each is written as itself.
+            Reason::ExpressionMatched => Reason::ExpressionMatched.as_str(),
+            Reason::Flapping => Reason::Flapping.as_str(),
             _ => "",
         }
     };
@@ -319,6 +323,27 @@ pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
 
 #[cfg(test)]
 mod tests {
+    /// Every verdict a MachineHealthCheck writes as `HealthCheckSucceeded=False` has a legacy
+    /// reason: Cluster API's `v1beta1` schema refuses a False condition without one, and the
+    /// whole Machine write with it.
+    #[test]
+    fn every_unhealthy_verdict_has_a_legacy_reason() {
+        for reason in [
+            Reason::NodeDeleted,
+            Reason::HasRemediateAnnotation,
+            Reason::UnhealthyNode,
+            Reason::UnhealthyMachine,
+            Reason::NodeStartupTimeout,
+            Reason::MachineHasFailure,
+            Reason::ExpressionMatched,
+            Reason::Flapping,
+        ] {
+            let c = DesiredCondition::false_(HEALTH_CHECK_SUCCEEDED, reason.clone(), "m");
+            let legacy = legacy_form(&c).map(|(_, r)| r);
+            assert!(legacy.is_some_and(|r| !r.is_empty()), "{reason:?}: {legacy:?}");
+        }
+    }
+
     use super::*;
 
     fn at() -> Timestamp {

@@ -285,3 +285,11 @@ proptest! {
         prop_assert!(asked.is_empty(), "{:?}", asked);
     }
 }
+
+#[test]
+fn a_pending_expression_wakes_the_check_when_its_timeout_ends() {
+    let mut w = world(expression(BAD, "10m"));
+    run(&mut w, (0, 120, 30), |_| labelled("m1", true));
+    let plan = w.decide(at(150));
+    assert_eq!(plan.next_wake, Some(at(600)), "woken at since + timeout");
+}

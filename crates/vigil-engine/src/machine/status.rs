@@ -49,9 +49,12 @@ pub(super) struct Builder<'a> {
 impl<'a> Builder<'a> {
     /// A decision's builder, its status seeded from the previous one. Everything but the target
     /// list is small; the list is rebuilt by the decision, so it is not copied. Of the feature
-    /// block, the back-off's memory (history, backed-off pools) is carried over: a decision that
-    /// returns before the features are reported (paused, no Nodes to read) must not forget the
-    /// starts that count against a pool's limit; a full decision reports the block anew.
+    /// block, what Vigil remembers is carried over: the back-off's memory (history, backed-off
+    /// pools) and its own clocks (flapping episodes, the expressions' clock and unknowns). A
+    /// decision that returns before the features are reported (paused, no Nodes to read, as at
+    /// every start until the workload cluster is listed) observed nothing, so it must forget
+    /// neither the starts that count against a pool's limit nor since when a rule has held; a
+    /// full decision reports the block anew.
     pub(super) fn for_decision(check: &'a MachineHealthCheck, now: Timestamp) -> Self {
         let previous = check.status.as_ref();
         let seeded = previous
@@ -61,6 +64,9 @@ impl<'a> Builder<'a> {
                 features: vigil_api::shared::FeatureStatus {
                     remediation_history: p.features.remediation_history.clone(),
                     backed_off_pools: p.features.backed_off_pools.clone(),
+                    flapping: p.features.flapping.clone(),
+                    expression_matches: p.features.expression_matches.clone(),
+                    unevaluated_expressions: p.features.unevaluated_expressions.clone(),
                     ..Default::default()
                 },
                 ..*p
