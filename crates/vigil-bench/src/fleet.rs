@@ -94,8 +94,9 @@ pub enum NodeChecks {
     Vigil,
     /// medik8s' own `remediation.medik8s.io/v1alpha1` NodeHealthChecks: the same spec, another group.
     Medik8s,
-    /// Vigil's checks, each with [`EXPRESSIONS`] beside its conditions (`--expressions`): what
-    /// evaluating CEL rules for every Node at every decision costs.
+    /// Vigil's checks, each with [`EXPRESSIONS`] beside its conditions (`--expressions`; Vigil's
+    /// MachineHealthChecks get them too): what evaluating CEL rules for every target at every
+    /// decision costs.
     VigilWithExpressions,
 }
 
@@ -289,6 +290,16 @@ pub fn machine_health_check(g: &Group, checks: CheckApi, timeout_secs: u64) -> V
     }
 }
 
+/// [`machine_health_check`], with [`EXPRESSIONS`] when Vigil's checks carry them (`node_checks`
+/// says so for both kinds).
+fn machine_check(g: &Group, (checks, node_checks): (CheckApi, NodeChecks), timeout_secs: u64) -> Value {
+    let mut check = machine_health_check(g, checks, timeout_secs);
+    if checks == CheckApi::Vigil && node_checks == NodeChecks::VigilWithExpressions {
+        check["spec"]["unhealthyExpressions"] = expression_rules("timeout", timeout_secs);
+    }
+    check
+}
+
 /// The SelfNodeRemediationTemplate the NodeHealthChecks use.
 pub const TEMPLATE: &str = "bench-reboot";
 
@@ -382,7 +393,7 @@ pub async fn create(
 
     for g in groups {
         let manifest = match g.kind {
-            Kind::Machine => machine_health_check(g, checks, timeout_secs),
+            Kind::Machine => machine_check(g, (checks, node_checks), timeout_secs),
             Kind::Node => node_health_check(g, node_checks, timeout_secs),
         };
         env.apply(manifest).await?;
@@ -404,11 +415,17 @@ pub fn node_health_check(g: &Group, checks: NodeChecks, timeout_secs: u64) -> Va
                  "remediationTemplate": {"apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
                                          "kind": "SelfNodeRemediationTemplate", "name": TEMPLATE, "namespace": NS}}});
     if checks == NodeChecks::VigilWithExpressions {
-        let rules: Vec<Value> =
-            EXPRESSIONS.iter().map(|e| json!({"expression": e, "duration": format!("{timeout_secs}s")})).collect();
-        check["spec"]["unhealthyExpressions"] = json!(rules);
+        check["spec"]["unhealthyExpressions"] = expression_rules("duration", timeout_secs);
     }
     check
+}
+
+/// [`EXPRESSIONS`] as `spec.unhealthyExpressions`, each held for the conditions' timeout
+/// (`field`: what the kind calls it).
+fn expression_rules(field: &str, timeout_secs: u64) -> Value {
+    let rules: Vec<Value> =
+        EXPRESSIONS.iter().map(|e| json!({"expression": e, field: format!("{timeout_secs}s")})).collect();
+    json!(rules)
 }
 
 #[cfg(test)]
@@ -472,6 +489,13 @@ mod tests {
         let check: vigil_api::NodeHealthCheck = serde_json::from_value(with).expect("check");
         let policy = vigil_api::validate::node_health_check(&check).expect("the expressions compile");
         assert_eq!(policy.expressions.len(), EXPRESSIONS.len());
+        let g = Group { name: "mhc-small-003".into(), kind: Kind::Machine, start: 0, end: 50 };
+        let with = machine_check(&g, (CheckApi::Vigil, NodeChecks::VigilWithExpressions), 5);
+        let check: vigil_api::MachineHealthCheck = serde_json::from_value(with).expect("check");
+        let policy = vigil_api::validate::machine_health_check(&check).expect("the expressions compile");
+        assert_eq!(policy.expressions.len(), EXPRESSIONS.len());
+        let capi = machine_check(&g, (CheckApi::Capi, NodeChecks::VigilWithExpressions), 5);
+        assert!(capi["spec"].get("unhealthyExpressions").is_none(), "Cluster API's checks have none");
     }
 
     #[test]

@@ -67,9 +67,9 @@ struct Args {
     /// [default: mixed; with --against capi: mhc; with --against medik8s: nhc].
     #[arg(long, value_enum)]
     fleet: Option<fleet::Fleet>,
-    /// Give each of Vigil's NodeHealthChecks two CEL expression rules beside its conditions,
-    /// evaluated for every Node at every decision; they never hold, so the remediations stay the
-    /// same (not with --fleet mhc: a MachineHealthCheck has no expressions).
+    /// Give each of Vigil's health checks (both kinds) two CEL expression rules beside its
+    /// conditions, evaluated for every target at every decision; they never hold, so the
+    /// remediations stay the same.
     #[arg(long)]
     expressions: bool,
     /// Run Vigil, then another controller on a fresh API server with the same fleet, and print
@@ -168,7 +168,7 @@ struct Plan {
     steady: Duration,
     wave: Duration,
     timeout_secs: u64,
-    /// Vigil's NodeHealthChecks carry expression rules (`--expressions`).
+    /// Vigil's health checks carry expression rules (`--expressions`).
     expressions: bool,
     /// How long the wave waits for every remediation.
     wave_limit: Duration,
@@ -248,8 +248,8 @@ impl Args {
         );
         ensure!((1..=64).contains(&plan.workers), "--workers must be in 1..=64, got {}", plan.workers);
         ensure!(
-            !(plan.expressions && plan.fleet == fleet::Fleet::Mhc),
-            "--expressions gives NodeHealthChecks expression rules: --fleet mhc has none"
+            !(plan.expressions && self.against.is_some()),
+            "--expressions measures Vigil's own cost of CEL rules: no other contender has them, so it cannot be run --against one"
         );
         if let Some(against) = self.against {
             ensure!(

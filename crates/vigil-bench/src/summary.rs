@@ -212,7 +212,7 @@ pub struct Config {
     pub wave_limit_secs: u64,
     /// Share of the targets that fail.
     pub failed_percent: f64,
-    /// Vigil's NodeHealthChecks carried CEL expression rules (`--expressions`).
+    /// Vigil's health checks (both kinds) carried CEL expression rules (`--expressions`).
     #[serde(default)]
     pub expressions: bool,
     /// The controller's concurrency: `vigil run --workers`, Cluster API's

@@ -166,6 +166,17 @@ pub fn held_since(record: &[ExpressionMatch], name: &str, index: usize) -> Optio
     found.map(|m| m.since.0)
 }
 
+/// The first expression the record says holds for target `name`, and since when (the record is
+/// sorted by name and expression as [`Clock`] writes it; one written otherwise is searched in
+/// full).
+pub fn first_held<'r>(record: &'r [ExpressionMatch], name: &str) -> Option<&'r ExpressionMatch> {
+    let at = record.partition_point(|m| m.name.as_str() < name);
+    match record.get(at) {
+        Some(m) if m.name == name => Some(m),
+        _ => record.iter().find(|m| m.name == name),
+    }
+}
+
 /// What an expression reads of a Node: what Vigil's view of it keeps (all labels; the
 /// annotations and taint keys the view keeps; conditions by type, the first of a type, without
 /// messages).

@@ -84,9 +84,18 @@ pub fn within(target: &FlappingTarget, window: SignedDuration, now: Timestamp) -
 /// Whether `name` is flapping at `now`: at least `policy.episodes` episodes started within the
 /// window. Returns the count when it is.
 pub fn flapping(record: &[FlappingTarget], name: &str, policy: FlappingPolicy, now: Timestamp) -> Option<usize> {
-    let target = record.iter().find(|t| t.name == name)?;
+    let target = find(record, name)?;
     let count = within(target, policy.window, now);
     (count >= policy.episodes).then_some(count)
+}
+
+/// Target `name`'s entry: [`advance`] writes the record sorted by name; one written otherwise
+/// (by hand) is searched in full.
+pub fn find<'r>(record: &'r [FlappingTarget], name: &str) -> Option<&'r FlappingTarget> {
+    match record.binary_search_by(|t| t.name.as_str().cmp(name)) {
+        Ok(i) => record.get(i),
+        Err(_) => record.iter().find(|t| t.name == name),
+    }
 }
 
 /// Forgets the episodes of the targets `remediated` says are being remediated: the flaps that

@@ -162,7 +162,7 @@ fn flaps(
         let name = machine.meta.name.as_str();
         let Some(count) = flapping::flapping(&record, name, f, now) else { continue };
         let Some(rule) = rule_matching(policy, (machine, node), held, now) else { continue };
-        let since = record.iter().find(|t| t.name == name).and_then(|t| t.episodes.first()).map(|e| e.start.0);
+        let since = flapping::find(&record, name).and_then(|t| t.episodes.first()).map(|e| e.start.0);
         *verdict = Verdict::Unhealthy {
             reason: Reason::Flapping,
             message: format!(
@@ -211,6 +211,6 @@ fn rule_matching(
         return Some(policy.machine_conditions.len() + i);
     }
     let name = machine.meta.name.as_str();
-    let m = held.iter().find(|m| m.name == name)?;
+    let m = expressions::first_held(held, name)?;
     usize::try_from(m.expression).ok().map(|i| policy.expression_rule(i))
 }

@@ -368,7 +368,7 @@ pub(super) fn flaps(
         let Some(node) = s.node else { continue };
         let Some(count) = crate::flapping::flapping(&record, s.name, f, now) else { continue };
         let rule = policy.conditions.iter().position(|r| node.conditions.iter().any(|c| crate::stale::matches(c, r)));
-        let holding = held.iter().find(|m| m.name == s.name);
+        let holding = expressions::first_held(held, s.name);
         let verdict = match (rule, holding) {
             (Some(rule), _) => Finding::Unhealthy(rule),
             (None, Some(m)) => match usize::try_from(m.expression) {
