@@ -63,12 +63,28 @@ fn machine(i: usize) -> MachineView {
 }
 
 fn bench_machine_health_check(c: &mut Criterion) {
+    bench_mhc(c, "machine_health_check_decide", json!({}));
+}
+
+/// The same decision with the two CEL expression rules of the NodeHealthCheck's group, evaluated
+/// for every Machine with a Node.
+fn bench_machine_health_check_with_expressions(c: &mut Criterion) {
+    let expressions = json!({"unhealthyExpressions": [
+        {"expression": "'example.com/disk' in node.labels && node.labels['example.com/disk'] == 'failing'", "timeout": "10m"},
+        {"expression": "node.unschedulable && 'Ready' in node.conditions && node.conditions['Ready'].status != 'True'", "timeout": "15m"}]});
+    bench_mhc(c, "machine_health_check_decide_with_expressions", expressions);
+}
+
+fn bench_mhc(c: &mut Criterion, name: &str, extra: serde_json::Value) {
+    let mut spec = json!({"clusterName": "prod", "selector": {"matchLabels": {"pool": "workers"}}, "maxUnhealthy": "40%",
+                 "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"},
+                                         {"type": "Ready", "status": "Unknown", "timeout": "300s"}]});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
     let check: MachineHealthCheck = serde_json::from_value(json!({
         "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
-        "metadata": {"name": "workers", "namespace": "default", "generation": 1},
-        "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": "workers"}}, "maxUnhealthy": "40%",
-                 "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"},
-                                         {"type": "Ready", "status": "Unknown", "timeout": "300s"}]}
+        "metadata": {"name": "workers", "namespace": "default", "generation": 1}, "spec": spec
     }))
     .expect("check");
     let policy = validate::machine_health_check(&check).expect("valid");
@@ -77,7 +93,7 @@ fn bench_machine_health_check(c: &mut Criterion) {
         "status": {"initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": true}}}))
     .expect("cluster");
     let now = ts("2030-01-01T00:00:00Z");
-    let mut group = c.benchmark_group("machine_health_check_decide");
+    let mut group = c.benchmark_group(name);
     for size in SIZES {
         // Adapters hand Machines over sorted by name (a BTreeMap index), as here.
         let mut machines: Vec<MachineView> = (0..size).map(machine).collect();
@@ -161,6 +177,7 @@ fn bench_nhc(c: &mut Criterion, name: &str, extra: serde_json::Value) {
 criterion_group!(
     benches,
     bench_machine_health_check,
+    bench_machine_health_check_with_expressions,
     bench_node_health_check,
     bench_node_health_check_with_expressions
 );
