@@ -20,7 +20,7 @@ use vigil_api::reason::Reason;
 use vigil_api::shared::{ExpressionMatch, FeatureStatus, UnevaluatedExpression};
 use vigil_api::validate::ExpressionRule;
 use vigil_api::views::{MachineView, NodeView};
-use vigil_expr::{Bindings, Condition, MachineFacts, NodeFacts, Outcome, Taint};
+use vigil_expr::{Bindings, Condition, MachineFacts, NodeFacts, Outcome, Prepared, Reads, Taint};
 
 /// Most entries `status.expressionMatches` holds (name order); keeps the status object small.
 pub const MAX_TRACKED: usize = 1000;
@@ -72,13 +72,14 @@ impl<'p> Clock<'p> {
     }
 }
 
-/// Judges target `name` (its facts made by `bindings`, only when there are rules) by every
-/// expression at `now`, advancing `clock` and offering the instant a pending expression reaches
-/// its duration to `wake`. A target is unhealthy by an expression once `now - since >= duration`.
+/// Judges target `name` by every expression at `now`, advancing `clock` and offering the instant
+/// a pending expression reaches its duration to `wake`. A target is unhealthy by an expression
+/// once `now - since >= duration`. The target's facts are made by `bindings` (only when there
+/// are rules, and only what the rules read) and bound once for all of them.
 pub(crate) fn judge(
     rules: &[ExpressionRule],
     name: &str,
-    bindings: impl FnOnce() -> Bindings,
+    bindings: impl FnOnce(Reads) -> Bindings,
     clock: &mut Clock<'_>,
     now: Timestamp,
     wake: &mut Earliest,
@@ -86,10 +87,11 @@ pub(crate) fn judge(
     if rules.is_empty() {
         return Judged::Clear;
     }
-    let bindings = bindings();
+    let reads = Reads::of(rules.iter().map(|r| &r.expression));
+    let target = Prepared::new(&bindings(reads), reads);
     let (mut matched, mut unknown, mut pending) = (None, None, None);
     for (i, rule) in rules.iter().enumerate() {
-        match rule.expression.evaluate(&bindings) {
+        match rule.expression.evaluate_prepared(&target) {
             Outcome::True => {
                 let first = pending.get_or_insert(Earliest::default());
                 let Some(since) = clock.since(name, i, now) else { continue };
@@ -179,21 +181,33 @@ pub fn first_held<'r>(record: &'r [ExpressionMatch], name: &str) -> Option<&'r E
 
 /// What an expression reads of a Node: what Vigil's view of it keeps (all labels; the
 /// annotations and taint keys the view keeps; conditions by type, the first of a type, without
-/// messages).
-pub fn facts(node: &NodeView) -> NodeFacts {
+/// messages), of it only the fields `reads` names (the others stay empty: no expression reads
+/// them, and copying them for every target at every decision was most of the cost).
+pub fn facts(node: &NodeView, reads: Reads) -> NodeFacts {
     let mut conditions = BTreeMap::new();
-    for c in node.conditions.iter() {
-        conditions.entry(c.type_.to_string()).or_insert_with(|| Condition {
-            status: c.status.to_string(),
-            reason: c.reason.as_deref().unwrap_or_default().to_string(),
-            message: String::new(),
-        });
+    if reads.node_field("conditions") {
+        for c in node.conditions.iter() {
+            conditions.entry(c.type_.to_string()).or_insert_with(|| Condition {
+                status: c.status.to_string(),
+                reason: c.reason.as_deref().unwrap_or_default().to_string(),
+                message: String::new(),
+            });
+        }
     }
+    let read = |field: &str| reads.node_field(field);
     NodeFacts {
-        name: node.name.clone(),
-        labels: node.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        annotations: node.annotations.clone(),
-        taints: node.taints.iter().map(|k| Taint { key: k.to_string(), ..Taint::default() }).collect(),
+        name: if read("name") { node.name.clone() } else { String::new() },
+        labels: if read("labels") {
+            node.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        } else {
+            BTreeMap::new()
+        },
+        annotations: if read("annotations") { node.annotations.clone() } else { BTreeMap::new() },
+        taints: if read("taints") {
+            node.taints.iter().map(|k| Taint { key: k.to_string(), ..Taint::default() }).collect()
+        } else {
+            Vec::new()
+        },
         unschedulable: node.unschedulable,
         conditions,
     }

@@ -227,6 +227,11 @@ impl NodeFields {
         self.0 |= Self::bit(field).unwrap_or(Self::ALL.0);
     }
 
+    /// The fields either reads.
+    pub(crate) fn union(self, other: NodeFields) -> NodeFields {
+        NodeFields(self.0 | other.0)
+    }
+
     /// Whether `field` is read.
     pub(crate) fn has(self, field: &str) -> bool {
         Self::bit(field).is_some_and(|b| self.0 & b != 0)

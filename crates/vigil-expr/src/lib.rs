@@ -7,7 +7,8 @@
 //! stack), then checks the tree itself: only `node` and `machine` as roots, an allow-list of
 //! functions and macros, the fields and types of the bindings, the tree's depth, and a static
 //! cost estimate. [`Expression::evaluate`] never answers true on an error: it answers
-//! [`Outcome::Unknown`].
+//! [`Outcome::Unknown`]. A check's expressions share one [`Prepared`] target, built once with the
+//! fields any of them reads ([`Reads`]).
 
 mod bindings;
 mod check;
@@ -288,40 +289,98 @@ impl Expression {
     }
 
     /// Evaluates it for one target: true or false, or unknown (with why) on any run-time error.
+    /// Several expressions judged for the same target share one [`Prepared`] instead.
     pub fn evaluate(&self, bindings: &Bindings) -> Outcome {
-        if self.reads_machine && bindings.machine.is_none() {
+        self.evaluate_prepared(&Prepared::new(bindings, Reads::of([self])))
+    }
+
+    /// [`Expression::evaluate`] against a target prepared once for every expression that reads it
+    /// (`target` must have been prepared with reads covering this expression's).
+    pub fn evaluate_prepared(&self, target: &Prepared<'_>) -> Outcome {
+        if self.reads_machine && !target.has_machine {
             return Outcome::Unknown("the expression reads `machine`, and this target has no Machine".into());
         }
-        let largest = bindings.largest_collection();
-        if self.iterates && largest as u64 > limits::COLLECTION_SIZE_BOUND {
+        if self.iterates && target.largest as u64 > limits::COLLECTION_SIZE_BOUND {
             return Outcome::Unknown(format!(
-                "the target has a list or map of {largest} items, over the {} its cost limit assumes",
+                "the target has a list or map of {} items, over the {} its cost limit assumes",
+                target.largest,
                 limits::COLLECTION_SIZE_BOUND
             ));
         }
+        let context = match &target.context {
+            Ok(context) => context,
+            Err(why) => return Outcome::Unknown(why.clone()),
+        };
         // `cel` has panicking paths (unwrap, unreachable) that its tests do not show unreachable:
         // a panic is caught and reported as unknown rather than taking the checker down.
-        catch_unwind(AssertUnwindSafe(|| self.run(bindings)))
-            .unwrap_or_else(|_| Outcome::Unknown("the CEL evaluator panicked on this target".into()))
-    }
-
-    fn run(&self, bindings: &Bindings) -> Outcome {
-        let mut context = Context::with_env(Arc::clone(&ENV));
-        let mut variables = vec![("node", bindings::node_value(&bindings.node, self.node_fields))];
-        if let Some(machine) = &bindings.machine {
-            variables.push(("machine", bindings::machine_value(machine)));
-        }
-        for (name, value) in variables {
-            match Box::<dyn Val>::try_from(value) {
-                Ok(value) => context.add_variable_as_val(name, value),
-                Err(e) => return Outcome::Unknown(format!("binding `{name}`: {e}")),
-            }
-        }
-        match Value::resolve(&self.tree, &context) {
+        catch_unwind(AssertUnwindSafe(|| match Value::resolve(&self.tree, context) {
             Ok(Value::Bool(true)) => Outcome::True,
             Ok(Value::Bool(false)) => Outcome::False,
             Ok(other) => Outcome::Unknown(format!("the expression evaluated to a {}, not a bool", other.type_of())),
             Err(e) => Outcome::Unknown(e.to_string()),
+        }))
+        .unwrap_or_else(|_| Outcome::Unknown("the CEL evaluator panicked on this target".into()))
+    }
+}
+
+/// What a set of expressions reads of a target: the fields of `node`, and whether `machine`.
+/// A caller builds only these facts, and a [`Prepared`] binds only these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reads {
+    node_fields: check::NodeFields,
+    machine: bool,
+}
+
+impl Reads {
+    /// What any of `expressions` reads.
+    pub fn of<'e>(expressions: impl IntoIterator<Item = &'e Expression>) -> Reads {
+        expressions.into_iter().fold(Reads::default(), |r, e| Reads {
+            node_fields: r.node_fields.union(e.node_fields),
+            machine: r.machine || e.reads_machine,
+        })
+    }
+
+    /// Whether field `name` of `node` (`labels`, `annotations`, `taints`, `unschedulable`,
+    /// `conditions`, `name`) is read.
+    pub fn node_field(&self, name: &str) -> bool {
+        self.node_fields.has(name)
+    }
+
+    /// Whether `machine` is read.
+    pub fn machine(&self) -> bool {
+        self.machine
+    }
+}
+
+/// One target ready for every expression of a check: its values built once, with only the fields
+/// some expression reads, bound in one context the expressions are resolved against in turn.
+pub struct Prepared<'v> {
+    /// The context, or why the target's values could not be bound.
+    context: Result<Context<'v, 'v>, String>,
+    /// The largest list or map among the bindings (the cost limit's size bound must cover it).
+    largest: usize,
+    has_machine: bool,
+}
+
+impl Prepared<'_> {
+    /// Binds `bindings` for expressions that read `reads`.
+    pub fn new(bindings: &Bindings, reads: Reads) -> Self {
+        let mut context = Context::with_env(Arc::clone(&ENV));
+        let mut variables = vec![("node", bindings::node_value(&bindings.node, reads.node_fields))];
+        if let Some(machine) = bindings.machine.as_ref().filter(|_| reads.machine) {
+            variables.push(("machine", bindings::machine_value(machine)));
+        }
+        let mut bound = Ok(());
+        for (name, value) in variables {
+            match Box::<dyn Val>::try_from(value) {
+                Ok(value) => context.add_variable_as_val(name, value),
+                Err(e) => bound = Err(format!("binding `{name}`: {e}")),
+            }
+        }
+        Prepared {
+            context: bound.map(|()| context),
+            largest: bindings.largest_collection(),
+            has_machine: bindings.machine.is_some(),
         }
     }
 }

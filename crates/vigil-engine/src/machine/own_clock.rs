@@ -19,7 +19,7 @@ use vigil_api::duration::format_go_duration;
 use vigil_api::machine_health_check::MachineHealthCheck;
 use vigil_api::reason::Reason;
 use vigil_api::shared::{ExpressionMatch, FlappingTarget};
-use vigil_api::validate::{ExpressionRule, FlappingPolicy, MhcPolicy};
+use vigil_api::validate::{ExpressionRule, MhcPolicy};
 use vigil_api::views::{MachineView, NodeView};
 use vigil_expr::Bindings;
 
@@ -58,7 +58,14 @@ pub(super) fn apply<'a>(
             if !machine.problems.is_empty() {
                 continue;
             }
-            let bindings = || Bindings::node_and_machine(expressions::facts(node), expressions::machine_facts(machine));
+            let bindings = |reads: vigil_expr::Reads| {
+                let node = expressions::facts(node, reads);
+                if reads.machine() {
+                    Bindings::node_and_machine(node, expressions::machine_facts(machine))
+                } else {
+                    Bindings::node(node)
+                }
+            };
             let name = machine.meta.name.as_str();
             let judged = expressions::judge(&policy.expressions, name, bindings, &mut clock, now, wake);
             if let Some(why) = combine(policy, machine, judged, &clock.next, verdict) {
@@ -67,10 +74,8 @@ pub(super) fn apply<'a>(
         }
         found.matches = clock.next;
     }
-    if let Some(f) = policy.flapping {
-        let prev = check.status.as_ref().map_or(&[][..], |s| s.features.flapping.as_slice());
-        found.flapping = flaps(policy, f, prev, (targets, nodes), verdicts, &found.matches, under_way, now);
-    }
+    let prev = check.status.as_ref().map_or(&[][..], |s| s.features.flapping.as_slice());
+    found.flapping = flaps(policy, prev, (targets, nodes), verdicts, &found.matches, under_way, now);
     found
 }
 
@@ -134,11 +139,10 @@ fn expression_message(rule: &ExpressionRule, name: &str) -> String {
 /// Flapping: advances the record by what the verdicts show (a target with a Node that some rule
 /// matches, however briefly, is in an episode; none is counted while its remediation is under
 /// way) and makes a pending target unhealthy (reason `Flapping`, by the rule it matches now)
-/// once at least `episodes` of its episodes started within the window. The new record.
-#[allow(clippy::too_many_arguments)]
+/// once at least `episodes` of its episodes started within the window. The new record, empty
+/// without `spec.flapping`.
 fn flaps(
     policy: &MhcPolicy,
-    f: FlappingPolicy,
     prev: &[FlappingTarget],
     (targets, nodes): (&[&MachineView], &[Option<&NodeView>]),
     verdicts: &mut [Verdict],
@@ -146,6 +150,9 @@ fn flaps(
     under_way: impl Fn(&MachineView) -> bool,
     now: Timestamp,
 ) -> Vec<FlappingTarget> {
+    let Some(f) = policy.flapping else {
+        return Vec::new();
+    };
     let matching: Vec<&str> = targets
         .iter()
         .zip(nodes)

@@ -262,7 +262,7 @@ fn verdict_of<'a>(
     if let Some(stale) = stale {
         scan.stale.push((node.name.to_string(), stale));
     }
-    let bindings = || vigil_expr::Bindings::node(expressions::facts(node));
+    let bindings = |reads| vigil_expr::Bindings::node(expressions::facts(node, reads));
     let by_expressions =
         expressions::judge(&policy.expressions, &node.name, bindings, &mut scan.clock, now, &mut scan.wake);
     match (by_conditions, by_expressions) {
