@@ -157,26 +157,6 @@ fn no_episode_is_counted_while_the_node_is_being_remediated() {
     assert!(later.status.features.flapping.is_empty(), "{:?}", later.status.features.flapping);
 }
 
-/// Starts of episodes such that no `n` of them start within an hour, each shorter than the
-/// rule's 5 minutes and than the gap to the next.
-fn sparse_timeline(n: usize) -> impl Strategy<Value = Timeline> {
-    prop::collection::vec((4i64..70, 1i64..5), 0..10).prop_map(move |gaps| {
-        let mut starts: Vec<i64> = Vec::new();
-        let mut t = 0;
-        let mut out = Vec::new();
-        for (gap, len) in gaps {
-            t += gap;
-            if starts.len() + 1 >= n {
-                let earliest = starts[starts.len() + 1 - n] + 61;
-                t = t.max(earliest);
-            }
-            starts.push(t);
-            out.push((t, len.min(gap - 1).max(1)));
-        }
-        out
-    })
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 

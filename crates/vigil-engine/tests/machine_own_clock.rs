@@ -231,25 +231,6 @@ fn a_flapping_machine_waits_for_the_budget_like_any_unhealthy_one() {
     assert!(asked.is_empty(), "maxUnhealthy 0 starts nothing: {asked:?}");
 }
 
-/// Episodes whose starts no `n` of fall within an hour, each shorter than the rule's 5 minutes
-/// and than the gap to the next.
-fn sparse_timeline(n: usize) -> impl Strategy<Value = Vec<(i64, i64)>> {
-    prop::collection::vec((4i64..70, 1i64..5), 0..10).prop_map(move |gaps| {
-        let mut starts: Vec<i64> = Vec::new();
-        let mut t = 0;
-        let mut out = Vec::new();
-        for (gap, len) in gaps {
-            t += gap;
-            if starts.len() + 1 >= n {
-                t = t.max(starts[starts.len() + 1 - n] + 61);
-            }
-            starts.push(t);
-            out.push((t, len.min(gap - 1).max(1)));
-        }
-        out
-    })
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 

@@ -453,7 +453,7 @@ fn mhc_policy(at_now: &Start<'_>, namespace: &str, name: &str) -> Option<vigil_a
         namespace: namespace.into(),
         name: name.into(),
     };
-    let check = at_now.store.get(&key).and_then(|v| serde_json::from_value(v.clone()).ok())?;
+    let check: vigil_api::MachineHealthCheck = serde_json::from_value(at_now.store.read(&key)?.into_owned()).ok()?;
     validate::machine_health_check(&check).ok()
 }
 
@@ -709,15 +709,7 @@ fn queued_out(status: &Value, name: impl Fn(&str) -> String) -> Vec<QueuedOut> {
 fn node_condition_since(at_now: &Start<'_>, label: &str, machine: &MachineView) -> Option<Timestamp> {
     let rest = label.strip_prefix("MachineHealthCheck/")?;
     let (namespace, name) = rest.split_once('/')?;
-    let key = Key {
-        cluster: LOCAL_CLUSTER.into(),
-        group: GROUP.into(),
-        kind: "MachineHealthCheck".into(),
-        namespace: namespace.into(),
-        name: name.into(),
-    };
-    let check: vigil_api::MachineHealthCheck = serde_json::from_value(at_now.store.read(&key)?.into_owned()).ok()?;
-    let policy = validate::machine_health_check(&check).ok()?;
+    let policy = mhc_policy(at_now, namespace, name)?;
     let node_name = machine.node_name.as_deref()?;
     let workload = format!("{namespace}/{}", policy.cluster_name);
     let node_key = |cluster: &str| Key {

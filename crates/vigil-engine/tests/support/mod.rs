@@ -977,3 +977,28 @@ pub fn decide_nhc_from(
     };
     vigil_engine::node::decide(&input, now)
 }
+
+// ----------------------------------------------------------------------------------------------
+// Flapping timelines
+// ----------------------------------------------------------------------------------------------
+
+/// Episodes of a target, `(start minute, minutes long)`, such that no `n` of them start within
+/// an hour, each shorter than a 5-minute rule and than the gap to the next: a flapping check
+/// with `episodes: n, window: 1h` must never remediate for them.
+pub fn sparse_timeline(n: usize) -> impl proptest::strategy::Strategy<Value = Vec<(i64, i64)>> {
+    use proptest::strategy::Strategy as _;
+    proptest::collection::vec((4i64..70, 1i64..5), 0..10).prop_map(move |gaps| {
+        let mut starts: Vec<i64> = Vec::new();
+        let mut t = 0;
+        let mut out = Vec::new();
+        for (gap, len) in gaps {
+            t += gap;
+            if starts.len() + 1 >= n {
+                t = t.max(starts[starts.len() + 1 - n] + 61);
+            }
+            starts.push(t);
+            out.push((t, len.min(gap - 1).max(1)));
+        }
+        out
+    })
+}
