@@ -1147,8 +1147,8 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
     };
     let features = features(&mut c, Kind::Machine, spec.features());
     let expressions = expressions(&mut c, &spec.unhealthy_expressions, Some(namespace));
-    let rules: Vec<ConditionRule> = machine_conditions.iter().chain(&node_conditions).cloned().collect();
-    let flapping = flapping(&mut c, spec.flapping.as_ref(), longest_timeout(&rules, expressions.as_deref()));
+    let rules = machine_conditions.iter().chain(&node_conditions);
+    let flapping = flapping(&mut c, spec.flapping.as_ref(), longest_timeout(rules, expressions.as_deref()));
 
     let policy = (|| {
         let Features { dry_run, backoff, failure_domains, max_in_flight, count_disruptions } = features?;
@@ -1174,9 +1174,12 @@ pub fn machine_health_check(mhc: &MachineHealthCheck) -> Result<MhcPolicy, Valid
 
 /// The longest time any rule must hold (conditions, and the expressions when they were read):
 /// `spec.flapping.window` may not be shorter.
-fn longest_timeout(conditions: &[ConditionRule], expressions: Option<&[ExpressionRule]>) -> Option<SignedDuration> {
+fn longest_timeout<'r>(
+    conditions: impl IntoIterator<Item = &'r ConditionRule>,
+    expressions: Option<&[ExpressionRule]>,
+) -> Option<SignedDuration> {
     let by_expressions = expressions.unwrap_or_default().iter().map(|e| e.duration);
-    conditions.iter().map(|r| r.timeout).chain(by_expressions).max()
+    conditions.into_iter().map(|r| r.timeout).chain(by_expressions).max()
 }
 
 /// A NodeHealthCheck's threshold: exactly one of `minHealthy` and `maxUnhealthy`.
