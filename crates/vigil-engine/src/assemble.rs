@@ -99,27 +99,27 @@ impl<'a> Fresh<'a> {
     }
 }
 
-/// Who holds which target for deciding `me`: `own` (its claims derived now), and each other
-/// check's `cached` claims (as after its last decision); with `fresh`, a re-derived check's
-/// claims about the confirmed targets replace its cached ones about them, and its cached claims
-/// about anything else stand. A check that was not re-derived keeps every cached claim (when
-/// unsure, wait). Without `me`, `own` is every check's claims, derived now.
+/// Who holds which target for deciding `me`: `own` (its claims derived now), and the other
+/// checks' `cached` claims (as after their last decision; `me`'s own among them are ignored);
+/// with `fresh`, a re-derived check's claims about the confirmed targets replace its cached ones
+/// about them, and its cached claims about anything else stand. A check that was not re-derived
+/// keeps every cached claim (when unsure, wait). Without `me`, `own` is every check's claims,
+/// derived now. The holder of a target depends only on the claims about it, so an adapter may
+/// pass only the claims about the targets it will ask about.
 pub fn holders<'c>(
     me: Option<&CheckRef>,
     own: Vec<Claim>,
-    cached: impl IntoIterator<Item = (&'c CheckRef, &'c [Claim])>,
+    cached: impl IntoIterator<Item = &'c Claim>,
     fresh: Option<&Fresh<'_>>,
 ) -> Holders {
     let mut claims = own;
-    let others = cached.into_iter().filter(|(k, _)| Some(*k) != me);
+    let others = cached.into_iter().filter(|c| Some(&c.check) != me);
     let Some(fresh) = fresh else {
-        claims.extend(others.flat_map(|(_, c)| c.iter().cloned()));
+        claims.extend(others.cloned());
         return Holders::from_claims(claims);
     };
     claims.extend(fresh.claims.iter().filter(|(k, _)| Some(*k) != me).flat_map(|(_, c)| c.iter().cloned()));
-    for (other, cached) in others {
-        let replaced = fresh.claims.contains_key(other);
-        claims.extend(cached.iter().filter(|c| !(replaced && fresh.about.contains(&c.target))).cloned());
-    }
+    claims
+        .extend(others.filter(|c| !(fresh.claims.contains_key(&c.check) && fresh.about.contains(&c.target))).cloned());
     Holders::from_claims(claims)
 }

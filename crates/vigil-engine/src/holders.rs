@@ -210,8 +210,9 @@ pub fn mhc_claims_among(
     let mut claims = Vec::new();
     // The request is looked for first: few Machines have one, and finding the owner among the
     // namespace's checks is the costly part (the order of these tests changes no answer).
-    for m in machines.iter().filter(|m| m.meta.namespace == namespace && is_target(policy, m)) {
+    for m in machines.iter().filter(|m| m.meta.namespace == namespace) {
         if let Some(since) = mhc_request(policy, m, remediations)
+            && is_target(policy, m)
             && peers.owner_other_than(&me, m).is_none()
         {
             claims.push(Claim { target: Target::of_machine(node_cluster, m), check: me.clone(), since });

@@ -4,7 +4,7 @@
 //! ([`vigil_engine::assemble`]); this module only finds the objects, scoped to the confirmed
 //! targets while confirming (the controller reads the targets again before it remediates).
 
-use crate::index::{Index, WorkloadCluster};
+use crate::index::{Candidate, Index, WorkloadCluster};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use vigil_api::validate::MhcPolicy;
@@ -54,33 +54,57 @@ pub fn node_cluster(idx: &Index, namespace: &str, cluster: &str) -> String {
     assemble::node_cluster(namespace, cluster, local)
 }
 
-/// Who holds which target: `key`'s own claims derived now and the others' as cached after their
-/// last decision; with `fresh`, the others' claims about those targets derived now instead
-/// ([`assemble::holders`]).
-/// With more than one shard, a target `key` selects that checks of different shards select too
-/// is left to the first of them ([`cross_shard`]).
-pub(crate) fn holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
-    let own = claims_within(idx, key, None).unwrap_or_default();
-    let selections = if idx.sharding.count > 1 { selections(idx, key) } else { BTreeMap::new() };
-    let elsewhere = other_shards_claims(idx, key, &selections);
-    let cached =
-        idx.claims.iter().map(|(k, c)| (k, c.as_slice())).chain(elsewhere.iter().map(|(k, c)| (k, c.as_slice())));
-    let holders = match fresh {
-        None => assemble::holders(Some(key), own, cached, None),
-        Some(about) => {
-            let scope = Scope::of(idx, about);
-            let mut rederived = Fresh::about(about);
-            for other in idx.all_checks().into_iter().filter(|o| o != key) {
-                if let Some(claims) = claims_within(idx, &other, Some(&scope)) {
-                    rederived.insert(other, claims);
-                }
-            }
-            assemble::holders(Some(key), own, cached, Some(&rederived))
-        }
-    };
-    if idx.sharding.count <= 1 {
-        return holders;
+/// Who holds which of `candidates` (the targets `key`'s decision may ask about: its own, from
+/// the very lists the decision reads) and of `fresh`: with one shard, only the targets another
+/// check claims are looked at, and `key`'s own claims derived now only about those (a target no
+/// other check claims has no other holder), so a decision costs what its own targets cost, not
+/// what every check holds. The other checks' claims are as cached after their last decision;
+/// with `fresh`, their claims about those targets derived now instead ([`assemble::holders`]).
+/// With more than one shard, every claim is looked at, and a target `key` selects that checks of
+/// different shards select too is left to the first of them ([`cross_shard`]).
+pub(crate) fn holders_for<'c>(
+    idx: &Index,
+    key: &CheckRef,
+    candidates: impl IntoIterator<Item = Candidate<'c>>,
+    fresh: Option<&BTreeSet<Target>>,
+) -> Holders {
+    if idx.sharding.count > 1 {
+        return sharded_holders_for(idx, key, fresh);
     }
+    let mut contested: BTreeSet<Target> =
+        candidates.into_iter().filter(|t| idx.claims.claimed_by_other(*t, key)).map(Candidate::to_target).collect();
+    contested.extend(fresh.into_iter().flatten().cloned());
+    if contested.is_empty() {
+        return Holders::none();
+    }
+    let scope = Scope::of(idx, &contested);
+    let own = claims_within(idx, key, Some(&scope)).unwrap_or_default();
+    let cached = contested.iter().flat_map(|t| idx.claims.about(t));
+    let rederived = fresh.map(|about| rederive(idx, key, about));
+    assemble::holders(Some(key), own, cached, rederived.as_ref())
+}
+
+/// The other checks' claims about `about`, derived now (only checks that can hold one of them).
+fn rederive<'a>(idx: &Index, key: &CheckRef, about: &'a BTreeSet<Target>) -> Fresh<'a> {
+    let scope = Scope::of(idx, about);
+    let mut rederived = Fresh::about(about);
+    for other in idx.all_checks().into_iter().filter(|o| o != key) {
+        if let Some(claims) = claims_within(idx, &other, Some(&scope)) {
+            rederived.insert(other, claims);
+        }
+    }
+    rederived
+}
+
+/// [`holders_for`] with shards: `key`'s claims all derived now and every other check's cached,
+/// since the cross-shard rule leaves a target to another check only when nobody holds it.
+fn sharded_holders_for(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
+    let own = claims_within(idx, key, None).unwrap_or_default();
+    let selections = selections(idx, key);
+    let elsewhere = other_shards_claims(idx, key, &selections);
+    let cached = idx.claims.iter().flat_map(|(_, c)| c).chain(elsewhere.iter().flat_map(|(_, c)| c));
+    let rederived = fresh.map(|about| rederive(idx, key, about));
+    let holders = assemble::holders(Some(key), own, cached, rederived.as_ref());
     cross_shard::leave_to_first(holders, idx.sharding.count, &selections)
 }
 
@@ -548,6 +572,65 @@ mod scoped_claims {
         assert!(
             !claims_of(&idx, &CheckRef::Machine { namespace: "default".into(), name: "workers".into() }).is_empty()
         );
+    }
+
+    /// Every check's claims derived now, as [`holders_for`] derived them before it looked only at
+    /// contested targets: the reference it must agree with.
+    fn holders_from_every_claim(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
+        let cached = idx.claims.iter().flat_map(|(_, c)| c);
+        let rederived = fresh.map(|about| rederive(idx, key, about));
+        assemble::holders(Some(key), claims_of(idx, key), cached, rederived.as_ref())
+    }
+
+    /// A decision looks only at the targets another check claims: for every target it can ask
+    /// about, it finds the same holder as from every check's claims, with and without fresh
+    /// claims, whether the cache is current or from before an object was seen.
+    #[test]
+    fn the_holder_of_each_candidate_is_the_one_every_claim_gives() {
+        let mut idx = self_hosted();
+        // fence's object on w-2 again: the MachineHealthCheck and fence both claim it.
+        let object = json!({"apiVersion": FAR, "kind": "FenceAgentsRemediation",
+            "metadata": {"name": "w-2", "namespace": "medik8s", "creationTimestamp": "2029-12-31T23:30:00Z",
+                         "annotations": {NODE_NAME_ANNOTATION: "w-2"},
+                         "ownerReferences": [{"apiVersion": "remediation.medik8s.io/v1alpha1", "kind": "NodeHealthCheck",
+                                              "name": "fence", "uid": "uid-fence"}]}});
+        let far = ("fence-agents-remediation.medik8s.io".to_string(), "FenceAgentsRemediation".to_string());
+        let mut candidates: Vec<Target> = ["w-1", "w-2", "w-3", "x3"].into_iter().map(Target::local_node).collect();
+        candidates.extend(["m-2", "m-x3"].map(|m| Target::Machine { namespace: "default".into(), name: m.into() }));
+        let names: Vec<(bool, &str, &str)> = candidates
+            .iter()
+            .map(|t| match t {
+                Target::Node { cluster, name } => (true, cluster.as_str(), name.as_str()),
+                Target::Machine { namespace, name } => (false, namespace.as_str(), name.as_str()),
+            })
+            .collect();
+        let checks = idx.all_checks();
+        for stage in ["nothing cached", "all cached", "fence's object after the cache"] {
+            match stage {
+                "all cached" => {
+                    for key in &checks {
+                        crate::decision::cache_claims(&mut idx, key);
+                    }
+                    let reboot = CheckRef::Node { name: "reboot".into() };
+                    assert!(idx.claims.claimed_by_other(Candidate::local_node("w-2"), &reboot), "{stage}");
+                }
+                _ if stage.starts_with("fence") => {
+                    idx.put_object(&far, false, Some(&object), None);
+                }
+                _ => {}
+            }
+            for key in &checks {
+                for fresh in [None, Some(about(&["w-2"])), Some(about(&["w-1", "w-3"]))] {
+                    let asked = names.iter().map(|&(node, scope, name)| Candidate::new(node, scope, name));
+                    let scoped = holders_for(&idx, key, asked, fresh.as_ref());
+                    let full = holders_from_every_claim(&idx, key, fresh.as_ref());
+                    for t in &candidates {
+                        let other = |h: &Holders| h.holder(t).filter(|h| h.check != *key).cloned();
+                        assert_eq!(other(&scoped), other(&full), "{stage}: {key} about {t} with fresh {fresh:?}");
+                    }
+                }
+            }
+        }
     }
 
     /// The smallest shard count above 1 at which `a` and `b` are (`apart`) or are not in

@@ -141,11 +141,7 @@ pub fn cache_claims(idx: &mut Index, key: &CheckRef) -> BTreeSet<CheckRef> {
             _ => None,
         })
         .collect();
-    if claims.is_empty() {
-        idx.claims.remove(key);
-    } else {
-        idx.claims.insert(key.clone(), claims);
-    }
+    idx.claims.set(key, claims);
     if !newly_held.is_empty() {
         wake.extend(idx.nhcs_deciding_on(&newly_held, key));
     }

@@ -4,7 +4,7 @@
 //! under the index read lock, without I/O. Who holds which target is [`crate::claims`].
 
 use crate::claims::{RemediationIndex, as_lookups, holders_for, node_cluster};
-use crate::index::{Index, WorkloadCluster};
+use crate::index::{Candidate, Index, WorkloadCluster};
 use crate::sources::Need;
 use crate::sources::SourceState;
 use jiff::Timestamp;
@@ -400,7 +400,8 @@ pub fn machine_job(
         remediations: &remediations,
     };
     let node_cluster = node_cluster(idx, namespace, &policy.cluster_name);
-    let holders = holders_for(idx, &key, fresh);
+    let candidates = machines.iter().map(|m| Candidate::of_machine(&node_cluster, m));
+    let holders = holders_for(idx, &key, candidates, fresh);
     let peers = idx.mhc_peers(namespace);
     let plan = machine::decide_among_peers(&input, &holders, &peers, &node_cluster, now);
     let expiries = mhc_expiries(idx, &workload, &policy, &plan.actions, now);
@@ -571,7 +572,7 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
             machines: around.openshift_machines.observed("OpenShift Machines", &machines, &mut machine_why),
         },
     };
-    let holders = holders_for(idx, &key, fresh);
+    let holders = holders_for(idx, &key, nodes.iter().map(|n| Candidate::local_node(&n.name)), fresh);
     let plan = node::decide_among(&input, &holders, now);
     let expiries = nhc_expiries(idx, &policy, &plan.actions, now);
     Some(Job { needs, expiries, ..nhc_job(check, &key, plan) })

@@ -21,7 +21,7 @@ fn the_read_side_keeps_the_house_rules() {
 /// Each floor and the modules it may import (besides its own floor's and the ones below).
 const FLOORS: [(&str, &[&str]); 5] = [
     ("words", &["sources", "around", "upstream", "lenient"]),
-    ("stores", &["index::checks", "index::hosting", "index::by_node", "index", "index::fill"]),
+    ("stores", &["index::checks", "index::hosting", "index::by_node", "index::claim_cache", "index", "index::fill"]),
     ("holders", &["claims"]),
     ("gather", &["gather"]),
     ("turn", &["decision"]),

@@ -521,7 +521,7 @@ impl Sim<'_> {
     /// one-check-at-a-time rule, or made so by hand), on its holder: nothing is deleted to
     /// resolve it. Read from the claims the read side caches for every check.
     fn report_ties(&mut self) {
-        let cached = self.feed.index.claims().iter().map(|(k, c)| (k, c.as_slice()));
+        let cached = self.feed.index.claims().iter().flat_map(|(_, c)| c);
         let holders = assemble::holders(None, Vec::new(), cached, None);
         let mut now_tied = BTreeSet::new();
         for (target, holder) in holders.ties() {

@@ -3,17 +3,16 @@
 //! and what a workload cluster's connection found. The index's fields stay its own: every change
 //! goes through a method here or a `put_*`, each of which returns or says the checks concerned.
 
-use super::{GroupKind, Index, MachineEntry, NodeCache, ObjectCache, WorkloadCluster};
+use super::{ClaimCache, GroupKind, Index, MachineEntry, NodeCache, ObjectCache, WorkloadCluster};
 use crate::around::{Around, Kept};
 use crate::sources::Source;
 use crate::sources::SourceState;
 use crate::upstream::Upstream;
 use serde_json::Value;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use vigil_api::views::{LeaseView, NodeView};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
-use vigil_engine::holders::Claim;
 use vigil_engine::target::{CheckRef, LOCAL_CLUSTER};
 
 /// Reads.
@@ -83,7 +82,7 @@ impl Index {
     }
 
     /// Each check's claims as of its last decision.
-    pub fn claims(&self) -> &HashMap<CheckRef, Vec<Claim>> {
+    pub fn claims(&self) -> &ClaimCache {
         &self.claims
     }
 }

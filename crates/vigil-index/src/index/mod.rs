@@ -5,11 +5,13 @@
 
 mod by_node;
 mod checks;
+mod claim_cache;
 mod fill;
 mod hosting;
 
 pub use by_node::{MachineKey, MachinesByNode};
 pub use checks::{CheckEntry, CheckObject, Checks, Stored, not_newer};
+pub use claim_cache::{Candidate, ClaimCache};
 pub use hosting::{Hosting, WorkloadCluster};
 
 use crate::around::Around;
@@ -142,7 +144,7 @@ pub struct Index {
     /// Templates and remediation objects by group and kind.
     pub(crate) objects: BTreeMap<GroupKind, ObjectCache>,
     /// Each check's claims on targets as of its last decision (who remediates what).
-    pub(crate) claims: HashMap<CheckRef, Vec<vigil_engine::holders::Claim>>,
+    pub(crate) claims: ClaimCache,
     /// What each workload cluster's connection found: self-hosted or not (unknown until it
     /// connects; with `--shards`, the cross-shard rule counts an unknown cluster as possibly
     /// self-hosted), and whether its Nodes are read from the management cluster's cache (see
