@@ -185,6 +185,10 @@ impl<'a> MhcPeers<'a> {
     pub fn owner_other_than(&self, me: &CheckRef, machine: &MachineView) -> Option<&CheckRef> {
         let order = self.order.as_ref();
         let mine = order.rank_of(me).unwrap_or(order.checks.len());
+        if mine == 0 {
+            // No check ranks before the first: it owns every Machine it selects.
+            return None;
+        }
         let selects = |rank: usize| {
             let same_namespace = matches!(&order.checks[rank], CheckRef::Machine { namespace, .. } if *namespace == machine.meta.namespace);
             same_namespace && is_target(self.policies.get(rank), machine)

@@ -69,7 +69,11 @@ pub struct ObjectCache {
 /// `vigil_engine::target::is_target` selects, kept as Machines change: a decision reads its own
 /// Machines instead of matching its selector against every Machine of the namespace; none while
 /// its spec is invalid).
-pub type MhcChecks = Checks<(String, String), MachineHealthCheck, MhcPolicy, BTreeSet<String>>;
+pub type MhcChecks = Checks<(String, String), MachineHealthCheck, MhcPolicy, MhcTargets>;
+
+/// A MachineHealthCheck's target Machines by name, each as the Machine index holds it now (the
+/// same view, replaced with it), so that a decision reads them without a lookup per Machine.
+pub type MhcTargets = BTreeMap<String, Arc<MachineView>>;
 
 /// NodeHealthChecks by name, each with the management cluster's Nodes its decisions need.
 pub type NhcChecks = Checks<String, NodeHealthCheck, NhcPolicy, NhcNodes>;
@@ -470,7 +474,7 @@ impl Index {
         {
             self.machines_by_node.add(&machine_cluster(&new.view), node, &key);
         }
-        self.place_machine(&key, old.as_ref().map(|e| e.view.as_ref()), new.as_ref().map(|e| e.view.as_ref()));
+        self.place_machine(&key, old.as_ref().map(|e| e.view.as_ref()), new.as_ref().map(|e| &e.view));
         let mut out: BTreeSet<CheckRef> = self.waiting_checks().collect();
         for view in old.iter().map(|e| &e.view).chain(new.iter().map(|e| &e.view)) {
             out.extend(self.mhcs_concerned_by_machine(view));
@@ -520,22 +524,30 @@ impl Index {
     /// Puts Machine `key` (now `new`, `None` when gone; `old` as held before) in or out of the
     /// targets of each check that may select either: a check that selects neither has it in
     /// none.
-    fn place_machine(&mut self, key: &(String, String), old: Option<&MachineView>, new: Option<&MachineView>) {
+    fn place_machine(&mut self, key: &(String, String), old: Option<&MachineView>, new: Option<&Arc<MachineView>>) {
         let (namespace, machine) = key;
-        let candidates: BTreeSet<String> =
-            old.into_iter().chain(new).flat_map(|view| self.mhc_candidates(namespace, view)).cloned().collect();
+        let candidates: BTreeSet<String> = old
+            .into_iter()
+            .chain(new.map(Arc::as_ref))
+            .flat_map(|view| self.mhc_candidates(namespace, view))
+            .cloned()
+            .collect();
         for name in candidates {
             let Some((policy, targets)) = self.mhcs.derived_of(&(namespace.clone(), name)) else { continue };
             let selected = match (policy, new) {
                 (Some(policy), Some(view)) => vigil_engine::target::is_target(policy, view),
                 _ => false,
             };
-            if selected {
-                if !targets.contains(machine) {
-                    targets.insert(machine.clone());
+            match new.filter(|_| selected) {
+                Some(view) => match targets.get_mut(machine) {
+                    Some(kept) => *kept = Arc::clone(view),
+                    None => {
+                        targets.insert(machine.clone(), Arc::clone(view));
+                    }
+                },
+                None => {
+                    targets.remove(machine);
                 }
-            } else {
-                targets.remove(machine);
             }
         }
     }
@@ -550,9 +562,9 @@ impl Index {
                 .into_iter()
                 .flat_map(|ms| ms.iter())
                 .filter(|(_, e)| vigil_engine::target::is_target(policy, &e.view))
-                .map(|(name, _)| name.clone())
+                .map(|(name, e)| (name.clone(), Arc::clone(&e.view)))
                 .collect(),
-            _ => BTreeSet::new(),
+            _ => MhcTargets::new(),
         };
         if let Some((_, kept)) = self.mhcs.derived_of(key) {
             *kept = targets;
@@ -621,13 +633,8 @@ impl Index {
     /// invalid or it is not stored): exactly the Machines `vigil_engine::target::is_target`
     /// selects among the namespace's.
     pub fn mhc_machines(&self, namespace: &str, name: &str) -> Vec<&MachineView> {
-        let (Some(entry), Some(all)) =
-            (self.mhcs.entry(&(namespace.to_string(), name.to_string())), self.machines.get(namespace))
-        else {
-            return Vec::new();
-        };
-        let targets = &entry.derived;
-        targets.iter().filter_map(|m| all.get(m)).map(|e| e.view.as_ref()).collect()
+        let Some(entry) = self.mhcs.entry(&(namespace.to_string(), name.to_string())) else { return Vec::new() };
+        entry.derived.values().map(Arc::as_ref).collect()
     }
 
     /// Stores (or removes) a Cluster; returns the checks it concerns.
@@ -1479,11 +1486,16 @@ mod tests {
                 }
                 for (ns, name) in idx.mhcs.keys() {
                     let policy = idx.mhc_policy(ns, name).cloned().expect("stored").ok();
-                    let expected: Vec<&str> = idx.machines.get(ns).into_iter().flat_map(|m| m.values())
+                    let expected: Vec<&MachineView> = idx.machines.get(ns).into_iter().flat_map(|m| m.values())
                         .filter(|e| policy.as_ref().is_some_and(|p| vigil_engine::target::is_target(p, &e.view)))
-                        .map(|e| e.view.meta.name.as_str()).collect();
-                    let kept: Vec<&str> = idx.mhc_machines(ns, name).iter().map(|m| m.meta.name.as_str()).collect();
-                    proptest::prop_assert_eq!(kept, expected, "check {}", name);
+                        .map(|e| e.view.as_ref()).collect();
+                    let kept = idx.mhc_machines(ns, name);
+                    let names = |views: &[&MachineView]| -> Vec<String> { views.iter().map(|m| m.meta.name.clone()).collect() };
+                    proptest::prop_assert_eq!(names(&kept), names(&expected), "check {}", name);
+                    // Each kept Machine is the one the Machine index holds now, not an older one.
+                    for (k, e) in kept.iter().zip(&expected) {
+                        proptest::prop_assert!(std::ptr::eq(*k, *e), "check {} keeps an old m {}", name, k.meta.name);
+                    }
                 }
             }
         }
