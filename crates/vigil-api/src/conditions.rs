@@ -165,6 +165,12 @@ pub struct DesiredCondition {
     pub message: String,
 }
 
+/// `HealthCheckSucceeded=True` as Vigil writes it on a healthy Machine: what a Machine that
+/// needs no write already says ([`crate::views::MachineView::says_healthy`]).
+pub fn health_check_succeeded() -> DesiredCondition {
+    DesiredCondition::true_(crate::well_known::HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, "")
+}
+
 impl DesiredCondition {
     /// A condition with status `True`.
     pub fn true_(type_: &str, reason: Reason, message: impl Into<String>) -> Self {

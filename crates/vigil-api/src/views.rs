@@ -3,10 +3,11 @@
 //! read from the object's JSON once; what cannot be read is kept as a problem, never a panic, so
 //! one malformed object cannot stop a check.
 
-use crate::conditions::{ObservedCondition, read_list};
+use crate::conditions::{ObservedCondition, find, health_check_succeeded, read_list};
 pub use crate::node_view::{Labels, NodeConditionView, NodeView};
 use crate::well_known::{
-    CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, INFRASTRUCTURE_READY, PAUSED_ANNOTATION,
+    CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, HEALTH_CHECK_SUCCEEDED, INFRASTRUCTURE_READY,
+    PAUSED_ANNOTATION,
 };
 use jiff::Timestamp;
 use serde_json::Value;
@@ -163,6 +164,10 @@ pub struct MachineView {
     pub problems: Vec<String>,
     /// `status.phase` (what an expression reads as `machine.phase`).
     pub phase: Option<String>,
+    /// Whether `conditions` already say [`crate::conditions::health_check_succeeded`], worked
+    /// out once when read: every decision asks it of every target, and the answer is otherwise
+    /// behind two pointers per Machine.
+    says_healthy: bool,
 }
 
 impl MachineView {
@@ -205,9 +210,11 @@ impl MachineView {
                 }
             }
         }
-        // Kept in every cached Machine: no spare capacity (issue 18).
+        // Kept in every cached Machine: no spare capacity.
         conditions.shrink_to_fit();
+        let says_healthy = health_check_succeeded().is_satisfied_by(find(&conditions, HEALTH_CHECK_SUCCEEDED));
         Some(MachineView {
+            says_healthy,
             node_name: text(v, "/status/nodeRef/name"),
             failure_domain: text(v, "/spec/failureDomain"),
             phase: text(v, "/status/phase"),
@@ -217,6 +224,12 @@ impl MachineView {
             conditions,
             problems,
         })
+    }
+
+    /// Whether the Machine already says `HealthCheckSucceeded=True` exactly as Vigil writes it
+    /// on a healthy Machine (so a healthy verdict writes nothing).
+    pub fn says_healthy(&self) -> bool {
+        self.says_healthy
     }
 
     /// Whether this Machine belongs to the control plane.
@@ -432,6 +445,30 @@ impl OpenShiftMachineView {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A Machine says healthy only when its `HealthCheckSucceeded` is exactly what Vigil writes
+    /// on a healthy Machine; anything else (another reason, a message, `False`, none, the legacy
+    /// list of a v1beta1 Machine) gets the condition written.
+    #[test]
+    fn a_machine_says_healthy_only_with_the_condition_as_written() {
+        let machine = |api_version: &str, path: &str, condition: Value| {
+            let mut v = json!({"apiVersion": api_version, "kind": "Machine", "metadata": {"name": "m1"}, "status": {}});
+            let list = if path == "v1beta2" { &mut v["status"]["v1beta2"] } else { &mut v["status"] };
+            *list = json!({"conditions": [condition]});
+            MachineView::read(&v).expect("a Machine").says_healthy()
+        };
+        let c = |status: &str, reason: &str, message: &str| {
+            json!({"type": "HealthCheckSucceeded", "status": status, "reason": reason, "message": message,
+                   "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        let v2 = "cluster.x-k8s.io/v1beta2";
+        assert!(machine(v2, "", c("True", "HealthCheckSucceeded", "")));
+        assert!(!machine(v2, "", c("True", "HealthCheckSucceeded", "checked by hand")));
+        assert!(!machine(v2, "", c("True", "Other", "")));
+        assert!(!machine(v2, "", c("False", "HealthCheckSucceeded", "")));
+        assert!(!machine(v2, "", json!({"type": "Ready", "status": "True"})));
+        assert!(machine("cluster.x-k8s.io/v1beta1", "v1beta2", c("True", "HealthCheckSucceeded", "")));
+    }
 
     #[test]
     fn a_plain_path_reads_what_serde_jsons_pointer_reads() {

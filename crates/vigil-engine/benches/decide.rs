@@ -107,6 +107,7 @@ fn bench_mhc(c: &mut Criterion, name: &str, extra: serde_json::Value) {
             policy: &policy,
             cluster: Some(&cluster),
             machines: &machine_refs,
+            machines_selected: false,
             nodes: NodeSource::Reachable(&nodes),
             templates: &[],
             remediations: &[],

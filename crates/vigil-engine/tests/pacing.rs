@@ -431,6 +431,7 @@ fn decide_among_peers(
         policy: &policies[i],
         cluster: Some(&cluster_view),
         machines: &refs,
+        machines_selected: false,
         nodes: NodeSource::Reachable(nodes),
         templates: &templates,
         remediations: &lookups,

@@ -180,6 +180,7 @@ impl World {
             policy: &policies[i],
             cluster: Some(&cluster_view),
             machines: &refs,
+            machines_selected: false,
             nodes: NodeSource::Reachable(&self.nodes),
             templates: &[],
             remediations: &[],

@@ -53,8 +53,9 @@ pub struct Job {
     /// The engine's plan; actions left out while confirming or applying are taken out of it
     /// with [`Job::leave_out`].
     pub plan: Plan<CheckStatus>,
-    /// The check's status as stored when it was decided (JSON), to send only what changed.
-    pub current: Option<Value>,
+    /// The check as stored when it was decided (shared with the index, nothing copied): its
+    /// status is read to send only what changed, and only when the plan's differs.
+    pub current: Option<StoredCheck>,
     /// The cached entries of the Machines the actions patch, by their target
     /// ([`vigil_engine::plan::ObjectRef::machine_target`]): what each condition write is built
     /// from (`MachineEntry::basis`).
@@ -74,10 +75,50 @@ pub struct Job {
     pub again: bool,
 }
 
+/// A check as the index stores it, of either kind: what a [`Job`]'s status is compared with.
+#[derive(Debug, Clone)]
+pub enum StoredCheck {
+    /// A MachineHealthCheck.
+    Machine(Arc<MachineHealthCheck>),
+    /// A NodeHealthCheck.
+    Node(Arc<NodeHealthCheck>),
+}
+
+impl StoredCheck {
+    /// Whether the stored status is `status` exactly (typed: no copy, no JSON); a check without
+    /// one says the empty status.
+    fn says(&self, status: &CheckStatus) -> bool {
+        match (self, status) {
+            (StoredCheck::Machine(c), CheckStatus::Machine(s)) => {
+                c.status.as_ref().map_or(*s == Default::default(), |c| c == s)
+            }
+            (StoredCheck::Node(c), CheckStatus::Node(s)) => {
+                c.status.as_ref().map_or(*s == Default::default(), |c| c == s)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the check has a status yet (a decided job of one that has none sends it whole).
+    fn has_status(&self) -> bool {
+        match self {
+            StoredCheck::Machine(c) => c.status.is_some(),
+            StoredCheck::Node(c) => c.status.is_some(),
+        }
+    }
+
+    /// The stored status as JSON, for the merge patch (`None`: the check has none yet).
+    fn status_json(&self) -> Option<Value> {
+        match self {
+            StoredCheck::Machine(c) => c.status.as_ref().and_then(|s| serde_json::to_value(s).ok()),
+            StoredCheck::Node(c) => c.status.as_ref().and_then(|s| serde_json::to_value(s).ok()),
+        }
+    }
+}
+
 impl Job {
-    /// A job for `key`'s `plan`, the check's stored status being `current` (`wrap` says which kind).
-    fn new<S: serde::Serialize>(key: CheckRef, plan: Plan<S>, current: Option<&S>, wrap: fn(S) -> CheckStatus) -> Self {
-        let current = current.and_then(|c| serde_json::to_value(c).ok());
+    /// A job for `key`'s `plan`, the check as stored being `current` (`wrap` says which kind).
+    fn new<S>(key: CheckRef, plan: Plan<S>, current: Option<StoredCheck>, wrap: fn(S) -> CheckStatus) -> Self {
         let plan = Plan {
             status: wrap(plan.status),
             actions: plan.actions,
@@ -108,7 +149,12 @@ impl Job {
 
     /// The check's status to send as a merge patch, when it differs from the stored one.
     pub fn status_patch(&self) -> Option<Value> {
-        status_if_changed(self.current.as_ref(), &self.plan.status)
+        let current = match &self.current {
+            Some(stored) if stored.says(&self.plan.status) => return None,
+            Some(stored) => stored.status_json(),
+            None => None,
+        };
+        status_if_changed(current.as_ref(), &self.plan.status)
     }
 
     /// Leaves out every remediation of a target that was not confirmed (not locked, not read,
@@ -179,17 +225,17 @@ fn failed_sources(unsure: &[Unsure]) -> Option<String> {
 }
 
 /// The job of a check decided on nothing: its status as stored (none written, none told).
-fn unchanged_job<S: serde::Serialize + Clone + Default>(
+fn unchanged_job<S: Clone + Default>(
     key: &CheckRef,
     meta: &ObjectMeta,
-    status: Option<&S>,
+    (status, stored): (Option<&S>, StoredCheck),
     wrap: fn(S) -> CheckStatus,
 ) -> Job {
     let status = status.cloned().unwrap_or_default();
     Job {
         uid: meta.uid.clone(),
         resource_version: meta.resource_version.clone(),
-        ..Job::new(key.clone(), Plan::unchanged(status.clone()), Some(&status), wrap)
+        ..Job::new(key.clone(), Plan::unchanged(status), Some(stored), wrap)
     }
 }
 
@@ -236,21 +282,27 @@ pub fn merge_diff(current: &Value, new: &Value) -> Option<Value> {
     Some(Value::Object(patch))
 }
 
+/// What a decided plan's status is compared with: the stored check, unless it has no status yet
+/// (the plan's is then sent whole, even when empty).
+fn decided_on(stored: StoredCheck) -> Option<StoredCheck> {
+    Some(stored).filter(StoredCheck::has_status)
+}
+
 /// A MachineHealthCheck's job from its plan.
-fn mhc_job(check: &MachineHealthCheck, key: &CheckRef, plan: Plan<MachineHealthCheckStatus>) -> Job {
+fn mhc_job(check: &Arc<MachineHealthCheck>, key: &CheckRef, plan: Plan<MachineHealthCheckStatus>) -> Job {
     Job {
         uid: check.metadata.uid.clone(),
         resource_version: check.metadata.resource_version.clone(),
-        ..Job::new(key.clone(), plan, check.status.as_ref(), CheckStatus::Machine)
+        ..Job::new(key.clone(), plan, decided_on(StoredCheck::Machine(Arc::clone(check))), CheckStatus::Machine)
     }
 }
 
 /// A NodeHealthCheck's job from its plan.
-fn nhc_job(check: &NodeHealthCheck, key: &CheckRef, plan: Plan<NodeHealthCheckStatus>) -> Job {
+fn nhc_job(check: &Arc<NodeHealthCheck>, key: &CheckRef, plan: Plan<NodeHealthCheckStatus>) -> Job {
     Job {
         uid: check.metadata.uid.clone(),
         resource_version: check.metadata.resource_version.clone(),
-        ..Job::new(key.clone(), plan, check.status.as_ref(), CheckStatus::Node)
+        ..Job::new(key.clone(), plan, decided_on(StoredCheck::Node(Arc::clone(check))), CheckStatus::Node)
     }
 }
 
@@ -379,7 +431,12 @@ pub fn machine_job(
     if !sources.unsure.is_empty() {
         let job = match failed_sources(&sources.unsure) {
             Some(why) => mhc_job(check, &key, machine::refuse(check, REASON_WAITING, &why, now)),
-            None => unchanged_job(&key, &check.metadata, check.status.as_ref(), CheckStatus::Machine),
+            None => unchanged_job(
+                &key,
+                &check.metadata,
+                (check.status.as_ref(), StoredCheck::Machine(Arc::clone(check))),
+                CheckStatus::Machine,
+            ),
         };
         return Some(Job { needs: sources.needs, ..job });
     }
@@ -395,6 +452,7 @@ pub fn machine_job(
         policy: &policy,
         cluster,
         machines: &machines,
+        machines_selected: true,
         nodes,
         templates: &sources.templates,
         remediations: &remediations,
@@ -542,7 +600,12 @@ pub fn node_job(idx: &Index, name: &str, now: Timestamp, fresh: Option<&BTreeSet
     if !sources.unsure.is_empty() {
         let job = match failed_sources(&sources.unsure) {
             Some(why) => nhc_job(check, &key, node::wait(check, REASON_WAITING, &why, now)),
-            None => unchanged_job(&key, &check.metadata, check.status.as_ref(), CheckStatus::Node),
+            None => unchanged_job(
+                &key,
+                &check.metadata,
+                (check.status.as_ref(), StoredCheck::Node(Arc::clone(check))),
+                CheckStatus::Node,
+            ),
         };
         return Some(Job { needs, ..job });
     }
@@ -674,6 +737,68 @@ mod tests {
         assert_eq!(status_if_changed(Some(&json(&after)), &after), None, "unchanged: nothing to send");
         let first = status_if_changed(None, &after).expect("new");
         assert!(first.get("wouldRemediate").is_none(), "{first}");
+    }
+
+    /// A check's status is sent whole the first time, then only when a decision changed it: the
+    /// stored check is compared typed (nothing copied while it is the same) and, once it
+    /// differs, only what differs is sent.
+    #[test]
+    fn the_status_is_sent_whole_first_then_only_when_a_decision_changed_it() {
+        use crate::index::{Source, WorkloadCluster};
+        use vigil_api::views::NodeView;
+        let now: Timestamp = "2030-01-01T00:00:00Z".parse().expect("time");
+        let check = |status: Option<MachineHealthCheckStatus>, version: &str| -> MachineHealthCheck {
+            let mut c: MachineHealthCheck = serde_json::from_value(json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+                "metadata": {"name": "workers", "namespace": "ns", "uid": "u1", "resourceVersion": version},
+                "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": "a"}},
+                         "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5m"}]}}))
+            .expect("check");
+            c.status = status;
+            c
+        };
+        let node = |name: &str, ready: &str| {
+            let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+                "metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready,
+                    "lastTransitionTime": "2029-12-31T23:59:00Z"}]}}))
+            .expect("Node");
+            NodeView::from(&node)
+        };
+        let mut idx = Index::default();
+        idx.put_mhc(Some(check(None, "1")), None);
+        let key = CheckRef::Machine { namespace: "ns".into(), name: "workers".into() };
+        assert_eq!(job(&idx, &key, now).and_then(|j| j.status_patch()), None, "listing: nothing sent");
+
+        for source in [Source::Mhcs, Source::Machines, Source::Clusters] {
+            *idx.state_mut(&source) = SourceState::Synced;
+        }
+        idx.put_cluster(
+            Some(&json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "prod", "namespace": "ns", "uid": "uc"},
+            "status": {"initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": true}}})),
+            None,
+        );
+        idx.connected(&WorkloadCluster::new("ns", "prod"), false);
+        for i in 0..3 {
+            idx.put_machine(Some(&json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": format!("m{i}"), "namespace": "ns", "uid": format!("um{i}"), "resourceVersion": "1",
+                             "labels": {"pool": "a", "cluster.x-k8s.io/cluster-name": "prod"}},
+                "spec": {"clusterName": "prod"}, "status": {"nodeRef": {"name": format!("n{i}")}}})), None);
+            idx.put_node("ns/prod", Some(node(&format!("n{i}"), "True")), None, now);
+        }
+        *idx.state_mut(&Source::Nodes("ns/prod".into())) = SourceState::Synced;
+
+        let first = job(&idx, &key, now).expect("decided");
+        let whole = first.status_patch().expect("no status yet: sent whole");
+        assert_eq!(whole["targets"], json!(["m0", "m1", "m2"]), "{whole}");
+        let CheckStatus::Machine(written) = first.plan.status else { panic!("a MachineHealthCheck") };
+        idx.put_mhc(Some(check(Some(written), "2")), None);
+        assert_eq!(job(&idx, &key, now).and_then(|j| j.status_patch()), None, "the same status: nothing sent");
+
+        idx.put_node("ns/prod", Some(node("n1", "False")), None, now);
+        let patch = job(&idx, &key, now).and_then(|j| j.status_patch()).expect("a Node failed: sent");
+        assert!(patch.get("targets").is_none() && patch.get("expectedMachines").is_none(), "{patch}");
+        assert_eq!(patch["currentHealthy"], json!(2), "{patch}");
     }
 
     /// While its sources are being listed (a start), a check is not decided and nothing is

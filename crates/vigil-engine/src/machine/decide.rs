@@ -168,15 +168,16 @@ fn under_way(input: &MhcInput<'_>, machine: &MachineView) -> bool {
 }
 
 /// The check's targets: the Machines of its namespace it selects and that have not opted out,
-/// sorted by name (already sorted is the fast path).
+/// sorted by name (already sorted is the fast path; already selected, the selector is not
+/// matched again).
 fn select_targets<'a>(input: &MhcInput<'a>) -> Vec<&'a MachineView> {
     let namespace = input.check.metadata.namespace.as_deref().unwrap_or("default");
-    let mut targets: Vec<&MachineView> = input
-        .machines
-        .iter()
-        .copied()
-        .filter(|m| m.meta.namespace == namespace && is_target(input.policy, m))
-        .collect();
+    let mut targets: Vec<&MachineView> = if input.machines_selected {
+        debug_assert!(input.machines.iter().all(|m| m.meta.namespace == namespace && is_target(input.policy, m)));
+        input.machines.to_vec()
+    } else {
+        input.machines.iter().copied().filter(|m| m.meta.namespace == namespace && is_target(input.policy, m)).collect()
+    };
     if !targets.is_sorted_by(|a, c| a.meta.name <= c.meta.name) {
         targets.sort_unstable_by(|a, c| a.meta.name.cmp(&c.meta.name));
     }
@@ -269,13 +270,15 @@ fn judge_targets<'a>(
         Some(fd) => targets.iter().map(|m| machine_domain(fd, m, nodes)).collect(),
         None => Vec::new(),
     };
-    let healthy_condition = healthy_condition();
     let already_healthy = targets
         .iter()
         .zip(&verdicts)
         .map(|(m, v)| {
-            matches!(v, Verdict::Healthy)
-                && healthy_condition.is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
+            debug_assert_eq!(
+                m.says_healthy(),
+                healthy_condition().is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
+            );
+            matches!(v, Verdict::Healthy) && m.says_healthy()
         })
         .collect();
     JudgedTargets { verdicts, finishing, healthy, available, disrupted_at, disrupted, domain_of, already_healthy, own }
@@ -331,7 +334,7 @@ fn remediators_finishing(input: &MhcInput<'_>, targets: &[&MachineView]) -> Vec<
 
 /// `HealthCheckSucceeded=True`, as written on a healthy Machine.
 fn healthy_condition() -> DesiredCondition {
-    DesiredCondition::true_(HEALTH_CHECK_SUCCEEDED, Reason::HealthCheckSucceeded, "")
+    conditions::health_check_succeeded()
 }
 
 /// Failure-domain budgets, judged on the same counts as the short-circuit (targets taken down on

@@ -24,9 +24,14 @@ pub struct MhcInput<'a> {
     pub policy: &'a MhcPolicy,
     /// The Cluster named by `clusterName`, if found.
     pub cluster: Option<&'a ClusterView>,
-    /// Machines in the check's namespace; the engine applies the selector. Sorted by name is
-    /// fastest (the engine then only checks the order instead of sorting).
+    /// Machines in the check's namespace; the engine applies the selector unless
+    /// `machines_selected`. Sorted by name is fastest (the engine then only checks the order
+    /// instead of sorting).
     pub machines: &'a [&'a MachineView],
+    /// Whether `machines` are already exactly the check's targets (those
+    /// [`crate::target::is_target`] selects: the controller's index keeps each check's), so the
+    /// selector is not matched against every Machine again at each decision.
+    pub machines_selected: bool,
     /// The Nodes of the workload cluster.
     pub nodes: NodeSource<'a>,
     /// The templates the policy names ([`MhcPolicy::templates`]: the check's own, then its rules'),

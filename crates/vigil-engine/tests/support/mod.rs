@@ -769,6 +769,7 @@ impl MhcWorld {
             policy: &policy,
             cluster: cluster.as_ref(),
             machines: &refs,
+            machines_selected: false,
             nodes,
             templates: &templates,
             remediations: &remediations,
