@@ -6,8 +6,8 @@
 use crate::conditions::{ObservedCondition, find, health_check_succeeded, read_list};
 pub use crate::node_view::{Labels, NodeConditionView, NodeView};
 use crate::well_known::{
-    CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, HEALTH_CHECK_SUCCEEDED, INFRASTRUCTURE_READY,
-    PAUSED_ANNOTATION,
+    CONTROL_PLANE_INITIALIZED, CONTROL_PLANE_MACHINE_LABEL, EXTERNALLY_REMEDIATED, HEALTH_CHECK_SUCCEEDED,
+    INFRASTRUCTURE_READY, OWNER_REMEDIATED, PAUSED_ANNOTATION,
 };
 use jiff::Timestamp;
 use serde_json::Value;
@@ -168,6 +168,31 @@ pub struct MachineView {
     /// out once when read: every decision asks it of every target, and the answer is otherwise
     /// behind two pointers per Machine.
     says_healthy: bool,
+    /// Where Vigil's own conditions are in `conditions` (see [`VigilMarks`]).
+    marks: VigilMarks,
+}
+
+/// The positions in a Machine's `conditions` of the three conditions Vigil writes
+/// (`HealthCheckSucceeded`, `OwnerRemediated`, `ExternallyRemediated`), found once when the
+/// Machine is read: every decision and every claim asks for them on every target, and most
+/// Machines have only the first, so the others are answered without touching the list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct VigilMarks {
+    health_check_succeeded: Option<u32>,
+    owner_remediated: Option<u32>,
+    externally_remediated: Option<u32>,
+}
+
+impl VigilMarks {
+    /// Where each is, as [`crate::conditions::find`] finds it (the first of its type).
+    fn of(conditions: &[ObservedCondition]) -> Self {
+        let at = |type_: &str| conditions.iter().position(|c| *c.type_ == *type_).and_then(|i| u32::try_from(i).ok());
+        VigilMarks {
+            health_check_succeeded: at(HEALTH_CHECK_SUCCEEDED),
+            owner_remediated: at(OWNER_REMEDIATED),
+            externally_remediated: at(EXTERNALLY_REMEDIATED),
+        }
+    }
 }
 
 impl MachineView {
@@ -213,8 +238,10 @@ impl MachineView {
         // Kept in every cached Machine: no spare capacity.
         conditions.shrink_to_fit();
         let says_healthy = health_check_succeeded().is_satisfied_by(find(&conditions, HEALTH_CHECK_SUCCEEDED));
+        let marks = VigilMarks::of(&conditions);
         Some(MachineView {
             says_healthy,
+            marks,
             node_name: text(v, "/status/nodeRef/name"),
             failure_domain: text(v, "/spec/failureDomain"),
             phase: text(v, "/status/phase"),
@@ -230,6 +257,27 @@ impl MachineView {
     /// on a healthy Machine (so a healthy verdict writes nothing).
     pub fn says_healthy(&self) -> bool {
         self.says_healthy
+    }
+
+    /// The Machine's `HealthCheckSucceeded` condition (what [`crate::conditions::find`] finds).
+    pub fn health_check_succeeded(&self) -> Option<&ObservedCondition> {
+        self.marked(self.marks.health_check_succeeded, HEALTH_CHECK_SUCCEEDED)
+    }
+
+    /// The Machine's `OwnerRemediated` condition.
+    pub fn owner_remediated(&self) -> Option<&ObservedCondition> {
+        self.marked(self.marks.owner_remediated, OWNER_REMEDIATED)
+    }
+
+    /// The Machine's `ExternallyRemediated` condition.
+    pub fn externally_remediated(&self) -> Option<&ObservedCondition> {
+        self.marked(self.marks.externally_remediated, EXTERNALLY_REMEDIATED)
+    }
+
+    fn marked(&self, at: Option<u32>, type_: &str) -> Option<&ObservedCondition> {
+        let found = at.and_then(|i| self.conditions.get(usize::try_from(i).ok()?));
+        debug_assert_eq!(found.map(std::ptr::from_ref), find(&self.conditions, type_).map(std::ptr::from_ref));
+        found
     }
 
     /// Whether this Machine belongs to the control plane.
@@ -468,6 +516,30 @@ mod tests {
         assert!(!machine(v2, "", c("False", "HealthCheckSucceeded", "")));
         assert!(!machine(v2, "", json!({"type": "Ready", "status": "True"})));
         assert!(machine("cluster.x-k8s.io/v1beta1", "v1beta2", c("True", "HealthCheckSucceeded", "")));
+    }
+
+    /// Vigil's own conditions are found where [`find`] finds them, in either API form (the
+    /// v1beta2 list first, then legacy conditions of other types), a repeated type's first one.
+    #[test]
+    fn vigil_conditions_are_the_ones_find_finds() {
+        let c = |type_: &str, status: &str| json!({"type": type_, "status": status, "reason": "R"});
+        let v = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "metadata": {"name": "m1"},
+            "status": {"v1beta2": {"conditions": [c("Ready", "True"), c("OwnerRemediated", "False"),
+                                                  c("OwnerRemediated", "True")]},
+                       "conditions": [c("OwnerRemediated", "True"), c("ExternallyRemediated", "False"),
+                                      c("HealthCheckSucceeded", "False")]}});
+        let m = MachineView::read(&v).expect("a Machine");
+        let same = |a: Option<&ObservedCondition>, t: &str| {
+            assert_eq!(a.map(std::ptr::from_ref), find(&m.conditions, t).map(std::ptr::from_ref), "{t}");
+            a.map(|c| c.status.to_string())
+        };
+        assert_eq!(same(m.owner_remediated(), "OwnerRemediated").as_deref(), Some("False"));
+        assert_eq!(same(m.externally_remediated(), "ExternallyRemediated").as_deref(), Some("False"));
+        assert_eq!(same(m.health_check_succeeded(), "HealthCheckSucceeded").as_deref(), Some("False"));
+        let bare = MachineView::read(&json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                                             "metadata": {"name": "m2"}}))
+        .expect("a Machine");
+        assert!(bare.owner_remediated().is_none() && bare.health_check_succeeded().is_none());
     }
 
     #[test]

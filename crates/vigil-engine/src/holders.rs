@@ -22,13 +22,11 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::collections::BTreeMap;
 use vigil_api::conditions::ConditionStatus;
-use vigil_api::conditions::{self, DesiredCondition, get_condition};
+use vigil_api::conditions::{DesiredCondition, get_condition};
 use vigil_api::reason::Reason;
 use vigil_api::validate::MhcPolicy;
 use vigil_api::views::{MachineView, RemediationView};
-use vigil_api::well_known::{
-    EXTERNALLY_REMEDIATED, HEALTH_CHECK_SUCCEEDED, NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION, OWNER_REMEDIATED,
-};
+use vigil_api::well_known::{NHC_TIMED_OUT_ANNOTATION, NODE_NAME_ANNOTATION};
 use vigil_api::{MachineHealthCheck, NodeHealthCheck};
 
 /// Condition on a check that has a target it would remediate but another check holds.
@@ -238,25 +236,21 @@ pub(crate) fn mhc_request(
     let owner = policy
         .remediation_template
         .is_none()
-        .then(|| {
-            conditions::find(&m.conditions, OWNER_REMEDIATED)
-                .filter(|c| c.status == ConditionStatus::False)
-                .map(|c| c.last_transition_time)
-        })
+        .then(|| m.owner_remediated().filter(|c| c.status == ConditionStatus::False).map(|c| c.last_transition_time))
         .flatten();
     let external = policy.remediation_template.is_some() || policy.per_rule_remediation();
     let object = external
         .then(|| remediations.iter().find_map(|l| l.lookup(&m.meta.name).filter(|o| made_for(o, m))))
         .flatten()
         .map(|o| o.meta.created);
-    let unhealthy =
-        conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED).is_some_and(|c| c.status == ConditionStatus::False);
-    let requested = conditions::find(&m.conditions, EXTERNALLY_REMEDIATED)
+    let unhealthy = || m.health_check_succeeded().is_some_and(|c| c.status == ConditionStatus::False);
+    let requested = m
+        .externally_remediated()
         .filter(|c| {
             external
-                && unhealthy
                 && c.status == ConditionStatus::False
                 && c.reason.as_deref() == Some(Reason::WaitingForRemediation.as_str())
+                && unhealthy()
         })
         .map(|c| c.last_transition_time);
     owner.or(object).or(requested)

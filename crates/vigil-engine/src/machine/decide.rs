@@ -160,8 +160,7 @@ const NO_RULE_VERDICTS: [Reason; 4] =
 /// (`OwnerRemediated=False`), or a remediation object made for it exists (a check with a
 /// template, or with remediation per condition a rule's).
 fn under_way(input: &MhcInput<'_>, machine: &MachineView) -> bool {
-    let owner_asked =
-        conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
+    let owner_asked = machine.owner_remediated().is_some_and(|c| c.status == ConditionStatus::False);
     owner_asked
         || ((input.policy.remediation_template.is_some() || input.policy.per_rule_remediation())
             && input.objects_named(machine).into_iter().any(|o| made_for(o, machine)))
@@ -491,8 +490,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         // A Machine that carries `OwnerRemediated=False` is being remediated by its owner (that is
         // how Cluster API's owners read it, whenever it was written): its incident is the owner's,
         // and no object is made on top.
-        let owner_asked =
-            conditions::find(&machine.conditions, OWNER_REMEDIATED).is_some_and(|c| c.status == ConditionStatus::False);
+        let owner_asked = machine.owner_remediated().is_some_and(|c| c.status == ConditionStatus::False);
         if template.is_some() && owner_asked {
             template = None;
             remediation = format!("owner (OwnerRemediated=False is set; {remediation} is not started on top)");

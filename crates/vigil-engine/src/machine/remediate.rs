@@ -150,7 +150,8 @@ pub(super) fn pacing(
 /// (it is marked in this decision). `None` for a Machine that is not unhealthy.
 fn unhealthy_since(machine: &MachineView, verdict: &Verdict, now: Timestamp) -> Option<Timestamp> {
     let Verdict::Unhealthy { since, .. } = verdict else { return None };
-    let marked = vigil_api::conditions::find(&machine.conditions, HEALTH_CHECK_SUCCEEDED)
+    let marked = machine
+        .health_check_succeeded()
         .filter(|c| c.status == ConditionStatus::False)
         .and_then(|c| c.last_transition_time);
     Some(since.or(marked).unwrap_or(now))
@@ -168,8 +169,7 @@ fn in_flight(input: &MhcInput<'_>, machine: &MachineView, verdict: &Verdict) -> 
     match verdict {
         Verdict::Unhealthy { .. } => true,
         Verdict::Healthy if !machine.meta.deleting => input.remediator_finishing(machine),
-        _ => vigil_api::conditions::find(&machine.conditions, HEALTH_CHECK_SUCCEEDED)
-            .is_some_and(|c| c.status == ConditionStatus::False),
+        _ => machine.health_check_succeeded().is_some_and(|c| c.status == ConditionStatus::False),
     }
 }
 
