@@ -8,6 +8,7 @@
 //! carries a guard the API server checks (docs/DECISIONS.md, "Writes that land late").
 
 use crate::context::Context;
+use crate::wire::WireObject;
 use crate::writer::{ConditionsWrite, Deleted, bounded};
 use crate::writes::{WriteError, at_version};
 use futures::StreamExt;
@@ -308,9 +309,9 @@ impl Context {
             CheckRef::Node { name: n } => (ApiResource::erase::<vigil_api::NodeHealthCheck>(&()), "", n),
         };
         let what = || format!("status of {}", job.key);
-        match self.writer.patch_status(&ar, namespace, name, &patch, what).await {
+        match self.writer.patch_status::<WireObject>(&ar, namespace, name, &patch, what).await {
             Ok(Some(written)) => {
-                self.put_check(&job.key, &written);
+                self.put_check(&job.key, written);
                 Ok(())
             }
             Ok(None) => Ok(()),
@@ -318,7 +319,7 @@ impl Context {
                 if e.is_conflict() {
                     // Read what is there now, so the next decision is made on it.
                     if let Some(Some(fresh)) = self.writer.read_again(&ar, namespace, name).await {
-                        self.put_check(&job.key, &fresh);
+                        self.put_check(&job.key, WireObject::from(fresh));
                     }
                 }
                 Err(e)
@@ -326,12 +327,18 @@ impl Context {
         }
     }
 
-    /// Puts a check as the API server answered with it into the index.
-    fn put_check(&self, key: &CheckRef, answer: &DynamicObject) {
-        let mut idx = self.write_index();
+    /// Puts a check as the API server answered with it into the index (read before the index
+    /// is locked).
+    fn put_check(&self, key: &CheckRef, answer: WireObject) {
         match key {
-            CheckRef::Machine { .. } => idx.put_mhc(Some(crate::wire::read_mhc(answer).0), None),
-            CheckRef::Node { .. } => idx.put_nhc(Some(crate::wire::read_nhc(answer).0), None),
+            CheckRef::Machine { .. } => {
+                let read = crate::wire::read_mhc(answer);
+                self.write_index().put_mhc_read(Some(read), None)
+            }
+            CheckRef::Node { .. } => {
+                let read = crate::wire::read_nhc(answer);
+                self.write_index().put_nhc_read(Some(read), None)
+            }
         };
     }
 

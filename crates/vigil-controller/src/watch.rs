@@ -141,13 +141,13 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
     let client = ctx.client.clone();
     let mhc_ar = ApiResource::erase::<MachineHealthCheck>(&());
     let nhc_ar = ApiResource::erase::<NodeHealthCheck>(&());
-    let mhcs = watch(ctx, Api::<DynamicObject>::all_with(client.clone(), &mhc_ar));
+    let mhcs = watch(ctx, Api::<WireObject>::all_with(client.clone(), &mhc_ar));
     tokio::spawn(feed(
         ctx.clone(),
         "MachineHealthChecks".into(),
         true,
         mhcs,
-        |o| read_mhc(&o),
+        read_mhc,
         |idx, op| match op {
             Op::Upsert(read) => idx.put_mhc_read(Some(read), None),
             Op::Remove(o) => idx.put_mhc(None, Some(key_of(&o))),
@@ -162,13 +162,13 @@ pub async fn start_fixed(ctx: &Arc<Context>) {
         |idx| idx.state_mut(&Source::Mhcs),
         Index::all_mhcs,
     ));
-    let nhcs = watch(ctx, Api::<DynamicObject>::all_with(client.clone(), &nhc_ar));
+    let nhcs = watch(ctx, Api::<WireObject>::all_with(client.clone(), &nhc_ar));
     tokio::spawn(feed(
         ctx.clone(),
         "NodeHealthChecks".into(),
         true,
         nhcs,
-        |o| read_nhc(&o),
+        read_nhc,
         |idx, op| match op {
             Op::Upsert(read) => idx.put_nhc_read(Some(read), None),
             Op::Remove(o) => idx.put_nhc(None, Some(key_of(&o).1)),

@@ -216,6 +216,25 @@ impl<'de> Deserialize<'de> for WireObject {
     }
 }
 
+impl From<DynamicObject> for WireObject {
+    /// An object read whole (a read after a conflict) as the watch would have decoded it.
+    fn from(o: DynamicObject) -> Self {
+        let mut raw = serde_json::to_value(&o).unwrap_or(Value::Null);
+        if let Some(meta) = raw.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+        let m = o.metadata;
+        let metadata = ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            resource_version: m.resource_version,
+            uid: m.uid,
+            ..Default::default()
+        };
+        WireObject { metadata, raw }
+    }
+}
+
 impl Resource for WireObject {
     type DynamicType = ApiResource;
     type Scope = DynamicResourceScope;
@@ -308,13 +327,14 @@ pub fn slim(node: &WireNode) -> (NodeView, Vec<Unreadable>) {
 
 /// Reads a health check leniently: a spec that does not parse still yields an object (with an
 /// empty spec) and the error, so its status can say what is wrong ([`vigil_index::lenient`]).
-pub fn read_mhc(o: &DynamicObject) -> (MachineHealthCheck, Option<String>) {
-    vigil_index::lenient::read_mhc(serde_json::to_value(o).unwrap_or(Value::Null))
+/// Read from the object as decoded ([`WireObject`]: no managed fields), its strings moved.
+pub fn read_mhc(o: WireObject) -> (MachineHealthCheck, Option<String>) {
+    vigil_index::lenient::read_mhc(o.raw)
 }
 
 /// [`read_mhc`] for a NodeHealthCheck.
-pub fn read_nhc(o: &DynamicObject) -> (NodeHealthCheck, Option<String>) {
-    vigil_index::lenient::read_nhc(serde_json::to_value(o).unwrap_or(Value::Null))
+pub fn read_nhc(o: WireObject) -> (NodeHealthCheck, Option<String>) {
+    vigil_index::lenient::read_nhc(o.raw)
 }
 
 #[cfg(test)]

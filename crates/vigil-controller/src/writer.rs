@@ -194,17 +194,17 @@ impl Writer {
 
     /// Patches the status subresource of `name` with the merge patch `patch` (a check's, of
     /// kind `ar`); the object as written, or `None` when it is gone.
-    pub async fn patch_status(
+    pub async fn patch_status<T: serde::de::DeserializeOwned>(
         &self,
         ar: &ApiResource,
         namespace: &str,
         name: &str,
         patch: &Value,
         what: impl FnOnce() -> String,
-    ) -> Result<Option<DynamicObject>, WriteError> {
+    ) -> Result<Option<T>, WriteError> {
         let requests = crate::fenced::requests::<DynamicObject>(ar, namespace);
         let patch = Patch::Merge(patch);
-        let written: Result<DynamicObject, _> =
+        let written: Result<T, _> =
             crate::fenced::patch(&self.client, &requests, name, Some("status"), &patch_params(), &patch).await;
         match written {
             Ok(written) => {
