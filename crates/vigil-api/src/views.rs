@@ -237,8 +237,9 @@ impl MachineView {
         }
         // Kept in every cached Machine: no spare capacity.
         conditions.shrink_to_fit();
-        let says_healthy = health_check_succeeded().is_satisfied_by(find(&conditions, HEALTH_CHECK_SUCCEEDED));
         let marks = VigilMarks::of(&conditions);
+        let marked = marks.health_check_succeeded.and_then(|i| conditions.get(usize::try_from(i).ok()?));
+        let says_healthy = health_check_succeeded().is_satisfied_by(marked);
         Some(MachineView {
             says_healthy,
             marks,

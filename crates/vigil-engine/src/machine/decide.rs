@@ -275,7 +275,8 @@ fn judge_targets<'a>(
         .map(|(m, v)| {
             debug_assert_eq!(
                 m.says_healthy(),
-                healthy_condition().is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
+                conditions::health_check_succeeded()
+                    .is_satisfied_by(conditions::find(&m.conditions, HEALTH_CHECK_SUCCEEDED))
             );
             matches!(v, Verdict::Healthy) && m.says_healthy()
         })
@@ -331,11 +332,6 @@ fn remediators_finishing(input: &MhcInput<'_>, targets: &[&MachineView]) -> Vec<
     targets.iter().map(|m| input.remediator_finishing(m)).collect()
 }
 
-/// `HealthCheckSucceeded=True`, as written on a healthy Machine.
-fn healthy_condition() -> DesiredCondition {
-    conditions::health_check_succeeded()
-}
-
 /// Failure-domain budgets, judged on the same counts as the short-circuit (targets taken down on
 /// purpose included, when they count) and rounded down as it.
 fn domain_budgets(policy: &MhcPolicy, targets: &[&MachineView], judged: &JudgedTargets<'_>) -> Option<Budgets> {
@@ -389,7 +385,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
             features,
             overlap,
             owned_elsewhere: BTreeMap::new(),
-            healthy_condition: healthy_condition(),
+            healthy_condition: conditions::health_check_succeeded(),
             templates: input.policy.templates(),
             remediating: 0,
             remediated: Vec::new(),
