@@ -222,12 +222,18 @@ async fn start_cluster_api(ctx: Arc<Context>) {
         );
         if is_machine {
             let counted = ctx.clone();
+            let held = ctx.clone();
             tokio::spawn(feed(
                 ctx.clone(),
                 "Cluster API Machines".into(),
                 true,
                 stream,
-                move |o: WireObject| vigil_index::index::machine_entry(&o.raw),
+                move |o: WireObject| {
+                    let (namespace, name) = key_of(&o);
+                    let version = o.metadata.resource_version.as_deref();
+                    let known = held.read_index().machine_at(&namespace, &name, version);
+                    known.or_else(|| vigil_index::index::machine_entry(&o.raw))
+                },
                 move |idx, op| {
                     let dirty = update_machines(idx, op);
                     counted.metrics.cached_machines(idx.machine_count());

@@ -615,6 +615,15 @@ impl Index {
         ranked.peers()
     }
 
+    /// The entry held for Machine `namespace/name` when it is at `resource_version` exactly:
+    /// the same version is the same object, so the watch's echo of a write whose answer was
+    /// stored (or a list of what is already held) is not read again.
+    pub fn machine_at(&self, namespace: &str, name: &str, resource_version: Option<&str>) -> Option<MachineEntry> {
+        let held = self.machines.get(namespace)?.get(name)?;
+        let version = resource_version.filter(|v| !v.is_empty())?;
+        (held.resource_version.as_deref() == Some(version)).then(|| held.clone())
+    }
+
     /// How many Machines the cache holds.
     pub fn machine_count(&self) -> usize {
         self.machines.values().map(BTreeMap::len).sum()
@@ -1431,6 +1440,33 @@ mod tests {
         idx.put_machine_entry(Some(grouped_machine(3, 2, false, 8)), None);
         idx.put_machine_entry(None, Some(("ns".into(), "m03".into())));
         assert!(kept(&idx).is_empty(), "a deleted Machine leaves");
+    }
+
+    #[test]
+    fn a_machine_is_read_again_only_at_a_version_the_index_does_not_hold() {
+        let mut idx = Index::default();
+        idx.put_mhc(Some(grouped_check(0, 1, 1)), None);
+        idx.put_machine_entry(Some(grouped_machine(1, 1, false, 5)), None);
+        let held = idx.machine_at("ns", "m01", Some("5")).expect("the version held");
+        assert_eq!(held.view.meta.name, "m01");
+        for (namespace, name, version) in [
+            ("ns", "m01", Some("4")),
+            ("ns", "m01", Some("6")),
+            ("ns", "m01", None),
+            ("ns", "m01", Some("")),
+            ("ns", "m02", Some("5")),
+            ("other", "m01", Some("5")),
+        ] {
+            assert!(idx.machine_at(namespace, name, version).is_none(), "{namespace}/{name} at {version:?}");
+        }
+        // What the watch passes on for its echo changes nothing and concerns no check.
+        assert!(idx.put_machine_entry(Some(held), None).is_empty(), "the echo of the version held");
+        assert_eq!(idx.mhc_machines("ns", "c0").len(), 1);
+        // A newer version (the Machine moved to another group) is read and stored.
+        assert!(idx.machine_at("ns", "m01", Some("7")).is_none());
+        let concerned = idx.put_machine_entry(Some(grouped_machine(1, 2, false, 7)), None);
+        assert!(concerned.contains(&CheckRef::Machine { namespace: "ns".into(), name: "c0".into() }));
+        assert!(idx.mhc_machines("ns", "c0").is_empty(), "the new version's labels count");
     }
 
     proptest::proptest! {
