@@ -51,6 +51,11 @@ impl Labels {
         self.0.iter().find(|(k, _)| k.len() == key.len() && **k == *key).map(|(_, v)| &**v)
     }
 
+    /// How many labels there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// Whether `key` is set.
     pub fn contains_key(&self, key: &str) -> bool {
         self.get(key).is_some()

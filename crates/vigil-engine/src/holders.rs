@@ -204,6 +204,7 @@ pub fn mhc_claims_among(
     remediations: &[&dyn Lookup<RemediationView>],
 ) -> Vec<Claim> {
     let me = CheckRef::of_mhc(check);
+    let owners = peers.owners_for(&me);
     let namespace = check.metadata.namespace.as_deref().unwrap_or("default");
     let mut claims = Vec::new();
     // The request is looked for first: few Machines have one, and finding the owner among the
@@ -211,7 +212,7 @@ pub fn mhc_claims_among(
     for m in machines.iter().filter(|m| m.meta.namespace == namespace) {
         if let Some(since) = mhc_request(policy, m, remediations)
             && is_target(policy, m)
-            && peers.owner_other_than(&me, m).is_none()
+            && owners.other_than_me(m).is_none()
         {
             claims.push(Claim { target: Target::of_machine(node_cluster, m), check: me.clone(), since });
         }

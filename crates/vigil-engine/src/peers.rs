@@ -67,6 +67,10 @@ pub struct PeerOrder {
     by_check: Vec<usize>,
     /// Ranks (ascending) by a label value the check's selector requires.
     selectors: SelectorIndex<usize>,
+    /// The label keys of `selectors`, each with the first rank indexed under it, by that rank:
+    /// a Machine's owner is looked for under these keys (few in a namespace) rather than under
+    /// each of its labels, and not at all under a key whose first check ranks after the bound.
+    keys: Vec<(String, usize)>,
 }
 
 impl PeerOrder {
@@ -87,7 +91,15 @@ impl PeerOrder {
         // Built in rank order, so each list of ranks is ascending.
         let selectors =
             SelectorIndex::build(source.iter().enumerate().map(|(rank, i)| (rank, Some(&peers[*i].policy.selector))));
-        PeerOrder { checks, source, by_check, selectors }
+        let mut keys: Vec<(String, usize)> = selectors
+            .keys()
+            .filter_map(|(key, mut lists)| {
+                let first = lists.try_fold(usize::MAX, |first, ranks| Some(first.min(*ranks.first()?)));
+                first.map(|first| (key.to_string(), first))
+            })
+            .collect();
+        keys.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        PeerOrder { checks, source, by_check, selectors, keys }
     }
 
     /// `check`'s rank, if it is among the peers.
@@ -177,28 +189,62 @@ impl<'a> MhcPeers<'a> {
         MhcPeers { order: Cow::Owned(order), policies: Policies::Borrowed(policies) }
     }
 
-    /// The check that writes `machine`'s conditions, when that is not `me`: the first-ranked check
-    /// that selects it, looking only at checks ranked before `me` (so the oldest check pays
-    /// nothing). `None` when `me` owns it (or `me` is not among the peers and nobody selects it).
-    /// Only the checks indexed under one of the Machine's labels, and those requiring none, are
-    /// looked at: a check that selects the Machine requires only labels it carries.
+    /// The check that writes `machine`'s conditions, when that is not `me`
+    /// ([`Owners::other_than_me`]). A decision asking for each of its Machines takes
+    /// [`MhcPeers::owners_for`] once instead.
     pub fn owner_other_than(&self, me: &CheckRef, machine: &MachineView) -> Option<&CheckRef> {
+        self.owners_for(me).other_than_me(machine)
+    }
+
+    /// The owner lookups of check `me`, its rank found once.
+    pub fn owners_for(&self, me: &CheckRef) -> Owners<'_, 'a> {
         let order = self.order.as_ref();
-        let mine = order.rank_of(me).unwrap_or(order.checks.len());
+        Owners { peers: self, mine: order.rank_of(me).unwrap_or(order.checks.len()) }
+    }
+}
+
+/// One check's view of the ranking: who owns each of the Machines it evaluates.
+#[derive(Debug, Clone, Copy)]
+pub struct Owners<'p, 'a> {
+    peers: &'p MhcPeers<'a>,
+    /// The check's rank (the number of peers when it is not among them).
+    mine: usize,
+}
+
+impl<'p> Owners<'p, '_> {
+    /// The check that writes `machine`'s conditions, when that is not this one: the first-ranked
+    /// check that selects it, looking only at checks ranked before this one (so the oldest check
+    /// pays nothing). `None` when this check owns it (or is not among the peers and nobody
+    /// selects it). Only the checks indexed under one of the Machine's labels, and those requiring
+    /// none, are looked at: a check that selects the Machine requires only labels it carries.
+    pub fn other_than_me(&self, machine: &MachineView) -> Option<&'p CheckRef> {
+        let (peers, mine) = (self.peers, self.mine);
         if mine == 0 {
             // No check ranks before the first: it owns every Machine it selects.
             return None;
         }
+        let order = peers.order.as_ref();
         let selects = |rank: usize| {
             let same_namespace = matches!(&order.checks[rank], CheckRef::Machine { namespace, .. } if *namespace == machine.meta.namespace);
-            same_namespace && is_target(self.policies.get(rank), machine)
+            same_namespace && is_target(peers.policies.get(rank), machine)
         };
         let first_selecting =
             |ranks: &[usize], below: usize| ranks.iter().copied().take_while(|r| *r < below).find(|r| selects(*r));
         let mut owner = first_selecting(order.selectors.unindexed(), mine);
-        for (key, value) in machine.meta.labels.iter() {
-            if let Some(rank) = first_selecting(order.selectors.under(key, value), owner.unwrap_or(mine)) {
-                owner = Some(rank);
+        let labels = &machine.meta.labels;
+        // The same lists either way: those under the Machine's value of each indexed key.
+        if order.keys.len() <= labels.len() {
+            for (key, first) in &order.keys {
+                let below = owner.unwrap_or(mine);
+                if *first >= below {
+                    break; // keys are by first rank: no later one has a rank below either
+                }
+                let Some(value) = labels.get(key) else { continue };
+                owner = first_selecting(order.selectors.under(key, value), below).or(owner);
+            }
+        } else {
+            for (key, value) in labels.iter() {
+                owner = first_selecting(order.selectors.under(key, value), owner.unwrap_or(mine)).or(owner);
             }
         }
         owner.map(|rank| &order.checks[rank])

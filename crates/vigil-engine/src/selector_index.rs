@@ -59,6 +59,11 @@ impl<K> SelectorIndex<K> {
         self.by_label.get(key).and_then(|v| v.get(value)).map(Vec::as_slice).unwrap_or_default()
     }
 
+    /// Every label key items are indexed under, with the lists under each of its values.
+    pub fn keys(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = &[K]>)> {
+        self.by_label.iter().map(|(k, values)| (k.as_str(), values.values().map(Vec::as_slice)))
+    }
+
     /// Whether no item is indexed.
     pub fn is_empty(&self) -> bool {
         self.by_label.is_empty() && self.unindexed.is_empty()

@@ -4,7 +4,9 @@
 //! benchmark's fleet at 10 000 and 30 000. During a wave such a check is decided again for every
 //! one of its Machines that fails, so this is what CPU per remediation grows with. 1% of the
 //! Nodes are NotReady past the timeout and a quarter of those Machines already marked (a wave
-//! under way), so every path is taken.
+//! under way), so every path is taken. The `ranked_second` groups add a check created before it
+//! in the same namespace (selecting other Machines), as the fleet's second large check and every
+//! small check have: each of its Machines' owner is then looked for among the checks ranked first.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use jiff::Timestamp;
@@ -64,22 +66,31 @@ fn node(i: usize) -> NodeView {
     NodeView::from(&node)
 }
 
-/// One check of `n` Machines of a workload cluster whose Nodes are its own, every source synced.
-fn fleet(n: usize) -> (Index, CheckRef) {
-    let mut idx = Index::default();
-    for source in [Source::Mhcs, Source::Machines, Source::Clusters] {
-        *idx.state_mut(&source) = SourceState::Synced;
-    }
-    let check: MachineHealthCheck = serde_json::from_value(json!({
+/// A check of the fleet's namespace selecting group `group`, created at `created`.
+fn check(name: &str, group: &str, created: &str) -> MachineHealthCheck {
+    serde_json::from_value(json!({
         "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
-        "metadata": {"name": "large", "namespace": NS, "uid": "u-check", "resourceVersion": "1", "generation": 1,
-                     "creationTimestamp": "2029-12-01T00:00:00Z"},
-        "spec": {"clusterName": CLUSTER, "selector": {"matchLabels": {"bench.vigil.dev/group": "large"}},
+        "metadata": {"name": name, "namespace": NS, "uid": format!("u-{name}"), "resourceVersion": "1",
+                     "generation": 1, "creationTimestamp": created},
+        "spec": {"clusterName": CLUSTER, "selector": {"matchLabels": {"bench.vigil.dev/group": group}},
                  "maxUnhealthy": "40%",
                  "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5s"},
                                          {"type": "Ready", "status": "Unknown", "timeout": "5s"}]}
     }))
-    .expect("MachineHealthCheck");
+    .expect("MachineHealthCheck")
+}
+
+/// One check of `n` Machines of a workload cluster whose Nodes are its own, every source synced;
+/// `ranked_second`: another check of the namespace was created before it.
+fn fleet(n: usize, ranked_second: bool) -> (Index, CheckRef) {
+    let mut idx = Index::default();
+    for source in [Source::Mhcs, Source::Machines, Source::Clusters] {
+        *idx.state_mut(&source) = SourceState::Synced;
+    }
+    if ranked_second {
+        idx.put_mhc(Some(check("first", "other", "2029-11-01T00:00:00Z")), None);
+    }
+    let check = check("large", "large", "2029-12-01T00:00:00Z");
     idx.put_mhc(Some(check.clone()), None);
     idx.put_cluster(
         Some(&json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
@@ -114,9 +125,15 @@ fn decided(idx: &Index, key: &CheckRef) -> Option<(usize, bool)> {
 }
 
 fn decide(c: &mut Criterion) {
-    let mut group = c.benchmark_group("large_check_decide");
+    for (name, ranked_second) in [("large_check_decide", false), ("large_check_decide_ranked_second", true)] {
+        decide_group(c, name, ranked_second);
+    }
+}
+
+fn decide_group(c: &mut Criterion, name: &str, ranked_second: bool) {
+    let mut group = c.benchmark_group(name);
     for n in SIZES {
-        let (idx, key) = fleet(n);
+        let (idx, key) = fleet(n, ranked_second);
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| b.iter(|| black_box(decided(&idx, &key))));
     }
@@ -127,7 +144,7 @@ fn decide(c: &mut Criterion) {
 fn decide_and_cache(c: &mut Criterion) {
     let mut group = c.benchmark_group("large_check_decide_and_cache_claims");
     for n in SIZES {
-        let (mut idx, key) = fleet(n);
+        let (mut idx, key) = fleet(n, false);
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
             b.iter(|| {
                 let actions = decided(&idx, &key);

@@ -18,7 +18,7 @@ use crate::features::{self, Found};
 use crate::holders::Holders;
 use crate::lookup::Lookup;
 use crate::pacing::Pacer;
-use crate::peers::MhcPeers;
+use crate::peers::{MhcPeers, Owners};
 use crate::plan::count;
 use crate::plan::{Action, Earliest, NoticeKind, ObjectRef, Plan, Seen};
 use crate::target::is_target;
@@ -90,15 +90,16 @@ pub fn decide_among_peers(
     b.status.current_healthy = count(judged.healthy);
     let budgets = domain_budgets(input.policy, &targets, &judged);
     let me = CheckRef::of_mhc(input.check);
-    let stale = stale_targets(&mut b, input, &targets, nodes, peers, &me);
+    let owners = peers.owners_for(&me);
+    let stale = stale_targets(&mut b, input, &targets, nodes, owners);
     let allowed = report_short_circuit(&mut b, input.policy, targets.len(), judged.available, &judged.disrupted);
 
-    let (pacing, pacer) = pacing(input, peers, &me, &targets, &judged.verdicts, now);
+    let (pacing, pacer) = pacing(input, owners, &targets, &judged.verdicts, now);
     let pacer = pacer.with_disrupted(judged.disrupted_names(&targets));
     let features = features_of(input, pacer, budgets.as_ref(), now);
     let overlap = Overlap::new(holders, me.clone(), input.check.status.as_ref().map_or(&[][..], |p| &p.conditions));
     let mut writer =
-        TargetWriter::new(Context { policy: input.policy, now }, input, peers, node_cluster, me, (features, overlap));
+        TargetWriter::new(Context { policy: input.policy, now }, input, owners, node_cluster, (features, overlap));
     for k in 0..targets.len() {
         let i = pacing.nth(k);
         let (machine, verdict) = (targets[i], &judged.verdicts[i]);
@@ -350,8 +351,8 @@ fn domain_budgets(policy: &MhcPolicy, targets: &[&MachineView], judged: &JudgedT
 struct TargetWriter<'i, 'h> {
     cx: Context<'i, MhcPolicy>,
     input: &'i MhcInput<'i>,
-    peers: &'i MhcPeers<'i>,
-    me: CheckRef,
+    /// Who owns each target's conditions.
+    owners: Owners<'i, 'i>,
     /// Where the check's Nodes live (the cluster key of its targets).
     node_cluster: &'h str,
     features: Features<'i>,
@@ -371,16 +372,14 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
     fn new(
         cx: Context<'i, MhcPolicy>,
         input: &'i MhcInput<'i>,
-        peers: &'i MhcPeers<'i>,
+        owners: Owners<'i, 'i>,
         node_cluster: &'h str,
-        me: CheckRef,
         (features, overlap): (Features<'i>, Overlap<'h>),
     ) -> Self {
         TargetWriter {
             cx,
             input,
-            peers,
-            me,
+            owners,
             node_cluster,
             features,
             overlap,
@@ -403,7 +402,7 @@ impl<'i, 'h> TargetWriter<'i, 'h> {
         already_healthy: bool,
         place: Place,
     ) {
-        if let Some(owner) = self.peers.owner_other_than(&self.me, machine) {
+        if let Some(owner) = self.owners.other_than_me(machine) {
             self.owned_elsewhere.entry(owner).or_default().push(machine.meta.key());
             return;
         }

@@ -9,10 +9,10 @@ use crate::backoff;
 use crate::decision::{Features, Overlap, Pacing};
 use crate::holders::mhc_request;
 use crate::pacing::Pacer;
-use crate::peers::MhcPeers;
+use crate::peers::Owners;
 use crate::plan::{Action, NoticeKind};
+use crate::target::Target;
 use crate::target::made_for;
-use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use vigil_api::conditions::DesiredCondition;
@@ -125,8 +125,7 @@ pub(super) struct Place {
 /// writes are its business, not this check's, so they are not counted.
 pub(super) fn pacing(
     input: &MhcInput<'_>,
-    peers: &MhcPeers<'_>,
-    me: &CheckRef,
+    owners: Owners<'_, '_>,
     targets: &[&MachineView],
     verdicts: &[Verdict],
     now: Timestamp,
@@ -138,7 +137,7 @@ pub(super) fn pacing(
     let in_flight: Vec<bool> = targets
         .iter()
         .zip(verdicts)
-        .map(|(m, v)| peers.owner_other_than(me, m).is_none() && in_flight(input, m, v))
+        .map(|(m, v)| owners.other_than_me(m).is_none() && in_flight(input, m, v))
         .collect();
     let busy = targets.iter().zip(&in_flight).filter(|(_, f)| **f).map(|(m, _)| m.meta.name.clone()).collect();
     let pacing = Pacing::paced(since, targets.iter().map(|m| m.meta.name.as_str()), in_flight);

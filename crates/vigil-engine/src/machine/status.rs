@@ -10,7 +10,7 @@ use crate::decision::Outputs;
 use crate::domains::{Budgets, FAILURE_DOMAINS_HEALTHY};
 use crate::lookup::Lookup;
 use crate::pacing::Pacer;
-use crate::peers::{MhcPeers, NAMED_MACHINES, SELECTED_BY_ANOTHER_CHECK};
+use crate::peers::{NAMED_MACHINES, Owners, SELECTED_BY_ANOTHER_CHECK};
 use crate::plan::{Action, Notice, NoticeKind, ObjectRef, Plan};
 use crate::target::{CheckRef, Target};
 use jiff::Timestamp;
@@ -203,8 +203,7 @@ pub(super) fn stale_targets(
     input: &MhcInput<'_>,
     targets: &[&MachineView],
     nodes: &dyn Lookup<NodeView>,
-    peers: &MhcPeers<'_>,
-    me: &CheckRef,
+    owners: Owners<'_, '_>,
 ) -> Vec<(String, crate::stale::Stale)> {
     if !input.policy.node_conditions.iter().any(|r| r.max_age.is_some()) {
         return Vec::new();
@@ -212,7 +211,7 @@ pub(super) fn stale_targets(
     let mut stale = Vec::new();
     for machine in targets {
         let Some(node) = machine.node_name.as_deref().and_then(|n| nodes.lookup(n)) else { continue };
-        if peers.owner_other_than(me, machine).is_some() {
+        if owners.other_than_me(machine).is_some() {
             continue; // the owning check reports it
         }
         let (s, fresh_until) = stale_node_condition(node, input.policy, b.now);
