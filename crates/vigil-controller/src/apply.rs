@@ -391,11 +391,9 @@ impl Context {
                 let basis = cached.as_ref().map(|e| (&e.basis, e.resource_version.as_deref()));
                 let write = ConditionsWrite { machine, version: *version, conditions, basis, remediating };
                 if let Some(written) = self.writer.set_machine_conditions(write).await? {
-                    // Its entry is built before the index is locked, as the watch builds one
-                    // (unless the watch's echo of the same version came first).
-                    let version = written.pointer("/metadata/resourceVersion").and_then(Value::as_str);
-                    let known = self.read_index().machine_at(&machine.namespace, &machine.name, version);
-                    let entry = known.or_else(|| vigil_index::index::machine_entry(&written));
+                    // Its entry is built before the index is locked for writing, as the watch
+                    // builds one (unless the watch's echo of the same version came first).
+                    let entry = self.machine_entry(&written);
                     let concerned = self.write_index().put_machine_entry(entry, None);
                     self.wake_others(writer, concerned);
                 }

@@ -193,6 +193,13 @@ impl Context {
         self.index.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A Machine's index entry: the one held when the index holds this very version (a write's
+    /// answer and the watch's echo of it are one object), else read from `raw`.
+    pub fn machine_entry(&self, raw: &serde_json::Value) -> Option<vigil_index::index::MachineEntry> {
+        let held = self.read_index().machine_at(raw);
+        held.or_else(|| vigil_index::index::machine_entry(raw))
+    }
+
     /// The indexes, for writing.
     pub fn write_index(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
         self.index.write().unwrap_or_else(|p| p.into_inner())

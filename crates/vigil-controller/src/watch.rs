@@ -228,12 +228,7 @@ async fn start_cluster_api(ctx: Arc<Context>) {
                 "Cluster API Machines".into(),
                 true,
                 stream,
-                move |o: WireObject| {
-                    let (namespace, name) = key_of(&o);
-                    let version = o.metadata.resource_version.as_deref();
-                    let known = held.read_index().machine_at(&namespace, &name, version);
-                    known.or_else(|| vigil_index::index::machine_entry(&o.raw))
-                },
+                move |o: WireObject| held.machine_entry(&o.raw),
                 move |idx, op| {
                     let dirty = update_machines(idx, op);
                     counted.metrics.cached_machines(idx.machine_count());

@@ -615,12 +615,13 @@ impl Index {
         ranked.peers()
     }
 
-    /// The entry held for Machine `namespace/name` when it is at `resource_version` exactly:
+    /// The entry held for Machine `raw` when the index holds it at its resourceVersion exactly:
     /// the same version is the same object, so the watch's echo of a write whose answer was
     /// stored (or a list of what is already held) is not read again.
-    pub fn machine_at(&self, namespace: &str, name: &str, resource_version: Option<&str>) -> Option<MachineEntry> {
-        let held = self.machines.get(namespace)?.get(name)?;
-        let version = resource_version.filter(|v| !v.is_empty())?;
+    pub fn machine_at(&self, raw: &Value) -> Option<MachineEntry> {
+        let meta = |field: &str| raw.get("metadata")?.get(field)?.as_str();
+        let held = self.machines.get(meta("namespace")?)?.get(meta("name")?)?;
+        let version = meta("resourceVersion").filter(|v| !v.is_empty())?;
         (held.resource_version.as_deref() == Some(version)).then(|| held.clone())
     }
 
@@ -1447,7 +1448,14 @@ mod tests {
         let mut idx = Index::default();
         idx.put_mhc(Some(grouped_check(0, 1, 1)), None);
         idx.put_machine_entry(Some(grouped_machine(1, 1, false, 5)), None);
-        let held = idx.machine_at("ns", "m01", Some("5")).expect("the version held");
+        let object = |namespace: &str, name: &str, version: Option<&str>| {
+            let mut meta = json!({"name": name, "namespace": namespace});
+            if let Some(v) = version {
+                meta["resourceVersion"] = json!(v);
+            }
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": meta})
+        };
+        let held = idx.machine_at(&object("ns", "m01", Some("5"))).expect("the version held");
         assert_eq!(held.view.meta.name, "m01");
         for (namespace, name, version) in [
             ("ns", "m01", Some("4")),
@@ -1457,13 +1465,15 @@ mod tests {
             ("ns", "m02", Some("5")),
             ("other", "m01", Some("5")),
         ] {
-            assert!(idx.machine_at(namespace, name, version).is_none(), "{namespace}/{name} at {version:?}");
+            let raw = object(namespace, name, version);
+            assert!(idx.machine_at(&raw).is_none(), "{namespace}/{name} at {version:?}");
         }
+        assert!(idx.machine_at(&json!({"kind": "Machine"})).is_none(), "no metadata, nothing held");
         // What the watch passes on for its echo changes nothing and concerns no check.
         assert!(idx.put_machine_entry(Some(held), None).is_empty(), "the echo of the version held");
         assert_eq!(idx.mhc_machines("ns", "c0").len(), 1);
         // A newer version (the Machine moved to another group) is read and stored.
-        assert!(idx.machine_at("ns", "m01", Some("7")).is_none());
+        assert!(idx.machine_at(&object("ns", "m01", Some("7"))).is_none());
         let concerned = idx.put_machine_entry(Some(grouped_machine(1, 2, false, 7)), None);
         assert!(concerned.contains(&CheckRef::Machine { namespace: "ns".into(), name: "c0".into() }));
         assert!(idx.mhc_machines("ns", "c0").is_empty(), "the new version's labels count");
