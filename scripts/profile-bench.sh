@@ -29,7 +29,7 @@ wait_for() { # a line of the bench's stderr, while the bench runs
 }
 vigil_pid() {
   local pid=""
-  until [[ -n "$pid" ]]; do pid="$(pgrep -n -f 'vigil run --kubeconfig' || true)"; sleep 0.05; done
+  until [[ -n "$pid" ]]; do pid="$(pgrep -n -f 'vigil[^ ]* run --kubeconfig' || true)"; sleep 0.05; done
   echo "$pid"
 }
 perf_args=(record -q -F "$freq" --call-graph dwarf,16384)

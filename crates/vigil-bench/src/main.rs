@@ -98,6 +98,11 @@ struct Args {
     /// written; their detection is reported apart (`cold_wave`). 0: off.
     #[arg(long, default_value_t = 0)]
     cold_wave: usize,
+    /// With --against floor: the floor also writes `HealthCheckSucceeded=True` on every healthy
+    /// Machine at its start (as Vigil and Cluster API do) and its cold start ends when they are
+    /// written, so the comparison tells those writes from the rest of Vigil's cold start.
+    #[arg(long)]
+    floor_verdicts: bool,
     /// Keep the controller's log here (`RUST_LOG` is passed through).
     #[arg(long)]
     controller_log: Option<PathBuf>,
@@ -300,7 +305,11 @@ fn main() -> Result<()> {
         let theirs = match against {
             Against::Capi => Contender::Capi { bin: capi_mhc(&args)? },
             Against::Medik8s => Contender::Medik8s { dir: runtime.block_on(medik8s_nhc(&args))? },
-            Against::Floor => Contender::Floor { bin: floor_bin(&vigil)?, timeout_secs: plan.timeout_secs },
+            Against::Floor => Contender::Floor {
+                bin: floor_bin(&vigil)?,
+                timeout_secs: plan.timeout_secs,
+                verdicts: args.floor_verdicts,
+            },
         };
         let vigil = runtime.block_on(run(&plan, &ours, &args))?;
         let summary = runtime.block_on(run(&plan, &theirs, &args))?;
@@ -425,7 +434,7 @@ enum Contender {
     /// directory, `nhc-manager`).
     Medik8s { dir: PathBuf },
     /// `vigil-floor` with the fleet's timeout.
-    Floor { bin: PathBuf, timeout_secs: u64 },
+    Floor { bin: PathBuf, timeout_secs: u64, verdicts: bool },
 }
 
 impl Contender {
@@ -508,10 +517,13 @@ impl Contender {
             }
             // Spawned from its vigil_testenv::medik8s::NhcSetup (see `Controller::start`).
             Contender::Medik8s { dir } => tokio::process::Command::new(dir.join("nhc-manager")),
-            Contender::Floor { bin, timeout_secs } => {
+            Contender::Floor { bin, timeout_secs, verdicts } => {
                 let mut cmd = tokio::process::Command::new(bin);
                 cmd.arg("--kubeconfig").arg(kubeconfig).arg("--timeout-secs").arg(timeout_secs.to_string());
                 cmd.arg("--in-flight").arg(FLOOR_IN_FLIGHT.to_string());
+                if *verdicts {
+                    cmd.arg("--healthy-verdicts");
+                }
                 cmd
             }
         }
@@ -823,7 +835,8 @@ async fn wait_cold_start(
     loop {
         controller.check_running()?;
         let verdicts = observer.lock().verdicts.len();
-        // The floor writes no healthy verdict and no status: its cold start ends with its lists.
+        // The floor writes no status (and healthy verdicts only when asked): its cold start ends
+        // when it says it is synced.
         let ready = match contender {
             Contender::Floor { .. } => std::fs::read_to_string(&controller.log)?.contains("vigil-floor: synced"),
             _ => verdicts == mhc_targets && checks.all_evaluated(groups).await?,
@@ -948,6 +961,7 @@ fn config(plan: &Plan, contender: &Contender) -> Config {
         wave_limit_secs: plan.wave_limit.as_secs(),
         failed_percent: plan.failed_percent,
         expressions: contender.node_checks_for(plan) == fleet::NodeChecks::VigilWithExpressions,
+        floor_verdicts: matches!(contender, Contender::Floor { verdicts: true, .. }),
         workers: contender.concurrency(),
         profile: profile().to_string(),
     }

@@ -215,6 +215,9 @@ pub struct Config {
     /// Vigil's health checks (both kinds) carried CEL expression rules (`--expressions`).
     #[serde(default)]
     pub expressions: bool,
+    /// The floor also wrote the healthy verdicts at its start (`--floor-verdicts`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub floor_verdicts: bool,
     /// The controller's concurrency: `vigil run --workers`, Cluster API's
     /// `--machinehealthcheck-concurrency`, or medik8s' reconciler concurrency (1, as shipped).
     pub workers: usize,
@@ -364,6 +367,7 @@ mod tests {
                 wave_limit_secs: 65,
                 failed_percent: 5.0,
                 expressions: false,
+                floor_verdicts: false,
                 workers: 16,
                 profile: "release".into(),
             },

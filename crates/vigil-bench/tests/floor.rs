@@ -47,6 +47,33 @@ async fn remediation_conditions(env: &TestEnv, name: &str) -> Vec<(String, Strin
         .collect()
 }
 
+/// `vigil-floor` against `env` with `extra` arguments: its directory (kept while it runs), its
+/// log and the process.
+async fn start_floor(env: &TestEnv, extra: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, tokio::process::Child) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    env.write_kubeconfig(&kubeconfig).await.expect("kubeconfig");
+    let log = dir.path().join("floor.log");
+    let floor = tokio::process::Command::new(Path::new(env!("CARGO_BIN_EXE_vigil-floor")))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--timeout-secs", &TIMEOUT_SECS.to_string()])
+        .args(extra)
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start vigil-floor");
+    (dir, log, floor)
+}
+
+async fn wait_synced(log: &Path) {
+    vigil_testenv::wait_for("the floor's sync", Duration::from_secs(30), || async {
+        Ok(std::fs::read_to_string(log).ok().filter(|l| l.contains("vigil-floor: synced")).map(drop))
+    })
+    .await
+    .expect("synced");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_floor_remediates_exactly_the_failed_machines_never_before_the_timeout() {
     let env = TestEnv::start().await.expect("API server");
@@ -59,23 +86,8 @@ async fn the_floor_remediates_exactly_the_failed_machines_never_before_the_timeo
         env.apply(machine(&format!("m{i}"))).await.expect("Machine");
         env.apply_status(machine_status(&format!("m{i}"), &format!("n{i}"), long_ago)).await.expect("Machine status");
     }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    env.write_kubeconfig(&kubeconfig).await.expect("kubeconfig");
-    let log = dir.path().join("floor.log");
-    let mut floor = tokio::process::Command::new(Path::new(env!("CARGO_BIN_EXE_vigil-floor")))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--timeout-secs", &TIMEOUT_SECS.to_string()])
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start vigil-floor");
-    vigil_testenv::wait_for("the floor's sync", Duration::from_secs(30), || async {
-        Ok(std::fs::read_to_string(&log).ok().filter(|l| l.contains("vigil-floor: synced")).map(drop))
-    })
-    .await
-    .expect("synced");
+    let (_dir, log, mut floor) = start_floor(&env, &[]).await;
+    wait_synced(&log).await;
 
     // n1 and n2 fail for good, n3 recovers within the timeout, n4 stays healthy.
     // Whole seconds, as the API server keeps a Node condition's time.
@@ -107,5 +119,38 @@ async fn the_floor_remediates_exactly_the_failed_machines_never_before_the_timeo
     env.apply_status(node("n1", "Unknown", Timestamp::now())).await.expect("n1 again");
     tokio::time::sleep(Duration::from_secs(TIMEOUT_SECS as u64 + 1)).await;
     assert_eq!(remediation_conditions(&env, "m1").await.len(), 2, "m1 is remediated once");
+    assert!(floor.try_wait().expect("status").is_none(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_healthy_verdicts_the_floor_judges_every_healthy_machine_once_before_it_says_synced() {
+    let env = TestEnv::start().await.expect("API server");
+    env.install_upstream_crds().await.expect("Cluster API CRDs");
+    env.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await.expect("namespace");
+    let long_ago = Timestamp::now() - SignedDuration::from_hours(1);
+    for i in 1..=4 {
+        // n3 failed a moment ago: its timeout has not run out when the floor starts.
+        let (ready, since) = if i == 3 { ("False", Timestamp::now()) } else { ("True", long_ago) };
+        env.apply(node(&format!("n{i}"), ready, since)).await.expect("Node");
+        env.apply_status(node(&format!("n{i}"), ready, since)).await.expect("Node status");
+        env.apply(machine(&format!("m{i}"))).await.expect("Machine");
+        let mut status = machine_status(&format!("m{i}"), &format!("n{i}"), long_ago);
+        if i == 4 {
+            let judged = json!({"type": "HealthCheckSucceeded", "status": "True", "reason": "HealthCheckSucceeded", "message": "",
+                                "lastTransitionTime": long_ago.to_string()});
+            status["status"]["conditions"].as_array_mut().expect("conditions").push(judged);
+        }
+        env.apply_status(status).await.expect("Machine status");
+    }
+    let (_dir, log, mut floor) = start_floor(&env, &["--healthy-verdicts"]).await;
+    wait_synced(&log).await;
+    // Synced means written: nothing to wait for.
+    for m in ["m1", "m2"] {
+        let kinds: Vec<(String, String)> =
+            remediation_conditions(&env, m).await.into_iter().map(|(t, s, _)| (t, s)).collect();
+        assert_eq!(kinds, [("HealthCheckSucceeded".to_string(), "True".to_string())], "{m}");
+    }
+    assert!(remediation_conditions(&env, "m3").await.is_empty(), "m3's Node is not healthy");
+    assert_eq!(remediation_conditions(&env, "m4").await.len(), 1, "m4 had its verdict: not written again");
     assert!(floor.try_wait().expect("status").is_none(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
 }

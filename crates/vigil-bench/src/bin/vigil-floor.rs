@@ -7,7 +7,10 @@
 //!
 //! Its policy is the bench fleet's: a Node whose `Ready` is `False` or `Unknown` for
 //! `--timeout-secs` makes its Machine unhealthy. It prints `vigil-floor: synced` on stderr once
-//! both lists are read, which the benchmark takes as the end of its cold start.
+//! both lists are read, which the benchmark takes as the end of its cold start. With
+//! `--healthy-verdicts` it first writes `HealthCheckSucceeded=True` on every Machine whose Node
+//! is healthy and which has no such condition yet (what Vigil and Cluster API write at their
+//! cold start), one JSON patch each, so a comparison can tell those writes from the rest.
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
@@ -41,6 +44,9 @@ struct FloorArgs {
     /// Most writes in flight at once (a connection bound, not a rate limit).
     #[arg(long, default_value_t = 64)]
     in_flight: usize,
+    /// Write the healthy verdict on every healthy Machine lacking one before saying synced.
+    #[arg(long)]
+    healthy_verdicts: bool,
 }
 
 /// What the two watches have shown, and the timers they set.
@@ -52,6 +58,8 @@ struct World {
     machine_of: HashMap<String, String>,
     /// Machines already asked to be remediated (seen with `OwnerRemediated`, or written).
     remediated: HashSet<String>,
+    /// Machine name → its Node's name, for those without a `HealthCheckSucceeded` condition.
+    without_verdict: HashMap<String, String>,
     /// Pending expiries, soonest first, and each Machine's own.
     timers: BTreeSet<(Timestamp, String)>,
     timer_of: HashMap<String, Timestamp>,
@@ -89,6 +97,11 @@ impl World {
         if let Some(node) = &node {
             self.machine_of.insert(node.clone(), name.clone());
         }
+        let has_verdict = conditions.is_some_and(|c| c.iter().any(|c| c["type"] == "HealthCheckSucceeded"));
+        match (&node, has_verdict) {
+            (Some(node), false) => self.without_verdict.insert(name.clone(), node.clone()),
+            _ => self.without_verdict.remove(&name),
+        };
         self.schedule(&name, node.as_deref());
     }
 
@@ -103,6 +116,22 @@ impl World {
             self.timers.insert((at, machine.to_string()));
             self.timer_of.insert(machine.to_string(), at);
         }
+    }
+
+    /// The Machines with a Node, healthy now, and no verdict yet; taken, so each is written once.
+    fn take_healthy_without_verdict(&mut self) -> Vec<String> {
+        let unhealthy = &self.unhealthy_since;
+        let mut out: Vec<String> = self
+            .without_verdict
+            .iter()
+            .filter(|(_, node)| !unhealthy.contains_key(*node))
+            .map(|(machine, _)| machine.clone())
+            .collect();
+        out.sort();
+        for machine in &out {
+            self.without_verdict.remove(machine);
+        }
+        out
     }
 
     /// The Machines whose timer ran out by `now`, marked remediated.
@@ -122,16 +151,24 @@ impl World {
     }
 }
 
+/// One condition appended to a Machine's `status.conditions`, as a JSON patch operation.
+fn condition_op(type_: &str, status: &str, reason: &str, now: Timestamp) -> Value {
+    json!({"op": "add", "path": "/status/conditions/-", "value": {
+        "type": type_, "status": status, "reason": reason, "message": "", "lastTransitionTime": now.to_string()}})
+}
+
 /// The one write: both conditions appended to the Machine's `status.conditions`.
 fn remediation_patch(now: Timestamp) -> Patch<Value> {
-    let condition = |type_: &str, reason: &str| {
-        json!({"op": "add", "path": "/status/conditions/-", "value": {
-            "type": type_, "status": "False", "reason": reason, "message": "", "lastTransitionTime": now.to_string()}})
-    };
     let ops = json!([
-        condition("HealthCheckSucceeded", "UnhealthyNode"),
-        condition("OwnerRemediated", "WaitingForRemediation")
+        condition_op("HealthCheckSucceeded", "False", "UnhealthyNode", now),
+        condition_op("OwnerRemediated", "False", "WaitingForRemediation", now)
     ]);
+    Patch::Json(serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
+}
+
+/// With `--healthy-verdicts`, the cold start's write: `HealthCheckSucceeded=True` appended.
+fn healthy_patch(now: Timestamp) -> Patch<Value> {
+    let ops = json!([condition_op("HealthCheckSucceeded", "True", "HealthCheckSucceeded", now)]);
     Patch::Json(serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
 }
 
@@ -157,9 +194,25 @@ async fn main() -> Result<()> {
     let mut world = World { timeout, ..World::default() };
     let permits = Arc::new(tokio::sync::Semaphore::new(args.in_flight.max(1)));
     let (mut nodes_synced, mut machines_synced, mut said) = (false, false, false);
+    let mut verdicts = tokio::task::JoinSet::new();
+    let mut verdicts_sent = !args.healthy_verdicts;
     loop {
         let synced = nodes_synced && machines_synced;
-        if synced && !said {
+        if synced && !verdicts_sent {
+            let now = Timestamp::now();
+            for machine in world.take_healthy_without_verdict() {
+                let (api, permits) = (machines.clone(), permits.clone());
+                verdicts.spawn(async move {
+                    let _permit = permits.acquire_owned().await;
+                    let written = api.patch_status(&machine, &PatchParams::default(), &healthy_patch(now)).await;
+                    if let Err(e) = written {
+                        eprintln!("vigil-floor: {machine}: {e}");
+                    }
+                });
+            }
+            verdicts_sent = true;
+        }
+        if synced && verdicts_sent && verdicts.is_empty() && !said {
             eprintln!("vigil-floor: synced");
             said = true;
         }
@@ -183,6 +236,7 @@ async fn main() -> Result<()> {
                 Some(Err(e)) => eprintln!("vigil-floor: machine watch: {e}"),
                 None => anyhow::bail!("the machine watch ended"),
             },
+            Some(_) = verdicts.join_next(), if !verdicts.is_empty() => {}
             () = tokio::time::sleep(sleep), if next.is_some() => {
                 let now = Timestamp::now();
                 for machine in world.expired(now) {
@@ -239,5 +293,22 @@ mod tests {
         assert!(w.expired(at("2030-01-01T00:10:00Z")).is_empty(), "m2 recovered, m3 was remediated already");
         w.node(&node("n1", "False", "2030-01-01T00:02:00Z"));
         assert!(w.expired(at("2030-01-01T00:10:00Z")).is_empty(), "m1 is written once");
+    }
+
+    #[test]
+    fn only_healthy_machines_without_a_verdict_get_one_and_each_once() {
+        let mut w = World { timeout: SignedDuration::from_secs(60), ..World::default() };
+        let mut judged = machine("m4", "n4", false);
+        judged.data["status"]["conditions"]
+            .as_array_mut()
+            .expect("conditions")
+            .push(json!({"type": "HealthCheckSucceeded", "status": "True"}));
+        for m in [machine("m1", "n1", false), machine("m2", "n2", false), judged] {
+            w.machine(&m);
+        }
+        w.node(&node("n1", "True", "2030-01-01T00:00:00Z"));
+        w.node(&node("n2", "False", "2030-01-01T00:00:00Z"));
+        assert_eq!(w.take_healthy_without_verdict(), ["m1"], "n2 is unhealthy, m4 has a verdict");
+        assert!(w.take_healthy_without_verdict().is_empty(), "m1 is written once");
     }
 }
