@@ -660,9 +660,13 @@ async fn wave(
     let first_expiry = expiries.values().min().copied().unwrap_or(written);
     let mut latencies: Vec<f64> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(plan.timeout_secs + 300);
+    let mut gone = 0;
     while !expiries.is_empty() {
         fleet.check_running()?;
-        ensure!(Instant::now() < deadline, "{} Machines never marked: {:?}", expiries.len(), expiries.keys());
+        if Instant::now() >= deadline {
+            explain_unmarked(env, &targets, &expiries).await;
+            anyhow::bail!("{} Machines never marked: {:?}", expiries.len(), expiries.keys());
+        }
         // Read before the list: a mark first shown by this list was written at most one poll
         // (50 ms plus the previous list) before this instant, or during this list.
         let now = Timestamp::now();
@@ -685,10 +689,92 @@ async fn wave(
                 latencies.push(now.duration_since(expiry).as_secs_f64() * 1000.0);
             }
         }
+        // Nothing but its MachineSet acting on the mark deletes a victim here: one gone from an
+        // answered list was marked and replaced between two lists (when the loaded API server
+        // answers slowly). It counts at this list, as a mark first seen here does.
+        let listed: BTreeSet<&str> =
+            machines.iter().filter_map(|m| m.pointer("/metadata/name").and_then(Value::as_str)).collect();
+        let vanished: Vec<String> = expiries.keys().filter(|m| !listed.contains(m.as_str())).cloned().collect();
+        for name in vanished {
+            if let Some(expiry) = expiries.remove(&name) {
+                latencies.push(now.duration_since(expiry).as_secs_f64() * 1000.0);
+                gone += 1;
+            }
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if gone > 0 {
+        eprintln!("vigil-bench: {gone} marked Machines were already replaced when first missed from a list");
     }
     latencies.sort_by(f64::total_cmp);
     Ok((latencies, first_expiry.duration_since(written).as_secs_f64()))
+}
+
+/// On stderr, for each victim never seen marked: its conditions, its Node's conditions as the
+/// workload cluster says, and its check's status (without the target list), so a miss says
+/// whose it was.
+async fn explain_unmarked(
+    env: &TestEnv,
+    targets: &[(String, String, kube::Client)],
+    unmarked: &BTreeMap<String, Timestamp>,
+) {
+    for (machine, node, client) in targets.iter().filter(|(m, _, _)| unmarked.contains_key(m)) {
+        let read = env.get_json(MACHINE_API_VERSION, "Machine", Some(NS), machine).await;
+        let conditions = |v: Option<&Value>| -> String {
+            let list = v.and_then(|v| v.pointer("/status/conditions")).and_then(Value::as_array);
+            let shown: Vec<String> = list
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    format!(
+                        "{}={}({})",
+                        c["type"].as_str().unwrap_or("?"),
+                        c["status"].as_str().unwrap_or("?"),
+                        c["reason"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            shown.join(" ")
+        };
+        let cluster = read
+            .as_ref()
+            .ok()
+            .and_then(|m| m.as_ref())
+            .and_then(|m| m.pointer("/spec/clusterName"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+        let ready = match nodes.get_opt(node).await {
+            Ok(Some(n)) => serde_json::to_value(&n).map(|n| conditions(Some(&n))).unwrap_or_default(),
+            Ok(None) => "gone".to_string(),
+            Err(e) => format!("unread: {e}"),
+        };
+        // The check of either contender (see `check_manifest`).
+        let name = format!("{cluster}-workers");
+        let mut check = None;
+        for api_version in ["vigil.dev/v1alpha1", MACHINE_API_VERSION] {
+            if check.is_none() {
+                check = env.get_json(api_version, "MachineHealthCheck", Some(NS), &name).await.ok().flatten();
+            }
+        }
+        let status = check.and_then(|c| c.get("status").cloned()).map(|s| {
+            let mut s = s;
+            if let Some(o) = s.as_object_mut() {
+                o.remove("targets");
+            }
+            s.to_string()
+        });
+        match read {
+            Ok(Some(m)) => eprintln!(
+                "vigil-bench: unmarked {machine}: {}; Node {node}: {ready}; check status {}",
+                conditions(Some(&m)),
+                status.unwrap_or_default()
+            ),
+            Ok(None) => eprintln!("vigil-bench: unmarked {machine}: gone; Node {node}: {ready}"),
+            Err(e) => eprintln!("vigil-bench: unmarked {machine}: unread ({e:#}); Node {node}: {ready}"),
+        }
+    }
 }
 
 /// `kill -9` of the first replica, with one worker failing at that instant in each cluster
