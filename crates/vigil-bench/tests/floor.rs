@@ -152,5 +152,16 @@ async fn with_healthy_verdicts_the_floor_judges_every_healthy_machine_once_befor
     }
     assert!(remediation_conditions(&env, "m3").await.is_empty(), "m3's Node is not healthy");
     assert_eq!(remediation_conditions(&env, "m4").await.len(), 1, "m4 had its verdict: not written again");
+    // A judged Machine whose Node fails has its verdict turned, not a second one added.
+    let failed_at = Timestamp::from_second(Timestamp::now().as_second()).expect("a time");
+    env.apply_status(node("n1", "False", failed_at)).await.expect("fail n1");
+    let written = vigil_testenv::wait_for("m1 remediated", Duration::from_secs(20), || async {
+        let c = remediation_conditions(&env, "m1").await;
+        Ok(c.iter().any(|(t, _, _)| t == "OwnerRemediated").then_some(c))
+    })
+    .await
+    .expect("remediated");
+    let kinds: Vec<(&str, &str)> = written.iter().map(|(t, s, _)| (t.as_str(), s.as_str())).collect();
+    assert_eq!(kinds, [("HealthCheckSucceeded", "False"), ("OwnerRemediated", "False")]);
     assert!(floor.try_wait().expect("status").is_none(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
 }

@@ -60,6 +60,8 @@ struct World {
     remediated: HashSet<String>,
     /// Machine name → its Node's name, for those without a `HealthCheckSucceeded` condition.
     without_verdict: HashMap<String, String>,
+    /// Machine name → the place of its `HealthCheckSucceeded` condition in `status.conditions`.
+    verdict_at: HashMap<String, usize>,
     /// Pending expiries, soonest first, and each Machine's own.
     timers: BTreeSet<(Timestamp, String)>,
     timer_of: HashMap<String, Timestamp>,
@@ -97,8 +99,12 @@ impl World {
         if let Some(node) = &node {
             self.machine_of.insert(node.clone(), name.clone());
         }
-        let has_verdict = conditions.is_some_and(|c| c.iter().any(|c| c["type"] == "HealthCheckSucceeded"));
-        match (&node, has_verdict) {
+        let verdict = conditions.and_then(|c| c.iter().position(|c| c["type"] == "HealthCheckSucceeded"));
+        match verdict {
+            Some(at) => self.verdict_at.insert(name.clone(), at),
+            None => self.verdict_at.remove(&name),
+        };
+        match (&node, verdict.is_some()) {
             (Some(node), false) => self.without_verdict.insert(name.clone(), node.clone()),
             _ => self.without_verdict.remove(&name),
         };
@@ -157,12 +163,21 @@ fn condition_op(type_: &str, status: &str, reason: &str, now: Timestamp) -> Valu
         "type": type_, "status": status, "reason": reason, "message": "", "lastTransitionTime": now.to_string()}})
 }
 
-/// The one write: both conditions appended to the Machine's `status.conditions`.
-fn remediation_patch(now: Timestamp) -> Patch<Value> {
-    let ops = json!([
-        condition_op("HealthCheckSucceeded", "False", "UnhealthyNode", now),
-        condition_op("OwnerRemediated", "False", "WaitingForRemediation", now)
-    ]);
+/// The one write: both conditions in the Machine's `status.conditions`, appended, or the
+/// verdict replaced where the watch last saw it (`verdict_at`, tested first: a Machine that
+/// changed since is not written).
+fn remediation_patch(now: Timestamp, verdict_at: Option<usize>) -> Patch<Value> {
+    let mut unhealthy = condition_op("HealthCheckSucceeded", "False", "UnhealthyNode", now);
+    let mut ops = Vec::new();
+    if let Some(at) = verdict_at {
+        let path = format!("/status/conditions/{at}");
+        ops.push(json!({"op": "test", "path": format!("{path}/type"), "value": "HealthCheckSucceeded"}));
+        unhealthy["op"] = json!("replace");
+        unhealthy["path"] = json!(path);
+    }
+    ops.push(unhealthy);
+    ops.push(condition_op("OwnerRemediated", "False", "WaitingForRemediation", now));
+    let ops = Value::Array(ops);
     Patch::Json(serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
 }
 
@@ -241,9 +256,10 @@ async fn main() -> Result<()> {
                 let now = Timestamp::now();
                 for machine in world.expired(now) {
                     let (api, permits) = (machines.clone(), permits.clone());
+                    let patch = remediation_patch(now, world.verdict_at.get(&machine).copied());
                     tokio::spawn(async move {
                         let _permit = permits.acquire_owned().await;
-                        let written = api.patch_status(&machine, &PatchParams::default(), &remediation_patch(now)).await;
+                        let written = api.patch_status(&machine, &PatchParams::default(), &patch).await;
                         if let Err(e) = written {
                             eprintln!("vigil-floor: {machine}: {e}");
                         }
