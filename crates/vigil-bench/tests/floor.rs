@@ -66,6 +66,14 @@ async fn start_floor(env: &TestEnv, extra: &[&str]) -> (tempfile::TempDir, std::
     (dir, log, floor)
 }
 
+/// A real API server with Cluster API's CRDs and the bench namespace.
+async fn start_env() -> TestEnv {
+    let env = TestEnv::start().await.expect("API server");
+    env.install_upstream_crds().await.expect("Cluster API CRDs");
+    env.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await.expect("namespace");
+    env
+}
+
 async fn wait_synced(log: &Path) {
     vigil_testenv::wait_for("the floor's sync", Duration::from_secs(30), || async {
         Ok(std::fs::read_to_string(log).ok().filter(|l| l.contains("vigil-floor: synced")).map(drop))
@@ -76,9 +84,7 @@ async fn wait_synced(log: &Path) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_floor_remediates_exactly_the_failed_machines_never_before_the_timeout() {
-    let env = TestEnv::start().await.expect("API server");
-    env.install_upstream_crds().await.expect("Cluster API CRDs");
-    env.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await.expect("namespace");
+    let env = start_env().await;
     let long_ago = Timestamp::now() - SignedDuration::from_hours(1);
     for i in 1..=4 {
         env.apply(node(&format!("n{i}"), "True", long_ago)).await.expect("Node");
@@ -124,9 +130,7 @@ async fn the_floor_remediates_exactly_the_failed_machines_never_before_the_timeo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_healthy_verdicts_the_floor_judges_every_healthy_machine_once_before_it_says_synced() {
-    let env = TestEnv::start().await.expect("API server");
-    env.install_upstream_crds().await.expect("Cluster API CRDs");
-    env.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await.expect("namespace");
+    let env = start_env().await;
     let long_ago = Timestamp::now() - SignedDuration::from_hours(1);
     for i in 1..=4 {
         // n3 failed a moment ago: its timeout has not run out when the floor starts.
