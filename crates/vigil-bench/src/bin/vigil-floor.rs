@@ -187,6 +187,26 @@ fn healthy_patch(now: Timestamp) -> Patch<Value> {
     Patch::Json(serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
 }
 
+/// The healthy verdicts of every Machine that lacks one, each write a task of `verdicts`.
+fn send_healthy_verdicts(
+    world: &mut World,
+    machines: &Api<DynamicObject>,
+    permits: &Arc<tokio::sync::Semaphore>,
+    verdicts: &mut tokio::task::JoinSet<()>,
+) {
+    let now = Timestamp::now();
+    for machine in world.take_healthy_without_verdict() {
+        let (api, permits) = (machines.clone(), permits.clone());
+        verdicts.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let written = api.patch_status(&machine, &PatchParams::default(), &healthy_patch(now)).await;
+            if let Err(e) = written {
+                eprintln!("vigil-floor: {machine}: {e}");
+            }
+        });
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = FloorArgs::parse();
@@ -214,17 +234,7 @@ async fn main() -> Result<()> {
     loop {
         let synced = nodes_synced && machines_synced;
         if synced && !verdicts_sent {
-            let now = Timestamp::now();
-            for machine in world.take_healthy_without_verdict() {
-                let (api, permits) = (machines.clone(), permits.clone());
-                verdicts.spawn(async move {
-                    let _permit = permits.acquire_owned().await;
-                    let written = api.patch_status(&machine, &PatchParams::default(), &healthy_patch(now)).await;
-                    if let Err(e) = written {
-                        eprintln!("vigil-floor: {machine}: {e}");
-                    }
-                });
-            }
+            send_healthy_verdicts(&mut world, &machines, &permits, &mut verdicts);
             verdicts_sent = true;
         }
         if synced && verdicts_sent && verdicts.is_empty() && !said {
