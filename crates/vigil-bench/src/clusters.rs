@@ -371,6 +371,8 @@ struct Replicas {
     samples: Vec<procstat::RssSamples>,
     /// Each member's metrics address (replicas only), same order.
     metrics: Vec<std::net::SocketAddr>,
+    /// The contender's own MachineHealthCheck resource, the one its status is read from.
+    checks: crate::fleet::CheckApi,
 }
 
 impl Replicas {
@@ -389,7 +391,11 @@ impl Replicas {
             }
         };
         if plan.replicas <= 1 {
-            return Ok(Replicas::sampled(vec![Controller::spawn(contender, &kubeconfig, log(0))?], Vec::new()));
+            return Ok(Replicas::sampled(
+                vec![Controller::spawn(contender, &kubeconfig, log(0))?],
+                Vec::new(),
+                contender.checks(),
+            ));
         }
         let Contender::Vigil { bin, workers } = contender else {
             anyhow::bail!("--replicas runs Vigil only");
@@ -411,18 +417,22 @@ impl Replicas {
             cmd.env("POD_NAME", replica_identity(i));
             members.push(Controller::spawn_command(cmd, format!("{} replica {i}", contender.name()), log(i))?);
         }
-        Ok(Replicas::sampled(members, metrics))
+        Ok(Replicas::sampled(members, metrics, contender.checks()))
     }
 
     /// `members` (with their metrics addresses, if any), their resident memory sampled from now
     /// on (until each exits).
-    fn sampled(members: Vec<Controller>, metrics: Vec<std::net::SocketAddr>) -> Replicas {
+    fn sampled(
+        members: Vec<Controller>,
+        metrics: Vec<std::net::SocketAddr>,
+        checks: crate::fleet::CheckApi,
+    ) -> Replicas {
         let samples: Vec<procstat::RssSamples> = members.iter().map(|_| procstat::RssSamples::default()).collect();
         for (c, s) in members.iter().zip(&samples) {
             // The task ends by itself when the process is gone.
             drop(s.spawn(c.pid));
         }
-        Replicas { members, samples, metrics }
+        Replicas { members, samples, metrics, checks }
     }
 
     /// Each member's resident-memory peak since `since`, MiB: its high-water mark (`VmHWM`, since
@@ -556,6 +566,14 @@ async fn holders(env: &TestEnv, shards: u32) -> Result<BTreeMap<u32, String>> {
     Ok(out)
 }
 
+/// The apiVersion of the contender's MachineHealthCheck resource.
+fn check_api_version(checks: crate::fleet::CheckApi) -> &'static str {
+    match checks {
+        crate::fleet::CheckApi::Vigil => "vigil.dev/v1alpha1",
+        crate::fleet::CheckApi::Capi => MACHINE_API_VERSION,
+    }
+}
+
 /// Waits until every check reports all its Machines healthy.
 async fn wait_checks_ready(
     plan: &ClustersPlan,
@@ -565,15 +583,11 @@ async fn wait_checks_ready(
     expected: usize,
 ) -> Result<()> {
     let started = Instant::now();
-    let (group, version) = match contender.checks() {
-        crate::fleet::CheckApi::Vigil => ("vigil.dev", "v1alpha1"),
-        crate::fleet::CheckApi::Capi => ("cluster.x-k8s.io", "v1beta2"),
-    };
-    let api_version = format!("{group}/{version}");
+    let api_version = check_api_version(contender.checks());
     let want = i64::from(plan.workers);
     loop {
         fleet.check_running()?;
-        let checks = env.list_json(&api_version, "MachineHealthCheck", Some(NS), "").await?;
+        let checks = env.list_json(api_version, "MachineHealthCheck", Some(NS), "").await?;
         let ready = checks
             .iter()
             .filter(|c| {
@@ -664,7 +678,7 @@ async fn wave(
     while !expiries.is_empty() {
         fleet.check_running()?;
         if Instant::now() >= deadline {
-            explain_unmarked(env, &targets, &expiries).await;
+            explain_unmarked(env, fleet.checks, &targets, &expiries).await;
             anyhow::bail!("{} Machines never marked: {:?}", expiries.len(), expiries.keys());
         }
         // Read before the list: a mark first shown by this list was written at most one poll
@@ -715,6 +729,7 @@ async fn wave(
 /// whose it was.
 async fn explain_unmarked(
     env: &TestEnv,
+    checks: crate::fleet::CheckApi,
     targets: &[(String, String, kube::Client)],
     unmarked: &BTreeMap<String, Timestamp>,
 ) {
@@ -750,14 +765,9 @@ async fn explain_unmarked(
             Ok(None) => "gone".to_string(),
             Err(e) => format!("unread: {e}"),
         };
-        // The check of either contender (see `check_manifest`).
+        // The contender's check of the cluster (see `check_manifest`).
         let name = format!("{cluster}-workers");
-        let mut check = None;
-        for api_version in ["vigil.dev/v1alpha1", MACHINE_API_VERSION] {
-            if check.is_none() {
-                check = env.get_json(api_version, "MachineHealthCheck", Some(NS), &name).await.ok().flatten();
-            }
-        }
+        let check = env.get_json(check_api_version(checks), "MachineHealthCheck", Some(NS), &name).await.ok().flatten();
         let status = check.and_then(|c| c.get("status").cloned()).map(|s| {
             let mut s = s;
             if let Some(o) = s.as_object_mut() {

@@ -253,6 +253,11 @@ impl Args {
         );
         ensure!((1..=64).contains(&plan.workers), "--workers must be in 1..=64, got {}", plan.workers);
         ensure!(
+            !self.floor_verdicts || matches!(self.against, Some(Against::Floor)),
+            "--floor-verdicts changes what the floor writes: it needs --against floor, got --against {}",
+            self.against.map_or("(none)", Against::as_str)
+        );
+        ensure!(
             !(plan.expressions && self.against.is_some()),
             "--expressions measures Vigil's own cost of CEL rules: no other contender has them, so it cannot be run --against one"
         );
@@ -1117,6 +1122,12 @@ mod tests {
         assert!(plan_of(&["--against", "medik8s", "--snapshot"]).is_err());
         assert_eq!(plan_of(&[]).expect("valid").fleet, fleet::Fleet::Mixed, "the default fleet stays mixed");
         assert!(plan_of(&["--against", "capi", "--snapshot"]).is_err());
+        for against in [&["--against", "capi"][..], &[]] {
+            let args: Vec<&str> = against.iter().copied().chain(["--floor-verdicts"]).collect();
+            let err = plan_of(&args).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains("--floor-verdicts changes what the floor writes: it needs --against floor"), "{err}");
+        }
+        assert!(plan_of(&["--against", "floor", "--floor-verdicts"]).is_ok());
         let keep = Args::try_parse_from(["vigil-bench", "--keep", "/tmp/x"]).err().map(|e| e.to_string());
         assert!(keep.as_deref().is_some_and(|e| e.contains("--snapshot")), "--keep needs --snapshot: {keep:?}");
         let big = plan_of(&["--nodes", "10000"]).expect("valid");

@@ -177,13 +177,17 @@ fn remediation_patch(now: Timestamp, verdict_at: Option<usize>) -> Patch<Value> 
     }
     ops.push(unhealthy);
     ops.push(condition_op("OwnerRemediated", "False", "WaitingForRemediation", now));
-    let ops = Value::Array(ops);
-    Patch::Json(serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
+    json_patch_of(Value::Array(ops))
 }
 
 /// With `--healthy-verdicts`, the cold start's write: `HealthCheckSucceeded=True` appended.
 fn healthy_patch(now: Timestamp) -> Patch<Value> {
-    let ops = json!([condition_op("HealthCheckSucceeded", "True", "HealthCheckSucceeded", now)]);
+    json_patch_of(json!([condition_op("HealthCheckSucceeded", "True", "HealthCheckSucceeded", now)]))
+}
+
+/// Operations built here as JSON, as the typed patch the client sends (empty, a no-op, should
+/// they ever fail to read back).
+fn json_patch_of(ops: Value) -> Patch<Value> {
     Patch::Json(serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new())))
 }
 
