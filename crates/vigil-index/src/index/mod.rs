@@ -35,8 +35,9 @@ pub use crate::sources::{ClusterKey, GroupKind, Source};
 /// Nodes of one cluster.
 #[derive(Debug, Default)]
 pub struct NodeCache {
-    /// Nodes by name, reduced to what the rules read.
-    pub(crate) nodes: HashMap<String, Arc<NodeView>>,
+    /// Nodes by name, reduced to what the rules read (a decision looks up the Node of each of
+    /// its Machines here: foldhash, randomly seeded per process, rather than SipHash).
+    pub(crate) nodes: HashMap<String, Arc<NodeView>, foldhash::fast::RandomState>,
     /// Whether they can be trusted.
     pub(crate) state: SourceState,
 }
