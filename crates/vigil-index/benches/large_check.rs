@@ -156,5 +156,25 @@ fn decide_and_cache(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decide, decide_and_cache);
+/// A decision after one more Node failed: the status moved (one count) while the targets did
+/// not, so the status patch is rendered, as in every decision of a wave that marks a Machine.
+fn decide_status_moved(c: &mut Criterion) {
+    let mut group = c.benchmark_group("large_check_decide_status_moved");
+    for n in SIZES {
+        let (mut idx, key) = fleet(n, false);
+        let failed: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-000001"},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                "lastHeartbeatTime": "2029-12-31T23:59:50Z", "lastTransitionTime": "2029-12-31T23:50:00Z"}]}
+        }))
+        .expect("Node");
+        idx.put_node(&format!("{NS}/{CLUSTER}"), Some(NodeView::from(&failed)), None, now());
+        assert_eq!(decided(&idx, &key).map(|(_, patch)| patch), Some(true), "the status moved");
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| b.iter(|| black_box(decided(&idx, &key))));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decide, decide_and_cache, decide_status_moved);
 criterion_main!(benches);

@@ -151,10 +151,19 @@ impl Job {
     pub fn status_patch(&self) -> Option<Value> {
         let current = match &self.current {
             Some(stored) if stored.says(&self.plan.status) => return None,
-            Some(stored) => stored.status_json(),
-            None => None,
+            Some(stored) => stored,
+            None => return status_if_changed(None, &self.plan.status),
         };
-        status_if_changed(current.as_ref(), &self.plan.status)
+        // A MachineHealthCheck's `targets` names every Machine it selects: when the list did not
+        // change, the rest is compared without it, so moving one count does not render
+        // thousands of names twice only to find them equal.
+        if let (StoredCheck::Machine(check), CheckStatus::Machine(new)) = (current, &self.plan.status)
+            && let Some(stored) = check.status.as_ref().filter(|s| s.targets == new.targets)
+        {
+            let stored = serde_json::to_value(without_targets(stored)).ok();
+            return status_if_changed(stored.as_ref(), &without_targets(new));
+        }
+        status_if_changed(current.status_json().as_ref(), &self.plan.status)
     }
 
     /// Leaves out every remediation of a target that was not confirmed (not locked, not read,
@@ -236,6 +245,29 @@ fn unchanged_job<S: Clone + Default>(
         uid: meta.uid.clone(),
         resource_version: meta.resource_version.clone(),
         ..Job::new(key.clone(), Plan::unchanged(status), Some(stored), wrap)
+    }
+}
+
+/// `status` with an empty `targets` list and the rest copied (every field named, so one added
+/// later cannot be left out of the comparison unnoticed).
+fn without_targets(status: &MachineHealthCheckStatus) -> MachineHealthCheckStatus {
+    let MachineHealthCheckStatus {
+        expected_machines,
+        current_healthy,
+        remediations_allowed,
+        targets: _,
+        conditions,
+        observed_generation,
+        features,
+    } = status;
+    MachineHealthCheckStatus {
+        expected_machines: *expected_machines,
+        current_healthy: *current_healthy,
+        remediations_allowed: *remediations_allowed,
+        targets: Vec::new(),
+        conditions: conditions.clone(),
+        observed_generation: *observed_generation,
+        features: features.clone(),
     }
 }
 
@@ -799,6 +831,31 @@ mod tests {
         let patch = job(&idx, &key, now).and_then(|j| j.status_patch()).expect("a Node failed: sent");
         assert!(patch.get("targets").is_none() && patch.get("expectedMachines").is_none(), "{patch}");
         assert_eq!(patch["currentHealthy"], json!(2), "{patch}");
+        let whole_diff = |idx: &Index, j: &Job| {
+            let CheckStatus::Machine(new) = &j.plan.status else { panic!("a MachineHealthCheck") };
+            let stored = idx.mhcs.get(&("ns".to_string(), "workers".to_string())).and_then(|c| c.status.clone());
+            merge_diff(&serde_json::to_value(stored).expect("json"), &serde_json::to_value(new).expect("json"))
+        };
+        let failed = job(&idx, &key, now).expect("decided");
+        assert_eq!(
+            failed.status_patch(),
+            whole_diff(&idx, &failed),
+            "the same patch as the whole statuses' difference"
+        );
+
+        // A Machine joins: the list changed, and is sent whole.
+        idx.put_machine(
+            Some(&json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m3", "namespace": "ns", "uid": "um3", "resourceVersion": "1",
+                         "labels": {"pool": "a", "cluster.x-k8s.io/cluster-name": "prod"}},
+            "spec": {"clusterName": "prod"}, "status": {"nodeRef": {"name": "n3"}}})),
+            None,
+        );
+        idx.put_node("ns/prod", Some(node("n3", "True")), None, now);
+        let joined = job(&idx, &key, now).expect("decided");
+        let patch = joined.status_patch().expect("a Machine joined: sent");
+        assert_eq!(patch["targets"], json!(["m0", "m1", "m2", "m3"]), "{patch}");
+        assert_eq!(Some(patch), whole_diff(&idx, &joined));
     }
 
     /// While its sources are being listed (a start), a check is not decided and nothing is
