@@ -58,8 +58,9 @@ impl<'a> Candidate<'a> {
 pub struct ClaimCache {
     by_check: HashMap<CheckRef, Vec<Claim>>,
     /// The same claims by [`Target::name`] (a few targets of different clusters or kinds may
-    /// share one).
-    by_name: HashMap<String, Vec<Claim>>,
+    /// share one). Every decision asks here about each of its targets: foldhash, randomly
+    /// seeded per process, rather than SipHash.
+    by_name: HashMap<String, Vec<Claim>, foldhash::fast::RandomState>,
 }
 
 impl ClaimCache {
