@@ -566,14 +566,6 @@ async fn holders(env: &TestEnv, shards: u32) -> Result<BTreeMap<u32, String>> {
     Ok(out)
 }
 
-/// The apiVersion of the contender's MachineHealthCheck resource.
-fn check_api_version(checks: crate::fleet::CheckApi) -> &'static str {
-    match checks {
-        crate::fleet::CheckApi::Vigil => "vigil.dev/v1alpha1",
-        crate::fleet::CheckApi::Capi => MACHINE_API_VERSION,
-    }
-}
-
 /// Waits until every check reports all its Machines healthy.
 async fn wait_checks_ready(
     plan: &ClustersPlan,
@@ -583,7 +575,7 @@ async fn wait_checks_ready(
     expected: usize,
 ) -> Result<()> {
     let started = Instant::now();
-    let api_version = check_api_version(contender.checks());
+    let api_version = contender.checks().api_version();
     let want = i64::from(plan.workers);
     loop {
         fleet.check_running()?;
@@ -767,7 +759,7 @@ async fn explain_unmarked(
         };
         // The contender's check of the cluster (see `check_manifest`).
         let name = format!("{cluster}-workers");
-        let check = env.get_json(check_api_version(checks), "MachineHealthCheck", Some(NS), &name).await.ok().flatten();
+        let check = env.get_json(checks.api_version(), "MachineHealthCheck", Some(NS), &name).await.ok().flatten();
         let status = check.and_then(|c| c.get("status").cloned()).map(|s| {
             let mut s = s;
             if let Some(o) = s.as_object_mut() {

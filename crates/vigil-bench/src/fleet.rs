@@ -87,6 +87,16 @@ pub enum CheckApi {
     Capi,
 }
 
+impl CheckApi {
+    /// The apiVersion of these MachineHealthChecks, for reading them back.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            CheckApi::Vigil => "vigil.dev/v1alpha1",
+            CheckApi::Capi => "cluster.x-k8s.io/v1beta2",
+        }
+    }
+}
+
 /// Whose NodeHealthCheck resources the fleet carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeChecks {
