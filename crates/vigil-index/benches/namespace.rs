@@ -5,13 +5,18 @@
 //! keeps writing them): store it in the index, then decide every check it concerns. Were the
 //! work per update independent of the number of checks, the three sizes would cost the same.
 //! A second group times the cold start's share: the first lists stored and every check decided.
+//! A third times one confirming decision (one check decided again with the other checks' claims
+//! about its target derived now, as before every remediation): it should not grow with the
+//! number of checks either.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use jiff::Timestamp;
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 use std::hint::black_box;
 use vigil_api::MachineHealthCheck;
 use vigil_api::views::NodeView;
+use vigil_engine::target::{CheckRef, Target};
 use vigil_index::index::{Index, Source};
 use vigil_index::sources::SourceState;
 use vigil_index::{decision, gather};
@@ -130,5 +135,23 @@ fn first_lists(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, machine_update, first_lists);
+/// One check's confirming decision about one of its Machines and that Machine's Node.
+fn confirming_decision(c: &mut Criterion) {
+    let mut group = c.benchmark_group("confirming_decision");
+    for n in SIZES {
+        let idx = fleet(n);
+        let c = cluster(n / 2);
+        let key = CheckRef::Machine { namespace: NS.into(), name: format!("{c}-workers") };
+        let about = BTreeSet::from([
+            Target::Machine { namespace: NS.into(), name: format!("{c}-m1") },
+            Target::Node { cluster: format!("{NS}/{c}"), name: format!("{c}-n1") },
+        ]);
+        group.bench_with_input(BenchmarkId::new("checks_in_namespace", n), &n, |b, _| {
+            b.iter(|| black_box(gather::job_with_fresh_holders(&idx, &key, now(), &about)).is_some())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, machine_update, first_lists, confirming_decision);
 criterion_main!(benches);
