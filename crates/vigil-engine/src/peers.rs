@@ -196,6 +196,29 @@ impl<'a> MhcPeers<'a> {
         self.owners_for(me).other_than_me(machine)
     }
 
+    /// Every ranked check that selects `machine`, in rank order: the checks that can claim it
+    /// (a claim is on a check's own target). Only the checks indexed under one of its labels, and
+    /// those requiring none, are looked at, so the cost follows the Machine's labels, not the
+    /// number of checks.
+    pub fn selecting(&self, machine: &MachineView) -> Vec<&CheckRef> {
+        let order = self.order.as_ref();
+        let mut ranks: Vec<usize> = order
+            .selectors
+            .candidates(machine.meta.labels.iter())
+            .copied()
+            .filter(|r| self.selects(*r, machine))
+            .collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        ranks.into_iter().map(|r| &order.checks[r]).collect()
+    }
+
+    /// Whether the check of `rank` selects `machine` (a check selects only its own namespace's).
+    fn selects(&self, rank: usize, machine: &MachineView) -> bool {
+        let same_namespace = matches!(&self.order.checks[rank], CheckRef::Machine { namespace, .. } if *namespace == machine.meta.namespace);
+        same_namespace && is_target(self.policies.get(rank), machine)
+    }
+
     /// The owner lookups of check `me`, its rank found once.
     pub fn owners_for(&self, me: &CheckRef) -> Owners<'_, 'a> {
         let order = self.order.as_ref();
@@ -224,10 +247,7 @@ impl<'p> Owners<'p, '_> {
             return None;
         }
         let order = peers.order.as_ref();
-        let selects = |rank: usize| {
-            let same_namespace = matches!(&order.checks[rank], CheckRef::Machine { namespace, .. } if *namespace == machine.meta.namespace);
-            same_namespace && is_target(peers.policies.get(rank), machine)
-        };
+        let selects = |rank: usize| peers.selects(rank, machine);
         let first_selecting =
             |ranks: &[usize], below: usize| ranks.iter().copied().take_while(|r| *r < below).find(|r| selects(*r));
         let mut owner = first_selecting(order.selectors.unindexed(), mine);

@@ -84,16 +84,37 @@ pub(crate) fn holders_for<'c>(
     assemble::holders(Some(key), own, cached, rederived.as_ref())
 }
 
-/// The other checks' claims about `about`, derived now (only checks that can hold one of them).
+/// The other checks' claims about `about`, derived now (only checks that can hold one of them,
+/// [`may_hold`]).
 fn rederive<'a>(idx: &Index, key: &CheckRef, about: &'a BTreeSet<Target>) -> Fresh<'a> {
     let scope = Scope::of(idx, about);
     let mut rederived = Fresh::about(about);
-    for other in idx.all_checks().into_iter().filter(|o| o != key) {
+    for other in may_hold(idx, &scope).into_iter().filter(|o| o != key) {
         if let Some(claims) = claims_within(idx, &other, Some(&scope)) {
             rederived.insert(other, claims);
         }
     }
     rederived
+}
+
+/// The checks whose claims about the scope's targets a confirming decision derives now: every
+/// NodeHealthCheck (its claims are its objects, whatever it selects), the MachineHealthChecks
+/// that select one of the scope's Machines (a Machine check claims only its own targets) or that
+/// the namespace's ranking leaves out (being deleted, unreadable or invalid), and every check
+/// whose cached claims name one of the targets (those must give way to what holds now). Any other
+/// check has no claim about them, cached or derived, so deriving it could change no holder; and
+/// the cost follows the confirmed targets, not the number of checks.
+fn may_hold(idx: &Index, scope: &Scope<'_>) -> BTreeSet<CheckRef> {
+    let mut checks: BTreeSet<CheckRef> = idx.nhcs.keys().map(|name| CheckRef::Node { name: name.clone() }).collect();
+    checks.extend(scope.about.iter().flat_map(|t| idx.claims.about(t)).map(|c| c.check.clone()));
+    for namespace in scope.machines.keys() {
+        let peers = idx.mhc_peers(namespace);
+        for machine in scope.machines_of(idx, namespace) {
+            checks.extend(peers.selecting(machine).into_iter().cloned());
+        }
+        checks.extend(idx.unranked_mhcs(namespace));
+    }
+    checks
 }
 
 /// [`holders_for`] with shards: `key`'s claims all derived now and every other check's cached,
@@ -578,8 +599,82 @@ mod scoped_claims {
     /// contested targets: the reference it must agree with.
     fn holders_from_every_claim(idx: &Index, key: &CheckRef, fresh: Option<&BTreeSet<Target>>) -> Holders {
         let cached = idx.claims.iter().flat_map(|(_, c)| c);
-        let rederived = fresh.map(|about| rederive(idx, key, about));
+        let rederived = fresh.map(|about| rederive_every_check(idx, key, about));
         assemble::holders(Some(key), claims_of(idx, key), cached, rederived.as_ref())
+    }
+
+    /// [`rederive`] as it was before it asked [`may_hold`]: every other check derived again.
+    fn rederive_every_check<'a>(idx: &Index, key: &CheckRef, about: &'a BTreeSet<Target>) -> Fresh<'a> {
+        let scope = Scope::of(idx, about);
+        let mut rederived = Fresh::about(about);
+        for other in idx.all_checks().into_iter().filter(|o| o != key) {
+            if let Some(claims) = claims_within(idx, &other, Some(&scope)) {
+                rederived.insert(other, claims);
+            }
+        }
+        rederived
+    }
+
+    /// [`self_hosted`] with more checks of `default/prod` in the namespace: one selecting other
+    /// Machines, one being deleted and one invalid (both selecting the pool), and one whose
+    /// cached claim on w-2 is from before its selector moved away.
+    fn crowded() -> Index {
+        let mut idx = self_hosted();
+        let check = |name: &str, pool: &str, extra: Value| -> MachineHealthCheck {
+            let mut mhc = json!({
+                "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
+                "metadata": {"name": name, "namespace": "default", "resourceVersion": "1", "generation": 1},
+                "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": pool}},
+                         "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "8m"}]}
+            });
+            if let (Some(m), Some(e)) = (mhc.as_object_mut(), extra.as_object()) {
+                for (k, v) in e {
+                    let merged = m.get(k).cloned().unwrap_or(json!({}));
+                    let mut merged = merged.as_object().cloned().unwrap_or_default();
+                    merged.extend(v.as_object().cloned().unwrap_or_default());
+                    m.insert(k.clone(), Value::Object(merged));
+                }
+            }
+            serde_json::from_value(mhc).expect("MachineHealthCheck")
+        };
+        idx.put_mhc(Some(check("gpu", "gpu", json!({}))), None);
+        let deleting = json!({"metadata": {"deletionTimestamp": "2029-12-31T00:00:00Z", "finalizers": ["f"]}});
+        idx.put_mhc(Some(check("deleting", "workers", deleting)), None);
+        idx.put_mhc(Some(check("invalid", "workers", json!({"spec": {"maxUnhealthy": "-5%"}}))), None);
+        idx.put_mhc(Some(check("moved", "elsewhere", json!({}))), None);
+        let moved = CheckRef::Machine { namespace: "default".into(), name: "moved".into() };
+        idx.claims.set(&moved, vec![Claim { target: Target::local_node("w-2"), check: moved.clone(), since: None }]);
+        idx
+    }
+
+    /// A confirmation derives only the checks that can hold one of its targets, and finds the
+    /// same holder of every target as when every check is derived again.
+    #[test]
+    fn a_confirmation_derives_only_the_checks_that_can_hold_its_targets() {
+        let idx = crowded();
+        let named = |name: &str| CheckRef::Machine { namespace: "default".into(), name: name.into() };
+        let derived = may_hold(&idx, &Scope::of(&idx, &about(&["w-2"])));
+        for name in ["workers", "deleting", "invalid", "moved"] {
+            assert!(derived.contains(&named(name)), "{name} can hold w-2: {derived:?}");
+        }
+        for node in ["reboot", "fence"] {
+            assert!(derived.contains(&CheckRef::Node { name: node.into() }), "{node}: {derived:?}");
+        }
+        assert!(!derived.contains(&named("gpu")), "gpu selects no Machine of w-2: {derived:?}");
+        let elsewhere = CheckRef::Machine { namespace: "other".into(), name: "elsewhere".into() };
+        assert!(!derived.contains(&elsewhere), "{derived:?}");
+        let targets: Vec<Target> = ["w-1", "w-2", "x3"].into_iter().map(Target::local_node).collect();
+        for key in idx.all_checks() {
+            for fresh in [about(&["w-2"]), about(&["w-1", "w-2"]), about(&["x3"])] {
+                let asked = targets.iter().map(|t| Candidate::new(true, LOCAL_CLUSTER, t.name()));
+                let scoped = holders_for(&idx, &key, asked, Some(&fresh));
+                let full = holders_from_every_claim(&idx, &key, Some(&fresh));
+                for t in &targets {
+                    let other = |h: &Holders| h.holder(t).filter(|h| h.check != key).cloned();
+                    assert_eq!(other(&scoped), other(&full), "{key} about {t} with fresh {fresh:?}");
+                }
+            }
+        }
     }
 
     /// A decision looks only at the targets another check claims: for every target it can ask

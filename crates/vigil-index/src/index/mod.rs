@@ -72,6 +72,13 @@ pub struct ObjectCache {
 /// its spec is invalid).
 pub type MhcChecks = Checks<(String, String), MachineHealthCheck, MhcPolicy, MhcTargets>;
 
+/// A stored MachineHealthCheck's policy when the check is among its namespace's ranked peers:
+/// not being deleted, readable and valid.
+fn ranked(e: &CheckEntry<MachineHealthCheck, MhcPolicy, MhcTargets>) -> Option<&Arc<MhcPolicy>> {
+    let live = e.object.metadata.deletion_timestamp.is_none() && e.read_error.is_none();
+    e.policy.as_ref().ok().filter(|_| live)
+}
+
 /// A MachineHealthCheck's target Machines by name, each as the Machine index holds it now (the
 /// same view, replaced with it), so that a decision reads them without a lookup per Machine.
 pub type MhcTargets = BTreeMap<String, Arc<MachineView>>;
@@ -609,11 +616,20 @@ impl Index {
             KeptPeers::rank(
                 self.mhcs
                     .in_namespace(namespace)
-                    .filter(|(_, e)| e.object.metadata.deletion_timestamp.is_none() && e.read_error.is_none())
-                    .filter_map(|(_, e)| Some((e.object.as_ref(), Arc::clone(e.policy.as_ref().ok()?)))),
+                    .filter_map(|(_, e)| Some((e.object.as_ref(), Arc::clone(ranked(e)?)))),
             )
         });
         ranked.peers()
+    }
+
+    /// The MachineHealthChecks of `namespace` that [`Self::mhc_peers`] leaves out (being
+    /// deleted, unreadable or invalid): whatever they select, they are not found by their
+    /// selectors, so a confirming decision looks at their claims by name.
+    pub fn unranked_mhcs<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = CheckRef> + 'a {
+        self.mhcs
+            .in_namespace(namespace)
+            .filter(|(_, e)| ranked(e).is_none())
+            .map(|((ns, n), _)| CheckRef::Machine { namespace: ns.clone(), name: n.clone() })
     }
 
     /// The entry held for Machine `raw` when the index holds it at its resourceVersion exactly:
