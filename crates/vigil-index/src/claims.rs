@@ -620,28 +620,28 @@ mod scoped_claims {
     /// cached claim on w-2 is from before its selector moved away.
     fn crowded() -> Index {
         let mut idx = self_hosted();
-        let check = |name: &str, pool: &str, extra: Value| -> MachineHealthCheck {
-            let mut mhc = json!({
+        let check = |name: &str, pool: &str| -> Value {
+            json!({
                 "apiVersion": "vigil.dev/v1alpha1", "kind": "MachineHealthCheck",
                 "metadata": {"name": name, "namespace": "default", "resourceVersion": "1", "generation": 1},
                 "spec": {"clusterName": "prod", "selector": {"matchLabels": {"pool": pool}},
                          "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "8m"}]}
-            });
-            if let (Some(m), Some(e)) = (mhc.as_object_mut(), extra.as_object()) {
-                for (k, v) in e {
-                    let merged = m.get(k).cloned().unwrap_or(json!({}));
-                    let mut merged = merged.as_object().cloned().unwrap_or_default();
-                    merged.extend(v.as_object().cloned().unwrap_or_default());
-                    m.insert(k.clone(), Value::Object(merged));
-                }
-            }
-            serde_json::from_value(mhc).expect("MachineHealthCheck")
+            })
         };
-        idx.put_mhc(Some(check("gpu", "gpu", json!({}))), None);
-        let deleting = json!({"metadata": {"deletionTimestamp": "2029-12-31T00:00:00Z", "finalizers": ["f"]}});
-        idx.put_mhc(Some(check("deleting", "workers", deleting)), None);
-        idx.put_mhc(Some(check("invalid", "workers", json!({"spec": {"maxUnhealthy": "-5%"}}))), None);
-        idx.put_mhc(Some(check("moved", "elsewhere", json!({}))), None);
+        let put = |idx: &mut Index, check: Value| {
+            idx.put_mhc(Some(serde_json::from_value::<MachineHealthCheck>(check).expect("MachineHealthCheck")), None);
+        };
+        put(&mut idx, check("gpu", "gpu"));
+        let mut deleting = check("deleting", "workers");
+        deleting["metadata"]["deletionTimestamp"] = json!("2029-12-31T00:00:00Z");
+        deleting["metadata"]["finalizers"] = json!(["f"]);
+        put(&mut idx, deleting);
+        let mut invalid = check("invalid", "workers");
+        invalid["spec"]["maxUnhealthy"] = json!("-5%");
+        put(&mut idx, invalid);
+        let key = ("default".to_string(), "invalid".to_string());
+        assert!(idx.mhc_policy_of(&key).is_some_and(|p| p.is_err()), "a negative maxUnhealthy is refused");
+        put(&mut idx, check("moved", "elsewhere"));
         let moved = CheckRef::Machine { namespace: "default".into(), name: "moved".into() };
         idx.claims.set(&moved, vec![Claim { target: Target::local_node("w-2"), check: moved.clone(), since: None }]);
         idx
