@@ -91,8 +91,8 @@ impl CheckApi {
     /// The apiVersion of these MachineHealthChecks, for reading them back.
     pub fn api_version(self) -> &'static str {
         match self {
-            CheckApi::Vigil => "vigil.dev/v1alpha1",
-            CheckApi::Capi => "cluster.x-k8s.io/v1beta2",
+            CheckApi::Vigil => vigil_api::API_VERSION,
+            CheckApi::Capi => vigil_api::well_known::CAPI_MHC_V1BETA2_API_VERSION,
         }
     }
 }
